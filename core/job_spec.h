@@ -1,0 +1,176 @@
+// The job spec: one YAML file that describes a whole federation (docs/config.md lists every key).
+//
+// Every process of a federation (gateway, each site, `strait train`) loads the same file, so the
+// structs here are the single source of truth for the split of layers, the data order, the training
+// hyper-parameters and the links' codecs. LoadJobSpec validates everything it can without touching
+// the network or the data; errors name file:line:column, the key, what was expected and what was found.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/status/statusor.h"
+
+namespace strait {
+
+enum class ModelFamily { kMlp, kVit };
+enum class Activation { kRelu, kGelu };
+enum class DatasetKind { kFashionMnist, kSynthetic };
+enum class Schedule { k1F1B, kGPipe };
+enum class OptimizerKind { kSgd, kAdamW };
+enum class DeviceKind { kCpu, kCuda };
+
+const char* ToString(ModelFamily v);
+const char* ToString(Activation v);
+const char* ToString(DatasetKind v);
+const char* ToString(Schedule v);
+const char* ToString(OptimizerKind v);
+const char* ToString(DeviceKind v);
+
+// Multi-layer perceptron: input -> hidden[0] -> ... -> hidden[n-1] -> classes. Layer i (< n) is
+// Linear + activation; layer n is the output Linear (logits). So it has hidden.size() + 1 layers.
+struct MlpSpec {
+  int input = 784;
+  std::vector<int> hidden;
+  int classes = 10;
+  Activation activation = Activation::kRelu;
+  float dropout = 0.0f;  // Dropout probability after each hidden activation (0 = none).
+};
+
+// Vision transformer: layer 0 is the patch embedding (+ class token + position embedding), layers
+// 1..depth are pre-LN transformer blocks, layer depth+1 is the head (LayerNorm + Linear on the class
+// token). So it has depth + 2 layers.
+struct VitSpec {
+  int channels = 1;
+  int height = 28;
+  int width = 28;
+  int patch = 7;       // Square patches; must divide height and width.
+  int dim = 64;        // Embedding width; must be divisible by heads.
+  int depth = 4;       // Number of transformer blocks.
+  int heads = 4;
+  int mlp_dim = 256;   // Hidden width of each block's MLP.
+  int classes = 10;
+  float dropout = 0.0f;
+};
+
+struct ModelSpec {
+  ModelFamily family = ModelFamily::kMlp;
+  MlpSpec mlp;   // Valid when family == kMlp.
+  VitSpec vit;   // Valid when family == kVit.
+  uint64_t init_seed = 1;  // Parameter initialisation; identical whatever the split.
+  int NumLayers() const;
+  int InputFeatures() const;  // Per-sample input size in floats (784 for 28x28 images).
+  int Classes() const;
+};
+
+struct DataSpec {
+  DatasetKind kind = DatasetKind::kFashionMnist;
+  std::string path = "/usr/share/datasets/fashion-mnist";  // Absolute (resolved against the file).
+  uint64_t seed = 1;            // Sample order (epoch shuffling); shared by first and last stage.
+  int synthetic_train = 4096;   // Sizes of the generated data set (kind: synthetic only).
+  int synthetic_test = 1024;
+};
+
+struct OptimizerSpec {
+  OptimizerKind kind = OptimizerKind::kAdamW;
+  double lr = 1e-3;
+  double momentum = 0.9;        // SGD only.
+  double beta1 = 0.9;           // AdamW only.
+  double beta2 = 0.999;         // AdamW only.
+  double eps = 1e-8;            // AdamW only.
+  double weight_decay = 0.0;
+};
+
+struct CheckpointSpec {
+  int every = 0;                // Steps between coordinated checkpoints; 0 = off.
+  std::string dir = "checkpoints";  // Absolute (resolved against the file); each site writes dir/<id>/.
+  int keep = 3;                 // Newest checkpoints kept per site.
+};
+
+struct TrainingSpec {
+  int64_t steps = 0;            // Exactly one of steps / epochs is set (the other is 0).
+  int epochs = 0;
+  int global_batch = 128;
+  int microbatches = 4;         // global_batch % microbatches == 0.
+  Schedule schedule = Schedule::k1F1B;
+  OptimizerSpec optimizer;
+  double grad_clip = 0.0;       // Clip by global norm across all stages; 0 = off.
+  CheckpointSpec checkpoint;
+  int MicrobatchSize() const { return global_batch / microbatches; }
+};
+
+struct GatewaySpec {
+  std::string address = "127.0.0.1:7443";  // Where sites dial the gateway (host:port).
+  std::string listen;                      // Where the gateway listens; defaults to address.
+  uint64_t memory_budget = 512ull << 20;   // Bytes of frames the mailbox may hold.
+  double heartbeat_timeout_s = 10.0;       // A site silent this long is marked down.
+};
+
+struct DashboardSpec {
+  std::string address = "127.0.0.1:8080";  // HTTP address of the dashboard, /metrics and /api.
+  std::string token_file;                  // If set, requests need "Authorization: Bearer <token>".
+};
+
+// TLS material (PEM files). Paths are resolved against the job spec's directory; "{site}" in the
+// site paths is replaced by the site id.
+struct TlsSpec {
+  std::string ca = "certs/ca.pem";
+  std::string gateway_cert = "certs/gateway.pem";
+  std::string gateway_key = "certs/gateway.key";
+  std::string site_cert = "certs/{site}.pem";
+  std::string site_key = "certs/{site}.key";
+  std::string deny_list;                   // Optional: revoked certificate serials, one per line.
+  std::string SiteCert(absl::string_view site_id) const;
+  std::string SiteKey(absl::string_view site_id) const;
+};
+
+struct LayerRange {
+  int start = 0;  // First layer, inclusive.
+  int end = 0;    // One past the last layer.
+  int size() const { return end - start; }
+};
+
+struct SiteSpec {
+  std::string id;
+  LayerRange layers;
+  DeviceKind device = DeviceKind::kCpu;
+  int workers = 1;
+};
+
+// The link across boundary b joins sites[b] (producer of forward tensors) and sites[b + 1].
+struct LinkSpec {
+  int boundary = 0;
+  std::string forward = "none";   // Codec chain for activations (sites[b] -> sites[b+1]).
+  std::string backward = "none";  // Codec chain for gradients (sites[b+1] -> sites[b]).
+  bool encryption = true;
+  uint64_t rotate_bytes = 64ull << 30;  // Rekey after this many sealed bytes per direction.
+};
+
+struct JobSpec {
+  std::string source_path;   // The file it was loaded from ("<string>" when parsed from text).
+  std::string name;          // Federation name: part of every tensor key and key-derivation label.
+  GatewaySpec gateway;
+  DashboardSpec dashboard;
+  TlsSpec tls;
+  ModelSpec model;
+  DataSpec data;
+  TrainingSpec training;
+  std::vector<SiteSpec> sites;  // In stage order: sites[i] runs stage i.
+  std::vector<LinkSpec> links;  // links[b] for every boundary b = 0 .. sites.size()-2.
+
+  // Index of the site with this id, or -1.
+  int SiteIndex(absl::string_view id) const;
+};
+
+// Parses and validates the YAML text of a job spec. `file_name` is used in error messages and
+// `base_dir` to resolve relative paths (TLS files, data path, checkpoint dir). Thread-safe.
+absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view yaml_text, absl::string_view file_name,
+                                     absl::string_view base_dir);
+
+// Reads `path` and parses it with ParseJobSpec (relative paths resolve against the file's directory).
+absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path);
+
+}  // namespace strait

@@ -1,0 +1,44 @@
+#include "core/tensor_key.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace strait {
+
+int ProducerStage(const v1::TensorKey& key) {
+  return static_cast<int>(key.boundary()) + (key.direction() == v1::BACKWARD ? 1 : 0);
+}
+
+int ConsumerStage(const v1::TensorKey& key) {
+  return static_cast<int>(key.boundary()) + (key.direction() == v1::FORWARD ? 1 : 0);
+}
+
+absl::Status ValidateTensorKey(const v1::TensorKey& key, const JobSpec& spec) {
+  if (key.job() != spec.name) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor key names job '", key.job(), "'; this federation is '", spec.name, "'"));
+  }
+  if (key.direction() != v1::FORWARD && key.direction() != v1::BACKWARD) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor key has direction ", key.direction(), "; expected FORWARD or BACKWARD"));
+  }
+  if (key.boundary() + 1 >= spec.sites.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor key has boundary ", key.boundary(),
+                                                   "; this federation has boundaries 0..",
+                                                   static_cast<int>(spec.sites.size()) - 2));
+  }
+  if (key.microbatch() >= static_cast<uint32_t>(spec.training.microbatches)) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor key has microbatch ", key.microbatch(),
+                                                   "; a step has ", spec.training.microbatches));
+  }
+  return absl::OkStatus();
+}
+
+std::string TensorKeyToString(const v1::TensorKey& key) {
+  const char* direction = key.direction() == v1::FORWARD    ? "fwd"
+                          : key.direction() == v1::BACKWARD ? "bwd"
+                                                            : "dir?";
+  return absl::StrCat(key.job(), "/s", key.step(), "/m", key.microbatch(), "/b", key.boundary(), "/",
+                      direction, "/g", key.generation());
+}
+
+}  // namespace strait

@@ -1,0 +1,24 @@
+// Helpers for the routing key of every tensor on the wire (DESIGN.md §4, proto TensorKey).
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "core/job_spec.h"
+#include "strait/v1/tensor.pb.h"
+
+namespace strait {
+
+// Stage (site index) that produces the key: `boundary` for FORWARD, `boundary + 1` for BACKWARD.
+int ProducerStage(const v1::TensorKey& key);
+// Stage that consumes the key: the other end of the boundary.
+int ConsumerStage(const v1::TensorKey& key);
+
+// Checks a key received from the network against the job: job name, a real boundary, a direction, a
+// microbatch below the job's count. The message says which field is wrong.
+absl::Status ValidateTensorKey(const v1::TensorKey& key, const JobSpec& spec);
+
+// Compact text for logs and errors: "fashion/s12/m3/b1/fwd/g0".
+std::string TensorKeyToString(const v1::TensorKey& key);
+
+}  // namespace strait

@@ -1,0 +1,107 @@
+// `strait config check FILE...`: validates job specs and prints how each splits the model.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/job_spec.h"
+#include "core/model_layout.h"
+#include "tools/command.h"
+
+namespace strait::tools {
+namespace {
+
+// 1234567 -> "1,234,567"
+std::string Thousands(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+std::string HumanBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
+  return u == 0 ? absl::StrFormat("%.0f B", bytes) : absl::StrFormat("%.1f %s", bytes, units[u]);
+}
+
+void PrintSplit(const JobSpec& spec) {
+  const std::vector<LayerLayout> layers = BuildModelLayout(spec.model);
+  int64_t total = 0;
+  for (const LayerLayout& l : layers) total += l.param_count;
+  const TrainingSpec& t = spec.training;
+  std::printf("federation %s: %s model, %zu layers, %s parameters (%s as fp32)\n", spec.name.c_str(),
+              std::string(ToString(spec.model.family)).c_str(), layers.size(), Thousands(total).c_str(),
+              HumanBytes(4.0 * total).c_str());
+  std::printf("training: %s, global batch %d = %d microbatches x %d, schedule %s, %s lr %g\n",
+              t.steps > 0 ? absl::StrCat(t.steps, " steps").c_str()
+                          : absl::StrCat(t.epochs, " epochs").c_str(),
+              t.global_batch, t.microbatches, t.MicrobatchSize(),
+              std::string(ToString(t.schedule)).c_str(),
+              std::string(ToString(t.optimizer.kind)).c_str(), t.optimizer.lr);
+  std::printf("data: %s (%s), gateway %s, dashboard http://%s\n",
+              std::string(ToString(spec.data.kind)).c_str(), spec.data.path.c_str(),
+              spec.gateway.address.c_str(), spec.dashboard.address.c_str());
+
+  for (size_t s = 0; s < spec.sites.size(); ++s) {
+    const SiteSpec& site = spec.sites[s];
+    int64_t params = 0;
+    for (int i = site.layers.start; i < site.layers.end; ++i) params += layers[i].param_count;
+    std::printf("\nsite %-10s layers [%d, %d)  %s x%d  %s parameters\n", site.id.c_str(),
+                site.layers.start, site.layers.end, std::string(ToString(site.device)).c_str(),
+                site.workers, Thousands(params).c_str());
+    for (int i = site.layers.start; i < site.layers.end; ++i) {
+      const LayerLayout& l = layers[i];
+      std::printf("  %3d  %-14s %12s -> %-12s %12s params\n", i, l.name.c_str(),
+                  ShapeToString(l.in_shape).c_str(), ShapeToString(l.out_shape).c_str(),
+                  Thousands(l.param_count).c_str());
+    }
+    if (s + 1 < spec.sites.size()) {
+      const LinkSpec& link = spec.links[s];
+      std::vector<int64_t> shape = layers[site.layers.end - 1].out_shape;
+      shape.insert(shape.begin(), t.MicrobatchSize());
+      std::printf("  -> boundary %zu to %s: %s fp32 = %s per microbatch each way; forward %s, backward "
+                  "%s, %s\n",
+                  s, spec.sites[s + 1].id.c_str(), ShapeToString(shape).c_str(),
+                  HumanBytes(4.0 * NumElements(shape)).c_str(), link.forward.c_str(),
+                  link.backward.c_str(), link.encryption ? "encrypted" : "NOT encrypted");
+    }
+  }
+}
+
+int RunCheck(const std::vector<std::string>& files, bool quiet) {
+  int exit_code = 0;
+  for (size_t i = 0; i < files.size(); ++i) {
+    absl::StatusOr<JobSpec> spec = LoadJobSpec(files[i]);
+    if (!spec.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(spec.status().message()).c_str());
+      exit_code = 2;
+      continue;
+    }
+    if (i > 0 && !quiet) std::printf("\n");
+    std::printf("%s: OK\n", files[i].c_str());
+    if (!quiet) PrintSplit(*spec);
+  }
+  return exit_code;
+}
+
+}  // namespace
+
+void AddConfigCommand(CLI::App& app, int* exit_code) {
+  CLI::App* config = app.add_subcommand("config", "Work with job specs (federation YAML files)");
+  config->require_subcommand(1);
+  CLI::App* check = config->add_subcommand(
+      "check", "Validate job specs; print each site's layers, shapes, parameter counts and the bytes "
+               "that cross each boundary. Exit code 2 when a file is invalid.");
+  auto files = std::make_shared<std::vector<std::string>>();
+  auto quiet = std::make_shared<bool>(false);
+  check->add_option("files", *files, "Job spec files")->required()->type_name("FILE");
+  check->add_flag("-q,--quiet", *quiet, "Print only OK or the error for each file");
+  check->callback([=] { *exit_code = RunCheck(*files, *quiet); });
+}
+
+}  // namespace strait::tools

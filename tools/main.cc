@@ -1,0 +1,16 @@
+// `strait`: the operator's tool (config check; later demo, train, certs, wan, bench).
+#include <CLI/CLI.hpp>
+
+#include "core/version.h"
+#include "tools/command.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"strait: train one neural network across several datacenters.\n"
+               "Operator tool: check job specs, run the demo federation, train a reference, benchmark."};
+  app.set_version_flag("--version", "strait " STRAIT_VERSION);
+  app.require_subcommand(1);
+  int exit_code = 0;
+  strait::tools::AddConfigCommand(app, &exit_code);
+  CLI11_PARSE(app, argc, argv);
+  return exit_code;
+}
