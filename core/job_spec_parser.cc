@@ -76,7 +76,8 @@ class JobSpecParser {
   }
 
   absl::Status ParseName(YamlMap& map) {
-    STRAIT_RETURN_IF_ERROR(map.String("name", &spec_.name, /*required=*/true));
+    if (!map.Has("name")) return map.Missing("name", "the federation's name, e.g. name: fashion-3dc");
+    STRAIT_RETURN_IF_ERROR(map.String("name", &spec_.name));
     static const std::regex kName("^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$");
     if (!std::regex_match(spec_.name, kName)) {
       return map.ErrorAt("name", "expected 1-64 letters, digits, '.', '_' or '-' (starting with a "
@@ -219,7 +220,8 @@ class JobSpecParser {
     const bool sgd = o.kind == OptimizerKind::kSgd;
     for (absl::string_view key : sgd ? std::vector<absl::string_view>{"betas", "eps"}
                                     : std::vector<absl::string_view>{"momentum"}) {
-      if (map.Has(key)) return map.ErrorAt(key, absl::StrCat("not an option of ", ToString(o.kind)));
+      if (map.Has(key)) return map.ErrorAt(key, absl::StrCat("not an option of ", ToString(o.kind), " (it belongs to ",
+                                                                  sgd ? "adamw" : "sgd", ")"));
       map.Allow(key);
     }
     if (sgd) {

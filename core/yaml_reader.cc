@@ -34,7 +34,9 @@ bool SplitNumberUnit(absl::string_view text, double* number, std::string* unit) 
 std::string DescribeYamlNode(const YAML::Node& node) {
   if (!node.IsDefined() || node.IsNull()) return "nothing";
   if (node.IsMap()) return "a mapping";
-  if (node.IsSequence()) return "a list";
+  if (node.IsSequence()) {
+    return node.size() == 0 ? "an empty list" : absl::StrCat("a list of ", node.size());
+  }
   return "'" + node.Scalar() + "'";
 }
 
@@ -233,10 +235,9 @@ absl::Status YamlMap::IntList(absl::string_view key, int min, int max, size_t le
   }
   if (!child.IsSequence() || (length > 0 && child.size() != length) ||
       (length == 0 && child.size() == 0)) {
-    std::string found = child.IsSequence() ? absl::StrCat("a list of ", child.size())
-                                           : DescribeYamlNode(child);
     return ErrorAt(key, absl::StrCat("expected ", expected, " such as [",
-                                     length == 2 ? "0, 2" : "1024, 1024", "], found ", found));
+                                     length == 2 ? "0, 2" : "1024, 1024", "], found ",
+                                     DescribeYamlNode(child)));
   }
   std::vector<int> values;
   for (size_t i = 0; i < child.size(); ++i) {

@@ -1,0 +1,159 @@
+#include "core/job_spec.h"
+
+#include <gtest/gtest.h>
+
+namespace strait {
+namespace {
+
+constexpr char kFull[] = R"(
+name: unit-fed
+gateway:
+  address: gw.example.org:9000
+  listen: 0.0.0.0:9000
+  memory_budget: 64MiB
+  heartbeat_timeout: 1500ms
+dashboard:
+  address: "[::1]:8081"
+  token_file: secrets/token
+tls:
+  ca: /etc/strait/ca.pem
+  site_cert: certs/{site}/cert.pem
+model:
+  family: mlp
+  input: 784
+  hidden: [32, 16]
+  classes: 10
+  activation: gelu
+  dropout: 0.1
+  init_seed: 99
+data:
+  dataset: fashion-mnist
+  path: ../data
+  seed: 5
+training:
+  epochs: 2
+  global_batch: 64
+  microbatches: 8
+  schedule: gpipe
+  optimizer: {name: sgd, lr: 0.05, momentum: 0.8, weight_decay: 0.0001}
+  grad_clip: 2.5
+  checkpoint: {every: 10, dir: ckpt, keep: 2}
+sites:
+  - {id: dc-a, layers: [0, 1], device: cuda, workers: 2}
+  - {id: dc-b, layers: [1, 3]}
+links:
+  - between: [dc-a, dc-b]
+    forward: int8:128:sr+zstd:3
+    backward: topk:0.01:ef
+    encryption: false
+    rotate_bytes: 1GiB
+)";
+
+TEST(JobSpecTest, ParsesEveryKey) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(kFull, "full.yaml", "/fed/conf");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name, "unit-fed");
+  EXPECT_EQ(spec->gateway.address, "gw.example.org:9000");
+  EXPECT_EQ(spec->gateway.listen, "0.0.0.0:9000");
+  EXPECT_EQ(spec->gateway.memory_budget, 64u << 20);
+  EXPECT_DOUBLE_EQ(spec->gateway.heartbeat_timeout_s, 1.5);
+  EXPECT_EQ(spec->dashboard.address, "[::1]:8081");
+  EXPECT_EQ(spec->dashboard.token_file, "/fed/conf/secrets/token");
+  EXPECT_EQ(spec->tls.ca, "/etc/strait/ca.pem");
+  EXPECT_EQ(spec->tls.SiteCert("dc-b"), "/fed/conf/certs/dc-b/cert.pem");
+  EXPECT_EQ(spec->tls.SiteKey("dc-b"), "/fed/conf/certs/dc-b.key");  // default pattern, resolved
+  EXPECT_EQ(spec->model.family, ModelFamily::kMlp);
+  EXPECT_EQ(spec->model.mlp.hidden, (std::vector<int>{32, 16}));
+  EXPECT_EQ(spec->model.mlp.activation, Activation::kGelu);
+  EXPECT_FLOAT_EQ(spec->model.mlp.dropout, 0.1f);
+  EXPECT_EQ(spec->model.init_seed, 99u);
+  EXPECT_EQ(spec->model.NumLayers(), 3);
+  EXPECT_EQ(spec->data.kind, DatasetKind::kFashionMnist);
+  EXPECT_EQ(spec->data.path, "/fed/data");
+  EXPECT_EQ(spec->data.seed, 5u);
+  EXPECT_EQ(spec->training.epochs, 2);
+  EXPECT_EQ(spec->training.steps, 0);
+  EXPECT_EQ(spec->training.MicrobatchSize(), 8);
+  EXPECT_EQ(spec->training.schedule, Schedule::kGPipe);
+  EXPECT_EQ(spec->training.optimizer.kind, OptimizerKind::kSgd);
+  EXPECT_DOUBLE_EQ(spec->training.optimizer.lr, 0.05);
+  EXPECT_DOUBLE_EQ(spec->training.optimizer.momentum, 0.8);
+  EXPECT_DOUBLE_EQ(spec->training.grad_clip, 2.5);
+  EXPECT_EQ(spec->training.checkpoint.every, 10);
+  EXPECT_EQ(spec->training.checkpoint.dir, "/fed/conf/ckpt");
+  EXPECT_EQ(spec->training.checkpoint.keep, 2);
+  ASSERT_EQ(spec->sites.size(), 2u);
+  EXPECT_EQ(spec->sites[0].device, DeviceKind::kCuda);
+  EXPECT_EQ(spec->sites[0].workers, 2);
+  EXPECT_EQ(spec->sites[1].device, DeviceKind::kCpu);
+  EXPECT_EQ(spec->sites[1].workers, 1);
+  EXPECT_EQ(spec->sites[1].layers.start, 1);
+  EXPECT_EQ(spec->sites[1].layers.end, 3);
+  EXPECT_EQ(spec->SiteIndex("dc-b"), 1);
+  EXPECT_EQ(spec->SiteIndex("nope"), -1);
+  ASSERT_EQ(spec->links.size(), 1u);
+  EXPECT_EQ(spec->links[0].forward, "int8:128:sr+zstd:3");
+  EXPECT_EQ(spec->links[0].backward, "topk:0.01:ef");
+  EXPECT_FALSE(spec->links[0].encryption);
+  EXPECT_EQ(spec->links[0].rotate_bytes, 1ull << 30);
+}
+
+TEST(JobSpecTest, DefaultsFillEverythingOptional) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(R"(
+name: tiny
+model: {family: vit, patch: 4, dim: 16, depth: 1, heads: 2}
+training: {steps: 3}
+sites: [{id: only, layers: [0, 3]}]
+)", "tiny.yaml", "/x");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->gateway.address, "127.0.0.1:7443");
+  EXPECT_EQ(spec->gateway.listen, "127.0.0.1:7443");
+  EXPECT_EQ(spec->dashboard.address, "127.0.0.1:8080");
+  EXPECT_EQ(spec->tls.ca, "/x/certs/ca.pem");
+  EXPECT_EQ(spec->model.vit.mlp_dim, 64);  // 4 x dim
+  EXPECT_EQ(spec->model.vit.height, 28);
+  EXPECT_EQ(spec->data.path, "/usr/share/datasets/fashion-mnist");
+  EXPECT_EQ(spec->training.global_batch, 128);
+  EXPECT_EQ(spec->training.microbatches, 4);
+  EXPECT_EQ(spec->training.optimizer.kind, OptimizerKind::kAdamW);
+  EXPECT_TRUE(spec->links.empty());  // one site: no boundary
+}
+
+TEST(JobSpecTest, LinksDefaultToLosslessAndEncrypted) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(R"(
+name: three
+model: {family: mlp, hidden: [8, 8]}
+data: {dataset: synthetic}
+training: {steps: 1, global_batch: 8, microbatches: 2}
+sites:
+  - {id: a, layers: [0, 1]}
+  - {id: b, layers: [1, 2]}
+  - {id: c, layers: [2, 3]}
+links:
+  - {between: [b, c], forward: bf16}
+)", "three.yaml", "/");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->links.size(), 2u);
+  EXPECT_EQ(spec->links[0].boundary, 0);
+  EXPECT_EQ(spec->links[0].forward, "none");
+  EXPECT_TRUE(spec->links[0].encryption);
+  EXPECT_EQ(spec->links[1].boundary, 1);
+  EXPECT_EQ(spec->links[1].forward, "bf16");
+  EXPECT_EQ(spec->links[1].backward, "none");
+}
+
+TEST(JobSpecTest, LoadReportsMissingFile) {
+  absl::StatusOr<JobSpec> spec = LoadJobSpec("/nonexistent/fed.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(spec.status().message().find("/nonexistent/fed.yaml"), absl::string_view::npos);
+}
+
+TEST(JobSpecTest, NonMappingDocumentIsAnError) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec("- just\n- a list\n", "list.yaml", "/");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().message().substr(0, 14), "list.yaml:1:1:");
+}
+
+}  // namespace
+}  // namespace strait

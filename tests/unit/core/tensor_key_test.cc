@@ -1,0 +1,49 @@
+#include "core/tensor_key.h"
+
+#include <gtest/gtest.h>
+
+namespace strait {
+namespace {
+
+JobSpec ThreeSites() {
+  JobSpec spec;
+  spec.name = "fed";
+  spec.sites.resize(3);
+  spec.training.microbatches = 4;
+  return spec;
+}
+
+v1::TensorKey Key(uint32_t boundary, v1::Direction direction, uint32_t microbatch = 0) {
+  v1::TensorKey key;
+  key.set_job("fed");
+  key.set_step(12);
+  key.set_microbatch(microbatch);
+  key.set_boundary(boundary);
+  key.set_direction(direction);
+  return key;
+}
+
+TEST(TensorKeyTest, ProducerAndConsumer) {
+  EXPECT_EQ(ProducerStage(Key(1, v1::FORWARD)), 1);
+  EXPECT_EQ(ConsumerStage(Key(1, v1::FORWARD)), 2);
+  EXPECT_EQ(ProducerStage(Key(1, v1::BACKWARD)), 2);
+  EXPECT_EQ(ConsumerStage(Key(1, v1::BACKWARD)), 1);
+}
+
+TEST(TensorKeyTest, Validates) {
+  JobSpec spec = ThreeSites();
+  EXPECT_TRUE(ValidateTensorKey(Key(1, v1::BACKWARD, 3), spec).ok());
+  EXPECT_FALSE(ValidateTensorKey(Key(2, v1::FORWARD), spec).ok());          // no boundary 2
+  EXPECT_FALSE(ValidateTensorKey(Key(0, v1::FORWARD, 4), spec).ok());       // microbatch 4 of 4
+  EXPECT_FALSE(ValidateTensorKey(Key(0, v1::DIRECTION_UNSPECIFIED), spec).ok());
+  v1::TensorKey other = Key(0, v1::FORWARD);
+  other.set_job("other");
+  EXPECT_FALSE(ValidateTensorKey(other, spec).ok());
+}
+
+TEST(TensorKeyTest, ToString) {
+  EXPECT_EQ(TensorKeyToString(Key(1, v1::BACKWARD, 3)), "fed/s12/m3/b1/bwd/g0");
+}
+
+}  // namespace
+}  // namespace strait
