@@ -162,6 +162,10 @@ class JobSpecParser {
         return map.ErrorAt("patch", absl::StrCat("patch size ", v.patch, " must divide the image height ",
                                                  v.height, " and width ", v.width));
       }
+      if (int64_t patches = int64_t{v.height / v.patch} * (v.width / v.patch); patches > 65536) {
+        return map.ErrorAt("patch", absl::StrCat("patch size ", v.patch, " cuts the image into ", patches,
+                                                 " patches; at most 65536 are supported"));
+      }
       STRAIT_RETURN_IF_ERROR(map.Int("dim", 1, 65536, &v.dim, /*required=*/true));
       STRAIT_RETURN_IF_ERROR(map.Int("depth", 1, kMaxDepth, &v.depth, /*required=*/true));
       STRAIT_RETURN_IF_ERROR(map.Int("heads", 1, 1024, &v.heads, /*required=*/true));
