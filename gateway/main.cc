@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/job_spec.h"
+#include "core/logging.h"
 #include "core/version.h"
 
 int main(int argc, char** argv) {
@@ -16,7 +17,14 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "strait-gateway " STRAIT_VERSION);
   std::string config;
   app.add_option("-c,--config", config, "Job spec (federation YAML)")->required()->type_name("FILE");
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (absl::Status s = strait::SetupLogging("gateway", log_level); !s.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    return 2;
+  }
 
   absl::StatusOr<strait::JobSpec> spec = strait::LoadJobSpec(config);
   if (!spec.ok()) {
