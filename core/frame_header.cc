@@ -1,0 +1,50 @@
+#include "core/frame_header.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "core/tensor_key.h"
+
+namespace strait {
+
+absl::Status ValidateFrameHeader(const v1::FrameHeader& header, const JobSpec& spec,
+                                 uint64_t max_frame_bytes) {
+  if (!header.has_key()) return absl::InvalidArgumentError("frame header has no key");
+  STRAIT_RETURN_IF_ERROR(ValidateTensorKey(header.key(), spec));
+  if (header.dtype() != v1::FLOAT32) {
+    return absl::InvalidArgumentError(absl::StrCat("frame header has dtype ", header.dtype(),
+                                                   "; expected FLOAT32"));
+  }
+  if (header.shape_size() < 1 || header.shape_size() > 8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("frame header has ", header.shape_size(), " dimensions; expected 1 to 8"));
+  }
+  // Accumulate in unsigned arithmetic, refusing before anything can overflow.
+  uint64_t elements = 1;
+  for (int64_t dim : header.shape()) {
+    if (dim < 1 || static_cast<uint64_t>(dim) > max_frame_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("frame header has dimension ", dim));
+    }
+    elements *= static_cast<uint64_t>(dim);
+    if (elements > (uint64_t{1} << 40)) {
+      return absl::InvalidArgumentError("frame header describes a tensor of over 2^40 elements");
+    }
+  }
+  if (header.raw_bytes() != elements * sizeof(float)) {
+    return absl::InvalidArgumentError(absl::StrCat("frame header says raw_bytes ", header.raw_bytes(),
+                                                   " but its shape holds ", elements * sizeof(float)));
+  }
+  if (header.wire_bytes() > max_frame_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("frame of ", header.wire_bytes(),
+                                                   " wire bytes exceeds the limit of ", max_frame_bytes));
+  }
+  const uint64_t min_chunks = std::max<uint64_t>(1, (header.wire_bytes() + kMaxChunkBytes - 1) / kMaxChunkBytes);
+  const uint64_t max_chunks = std::max<uint64_t>(1, header.wire_bytes());
+  if (header.chunk_count() < min_chunks || header.chunk_count() > max_chunks) {
+    return absl::InvalidArgumentError(absl::StrCat("frame header has chunk_count ", header.chunk_count(),
+                                                   " for ", header.wire_bytes(), " wire bytes; expected ",
+                                                   min_chunks, " to ", max_chunks));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace strait

@@ -1,0 +1,87 @@
+#include "gateway/mailbox/frame_assembler.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/frame_header.h"
+#include "core/status.h"
+
+namespace strait::gateway {
+
+FrameAssembler::FrameAssembler(const JobSpec& spec, uint64_t max_frame_bytes,
+                               size_t max_open_transfers)
+    : spec_(spec), max_frame_bytes_(max_frame_bytes), max_open_transfers_(max_open_transfers) {}
+
+absl::StatusOr<FrameAssembler::Event> FrameAssembler::Add(v1::PushChunk chunk,
+                                                          uint64_t* dropped_bytes) {
+  const uint64_t id = chunk.transfer_id();
+  *dropped_bytes = 0;
+  // Every error drops the transfer (so a broken transfer never lingers) and reports its bytes.
+  auto fail = [&](std::string message) {
+    *dropped_bytes = Drop(id);
+    return absl::InvalidArgumentError(absl::StrCat("transfer ", id, ": ", message));
+  };
+  std::string* data = chunk.mutable_chunk()->mutable_data();
+  if (data->size() > kMaxChunkBytes) {
+    return fail(absl::StrCat("chunk of ", data->size(), " bytes; at most ", kMaxChunkBytes));
+  }
+  Event event{.transfer_id = id};
+  auto it = open_.find(id);
+  if (chunk.chunk().index() == 0) {
+    if (it != open_.end()) return fail("started twice");
+    if (!chunk.has_header()) return fail("first chunk has no header");
+    if (absl::Status s = ValidateFrameHeader(chunk.header(), spec_, max_frame_bytes_); !s.ok()) {
+      return fail(std::string(s.message()));
+    }
+    if (open_.size() >= max_open_transfers_) {
+      return fail(absl::StrCat("more than ", max_open_transfers_, " incomplete transfers on one stream"));
+    }
+    Partial partial;
+    partial.frame = std::make_unique<StoredFrame>();
+    partial.frame->header = std::move(*chunk.mutable_header());
+    it = open_.emplace(id, std::move(partial)).first;
+    event.started = true;
+  } else {
+    if (it == open_.end()) return fail(absl::StrCat("chunk ", chunk.chunk().index(), " before chunk 0"));
+    if (chunk.has_header()) return fail("only the first chunk carries a header");
+    if (chunk.chunk().index() != it->second.next_index) {
+      return fail(absl::StrCat("chunk ", chunk.chunk().index(), " arrived; expected chunk ",
+                               it->second.next_index));
+    }
+    ++it->second.next_index;
+  }
+
+  Partial& partial = it->second;
+  const uint64_t wire_bytes = partial.frame->header.wire_bytes();
+  partial.received += data->size();
+  if (partial.received > wire_bytes) {
+    return fail(absl::StrCat("sent more than its ", wire_bytes, " wire bytes"));
+  }
+  partial.frame->chunks.push_back(std::move(*data));
+  event.header = &partial.frame->header;
+  if (partial.frame->chunks.size() < partial.frame->header.chunk_count()) return event;
+
+  if (partial.received != wire_bytes) {
+    return fail(absl::StrCat("ended after ", partial.received, " of ", wire_bytes, " wire bytes"));
+  }
+  partial.frame->stored_at = std::chrono::steady_clock::now();
+  event.completed = true;
+  event.frame = std::move(partial.frame);
+  event.header = &event.frame->header;
+  open_.erase(it);
+  return event;
+}
+
+uint64_t FrameAssembler::Drop(uint64_t transfer_id) {
+  auto it = open_.find(transfer_id);
+  if (it == open_.end()) return 0;
+  uint64_t bytes = it->second.frame->header.wire_bytes();
+  open_.erase(it);
+  return bytes;
+}
+
+uint64_t FrameAssembler::OpenBytes() const {
+  uint64_t bytes = 0;
+  for (const auto& [id, partial] : open_) bytes += partial.frame->header.wire_bytes();
+  return bytes;
+}
+
+}  // namespace strait::gateway

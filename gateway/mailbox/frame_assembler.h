@@ -1,0 +1,57 @@
+// Reassembles the frames a producer pushes chunk by chunk on its Exchange stream, checking every
+// message: a transfer starts with chunk 0 carrying a valid header, chunks arrive in order, none is
+// larger than kMaxChunkBytes, the bytes never exceed and finally equal the header's wire_bytes.
+//
+// One assembler per stream; not thread-safe (a stream's messages are handled one at a time).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "core/job_spec.h"
+#include "gateway/mailbox/stored_frame.h"
+#include "strait/v1/gateway.pb.h"
+
+namespace strait::gateway {
+
+class FrameAssembler {
+ public:
+  // `spec` must outlive the assembler. At most `max_open_transfers` frames may be incomplete at once.
+  FrameAssembler(const JobSpec& spec, uint64_t max_frame_bytes, size_t max_open_transfers = 8);
+
+  // What one chunk did. A one-chunk frame both starts and completes.
+  struct Event {
+    uint64_t transfer_id = 0;
+    bool started = false;    // Chunk 0 arrived: reserve header->wire_bytes() before reading on.
+    bool completed = false;  // The last chunk arrived: `frame` holds the whole frame.
+    const v1::FrameHeader* header = nullptr;  // The transfer's header (owned by the assembler or,
+                                              // once completed, by `frame`).
+    FramePtr frame;
+  };
+
+  // Adds one pushed chunk. On error the transfer it belongs to is dropped, and *dropped_bytes is set
+  // to the wire bytes of that transfer if it had started (the caller releases its reservation),
+  // else 0.
+  absl::StatusOr<Event> Add(v1::PushChunk chunk, uint64_t* dropped_bytes);
+
+  // Forgets an incomplete transfer; returns its header's wire_bytes (0 when unknown).
+  uint64_t Drop(uint64_t transfer_id);
+  // Wire bytes of all incomplete transfers (to release when the stream ends).
+  uint64_t OpenBytes() const;
+
+ private:
+  struct Partial {
+    std::unique_ptr<StoredFrame> frame;
+    uint32_t next_index = 1;
+    uint64_t received = 0;
+  };
+
+  const JobSpec& spec_;
+  const uint64_t max_frame_bytes_;
+  const size_t max_open_transfers_;
+  std::map<uint64_t, Partial> open_;
+};
+
+}  // namespace strait::gateway

@@ -1,0 +1,185 @@
+#include "gateway/mailbox/mailbox.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace strait::gateway {
+namespace {
+
+// A producer retries only pushes that were in flight when its stream broke, all within the last
+// few steps; acknowledgements older than this many steps behind the newest are forgotten.
+constexpr uint64_t kAckedStepWindow = 16;
+
+void RunAll(std::vector<std::function<void()>>& completions) {
+  for (auto& completion : completions) completion();
+}
+
+}  // namespace
+
+Mailbox::Mailbox(uint64_t budget_bytes) : budget_(budget_bytes) {}
+
+Mailbox::~Mailbox() = default;
+
+absl::StatusOr<bool> Mailbox::Reserve(uint64_t bytes, std::function<void()> granted) {
+  if (bytes > budget_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("frame of ", bytes, " bytes exceeds the gateway's whole memory budget of ",
+                     budget_, " bytes; raise gateway.memory_budget"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (reservations_.empty() && reserved_ + bytes <= budget_) {
+    reserved_ += bytes;
+    return true;
+  }
+  reservations_.push_back({bytes, std::move(granted)});
+  return false;
+}
+
+void Mailbox::Release(uint64_t bytes) {
+  std::vector<Completion> completions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reserved_ -= std::min(bytes, reserved_);
+    GrantReservationsLocked(completions);
+  }
+  RunAll(completions);
+}
+
+Mailbox::StoreResult Mailbox::Store(FramePtr frame) {
+  const MailboxKey key = MailboxKey::From(frame->header.key());
+  std::vector<Completion> completions;
+  StoreResult result = StoreResult::kStored;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (frames_.count(key) > 0 || acked_.count(key) > 0) {
+      ++duplicates_;
+      reserved_ -= std::min(frame->wire_bytes(), reserved_);
+      GrantReservationsLocked(completions);
+      result = StoreResult::kDuplicate;
+    } else {
+      frames_.emplace(key, frame);
+      stored_bytes_ += frame->wire_bytes();
+      newest_step_ = std::max(newest_step_, key.step);
+      for (auto it = waiters_.begin(); it != waiters_.end();) {
+        if (it->second.key == key) {
+          completions.push_back([done = std::move(it->second.done), frame] { done(frame); });
+          it = waiters_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+  RunAll(completions);
+  return result;
+}
+
+uint64_t Mailbox::Pull(const MailboxKey& key, Clock::time_point deadline, PullDone done) {
+  FramePtr frame;
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = next_pull_id_++;
+    auto it = frames_.find(key);
+    if (it == frames_.end()) {
+      waiters_.emplace(id, Waiter{key, deadline, std::move(done)});
+      return id;
+    }
+    frame = it->second;
+  }
+  done(frame);
+  return id;
+}
+
+void Mailbox::CancelPull(uint64_t pull_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  waiters_.erase(pull_id);
+}
+
+void Mailbox::ExpirePulls(Clock::time_point now) {
+  std::vector<Completion> completions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = waiters_.begin(); it != waiters_.end();) {
+      if (it->second.deadline <= now) {
+        completions.push_back([done = std::move(it->second.done)] {
+          done(absl::DeadlineExceededError("the frame was not pushed before the pull's deadline"));
+        });
+        it = waiters_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  RunAll(completions);
+}
+
+absl::Status Mailbox::Ack(const MailboxKey& key) {
+  std::vector<Completion> completions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = frames_.find(key);
+    if (it == frames_.end()) {
+      // Acknowledging twice (a retry after a reconnect) is harmless.
+      if (acked_.count(key) > 0) return absl::OkStatus();
+      return absl::NotFoundError("acknowledged a key the gateway does not hold");
+    }
+    const uint64_t bytes = it->second->wire_bytes();
+    frames_.erase(it);
+    acked_.insert(key);
+    TrimAckedLocked();
+    stored_bytes_ -= bytes;
+    reserved_ -= std::min(bytes, reserved_);
+    GrantReservationsLocked(completions);
+  }
+  RunAll(completions);
+  return absl::OkStatus();
+}
+
+void Mailbox::PurgeGenerationsBelow(uint32_t generation) {
+  std::vector<Completion> completions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = frames_.begin(); it != frames_.end() && it->first.generation < generation;) {
+      stored_bytes_ -= it->second->wire_bytes();
+      reserved_ -= std::min(it->second->wire_bytes(), reserved_);
+      it = frames_.erase(it);
+    }
+    acked_.erase(acked_.begin(), acked_.lower_bound(MailboxKey{.generation = generation}));
+    for (auto it = waiters_.begin(); it != waiters_.end();) {
+      if (it->second.key.generation < generation) {
+        completions.push_back([done = std::move(it->second.done)] {
+          done(absl::AbortedError("the federation rolled back; this key's generation is over"));
+        });
+        it = waiters_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    GrantReservationsLocked(completions);
+  }
+  RunAll(completions);
+}
+
+Mailbox::Stats Mailbox::GetStats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {frames_.size(), stored_bytes_, reserved_, budget_, waiters_.size(), reservations_.size(),
+          duplicates_};
+}
+
+void Mailbox::GrantReservationsLocked(std::vector<Completion>& out) {
+  while (!reservations_.empty() && reserved_ + reservations_.front().bytes <= budget_) {
+    reserved_ += reservations_.front().bytes;
+    out.push_back(std::move(reservations_.front().granted));
+    reservations_.pop_front();
+  }
+}
+
+void Mailbox::TrimAckedLocked() {
+  if (newest_step_ < kAckedStepWindow) return;
+  const uint64_t oldest_kept = newest_step_ - kAckedStepWindow;
+  for (auto it = acked_.begin(); it != acked_.end();) {
+    it = it->step < oldest_kept ? acked_.erase(it) : std::next(it);
+  }
+}
+
+}  // namespace strait::gateway

@@ -1,0 +1,109 @@
+// The gateway's parameter-server store: frames pushed by key, pulled by key (DESIGN.md §4, §7).
+//
+// A push stores a complete frame until its consumer acknowledges it; a pull of a key not pushed yet
+// waits until the frame arrives, the pull's deadline passes, or the key's generation is purged. Pushes
+// are idempotent: a key already stored or already acknowledged is not stored again. Memory is bounded:
+// a producer reserves the frame's bytes before its body is read, and when the budget is full the
+// reservation waits (the caller stops reading from that producer: gRPC flow control) until an
+// acknowledgement or a purge frees space.
+//
+// Thread-safe. Callbacks (pull completions, reservation grants) never run under the mailbox's lock;
+// they run on the thread whose call satisfied them (Store, Ack, Purge, ExpirePulls, or the caller of
+// Pull / Reserve itself), so they must be quick and must not block.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gateway/mailbox/stored_frame.h"
+
+namespace strait::gateway {
+
+class Mailbox {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using PullDone = std::function<void(absl::StatusOr<FramePtr>)>;
+
+  // `budget_bytes`: the most frame bytes held or reserved at once.
+  explicit Mailbox(uint64_t budget_bytes);
+  ~Mailbox();
+
+  // Reserves `bytes` for a frame about to be received. Returns true when reserved now. Otherwise
+  // returns false and calls `granted` once, later, when the reservation has been made. A frame larger
+  // than the whole budget can never fit: RESOURCE_EXHAUSTED (and `granted` is dropped).
+  absl::StatusOr<bool> Reserve(uint64_t bytes, std::function<void()> granted);
+  // Returns a reservation that will not be stored (the transfer broke off).
+  void Release(uint64_t bytes);
+
+  enum class StoreResult { kStored, kDuplicate };
+  // Stores a complete frame whose wire_bytes were reserved; takes over the reservation. A duplicate
+  // (key stored or acknowledged already) is dropped and its reservation released. A waiting pull of
+  // the key is served at once.
+  StoreResult Store(FramePtr frame);
+
+  // Serves the frame of `key` through `done`, now (frame present) or later (when it is stored); or
+  // with DEADLINE_EXCEEDED once `deadline` has passed (see ExpirePulls), or ABORTED when the key's
+  // generation is purged. Returns an id for CancelPull.
+  uint64_t Pull(const MailboxKey& key, Clock::time_point deadline, PullDone done);
+  // Drops a waiting pull without calling it (its stream went away). No-op for finished pulls.
+  void CancelPull(uint64_t pull_id);
+  // Completes waiting pulls whose deadline is before `now` with DEADLINE_EXCEEDED.
+  void ExpirePulls(Clock::time_point now);
+
+  // The consumer has the frame: forget it and free its bytes. NOT_FOUND when the key is not stored.
+  absl::Status Ack(const MailboxKey& key);
+
+  // Drops every stored frame, remembered acknowledgement and waiting pull (ABORTED) of generations
+  // below `generation` (a rollback started a new one), freeing their bytes.
+  void PurgeGenerationsBelow(uint32_t generation);
+
+  struct Stats {
+    uint64_t stored_frames = 0;
+    uint64_t stored_bytes = 0;     // Bytes of stored frames.
+    uint64_t reserved_bytes = 0;   // Stored plus reserved for frames in transit.
+    uint64_t budget_bytes = 0;
+    uint64_t waiting_pulls = 0;
+    uint64_t waiting_reservations = 0;
+    uint64_t duplicates = 0;       // Pushes dropped as duplicates since start.
+  };
+  Stats GetStats() const;
+
+ private:
+  struct Waiter {
+    MailboxKey key;
+    Clock::time_point deadline;
+    PullDone done;
+  };
+  struct Reservation {
+    uint64_t bytes;
+    std::function<void()> granted;
+  };
+  using Completion = std::function<void()>;
+
+  // Grants queued reservations in arrival order while they fit. Called with mu_ held; appends the
+  // grant callbacks to `out` to run after unlocking.
+  void GrantReservationsLocked(std::vector<Completion>& out);
+  // Forgets acknowledged keys far behind the newest step (their pushes can no longer be retried).
+  void TrimAckedLocked();
+
+  mutable std::mutex mu_;
+  const uint64_t budget_;
+  uint64_t reserved_ = 0;  // Includes the bytes of stored frames.
+  uint64_t stored_bytes_ = 0;
+  uint64_t duplicates_ = 0;
+  uint64_t next_pull_id_ = 1;
+  uint64_t newest_step_ = 0;
+  std::map<MailboxKey, FramePtr> frames_;
+  std::set<MailboxKey> acked_;               // Keys delivered and acknowledged.
+  std::map<uint64_t, Waiter> waiters_;       // By pull id.
+  std::deque<Reservation> reservations_;     // Waiting for budget, first come first served.
+};
+
+}  // namespace strait::gateway

@@ -1,0 +1,22 @@
+// Who may push and pull which tensor (DESIGN.md §5): a site may push only the keys it produces and
+// pull only the keys it consumes, by its place in the job's stage order. The site's identity comes
+// from its verified client certificate, never from a message.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/job_spec.h"
+#include "strait/v1/tensor.pb.h"
+
+namespace strait::gateway {
+
+// Stage index of `site_id`; PERMISSION_DENIED when the job has no such site.
+absl::StatusOr<int> StageOfSite(const JobSpec& spec, const std::string& site_id);
+
+// OK when the key is valid for the job and its producer (CheckPush) or consumer (CheckPull) is the
+// stage `site`; INVALID_ARGUMENT for a malformed key, PERMISSION_DENIED naming both sides otherwise.
+absl::Status CheckPush(const JobSpec& spec, int site, const v1::TensorKey& key);
+absl::Status CheckPull(const JobSpec& spec, int site, const v1::TensorKey& key);
+
+}  // namespace strait::gateway

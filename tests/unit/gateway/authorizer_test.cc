@@ -1,0 +1,43 @@
+#include "gateway/membership/authorizer.h"
+
+#include <gtest/gtest.h>
+
+#include "test_frames.h"
+
+namespace strait::gateway {
+namespace {
+
+using testing::Key;
+
+TEST(AuthorizerTest, SitesPushWhatTheyProduceAndPullWhatTheyConsume) {
+  JobSpec spec = testing::ThreeSiteSpec();
+  // Boundary 1 joins b (stage 1) and c (stage 2).
+  EXPECT_TRUE(CheckPush(spec, 1, Key(0, 0, 1, v1::FORWARD)).ok());
+  EXPECT_TRUE(CheckPull(spec, 2, Key(0, 0, 1, v1::FORWARD)).ok());
+  EXPECT_TRUE(CheckPush(spec, 2, Key(0, 0, 1, v1::BACKWARD)).ok());
+  EXPECT_TRUE(CheckPull(spec, 1, Key(0, 0, 1, v1::BACKWARD)).ok());
+}
+
+TEST(AuthorizerTest, WrongProducerOrConsumerIsDeniedWithBothNames) {
+  JobSpec spec = testing::ThreeSiteSpec();
+  absl::Status s = CheckPush(spec, 0, Key(0, 0, 1, v1::FORWARD));
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(s.message(), "site 'a' may not push fed/s0/m0/b1/fwd/g0: its producer is 'b'");
+  EXPECT_EQ(CheckPull(spec, 1, Key(0, 0, 1, v1::FORWARD)).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(CheckPull(spec, 0, Key(0, 0, 1, v1::BACKWARD)).code(), absl::StatusCode::kPermissionDenied);
+}
+
+TEST(AuthorizerTest, MalformedKeysAreInvalidNotDenied) {
+  JobSpec spec = testing::ThreeSiteSpec();
+  EXPECT_EQ(CheckPush(spec, 0, Key(0, 0, 7, v1::FORWARD)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckPush(spec, 0, Key(0, 9, 0, v1::FORWARD)).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(AuthorizerTest, UnknownSiteIsDenied) {
+  JobSpec spec = testing::ThreeSiteSpec();
+  EXPECT_EQ(*StageOfSite(spec, "c"), 2);
+  EXPECT_EQ(StageOfSite(spec, "mallory").status().code(), absl::StatusCode::kPermissionDenied);
+}
+
+}  // namespace
+}  // namespace strait::gateway

@@ -1,0 +1,152 @@
+#include "gateway/mailbox/mailbox.h"
+
+#include <gtest/gtest.h>
+
+#include "test_frames.h"
+
+namespace strait::gateway {
+namespace {
+
+using testing::Frame;
+using testing::Key;
+using Clock = Mailbox::Clock;
+
+const Clock::time_point kFar = Clock::now() + std::chrono::hours(1);
+
+// Reserves synchronously (the budget must have room) and stores.
+void Push(Mailbox& mailbox, const v1::TensorKey& key, uint64_t bytes) {
+  ASSERT_TRUE(*mailbox.Reserve(bytes, [] {}));
+  mailbox.Store(Frame(key, bytes));
+}
+
+TEST(MailboxTest, PullAfterPushIsServedAtOnce) {
+  Mailbox mailbox(1000);
+  Push(mailbox, Key(1, 0, 0, v1::FORWARD), 10);
+  FramePtr got;
+  mailbox.Pull(MailboxKey::From(Key(1, 0, 0, v1::FORWARD)), kFar,
+               [&](absl::StatusOr<FramePtr> f) { got = *f; });
+  ASSERT_NE(got, nullptr);
+  EXPECT_EQ(got->wire_bytes(), 10u);
+}
+
+TEST(MailboxTest, PullBeforePushWaitsAndIsServedWhenItArrives) {
+  Mailbox mailbox(1000);
+  int calls = 0;
+  mailbox.Pull(MailboxKey::From(Key(1, 2, 1, v1::BACKWARD)), kFar,
+               [&](absl::StatusOr<FramePtr> f) {
+                 ASSERT_TRUE(f.ok());
+                 EXPECT_EQ((*f)->header.key().microbatch(), 2u);
+                 ++calls;
+               });
+  EXPECT_EQ(calls, 0);
+  EXPECT_EQ(mailbox.GetStats().waiting_pulls, 1u);
+  Push(mailbox, Key(1, 1, 1, v1::BACKWARD), 10);  // another key: still waiting
+  EXPECT_EQ(calls, 0);
+  Push(mailbox, Key(1, 2, 1, v1::BACKWARD), 10);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(mailbox.GetStats().waiting_pulls, 0u);
+}
+
+TEST(MailboxTest, DuplicatePushIsIdempotent) {
+  Mailbox mailbox(1000);
+  Push(mailbox, Key(1, 0, 0, v1::FORWARD), 100);
+  ASSERT_TRUE(*mailbox.Reserve(100, [] {}));
+  EXPECT_EQ(mailbox.Store(Frame(Key(1, 0, 0, v1::FORWARD), 100)), Mailbox::StoreResult::kDuplicate);
+  Mailbox::Stats stats = mailbox.GetStats();
+  EXPECT_EQ(stats.stored_frames, 1u);
+  EXPECT_EQ(stats.stored_bytes, 100u);
+  EXPECT_EQ(stats.reserved_bytes, 100u);  // the duplicate's reservation was released
+  EXPECT_EQ(stats.duplicates, 1u);
+}
+
+TEST(MailboxTest, AckForgetsTheFrameAndAPushRetriedAfterAckIsDropped) {
+  Mailbox mailbox(1000);
+  const MailboxKey key = MailboxKey::From(Key(3, 1, 0, v1::FORWARD));
+  Push(mailbox, Key(3, 1, 0, v1::FORWARD), 100);
+  ASSERT_TRUE(mailbox.Ack(key).ok());
+  EXPECT_EQ(mailbox.GetStats().stored_frames, 0u);
+  EXPECT_EQ(mailbox.GetStats().reserved_bytes, 0u);
+  EXPECT_TRUE(mailbox.Ack(key).ok());  // a second ack (retry) is harmless
+  ASSERT_TRUE(*mailbox.Reserve(100, [] {}));
+  EXPECT_EQ(mailbox.Store(Frame(Key(3, 1, 0, v1::FORWARD), 100)), Mailbox::StoreResult::kDuplicate);
+  EXPECT_EQ(mailbox.GetStats().stored_frames, 0u);
+  EXPECT_EQ(mailbox.Ack(MailboxKey::From(Key(9, 0, 0, v1::FORWARD))).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(MailboxTest, FullBudgetMakesProducersWaitUntilAnAckFreesSpace) {
+  Mailbox mailbox(250);
+  Push(mailbox, Key(1, 0, 0, v1::FORWARD), 100);
+  Push(mailbox, Key(1, 1, 0, v1::FORWARD), 100);
+  bool first_granted = false, second_granted = false;
+  ASSERT_FALSE(*mailbox.Reserve(100, [&] { first_granted = true; }));
+  ASSERT_FALSE(*mailbox.Reserve(10, [&] { second_granted = true; }));  // queued behind the first
+  EXPECT_EQ(mailbox.GetStats().waiting_reservations, 2u);
+  EXPECT_FALSE(first_granted);
+  ASSERT_TRUE(mailbox.Ack(MailboxKey::From(Key(1, 0, 0, v1::FORWARD))).ok());
+  EXPECT_TRUE(first_granted);
+  EXPECT_TRUE(second_granted);
+  EXPECT_EQ(mailbox.GetStats().reserved_bytes, 210u);
+  EXPECT_LE(mailbox.GetStats().reserved_bytes, 250u);
+}
+
+TEST(MailboxTest, FrameLargerThanTheBudgetIsRefused) {
+  Mailbox mailbox(100);
+  auto reserved = mailbox.Reserve(101, [] {});
+  EXPECT_EQ(reserved.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(MailboxTest, ReleaseReturnsAnAbandonedReservation) {
+  Mailbox mailbox(100);
+  ASSERT_TRUE(*mailbox.Reserve(80, [] {}));
+  bool granted = false;
+  ASSERT_FALSE(*mailbox.Reserve(50, [&] { granted = true; }));
+  mailbox.Release(80);
+  EXPECT_TRUE(granted);
+  EXPECT_EQ(mailbox.GetStats().reserved_bytes, 50u);
+}
+
+TEST(MailboxTest, PullsExpireAtTheirDeadline) {
+  Mailbox mailbox(100);
+  const Clock::time_point now = Clock::now();
+  absl::Status early, late;
+  mailbox.Pull(MailboxKey::From(Key(1, 0, 0, v1::FORWARD)), now + std::chrono::seconds(1),
+               [&](absl::StatusOr<FramePtr> f) { early = f.status(); });
+  mailbox.Pull(MailboxKey::From(Key(1, 1, 0, v1::FORWARD)), now + std::chrono::seconds(5),
+               [&](absl::StatusOr<FramePtr> f) { late = f.status(); });
+  mailbox.ExpirePulls(now + std::chrono::seconds(2));
+  EXPECT_EQ(early.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(late.ok());  // untouched: still waiting
+  EXPECT_EQ(mailbox.GetStats().waiting_pulls, 1u);
+}
+
+TEST(MailboxTest, CancelledPullIsNeverCalled) {
+  Mailbox mailbox(100);
+  bool called = false;
+  uint64_t id = mailbox.Pull(MailboxKey::From(Key(1, 0, 0, v1::FORWARD)), kFar,
+                             [&](absl::StatusOr<FramePtr>) { called = true; });
+  mailbox.CancelPull(id);
+  Push(mailbox, Key(1, 0, 0, v1::FORWARD), 10);
+  EXPECT_FALSE(called);
+}
+
+TEST(MailboxTest, PurgeDropsOldGenerationsAndAbortsTheirPulls) {
+  Mailbox mailbox(1000);
+  Push(mailbox, Key(5, 0, 0, v1::FORWARD, /*generation=*/0), 100);
+  Push(mailbox, Key(5, 1, 0, v1::FORWARD, /*generation=*/1), 100);
+  absl::Status aborted;
+  mailbox.Pull(MailboxKey::From(Key(6, 0, 0, v1::FORWARD, 0)), kFar,
+               [&](absl::StatusOr<FramePtr> f) { aborted = f.status(); });
+  mailbox.PurgeGenerationsBelow(1);
+  EXPECT_EQ(aborted.code(), absl::StatusCode::kAborted);
+  Mailbox::Stats stats = mailbox.GetStats();
+  EXPECT_EQ(stats.stored_frames, 1u);
+  EXPECT_EQ(stats.stored_bytes, 100u);
+  EXPECT_EQ(stats.reserved_bytes, 100u);
+  // The same key in the new generation is a new frame, not a duplicate.
+  ASSERT_TRUE(*mailbox.Reserve(100, [] {}));
+  EXPECT_EQ(mailbox.Store(Frame(Key(5, 0, 0, v1::FORWARD, 2), 100)), Mailbox::StoreResult::kStored);
+}
+
+}  // namespace
+}  // namespace strait::gateway
