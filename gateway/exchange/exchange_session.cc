@@ -1,0 +1,275 @@
+#include "gateway/exchange/exchange_session.h"
+
+#include <map>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "core/tensor_key.h"
+#include "gateway/membership/authorizer.h"
+
+namespace strait::gateway {
+namespace {
+
+constexpr size_t kMaxRefusedTransfers = 1024;
+
+v1::GatewayMessage DeliverError(uint64_t pull_id, const absl::Status& status) {
+  v1::GatewayMessage message;
+  v1::Deliver& deliver = *message.mutable_deliver();
+  deliver.set_pull_id(pull_id);
+  deliver.set_status_code(static_cast<int>(status.code()));
+  deliver.set_status_message(std::string(status.message()));
+  return message;
+}
+
+}  // namespace
+
+// Pulls still waiting in the mailbox, so Close can cancel them. Shared with the pull callbacks,
+// which run on other threads, possibly before Mailbox::Pull has returned the mailbox's id: each pull
+// is known by a session-local ticket from before the call.
+class ExchangeSession::PullTracker {
+ public:
+  uint64_t NewTicket() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return next_ticket_++;
+  }
+  // Mailbox::Pull returned `mailbox_id` for `ticket`.
+  void Started(uint64_t ticket, uint64_t mailbox_id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_early_.erase(ticket) == 0) waiting_[ticket] = mailbox_id;
+  }
+  void Finished(uint64_t ticket) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (waiting_.erase(ticket) == 0) finished_early_.insert(ticket);
+  }
+  size_t waiting() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return waiting_.size();
+  }
+  std::map<uint64_t, uint64_t> TakeWaiting() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::exchange(waiting_, {});
+  }
+
+ private:
+  std::mutex mu_;
+  uint64_t next_ticket_ = 0;
+  std::map<uint64_t, uint64_t> waiting_;  // ticket -> mailbox pull id
+  std::set<uint64_t> finished_early_;
+};
+
+// Lets a reservation granted after the stream closed find out, and return its bytes.
+struct ExchangeSession::Liveness {
+  std::mutex mu;
+  bool open = true;
+};
+
+ExchangeSession::ExchangeSession(GatewayCore& core, std::string site_id,
+                                 std::shared_ptr<SiteChannel> channel)
+    : core_(core),
+      site_id_(std::move(site_id)),
+      channel_(std::move(channel)),
+      assembler_(core.spec(), core.options().max_frame_bytes,
+                 core.options().max_open_transfers_per_stream),
+      pulls_(std::make_shared<PullTracker>()),
+      liveness_(std::make_shared<Liveness>()) {}
+
+ExchangeSession::~ExchangeSession() { Close(); }
+
+bool ExchangeSession::Handle(v1::SiteMessage message, std::function<void()> resume) {
+  if (closed_) return false;
+  if (message.kind_case() == v1::SiteMessage::kHello) {
+    OnHello(message.hello());
+    return true;
+  }
+  if (stage_ < 0) {
+    Reject("before_hello", absl::FailedPreconditionError(
+                               "the first message of an Exchange stream must be a Hello"));
+    return true;
+  }
+  core_.federation().Touch(stage_, Federation::Clock::now());
+  switch (message.kind_case()) {
+    case v1::SiteMessage::kPush:
+      return OnPush(std::move(*message.mutable_push()), std::move(resume));
+    case v1::SiteMessage::kPull:
+      OnPull(message.pull());
+      break;
+    case v1::SiteMessage::kAck:
+      OnAck(message.ack());
+      break;
+    case v1::SiteMessage::kHeartbeat:
+      break;  // Touch above is all it is for.
+    case v1::SiteMessage::kReport:
+      core_.federation().Report(stage_, message.report(), Federation::Clock::now());
+      break;
+    default:
+      Reject("malformed", absl::InvalidArgumentError("empty or unknown SiteMessage"));
+  }
+  return true;
+}
+
+void ExchangeSession::OnHello(const v1::Hello& hello) {
+  if (stage_ >= 0) {
+    Reject("malformed", absl::FailedPreconditionError("Hello sent twice on one stream"));
+    return;
+  }
+  absl::StatusOr<int> stage =
+      core_.federation().Attach(site_id_, hello.epoch(), channel_, Federation::Clock::now());
+  if (!stage.ok()) {
+    Reject("stale_epoch", stage.status());
+    return;
+  }
+  stage_ = *stage;
+}
+
+bool ExchangeSession::OnPush(v1::PushChunk chunk, std::function<void()> resume) {
+  const uint64_t transfer_id = chunk.transfer_id();
+  if (refused_transfers_.count(transfer_id) > 0) return true;
+  uint64_t dropped_bytes = 0;
+  absl::StatusOr<FrameAssembler::Event> event = assembler_.Add(std::move(chunk), &dropped_bytes);
+  if (!event.ok()) {
+    core_.mailbox().Release(dropped_bytes);
+    Reject("malformed", event.status());
+    return true;
+  }
+  if (event->started) {
+    const v1::TensorKey key = event->header->key();
+    absl::Status allowed = CheckPush(core_.spec(), stage_, key);
+    if (!allowed.ok()) {
+      assembler_.Drop(transfer_id);
+      if (refused_transfers_.size() >= kMaxRefusedTransfers) refused_transfers_.clear();
+      refused_transfers_.insert(transfer_id);
+      core_.federation().CountRejected(
+          allowed.code() == absl::StatusCode::kPermissionDenied ? "unauthorized" : "malformed",
+          absl::StrCat("push from ", site_id_, ": ", allowed.message()));
+      SendPushAck(transfer_id, key, allowed);
+      return true;
+    }
+    // Admission: reserve the frame's bytes before reading its body. When the budget is full the
+    // stream stops being read until an ack frees space (flow control, not an error).
+    FramePtr complete = event->completed ? event->frame : nullptr;
+    const uint64_t bytes = event->header->wire_bytes();
+    auto granted = [this, &mailbox = core_.mailbox(), liveness = liveness_, complete, transfer_id,
+                    bytes, resume] {
+      std::lock_guard<std::mutex> lock(liveness->mu);
+      if (!liveness->open) {
+        mailbox.Release(bytes);  // The mailbox outlives every session; `this` may be gone.
+        return;
+      }
+      unreserved_transfer_.reset();
+      if (complete) StoreFrame(complete, transfer_id);
+      resume();
+    };
+    absl::StatusOr<bool> reserved = core_.mailbox().Reserve(bytes, granted);
+    if (!reserved.ok()) {
+      assembler_.Drop(transfer_id);
+      refused_transfers_.insert(transfer_id);
+      core_.federation().CountRejected("over_budget", std::string(reserved.status().message()));
+      SendPushAck(transfer_id, key, reserved.status());
+      return true;
+    }
+    if (!*reserved) {
+      // `granted` stores (if complete) and resumes; until then the transfer holds no reservation.
+      std::lock_guard<std::mutex> lock(liveness_->mu);
+      if (!complete) unreserved_transfer_ = transfer_id;
+      return false;
+    }
+    if (complete) StoreFrame(complete, transfer_id);
+    return true;
+  }
+  if (event->completed) StoreFrame(event->frame, transfer_id);
+  return true;
+}
+
+void ExchangeSession::StoreFrame(FramePtr frame, uint64_t transfer_id) {
+  const v1::TensorKey key = frame->header.key();
+  if (core_.mailbox().Store(frame) == Mailbox::StoreResult::kStored) {
+    core_.federation().CountPushed(frame->header);
+  }
+  SendPushAck(transfer_id, key, absl::OkStatus());
+}
+
+void ExchangeSession::OnPull(const v1::Pull& pull) {
+  absl::Status allowed = CheckPull(core_.spec(), stage_, pull.key());
+  if (!allowed.ok()) {
+    core_.federation().CountRejected(
+        allowed.code() == absl::StatusCode::kPermissionDenied ? "unauthorized" : "malformed",
+        absl::StrCat("pull from ", site_id_, ": ", allowed.message()));
+    channel_->Send(DeliverError(pull.pull_id(), allowed));
+    return;
+  }
+  if (pulls_->waiting() >= core_.options().max_pulls_per_stream) {
+    Reject("malformed", absl::ResourceExhaustedError(absl::StrCat(
+                            "more than ", core_.options().max_pulls_per_stream, " pulls waiting")));
+    channel_->Send(DeliverError(pull.pull_id(), absl::ResourceExhaustedError("too many pulls")));
+    return;
+  }
+  const auto timeout = pull.timeout_ms() > 0 ? std::chrono::milliseconds(pull.timeout_ms())
+                                             : core_.options().default_pull_timeout;
+  // The callback may outlive this session (it runs when the frame arrives): it holds only shared
+  // state, never `this`.
+  const uint64_t ticket = pulls_->NewTicket();
+  auto done = [channel = channel_, pulls = pulls_, &federation = core_.federation(),
+               pull_id = pull.pull_id(), ticket](absl::StatusOr<FramePtr> frame) {
+    pulls->Finished(ticket);
+    if (!frame.ok()) {
+      channel->Send(DeliverError(pull_id, frame.status()));
+      return;
+    }
+    federation.CountDelivered((*frame)->header, Federation::Clock::now() - (*frame)->stored_at);
+    channel->SendFrame(pull_id, *frame);
+  };
+  const uint64_t mailbox_id = core_.mailbox().Pull(MailboxKey::From(pull.key()),
+                                                   Mailbox::Clock::now() + timeout, std::move(done));
+  pulls_->Started(ticket, mailbox_id);
+}
+
+void ExchangeSession::OnAck(const v1::Ack& ack) {
+  absl::Status allowed = CheckPull(core_.spec(), stage_, ack.key());
+  if (!allowed.ok()) {
+    core_.federation().CountRejected("unauthorized",
+                                     absl::StrCat("ack from ", site_id_, ": ", allowed.message()));
+    SendError(allowed);
+    return;
+  }
+  absl::Status acked = core_.mailbox().Ack(MailboxKey::From(ack.key()));
+  if (!acked.ok()) SendError(acked);
+}
+
+void ExchangeSession::Close() {
+  if (closed_) return;
+  closed_ = true;
+  {
+    // A reservation granted from now on returns its bytes instead of storing (see OnPush).
+    std::lock_guard<std::mutex> lock(liveness_->mu);
+    liveness_->open = false;
+    if (unreserved_transfer_) assembler_.Drop(*unreserved_transfer_);
+  }
+  core_.mailbox().Release(assembler_.OpenBytes());
+  for (const auto& [ticket, id] : pulls_->TakeWaiting()) core_.mailbox().CancelPull(id);
+  if (stage_ >= 0) core_.federation().Detach(stage_, channel_.get(), Federation::Clock::now());
+}
+
+void ExchangeSession::SendError(absl::Status status) {
+  v1::GatewayMessage message;
+  message.mutable_error()->set_status_code(static_cast<int>(status.code()));
+  message.mutable_error()->set_message(std::string(status.message()));
+  channel_->Send(std::move(message));
+}
+
+void ExchangeSession::SendPushAck(uint64_t transfer_id, const v1::TensorKey& key,
+                                  const absl::Status& status) {
+  v1::GatewayMessage message;
+  v1::PushAck& ack = *message.mutable_push_ack();
+  ack.set_transfer_id(transfer_id);
+  *ack.mutable_key() = key;
+  ack.set_status_code(static_cast<int>(status.code()));
+  ack.set_status_message(std::string(status.message()));
+  channel_->Send(std::move(message));
+}
+
+void ExchangeSession::Reject(const std::string& reason, const absl::Status& status) {
+  core_.federation().CountRejected(reason, absl::StrCat("from ", site_id_, ": ", status.message()));
+  SendError(status);
+}
+
+}  // namespace strait::gateway

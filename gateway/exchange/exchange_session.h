@@ -1,0 +1,68 @@
+// The gateway's handling of one site's Exchange stream, message by message (DESIGN.md §4, §5):
+// Hello binds the stream to the site's current epoch; pushes are reassembled, authorized, admitted
+// under the memory budget and stored; pulls are authorized and served when the frame is there; acks
+// free the mailbox; heartbeats and reports feed the federation's view. Every malformed or
+// unauthorized message is answered with an error, counted, and the stream stays usable.
+//
+// Not thread-safe: the owner feeds one message at a time (gRPC's reactor does). Replies go out through
+// the SiteChannel, from this thread or from whichever thread completes a pull.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "gateway/exchange/gateway_core.h"
+#include "gateway/mailbox/frame_assembler.h"
+#include "gateway/membership/site_channel.h"
+#include "strait/v1/gateway.pb.h"
+
+namespace strait::gateway {
+
+class ExchangeSession {
+ public:
+  // `site_id` is the stream's verified certificate identity. `core` must outlive the session.
+  ExchangeSession(GatewayCore& core, std::string site_id, std::shared_ptr<SiteChannel> channel);
+  // Calls Close().
+  ~ExchangeSession();
+
+  // Handles one message. Returns true when the caller may read the next message now; false when a
+  // push waits for memory, in which case `resume` is called exactly once, from another thread, when
+  // reading may continue (the caller must not read before).
+  bool Handle(v1::SiteMessage message, std::function<void()> resume);
+
+  // The stream ended: returns memory reserved for incomplete pushes, cancels waiting pulls, and
+  // detaches from the federation. Idempotent.
+  void Close();
+
+ private:
+  class PullTracker;
+  struct Liveness;
+
+  void OnHello(const v1::Hello& hello);
+  bool OnPush(v1::PushChunk chunk, std::function<void()> resume);
+  void OnPull(const v1::Pull& pull);
+  void OnAck(const v1::Ack& ack);
+  // Stores a complete frame whose bytes are reserved and acknowledges it to the producer.
+  void StoreFrame(FramePtr frame, uint64_t transfer_id);
+  void SendError(absl::Status status);
+  void SendPushAck(uint64_t transfer_id, const v1::TensorKey& key, const absl::Status& status);
+  void Reject(const std::string& reason, const absl::Status& status);
+
+  GatewayCore& core_;
+  const std::string site_id_;
+  std::shared_ptr<SiteChannel> channel_;
+  int stage_ = -1;  // Set by Hello.
+  FrameAssembler assembler_;
+  std::set<uint64_t> refused_transfers_;  // Their later chunks are dropped quietly.
+  std::shared_ptr<PullTracker> pulls_;
+  std::shared_ptr<Liveness> liveness_;
+  // A started transfer still waiting for its reservation (guarded by liveness_->mu).
+  std::optional<uint64_t> unreserved_transfer_;
+  bool closed_ = false;
+};
+
+}  // namespace strait::gateway

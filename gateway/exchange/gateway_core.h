@@ -1,0 +1,54 @@
+// Everything the gateway's streams share: the job, the mailbox, the federation, and a housekeeping
+// thread that expires pulls and detects silent sites. Independent of gRPC (DESIGN.md §9: handler
+// logic separate from the wiring), so tests and fuzzers drive it in-process.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+
+#include "core/job_spec.h"
+#include "gateway/mailbox/mailbox.h"
+#include "gateway/membership/federation.h"
+
+namespace strait::gateway {
+
+struct GatewayOptions {
+  bool insecure = false;
+  uint64_t max_frame_bytes = 256ull << 20;          // Largest frame accepted on a push.
+  std::chrono::milliseconds default_pull_timeout{30000};
+  std::chrono::milliseconds housekeeping_interval{100};
+  size_t max_open_transfers_per_stream = 16;
+  size_t max_pulls_per_stream = 1024;
+};
+
+class GatewayCore {
+ public:
+  // `spec` must outlive the core. Starts the housekeeping thread.
+  GatewayCore(const JobSpec& spec, GatewayOptions options);
+  // Stops the housekeeping thread.
+  ~GatewayCore();
+
+  const JobSpec& spec() const { return spec_; }
+  const GatewayOptions& options() const { return options_; }
+  Mailbox& mailbox() { return mailbox_; }
+  Federation& federation() { return federation_; }
+  v1::FederationState Snapshot() const;
+
+ private:
+  void Housekeeping();
+
+  const JobSpec& spec_;
+  const GatewayOptions options_;
+  Mailbox mailbox_;
+  Federation federation_;
+  std::mutex mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;
+  std::thread housekeeper_;
+};
+
+}  // namespace strait::gateway

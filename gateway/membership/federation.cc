@@ -1,0 +1,297 @@
+#include "gateway/membership/federation.h"
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace strait::gateway {
+namespace {
+
+constexpr size_t kMaxAlerts = 100;
+
+uint64_t UnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+v1::GatewayMessage ControlMessage(const v1::SignedKey& key) {
+  v1::GatewayMessage message;
+  *message.mutable_control()->mutable_neighbour_key() = key;
+  return message;
+}
+
+v1::GatewayMessage SiteDownMessage(const std::string& site_id) {
+  v1::GatewayMessage message;
+  message.mutable_control()->mutable_site_down()->set_site_id(site_id);
+  return message;
+}
+
+}  // namespace
+
+Federation::Federation(const JobSpec& spec, bool insecure) : spec_(spec), insecure_(insecure) {
+  for (const SiteSpec& s : spec.sites) {
+    Site site;
+    site.info.set_id(s.id);
+    site.info.mutable_layers()->set_start(s.layers.start);
+    site.info.mutable_layers()->set_end(s.layers.end);
+    site.info.set_device(ToString(s.device));
+    site.info.set_workers(s.workers);
+    site.info.set_state(v1::SITE_ABSENT);
+    sites_.push_back(std::move(site));
+  }
+  if (insecure) {
+    AlertLocked(v1::Alert::CRITICAL,
+                "gateway runs with --insecure: plaintext gRPC, sites are not authenticated");
+  }
+}
+
+absl::StatusOr<v1::JoinReply> Federation::Join(const std::string& site_id,
+                                               const v1::JoinRequest& request,
+                                               Clock::time_point now) {
+  const int index = spec_.SiteIndex(site_id);
+  if (index < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("'", site_id, "' is not a site of federation '", spec_.name, "'"));
+  }
+  const SiteSpec& expected = spec_.sites[index];
+  if (request.federation() != spec_.name) {
+    return absl::FailedPreconditionError(absl::StrCat("site '", site_id, "' asked to join federation '",
+                                                      request.federation(), "'; this gateway serves '",
+                                                      spec_.name, "'"));
+  }
+  if (request.layers().start() != static_cast<uint32_t>(expected.layers.start) ||
+      request.layers().end() != static_cast<uint32_t>(expected.layers.end) ||
+      request.device() != ToString(expected.device) ||
+      request.workers() != static_cast<uint32_t>(expected.workers)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "site '", site_id, "' claims layers [", request.layers().start(), ", ", request.layers().end(),
+        ") on ", request.device(), " x", request.workers(), "; the job spec says [", expected.layers.start,
+        ", ", expected.layers.end, ") on ", ToString(expected.device), " x", expected.workers,
+        ": the site and the gateway load different job specs"));
+  }
+  if (request.key().site_id() != site_id) {
+    return absl::PermissionDeniedError(absl::StrCat("site '", site_id, "' presented a key signed for '",
+                                                    request.key().site_id(), "'"));
+  }
+
+  v1::JoinReply reply;
+  std::vector<Action> actions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Site& site = sites_[index];
+    if (site.joins > 0 && request.key().epoch() <= site.info.epoch()) {
+      return absl::FailedPreconditionError(absl::StrCat("site '", site_id, "' joined with epoch ",
+                                                        request.key().epoch(), "; its last epoch was ",
+                                                        site.info.epoch(), ", a rejoin needs a newer one"));
+    }
+    if (site.channel != nullptr) {
+      actions.push_back({site.channel, std::nullopt,
+                         absl::AbortedError("replaced by a newer join of the same site")});
+      site.channel = nullptr;
+    }
+    if (site.joins > 0) {
+      AlertLocked(v1::Alert::WARNING, absl::StrCat("site ", site_id, " rejoined (epoch ",
+                                                   request.key().epoch(), ")"));
+    }
+    ++site.joins;
+    site.key = request.key();
+    site.info.set_epoch(request.key().epoch());
+    site.info.set_state(v1::SITE_JOINED);
+    site.info.clear_device_names();
+    for (const std::string& name : request.device_names()) site.info.add_device_names(name);
+    site.info.set_step(request.step());
+    if (request.has_checkpoint()) site.info.set_checkpoint_step(request.checkpoint_step());
+    site.last_seen = now;
+    for (int neighbour : {index - 1, index + 1}) {
+      if (neighbour < 0 || neighbour >= static_cast<int>(sites_.size())) continue;
+      Site& n = sites_[neighbour];
+      if (n.key) *reply.add_neighbour_keys() = *n.key;
+      if (n.channel != nullptr) actions.push_back({n.channel, ControlMessage(request.key()), {}});
+    }
+    reply.set_epoch(request.key().epoch());
+  }
+  Run(actions);
+  *reply.mutable_view() = Snapshot({}, now).view();
+  spdlog::info("site {} joined (epoch {}, layers [{}, {}))", site_id, request.key().epoch(),
+               request.layers().start(), request.layers().end());
+  return reply;
+}
+
+absl::StatusOr<int> Federation::Attach(const std::string& site_id, uint32_t epoch,
+                                       std::shared_ptr<SiteChannel> channel, Clock::time_point now) {
+  const int index = spec_.SiteIndex(site_id);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (index < 0) return absl::PermissionDeniedError(absl::StrCat("'", site_id, "' is not a site"));
+  Site& site = sites_[index];
+  if (site.joins == 0 || epoch != site.info.epoch()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "stream of site '", site_id, "' said hello with epoch ", epoch, "; ",
+        site.joins == 0 ? std::string("the site has not joined") 
+                        : absl::StrCat("its current epoch is ", site.info.epoch(), ": join again")));
+  }
+  if (site.channel != nullptr && site.channel != channel) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("site '", site_id, "' already has an exchange stream for epoch ", epoch));
+  }
+  site.channel = std::move(channel);
+  site.last_seen = now;
+  if (site.info.state() == v1::SITE_DOWN) site.info.set_state(v1::SITE_JOINED);
+  return index;
+}
+
+void Federation::Detach(int site_index, const SiteChannel* channel, Clock::time_point now) {
+  std::vector<Action> actions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Site& site = sites_[site_index];
+    if (site.channel.get() != channel) return;  // An older stream, already replaced.
+    site.channel = nullptr;
+    if (site.info.state() != v1::SITE_DONE) MarkDownLocked(site_index, "its stream ended", actions);
+  }
+  Run(actions);
+}
+
+void Federation::Touch(int site, Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sites_[site].last_seen = now;
+}
+
+void Federation::Report(int site_index, const v1::SiteReport& report, Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Site& site = sites_[site_index];
+  site.last_seen = now;
+  site.last_report = report;
+  site.info.set_step(report.step());
+  if (report.has_checkpoint()) site.info.set_checkpoint_step(report.checkpoint_step());
+  if (site.info.state() == v1::SITE_JOINED) site.info.set_state(v1::SITE_TRAINING);
+}
+
+void Federation::CheckHeartbeats(Clock::time_point now) {
+  std::vector<Action> actions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto timeout = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(spec_.gateway.heartbeat_timeout_s));
+    for (size_t i = 0; i < sites_.size(); ++i) {
+      Site& site = sites_[i];
+      const bool alive = site.info.state() == v1::SITE_JOINED || site.info.state() == v1::SITE_TRAINING;
+      if (alive && now - site.last_seen > timeout) {
+        MarkDownLocked(static_cast<int>(i),
+                       absl::StrCat("silent for over ", spec_.gateway.heartbeat_timeout_s, " s"), actions);
+        if (site.channel != nullptr) {
+          actions.push_back({site.channel, std::nullopt,
+                             absl::UnavailableError("heartbeat timeout: the gateway heard nothing")});
+          site.channel = nullptr;
+        }
+      }
+    }
+  }
+  Run(actions);
+}
+
+void Federation::CountRejected(const std::string& reason, const std::string& detail) {
+  spdlog::warn("rejected ({}): {}", reason, detail);
+  std::lock_guard<std::mutex> lock(mu_);
+  ++rejected_[reason];
+}
+
+Federation::Link& Federation::LinkLocked(const v1::TensorKey& key) {
+  return links_[{key.boundary(), static_cast<int>(key.direction())}];
+}
+
+void Federation::CountPushed(const v1::FrameHeader& header) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Link& link = LinkLocked(header.key());
+  ++link.frames;
+  link.raw_bytes += header.raw_bytes();
+  link.wire_bytes += header.wire_bytes();
+}
+
+void Federation::CountDelivered(const v1::FrameHeader& header, Clock::duration push_to_pull) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Link& link = LinkLocked(header.key());
+  ++link.delivered;
+  link.latency_ms_sum += std::chrono::duration<double, std::milli>(push_to_pull).count();
+}
+
+v1::FederationState Federation::Snapshot(const Mailbox::Stats& mailbox, Clock::time_point now) const {
+  v1::FederationState state;
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::FederationView& view = *state.mutable_view();
+  view.set_federation(spec_.name);
+  view.set_num_layers(spec_.model.NumLayers());
+  view.set_generation(generation_);
+  bool all_have_checkpoint = !sites_.empty();
+  uint64_t common = UINT64_MAX;
+  uint64_t rejected = 0;
+  for (const Site& site : sites_) {
+    *view.add_sites() = site.info;
+    v1::SiteMetrics& metrics = *state.add_sites();
+    metrics.set_site_id(site.info.id());
+    *metrics.mutable_last_report() = site.last_report;
+    metrics.set_restarts(site.joins > 0 ? site.joins - 1 : 0);
+    if (site.joins > 0) {
+      metrics.set_last_seen_s_ago(std::chrono::duration<double>(now - site.last_seen).count());
+    }
+    all_have_checkpoint &= site.last_report.has_checkpoint() || site.info.checkpoint_step() > 0;
+    common = std::min(common, site.info.checkpoint_step());
+    rejected += site.last_report.rejected_frames();
+  }
+  view.set_has_common_checkpoint(all_have_checkpoint);
+  view.set_common_checkpoint_step(all_have_checkpoint ? common : 0);
+  for (const auto& [where, link] : links_) {
+    v1::LinkMetrics& m = *state.add_links();
+    m.set_boundary(where.first);
+    m.set_direction(static_cast<v1::Direction>(where.second));
+    m.set_frames(link.frames);
+    m.set_raw_bytes(link.raw_bytes);
+    m.set_wire_bytes(link.wire_bytes);
+    if (link.delivered > 0) m.set_mean_push_to_pull_ms(link.latency_ms_sum / link.delivered);
+  }
+  const uint64_t site_rejected = rejected;
+  for (const auto& [reason, count] : rejected_) {
+    (*state.mutable_rejected_by_reason())[reason] = count;
+    rejected += count;
+  }
+  if (site_rejected > 0) (*state.mutable_rejected_by_reason())["site_rejected"] = site_rejected;
+  state.set_rejected_frames(rejected);
+  state.set_stored_bytes(mailbox.stored_bytes);
+  state.set_memory_budget_bytes(mailbox.budget_bytes);
+  state.set_waiting_pulls(mailbox.waiting_pulls);
+  state.set_insecure(insecure_);
+  for (const v1::Alert& alert : alerts_) *state.add_alerts() = alert;
+  state.set_uptime_s(std::chrono::duration<double>(now - started_).count());
+  state.set_unix_ms(UnixMs());
+  return state;
+}
+
+void Federation::AlertLocked(v1::Alert::Severity severity, std::string message) {
+  v1::Alert alert;
+  alert.set_severity(severity);
+  alert.set_message(std::move(message));
+  alert.set_unix_ms(UnixMs());
+  alerts_.push_back(std::move(alert));
+  if (alerts_.size() > kMaxAlerts) alerts_.pop_front();
+}
+
+void Federation::MarkDownLocked(int index, const std::string& why, std::vector<Action>& actions) {
+  Site& site = sites_[index];
+  site.info.set_state(v1::SITE_DOWN);
+  AlertLocked(v1::Alert::CRITICAL, absl::StrCat("site ", site.info.id(), " is down: ", why));
+  spdlog::warn("site {} is down: {}", site.info.id(), why);
+  for (size_t i = 0; i < sites_.size(); ++i) {
+    if (static_cast<int>(i) != index && sites_[i].channel != nullptr) {
+      actions.push_back({sites_[i].channel, SiteDownMessage(site.info.id()), {}});
+    }
+  }
+}
+
+void Federation::Run(std::vector<Action>& actions) {
+  for (Action& action : actions) {
+    if (action.message) action.channel->Send(std::move(*action.message));
+    if (!action.close.ok()) action.channel->Close(action.close);
+  }
+}
+
+}  // namespace strait::gateway

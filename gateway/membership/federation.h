@@ -1,0 +1,97 @@
+// Membership and accounting of a federation as the gateway sees it (DESIGN.md §1, §5, §7, §8):
+// which sites joined with which epoch and key, whose stream is attached, who is alive, what they
+// report, and what crossed each link. Produces the FederationState that GetState, /api/state and
+// /metrics show.
+//
+// Thread-safe (one mutex). Calls into SiteChannel (Send/Close) happen after the lock is released.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/job_spec.h"
+#include "gateway/mailbox/mailbox.h"
+#include "gateway/membership/site_channel.h"
+#include "strait/v1/gateway.pb.h"
+
+namespace strait::gateway {
+
+class Federation {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `spec` must outlive the federation. `insecure`: plaintext gRPC (shown on the dashboard).
+  Federation(const JobSpec& spec, bool insecure);
+
+  // A site asks to join. `site_id` is its verified certificate identity. Checks the request against
+  // the job spec (federation, layers, device, workers; key.site_id == site_id; an epoch newer than
+  // the site's last). On success the site's older stream is closed, neighbours that are attached
+  // receive the new key, and the reply carries the view and the keys of neighbours already joined.
+  absl::StatusOr<v1::JoinReply> Join(const std::string& site_id, const v1::JoinRequest& request,
+                                     Clock::time_point now);
+
+  // An Exchange stream of `site_id` said Hello with `epoch`: binds `channel` as the site's stream.
+  // FAILED_PRECONDITION when the epoch is not the one of the site's latest join. Returns the stage.
+  absl::StatusOr<int> Attach(const std::string& site_id, uint32_t epoch,
+                             std::shared_ptr<SiteChannel> channel, Clock::time_point now);
+  // The stream `channel` of stage `site` ended. If it was the site's current stream, the site is
+  // marked down and the others are told.
+  void Detach(int site, const SiteChannel* channel, Clock::time_point now);
+
+  // Records that stage `site` was heard from (any message).
+  void Touch(int site, Clock::time_point now);
+  void Report(int site, const v1::SiteReport& report, Clock::time_point now);
+  // Marks attached sites silent for longer than the heartbeat timeout as down.
+  void CheckHeartbeats(Clock::time_point now);
+
+  // Accounting of the exchange.
+  void CountRejected(const std::string& reason, const std::string& detail);
+  void CountPushed(const v1::FrameHeader& header);
+  void CountDelivered(const v1::FrameHeader& header, Clock::duration push_to_pull);
+
+  v1::FederationState Snapshot(const Mailbox::Stats& mailbox, Clock::time_point now) const;
+
+ private:
+  struct Site {
+    v1::SiteInfo info;
+    std::optional<v1::SignedKey> key;
+    std::shared_ptr<SiteChannel> channel;  // Current stream, if attached.
+    Clock::time_point last_seen{};
+    v1::SiteReport last_report;
+    uint64_t joins = 0;
+  };
+  struct Link {
+    uint64_t frames = 0, raw_bytes = 0, wire_bytes = 0, delivered = 0;
+    double latency_ms_sum = 0;
+  };
+  struct Action {  // Deferred until the lock is released.
+    std::shared_ptr<SiteChannel> channel;
+    std::optional<v1::GatewayMessage> message;
+    absl::Status close;
+  };
+
+  void AlertLocked(v1::Alert::Severity severity, std::string message);
+  void MarkDownLocked(int site, const std::string& why, std::vector<Action>& actions);
+  static void Run(std::vector<Action>& actions);
+  Link& LinkLocked(const v1::TensorKey& key);
+
+  const JobSpec& spec_;
+  const bool insecure_;
+  const Clock::time_point started_ = Clock::now();
+  mutable std::mutex mu_;
+  std::vector<Site> sites_;
+  std::map<std::pair<uint32_t, int>, Link> links_;  // (boundary, direction)
+  std::map<std::string, uint64_t> rejected_;
+  std::deque<v1::Alert> alerts_;
+  uint32_t generation_ = 0;
+};
+
+}  // namespace strait::gateway

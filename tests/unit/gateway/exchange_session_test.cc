@@ -1,0 +1,242 @@
+#include "gateway/exchange/exchange_session.h"
+
+#include <gtest/gtest.h>
+
+#include "fake_channel.h"
+#include "test_frames.h"
+
+namespace strait::gateway {
+namespace {
+
+using testing::FakeChannel;
+using testing::Header;
+using testing::Key;
+
+v1::JoinRequest JoinRequestFor(const JobSpec& spec, int stage, uint32_t epoch) {
+  v1::JoinRequest request;
+  request.set_federation(spec.name);
+  request.mutable_layers()->set_start(spec.sites[stage].layers.start);
+  request.mutable_layers()->set_end(spec.sites[stage].layers.end);
+  request.set_device("cpu");
+  request.set_workers(1);
+  request.mutable_key()->set_site_id(spec.sites[stage].id);
+  request.mutable_key()->set_epoch(epoch);
+  return request;
+}
+
+v1::SiteMessage Hello(uint32_t epoch) {
+  v1::SiteMessage m;
+  m.mutable_hello()->set_epoch(epoch);
+  return m;
+}
+
+v1::SiteMessage PushMsg(uint64_t transfer, const v1::TensorKey& key, std::string body) {
+  v1::SiteMessage m;
+  v1::PushChunk& push = *m.mutable_push();
+  push.set_transfer_id(transfer);
+  *push.mutable_header() = Header(key, body.size(), 1);
+  push.mutable_chunk()->set_index(0);
+  push.mutable_chunk()->set_data(std::move(body));
+  return m;
+}
+
+v1::SiteMessage PullMsg(uint64_t pull_id, const v1::TensorKey& key) {
+  v1::SiteMessage m;
+  m.mutable_pull()->set_pull_id(pull_id);
+  *m.mutable_pull()->mutable_key() = key;
+  return m;
+}
+
+v1::SiteMessage AckMsg(const v1::TensorKey& key) {
+  v1::SiteMessage m;
+  *m.mutable_ack()->mutable_key() = key;
+  return m;
+}
+
+class ExchangeSessionTest : public ::testing::Test {
+ protected:
+  ExchangeSessionTest() {
+    spec_ = testing::ThreeSiteSpec();
+    for (int i = 0; i < 3; ++i) spec_.sites[i].layers = {i, i + 1};
+    spec_.gateway.memory_budget = 1000;
+    spec_.gateway.heartbeat_timeout_s = 3600;
+    core_ = std::make_unique<GatewayCore>(spec_, GatewayOptions{});
+  }
+
+  // Joins stage `stage` and opens a session for it that has said Hello.
+  std::unique_ptr<ExchangeSession> Open(int stage, std::shared_ptr<FakeChannel>& channel) {
+    auto reply = core_->federation().Join(spec_.sites[stage].id, JoinRequestFor(spec_, stage, 1),
+                                          Federation::Clock::now());
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    channel = std::make_shared<FakeChannel>();
+    auto session = std::make_unique<ExchangeSession>(*core_, spec_.sites[stage].id, channel);
+    EXPECT_TRUE(session->Handle(Hello(1), [] {}));
+    return session;
+  }
+
+  static v1::PushAck LastPushAck(FakeChannel& channel) {
+    const std::vector<v1::GatewayMessage> messages = channel.messages();
+    for (auto it = messages.rbegin(); it != messages.rend(); ++it) {
+      if (it->has_push_ack()) return it->push_ack();
+    }
+    return {};
+  }
+
+  JobSpec spec_;
+  std::unique_ptr<GatewayCore> core_;
+};
+
+TEST_F(ExchangeSessionTest, ForwardActivationTravelsFromProducerToConsumer) {
+  std::shared_ptr<FakeChannel> a_out, b_out;
+  auto a = Open(0, a_out);
+  auto b = Open(1, b_out);
+  const v1::TensorKey key = Key(0, 0, 0, v1::FORWARD);
+  EXPECT_TRUE(b->Handle(PullMsg(7, key), [] {}));  // waits: not pushed yet
+  EXPECT_TRUE(b_out->frames().empty());
+  EXPECT_TRUE(a->Handle(PushMsg(1, key, "sealed-bytes"), [] {}));
+  EXPECT_EQ(LastPushAck(*a_out).status_code(), 0);
+  ASSERT_EQ(b_out->frames().size(), 1u);
+  EXPECT_EQ(b_out->frames()[0].first, 7u);
+  EXPECT_EQ(b_out->frames()[0].second->chunks[0], "sealed-bytes");
+  EXPECT_TRUE(b->Handle(AckMsg(key), [] {}));
+  EXPECT_EQ(core_->mailbox().GetStats().stored_frames, 0u);
+  v1::FederationState state = core_->Snapshot();
+  ASSERT_EQ(state.links_size(), 1);
+  EXPECT_EQ(state.links(0).frames(), 1u);
+  EXPECT_EQ(state.links(0).raw_bytes(), 24u);
+  EXPECT_EQ(state.links(0).wire_bytes(), 12u);
+}
+
+TEST_F(ExchangeSessionTest, MessagesBeforeHelloAreRefusedButTheStreamStaysUsable) {
+  ASSERT_TRUE(core_->federation().Join("a", JoinRequestFor(spec_, 0, 5), Federation::Clock::now()).ok());
+  auto channel = std::make_shared<FakeChannel>();
+  ExchangeSession session(*core_, "a", channel);
+  EXPECT_TRUE(session.Handle(PushMsg(1, Key(0, 0, 0, v1::FORWARD), "x"), [] {}));
+  ASSERT_EQ(channel->messages().size(), 1u);
+  EXPECT_EQ(channel->messages()[0].error().status_code(),
+            static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_TRUE(session.Handle(Hello(4), [] {}));  // stale epoch
+  EXPECT_EQ(channel->messages().back().error().status_code(),
+            static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_TRUE(session.Handle(Hello(5), [] {}));
+  EXPECT_TRUE(session.Handle(PushMsg(2, Key(0, 0, 0, v1::FORWARD), "x"), [] {}));
+  EXPECT_EQ(LastPushAck(*channel).status_code(), 0);
+  EXPECT_EQ(core_->Snapshot().rejected_by_reason().at("before_hello"), 1u);
+}
+
+TEST_F(ExchangeSessionTest, WrongProducerAndWrongConsumerAreDeniedAndCounted) {
+  std::shared_ptr<FakeChannel> a_out, c_out;
+  auto a = Open(0, a_out);
+  auto c = Open(2, c_out);
+  EXPECT_TRUE(c->Handle(PushMsg(1, Key(0, 0, 0, v1::FORWARD), "x"), [] {}));  // c does not produce b0
+  EXPECT_EQ(LastPushAck(*c_out).status_code(), static_cast<int>(absl::StatusCode::kPermissionDenied));
+  EXPECT_TRUE(c->Handle(PullMsg(3, Key(0, 0, 0, v1::FORWARD)), [] {}));  // nor consume it
+  EXPECT_EQ(c_out->messages().back().deliver().status_code(),
+            static_cast<int>(absl::StatusCode::kPermissionDenied));
+  EXPECT_EQ(core_->mailbox().GetStats().stored_frames, 0u);
+  EXPECT_EQ(core_->Snapshot().rejected_by_reason().at("unauthorized"), 2u);
+  // Valid traffic still flows.
+  EXPECT_TRUE(a->Handle(PushMsg(2, Key(0, 0, 0, v1::FORWARD), "x"), [] {}));
+  EXPECT_EQ(LastPushAck(*a_out).status_code(), 0);
+}
+
+TEST_F(ExchangeSessionTest, MalformedPushIsAnsweredAndCounted) {
+  std::shared_ptr<FakeChannel> a_out;
+  auto a = Open(0, a_out);
+  v1::SiteMessage bad = PushMsg(1, Key(0, 0, 0, v1::FORWARD), "x");
+  bad.mutable_push()->mutable_header()->set_chunk_count(0);
+  EXPECT_TRUE(a->Handle(bad, [] {}));
+  EXPECT_EQ(a_out->messages().back().error().status_code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_TRUE(a->Handle(v1::SiteMessage(), [] {}));  // empty message
+  EXPECT_EQ(core_->Snapshot().rejected_by_reason().at("malformed"), 2u);
+  EXPECT_EQ(core_->mailbox().GetStats().reserved_bytes, 0u);
+}
+
+TEST_F(ExchangeSessionTest, FullBudgetPausesTheProducerUntilTheConsumerAcks) {
+  std::shared_ptr<FakeChannel> a_out, b_out;
+  auto a = Open(0, a_out);
+  auto b = Open(1, b_out);
+  EXPECT_TRUE(a->Handle(PushMsg(1, Key(0, 0, 0, v1::FORWARD), std::string(600, 'x')), [] {}));
+  bool resumed = false;
+  EXPECT_FALSE(a->Handle(PushMsg(2, Key(0, 1, 0, v1::FORWARD), std::string(600, 'y')),
+                         [&] { resumed = true; }));
+  EXPECT_FALSE(resumed);
+  EXPECT_LE(core_->mailbox().GetStats().reserved_bytes, 1000u);
+  EXPECT_TRUE(b->Handle(PullMsg(1, Key(0, 0, 0, v1::FORWARD)), [] {}));
+  EXPECT_TRUE(b->Handle(AckMsg(Key(0, 0, 0, v1::FORWARD)), [] {}));
+  EXPECT_TRUE(resumed);  // the ack freed space: the second frame is stored and reading resumes
+  EXPECT_EQ(core_->mailbox().GetStats().stored_frames, 1u);
+  EXPECT_EQ(LastPushAck(*a_out).transfer_id(), 2u);
+}
+
+TEST_F(ExchangeSessionTest, ClosingReturnsReservationsAndCancelsPulls) {
+  std::shared_ptr<FakeChannel> a_out, b_out;
+  auto a = Open(0, a_out);
+  auto b = Open(1, b_out);
+  v1::SiteMessage first = PushMsg(1, Key(0, 0, 0, v1::FORWARD), "abc");
+  first.mutable_push()->mutable_header()->set_wire_bytes(300);
+  first.mutable_push()->mutable_header()->set_chunk_count(2);
+  EXPECT_TRUE(a->Handle(first, [] {}));  // incomplete transfer: 300 bytes reserved
+  EXPECT_EQ(core_->mailbox().GetStats().reserved_bytes, 300u);
+  EXPECT_TRUE(b->Handle(PullMsg(1, Key(0, 3, 0, v1::FORWARD)), [] {}));
+  a->Close();
+  b->Close();
+  EXPECT_EQ(core_->mailbox().GetStats().reserved_bytes, 0u);
+  EXPECT_EQ(core_->mailbox().GetStats().waiting_pulls, 0u);
+  EXPECT_EQ(core_->Snapshot().view().sites(0).state(), v1::SITE_DOWN);
+}
+
+TEST_F(ExchangeSessionTest, RejoinReplacesTheOldStreamAndTellsNeighboursTheNewKey) {
+  std::shared_ptr<FakeChannel> a_out, b_out;
+  auto a = Open(0, a_out);
+  auto b = Open(1, b_out);
+  auto reply = core_->federation().Join("a", JoinRequestFor(spec_, 0, 2), Federation::Clock::now());
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(a_out->closed().code(), absl::StatusCode::kAborted);
+  ASSERT_FALSE(b_out->messages().empty());
+  EXPECT_EQ(b_out->messages().back().control().neighbour_key().epoch(), 2u);
+  ASSERT_EQ(reply->neighbour_keys_size(), 1);
+  EXPECT_EQ(reply->neighbour_keys(0).site_id(), "b");
+  // An old epoch cannot join again.
+  EXPECT_EQ(core_->federation().Join("a", JoinRequestFor(spec_, 0, 2), Federation::Clock::now())
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ExchangeSessionTest, JoinChecksClaimsAgainstTheJobSpec) {
+  v1::JoinRequest wrong_layers = JoinRequestFor(spec_, 0, 1);
+  wrong_layers.mutable_layers()->set_end(2);
+  EXPECT_EQ(core_->federation().Join("a", wrong_layers, Federation::Clock::now()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  v1::JoinRequest other_federation = JoinRequestFor(spec_, 0, 1);
+  other_federation.set_federation("other");
+  EXPECT_FALSE(core_->federation().Join("a", other_federation, Federation::Clock::now()).ok());
+  EXPECT_EQ(core_->federation().Join("mallory", JoinRequestFor(spec_, 0, 1), Federation::Clock::now())
+                .status()
+                .code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(core_->federation().Join("b", JoinRequestFor(spec_, 0, 1), Federation::Clock::now())
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);  // b claims a's layers
+}
+
+TEST_F(ExchangeSessionTest, SilentSiteIsMarkedDownAndOthersAreTold) {
+  spec_.gateway.heartbeat_timeout_s = 1;
+  std::shared_ptr<FakeChannel> a_out, b_out;
+  auto a = Open(0, a_out);
+  auto b = Open(1, b_out);
+  const auto later = Federation::Clock::now() + std::chrono::seconds(2);
+  core_->federation().Touch(1, later);  // b keeps talking, a is silent
+  core_->federation().CheckHeartbeats(later);
+  v1::FederationState state = core_->Snapshot();
+  EXPECT_EQ(state.view().sites(0).state(), v1::SITE_DOWN);
+  EXPECT_EQ(state.view().sites(1).state(), v1::SITE_JOINED);
+  EXPECT_EQ(a_out->closed().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(b_out->messages().back().control().site_down().site_id(), "a");
+}
+
+}  // namespace
+}  // namespace strait::gateway
