@@ -1,39 +1,94 @@
-// strait-gateway: the parameter-server exchange between sites (DESIGN.md §1).
-//
-// This version loads and validates the job spec; the gRPC service, mailbox and dashboard are built
-// by the gateway issue and are not in this binary yet, so it exits after validation.
+// strait-gateway: routes sealed activations and gradients between the sites of a federation
+// (DESIGN.md §1): the gRPC Gateway service over mutual TLS, the mailbox, membership and metrics.
+#include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
 
+#include "core/frame_header.h"
 #include "core/job_spec.h"
 #include "core/logging.h"
 #include "core/version.h"
+#include "gateway/exchange/gateway_core.h"
+#include "gateway/rpc/gateway_service.h"
+
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+void OnSignal(int) { g_stop = 1; }
+
+int Fail(const std::string& message, int code = 1) {
+  std::fprintf(stderr, "strait-gateway: %s\n", message.c_str());
+  return code;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"strait-gateway: routes sealed activations and gradients between the sites of a "
                "federation and serves its dashboard."};
   app.set_version_flag("--version", "strait-gateway " STRAIT_VERSION);
-  std::string config;
+  std::string config, listen, ready_file, log_level = "info";
+  bool insecure = false;
   app.add_option("-c,--config", config, "Job spec (federation YAML)")->required()->type_name("FILE");
-  std::string log_level = "info";
+  app.add_option("--listen", listen, "Override gateway.listen (host:port; port 0 picks a free one)");
+  app.add_flag("--insecure", insecure,
+               "Plaintext gRPC without certificates; sites name themselves. For local tests only");
+  app.add_option("--ready-file", ready_file,
+                 "Write 'grpc=PORT' to FILE once serving (for scripts and tests)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  if (absl::Status s = strait::SetupLogging("gateway", log_level); !s.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
-    return 2;
-  }
+  if (absl::Status s = strait::SetupLogging("gateway", log_level); !s.ok()) return Fail(std::string(s.message()), 2);
 
   absl::StatusOr<strait::JobSpec> spec = strait::LoadJobSpec(config);
-  if (!spec.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(spec.status().message()).c_str());
-    return 2;
+  if (!spec.ok()) return Fail(std::string(spec.status().message()), 2);
+  if (!listen.empty()) spec->gateway.listen = listen;
+
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  strait::gateway::PeerIdentity identity;
+  if (insecure) {
+    spdlog::warn("INSECURE: plaintext gRPC, no certificates; sites are not authenticated. Never use "
+                 "--insecure outside a test on one machine.");
+    credentials = grpc::InsecureServerCredentials();
+    identity = strait::gateway::ClaimedIdentity;
+  } else {
+    return Fail("mutual TLS is not available in this build yet; run with --insecure for local tests");
   }
-  std::fprintf(stderr,
-               "strait-gateway: job spec %s is valid (federation %s, %zu sites), but this build has no "
-               "gateway service yet; it arrives with the gateway issue.\n",
-               config.c_str(), spec->name.c_str(), spec->sites.size());
-  return 1;
+
+  strait::gateway::GatewayOptions options;
+  options.insecure = insecure;
+  strait::gateway::GatewayCore core(*spec, options);
+  strait::gateway::GatewayService service(core, identity);
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(spec->gateway.listen, credentials, &port);
+  builder.RegisterService(&service);
+  // A chunk carries at most 1 MiB of body plus its header. Messages up to 4 MiB are read so that an
+  // oversized chunk is answered with an error on a healthy stream; larger ones end the stream.
+  builder.SetMaxReceiveMessageSize(4 << 20);
+  builder.SetMaxSendMessageSize(static_cast<int>(strait::kMaxChunkBytes + (64 << 10)));
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return Fail("cannot listen on " + spec->gateway.listen + " (address in use or not local?)");
+  }
+  spdlog::info("federation {}: serving {} sites on port {}{}", spec->name, spec->sites.size(), port,
+               insecure ? " (INSECURE)" : " (mutual TLS)");
+  if (!ready_file.empty()) {
+    // Written whole, then renamed, so a reader never sees half a line.
+    std::ofstream(ready_file + ".tmp") << "grpc=" << port << "\n";
+    std::rename((ready_file + ".tmp").c_str(), ready_file.c_str());
+  }
+
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  spdlog::info("stopping");
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return 0;
 }

@@ -159,6 +159,9 @@ bool ExchangeSession::OnPush(v1::PushChunk chunk, std::function<void()> resume) 
       if (complete) StoreFrame(complete, transfer_id);
       resume();
     };
+    // Held across Reserve so that `granted` (which takes it) cannot run before this stream's state
+    // says it is waiting.
+    std::lock_guard<std::mutex> lock(liveness_->mu);
     absl::StatusOr<bool> reserved = core_.mailbox().Reserve(bytes, granted);
     if (!reserved.ok()) {
       assembler_.Drop(transfer_id);
@@ -169,7 +172,6 @@ bool ExchangeSession::OnPush(v1::PushChunk chunk, std::function<void()> resume) 
     }
     if (!*reserved) {
       // `granted` stores (if complete) and resumes; until then the transfer holds no reservation.
-      std::lock_guard<std::mutex> lock(liveness_->mu);
       if (!complete) unreserved_transfer_ = transfer_id;
       return false;
     }

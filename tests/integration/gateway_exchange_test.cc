@@ -1,0 +1,353 @@
+// The gateway as a real process on loopback, driven by gRPC clients acting as sites: frames pushed,
+// pulled and acknowledged end to end, long polls, authorization, malformed messages, and back-pressure
+// under a small memory budget.
+#include <signal.h>
+
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "process.h"
+#include "strait/v1/gateway.grpc.pb.h"
+
+namespace strait {
+namespace {
+
+using testing::Process;
+using testing::TempDir;
+
+constexpr size_t kChunk = 1 << 20;
+
+std::string SpecText(const std::string& budget) {
+  return R"(name: relay-test
+gateway: {memory_budget: )" + budget + R"(, heartbeat_timeout: 30s}
+model: {family: mlp, input: 16, hidden: [8, 8], classes: 4}
+data: {dataset: synthetic}
+training: {steps: 1, global_batch: 8, microbatches: 4}
+sites:
+  - {id: a, layers: [0, 1]}
+  - {id: b, layers: [1, 2]}
+  - {id: c, layers: [2, 3]}
+)";
+}
+
+v1::TensorKey Key(uint32_t microbatch, uint32_t boundary, v1::Direction direction) {
+  v1::TensorKey key;
+  key.set_job("relay-test");
+  key.set_step(0);
+  key.set_microbatch(microbatch);
+  key.set_boundary(boundary);
+  key.set_direction(direction);
+  return key;
+}
+
+// One site's view of the gateway: joined, with an open Exchange stream.
+class TestSite {
+ public:
+  TestSite(const std::string& address, const std::string& id, uint32_t stage) : id_(id) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(8 << 20);
+    args.SetMaxSendMessageSize(8 << 20);
+    stub_ = v1::Gateway::NewStub(
+        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    v1::JoinRequest request;
+    request.set_federation("relay-test");
+    request.mutable_layers()->set_start(stage);
+    request.mutable_layers()->set_end(stage + 1);
+    request.set_device("cpu");
+    request.set_workers(1);
+    request.mutable_key()->set_site_id(id);
+    request.mutable_key()->set_epoch(1);
+    grpc::ClientContext context;
+    context.AddMetadata("x-strait-site", id);
+    join_status_ = stub_->Join(&context, request, &reply_);
+    if (!join_status_.ok()) return;
+    stream_context_.AddMetadata("x-strait-site", id);
+    stream_ = stub_->Exchange(&stream_context_);
+    v1::SiteMessage hello;
+    hello.mutable_hello()->set_epoch(1);
+    stream_->Write(hello);
+  }
+
+  ~TestSite() {
+    if (stream_ && !finished_) stream_context_.TryCancel();
+  }
+
+  const grpc::Status& join_status() const { return join_status_; }
+
+  // Pushes `body` under `key` in chunks of at most 1 MiB.
+  void Push(uint64_t transfer, const v1::TensorKey& key, const std::string& body,
+            size_t chunk_size = kChunk) {
+    const uint32_t chunks = std::max<size_t>(1, (body.size() + chunk_size - 1) / chunk_size);
+    for (uint32_t i = 0; i < chunks; ++i) {
+      v1::SiteMessage m;
+      v1::PushChunk& push = *m.mutable_push();
+      push.set_transfer_id(transfer);
+      if (i == 0) {
+        v1::FrameHeader& h = *push.mutable_header();
+        *h.mutable_key() = key;
+        h.set_dtype(v1::FLOAT32);
+        h.add_shape(static_cast<int64_t>(body.size() / 4));
+        h.set_raw_bytes(body.size() / 4 * 4);
+        h.set_wire_bytes(body.size());
+        h.set_chunk_count(chunks);
+      }
+      push.mutable_chunk()->set_index(i);
+      push.mutable_chunk()->set_data(body.substr(i * chunk_size, chunk_size));
+      ASSERT_TRUE(stream_->Write(m));
+    }
+  }
+  void Send(const v1::SiteMessage& m) { ASSERT_TRUE(stream_->Write(m)); }
+  void Pull(uint64_t pull_id, const v1::TensorKey& key, uint32_t timeout_ms = 0) {
+    v1::SiteMessage m;
+    m.mutable_pull()->set_pull_id(pull_id);
+    *m.mutable_pull()->mutable_key() = key;
+    m.mutable_pull()->set_timeout_ms(timeout_ms);
+    Send(m);
+  }
+  void Ack(const v1::TensorKey& key) {
+    v1::SiteMessage m;
+    *m.mutable_ack()->mutable_key() = key;
+    Send(m);
+  }
+  // Reads the next message (blocking).
+  v1::GatewayMessage Read() {
+    v1::GatewayMessage m;
+    EXPECT_TRUE(stream_->Read(&m)) << id_ << ": stream ended";
+    return m;
+  }
+  // Reads Deliver messages of one frame and returns its body (or the error status).
+  std::string ReadFrame(int* status_code) {
+    std::string body;
+    for (;;) {
+      v1::GatewayMessage m = Read();
+      if (!m.has_deliver()) continue;
+      *status_code = m.deliver().status_code();
+      if (*status_code != 0) return "";
+      body += m.deliver().chunk().data();
+      uint32_t chunks = m.deliver().chunk().index() == 0 ? m.deliver().header().chunk_count()
+                                                         : expected_chunks_;
+      expected_chunks_ = chunks;
+      if (m.deliver().chunk().index() + 1 == chunks) return body;
+    }
+  }
+  v1::PushAck ReadPushAck() {
+    for (;;) {
+      v1::GatewayMessage m = Read();
+      if (m.has_push_ack()) return m.push_ack();
+    }
+  }
+  v1::FederationState State() {
+    grpc::ClientContext context;
+    context.AddMetadata("x-strait-site", id_);
+    v1::FederationState state;
+    EXPECT_TRUE(stub_->GetState(&context, v1::GetStateRequest(), &state).ok());
+    return state;
+  }
+  void Finish() {
+    stream_->WritesDone();
+    v1::GatewayMessage m;
+    while (stream_->Read(&m)) {
+    }
+    EXPECT_TRUE(stream_->Finish().ok());
+    finished_ = true;
+  }
+
+ private:
+  std::string id_;
+  std::unique_ptr<v1::Gateway::Stub> stub_;
+  v1::JoinReply reply_;
+  grpc::Status join_status_;
+  grpc::ClientContext stream_context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::SiteMessage, v1::GatewayMessage>> stream_;
+  uint32_t expected_chunks_ = 1;
+  bool finished_ = false;
+};
+
+class GatewayExchangeTest : public ::testing::Test {
+ protected:
+  void StartGateway(const std::string& budget) {
+    std::ofstream(dir_.File("fed.yaml")) << SpecText(budget);
+    gateway_ = std::make_unique<Process>(
+        std::vector<std::string>{std::string(STRAIT_BINARY_DIR) + "/gateway/strait-gateway", "--config",
+                                 dir_.File("fed.yaml"), "--insecure", "--listen", "127.0.0.1:0",
+                                 "--ready-file", dir_.File("ready")},
+        dir_.File("gateway.log"));
+    auto ready = gateway_->WaitForReadyFile(dir_.File("ready"), {"grpc"}, std::chrono::seconds(30));
+    ASSERT_FALSE(ready.empty()) << gateway_->LogTail();
+    address_ = "127.0.0.1:" + ready["grpc"];
+  }
+  void TearDown() override {
+    if (HasFailure() && gateway_) std::cerr << "gateway log:\n" << gateway_->LogTail() << "\n";
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Process> gateway_;
+  std::string address_;
+};
+
+std::string Pattern(size_t bytes, char seed) {
+  std::string s(bytes, '\0');
+  for (size_t i = 0; i < bytes; ++i) s[i] = static_cast<char>(seed + i * 31 + (i >> 10));
+  return s;
+}
+
+TEST_F(GatewayExchangeTest, SixteenMebibyteFrameTravelsInChunksAndIsAcknowledged) {
+  StartGateway("64MiB");
+  TestSite a(address_, "a", 0), b(address_, "b", 1);
+  ASSERT_TRUE(a.join_status().ok()) << a.join_status().error_message();
+  ASSERT_TRUE(b.join_status().ok());
+  const std::string body = Pattern(16 << 20, 'q');
+  a.Push(1, Key(0, 0, v1::FORWARD), body);
+  v1::PushAck ack = a.ReadPushAck();
+  EXPECT_EQ(ack.status_code(), 0) << ack.status_message();
+  b.Pull(1, Key(0, 0, v1::FORWARD));
+  int status = -1;
+  std::string got = b.ReadFrame(&status);
+  EXPECT_EQ(status, 0);
+  EXPECT_TRUE(got == body) << "frame body differs (" << got.size() << " bytes)";
+  b.Ack(Key(0, 0, v1::FORWARD));
+  // The ack is processed asynchronously: poll the gateway's state until the mailbox is empty.
+  v1::FederationState state;
+  for (int i = 0; i < 100; ++i) {
+    state = b.State();
+    if (state.stored_bytes() == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(state.stored_bytes(), 0u);
+  ASSERT_EQ(state.links_size(), 1);
+  EXPECT_EQ(state.links(0).wire_bytes(), 16u << 20);
+  EXPECT_EQ(state.view().sites(0).state(), v1::SITE_JOINED);
+  a.Finish();
+  b.Finish();
+}
+
+TEST_F(GatewayExchangeTest, PullWaitsForThePushAndTimesOutWhenNothingComes) {
+  StartGateway("64MiB");
+  TestSite b(address_, "b", 1), c(address_, "c", 2);
+  c.Pull(5, Key(2, 1, v1::FORWARD));            // waits for b's push
+  b.Pull(6, Key(3, 0, v1::FORWARD), 200);       // nobody pushes this: times out
+  int status = -1;
+  b.ReadFrame(&status);
+  EXPECT_EQ(status, static_cast<int>(grpc::StatusCode::DEADLINE_EXCEEDED));
+  b.Push(1, Key(2, 1, v1::FORWARD), "late-but-delivered");
+  EXPECT_EQ(c.ReadFrame(&status), "late-but-delivered");
+  EXPECT_EQ(status, 0);
+}
+
+  TempDir dir_;
+  std::unique_ptr<Process> gateway_;
+  std::string address_;
+};
+
+std::string Pattern(size_t bytes, char seed) {
+  std::string s(bytes, '\0');
+  for (size_t i = 0; i < bytes; ++i) s[i] = static_cast<char>(seed + i * 31 + (i >> 10));
+  return s;
+}
+
+TEST_F(GatewayExchangeTest, SixteenMebibyteFrameTravelsInChunksAndIsAcknowledged) {
+  StartGateway("64MiB");
+  TestSite a(address_, "a", 0), b(address_, "b", 1);
+  ASSERT_TRUE(a.join_status().ok()) << a.join_status().error_message();
+  ASSERT_TRUE(b.join_status().ok());
+  const std::string body = Pattern(16 << 20, 'q');
+  a.Push(1, Key(0, 0, v1::FORWARD), body);
+  v1::PushAck ack = a.ReadPushAck();
+  EXPECT_EQ(ack.status_code(), 0) << ack.status_message();
+  b.Pull(1, Key(0, 0, v1::FORWARD));
+  int status = -1;
+  std::string got = b.ReadFrame(&status);
+  EXPECT_EQ(status, 0);
+  EXPECT_TRUE(got == body) << "frame body differs (" << got.size() << " bytes)";
+  b.Ack(Key(0, 0, v1::FORWARD));
+  // The ack is processed asynchronously: poll the gateway's state until the mailbox is empty.
+  v1::FederationState state;
+  for (int i = 0; i < 100; ++i) {
+    state = b.State();
+    if (state.stored_bytes() == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(state.stored_bytes(), 0u);
+  ASSERT_EQ(state.links_size(), 1);
+  EXPECT_EQ(state.links(0).wire_bytes(), 16u << 20);
+  EXPECT_EQ(state.view().sites(0).state(), v1::SITE_JOINED);
+  a.Finish();
+  b.Finish();
+}
+
+TEST_F(GatewayExchangeTest, PullWaitsForThePushAndTimesOutWhenNothingComes) {
+  StartGateway("64MiB");
+  TestSite b(address_, "b", 1), c(address_, "c", 2);
+  c.Pull(5, Key(2, 1, v1::FORWARD));            // waits for b's push
+  b.Pull(6, Key(3, 0, v1::FORWARD), 200);       // nobody pushes this: times out
+  int status = -1;
+  b.ReadFrame(&status);
+  EXPECT_EQ(status, static_cast<int>(grpc::StatusCode::DEADLINE_EXCEEDED));
+  b.Push(1, Key(2, 1, v1::FORWARD), "late-but-delivered");
+  EXPECT_EQ(c.ReadFrame(&status), "late-but-delivered");
+  EXPECT_EQ(status, 0);
+  auto t0 = std::chrono::steady_clock::now();
+  gateway_->Kill(SIGTERM);
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  system("gdb -p $(pgrep -f 'gateway/strait-gateway --config') -batch -ex 'thread 1' -ex 'bt' 2>/dev/null | grep -E '^#' | head -30 > /tmp/gw-bt.txt");
+  int rc = gateway_->Wait(std::chrono::seconds(10));
+  std::cerr << "DEBUG exit " << rc << " after " << std::chrono::duration<double>(std::chrono::steady_clock::now()-t0).count() << "s\n" << gateway_->LogTail() << "\n";
+}
+
+TEST_F(GatewayExchangeTest, AuthorizationAndMalformedMessagesLeaveTheStreamHealthy) {
+  StartGateway("64MiB");
+  TestSite a(address_, "a", 0), c(address_, "c", 2);
+  TestSite mallory(address_, "mallory", 0);
+  EXPECT_EQ(mallory.join_status().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  c.Push(1, Key(0, 0, v1::FORWARD), "not-yours");  // c does not produce boundary 0
+  EXPECT_EQ(c.ReadPushAck().status_code(), static_cast<int>(grpc::StatusCode::PERMISSION_DENIED));
+  a.Push(2, Key(0, 0, v1::FORWARD), std::string(2 << 20, 'x'), 2 << 20);  // chunk over 1 MiB
+  v1::GatewayMessage error = a.Read();
+  EXPECT_TRUE(error.has_error());
+  EXPECT_EQ(error.error().status_code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  v1::SiteMessage bad_chunks;
+  bad_chunks.mutable_push()->set_transfer_id(3);
+  bad_chunks.mutable_push()->mutable_chunk()->set_index(4);  // never started
+  a.Send(bad_chunks);
+  EXPECT_TRUE(a.Read().has_error());
+  a.Push(4, Key(1, 0, v1::FORWARD), "valid");
+  EXPECT_EQ(a.ReadPushAck().status_code(), 0);
+  v1::FederationState state = a.State();
+  EXPECT_GE(state.rejected_by_reason().at("unauthorized"), 1u);
+  EXPECT_GE(state.rejected_by_reason().at("malformed"), 2u);
+}
+
+TEST_F(GatewayExchangeTest, SmallBudgetBlocksTheProducerUntilTheConsumerDrains) {
+  StartGateway("3MiB");
+  TestSite a(address_, "a", 0), b(address_, "b", 1);
+  constexpr int kFrames = 4;
+  std::thread producer([&] {
+    for (int m = 0; m < kFrames; ++m) a.Push(m + 1, Key(m, 0, v1::FORWARD), Pattern(1 << 20, 'a' + m));
+    for (int m = 0; m < kFrames; ++m) EXPECT_EQ(a.ReadPushAck().status_code(), 0);
+  });
+  // Give the producer time to fill the budget; the gateway must hold no more than it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  v1::FederationState state = b.State();
+  EXPECT_LE(state.stored_bytes(), 3u << 20);
+  EXPECT_EQ(state.memory_budget_bytes(), 3u << 20);
+  for (int m = 0; m < kFrames; ++m) {
+    b.Pull(m, Key(m, 0, v1::FORWARD));
+    int status = -1;
+    EXPECT_TRUE(b.ReadFrame(&status) == Pattern(1 << 20, 'a' + m)) << "frame " << m;
+    b.Ack(Key(m, 0, v1::FORWARD));
+  }
+  producer.join();
+}
+
+TEST_F(GatewayExchangeTest, StopsCleanlyOnSigterm) {
+  StartGateway("64MiB");
+  gateway_->Kill(SIGTERM);
+  EXPECT_EQ(gateway_->Wait(std::chrono::seconds(10)), 0) << gateway_->LogTail();
+}
+
+}  // namespace
+}  // namespace strait

@@ -1,0 +1,106 @@
+#include "process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace strait::testing {
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string pattern = std::string(base != nullptr ? base : "/tmp") + "/strait-test-XXXXXX";
+  char* made = mkdtemp(pattern.data());
+  path_ = made != nullptr ? made : "";
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+}
+
+Process::Process(std::vector<std::string> argv, std::string log_file) : log_file_(std::move(log_file)) {
+  pid_ = fork();
+  if (pid_ == 0) {
+    int fd = open(log_file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      close(fd);
+    }
+    std::vector<char*> args;
+    for (std::string& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+}
+
+Process::~Process() {
+  if (Running()) {
+    Kill(SIGTERM);
+    if (Wait(std::chrono::seconds(5)) == -1) {
+      Kill(SIGKILL);
+      Wait(std::chrono::seconds(5));
+    }
+  }
+}
+
+bool Process::Running() {
+  if (pid_ <= 0 || exit_code_ != -1) return false;
+  int status = 0;
+  pid_t r = waitpid(pid_, &status, WNOHANG);
+  if (r == 0) return true;
+  if (r == pid_) exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return false;
+}
+
+void Process::Kill(int signal) {
+  if (Running()) kill(pid_, signal);
+}
+
+int Process::Wait(std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (Running()) {
+    if (std::chrono::steady_clock::now() > deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return exit_code_;
+}
+
+std::map<std::string, std::string> Process::WaitForReadyFile(const std::string& file,
+                                                             const std::vector<std::string>& keys,
+                                                             std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::map<std::string, std::string> values;
+    std::ifstream in(file);
+    std::string line;
+    while (std::getline(in, line)) {
+      size_t eq = line.find('=');
+      if (eq != std::string::npos) values[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+    bool all = true;
+    for (const std::string& key : keys) all &= values.count(key) > 0;
+    if (all) return values;
+    if (!Running()) return {};
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return {};
+}
+
+std::string Process::LogTail(size_t bytes) const {
+  std::ifstream in(log_file_);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string all = text.str();
+  return all.size() > bytes ? all.substr(all.size() - bytes) : all;
+}
+
+}  // namespace strait::testing

@@ -1,0 +1,55 @@
+// Real processes for integration tests: start an executable with arguments, its output captured to a
+// log file, wait for a "ready file" it writes, and always stop it (SIGTERM, then SIGKILL) when the
+// Process goes out of scope.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace strait::testing {
+
+// A fresh directory under $TMPDIR (or /tmp), removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+class Process {
+ public:
+  // Starts `argv[0]` (a path) with the arguments; stdout and stderr go to `log_file`.
+  Process(std::vector<std::string> argv, std::string log_file);
+  // Stops the process if it still runs.
+  ~Process();
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  // Waits until `file` exists and has a line "key=value" for every key, and returns those pairs;
+  // empty on timeout or when the process exits first.
+  std::map<std::string, std::string> WaitForReadyFile(const std::string& file,
+                                                      const std::vector<std::string>& keys,
+                                                      std::chrono::seconds timeout);
+  // Sends `signal`; Wait() collects the exit.
+  void Kill(int signal);
+  // Waits for the exit; returns the exit code, or 128 + signal, or -1 on timeout.
+  int Wait(std::chrono::seconds timeout);
+  bool Running();
+  // The last `bytes` of the log (for failure messages).
+  std::string LogTail(size_t bytes = 4000) const;
+
+ private:
+  pid_t pid_ = -1;
+  int exit_code_ = -1;
+  std::string log_file_;
+};
+
+}  // namespace strait::testing
