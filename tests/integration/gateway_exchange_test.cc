@@ -238,66 +238,6 @@ TEST_F(GatewayExchangeTest, PullWaitsForThePushAndTimesOutWhenNothingComes) {
   EXPECT_EQ(status, 0);
 }
 
-  TempDir dir_;
-  std::unique_ptr<Process> gateway_;
-  std::string address_;
-};
-
-std::string Pattern(size_t bytes, char seed) {
-  std::string s(bytes, '\0');
-  for (size_t i = 0; i < bytes; ++i) s[i] = static_cast<char>(seed + i * 31 + (i >> 10));
-  return s;
-}
-
-TEST_F(GatewayExchangeTest, SixteenMebibyteFrameTravelsInChunksAndIsAcknowledged) {
-  StartGateway("64MiB");
-  TestSite a(address_, "a", 0), b(address_, "b", 1);
-  ASSERT_TRUE(a.join_status().ok()) << a.join_status().error_message();
-  ASSERT_TRUE(b.join_status().ok());
-  const std::string body = Pattern(16 << 20, 'q');
-  a.Push(1, Key(0, 0, v1::FORWARD), body);
-  v1::PushAck ack = a.ReadPushAck();
-  EXPECT_EQ(ack.status_code(), 0) << ack.status_message();
-  b.Pull(1, Key(0, 0, v1::FORWARD));
-  int status = -1;
-  std::string got = b.ReadFrame(&status);
-  EXPECT_EQ(status, 0);
-  EXPECT_TRUE(got == body) << "frame body differs (" << got.size() << " bytes)";
-  b.Ack(Key(0, 0, v1::FORWARD));
-  // The ack is processed asynchronously: poll the gateway's state until the mailbox is empty.
-  v1::FederationState state;
-  for (int i = 0; i < 100; ++i) {
-    state = b.State();
-    if (state.stored_bytes() == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_EQ(state.stored_bytes(), 0u);
-  ASSERT_EQ(state.links_size(), 1);
-  EXPECT_EQ(state.links(0).wire_bytes(), 16u << 20);
-  EXPECT_EQ(state.view().sites(0).state(), v1::SITE_JOINED);
-  a.Finish();
-  b.Finish();
-}
-
-TEST_F(GatewayExchangeTest, PullWaitsForThePushAndTimesOutWhenNothingComes) {
-  StartGateway("64MiB");
-  TestSite b(address_, "b", 1), c(address_, "c", 2);
-  c.Pull(5, Key(2, 1, v1::FORWARD));            // waits for b's push
-  b.Pull(6, Key(3, 0, v1::FORWARD), 200);       // nobody pushes this: times out
-  int status = -1;
-  b.ReadFrame(&status);
-  EXPECT_EQ(status, static_cast<int>(grpc::StatusCode::DEADLINE_EXCEEDED));
-  b.Push(1, Key(2, 1, v1::FORWARD), "late-but-delivered");
-  EXPECT_EQ(c.ReadFrame(&status), "late-but-delivered");
-  EXPECT_EQ(status, 0);
-  auto t0 = std::chrono::steady_clock::now();
-  gateway_->Kill(SIGTERM);
-  std::this_thread::sleep_for(std::chrono::seconds(4));
-  system("gdb -p $(pgrep -f 'gateway/strait-gateway --config') -batch -ex 'thread 1' -ex 'bt' 2>/dev/null | grep -E '^#' | head -30 > /tmp/gw-bt.txt");
-  int rc = gateway_->Wait(std::chrono::seconds(10));
-  std::cerr << "DEBUG exit " << rc << " after " << std::chrono::duration<double>(std::chrono::steady_clock::now()-t0).count() << "s\n" << gateway_->LogTail() << "\n";
-}
-
 TEST_F(GatewayExchangeTest, AuthorizationAndMalformedMessagesLeaveTheStreamHealthy) {
   StartGateway("64MiB");
   TestSite a(address_, "a", 0), c(address_, "c", 2);
