@@ -1,10 +1,23 @@
 #include "core/frame_header.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/model_layout.h"
 #include "core/status.h"
 #include "core/tensor_key.h"
 
 namespace strait {
+
+uint64_t MaxFrameWireBytes(const JobSpec& spec) {
+  const std::vector<LayerLayout> layers = BuildModelLayout(spec.model);
+  uint64_t largest = 0;
+  for (size_t s = 0; s + 1 < spec.sites.size(); ++s) {
+    const LayerLayout& last = layers[spec.sites[s].layers.end - 1];
+    largest = std::max<uint64_t>(largest, NumElements(last.out_shape) * spec.training.MicrobatchSize() *
+                                              sizeof(float));
+  }
+  // zstd's worst case is well under 1/128 extra; headers and the tag fit in 64 KiB.
+  return largest + largest / 128 + (64 << 10);
+}
 
 absl::Status ValidateFrameHeader(const v1::FrameHeader& header, const JobSpec& spec,
                                  uint64_t max_frame_bytes) {

@@ -13,6 +13,11 @@ namespace strait {
 // Largest body piece in one FrameChunk message (DESIGN.md §4).
 inline constexpr uint64_t kMaxChunkBytes = 1 << 20;
 
+// The most wire bytes one frame of this job can have: the largest tensor crossing a boundary (one
+// microbatch of activations, fp32) plus the worst case a lossless codec adds, the codec header and
+// the AEAD tag. The gateway refuses larger frames, and its memory budget must hold at least one.
+uint64_t MaxFrameWireBytes(const JobSpec& spec);
+
 // OK when the header describes a frame this federation can carry: a valid key (ValidateTensorKey),
 // dtype FLOAT32, a shape of 1..8 positive dimensions whose size matches raw_bytes, wire_bytes at
 // most `max_frame_bytes`, and a chunk_count that can carry wire_bytes in chunks of at most

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/codec_chain_syntax.h"
+#include "core/frame_header.h"
 #include "core/job_spec.h"
 #include "core/status.h"
 #include "core/yaml_reader.h"
@@ -49,6 +50,7 @@ class JobSpecParser {
     STRAIT_RETURN_IF_ERROR(ParseSites(map));
     STRAIT_RETURN_IF_ERROR(ParseLinks(map));
     STRAIT_RETURN_IF_ERROR(map.Finish());
+    STRAIT_RETURN_IF_ERROR(CheckMemoryBudget(map));
     return std::move(spec_);
   }
 
@@ -431,6 +433,17 @@ class JobSpecParser {
       STRAIT_RETURN_IF_ERROR(map.Finish());
     }
     return absl::OkStatus();
+  }
+
+  // The gateway's budget must hold at least one frame, or a producer could never push.
+  absl::Status CheckMemoryBudget(YamlMap& root) {
+    const uint64_t frame = MaxFrameWireBytes(spec_);
+    if (spec_.gateway.memory_budget >= frame) return absl::OkStatus();
+    YamlMap gateway = Section(root, "gateway");
+    return gateway.ErrorAt("memory_budget", absl::StrCat(
+        "a budget of ", spec_.gateway.memory_budget, " bytes cannot hold one frame of this job (up to ",
+        frame, " bytes: one microbatch of activations plus codec and sealing overhead); raise it to at "
+        "least ", (frame + (1 << 20) - 1) >> 20, "MiB"));
   }
 
   std::string SiteList() const {

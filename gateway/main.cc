@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
 
   strait::gateway::GatewayOptions options;
   options.insecure = insecure;
+  options.max_frame_bytes = strait::MaxFrameWireBytes(*spec);
   strait::gateway::GatewayCore core(*spec, options);
   strait::gateway::GatewayService service(core, identity);
 
