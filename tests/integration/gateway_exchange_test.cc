@@ -21,12 +21,14 @@ using testing::TempDir;
 
 constexpr size_t kChunk = 1 << 20;
 
-std::string SpecText(const std::string& budget) {
+// A job whose first boundary carries `width` floats per sample in microbatches of 16 samples, so
+// frames of up to 64 x width bytes are legitimate.
+std::string SpecText(const std::string& budget, int width) {
   return R"(name: relay-test
 gateway: {memory_budget: )" + budget + R"(, heartbeat_timeout: 30s}
-model: {family: mlp, input: 16, hidden: [8, 8], classes: 4}
+model: {family: mlp, input: 16, hidden: [)" + std::to_string(width) + R"(, 8], classes: 4}
 data: {dataset: synthetic}
-training: {steps: 1, global_batch: 8, microbatches: 4}
+training: {steps: 1, global_batch: 64, microbatches: 4}
 sites:
   - {id: a, layers: [0, 1]}
   - {id: b, layers: [1, 2]}
@@ -116,7 +118,7 @@ class TestSite {
   // Reads the next message (blocking).
   v1::GatewayMessage Read() {
     v1::GatewayMessage m;
-    EXPECT_TRUE(stream_->Read(&m)) << id_ << ": stream ended";
+    EXPECT_TRUE(stream_->Read(&m)) << id_ << ": stream ended";  // then m is empty
     return m;
   }
   // Reads Deliver messages of one frame and returns its body (or the error status).
@@ -124,6 +126,7 @@ class TestSite {
     std::string body;
     for (;;) {
       v1::GatewayMessage m = Read();
+      if (m.kind_case() == v1::GatewayMessage::KIND_NOT_SET) return "";  // stream ended
       if (!m.has_deliver()) continue;
       *status_code = m.deliver().status_code();
       if (*status_code != 0) return "";
@@ -134,10 +137,17 @@ class TestSite {
       if (m.deliver().chunk().index() + 1 == chunks) return body;
     }
   }
+  // The next PushAck; a StreamError or the end of the stream is returned as a failed ack.
   v1::PushAck ReadPushAck() {
     for (;;) {
       v1::GatewayMessage m = Read();
       if (m.has_push_ack()) return m.push_ack();
+      if (m.kind_case() == v1::GatewayMessage::KIND_NOT_SET || m.has_error()) {
+        v1::PushAck failed;
+        failed.set_status_code(m.has_error() ? m.error().status_code() : -1);
+        failed.set_status_message(m.error().message());
+        return failed;
+      }
     }
   }
   v1::FederationState State() {
@@ -169,8 +179,8 @@ class TestSite {
 
 class GatewayExchangeTest : public ::testing::Test {
  protected:
-  void StartGateway(const std::string& budget) {
-    std::ofstream(dir_.File("fed.yaml")) << SpecText(budget);
+  void StartGateway(const std::string& budget, int width = 1 << 20) {
+    std::ofstream(dir_.File("fed.yaml")) << SpecText(budget, width);
     gateway_ = std::make_unique<Process>(
         std::vector<std::string>{std::string(STRAIT_BINARY_DIR) + "/gateway/strait-gateway", "--config",
                                  dir_.File("fed.yaml"), "--insecure", "--listen", "127.0.0.1:0",
@@ -196,7 +206,7 @@ std::string Pattern(size_t bytes, char seed) {
 }
 
 TEST_F(GatewayExchangeTest, SixteenMebibyteFrameTravelsInChunksAndIsAcknowledged) {
-  StartGateway("64MiB");
+  StartGateway("128MiB");
   TestSite a(address_, "a", 0), b(address_, "b", 1);
   ASSERT_TRUE(a.join_status().ok()) << a.join_status().error_message();
   ASSERT_TRUE(b.join_status().ok());
@@ -226,7 +236,7 @@ TEST_F(GatewayExchangeTest, SixteenMebibyteFrameTravelsInChunksAndIsAcknowledged
 }
 
 TEST_F(GatewayExchangeTest, PullWaitsForThePushAndTimesOutWhenNothingComes) {
-  StartGateway("64MiB");
+  StartGateway("128MiB");
   TestSite b(address_, "b", 1), c(address_, "c", 2);
   c.Pull(5, Key(2, 1, v1::FORWARD));            // waits for b's push
   b.Pull(6, Key(3, 0, v1::FORWARD), 200);       // nobody pushes this: times out
@@ -239,7 +249,7 @@ TEST_F(GatewayExchangeTest, PullWaitsForThePushAndTimesOutWhenNothingComes) {
 }
 
 TEST_F(GatewayExchangeTest, AuthorizationAndMalformedMessagesLeaveTheStreamHealthy) {
-  StartGateway("64MiB");
+  StartGateway("128MiB");
   TestSite a(address_, "a", 0), c(address_, "c", 2);
   TestSite mallory(address_, "mallory", 0);
   EXPECT_EQ(mallory.join_status().error_code(), grpc::StatusCode::PERMISSION_DENIED);
@@ -262,7 +272,7 @@ TEST_F(GatewayExchangeTest, AuthorizationAndMalformedMessagesLeaveTheStreamHealt
 }
 
 TEST_F(GatewayExchangeTest, SmallBudgetBlocksTheProducerUntilTheConsumerDrains) {
-  StartGateway("3MiB");
+  StartGateway("3MiB", /*width=*/16384);  // frames of up to 1 MiB
   TestSite a(address_, "a", 0), b(address_, "b", 1);
   constexpr int kFrames = 4;
   std::thread producer([&] {
@@ -284,7 +294,7 @@ TEST_F(GatewayExchangeTest, SmallBudgetBlocksTheProducerUntilTheConsumerDrains) 
 }
 
 TEST_F(GatewayExchangeTest, StopsCleanlyOnSigterm) {
-  StartGateway("64MiB");
+  StartGateway("128MiB");
   gateway_->Kill(SIGTERM);
   EXPECT_EQ(gateway_->Wait(std::chrono::seconds(10)), 0) << gateway_->LogTail();
 }
