@@ -87,6 +87,12 @@ bool ExchangeSession::Handle(v1::SiteMessage message, std::function<void()> resu
     return true;
   }
   core_.federation().Touch(stage_, Federation::Clock::now());
+  if (push_only_ && message.kind_case() != v1::SiteMessage::kPush) {
+    Reject("malformed", absl::InvalidArgumentError(
+                            "a push stream carries pushes only; send pulls, acks, heartbeats and "
+                            "reports on the primary stream"));
+    return true;
+  }
   switch (message.kind_case()) {
     case v1::SiteMessage::kPush:
       return OnPush(std::move(*message.mutable_push()), std::move(resume));
@@ -112,13 +118,14 @@ void ExchangeSession::OnHello(const v1::Hello& hello) {
     Reject("malformed", absl::FailedPreconditionError("Hello sent twice on one stream"));
     return;
   }
-  absl::StatusOr<int> stage =
-      core_.federation().Attach(site_id_, hello.epoch(), channel_, Federation::Clock::now());
+  absl::StatusOr<int> stage = core_.federation().Attach(
+      site_id_, hello.epoch(), hello.push_only() ? nullptr : channel_, Federation::Clock::now());
   if (!stage.ok()) {
     Reject("stale_epoch", stage.status());
     return;
   }
   stage_ = *stage;
+  push_only_ = hello.push_only();
 }
 
 bool ExchangeSession::OnPush(v1::PushChunk chunk, std::function<void()> resume) {
@@ -248,7 +255,9 @@ void ExchangeSession::Close() {
   }
   core_.mailbox().Release(assembler_.OpenBytes());
   for (const auto& [ticket, id] : pulls_->TakeWaiting()) core_.mailbox().CancelPull(id);
-  if (stage_ >= 0) core_.federation().Detach(stage_, channel_.get(), Federation::Clock::now());
+  if (stage_ >= 0 && !push_only_) {
+    core_.federation().Detach(stage_, channel_.get(), Federation::Clock::now());
+  }
 }
 
 void ExchangeSession::SendError(absl::Status status) {

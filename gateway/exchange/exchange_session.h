@@ -55,7 +55,8 @@ class ExchangeSession {
   GatewayCore& core_;
   const std::string site_id_;
   std::shared_ptr<SiteChannel> channel_;
-  int stage_ = -1;  // Set by Hello.
+  int stage_ = -1;          // Set by Hello.
+  bool push_only_ = false;  // Set by Hello: this is the site's push stream.
   FrameAssembler assembler_;
   std::set<uint64_t> refused_transfers_;  // Their later chunks are dropped quietly.
   std::shared_ptr<PullTracker> pulls_;

@@ -130,12 +130,13 @@ absl::StatusOr<int> Federation::Attach(const std::string& site_id, uint32_t epoc
         site.joins == 0 ? std::string("the site has not joined") 
                         : absl::StrCat("its current epoch is ", site.info.epoch(), ": join again")));
   }
+  site.last_seen = now;
+  if (channel == nullptr) return index;  // A push stream.
   if (site.channel != nullptr && site.channel != channel) {
     return absl::AlreadyExistsError(
         absl::StrCat("site '", site_id, "' already has an exchange stream for epoch ", epoch));
   }
   site.channel = std::move(channel);
-  site.last_seen = now;
   if (site.info.state() == v1::SITE_DOWN) site.info.set_state(v1::SITE_JOINED);
   return index;
 }

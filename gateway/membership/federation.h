@@ -38,7 +38,8 @@ class Federation {
   absl::StatusOr<v1::JoinReply> Join(const std::string& site_id, const v1::JoinRequest& request,
                                      Clock::time_point now);
 
-  // An Exchange stream of `site_id` said Hello with `epoch`: binds `channel` as the site's stream.
+  // An Exchange stream of `site_id` said Hello with `epoch`. A primary stream (`channel` not null)
+  // becomes the site's stream for control messages; a push stream (`channel` null) is only checked.
   // FAILED_PRECONDITION when the epoch is not the one of the site's latest join. Returns the stage.
   absl::StatusOr<int> Attach(const std::string& site_id, uint32_t epoch,
                              std::shared_ptr<SiteChannel> channel, Clock::time_point now);

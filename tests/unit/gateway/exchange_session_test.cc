@@ -223,6 +223,27 @@ TEST_F(ExchangeSessionTest, JoinChecksClaimsAgainstTheJobSpec) {
             absl::StatusCode::kFailedPrecondition);  // b claims a's layers
 }
 
+TEST_F(ExchangeSessionTest, PushStreamCarriesOnlyPushesAndDoesNotReplaceThePrimary) {
+  std::shared_ptr<FakeChannel> a_out, b_out;
+  auto a = Open(0, a_out);
+  auto b = Open(1, b_out);
+  auto push_out = std::make_shared<FakeChannel>();
+  ExchangeSession pusher(*core_, "a", push_out);
+  v1::SiteMessage hello = Hello(1);
+  hello.mutable_hello()->set_push_only(true);
+  EXPECT_TRUE(pusher.Handle(hello, [] {}));
+  EXPECT_TRUE(pusher.Handle(PushMsg(1, Key(0, 0, 0, v1::FORWARD), "x"), [] {}));
+  EXPECT_EQ(LastPushAck(*push_out).status_code(), 0);
+  EXPECT_TRUE(pusher.Handle(PullMsg(1, Key(0, 0, 1, v1::BACKWARD)), [] {}));  // not on this stream
+  EXPECT_EQ(push_out->messages().back().error().status_code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
+  pusher.Close();  // closing the push stream does not take the site down
+  EXPECT_EQ(core_->Snapshot().view().sites(0).state(), v1::SITE_JOINED);
+  // Control messages still reach the primary stream.
+  ASSERT_TRUE(core_->federation().Join("b", JoinRequestFor(spec_, 1, 2), Federation::Clock::now()).ok());
+  EXPECT_EQ(a_out->messages().back().control().neighbour_key().site_id(), "b");
+}
+
 TEST_F(ExchangeSessionTest, SilentSiteIsMarkedDownAndOthersAreTold) {
   spec_.gateway.heartbeat_timeout_s = 1;
   std::shared_ptr<FakeChannel> a_out, b_out;
