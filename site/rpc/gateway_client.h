@@ -1,0 +1,90 @@
+// A site's gRPC connection to the gateway: Join, then two Exchange streams (a primary stream for
+// pulls, acks, heartbeats and reports, and a push stream), each with a reader thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "site/pipeline/gateway_link.h"
+#include "strait/v1/gateway.grpc.pb.h"
+
+namespace strait::site {
+
+class GatewayClient final : public GatewayLink {
+ public:
+  struct Options {
+    std::string address;                                   // host:port of the gateway
+    std::shared_ptr<grpc::ChannelCredentials> credentials;  // mutual TLS (or insecure for tests)
+    std::string insecure_site_id;  // With insecure credentials: the id claimed in a header.
+    std::chrono::milliseconds heartbeat{1000};
+    std::chrono::seconds join_timeout{10};
+    uint64_t max_frame_bytes = 1ull << 30;  // Deliveries larger than this are refused.
+  };
+
+  // Joins and opens both streams. Blocks up to join_timeout. The Join's status on refusal (e.g.
+  // PERMISSION_DENIED), UNAVAILABLE when the gateway cannot be reached.
+  static absl::StatusOr<std::unique_ptr<GatewayClient>> Connect(Options options,
+                                                                const v1::JoinRequest& join);
+  // Closes the streams (Close()).
+  ~GatewayClient() override;
+
+  const v1::JoinReply& join_reply() const { return join_reply_; }
+
+  std::future<absl::Status> Push(v1::FrameHeader header, std::string body) override;
+  std::future<absl::StatusOr<ReceivedFrame>> Pull(const v1::TensorKey& key,
+                                                  std::chrono::milliseconds timeout) override;
+  void Ack(const v1::TensorKey& key) override;
+  void Report(const v1::SiteReport& report) override;
+  void OnControl(std::function<void(const v1::Control&)> handler) override;
+
+  // Ends both streams; pending pushes and pulls fail with UNAVAILABLE. Idempotent. Returns the
+  // primary stream's final status.
+  absl::Status Close();
+  // Number of stream errors the gateway reported (malformed or refused messages).
+  uint64_t stream_errors() const { return stream_errors_; }
+
+ private:
+  using Stream = grpc::ClientReaderWriter<v1::SiteMessage, v1::GatewayMessage>;
+  struct PendingPull {
+    std::promise<absl::StatusOr<ReceivedFrame>> promise;
+    ReceivedFrame frame;
+    uint32_t next_chunk = 0;
+  };
+
+  explicit GatewayClient(Options options);
+  absl::Status Start(const v1::JoinRequest& join);
+  bool WritePrimary(const v1::SiteMessage& message);
+  void ReadPrimary();
+  void ReadPushAcks();
+  void HandleDeliver(v1::Deliver& deliver);
+  void Heartbeats();
+  void FailPending(const absl::Status& status);
+
+  const Options options_;
+  std::unique_ptr<v1::Gateway::Stub> stub_;
+  v1::JoinReply join_reply_;
+  grpc::ClientContext primary_context_, push_context_;
+  std::unique_ptr<Stream> primary_, push_;
+  std::mutex primary_write_mu_, push_write_mu_;
+
+  std::mutex mu_;  // Guards the pending maps, the handler and closed_.
+  std::map<uint64_t, std::promise<absl::Status>> pending_pushes_;
+  std::map<uint64_t, PendingPull> pending_pulls_;
+  std::function<void(const v1::Control&)> control_handler_;
+  uint64_t next_id_ = 1;
+  bool closed_ = false;
+  std::condition_variable heartbeat_cv_;
+
+  std::atomic<uint64_t> stream_errors_{0};
+  std::thread primary_reader_, push_reader_, heartbeat_;
+};
+
+}  // namespace strait::site

@@ -1,0 +1,140 @@
+// The site's gRPC client against a real gateway process: frames pushed and pulled through both
+// streams, long polls and timeouts, control messages, and a clean close.
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "process.h"
+#include "site/rpc/gateway_client.h"
+
+namespace strait::site {
+namespace {
+
+using strait::testing::Process;
+using strait::testing::TempDir;
+
+v1::TensorKey Key(uint32_t microbatch, uint32_t boundary, v1::Direction direction) {
+  v1::TensorKey key;
+  key.set_job("client-test");
+  key.set_microbatch(microbatch);
+  key.set_boundary(boundary);
+  key.set_direction(direction);
+  return key;
+}
+
+v1::FrameHeader Header(const v1::TensorKey& key, size_t floats) {
+  v1::FrameHeader header;
+  *header.mutable_key() = key;
+  header.set_dtype(v1::FLOAT32);
+  header.add_shape(static_cast<int64_t>(floats));
+  header.set_raw_bytes(floats * 4);
+  return header;
+}
+
+class GatewayClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::ofstream(dir_.File("fed.yaml")) << R"(name: client-test
+gateway: {memory_budget: 256MiB}
+model: {family: mlp, input: 16, hidden: [1048576, 8], classes: 4}
+data: {dataset: synthetic}
+training: {steps: 1, global_batch: 64, microbatches: 4}
+sites:
+  - {id: a, layers: [0, 1]}
+  - {id: b, layers: [1, 3]}
+)";
+    gateway_ = std::make_unique<Process>(
+        std::vector<std::string>{std::string(STRAIT_BINARY_DIR) + "/gateway/strait-gateway", "-c",
+                                 dir_.File("fed.yaml"), "--insecure", "--listen", "127.0.0.1:0",
+                                 "--ready-file", dir_.File("ready")},
+        dir_.File("gateway.log"));
+    auto ready = gateway_->WaitForReadyFile(dir_.File("ready"), {"grpc"}, std::chrono::seconds(30));
+    ASSERT_FALSE(ready.empty()) << gateway_->LogTail();
+    address_ = "127.0.0.1:" + ready["grpc"];
+  }
+
+  absl::StatusOr<std::unique_ptr<GatewayClient>> Connect(const std::string& id, int start, int end,
+                                                         uint32_t epoch = 1) {
+    GatewayClient::Options options;
+    options.address = address_;
+    options.credentials = grpc::InsecureChannelCredentials();
+    options.insecure_site_id = id;
+    v1::JoinRequest join;
+    join.set_federation("client-test");
+    join.mutable_layers()->set_start(start);
+    join.mutable_layers()->set_end(end);
+    join.set_device("cpu");
+    join.set_workers(1);
+    join.mutable_key()->set_site_id(id);
+    join.mutable_key()->set_epoch(epoch);
+    join.mutable_key()->set_public_key(std::string(32, static_cast<char>(epoch)));
+    return GatewayClient::Connect(options, join);
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Process> gateway_;
+  std::string address_;
+};
+
+TEST_F(GatewayClientTest, FramesTravelBothWays) {
+  auto a = Connect("a", 0, 1);
+  auto b = Connect("b", 1, 3);
+  ASSERT_TRUE(a.ok()) << a.status() << gateway_->LogTail();
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto pulled = (*b)->Pull(Key(0, 0, v1::FORWARD), std::chrono::seconds(10));  // before the push
+  std::string activation(12 << 20, '\0');
+  for (size_t i = 0; i < activation.size(); ++i) activation[i] = static_cast<char>(i * 7);
+  EXPECT_TRUE((*a)->Push(Header(Key(0, 0, v1::FORWARD), activation.size() / 4), activation).get().ok());
+  absl::StatusOr<ReceivedFrame> frame = pulled.get();
+  ASSERT_TRUE(frame.ok()) << frame.status();
+  EXPECT_TRUE(frame->body == activation);
+  EXPECT_EQ(frame->header.wire_bytes(), activation.size());
+  (*b)->Ack(Key(0, 0, v1::FORWARD));
+
+  EXPECT_TRUE((*b)->Push(Header(Key(0, 0, v1::BACKWARD), 1), "grad").get().ok());
+  frame = (*a)->Pull(Key(0, 0, v1::BACKWARD), std::chrono::seconds(10)).get();
+  ASSERT_TRUE(frame.ok()) << frame.status();
+  EXPECT_EQ(frame->body, "grad");
+  EXPECT_TRUE((*a)->Close().ok());
+  EXPECT_TRUE((*b)->Close().ok());
+}
+
+TEST_F(GatewayClientTest, RefusalsAndTimeoutsAreStatuses) {
+  auto a = Connect("a", 0, 1);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(Connect("a", 0, 2, 2).status().code(), absl::StatusCode::kFailedPrecondition);  // wrong layers
+  EXPECT_EQ(Connect("z", 0, 1).status().code(), absl::StatusCode::kPermissionDenied);
+  // a does not produce BACKWARD tensors of boundary 0.
+  EXPECT_EQ((*a)->Push(Header(Key(0, 0, v1::BACKWARD), 1), "xxxx").get().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ((*a)->Pull(Key(1, 0, v1::BACKWARD), std::chrono::milliseconds(100)).get().status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(GatewayClientTest, NeighbourRejoinArrivesAsAControlMessage) {
+  auto a = Connect("a", 0, 1);
+  ASSERT_TRUE(a.ok());
+  std::promise<v1::SignedKey> key_promise;
+  (*a)->OnControl([&](const v1::Control& control) {
+    if (control.has_neighbour_key()) key_promise.set_value(control.neighbour_key());
+  });
+  auto b = Connect("b", 1, 3, /*epoch=*/7);
+  ASSERT_TRUE(b.ok());
+  auto future = key_promise.get_future();
+  ASSERT_EQ(future.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(future.get().epoch(), 7u);
+  EXPECT_EQ((*b)->join_reply().neighbour_keys_size(), 1);  // a's key
+}
+
+TEST_F(GatewayClientTest, PendingPullsFailWhenTheGatewayGoesAway) {
+  auto b = Connect("b", 1, 3);
+  ASSERT_TRUE(b.ok());
+  auto pulled = (*b)->Pull(Key(0, 0, v1::FORWARD), std::chrono::seconds(60));
+  gateway_->Kill(SIGKILL);
+  ASSERT_EQ(pulled.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_EQ(pulled.get().status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace strait::site
