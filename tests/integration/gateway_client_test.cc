@@ -5,14 +5,14 @@
 
 #include <gtest/gtest.h>
 
-#include "process.h"
+#include "tools/subprocess.h"
 #include "site/rpc/gateway_client.h"
 
 namespace strait::site {
 namespace {
 
-using strait::testing::Process;
-using strait::testing::TempDir;
+using strait::tools::Process;
+using strait::tools::TempDir;
 
 v1::TensorKey Key(uint32_t microbatch, uint32_t boundary, v1::Direction direction) {
   v1::TensorKey key;

@@ -10,14 +10,14 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include "process.h"
+#include "tools/subprocess.h"
 #include "strait/v1/gateway.grpc.pb.h"
 
 namespace strait {
 namespace {
 
-using testing::Process;
-using testing::TempDir;
+using tools::Process;
+using tools::TempDir;
 
 constexpr size_t kChunk = 1 << 20;
 

@@ -1,4 +1,4 @@
-#include "process.h"
+#include "tools/subprocess.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -11,7 +11,7 @@
 #include <sstream>
 #include <thread>
 
-namespace strait::testing {
+namespace strait::tools {
 
 TempDir::TempDir() {
   const char* base = std::getenv("TMPDIR");
@@ -103,4 +103,4 @@ std::string Process::LogTail(size_t bytes) const {
   return all.size() > bytes ? all.substr(all.size() - bytes) : all;
 }
 
-}  // namespace strait::testing
+}  // namespace strait::tools

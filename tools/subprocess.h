@@ -1,6 +1,6 @@
-// Real processes for integration tests: start an executable with arguments, its output captured to a
-// log file, wait for a "ready file" it writes, and always stop it (SIGTERM, then SIGKILL) when the
-// Process goes out of scope.
+// Child processes for the tools (demo, benchmarks) and the integration tests: start an executable
+// with arguments, its output captured to a log file, wait for a "ready file" it writes, and always
+// stop it (SIGTERM, then SIGKILL) when the Process goes out of scope.
 #pragma once
 
 #include <sys/types.h>
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace strait::testing {
+namespace strait::tools {
 
 // A fresh directory under $TMPDIR (or /tmp), removed with its contents on destruction.
 class TempDir {
@@ -52,4 +52,4 @@ class Process {
   std::string log_file_;
 };
 
-}  // namespace strait::testing
+}  // namespace strait::tools
