@@ -25,6 +25,19 @@ TempDir::~TempDir() {
   if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
 }
 
+std::string FindStraitExecutable(const std::string& name) {
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return "";
+  const std::filesystem::path dir = self.parent_path();
+  for (const std::filesystem::path& candidate :
+       {dir / name, dir.parent_path() / "gateway" / name, dir.parent_path() / "site" / name,
+        dir.parent_path() / "tools" / name}) {
+    if (std::filesystem::exists(candidate, error)) return candidate.string();
+  }
+  return "";
+}
+
 Process::Process(std::vector<std::string> argv, std::string log_file) : log_file_(std::move(log_file)) {
   pid_ = fork();
   if (pid_ == 0) {

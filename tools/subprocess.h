@@ -24,6 +24,10 @@ class TempDir {
   std::string path_;
 };
 
+// The path of another Strait executable (`strait-gateway`, `strait-site`, `strait`): beside the
+// running one (an installation), or in its folder of the build tree. Empty when not found.
+std::string FindStraitExecutable(const std::string& name);
+
 class Process {
  public:
   // Starts `argv[0]` (a path) with the arguments; stdout and stderr go to `log_file`.
