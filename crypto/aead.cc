@@ -134,8 +134,8 @@ absl::StatusOr<uint64_t> Sealer::SealInPlace(std::span<const uint8_t> aad, std::
   }
   std::lock_guard<std::mutex> lock(mu_);
   // The last counter value is never used, so a sequence number never wraps to a used nonce.
-  if (next_sequence_ == std::numeric_limits<uint64_t>::max() ||
-      max_bytes_ - std::min(max_bytes_, bytes_sealed_) < plaintext_size) {
+  if (next_sequence_ == std::numeric_limits<uint64_t>::max() || bytes_sealed_ >= max_bytes_ ||
+      max_bytes_ - bytes_sealed_ < plaintext_size) {
     return absl::ResourceExhaustedError(
         absl::StrCat("Seal: key epoch ", key_epoch_, " is retired after ", bytes_sealed_,
                      " bytes in ", next_sequence_, " frames; re-key the link"));
