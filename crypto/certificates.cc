@@ -262,6 +262,29 @@ absl::StatusOr<CertifiedKey> IssueSiteCertificate(const CertifiedKey& ca, absl::
   return IssueLeaf(ca, std::move(spec), options);
 }
 
+absl::StatusOr<TlsMaterial> LoadTlsMaterial(const std::string& ca_path,
+                                            const std::string& certificate_path,
+                                            const std::string& key_path) {
+  TlsMaterial material;
+  STRAIT_ASSIGN_OR_RETURN(material.ca_pem, ReadPemFile(ca_path));
+  STRAIT_ASSIGN_OR_RETURN(material.own.certificate_pem, ReadPemFile(certificate_path));
+  STRAIT_ASSIGN_OR_RETURN(material.own.key_pem, ReadPemFile(key_path));
+  auto named = [](const std::string& path, const absl::Status& status) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", status.message()));
+  };
+  if (auto ca = ParseCertificatePem(material.ca_pem); !ca.ok()) return named(ca_path, ca.status());
+  auto certificate = ParseCertificatePem(material.own.certificate_pem);
+  if (!certificate.ok()) return named(certificate_path, certificate.status());
+  auto key = ParsePrivateKeyPem(material.own.key_pem);
+  if (!key.ok()) return named(key_path, key.status());
+  if (X509_check_private_key(certificate->get(), key->get()) != 1) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError(
+        absl::StrCat(key_path, " is not the private key of ", certificate_path));
+  }
+  return material;
+}
+
 absl::StatusOr<CertificateInfo> DescribeCertificate(absl::string_view pem) {
   STRAIT_ASSIGN_OR_RETURN(X509Ptr certificate, ParseCertificatePem(pem));
   X509* cert = certificate.get();

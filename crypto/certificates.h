@@ -49,6 +49,19 @@ absl::StatusOr<CertifiedKey> IssueGatewayCertificate(const CertifiedKey& ca,
 absl::StatusOr<CertifiedKey> IssueSiteCertificate(const CertifiedKey& ca, absl::string_view site_id,
                                                   const CertificateOptions& options = {});
 
+// What a TLS endpoint loads: the federation CA and its own certificate and key.
+struct TlsMaterial {
+  std::string ca_pem;
+  CertifiedKey own;
+};
+
+// Reads the three PEM files (ReadPemFile) and checks that they parse and that the key belongs to the
+// certificate, so that a misconfiguration fails here with the file names rather than deep in gRPC.
+// Error messages name files, never their contents.
+absl::StatusOr<TlsMaterial> LoadTlsMaterial(const std::string& ca_path,
+                                            const std::string& certificate_path,
+                                            const std::string& key_path);
+
 // What `strait certs show` prints.
 struct CertificateInfo {
   std::string subject;  // RFC 2253, e.g. "CN=east,O=strait".
