@@ -6,7 +6,7 @@
 #include <openssl/rand.h>
 #include <openssl/x509v3.h>
 
-#include <regex>
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -212,8 +212,10 @@ absl::StatusOr<std::string> SiteIdOf(X509* certificate) {
 }  // namespace
 
 bool IsValidSiteId(absl::string_view id) {
-  static const std::regex kId("^[a-z0-9][a-z0-9._-]{0,62}$");
-  return std::regex_match(id.begin(), id.end(), kId);
+  auto lower_or_digit = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (id.empty() || id.size() > 63 || !lower_or_digit(id[0])) return false;
+  return std::all_of(id.begin(), id.end(),
+                     [&](char c) { return lower_or_digit(c) || c == '.' || c == '_' || c == '-'; });
 }
 
 absl::StatusOr<CertifiedKey> CreateCa(absl::string_view federation,
@@ -311,39 +313,7 @@ absl::StatusOr<CertificateInfo> DescribeCertificate(absl::string_view pem) {
   return info;
 }
 
-absl::Status VerifyCertificate(absl::string_view ca_pem, absl::string_view certificate_pem,
-                               CertificateUse use, absl::Time now) {
-  absl::StatusOr<X509Ptr> ca = ParseCertificatePem(ca_pem);
-  if (!ca.ok()) return absl::InvalidArgumentError(absl::StrCat("CA certificate: ", ca.status().message()));
-  absl::StatusOr<X509Ptr> certificate = ParseCertificatePem(certificate_pem);
-  if (!certificate.ok()) {
-    return absl::UnauthenticatedError(absl::StrCat("certificate: ", certificate.status().message()));
-  }
-  X509StorePtr store(X509_STORE_new());
-  STRAIT_OPENSSL_CHECK(store.get());
-  STRAIT_OPENSSL_CHECK(X509_STORE_add_cert(store.get(), ca->get()));
-  X509StoreCtxPtr ctx(X509_STORE_CTX_new());
-  STRAIT_OPENSSL_CHECK(ctx.get());
-  STRAIT_OPENSSL_CHECK(X509_STORE_CTX_init(ctx.get(), store.get(), certificate->get(), nullptr));
-  STRAIT_OPENSSL_CHECK(X509_STORE_CTX_set_purpose(
-      ctx.get(), use == CertificateUse::kSiteClient ? X509_PURPOSE_SSL_CLIENT : X509_PURPOSE_SSL_SERVER));
-  X509_STORE_CTX_set_time(ctx.get(), 0, absl::ToTimeT(now));
-  if (X509_verify_cert(ctx.get()) != 1) {
-    const int error = X509_STORE_CTX_get_error(ctx.get());
-    ERR_clear_error();
-    X509* cert = certificate->get();
-    std::string detail;
-    if (error == X509_V_ERR_CERT_HAS_EXPIRED) {
-      detail = absl::StrCat(" (not after ", absl::FormatTime(ToTime(X509_get0_notAfter(cert))), ")");
-    } else if (error == X509_V_ERR_CERT_NOT_YET_VALID) {
-      detail = absl::StrCat(" (not before ", absl::FormatTime(ToTime(X509_get0_notBefore(cert))), ")");
-    }
-    return absl::UnauthenticatedError(absl::StrCat(
-        "certificate ", NameToString(X509_get_subject_name(cert)), " (serial ", SerialHex(cert),
-        ") rejected: ", X509_verify_cert_error_string(error), detail));
-  }
-  return absl::OkStatus();
-}
+absl::StatusOr<std::string> SiteIdOfCertificate(X509* certificate) { return SiteIdOf(certificate); }
 
 absl::StatusOr<std::string> SiteIdOfCertificate(absl::string_view certificate_pem) {
   absl::StatusOr<X509Ptr> certificate = ParseCertificatePem(certificate_pem);
@@ -353,18 +323,75 @@ absl::StatusOr<std::string> SiteIdOfCertificate(absl::string_view certificate_pe
   return SiteIdOf(certificate->get());
 }
 
-absl::StatusOr<std::string> VerifySiteCertificate(absl::string_view ca_pem,
-                                                  absl::string_view certificate_pem,
-                                                  const DenyList& deny_list, absl::Time now) {
-  STRAIT_RETURN_IF_ERROR(VerifyCertificate(ca_pem, certificate_pem, CertificateUse::kSiteClient, now));
-  STRAIT_ASSIGN_OR_RETURN(X509Ptr certificate, ParseCertificatePem(certificate_pem));
-  STRAIT_ASSIGN_OR_RETURN(std::string site_id, SiteIdOf(certificate.get()));
-  const std::string serial = SerialHex(certificate.get());
+absl::StatusOr<CertificateVerifier> CertificateVerifier::Create(absl::string_view ca_pem) {
+  absl::StatusOr<X509Ptr> ca = ParseCertificatePem(ca_pem);
+  if (!ca.ok()) return absl::InvalidArgumentError(absl::StrCat("CA certificate: ", ca.status().message()));
+  X509StorePtr store(X509_STORE_new());
+  STRAIT_OPENSSL_CHECK(store.get());
+  STRAIT_OPENSSL_CHECK(X509_STORE_add_cert(store.get(), ca->get()));
+  return CertificateVerifier(std::move(store));
+}
+
+absl::Status CertificateVerifier::Verify(X509* certificate, CertificateUse use, absl::Time now) const {
+  X509StoreCtxPtr ctx(X509_STORE_CTX_new());
+  STRAIT_OPENSSL_CHECK(ctx.get());
+  STRAIT_OPENSSL_CHECK(X509_STORE_CTX_init(ctx.get(), store_.get(), certificate, nullptr));
+  STRAIT_OPENSSL_CHECK(X509_STORE_CTX_set_purpose(
+      ctx.get(), use == CertificateUse::kSiteClient ? X509_PURPOSE_SSL_CLIENT : X509_PURPOSE_SSL_SERVER));
+  X509_STORE_CTX_set_time(ctx.get(), 0, absl::ToTimeT(now));
+  if (X509_verify_cert(ctx.get()) == 1) return absl::OkStatus();
+  const int error = X509_STORE_CTX_get_error(ctx.get());
+  ERR_clear_error();
+  std::string detail;
+  if (error == X509_V_ERR_CERT_HAS_EXPIRED) {
+    detail = absl::StrCat(" (not after ", absl::FormatTime(ToTime(X509_get0_notAfter(certificate))), ")");
+  } else if (error == X509_V_ERR_CERT_NOT_YET_VALID) {
+    detail =
+        absl::StrCat(" (not before ", absl::FormatTime(ToTime(X509_get0_notBefore(certificate))), ")");
+  }
+  return absl::UnauthenticatedError(absl::StrCat(
+      "certificate ", NameToString(X509_get_subject_name(certificate)), " (serial ",
+      SerialHex(certificate), ") rejected: ", X509_verify_cert_error_string(error), detail));
+}
+
+absl::StatusOr<std::string> CertificateVerifier::VerifySite(X509* certificate,
+                                                            const DenyList& deny_list,
+                                                            absl::Time now) const {
+  STRAIT_RETURN_IF_ERROR(Verify(certificate, CertificateUse::kSiteClient, now));
+  STRAIT_ASSIGN_OR_RETURN(std::string site_id, SiteIdOf(certificate));
+  const std::string serial = SerialHex(certificate);
   if (deny_list.IsRevoked(serial)) {
     return absl::PermissionDeniedError(absl::StrCat("certificate of site ", site_id, " (serial ",
                                                     serial, ") is revoked by the deny list"));
   }
   return site_id;
+}
+
+absl::StatusOr<std::string> CertificateVerifier::VerifySite(absl::string_view certificate_pem,
+                                                            const DenyList& deny_list,
+                                                            absl::Time now) const {
+  absl::StatusOr<X509Ptr> certificate = ParseCertificatePem(certificate_pem);
+  if (!certificate.ok()) {
+    return absl::UnauthenticatedError(absl::StrCat("certificate: ", certificate.status().message()));
+  }
+  return VerifySite(certificate->get(), deny_list, now);
+}
+
+absl::Status VerifyCertificate(absl::string_view ca_pem, absl::string_view certificate_pem,
+                               CertificateUse use, absl::Time now) {
+  STRAIT_ASSIGN_OR_RETURN(CertificateVerifier verifier, CertificateVerifier::Create(ca_pem));
+  absl::StatusOr<X509Ptr> certificate = ParseCertificatePem(certificate_pem);
+  if (!certificate.ok()) {
+    return absl::UnauthenticatedError(absl::StrCat("certificate: ", certificate.status().message()));
+  }
+  return verifier.Verify(certificate->get(), use, now);
+}
+
+absl::StatusOr<std::string> VerifySiteCertificate(absl::string_view ca_pem,
+                                                  absl::string_view certificate_pem,
+                                                  const DenyList& deny_list, absl::Time now) {
+  STRAIT_ASSIGN_OR_RETURN(CertificateVerifier verifier, CertificateVerifier::Create(ca_pem));
+  return verifier.VerifySite(certificate_pem, deny_list, now);
 }
 
 }  // namespace strait::crypto

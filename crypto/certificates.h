@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "crypto/deny_list.h"
+#include "crypto/openssl_check.h"
 
 namespace strait::crypto {
 
@@ -82,18 +83,37 @@ absl::StatusOr<CertificateInfo> DescribeCertificate(absl::string_view pem);
 // Which use a certificate is verified for (checks extendedKeyUsage).
 enum class CertificateUse { kSiteClient, kGatewayServer };
 
-// Verifies `certificate_pem` against the CA certificate `ca_pem` at time `now`: signature chain,
-// validity period, key usage for `use`. Errors are kUnauthenticated with a message naming the
-// certificate's subject and serial and the reason (e.g. "certificate has expired").
-absl::Status VerifyCertificate(absl::string_view ca_pem, absl::string_view certificate_pem,
-                               CertificateUse use, absl::Time now = absl::Now());
-
 // The site id of a site certificate (CN and URI SAN agree and are a valid site id); does not verify
 // the chain. kUnauthenticated when the certificate carries no valid site identity.
+absl::StatusOr<std::string> SiteIdOfCertificate(X509* certificate);
 absl::StatusOr<std::string> SiteIdOfCertificate(absl::string_view certificate_pem);
 
-// Everything a neighbour or the gateway checks about a site's certificate: VerifyCertificate for
-// kSiteClient, the identity, and the deny list (kPermissionDenied when revoked). Returns the site id.
+// The federation CA, parsed once, and the checks made against it. Immutable and thread-safe; cheap
+// to move. Errors are kUnauthenticated with a message naming the certificate's subject and serial
+// and the reason (e.g. "certificate has expired"), or kPermissionDenied when it is revoked.
+class CertificateVerifier {
+ public:
+  static absl::StatusOr<CertificateVerifier> Create(absl::string_view ca_pem);
+
+  // Signature chain to the CA, validity period at `now`, key usage for `use`.
+  absl::Status Verify(X509* certificate, CertificateUse use, absl::Time now) const;
+
+  // Everything a neighbour or the gateway checks about a site's certificate: Verify for
+  // kSiteClient, the site identity, and the deny list. Returns the site id.
+  absl::StatusOr<std::string> VerifySite(X509* certificate, const DenyList& deny_list,
+                                         absl::Time now) const;
+  absl::StatusOr<std::string> VerifySite(absl::string_view certificate_pem,
+                                         const DenyList& deny_list,
+                                         absl::Time now = absl::Now()) const;
+
+ private:
+  explicit CertificateVerifier(X509StorePtr store) : store_(std::move(store)) {}
+  X509StorePtr store_;  // Holds the CA; read-only after Create.
+};
+
+// One-shot conveniences that parse the CA each time (CertificateVerifier::Create + Verify...).
+absl::Status VerifyCertificate(absl::string_view ca_pem, absl::string_view certificate_pem,
+                               CertificateUse use, absl::Time now = absl::Now());
 absl::StatusOr<std::string> VerifySiteCertificate(absl::string_view ca_pem,
                                                   absl::string_view certificate_pem,
                                                   const DenyList& deny_list,

@@ -10,7 +10,6 @@
 namespace strait::crypto {
 namespace {
 
-using EvpKdfPtr = std::unique_ptr<EVP_KDF, OpenSslDeleter<EVP_KDF_free>>;
 using EvpKdfCtxPtr = std::unique_ptr<EVP_KDF_CTX, OpenSslDeleter<EVP_KDF_CTX_free>>;
 
 // OSSL_PARAM wants non-const pointers even for inputs it only reads.
@@ -24,9 +23,10 @@ absl::StatusOr<std::vector<uint8_t>> HkdfSha256(std::span<const uint8_t> ikm,
   if (length == 0 || length > 255 * 32) {
     return absl::InvalidArgumentError(absl::StrCat("HKDF-SHA256 cannot produce ", length, " bytes"));
   }
-  EvpKdfPtr kdf(EVP_KDF_fetch(nullptr, OSSL_KDF_NAME_HKDF, nullptr));
-  STRAIT_OPENSSL_CHECK(kdf.get());
-  EvpKdfCtxPtr ctx(EVP_KDF_CTX_new(kdf.get()));
+  // Fetched once: a provider lookup costs more than the derivation itself.
+  static EVP_KDF* const kdf = EVP_KDF_fetch(nullptr, OSSL_KDF_NAME_HKDF, nullptr);
+  STRAIT_OPENSSL_CHECK(kdf);
+  EvpKdfCtxPtr ctx(EVP_KDF_CTX_new(kdf));
   STRAIT_OPENSSL_CHECK(ctx.get());
   char digest[] = "SHA256";
   OSSL_PARAM params[5];

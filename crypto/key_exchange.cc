@@ -112,25 +112,27 @@ std::string SignedKeyMessage(absl::string_view federation, absl::string_view sit
   return message;
 }
 
-absl::StatusOr<SignedKey> SignKey(absl::string_view federation, absl::string_view site_id,
-                                  uint32_t epoch, const EphemeralKey& key, const CertifiedKey& site) {
-  STRAIT_ASSIGN_OR_RETURN(std::string identity, SiteIdOfCertificate(site.certificate_pem));
-  if (identity != site_id) {
-    return absl::InvalidArgumentError(absl::StrCat("SignKey: the certificate is site '", identity,
-                                                   "', not '", site_id, "'"));
-  }
+KeySigner::KeySigner(std::string site_id, std::string certificate_pem, EvpPkeyPtr key)
+    : site_id_(std::move(site_id)), certificate_pem_(std::move(certificate_pem)), key_(std::move(key)) {}
+
+absl::StatusOr<KeySigner> KeySigner::Create(const CertifiedKey& site) {
   STRAIT_ASSIGN_OR_RETURN(X509Ptr certificate, ParseCertificatePem(site.certificate_pem));
-  STRAIT_ASSIGN_OR_RETURN(EvpPkeyPtr signing_key, ParsePrivateKeyPem(site.key_pem));
-  if (X509_check_private_key(certificate.get(), signing_key.get()) != 1) {
+  STRAIT_ASSIGN_OR_RETURN(std::string site_id, SiteIdOfCertificate(certificate.get()));
+  STRAIT_ASSIGN_OR_RETURN(EvpPkeyPtr key, ParsePrivateKeyPem(site.key_pem));
+  if (X509_check_private_key(certificate.get(), key.get()) != 1) {
     ERR_clear_error();
     return absl::InvalidArgumentError(
-        absl::StrCat("SignKey: the private key does not belong to site ", site_id, "'s certificate"));
+        absl::StrCat("the private key does not belong to site ", site_id, "'s certificate"));
   }
-  const std::string message = SignedKeyMessage(federation, site_id, epoch, key.public_key());
+  return KeySigner(std::move(site_id), site.certificate_pem, std::move(key));
+}
+
+absl::StatusOr<SignedKey> KeySigner::Sign(absl::string_view federation, uint32_t epoch,
+                                          const EphemeralKey& key) const {
+  const std::string message = SignedKeyMessage(federation, site_id_, epoch, key.public_key());
   EvpMdCtxPtr ctx(EVP_MD_CTX_new());
   STRAIT_OPENSSL_CHECK(ctx.get());
-  STRAIT_OPENSSL_CHECK(
-      EVP_DigestSignInit(ctx.get(), nullptr, EVP_sha256(), nullptr, signing_key.get()));
+  STRAIT_OPENSSL_CHECK(EVP_DigestSignInit(ctx.get(), nullptr, EVP_sha256(), nullptr, key_.get()));
   size_t size = 0;
   const auto* data = reinterpret_cast<const unsigned char*>(message.data());
   STRAIT_OPENSSL_CHECK(EVP_DigestSign(ctx.get(), nullptr, &size, data, message.size()));
@@ -139,18 +141,22 @@ absl::StatusOr<SignedKey> SignKey(absl::string_view federation, absl::string_vie
   STRAIT_OPENSSL_CHECK(EVP_DigestSign(
       ctx.get(), reinterpret_cast<unsigned char*>(out.signature.data()), &size, data, message.size()));
   out.signature.resize(size);
-  out.site_id = std::string(site_id);
+  out.site_id = site_id_;
   out.epoch = epoch;
   out.public_key = std::string(AsString(key.public_key()));
-  out.certificate_pem = site.certificate_pem;
+  out.certificate_pem = certificate_pem_;
   return out;
 }
 
 absl::Status VerifySignedKey(absl::string_view federation, absl::string_view expected_site_id,
-                             const SignedKey& signed_key, absl::string_view ca_pem,
+                             const SignedKey& signed_key, const CertificateVerifier& ca,
                              const DenyList& deny_list, absl::Time now) {
-  STRAIT_ASSIGN_OR_RETURN(std::string identity,
-                          VerifySiteCertificate(ca_pem, signed_key.certificate_pem, deny_list, now));
+  absl::StatusOr<X509Ptr> certificate = ParseCertificatePem(signed_key.certificate_pem);
+  if (!certificate.ok()) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("signed key of '", signed_key.site_id, "': ", certificate.status().message()));
+  }
+  STRAIT_ASSIGN_OR_RETURN(std::string identity, ca.VerifySite(certificate->get(), deny_list, now));
   if (identity != expected_site_id || identity != signed_key.site_id) {
     return absl::UnauthenticatedError(absl::StrCat(
         "signed key: the certificate is site '", identity, "', the key claims '",
@@ -161,8 +167,7 @@ absl::Status VerifySignedKey(absl::string_view federation, absl::string_view exp
                                                    signed_key.public_key.size(),
                                                    " bytes, expected 32"));
   }
-  STRAIT_ASSIGN_OR_RETURN(X509Ptr certificate, ParseCertificatePem(signed_key.certificate_pem));
-  EVP_PKEY* public_key = X509_get0_pubkey(certificate.get());
+  EVP_PKEY* public_key = X509_get0_pubkey(certificate->get());
   STRAIT_OPENSSL_CHECK(public_key);
   const std::string message = SignedKeyMessage(federation, signed_key.site_id, signed_key.epoch,
                                                AsBytes(signed_key.public_key));

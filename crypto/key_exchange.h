@@ -1,7 +1,7 @@
 // Authenticated key exchange between neighbouring sites (DESIGN.md §5, docs/security.md):
 //
 //   1. At join a site makes an EphemeralKey and signs (federation, site id, epoch, public key) with
-//      its certificate key: SignKey. The gateway relays the SignedKey (proto strait.v1.SignedKey;
+//      its certificate key: KeySigner::Sign. The gateway relays the SignedKey (proto strait.v1.SignedKey;
 //      callers copy the fields, crypto does not depend on proto).
 //   2. A neighbour checks it with VerifySignedKey: certificate chain against the federation CA,
 //      validity, deny list, identity = expected site id, and the signature.
@@ -64,17 +64,31 @@ struct SignedKey {
 std::string SignedKeyMessage(absl::string_view federation, absl::string_view site_id,
                              uint32_t epoch, std::span<const uint8_t> public_key);
 
-// Signs `key`'s public key for (federation, site_id, epoch) with `site`'s certificate key. Checks
-// that the certificate's identity is `site_id` and that the key belongs to it.
-absl::StatusOr<SignedKey> SignKey(absl::string_view federation, absl::string_view site_id,
-                                  uint32_t epoch, const EphemeralKey& key, const CertifiedKey& site);
+// A site's signing identity: its certificate and key, parsed and checked once (the key belongs to
+// the certificate, which carries a valid site identity). Immutable and thread-safe; movable.
+class KeySigner {
+ public:
+  static absl::StatusOr<KeySigner> Create(const CertifiedKey& site);
 
-// Verifies a neighbour's SignedKey: VerifySiteCertificate(ca_pem, certificate, deny_list, now), the
-// certificate's identity equals both `expected_site_id` and signed.site_id, the public key is 32
-// bytes, and the signature is valid for (federation, site id, epoch, public key). kUnauthenticated or
-// kPermissionDenied with the reason otherwise.
+  const std::string& site_id() const { return site_id_; }
+
+  // Signs `key`'s public key for (federation, site_id(), epoch).
+  absl::StatusOr<SignedKey> Sign(absl::string_view federation, uint32_t epoch,
+                                 const EphemeralKey& key) const;
+
+ private:
+  KeySigner(std::string site_id, std::string certificate_pem, EvpPkeyPtr key);
+  std::string site_id_;
+  std::string certificate_pem_;
+  EvpPkeyPtr key_;
+};
+
+// Verifies a neighbour's SignedKey: ca.VerifySite(certificate, deny_list, now) (chain, validity,
+// usage, identity, revocation), the certificate's identity equals both `expected_site_id` and
+// signed_key.site_id, the public key is 32 bytes, and the signature is valid for (federation, site
+// id, epoch, public key). kUnauthenticated or kPermissionDenied with the reason otherwise.
 absl::Status VerifySignedKey(absl::string_view federation, absl::string_view expected_site_id,
-                             const SignedKey& signed_key, absl::string_view ca_pem,
+                             const SignedKey& signed_key, const CertificateVerifier& ca,
                              const DenyList& deny_list, absl::Time now = absl::Now());
 
 // The keys of one link as seen from one site.

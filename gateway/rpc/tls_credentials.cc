@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/time/clock.h"
+#include "core/status.h"
 
 namespace strait::gateway {
 namespace {
@@ -21,8 +22,8 @@ std::string PeerCertificatePem(const grpc::AuthContext& context) {
 // Admits a call only from a site certificate that is not revoked; runs for every call.
 class SiteAuthProcessor : public grpc::AuthMetadataProcessor {
  public:
-  SiteAuthProcessor(std::string ca_pem, std::shared_ptr<const RevocationList> revoked)
-      : ca_pem_(std::move(ca_pem)), revoked_(std::move(revoked)) {}
+  SiteAuthProcessor(crypto::CertificateVerifier ca, std::shared_ptr<const RevocationList> revoked)
+      : ca_(std::move(ca)), revoked_(std::move(revoked)) {}
 
   grpc::Status Process(const InputMetadata&, grpc::AuthContext* context, OutputMetadata*,
                        OutputMetadata*) override {
@@ -31,7 +32,7 @@ class SiteAuthProcessor : public grpc::AuthMetadataProcessor {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no client certificate");
     }
     const absl::StatusOr<std::string> site =
-        crypto::VerifySiteCertificate(ca_pem_, pem, *revoked_->Current(), absl::Now());
+        ca_.VerifySite(pem, *revoked_->Current(), absl::Now());
     if (!site.ok()) {
       return grpc::Status(site.status().code() == absl::StatusCode::kPermissionDenied
                               ? grpc::StatusCode::PERMISSION_DENIED
@@ -42,7 +43,7 @@ class SiteAuthProcessor : public grpc::AuthMetadataProcessor {
   }
 
  private:
-  const std::string ca_pem_;
+  const crypto::CertificateVerifier ca_;
   const std::shared_ptr<const RevocationList> revoked_;
 };
 
@@ -62,15 +63,17 @@ std::shared_ptr<const crypto::DenyList> RevocationList::Current() const {
   return list_;
 }
 
-std::shared_ptr<grpc::ServerCredentials> MakeGatewayServerCredentials(
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeGatewayServerCredentials(
     const crypto::TlsMaterial& material, std::shared_ptr<const RevocationList> revoked) {
+  STRAIT_ASSIGN_OR_RETURN(crypto::CertificateVerifier ca,
+                          crypto::CertificateVerifier::Create(material.ca_pem));
   grpc::SslServerCredentialsOptions options(
       GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   options.pem_root_certs = material.ca_pem;
   options.pem_key_cert_pairs.push_back({material.own.key_pem, material.own.certificate_pem});
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::SslServerCredentials(options);
   credentials->SetAuthMetadataProcessor(
-      std::make_shared<SiteAuthProcessor>(material.ca_pem, std::move(revoked)));
+      std::make_shared<SiteAuthProcessor>(std::move(ca), std::move(revoked)));
   return credentials;
 }
 

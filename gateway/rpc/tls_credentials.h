@@ -34,7 +34,8 @@ class RevocationList {
 
 // Server credentials from the gateway's TLS material (crypto::LoadTlsMaterial with the gateway
 // certificate). `revoked` is shared with the caller, who may Replace its list at any time.
-std::shared_ptr<grpc::ServerCredentials> MakeGatewayServerCredentials(
+// kInvalidArgument when the CA certificate does not parse.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeGatewayServerCredentials(
     const crypto::TlsMaterial& material, std::shared_ptr<const RevocationList> revoked);
 
 // The site id of the peer of `context`, from the client certificate the handshake verified.

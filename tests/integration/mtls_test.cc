@@ -34,10 +34,10 @@ class MtlsTest : public ::testing::Test {
   void SetUp() override {
     revoked_ = std::make_shared<gateway::RevocationList>();
     grpc::ServerBuilder builder;
-    builder.AddListeningPort(
-        "127.0.0.1:0",
-        gateway::MakeGatewayServerCredentials({Pki().ca.certificate_pem, Pki().gateway}, revoked_),
-        &port_);
+    auto credentials =
+        gateway::MakeGatewayServerCredentials({Pki().ca.certificate_pem, Pki().gateway}, revoked_);
+    ASSERT_TRUE(credentials.ok()) << credentials.status();
+    builder.AddListeningPort("127.0.0.1:0", *credentials, &port_);
     builder.RegisterService(&service_);
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
