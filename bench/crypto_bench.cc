@@ -12,10 +12,9 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_format.h"
 #include "core/status.h"
@@ -44,8 +43,10 @@ class RawGcm {
     return Run(dec_.get(), 0, counter, aad, data, size, tag);
   }
   bool Init() {
-    return EVP_EncryptInit_ex(enc_.get(), EVP_aes_256_gcm(), nullptr, key_.key.data(), nullptr) == 1 &&
-           EVP_DecryptInit_ex(dec_.get(), EVP_aes_256_gcm(), nullptr, key_.key.data(), nullptr) == 1;
+    return EVP_EncryptInit_ex(enc_.get(), EVP_aes_256_gcm(), nullptr, key_.key.data(), nullptr) ==
+               1 &&
+           EVP_DecryptInit_ex(dec_.get(), EVP_aes_256_gcm(), nullptr, key_.key.data(), nullptr) ==
+               1;
   }
 
  private:
@@ -106,7 +107,8 @@ absl::StatusOr<SizeResult> MeasureSize(size_t size, size_t bytes_per_round, int 
 
       std::memcpy(buffer.data(), pristine.data(), buffer.size());
       t0 = Clock::now();
-      const bool dec_ok = raw.Decrypt(sequence0, aad.data(), buffer.data(), size, buffer.data() + size);
+      const bool dec_ok =
+          raw.Decrypt(sequence0, aad.data(), buffer.data(), size, buffer.data() + size);
       raw_dec += Clock::now() - t0;
       if (!dec_ok) return absl::InternalError("raw decrypt failed");
 
@@ -157,8 +159,8 @@ absl::StatusOr<ExchangeResult> MeasureExchange(int iterations) {
     generate += t1 - t0, sign += t2 - t1, verify += t3 - t2, derive += t4 - t3;
   }
   auto us = [&](Clock::duration d) { return Seconds(d) * 1e6 / iterations; };
-  return ExchangeResult{iterations, us(generate), us(sign), us(verify), us(derive),
-                        us(generate + sign + verify + derive)};
+  return ExchangeResult{iterations, us(generate), us(sign),
+                        us(verify), us(derive),   us(generate + sign + verify + derive)};
 }
 
 absl::Status Run(bool json, double seconds_scale) {
@@ -166,7 +168,8 @@ absl::Status Run(bool json, double seconds_scale) {
   const int rounds = 8;
   const size_t bytes_per_round = static_cast<size_t>(32e6 * seconds_scale);
   for (size_t size : {size_t{64} << 10, size_t{1} << 20, size_t{16} << 20}) {
-    STRAIT_ASSIGN_OR_RETURN(SizeResult r, MeasureSize(size, std::max(bytes_per_round, size), rounds));
+    STRAIT_ASSIGN_OR_RETURN(SizeResult r,
+                            MeasureSize(size, std::max(bytes_per_round, size), rounds));
     sizes.push_back(r);
   }
   STRAIT_ASSIGN_OR_RETURN(ExchangeResult exchange,
@@ -182,12 +185,10 @@ absl::Status Run(bool json, double seconds_scale) {
                              {"open_gbps", r.open_gbps},
                              {"open_ratio", r.open_gbps / r.raw_decrypt_gbps}});
     }
-    out["key_exchange"] = {{"iterations", exchange.iterations},
-                           {"generate_us", exchange.generate_us},
-                           {"sign_us", exchange.sign_us},
-                           {"verify_us", exchange.verify_us},
-                           {"derive_us", exchange.derive_us},
-                           {"total_us", exchange.total_us}};
+    out["key_exchange"] = {
+        {"iterations", exchange.iterations}, {"generate_us", exchange.generate_us},
+        {"sign_us", exchange.sign_us},       {"verify_us", exchange.verify_us},
+        {"derive_us", exchange.derive_us},   {"total_us", exchange.total_us}};
     std::printf("%s\n", out.dump(2).c_str());
     return absl::OkStatus();
   }
@@ -211,8 +212,9 @@ absl::Status Run(bool json, double seconds_scale) {
 
 void AddBenchCryptoCommand(CLI::App& bench, int* exit_code) {
   CLI::App* crypto = bench.add_subcommand(
-      "crypto", "Seal/Open GB/s for 64 KiB, 1 MiB and 16 MiB frames beside the raw EVP AES-256-GCM "
-                "loop, and the cost of one key exchange");
+      "crypto",
+      "Seal/Open GB/s for 64 KiB, 1 MiB and 16 MiB frames beside the raw EVP AES-256-GCM "
+      "loop, and the cost of one key exchange");
   auto json = std::make_shared<bool>(false);
   auto scale = std::make_shared<double>(1.0);
   crypto->add_flag("--json", *json, "Print JSON instead of a table");

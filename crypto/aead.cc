@@ -25,7 +25,8 @@ std::array<uint8_t, kNonceSize> MakeNonce(const std::array<uint8_t, kNonceSaltSi
                                           uint64_t sequence) {
   std::array<uint8_t, kNonceSize> nonce;
   std::memcpy(nonce.data(), salt.data(), kNonceSaltSize);
-  for (int i = 0; i < 8; ++i) nonce[kNonceSaltSize + i] = static_cast<uint8_t>(sequence >> (56 - 8 * i));
+  for (int i = 0; i < 8; ++i)
+    nonce[kNonceSaltSize + i] = static_cast<uint8_t>(sequence >> (56 - 8 * i));
   return nonce;
 }
 
@@ -38,7 +39,8 @@ absl::StatusOr<EvpCipherCtxPtr> MakeContext(const DirectionKey& key, bool encryp
   return ctx;
 }
 
-// Runs the data through EVP_CipherUpdate in pieces (in place when out == in; out may be null for AAD).
+// Runs the data through EVP_CipherUpdate in pieces (in place when out == in; out may be null for
+// AAD).
 absl::Status Update(EVP_CIPHER_CTX* ctx, uint8_t* out, const uint8_t* in, size_t size) {
   for (size_t done = 0; done < size;) {
     const int piece = static_cast<int>(std::min(size - done, kMaxUpdate));
@@ -107,9 +109,13 @@ std::optional<OpenError> GetOpenError(const absl::Status& status) {
 // ---- Sealer ----
 
 Sealer::Sealer(EvpCipherCtxPtr ctx, const DirectionKey& key, uint64_t max_bytes)
-    : key_epoch_(key.key_epoch), max_bytes_(max_bytes), salt_(key.nonce_salt), ctx_(std::move(ctx)) {}
+    : key_epoch_(key.key_epoch),
+      max_bytes_(max_bytes),
+      salt_(key.nonce_salt),
+      ctx_(std::move(ctx)) {}
 
-absl::StatusOr<std::unique_ptr<Sealer>> Sealer::Create(const DirectionKey& key, uint64_t max_bytes) {
+absl::StatusOr<std::unique_ptr<Sealer>> Sealer::Create(const DirectionKey& key,
+                                                       uint64_t max_bytes) {
   STRAIT_ASSIGN_OR_RETURN(EvpCipherCtxPtr ctx, MakeContext(key, /*encrypt=*/true));
   return std::unique_ptr<Sealer>(new Sealer(std::move(ctx), key, max_bytes));
 }
@@ -124,13 +130,12 @@ bool Sealer::retired() const {
   return bytes_sealed_ >= max_bytes_ || next_sequence_ == std::numeric_limits<uint64_t>::max();
 }
 
-absl::StatusOr<uint64_t> Sealer::SealInPlace(std::span<const uint8_t> aad, std::span<uint8_t> buffer,
-                                             size_t plaintext_size) {
+absl::StatusOr<uint64_t> Sealer::SealInPlace(std::span<const uint8_t> aad,
+                                             std::span<uint8_t> buffer, size_t plaintext_size) {
   if (buffer.size() < plaintext_size || buffer.size() - plaintext_size < kTagSize) {
-    return absl::InvalidArgumentError(absl::StrCat("Seal: buffer of ", buffer.size(),
-                                                   " bytes cannot hold ", plaintext_size,
-                                                   " bytes of plaintext and a ", kTagSize,
-                                                   "-byte tag"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Seal: buffer of ", buffer.size(), " bytes cannot hold ", plaintext_size,
+                     " bytes of plaintext and a ", kTagSize, "-byte tag"));
   }
   std::lock_guard<std::mutex> lock(mu_);
   // The last counter value is never used, so a sequence number never wraps to a used nonce.
@@ -150,8 +155,8 @@ absl::StatusOr<uint64_t> Sealer::SealInPlace(std::span<const uint8_t> aad, std::
   STRAIT_RETURN_IF_ERROR(Update(ctx, buffer.data(), buffer.data(), plaintext_size));
   int final_size = 0;
   STRAIT_OPENSSL_CHECK(EVP_EncryptFinal_ex(ctx, buffer.data() + plaintext_size, &final_size));
-  STRAIT_OPENSSL_CHECK(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, kTagSize,
-                                           buffer.data() + plaintext_size));
+  STRAIT_OPENSSL_CHECK(
+      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, kTagSize, buffer.data() + plaintext_size));
   bytes_sealed_ += plaintext_size;
   return sequence;
 }
@@ -178,19 +183,20 @@ absl::StatusOr<std::unique_ptr<Opener>> Opener::Create(const DirectionKey& key, 
 absl::StatusOr<size_t> Opener::OpenInPlace(const FrameInfo& info, std::span<const uint8_t> aad,
                                            std::span<uint8_t> body) {
   if (body.size() < kTagSize || body.size() < info.sealed_size) {
-    return OpenFailure(OpenError::kTruncated,
-                       absl::StrCat("Open: body of ", body.size(), " bytes is truncated (header says ",
-                                    info.sealed_size, ", a tag alone is ", kTagSize, ")"));
+    return OpenFailure(
+        OpenError::kTruncated,
+        absl::StrCat("Open: body of ", body.size(), " bytes is truncated (header says ",
+                     info.sealed_size, ", a tag alone is ", kTagSize, ")"));
   }
   if (body.size() > info.sealed_size) {
-    return OpenFailure(OpenError::kTampered, absl::StrCat("Open: body of ", body.size(),
-                                                          " bytes is longer than the ",
-                                                          info.sealed_size, " the header says"));
+    return OpenFailure(OpenError::kTampered,
+                       absl::StrCat("Open: body of ", body.size(), " bytes is longer than the ",
+                                    info.sealed_size, " the header says"));
   }
   if (info.key_epoch != key_epoch_) {
-    return OpenFailure(OpenError::kWrongKey, absl::StrCat("Open: frame sealed under key epoch ",
-                                                          info.key_epoch, ", this link has ",
-                                                          key_epoch_));
+    return OpenFailure(OpenError::kWrongKey,
+                       absl::StrCat("Open: frame sealed under key epoch ", info.key_epoch,
+                                    ", this link has ", key_epoch_));
   }
   std::lock_guard<std::mutex> lock(mu_);
   switch (window_.Check(info.sequence)) {
@@ -208,10 +214,14 @@ absl::StatusOr<size_t> Opener::OpenInPlace(const FrameInfo& info, std::span<cons
   const std::array<uint8_t, kNonceSize> nonce = MakeNonce(salt_, info.sequence);
   EVP_CIPHER_CTX* ctx = ctx_.get();
   STRAIT_OPENSSL_CHECK(EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, nonce.data()));
+  // The expected tag goes in first, so nothing can fail between decryption and the tag check.
+  STRAIT_OPENSSL_CHECK(
+      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, kTagSize, body.data() + plaintext_size));
   STRAIT_RETURN_IF_ERROR(Update(ctx, nullptr, aad.data(), aad.size()));
-  STRAIT_RETURN_IF_ERROR(Update(ctx, body.data(), body.data(), plaintext_size));
-  STRAIT_OPENSSL_CHECK(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, kTagSize,
-                                           body.data() + plaintext_size));
+  if (absl::Status status = Update(ctx, body.data(), body.data(), plaintext_size); !status.ok()) {
+    OPENSSL_cleanse(body.data(), body.size());  // Partly decrypted, never authenticated.
+    return status;
+  }
   int final_size = 0;
   if (EVP_DecryptFinal_ex(ctx, body.data() + plaintext_size, &final_size) != 1) {
     ERR_clear_error();

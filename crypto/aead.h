@@ -1,15 +1,16 @@
-// Sealing of frame bodies between neighbouring sites (DESIGN.md §5): AES-256-GCM with a per-direction
-// key, a nonce made from a per-direction 64-bit counter, and AAD chosen by the caller (the tensor
-// key and frame header bytes).
+// Sealing of frame bodies between neighbouring sites (DESIGN.md §5): AES-256-GCM with a
+// per-direction key, a nonce made from a per-direction 64-bit counter, and AAD chosen by the caller
+// (the tensor key and frame header bytes).
 //
 // Sealed body layout: ciphertext (as long as the plaintext) || 16-byte GCM tag. The sequence number
 // and key epoch are not in the body; they travel in the frame header (FrameHeader.sequence,
-// FrameHeader.key_epoch), which the caller also puts in the AAD.
+// FrameHeader.key_epoch) and are bound by the nonce and the key, so the AAD need not repeat them.
 //
 // Nonce (96 bits) = 4-byte per-direction salt from the key schedule || sequence as 64-bit big
-// endian. Sequence numbers start at 0 and increase by one per sealed frame, so a nonce never repeats
-// under a key; a Sealer retires its key (refuses to seal) before the counter wraps and after its
-// configured byte budget, and the caller then re-keys (a new key exchange, docs/security.md).
+// endian. Sequence numbers start at 0 and increase by one per sealed frame, so a nonce never
+// repeats under a key; a Sealer retires its key (refuses to seal) before the counter wraps and
+// after its configured byte budget, and the caller then re-keys (a new key exchange,
+// docs/security.md).
 #pragma once
 
 #include <array>
@@ -52,9 +53,9 @@ enum class OpenError {
   kWrongKey,     // Sealed under another key epoch than this Opener's key.
   kReplayed,     // This sequence number was already opened successfully.
   kOutOfWindow,  // Sequence number below the replay window (too old to tell).
-  kTampered,     // Authentication failed: modified ciphertext or tag, other AAD (e.g. a misaddressed
-                 // frame), a key of the same epoch that differs, or extra bytes. GCM cannot tell
-                 // these apart, by design.
+  kTampered,  // Authentication failed: modified ciphertext or tag, other AAD (e.g. a misaddressed
+              // frame), a key of the same epoch that differs, or extra bytes. GCM cannot tell
+              // these apart, by design.
 };
 
 // "truncated", "wrong_key", "replayed", "out_of_window", "tampered": stable names for metrics.
@@ -68,12 +69,14 @@ std::optional<OpenError> GetOpenError(const absl::Status& status);
 class Sealer {
  public:
   // `max_bytes`: plaintext bytes this key may seal before it is retired (the link's rotate_bytes).
-  static absl::StatusOr<std::unique_ptr<Sealer>> Create(const DirectionKey& key, uint64_t max_bytes);
+  static absl::StatusOr<std::unique_ptr<Sealer>> Create(const DirectionKey& key,
+                                                        uint64_t max_bytes);
 
   // Encrypts buffer[0, plaintext_size) in place and writes the tag to
-  // buffer[plaintext_size, plaintext_size + kTagSize); `buffer` must hold both. Returns the sequence
-  // number used (put it in FrameHeader.sequence). `aad` must be the bytes the receiver passes to
-  // Open. Fails with kResourceExhausted once the key is retired, kInvalidArgument on a short buffer.
+  // buffer[plaintext_size, plaintext_size + kTagSize); `buffer` must hold both. Returns the
+  // sequence number used (put it in FrameHeader.sequence). `aad` must be the bytes the receiver
+  // passes to Open. Fails with kResourceExhausted once the key is retired, kInvalidArgument on a
+  // short buffer.
   absl::StatusOr<uint64_t> SealInPlace(std::span<const uint8_t> aad, std::span<uint8_t> buffer,
                                        size_t plaintext_size);
 
@@ -96,7 +99,7 @@ class Sealer {
   const uint64_t max_bytes_;
   std::array<uint8_t, kNonceSaltSize> salt_;
   mutable std::mutex mu_;
-  EvpCipherCtxPtr ctx_;        // Keyed once; each frame only sets its nonce. Guarded by mu_.
+  EvpCipherCtxPtr ctx_;         // Keyed once; each frame only sets its nonce. Guarded by mu_.
   uint64_t next_sequence_ = 0;  // Guarded by mu_.
   uint64_t bytes_sealed_ = 0;   // Guarded by mu_.
 };
@@ -107,20 +110,20 @@ class Opener {
   // `window`: how far below the highest accepted sequence number a frame may still arrive
   // (reordering tolerance); rounded up to a multiple of 64.
   static absl::StatusOr<std::unique_ptr<Opener>> Create(const DirectionKey& key,
-                                                       uint64_t window = 1024);
+                                                        uint64_t window = 1024);
 
-  // What the frame header says about the body. The caller must also cover these header fields with
-  // the AAD, so that they cannot be changed without failing authentication.
+  // What the frame header says about the body. The sequence and key epoch are authenticated through
+  // the nonce and the key; the sender must put the declared size (wire_bytes) in the AAD.
   struct FrameInfo {
     uint64_t sequence = 0;
     uint32_t key_epoch = 0;
     uint64_t sealed_size = 0;  // FrameHeader.wire_bytes: the body length the sender produced.
   };
 
-  // Authenticates and decrypts `body` (ciphertext || tag) in place. On success returns the plaintext
-  // size (the plaintext is body[0, size)) and records the sequence number as seen. On failure returns
-  // a Status carrying an OpenError (see GetOpenError) and leaves no unauthenticated plaintext in
-  // `body` (it is zeroed); the replay window is unchanged.
+  // Authenticates and decrypts `body` (ciphertext || tag) in place. On success returns the
+  // plaintext size (the plaintext is body[0, size)) and records the sequence number as seen. On
+  // failure returns a Status carrying an OpenError (see GetOpenError) and leaves no unauthenticated
+  // plaintext in `body` (it is zeroed); the replay window is unchanged.
   absl::StatusOr<size_t> OpenInPlace(const FrameInfo& info, std::span<const uint8_t> aad,
                                      std::span<uint8_t> body);
 

@@ -78,7 +78,9 @@ std::vector<std::string> AltNames(X509* certificate) {
     const GENERAL_NAME* name = sk_GENERAL_NAME_value(names.get(), i);
     if (name->type == GEN_DNS || name->type == GEN_URI || name->type == GEN_EMAIL) {
       const ASN1_IA5STRING* s = name->d.ia5;
-      const char* prefix = name->type == GEN_DNS ? "DNS:" : name->type == GEN_URI ? "URI:" : "email:";
+      const char* prefix = name->type == GEN_DNS   ? "DNS:"
+                           : name->type == GEN_URI ? "URI:"
+                                                   : "email:";
       out.push_back(absl::StrCat(prefix, absl::string_view(reinterpret_cast<const char*>(s->data),
                                                            static_cast<size_t>(s->length))));
     } else if (name->type == GEN_IPADD) {
@@ -144,8 +146,7 @@ absl::StatusOr<std::string> BuildCertificate(const CertificateSpec& spec, EVP_PK
   STRAIT_OPENSSL_CHECK(X509_NAME_add_entry_by_txt(
       name, "CN", MBSTRING_UTF8, reinterpret_cast<const unsigned char*>(spec.common_name.c_str()),
       -1, -1, 0));
-  STRAIT_OPENSSL_CHECK(
-      X509_set_issuer_name(cert, issuer ? X509_get_subject_name(issuer) : name));
+  STRAIT_OPENSSL_CHECK(X509_set_issuer_name(cert, issuer ? X509_get_subject_name(issuer) : name));
   STRAIT_OPENSSL_CHECK(X509_set_pubkey(cert, key));
 
   for (const auto& [nid, value] : spec.extensions) {
@@ -165,14 +166,14 @@ absl::StatusOr<CertifiedKey> IssueLeaf(const CertifiedKey& ca, CertificateSpec s
     return absl::InvalidArgumentError("the CA key does not belong to the CA certificate");
   }
   STRAIT_ASSIGN_OR_RETURN(EvpPkeyPtr key, GenerateP256Key());
-  spec.extensions.insert(spec.extensions.end(),
-                         {{NID_basic_constraints, "critical,CA:FALSE"},
-                          {NID_key_usage, "critical,digitalSignature"},
-                          {NID_subject_key_identifier, "hash"},
-                          {NID_authority_key_identifier, "keyid:always"}});
+  spec.extensions.insert(spec.extensions.end(), {{NID_basic_constraints, "critical,CA:FALSE"},
+                                                 {NID_key_usage, "critical,digitalSignature"},
+                                                 {NID_subject_key_identifier, "hash"},
+                                                 {NID_authority_key_identifier, "keyid:always"}});
   CertifiedKey out;
-  STRAIT_ASSIGN_OR_RETURN(out.certificate_pem, BuildCertificate(spec, key.get(), ca_certificate.get(),
-                                                                ca_key.get(), options));
+  STRAIT_ASSIGN_OR_RETURN(
+      out.certificate_pem,
+      BuildCertificate(spec, key.get(), ca_certificate.get(), ca_key.get(), options));
   STRAIT_ASSIGN_OR_RETURN(out.key_pem, PrivateKeyToPem(key.get()));
   return out;
 }
@@ -202,9 +203,9 @@ absl::StatusOr<std::string> SiteIdOf(X509* certificate) {
                                                    kSiteUriPrefix, "<id>)"));
   }
   if (!IsValidSiteId(from_uri) || from_uri != common_name) {
-    return absl::UnauthenticatedError(absl::StrCat("certificate has an invalid site identity (CN=",
-                                                   common_name, ", URI ", kSiteUriPrefix,
-                                                   from_uri, ")"));
+    return absl::UnauthenticatedError(
+        absl::StrCat("certificate has an invalid site identity (CN=", common_name, ", URI ",
+                     kSiteUriPrefix, from_uri, ")"));
   }
   return from_uri;
 }
@@ -236,7 +237,8 @@ absl::StatusOr<CertifiedKey> CreateCa(absl::string_view federation,
 absl::StatusOr<CertifiedKey> IssueGatewayCertificate(const CertifiedKey& ca,
                                                      const std::vector<std::string>& hosts,
                                                      const CertificateOptions& options) {
-  if (hosts.empty()) return absl::InvalidArgumentError("a gateway certificate needs at least one host");
+  if (hosts.empty())
+    return absl::InvalidArgumentError("a gateway certificate needs at least one host");
   std::vector<std::string> names;
   for (const std::string& host : hosts) {
     if (host.empty() || host.find_first_of(", \t") != std::string::npos) {
@@ -254,8 +256,9 @@ absl::StatusOr<CertifiedKey> IssueGatewayCertificate(const CertifiedKey& ca,
 absl::StatusOr<CertifiedKey> IssueSiteCertificate(const CertifiedKey& ca, absl::string_view site_id,
                                                   const CertificateOptions& options) {
   if (!IsValidSiteId(site_id)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "invalid site id '", site_id, "' (expected ^[a-z0-9][a-z0-9._-]{0,62}$ as in the job spec)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid site id '", site_id,
+                     "' (expected ^[a-z0-9][a-z0-9._-]{0,62}$ as in the job spec)"));
   }
   CertificateSpec spec;
   spec.common_name = std::string(site_id);
@@ -318,36 +321,41 @@ absl::StatusOr<std::string> SiteIdOfCertificate(X509* certificate) { return Site
 absl::StatusOr<std::string> SiteIdOfCertificate(absl::string_view certificate_pem) {
   absl::StatusOr<X509Ptr> certificate = ParseCertificatePem(certificate_pem);
   if (!certificate.ok()) {
-    return absl::UnauthenticatedError(absl::StrCat("certificate: ", certificate.status().message()));
+    return absl::UnauthenticatedError(
+        absl::StrCat("certificate: ", certificate.status().message()));
   }
   return SiteIdOf(certificate->get());
 }
 
 absl::StatusOr<CertificateVerifier> CertificateVerifier::Create(absl::string_view ca_pem) {
   absl::StatusOr<X509Ptr> ca = ParseCertificatePem(ca_pem);
-  if (!ca.ok()) return absl::InvalidArgumentError(absl::StrCat("CA certificate: ", ca.status().message()));
+  if (!ca.ok())
+    return absl::InvalidArgumentError(absl::StrCat("CA certificate: ", ca.status().message()));
   X509StorePtr store(X509_STORE_new());
   STRAIT_OPENSSL_CHECK(store.get());
   STRAIT_OPENSSL_CHECK(X509_STORE_add_cert(store.get(), ca->get()));
   return CertificateVerifier(std::move(store));
 }
 
-absl::Status CertificateVerifier::Verify(X509* certificate, CertificateUse use, absl::Time now) const {
+absl::Status CertificateVerifier::Verify(X509* certificate, CertificateUse use,
+                                         absl::Time now) const {
   X509StoreCtxPtr ctx(X509_STORE_CTX_new());
   STRAIT_OPENSSL_CHECK(ctx.get());
   STRAIT_OPENSSL_CHECK(X509_STORE_CTX_init(ctx.get(), store_.get(), certificate, nullptr));
-  STRAIT_OPENSSL_CHECK(X509_STORE_CTX_set_purpose(
-      ctx.get(), use == CertificateUse::kSiteClient ? X509_PURPOSE_SSL_CLIENT : X509_PURPOSE_SSL_SERVER));
+  STRAIT_OPENSSL_CHECK(X509_STORE_CTX_set_purpose(ctx.get(), use == CertificateUse::kSiteClient
+                                                                 ? X509_PURPOSE_SSL_CLIENT
+                                                                 : X509_PURPOSE_SSL_SERVER));
   X509_STORE_CTX_set_time(ctx.get(), 0, absl::ToTimeT(now));
   if (X509_verify_cert(ctx.get()) == 1) return absl::OkStatus();
   const int error = X509_STORE_CTX_get_error(ctx.get());
   ERR_clear_error();
   std::string detail;
   if (error == X509_V_ERR_CERT_HAS_EXPIRED) {
-    detail = absl::StrCat(" (not after ", absl::FormatTime(ToTime(X509_get0_notAfter(certificate))), ")");
+    detail = absl::StrCat(" (not after ", absl::FormatTime(ToTime(X509_get0_notAfter(certificate))),
+                          ")");
   } else if (error == X509_V_ERR_CERT_NOT_YET_VALID) {
-    detail =
-        absl::StrCat(" (not before ", absl::FormatTime(ToTime(X509_get0_notBefore(certificate))), ")");
+    detail = absl::StrCat(" (not before ",
+                          absl::FormatTime(ToTime(X509_get0_notBefore(certificate))), ")");
   }
   return absl::UnauthenticatedError(absl::StrCat(
       "certificate ", NameToString(X509_get_subject_name(certificate)), " (serial ",
@@ -372,7 +380,8 @@ absl::StatusOr<std::string> CertificateVerifier::VerifySite(absl::string_view ce
                                                             absl::Time now) const {
   absl::StatusOr<X509Ptr> certificate = ParseCertificatePem(certificate_pem);
   if (!certificate.ok()) {
-    return absl::UnauthenticatedError(absl::StrCat("certificate: ", certificate.status().message()));
+    return absl::UnauthenticatedError(
+        absl::StrCat("certificate: ", certificate.status().message()));
   }
   return VerifySite(certificate->get(), deny_list, now);
 }
@@ -382,7 +391,8 @@ absl::Status VerifyCertificate(absl::string_view ca_pem, absl::string_view certi
   STRAIT_ASSIGN_OR_RETURN(CertificateVerifier verifier, CertificateVerifier::Create(ca_pem));
   absl::StatusOr<X509Ptr> certificate = ParseCertificatePem(certificate_pem);
   if (!certificate.ok()) {
-    return absl::UnauthenticatedError(absl::StrCat("certificate: ", certificate.status().message()));
+    return absl::UnauthenticatedError(
+        absl::StrCat("certificate: ", certificate.status().message()));
   }
   return verifier.Verify(certificate->get(), use, now);
 }

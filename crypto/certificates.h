@@ -1,10 +1,10 @@
-// The federation's X.509 material (DESIGN.md §5): one CA per federation, a server certificate for the
-// gateway and a client certificate per site, all ECDSA P-256 with SHA-256 signatures.
+// The federation's X.509 material (DESIGN.md §5): one CA per federation, a server certificate for
+// the gateway and a client certificate per site, all ECDSA P-256 with SHA-256 signatures.
 //
 // Identity: a site certificate names its site twice, as subject CN = <site id> and as the URI
 // subject alternative name strait://site/<site id>; both must agree. Site certificates carry
-// extendedKeyUsage clientAuth only and the gateway's serverAuth only, so neither can stand in for the
-// other. See docs/security.md.
+// extendedKeyUsage clientAuth only and the gateway's serverAuth only, so neither can stand in for
+// the other. See docs/security.md.
 #pragma once
 
 #include <string>
@@ -25,7 +25,8 @@ struct CertifiedKey {
 };
 
 struct CertificateOptions {
-  absl::Time not_before = absl::InfinitePast();  // InfinitePast: now (minus a minute of clock skew).
+  absl::Time not_before =
+      absl::InfinitePast();  // InfinitePast: now (minus a minute of clock skew).
   absl::Duration validity = absl::Hours(24 * 365);
 };
 
@@ -56,9 +57,9 @@ struct TlsMaterial {
   CertifiedKey own;
 };
 
-// Reads the three PEM files (ReadPemFile) and checks that they parse and that the key belongs to the
-// certificate, so that a misconfiguration fails here with the file names rather than deep in gRPC.
-// Error messages name files, never their contents.
+// Reads the three PEM files (ReadPemFile) and checks that they parse and that the key belongs to
+// the certificate, so that a misconfiguration fails here with the file names rather than deep in
+// gRPC. Error messages name files, never their contents.
 absl::StatusOr<TlsMaterial> LoadTlsMaterial(const std::string& ca_path,
                                             const std::string& certificate_path,
                                             const std::string& key_path);
@@ -67,9 +68,9 @@ absl::StatusOr<TlsMaterial> LoadTlsMaterial(const std::string& ca_path,
 struct CertificateInfo {
   std::string subject;  // RFC 2253, e.g. "CN=east,O=strait".
   std::string issuer;
-  std::string serial_hex;          // Upper-case hex with colons, e.g. "3F:A2:...".
-  std::string sha256_fingerprint;  // Upper-case hex with colons.
-  std::vector<std::string> subject_alt_names;  // "DNS:x", "IP:1.2.3.4", "URI:strait://site/east".
+  std::string serial_hex;                       // Upper-case hex with colons, e.g. "3F:A2:...".
+  std::string sha256_fingerprint;               // Upper-case hex with colons.
+  std::vector<std::string> subject_alt_names;   // "DNS:x", "IP:1.2.3.4", "URI:strait://site/east".
   std::vector<std::string> extended_key_usage;  // "serverAuth", "clientAuth".
   absl::Time not_before;
   absl::Time not_after;

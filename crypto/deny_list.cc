@@ -38,9 +38,9 @@ absl::StatusOr<DenyList> DenyList::Parse(absl::string_view text, absl::string_vi
     if (line.empty()) continue;
     std::string serial = NormalizeSerial(line);
     if (serial.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name, ":", line_number, ": expected a certificate serial number in hex, found '", line,
-          "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ":", line_number,
+                       ": expected a certificate serial number in hex, found '", line, "'"));
     }
     list.serials_.insert(std::move(serial));
   }

@@ -21,7 +21,8 @@ absl::StatusOr<std::vector<uint8_t>> HkdfSha256(std::span<const uint8_t> ikm,
                                                 std::span<const uint8_t> salt,
                                                 std::span<const uint8_t> info, size_t length) {
   if (length == 0 || length > 255 * 32) {
-    return absl::InvalidArgumentError(absl::StrCat("HKDF-SHA256 cannot produce ", length, " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("HKDF-SHA256 cannot produce ", length, " bytes"));
   }
   // Fetched once: a provider lookup costs more than the derivation itself.
   static EVP_KDF* const kdf = EVP_KDF_fetch(nullptr, OSSL_KDF_NAME_HKDF, nullptr);

@@ -11,8 +11,8 @@
 namespace strait::crypto {
 
 // Derives `length` bytes (at most 255 * 32) from input keying material `ikm` with `salt` (empty:
-// a block of zeros, as in the RFC) and context `info`. Thread-safe; the caller owns (and should wipe)
-// the output.
+// a block of zeros, as in the RFC) and context `info`. Thread-safe; the caller owns (and should
+// wipe) the output.
 absl::StatusOr<std::vector<uint8_t>> HkdfSha256(std::span<const uint8_t> ikm,
                                                 std::span<const uint8_t> salt,
                                                 std::span<const uint8_t> info, size_t length);

@@ -41,9 +41,8 @@ absl::Status DeriveDirection(absl::string_view federation, const LinkEnd& sender
     AppendU32(&info, end->epoch);
     AppendField(&info, AsString(end->public_key));
   }
-  STRAIT_ASSIGN_OR_RETURN(std::vector<uint8_t> okm,
-                          HkdfSha256(shared_secret, {}, AsBytes(info),
-                                     kAeadKeySize + kNonceSaltSize));
+  STRAIT_ASSIGN_OR_RETURN(std::vector<uint8_t> okm, HkdfSha256(shared_secret, {}, AsBytes(info),
+                                                               kAeadKeySize + kNonceSaltSize));
   std::memcpy(key->key.data(), okm.data(), kAeadKeySize);
   std::memcpy(key->nonce_salt.data(), okm.data() + kAeadKeySize, kNonceSaltSize);
   key->key_epoch = sender.epoch + receiver.epoch;
@@ -82,8 +81,8 @@ absl::StatusOr<EphemeralKey> EphemeralKey::FromPrivateKey(std::span<const uint8_
 absl::StatusOr<std::array<uint8_t, kX25519KeySize>> EphemeralKey::SharedSecret(
     std::span<const uint8_t> peer_public_key) const {
   if (peer_public_key.size() != kX25519KeySize) {
-    return absl::InvalidArgumentError(absl::StrCat("an X25519 public key is 32 bytes, not ",
-                                                   peer_public_key.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("an X25519 public key is 32 bytes, not ", peer_public_key.size()));
   }
   EvpPkeyPtr peer(EVP_PKEY_new_raw_public_key(EVP_PKEY_X25519, nullptr, peer_public_key.data(),
                                               peer_public_key.size()));
@@ -113,7 +112,9 @@ std::string SignedKeyMessage(absl::string_view federation, absl::string_view sit
 }
 
 KeySigner::KeySigner(std::string site_id, std::string certificate_pem, EvpPkeyPtr key)
-    : site_id_(std::move(site_id)), certificate_pem_(std::move(certificate_pem)), key_(std::move(key)) {}
+    : site_id_(std::move(site_id)),
+      certificate_pem_(std::move(certificate_pem)),
+      key_(std::move(key)) {}
 
 absl::StatusOr<KeySigner> KeySigner::Create(const CertifiedKey& site) {
   STRAIT_ASSIGN_OR_RETURN(X509Ptr certificate, ParseCertificatePem(site.certificate_pem));
@@ -138,8 +139,9 @@ absl::StatusOr<SignedKey> KeySigner::Sign(absl::string_view federation, uint32_t
   STRAIT_OPENSSL_CHECK(EVP_DigestSign(ctx.get(), nullptr, &size, data, message.size()));
   SignedKey out;
   out.signature.resize(size);
-  STRAIT_OPENSSL_CHECK(EVP_DigestSign(
-      ctx.get(), reinterpret_cast<unsigned char*>(out.signature.data()), &size, data, message.size()));
+  STRAIT_OPENSSL_CHECK(EVP_DigestSign(ctx.get(),
+                                      reinterpret_cast<unsigned char*>(out.signature.data()), &size,
+                                      data, message.size()));
   out.signature.resize(size);
   out.site_id = site_id_;
   out.epoch = epoch;
@@ -158,14 +160,14 @@ absl::Status VerifySignedKey(absl::string_view federation, absl::string_view exp
   }
   STRAIT_ASSIGN_OR_RETURN(std::string identity, ca.VerifySite(certificate->get(), deny_list, now));
   if (identity != expected_site_id || identity != signed_key.site_id) {
-    return absl::UnauthenticatedError(absl::StrCat(
-        "signed key: the certificate is site '", identity, "', the key claims '",
-        signed_key.site_id, "' and the neighbour should be '", expected_site_id, "'"));
+    return absl::UnauthenticatedError(
+        absl::StrCat("signed key: the certificate is site '", identity, "', the key claims '",
+                     signed_key.site_id, "' and the neighbour should be '", expected_site_id, "'"));
   }
   if (signed_key.public_key.size() != kX25519KeySize) {
-    return absl::UnauthenticatedError(absl::StrCat("signed key of site '", identity, "': public key of ",
-                                                   signed_key.public_key.size(),
-                                                   " bytes, expected 32"));
+    return absl::UnauthenticatedError(
+        absl::StrCat("signed key of site '", identity, "': public key of ",
+                     signed_key.public_key.size(), " bytes, expected 32"));
   }
   EVP_PKEY* public_key = X509_get0_pubkey(certificate->get());
   STRAIT_OPENSSL_CHECK(public_key);
@@ -203,8 +205,8 @@ absl::StatusOr<LinkEnd> LinkEndOf(const SignedKey& signed_key) {
 absl::StatusOr<LinkKeys> DeriveLinkKeys(absl::string_view federation, const LinkEnd& self,
                                         const EphemeralKey& mine, const LinkEnd& peer) {
   if (self.site_id == peer.site_id) {
-    return absl::InvalidArgumentError(absl::StrCat("a link needs two sites; both are '",
-                                                   self.site_id, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a link needs two sites; both are '", self.site_id, "'"));
   }
   if (self.public_key != mine.public_key()) {
     return absl::InvalidArgumentError("DeriveLinkKeys: self.public_key is not mine's public key");

@@ -1,8 +1,8 @@
 // Authenticated key exchange between neighbouring sites (DESIGN.md §5, docs/security.md):
 //
 //   1. At join a site makes an EphemeralKey and signs (federation, site id, epoch, public key) with
-//      its certificate key: KeySigner::Sign. The gateway relays the SignedKey (proto strait.v1.SignedKey;
-//      callers copy the fields, crypto does not depend on proto).
+//      its certificate key: KeySigner::Sign. The gateway relays the SignedKey (proto
+//      strait.v1.SignedKey; callers copy the fields, crypto does not depend on proto).
 //   2. A neighbour checks it with VerifySignedKey: certificate chain against the federation CA,
 //      validity, deny list, identity = expected site id, and the signature.
 //   3. Both derive one key per direction with DeriveLinkKeys (X25519, then HKDF-SHA256 whose info
@@ -60,7 +60,8 @@ struct SignedKey {
 
 // The canonical bytes that are signed: the label "strait/v1 signed key", then each of federation,
 // site id, public key as a 32-bit big-endian length and the bytes, and epoch as 32-bit big endian,
-// in the order (label, federation, site id, epoch, public key). Length prefixes make it unambiguous.
+// in the order (label, federation, site id, epoch, public key). Length prefixes make it
+// unambiguous.
 std::string SignedKeyMessage(absl::string_view federation, absl::string_view site_id,
                              uint32_t epoch, std::span<const uint8_t> public_key);
 

@@ -25,7 +25,8 @@ absl::StatusOr<BioPtr> ReadBio(absl::string_view pem) {
 absl::StatusOr<std::string> BioContents(BIO* bio) {
   char* data = nullptr;
   const long size = BIO_get_mem_data(bio, &data);
-  if (size < 0 || (size > 0 && data == nullptr)) return absl::InternalError("BIO_get_mem_data failed");
+  if (size < 0 || (size > 0 && data == nullptr))
+    return absl::InternalError("BIO_get_mem_data failed");
   return std::string(data, static_cast<size_t>(size));
 }
 
@@ -34,7 +35,8 @@ int RefusePassword(char*, int, int, void*) { return 0; }
 }  // namespace
 
 absl::StatusOr<X509Ptr> ParseCertificatePem(absl::string_view pem) {
-  if (pem.size() > (1 << 20)) return absl::InvalidArgumentError("certificate PEM larger than 1 MiB");
+  if (pem.size() > (1 << 20))
+    return absl::InvalidArgumentError("certificate PEM larger than 1 MiB");
   STRAIT_ASSIGN_OR_RETURN(BioPtr bio, ReadBio(pem));
   X509Ptr certificate(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
   if (!certificate) {
@@ -45,7 +47,8 @@ absl::StatusOr<X509Ptr> ParseCertificatePem(absl::string_view pem) {
 }
 
 absl::StatusOr<EvpPkeyPtr> ParsePrivateKeyPem(absl::string_view pem) {
-  if (pem.size() > (1 << 20)) return absl::InvalidArgumentError("private key PEM larger than 1 MiB");
+  if (pem.size() > (1 << 20))
+    return absl::InvalidArgumentError("private key PEM larger than 1 MiB");
   STRAIT_ASSIGN_OR_RETURN(BioPtr bio, ReadBio(pem));
   EvpPkeyPtr key(PEM_read_bio_PrivateKey(bio.get(), nullptr, RefusePassword, nullptr));
   if (!key) {
@@ -73,7 +76,8 @@ absl::StatusOr<std::string> PrivateKeyToPem(EVP_PKEY* key) {
 
 absl::StatusOr<std::string> ReadPemFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+  if (!in)
+    return absl::NotFoundError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
   std::stringstream contents;
   contents << in.rdbuf();
   return contents.str();
@@ -84,7 +88,8 @@ absl::Status WritePemFile(const std::string& path, absl::string_view contents, i
   const std::string temp = absl::StrCat(path, ".tmp.", getpid());
   // O_EXCL and the mode at creation: the key is never readable by others, not even briefly.
   const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", temp, ": ", std::strerror(errno)));
+  if (fd < 0)
+    return absl::InternalError(absl::StrCat("cannot create ", temp, ": ", std::strerror(errno)));
   size_t written = 0;
   while (written < contents.size()) {
     const ssize_t n = write(fd, contents.data() + written, contents.size() - written);
@@ -95,7 +100,8 @@ absl::Status WritePemFile(const std::string& path, absl::string_view contents, i
   bool ok = written == contents.size() && fchmod(fd, mode) == 0 && fsync(fd) == 0;
   ok = close(fd) == 0 && ok;
   // link() fails when `path` exists, so without `overwrite` an existing file is never replaced.
-  if (ok) ok = (overwrite ? rename(temp.c_str(), path.c_str()) : link(temp.c_str(), path.c_str())) == 0;
+  if (ok)
+    ok = (overwrite ? rename(temp.c_str(), path.c_str()) : link(temp.c_str(), path.c_str())) == 0;
   const int saved_errno = errno;
   unlink(temp.c_str());
   if (!ok && saved_errno == EEXIST) {
@@ -103,7 +109,8 @@ absl::Status WritePemFile(const std::string& path, absl::string_view contents, i
         absl::StrCat(path, " exists; refusing to overwrite it (use --force)"));
   }
   if (!ok) {
-    return absl::InternalError(absl::StrCat("cannot write ", path, ": ", std::strerror(saved_errno)));
+    return absl::InternalError(
+        absl::StrCat("cannot write ", path, ": ", std::strerror(saved_errno)));
   }
   return absl::OkStatus();
 }

@@ -29,9 +29,10 @@ class ReplayWindow {
   bool Seen(uint64_t sequence) const;
 
   uint64_t size_;
-  bool any_ = false;             // Whether anything was accepted yet.
-  uint64_t highest_ = 0;         // Highest accepted sequence number (valid when any_).
-  std::vector<uint64_t> bits_;   // Bit (s % size_) is set when s in (highest_-size_, highest_] was seen.
+  bool any_ = false;      // Whether anything was accepted yet.
+  uint64_t highest_ = 0;  // Highest accepted sequence number (valid when any_).
+  std::vector<uint64_t>
+      bits_;  // Bit (s % size_) is set when s in (highest_-size_, highest_] was seen.
 };
 
 }  // namespace strait::crypto

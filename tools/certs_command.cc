@@ -68,7 +68,8 @@ absl::Status WritePair(const std::string& dir, const std::string& stem,
   if (!force) {
     for (const std::string& path : {key_path, cert_path}) {
       if (fs::exists(path)) {
-        return absl::AlreadyExistsError(absl::StrCat(path, " exists; refusing to overwrite it (use --force)"));
+        return absl::AlreadyExistsError(
+            absl::StrCat(path, " exists; refusing to overwrite it (use --force)"));
       }
     }
   }
@@ -93,14 +94,16 @@ absl::Status RunInit(const CertsFlags& flags) {
   STRAIT_RETURN_IF_ERROR(EnsureDir(flags.dir));
   STRAIT_ASSIGN_OR_RETURN(crypto::CertifiedKey ca, crypto::CreateCa(flags.name, Validity(flags)));
   STRAIT_RETURN_IF_ERROR(WritePair(flags.dir, "ca", ca, flags.force));
-  STRAIT_ASSIGN_OR_RETURN(crypto::CertificateInfo info, crypto::DescribeCertificate(ca.certificate_pem));
+  STRAIT_ASSIGN_OR_RETURN(crypto::CertificateInfo info,
+                          crypto::DescribeCertificate(ca.certificate_pem));
   PrintInfo(info);
   return absl::OkStatus();
 }
 
 absl::Status RunIssue(const CertsFlags& flags) {
   if (flags.gateway_hosts.empty() == flags.site.empty()) {
-    return absl::InvalidArgumentError("issue needs exactly one of --gateway HOST[,HOST...] or --site ID");
+    return absl::InvalidArgumentError(
+        "issue needs exactly one of --gateway HOST[,HOST...] or --site ID");
   }
   const fs::path dir(flags.dir);
   crypto::CertifiedKey ca;
@@ -112,12 +115,14 @@ absl::Status RunIssue(const CertsFlags& flags) {
     STRAIT_ASSIGN_OR_RETURN(issued, crypto::IssueSiteCertificate(ca, flags.site, Validity(flags)));
     stem = flags.site;
   } else {
-    const std::vector<std::string> hosts = absl::StrSplit(flags.gateway_hosts, ',', absl::SkipEmpty());
+    const std::vector<std::string> hosts =
+        absl::StrSplit(flags.gateway_hosts, ',', absl::SkipEmpty());
     STRAIT_ASSIGN_OR_RETURN(issued, crypto::IssueGatewayCertificate(ca, hosts, Validity(flags)));
     stem = "gateway";
   }
   STRAIT_RETURN_IF_ERROR(WritePair(flags.dir, stem, issued, flags.force));
-  STRAIT_ASSIGN_OR_RETURN(crypto::CertificateInfo info, crypto::DescribeCertificate(issued.certificate_pem));
+  STRAIT_ASSIGN_OR_RETURN(crypto::CertificateInfo info,
+                          crypto::DescribeCertificate(issued.certificate_pem));
   PrintInfo(info);
   return absl::OkStatus();
 }
@@ -127,7 +132,8 @@ absl::Status RunShow(const CertsFlags& flags) {
     STRAIT_ASSIGN_OR_RETURN(std::string pem, crypto::ReadPemFile(flags.files[i]));
     absl::StatusOr<crypto::CertificateInfo> info = crypto::DescribeCertificate(pem);
     if (!info.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(flags.files[i], ": ", info.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(flags.files[i], ": ", info.status().message()));
     }
     if (flags.files.size() > 1) std::printf("%s%s:\n", i > 0 ? "\n" : "", flags.files[i].c_str());
     PrintInfo(*info);
@@ -162,18 +168,21 @@ void AddCertsCommand(CLI::App& app, int* exit_code) {
     command->add_flag("--force", flags->force, "Overwrite existing certificates and keys");
   };
 
-  CLI::App* init = certs->add_subcommand("init", "Create the federation CA (ECDSA P-256): ca.pem, ca.key");
+  CLI::App* init =
+      certs->add_subcommand("init", "Create the federation CA (ECDSA P-256): ca.pem, ca.key");
   add_common(init);
   init->add_option("--name", flags->name, "Federation name, put in the CA's subject")
       ->capture_default_str();
   init->callback([=] { Finish(RunInit(*flags), exit_code); });
 
   CLI::App* issue = certs->add_subcommand(
-      "issue", "Issue the gateway's server certificate (--gateway) or a site's client certificate "
-               "(--site) with the CA in --dir");
+      "issue",
+      "Issue the gateway's server certificate (--gateway) or a site's client certificate "
+      "(--site) with the CA in --dir");
   add_common(issue);
-  auto* gateway = issue->add_option("--gateway", flags->gateway_hosts,
-                                    "Host names and IP addresses the gateway is reached at (SANs)")
+  auto* gateway = issue
+                      ->add_option("--gateway", flags->gateway_hosts,
+                                   "Host names and IP addresses the gateway is reached at (SANs)")
                       ->type_name("HOST[,HOST...]");
   auto* site = issue->add_option("--site", flags->site, "Site id (the certificate's identity)")
                    ->type_name("ID");

@@ -31,8 +31,7 @@ class SiteAuthProcessor : public grpc::AuthMetadataProcessor {
     if (pem.empty()) {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no client certificate");
     }
-    const absl::StatusOr<std::string> site =
-        ca_.VerifySite(pem, *revoked_->Current(), absl::Now());
+    const absl::StatusOr<std::string> site = ca_.VerifySite(pem, *revoked_->Current(), absl::Now());
     if (!site.ok()) {
       return grpc::Status(site.status().code() == absl::StatusCode::kPermissionDenied
                               ? grpc::StatusCode::PERMISSION_DENIED

@@ -1,8 +1,8 @@
 // Opener::OpenInPlace on arbitrary bodies and header fields: bytes from the network (via the
 // gateway). Must never crash or read out of bounds; every input is either opened or refused.
 //
-// Input: be64 sequence || be32 key_epoch || be32 declared sealed size || 1 byte AAD length || AAD ||
-// body.
+// Input: be64 sequence || be32 key_epoch || be32 declared sealed size || 1 byte AAD length || AAD
+// || body.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>

@@ -60,7 +60,8 @@ TEST(CertificatesTest, RejectsAnotherCa) {
   auto id = VerifySiteCertificate(Pki().ca.certificate_pem, Pki().east_other_ca.certificate_pem,
                                   DenyList());
   EXPECT_EQ(id.status().code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_THAT(std::string(id.status().message()), HasSubstr("unable to get local issuer certificate"));
+  EXPECT_THAT(std::string(id.status().message()),
+              HasSubstr("unable to get local issuer certificate"));
   EXPECT_THAT(std::string(id.status().message()), HasSubstr("CN=east"));
 }
 
@@ -68,11 +69,13 @@ TEST(CertificatesTest, RejectsExpiredAndNotYetValid) {
   auto expired = VerifySiteCertificate(Pki().ca.certificate_pem, Pki().east_expired.certificate_pem,
                                        DenyList());
   EXPECT_EQ(expired.status().code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_THAT(std::string(expired.status().message()), HasSubstr("certificate has expired (not after"));
+  EXPECT_THAT(std::string(expired.status().message()),
+              HasSubstr("certificate has expired (not after"));
   auto future = VerifySiteCertificate(Pki().ca.certificate_pem, Pki().east_not_yet.certificate_pem,
                                       DenyList());
   EXPECT_EQ(future.status().code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_THAT(std::string(future.status().message()), HasSubstr("certificate is not yet valid (not before"));
+  EXPECT_THAT(std::string(future.status().message()),
+              HasSubstr("certificate is not yet valid (not before"));
   // The same certificate is fine at a time inside its validity.
   EXPECT_TRUE(VerifySiteCertificate(Pki().ca.certificate_pem, Pki().east_not_yet.certificate_pem,
                                     DenyList(), absl::Now() + absl::Hours(36))
@@ -84,7 +87,8 @@ TEST(CertificatesTest, RejectsWrongUse) {
   auto gateway_as_site =
       VerifySiteCertificate(Pki().ca.certificate_pem, Pki().gateway.certificate_pem, DenyList());
   EXPECT_EQ(gateway_as_site.status().code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_THAT(std::string(gateway_as_site.status().message()), HasSubstr("unsuitable certificate purpose"));
+  EXPECT_THAT(std::string(gateway_as_site.status().message()),
+              HasSubstr("unsuitable certificate purpose"));
   EXPECT_FALSE(VerifyCertificate(Pki().ca.certificate_pem, Pki().east.certificate_pem,
                                  CertificateUse::kGatewayServer)
                    .ok());
@@ -101,7 +105,8 @@ TEST(CertificatesTest, RejectsRevoked) {
   EXPECT_THAT(std::string(id.status().message()), HasSubstr("site east"));
   EXPECT_THAT(std::string(id.status().message()), HasSubstr("revoked"));
   // West is unaffected.
-  EXPECT_TRUE(VerifySiteCertificate(Pki().ca.certificate_pem, Pki().west.certificate_pem, *deny).ok());
+  EXPECT_TRUE(
+      VerifySiteCertificate(Pki().ca.certificate_pem, Pki().west.certificate_pem, *deny).ok());
 }
 
 TEST(CertificatesTest, RejectsBadInput) {

@@ -62,12 +62,14 @@ TEST(X25519Test, RejectsLowOrderAndMalformedPeerKeys) {
 
 TEST(SignedKeyMessageTest, CanonicalLengthPrefixedEncoding) {
   const std::vector<uint8_t> pub = {0xaa, 0xbb};
+  // clang-format off
   EXPECT_EQ(ToHex(SignedKeyMessage("f", "ab", 7, pub)),
             "00000014" + ToHex(std::string("strait/v1 signed key")) +  // label
-                "00000001" "66"                                         // "f"
-                "00000002" "6162"                                       // "ab"
-                "00000007"                                              // epoch
-                "00000002" "aabb");                                     // public key
+            "00000001" "66" +                                          // "f"
+            "00000002" "6162" +                                        // "ab"
+            "00000007" +                                               // epoch
+            "00000002" "aabb");                                        // public key
+  // clang-format on
   // Moving a byte between fields changes the message.
   EXPECT_NE(SignedKeyMessage("fa", "b", 7, pub), SignedKeyMessage("f", "ab", 7, pub));
 }
@@ -143,7 +145,8 @@ TEST_F(KeyExchangeTest, RejectsSignatureOverOtherFields) {
   SignedKey epoch = good;
   epoch.epoch = 2;
   SignedKey swapped = good;
-  swapped.public_key = std::string(reinterpret_cast<const char*>(west_key_.public_key().data()), 32);
+  swapped.public_key =
+      std::string(reinterpret_cast<const char*>(west_key_.public_key().data()), 32);
   SignedKey signature = good;
   signature.signature[10] ^= 1;
   for (const SignedKey* k : {&epoch, &swapped, &signature}) {
@@ -161,14 +164,16 @@ TEST_F(KeyExchangeTest, RejectsSignatureOverOtherFields) {
 
 TEST_F(KeyExchangeTest, RejectsWrongIdentity) {
   const SignedKey west = Sign(west_key_, Pki().west, "west");
-  EXPECT_THAT(std::string(Verify(west, "east").message()), HasSubstr("the certificate is site 'west'"));
+  EXPECT_THAT(std::string(Verify(west, "east").message()),
+              HasSubstr("the certificate is site 'west'"));
   // West's certificate with a claim to be east.
   SignedKey claim = west;
   claim.site_id = "east";
   EXPECT_EQ(Verify(claim, "east").code(), absl::StatusCode::kUnauthenticated);
   // A signer needs a site certificate and its own key.
   CertifiedKey mixed{Pki().east.certificate_pem, Pki().west.key_pem};
-  EXPECT_THAT(std::string(KeySigner::Create(mixed).status().message()), HasSubstr("does not belong"));
+  EXPECT_THAT(std::string(KeySigner::Create(mixed).status().message()),
+              HasSubstr("does not belong"));
   EXPECT_EQ(KeySigner::Create(Pki().gateway).status().code(), absl::StatusCode::kUnauthenticated);
 }
 
@@ -184,7 +189,8 @@ TEST_F(KeyExchangeTest, RejectsBadCertificates) {
     EXPECT_EQ(status.code(), absl::StatusCode::kUnauthenticated) << c.reason;
     EXPECT_THAT(std::string(status.message()), HasSubstr(c.reason));
   }
-  const DenyList deny = *DenyList::Parse(DescribeCertificate(Pki().east.certificate_pem)->serial_hex, "d");
+  const DenyList deny =
+      *DenyList::Parse(DescribeCertificate(Pki().east.certificate_pem)->serial_hex, "d");
   const absl::Status revoked = Verify(Sign(east_key_, Pki().east, "east"), "east", deny);
   EXPECT_EQ(revoked.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(std::string(revoked.message()), HasSubstr("revoked"));

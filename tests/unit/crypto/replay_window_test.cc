@@ -54,8 +54,10 @@ TEST(ReplayWindowTest, MatchesReferenceModel) {
     const uint64_t s = highest + (rng() % 400) - std::min<uint64_t>(highest, 300);
     Verdict expected = Verdict::kFresh;
     if (!seen.empty() && s <= highest) {
-      if (highest - s >= 256) expected = Verdict::kTooOld;
-      else if (seen.count(s)) expected = Verdict::kReplayed;
+      if (highest - s >= 256)
+        expected = Verdict::kTooOld;
+      else if (seen.count(s))
+        expected = Verdict::kReplayed;
     }
     ASSERT_EQ(window.Check(s), expected) << "i=" << i << " s=" << s << " highest=" << highest;
     if (expected == Verdict::kFresh) {

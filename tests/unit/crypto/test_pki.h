@@ -10,13 +10,13 @@ namespace strait::crypto::testing {
 
 struct TestPki {
   CertifiedKey ca;
-  CertifiedKey other_ca;         // Same federation name, different key: a stranger's CA.
-  CertifiedKey gateway;          // Hosts localhost, 127.0.0.1.
-  CertifiedKey east;             // Valid site certificates.
+  CertifiedKey other_ca;  // Same federation name, different key: a stranger's CA.
+  CertifiedKey gateway;   // Hosts localhost, 127.0.0.1.
+  CertifiedKey east;      // Valid site certificates.
   CertifiedKey west;
-  CertifiedKey east_other_ca;    // Site "east" issued by other_ca.
-  CertifiedKey east_expired;     // Valid from 2 days ago to 1 day ago.
-  CertifiedKey east_not_yet;     // Valid from tomorrow.
+  CertifiedKey east_other_ca;  // Site "east" issued by other_ca.
+  CertifiedKey east_expired;   // Valid from 2 days ago to 1 day ago.
+  CertifiedKey east_not_yet;   // Valid from tomorrow.
 };
 
 inline const TestPki& Pki() {
