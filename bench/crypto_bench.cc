@@ -3,11 +3,13 @@
 // cost of one key exchange as a site performs it at join.
 //
 // Method: for each frame size, frames alternate the four loops (raw encrypt, Seal, raw decrypt,
-// Open) so that machine noise hits them alike. Each frame is timed alone; untimed between frames:
+// Open) so that machine noise hits them alike; each loop's figure is its median frame time. Each
+// frame is timed alone; untimed between frames:
 // restoring the sealed bytes before a decryption and, for Open, a fresh Opener (its replay window
 // would refuse the same sequence twice; the raw loop also keeps its keyed context across frames).
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -71,6 +73,7 @@ class RawGcm {
 struct SizeResult {
   size_t frame_bytes = 0;
   double raw_encrypt_gbps = 0, seal_gbps = 0, raw_decrypt_gbps = 0, open_gbps = 0;
+  double seal_ratio = 0, open_ratio = 0;  // Median over frames of raw time / Strait time.
 };
 
 absl::StatusOr<SizeResult> MeasureSize(size_t size, size_t bytes_per_round, int rounds) {
@@ -82,14 +85,14 @@ absl::StatusOr<SizeResult> MeasureSize(size_t size, size_t bytes_per_round, int 
   STRAIT_ASSIGN_OR_RETURN(auto sealer, crypto::Sealer::Create(key, ~uint64_t{0}));
   std::vector<uint8_t> aad(kAadSize, 0xa5);
   std::vector<uint8_t> buffer(size + crypto::kTagSize, 0x5a), pristine;
-  const size_t frames = std::max<size_t>(1, bytes_per_round / size);
+  const size_t frames = std::max<size_t>(5, bytes_per_round / size);  // >= 40 samples per loop
 
   // A sealed frame (sequence 0 of a fresh Sealer) for the decryption loops to restore from.
   STRAIT_ASSIGN_OR_RETURN(auto first, crypto::Sealer::Create(key, ~uint64_t{0}));
   STRAIT_ASSIGN_OR_RETURN(uint64_t sequence0, first->SealInPlace(aad, buffer, size));
   pristine = buffer;
 
-  Clock::duration raw_enc{}, seal{}, raw_dec{}, open{};
+  std::vector<Clock::duration> raw_enc, seal, raw_dec, open;
   uint64_t raw_counter = 0;
   // Interleaved frame by frame, so that noise from other processes hits all four loops alike.
   for (int round = 0; round < rounds; ++round) {
@@ -97,19 +100,19 @@ absl::StatusOr<SizeResult> MeasureSize(size_t size, size_t bytes_per_round, int 
       auto t0 = Clock::now();
       const bool enc_ok =
           raw.Encrypt(raw_counter++, aad.data(), buffer.data(), size, buffer.data() + size);
-      raw_enc += Clock::now() - t0;
+      raw_enc.push_back(Clock::now() - t0);
       if (!enc_ok) return absl::InternalError("raw encrypt failed");
 
       t0 = Clock::now();
       absl::StatusOr<uint64_t> sealed = sealer->SealInPlace(aad, buffer, size);
-      seal += Clock::now() - t0;
+      seal.push_back(Clock::now() - t0);
       STRAIT_RETURN_IF_ERROR(sealed.status());
 
       std::memcpy(buffer.data(), pristine.data(), buffer.size());
       t0 = Clock::now();
       const bool dec_ok =
           raw.Decrypt(sequence0, aad.data(), buffer.data(), size, buffer.data() + size);
-      raw_dec += Clock::now() - t0;
+      raw_dec.push_back(Clock::now() - t0);
       if (!dec_ok) return absl::InternalError("raw decrypt failed");
 
       std::memcpy(buffer.data(), pristine.data(), buffer.size());
@@ -117,13 +120,29 @@ absl::StatusOr<SizeResult> MeasureSize(size_t size, size_t bytes_per_round, int 
       t0 = Clock::now();
       absl::StatusOr<size_t> opened =
           opener->OpenInPlace({sequence0, key.key_epoch, buffer.size()}, aad, buffer);
-      open += Clock::now() - t0;
+      open.push_back(Clock::now() - t0);
       STRAIT_RETURN_IF_ERROR(opened.status());
     }
   }
-  const double total = static_cast<double>(size) * frames * rounds / 1e9;
-  return SizeResult{size, total / Seconds(raw_enc), total / Seconds(seal), total / Seconds(raw_dec),
-                    total / Seconds(open)};
+  // Medians: robust against the preemptions of a shared machine. The ratios pair each Strait frame
+  // with the raw frame timed just before it, so that slow phases of the machine cancel out.
+  auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  auto gbps = [&](const std::vector<Clock::duration>& times) {
+    std::vector<double> rates;
+    for (Clock::duration t : times) rates.push_back(static_cast<double>(size) / 1e9 / Seconds(t));
+    return median(rates);
+  };
+  auto ratio = [&](const std::vector<Clock::duration>& raw,
+                   const std::vector<Clock::duration>& ours) {
+    std::vector<double> ratios;
+    for (size_t i = 0; i < raw.size(); ++i) ratios.push_back(Seconds(raw[i]) / Seconds(ours[i]));
+    return median(ratios);
+  };
+  return SizeResult{size,       gbps(raw_enc),        gbps(seal),          gbps(raw_dec),
+                    gbps(open), ratio(raw_enc, seal), ratio(raw_dec, open)};
 }
 
 struct ExchangeResult {
@@ -144,7 +163,7 @@ absl::StatusOr<ExchangeResult> MeasureExchange(int iterations) {
   STRAIT_ASSIGN_OR_RETURN(auto west_signed, west_signer.Sign("bench", 1, west_key));
   STRAIT_ASSIGN_OR_RETURN(auto west_end, crypto::LinkEndOf(west_signed));
   const crypto::DenyList deny;
-  Clock::duration generate{}, sign{}, verify{}, derive{};
+  std::vector<Clock::duration> generate, sign, verify, derive, total;
   for (int i = 0; i < iterations; ++i) {
     auto t0 = Clock::now();
     STRAIT_ASSIGN_OR_RETURN(auto mine, crypto::EphemeralKey::Generate());
@@ -156,11 +175,15 @@ absl::StatusOr<ExchangeResult> MeasureExchange(int iterations) {
     STRAIT_ASSIGN_OR_RETURN(auto self, crypto::LinkEndOf(signed_key));
     STRAIT_ASSIGN_OR_RETURN(auto keys, crypto::DeriveLinkKeys("bench", self, mine, west_end));
     auto t4 = Clock::now();
-    generate += t1 - t0, sign += t2 - t1, verify += t3 - t2, derive += t4 - t3;
+    generate.push_back(t1 - t0), sign.push_back(t2 - t1), verify.push_back(t3 - t2);
+    derive.push_back(t4 - t3), total.push_back(t4 - t0);
   }
-  auto us = [&](Clock::duration d) { return Seconds(d) * 1e6 / iterations; };
-  return ExchangeResult{iterations, us(generate), us(sign),
-                        us(verify), us(derive),   us(generate + sign + verify + derive)};
+  // Medians, as for the frames.
+  auto us = [](std::vector<Clock::duration>& times) {
+    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+    return Seconds(times[times.size() / 2]) * 1e6;
+  };
+  return ExchangeResult{iterations, us(generate), us(sign), us(verify), us(derive), us(total)};
 }
 
 absl::Status Run(bool json, double seconds_scale) {
@@ -180,10 +203,10 @@ absl::Status Run(bool json, double seconds_scale) {
       out["aead"].push_back({{"frame_bytes", r.frame_bytes},
                              {"raw_encrypt_gbps", r.raw_encrypt_gbps},
                              {"seal_gbps", r.seal_gbps},
-                             {"seal_ratio", r.seal_gbps / r.raw_encrypt_gbps},
+                             {"seal_ratio", r.seal_ratio},
                              {"raw_decrypt_gbps", r.raw_decrypt_gbps},
                              {"open_gbps", r.open_gbps},
-                             {"open_ratio", r.open_gbps / r.raw_decrypt_gbps}});
+                             {"open_ratio", r.open_ratio}});
     }
     out["key_exchange"] = {
         {"iterations", exchange.iterations}, {"generate_us", exchange.generate_us},
@@ -192,16 +215,20 @@ absl::Status Run(bool json, double seconds_scale) {
     std::printf("%s\n", out.dump(2).c_str());
     return absl::OkStatus();
   }
-  std::printf("AES-256-GCM, GB/s (1e9 bytes/s), one thread; ratio = Strait / raw EVP loop\n");
+  std::printf(
+      "AES-256-GCM, one thread, median GB/s (1e9 bytes/s); ratio = median of paired frames, raw "
+      "EVP "
+      "loop time / Strait time\n");
   std::printf("%10s %10s %8s %7s %10s %8s %7s\n", "frame", "raw enc", "Seal", "ratio", "raw dec",
               "Open", "ratio");
   for (const SizeResult& r : sizes) {
     std::printf("%9zuK %10.2f %8.2f %6.1f%% %10.2f %8.2f %6.1f%%\n", r.frame_bytes >> 10,
-                r.raw_encrypt_gbps, r.seal_gbps, 100 * r.seal_gbps / r.raw_encrypt_gbps,
-                r.raw_decrypt_gbps, r.open_gbps, 100 * r.open_gbps / r.raw_decrypt_gbps);
+                r.raw_encrypt_gbps, r.seal_gbps, 100 * r.seal_ratio, r.raw_decrypt_gbps,
+                r.open_gbps, 100 * r.open_ratio);
   }
   std::printf(
-      "\nkey exchange (one site, one neighbour; mean of %d): %.0f us = X25519 keygen %.0f + sign "
+      "\nkey exchange (one site, one neighbour; medians of %d): %.0f us = X25519 keygen %.0f + "
+      "sign "
       "%.0f + verify chain and signature %.0f + X25519 and HKDF %.0f\n",
       exchange.iterations, exchange.total_us, exchange.generate_us, exchange.sign_us,
       exchange.verify_us, exchange.derive_us);
