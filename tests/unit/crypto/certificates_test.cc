@@ -159,3 +159,37 @@ TEST(PemFileTest, KeysAreWrittenPrivateAndNeverOverwritten) {
 
 }  // namespace
 }  // namespace strait::crypto
+
+namespace strait::crypto {
+namespace {
+
+TEST(LoadTlsMaterialTest, LoadsMatchingFilesAndNamesFilesInErrors) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("strait_tls_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  auto path = [&](const char* name) { return (dir / name).string(); };
+  ASSERT_TRUE(WritePemFile(path("ca.pem"), Pki().ca.certificate_pem, 0644, true).ok());
+  ASSERT_TRUE(WritePemFile(path("east.pem"), Pki().east.certificate_pem, 0644, true).ok());
+  ASSERT_TRUE(WritePemFile(path("east.key"), Pki().east.key_pem, 0600, true).ok());
+  ASSERT_TRUE(WritePemFile(path("west.key"), Pki().west.key_pem, 0600, true).ok());
+
+  auto material = LoadTlsMaterial(path("ca.pem"), path("east.pem"), path("east.key"));
+  ASSERT_TRUE(material.ok()) << material.status();
+  EXPECT_EQ(material->ca_pem, Pki().ca.certificate_pem);
+  EXPECT_EQ(material->own.key_pem, Pki().east.key_pem);
+
+  auto mismatch = LoadTlsMaterial(path("ca.pem"), path("east.pem"), path("west.key"));
+  EXPECT_EQ(mismatch.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(mismatch.status().message()),
+              HasSubstr("west.key is not the private key"));
+  EXPECT_THAT(std::string(mismatch.status().message()), Not(HasSubstr("PRIVATE KEY-----")));
+
+  auto swapped = LoadTlsMaterial(path("ca.pem"), path("east.key"), path("east.pem"));
+  EXPECT_THAT(std::string(swapped.status().message()), HasSubstr("east.key: no PEM certificate"));
+  EXPECT_EQ(LoadTlsMaterial(path("none.pem"), path("east.pem"), path("east.key")).status().code(),
+            absl::StatusCode::kNotFound);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace strait::crypto
