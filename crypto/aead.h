@@ -53,9 +53,9 @@ enum class OpenError {
   kWrongKey,     // Sealed under another key epoch than this Opener's key.
   kReplayed,     // This sequence number was already opened successfully.
   kOutOfWindow,  // Sequence number below the replay window (too old to tell).
-  kTampered,  // Authentication failed: modified ciphertext or tag, other AAD (e.g. a misaddressed
-              // frame), a key of the same epoch that differs, or extra bytes. GCM cannot tell
-              // these apart, by design.
+  // Authentication failed: modified ciphertext or tag, other AAD (e.g. a misaddressed frame), a key
+  // of the same epoch that differs, or extra bytes. GCM cannot tell these apart, by design.
+  kTampered,
 };
 
 // "truncated", "wrong_key", "replayed", "out_of_window", "tampered": stable names for metrics.
