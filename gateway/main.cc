@@ -2,6 +2,7 @@
 // (DESIGN.md §1): the gRPC Gateway service over mutual TLS, the mailbox, membership and metrics.
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -14,7 +15,9 @@
 #include "core/logging.h"
 #include "core/version.h"
 #include "gateway/exchange/gateway_core.h"
+#include "crypto/deny_list.h"
 #include "gateway/rpc/gateway_service.h"
+#include "gateway/rpc/tls_credentials.h"
 
 namespace {
 
@@ -49,6 +52,24 @@ int main(int argc, char** argv) {
   if (!spec.ok()) return Fail(std::string(spec.status().message()), 2);
   if (!listen.empty()) spec->gateway.listen = listen;
 
+  // Revoked certificates (tls.deny_list), reloaded whenever the file changes.
+  auto revoked = std::make_shared<strait::gateway::RevocationList>();
+  std::filesystem::file_time_type deny_list_time{};
+  auto reload_deny_list = [&]() -> absl::Status {
+    const std::string& path = spec->tls.deny_list;
+    std::error_code error;
+    if (path.empty()) return absl::OkStatus();
+    const auto time = std::filesystem::last_write_time(path, error);
+    if (error || time == deny_list_time) return absl::OkStatus();
+    absl::StatusOr<strait::crypto::DenyList> list = strait::crypto::DenyList::Load(path);
+    if (!list.ok()) return list.status();
+    deny_list_time = time;
+    spdlog::info("deny list {}: {} revoked certificate(s)", path, list->size());
+    revoked->Replace(*std::move(list));
+    return absl::OkStatus();
+  };
+  if (absl::Status s = reload_deny_list(); !s.ok()) return Fail(std::string(s.message()), 2);
+
   std::shared_ptr<grpc::ServerCredentials> credentials;
   strait::gateway::PeerIdentity identity;
   if (insecure) {
@@ -57,7 +78,19 @@ int main(int argc, char** argv) {
     credentials = grpc::InsecureServerCredentials();
     identity = strait::gateway::ClaimedIdentity;
   } else {
-    return Fail("mutual TLS is not available in this build yet; run with --insecure for local tests");
+    absl::StatusOr<strait::crypto::TlsMaterial> material = strait::crypto::LoadTlsMaterial(
+        spec->tls.ca, spec->tls.gateway_cert, spec->tls.gateway_key);
+    if (!material.ok()) {
+      return Fail(std::string(material.status().message()) +
+                  "\n(make certificates with `strait certs init` and `strait certs issue --gateway HOST`)", 2);
+    }
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> tls =
+        strait::gateway::MakeGatewayServerCredentials(*material, revoked);
+    if (!tls.ok()) return Fail(std::string(tls.status().message()), 2);
+    credentials = *tls;
+    identity = [](const grpc::CallbackServerContext& context) {
+      return strait::gateway::PeerSiteId(context);
+    };
   }
 
   strait::gateway::GatewayOptions options;
@@ -88,7 +121,12 @@ int main(int argc, char** argv) {
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
-  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int tick = 0; !g_stop; ++tick) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (tick % 20 == 0) {
+      if (absl::Status s = reload_deny_list(); !s.ok()) spdlog::error("keeping the old deny list: {}", s.message());
+    }
+  }
   spdlog::info("stopping");
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;
