@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
   for (int tick = 0; !g_stop; ++tick) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (tick % 20 == 0) {
-      if (absl::Status s = reload_deny_list(); !s.ok()) spdlog::error("keeping the old deny list: {}", s.message());
+      if (absl::Status s = reload_deny_list(); !s.ok()) spdlog::error("keeping the old deny list: {}", std::string(s.message()));
     }
   }
   spdlog::info("stopping");
