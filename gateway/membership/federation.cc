@@ -121,23 +121,33 @@ absl::StatusOr<v1::JoinReply> Federation::Join(const std::string& site_id,
 absl::StatusOr<int> Federation::Attach(const std::string& site_id, uint32_t epoch,
                                        std::shared_ptr<SiteChannel> channel, Clock::time_point now) {
   const int index = spec_.SiteIndex(site_id);
-  std::lock_guard<std::mutex> lock(mu_);
-  if (index < 0) return absl::PermissionDeniedError(absl::StrCat("'", site_id, "' is not a site"));
-  Site& site = sites_[index];
-  if (site.joins == 0 || epoch != site.info.epoch()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "stream of site '", site_id, "' said hello with epoch ", epoch, "; ",
-        site.joins == 0 ? std::string("the site has not joined") 
-                        : absl::StrCat("its current epoch is ", site.info.epoch(), ": join again")));
+  std::vector<Action> actions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (index < 0) return absl::PermissionDeniedError(absl::StrCat("'", site_id, "' is not a site"));
+    Site& site = sites_[index];
+    if (site.joins == 0 || epoch != site.info.epoch()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "stream of site '", site_id, "' said hello with epoch ", epoch, "; ",
+          site.joins == 0 ? std::string("the site has not joined")
+                          : absl::StrCat("its current epoch is ", site.info.epoch(), ": join again")));
+    }
+    site.last_seen = now;
+    if (channel == nullptr) return index;  // A push stream.
+    if (site.channel != nullptr && site.channel != channel) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("site '", site_id, "' already has an exchange stream for epoch ", epoch));
+    }
+    site.channel = channel;
+    if (site.info.state() == v1::SITE_DOWN) site.info.set_state(v1::SITE_JOINED);
+    // Neighbours may have (re)joined between this site's Join and its Hello: send their current keys
+    // on the new stream so that no key update falls in between. Sites ignore keys they already have.
+    for (int neighbour : {index - 1, index + 1}) {
+      if (neighbour < 0 || neighbour >= static_cast<int>(sites_.size())) continue;
+      if (sites_[neighbour].key) actions.push_back({channel, ControlMessage(*sites_[neighbour].key), {}});
+    }
   }
-  site.last_seen = now;
-  if (channel == nullptr) return index;  // A push stream.
-  if (site.channel != nullptr && site.channel != channel) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("site '", site_id, "' already has an exchange stream for epoch ", epoch));
-  }
-  site.channel = std::move(channel);
-  if (site.info.state() == v1::SITE_DOWN) site.info.set_state(v1::SITE_JOINED);
+  Run(actions);
   return index;
 }
 
