@@ -1,0 +1,61 @@
+// The dashboard's request handling, independent of sockets: one parsed request in, one response out.
+// DashboardServer feeds it from the network; the fuzz target and unit tests feed it directly.
+//
+// Routes (GET and HEAD only, others 405):
+//   /, /index.html, /dashboard.css, /dashboard.js   the page (gateway/web, embedded)
+//   /api/state[?since=UNIX_MS]                      DashboardState::StateJson
+//   /metrics                                        Prometheus text of the latest snapshot
+// With a token configured every route needs `Authorization: Bearer <token>` or, for the browser's
+// first navigation and the page's assets, the query parameter `token=<token>`; 401 otherwise.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include "gateway/http/dashboard_state.h"
+
+namespace strait::gateway {
+
+using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
+using HttpResponse = boost::beast::http::response<boost::beast::http::string_body>;
+
+// Request size bounds: the parser refuses larger headers (431) and bodies (413).
+inline constexpr size_t kMaxRequestHeaderBytes = 8 * 1024;
+inline constexpr size_t kMaxRequestBodyBytes = 4 * 1024;
+
+// Sets the size bounds on a Beast request parser (any body type).
+template <typename Parser>
+void ApplyRequestLimits(Parser& parser) {
+  parser.header_limit(kMaxRequestHeaderBytes);
+  parser.body_limit(kMaxRequestBodyBytes);
+}
+
+// Thread-safe (Handle is const and DashboardState is thread-safe).
+class HttpRouter {
+ public:
+  // `state` is not owned and must outlive the router. `token` empty: no authentication.
+  HttpRouter(const DashboardState* state, std::string token);
+
+  // Answers `request`. The response's keep-alive follows the request's. Never throws.
+  HttpResponse Handle(const HttpRequest& request) const;
+
+  // A plain-text error response (e.g. 400 for a request the parser refused), `Connection: close`.
+  static HttpResponse Error(boost::beast::http::status status, unsigned version,
+                            std::string_view detail);
+
+ private:
+  bool Authorized(const HttpRequest& request, std::string_view query) const;
+
+  const DashboardState* state_;
+  std::string token_;
+};
+
+// The value of query parameter `name` in `query` (the text after '?'), percent-decoded; empty when
+// absent or malformed.
+std::string QueryParameter(std::string_view query, std::string_view name);
+
+}  // namespace strait::gateway
