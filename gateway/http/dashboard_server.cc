@@ -42,15 +42,20 @@ uint64_t NowUnixMs() {
       .count();
 }
 
-// Splits "host:port" or "[v6]:port".
+// Splits "host:port" or "[v6]:port"; the port is a number 0..65535.
 absl::StatusOr<std::pair<std::string, std::string>> SplitAddress(const std::string& address) {
   size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
-    return absl::InvalidArgumentError("dashboard address '" + address + "' is not host:port");
+  std::string port = colon == std::string::npos ? "" : address.substr(colon + 1);
+  if (colon == 0 || port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) > 65535) {
+    return absl::InvalidArgumentError("dashboard address '" + address +
+                                      "' is not host:port with a port 0..65535");
   }
   std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return std::make_pair(host, address.substr(colon + 1));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return std::make_pair(host, port);
 }
 
 // One connection: reads requests one at a time and answers each through the router.
@@ -100,10 +105,28 @@ class Session : public std::enable_shared_from_this<Session> {
     Read();
   }
 
+  // Ends the connection gracefully: after our FIN, reads and drops what the client still sends
+  // (e.g. the rest of a refused oversized body) until it closes too, for at most kLingerBytes or
+  // kReadTimeout. Closing with unread input would reset the connection, and a reset can destroy
+  // the error answer before the client reads it.
   void Close() {
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    Drain(0);
   }
+
+  void Drain(size_t drained) {
+    if (drained > kLingerBytes) return;
+    stream_.expires_after(kReadTimeout);
+    stream_.async_read_some(
+        asio::buffer(discard_),
+        [self = shared_from_this(), drained](beast::error_code ec, size_t n) {
+          if (!ec) self->Drain(drained + n);
+        });
+  }
+
+  static constexpr size_t kLingerBytes = 1 << 20;
+  char discard_[4096];
 
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;

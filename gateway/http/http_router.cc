@@ -1,5 +1,6 @@
 #include "gateway/http/http_router.h"
 
+#include <cctype>
 #include <charconv>
 #include <cstdint>
 
@@ -13,10 +14,10 @@ namespace strait::gateway {
 namespace http = boost::beast::http;
 namespace {
 
-// The page's own inline bootstrap script needs 'unsafe-inline'; everything else comes from 'self'.
 constexpr std::string_view kPageSecurityPolicy =
-    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self'; img-src 'self' data:; "
-    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
+    "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; "
+    "form-action 'none'";
+constexpr std::string_view kTokenCookie = "strait_token";
 
 // Compares in time that depends only on the length of `given`, never on where a mismatch is, so a
 // token cannot be guessed byte by byte from response times. `expected` is not empty.
@@ -42,6 +43,25 @@ int HexValue(char c) {
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
+}
+
+std::string PercentEncode(std::string_view text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out.append({'%', kHex[c >> 4], kHex[c & 15]});
+    }
+  }
+  return out;
+}
+
+std::string_view Trim(std::string_view text) {
+  while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+  while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
+  return text;
 }
 
 std::string PercentDecode(std::string_view text) {
@@ -97,23 +117,42 @@ std::string QueryParameter(std::string_view query, std::string_view name) {
   return "";
 }
 
+std::string CookieValue(std::string_view cookies, std::string_view name) {
+  while (!cookies.empty()) {
+    size_t end = cookies.find(';');
+    std::string_view pair = Trim(cookies.substr(0, end));
+    cookies = end == std::string_view::npos ? std::string_view() : cookies.substr(end + 1);
+    size_t eq = pair.find('=');
+    if (eq != std::string_view::npos && pair.substr(0, eq) == name) {
+      return PercentDecode(pair.substr(eq + 1));
+    }
+  }
+  return "";
+}
+
 HttpRouter::HttpRouter(const DashboardState* state, std::string token)
     : state_(state), token_(std::move(token)) {}
 
-bool HttpRouter::Authorized(const HttpRequest& request, std::string_view query) const {
-  if (token_.empty()) return true;
+HttpRouter::Auth HttpRouter::Authenticate(const HttpRequest& request,
+                                          std::string_view query) const {
+  if (token_.empty()) return Auth::kByHeaderOrCookie;
   auto header = request.find(http::field::authorization);
   if (header != request.end()) {
     std::string_view value(header->value().data(), header->value().size());
     constexpr std::string_view kScheme = "bearer ";
-    if (value.size() > kScheme.size() && EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme)) {
-      value.remove_prefix(kScheme.size());
-      while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
-      if (ConstantTimeEquals(value, token_)) return true;
+    if (value.size() > kScheme.size() && EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme) &&
+        ConstantTimeEquals(Trim(value.substr(kScheme.size())), token_)) {
+      return Auth::kByHeaderOrCookie;
     }
   }
+  for (auto it = request.find(http::field::cookie);
+       it != request.end() && it->name() == http::field::cookie; ++it) {
+    std::string cookie = CookieValue({it->value().data(), it->value().size()}, kTokenCookie);
+    if (!cookie.empty() && ConstantTimeEquals(cookie, token_)) return Auth::kByHeaderOrCookie;
+  }
   std::string from_query = QueryParameter(query, "token");
-  return !from_query.empty() && ConstantTimeEquals(from_query, token_);
+  if (!from_query.empty() && ConstantTimeEquals(from_query, token_)) return Auth::kByQuery;
+  return Auth::kDenied;
 }
 
 HttpResponse HttpRouter::Handle(const HttpRequest& request) const {
@@ -127,7 +166,8 @@ HttpResponse HttpRouter::Handle(const HttpRequest& request) const {
       question == std::string_view::npos ? std::string_view() : target.substr(question + 1);
 
   HttpResponse response;
-  if (!Authorized(request, query)) {
+  Auth auth = Authenticate(request, query);
+  if (auth == Auth::kDenied) {
     response = Text(request, http::status::unauthorized,
                     "send Authorization: Bearer <token> (or open the page with ?token=<token>)");
     response.set(http::field::www_authenticate, "Bearer realm=\"strait\"");
@@ -153,6 +193,11 @@ HttpResponse HttpRouter::Handle(const HttpRequest& request) const {
     response.set("X-Frame-Options", "DENY");
   } else {
     response = Text(request, http::status::not_found, "no such page");
+  }
+  if (auth == Auth::kByQuery) {
+    std::string cookie = std::string(kTokenCookie) + "=" + PercentEncode(token_) +
+                         "; Path=/; HttpOnly; SameSite=Strict";
+    response.set(http::field::set_cookie, cookie);
   }
   if (request.method() == http::verb::head) {
     // HEAD: the headers of the GET answer, Content-Length included, without the body.

@@ -5,8 +5,10 @@
 //   /, /index.html, /dashboard.css, /dashboard.js   the page (gateway/web, embedded)
 //   /api/state[?since=UNIX_MS]                      DashboardState::StateJson
 //   /metrics                                        Prometheus text of the latest snapshot
-// With a token configured every route needs `Authorization: Bearer <token>` or, for the browser's
-// first navigation and the page's assets, the query parameter `token=<token>`; 401 otherwise.
+// With a token configured every route needs `Authorization: Bearer <token>`; 401 otherwise. For a
+// browser, which cannot add that header to a navigation, the page may be opened once with
+// `?token=<token>`: the answer sets the HttpOnly, SameSite=Strict cookie `strait_token`, which the
+// browser then sends with the page's assets, fetches and reloads, and which is accepted too.
 #pragma once
 
 #include <cstddef>
@@ -48,14 +50,19 @@ class HttpRouter {
                             std::string_view detail);
 
  private:
-  bool Authorized(const HttpRequest& request, std::string_view query) const;
+  enum class Auth { kDenied, kByHeaderOrCookie, kByQuery };
+  Auth Authenticate(const HttpRequest& request, std::string_view query) const;
 
   const DashboardState* state_;
   std::string token_;
 };
 
 // The value of query parameter `name` in `query` (the text after '?'), percent-decoded; empty when
-// absent or malformed.
+// absent.
 std::string QueryParameter(std::string_view query, std::string_view name);
+
+// The value of cookie `name` in a Cookie header value ("a=1; b=2"), percent-decoded; empty when
+// absent.
+std::string CookieValue(std::string_view cookies, std::string_view name);
 
 }  // namespace strait::gateway
