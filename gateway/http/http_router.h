@@ -2,7 +2,7 @@
 // DashboardServer feeds it from the network; the fuzz target and unit tests feed it directly.
 //
 // Routes (GET and HEAD only, others 405):
-//   /, /index.html, /dashboard.css, /dashboard.js   the page (gateway/web, embedded)
+//   /, /index.html, /dashboard.{css,js}, /favicon.svg  the page (gateway/web, embedded)
 //   /api/state[?since=UNIX_MS]                      DashboardState::StateJson
 //   /metrics                                        Prometheus text of the latest snapshot
 // With a token configured every route needs `Authorization: Bearer <token>`; 401 otherwise. For a

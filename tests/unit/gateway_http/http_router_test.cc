@@ -42,6 +42,7 @@ TEST_F(HttpRouterTest, ServesThePageAndItsAssets) {
   EXPECT_EQ(Header(Get("/dashboard.js"), http::field::content_type),
             "text/javascript; charset=utf-8");
   EXPECT_EQ(Header(Get("/dashboard.css"), http::field::content_type), "text/css; charset=utf-8");
+  EXPECT_EQ(Header(Get("/favicon.svg"), http::field::content_type), "image/svg+xml");
   // Every embedded file is served byte for byte.
   for (const WebAsset& asset : EmbeddedWebAssets()) {
     EXPECT_EQ(Get(std::string(asset.path)).body(), asset.data) << asset.path;
