@@ -170,6 +170,16 @@ function niceTicks(min, max, count) {
   return {lo, hi, ticks};
 }
 
+// Time axis ticks on round seconds, minutes or hours (local time), at most `maxTicks` of them.
+function timeTicks(tMin, tMax, maxTicks) {
+  const steps = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400];
+  const step = 1000 * (steps.find((s) => (tMax - tMin) / (s * 1000) <= maxTicks) || 86400);
+  const offset = new Date(tMin).getTimezoneOffset() * 60000;  // Round in local time.
+  const ticks = [];
+  for (let t = Math.ceil((tMin - offset) / step) * step + offset; t <= tMax; t += step) ticks.push(t);
+  return {step, ticks};
+}
+
 // A line chart on `canvas`: series = [{label, color, t: [ms], v: [number|null], dashed, fill}].
 // Hovering shows a crosshair with each series' value at the nearest sample.
 class LineChart {
@@ -238,10 +248,10 @@ class LineChart {
     }
     ctx.textAlign = "center";
     ctx.textBaseline = "top";
-    const xTicks = Math.max(2, Math.floor((w - pad.l - pad.r) / 110));
-    for (let i = 0; i <= xTicks; i++) {
-      const t = tMin + (tMax - tMin) * i / xTicks;
-      ctx.fillText(fmtClock(t), Math.min(Math.max(X(t), pad.l + 24), w - pad.r - 24), h - pad.b + 7);
+    const x = timeTicks(tMin, tMax, Math.max(2, Math.floor((w - pad.l - pad.r) / 90)));
+    for (const t of x.ticks) {
+      const label = x.step >= 60000 ? fmtClock(t).slice(0, 5) : fmtClock(t);
+      ctx.fillText(label, Math.min(Math.max(X(t), pad.l + 24), w - pad.r - 24), h - pad.b + 7);
     }
 
     // Lines (filled ones first so the lines stay on top).
