@@ -1,14 +1,8 @@
 #include "gateway/http/dashboard_server.h"
 
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
-#include <optional>
-#include <thread>
-#include <utility>
-
-#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/bind_handler.hpp>
 #include <boost/beast/core/error.hpp>
@@ -18,6 +12,11 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
 
 #include "core/status.h"
 #include "gateway/http/dashboard_state.h"
@@ -118,11 +117,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void Drain(size_t drained) {
     if (drained > kLingerBytes) return;
     stream_.expires_after(kReadTimeout);
-    stream_.async_read_some(
-        asio::buffer(discard_),
-        [self = shared_from_this(), drained](beast::error_code ec, size_t n) {
-          if (!ec) self->Drain(drained + n);
-        });
+    stream_.async_read_some(asio::buffer(discard_),
+                            [self = shared_from_this(), drained](beast::error_code ec, size_t n) {
+                              if (!ec) self->Drain(drained + n);
+                            });
   }
 
   static constexpr size_t kLingerBytes = 1 << 20;
@@ -194,7 +192,8 @@ struct DashboardServer::Impl {
 absl::StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(DashboardOptions options,
                                                                         SnapshotFn snapshot) {
   if (!snapshot) return absl::InvalidArgumentError("dashboard: no snapshot callback");
-  if (options.sample_interval.count() <= 0 || options.history == 0 || options.max_connections == 0) {
+  if (options.sample_interval.count() <= 0 || options.history == 0 ||
+      options.max_connections == 0) {
     return absl::InvalidArgumentError(
         "dashboard: sample_interval, history and max_connections must be positive");
   }

@@ -1,8 +1,8 @@
 // The gateway's HTTP side (DESIGN.md §8): the live dashboard page, /api/state and /metrics, served
 // with Boost.Beast from snapshots of the federation that the gateway hands over through a callback.
 //
-//   auto server = DashboardServer::Start({.address = "127.0.0.1:8080"}, [&] { return Snapshot(); });
-//   if (!server.ok()) return server.status();
+//   auto server = DashboardServer::Start({.address = "127.0.0.1:8080"}, [&] { return Snapshot();
+//   }); if (!server.ok()) return server.status();
 //   // ... (*server)->port() ...; destroying the server stops it.
 #pragma once
 

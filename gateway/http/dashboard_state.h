@@ -1,5 +1,5 @@
-// What the dashboard serves, rendered once per sample: the latest snapshot's /metrics text and JSON,
-// and the history of the curves. Requests read it; the sampler writes it.
+// What the dashboard serves, rendered once per sample: the latest snapshot's /metrics text and
+// JSON, and the history of the curves. Requests read it; the sampler writes it.
 #pragma once
 
 #include <cstddef>
@@ -19,8 +19,8 @@ class DashboardState {
   // `history_capacity`: points kept per series; `sample_interval_ms` is reported to the page.
   DashboardState(size_t history_capacity, uint64_t sample_interval_ms);
 
-  // Records a snapshot taken at `unix_ms`: renders its /metrics text and JSON once and appends it to
-  // the history. Until the first Update the readers serve an empty FederationState.
+  // Records a snapshot taken at `unix_ms`: renders its /metrics text and JSON once and appends it
+  // to the history. Until the first Update the readers serve an empty FederationState.
   void Update(const v1::FederationState& state, uint64_t unix_ms);
 
   // The Prometheus text of the latest snapshot. Shared and immutable: cheap for many readers.

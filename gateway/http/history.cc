@@ -1,9 +1,8 @@
 #include "gateway/http/history.h"
 
 #include <algorithm>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "gateway/http/proto_names.h"
 
@@ -50,7 +49,9 @@ void History::Add(const v1::FederationState& state, uint64_t unix_ms) {
     LinkSeries& series = it->second;
     if (!inserted && unix_ms > series.last_unix_ms) {
       double seconds = static_cast<double>(unix_ms - series.last_unix_ms) / 1000.0;
-      auto growth = [](uint64_t now, uint64_t before) { return now >= before ? now - before : now; };
+      auto growth = [](uint64_t now, uint64_t before) {
+        return now >= before ? now - before : now;
+      };
       Push(series.points,
            LinkPoint{unix_ms, growth(link.raw_bytes(), series.last_raw_bytes) / seconds,
                      growth(link.wire_bytes(), series.last_wire_bytes) / seconds});
@@ -83,9 +84,15 @@ std::string History::ToJson(uint64_t since_unix_ms) const {
       seal.push_back(p->seal_s);
       open.push_back(p->open_s);
     }
-    sites[id] = {{"t", t},           {"step", step},     {"loss", loss},
-                 {"samples_per_second", sps}, {"compute_s", compute}, {"wait_s", wait},
-                 {"encode_s", encode}, {"decode_s", decode}, {"seal_s", seal},
+    sites[id] = {{"t", t},
+                 {"step", step},
+                 {"loss", loss},
+                 {"samples_per_second", sps},
+                 {"compute_s", compute},
+                 {"wait_s", wait},
+                 {"encode_s", encode},
+                 {"decode_s", decode},
+                 {"seal_s", seal},
                  {"open_s", open}};
   }
   json links = json::object();

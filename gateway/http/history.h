@@ -1,5 +1,6 @@
 // Bounded time series of a federation's progress, so that a dashboard opened late still shows the
-// curves: per site (step, loss, samples/s, time split) and per link (raw and wire bytes per second).
+// curves: per site (step, loss, samples/s, time split) and per link (raw and wire bytes per
+// second).
 #pragma once
 
 #include <cstddef>
@@ -19,9 +20,10 @@ class History {
   explicit History(size_t capacity);
 
   // Appends one point per site and per link of `state`, stamped `unix_ms`. A link's rates come from
-  // its byte counters' growth since the previous Add (a counter that went down, e.g. after a gateway
-  // restart, counts from zero); a link's first Add only records the baseline. Series of sites and
-  // links absent from `state` are dropped, so memory stays bounded by the current topology.
+  // its byte counters' growth since the previous Add (a counter that went down, e.g. after a
+  // gateway restart, counts from zero); a link's first Add only records the baseline. Series of
+  // sites and links absent from `state` are dropped, so memory stays bounded by the current
+  // topology.
   void Add(const v1::FederationState& state, uint64_t unix_ms);
 
   // The points stamped after `since_unix_ms` as a JSON object:

@@ -1,11 +1,10 @@
 #include "gateway/http/http_router.h"
 
+#include <boost/beast/http/field.hpp>
+#include <boost/beast/http/verb.hpp>
 #include <cctype>
 #include <charconv>
 #include <cstdint>
-
-#include <boost/beast/http/field.hpp>
-#include <boost/beast/http/verb.hpp>
 
 #include "gateway/http/prometheus_text.h"
 #include "gateway/http/web_assets.h"
@@ -140,7 +139,8 @@ HttpRouter::Auth HttpRouter::Authenticate(const HttpRequest& request,
   if (header != request.end()) {
     std::string_view value(header->value().data(), header->value().size());
     constexpr std::string_view kScheme = "bearer ";
-    if (value.size() > kScheme.size() && EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme) &&
+    if (value.size() > kScheme.size() &&
+        EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme) &&
         ConstantTimeEquals(Trim(value.substr(kScheme.size())), token_)) {
       return Auth::kByHeaderOrCookie;
     }
@@ -179,7 +179,8 @@ HttpResponse HttpRouter::Handle(const HttpRequest& request) const {
     std::string since_text = QueryParameter(query, "since");
     auto [end, ec] =
         std::from_chars(since_text.data(), since_text.data() + since_text.size(), since);
-    if (!since_text.empty() && (ec != std::errc() || end != since_text.data() + since_text.size())) {
+    if (!since_text.empty() &&
+        (ec != std::errc() || end != since_text.data() + since_text.size())) {
       response = Text(request, http::status::bad_request, "since must be unix milliseconds");
     } else {
       response = Respond(request, http::status::ok, "application/json", state_->StateJson(since));
@@ -187,9 +188,10 @@ HttpResponse HttpRouter::Handle(const HttpRequest& request) const {
   } else if (path == "/metrics") {
     response = Respond(request, http::status::ok, kPrometheusContentType, *state_->MetricsText());
   } else if (const WebAsset* asset = FindWebAsset(path)) {
-    response = Respond(request, http::status::ok, ContentTypeOf(asset->path), std::string(asset->data));
+    response =
+        Respond(request, http::status::ok, ContentTypeOf(asset->path), std::string(asset->data));
     response.set("Content-Security-Policy",
-                  boost::beast::string_view(kPageSecurityPolicy.data(), kPageSecurityPolicy.size()));
+                 boost::beast::string_view(kPageSecurityPolicy.data(), kPageSecurityPolicy.size()));
     response.set("X-Frame-Options", "DENY");
   } else {
     response = Text(request, http::status::not_found, "no such page");

@@ -1,5 +1,5 @@
-// The dashboard's request handling, independent of sockets: one parsed request in, one response out.
-// DashboardServer feeds it from the network; the fuzz target and unit tests feed it directly.
+// The dashboard's request handling, independent of sockets: one parsed request in, one response
+// out. DashboardServer feeds it from the network; the fuzz target and unit tests feed it directly.
 //
 // Routes (GET and HEAD only, others 405):
 //   /, /index.html, /dashboard.{css,js}, /favicon.svg  the page (gateway/web, embedded)
@@ -11,12 +11,11 @@
 // browser then sends with the page's assets, fetches and reloads, and which is accepted too.
 #pragma once
 
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
 #include <cstddef>
 #include <string>
 #include <string_view>
-
-#include <boost/beast/http/message.hpp>
-#include <boost/beast/http/string_body.hpp>
 
 #include "gateway/http/dashboard_state.h"
 

@@ -91,7 +91,8 @@ LinkLabels LabelsOf(const v1::FederationState& state, const v1::LinkMetrics& lin
 }
 
 void WriteGateway(const v1::FederationState& state, Exposition& e) {
-  e.Family("strait_federation_info", "gauge", "The federation the gateway serves (value always 1).");
+  e.Family("strait_federation_info", "gauge",
+           "The federation the gateway serves (value always 1).");
   e.Sample({{"federation", state.view().federation()}}, uint64_t{1});
   e.Family("strait_federation_generation", "gauge", "Rollback generation of the federation.");
   e.Sample({}, uint64_t{state.view().generation()});
@@ -144,9 +145,10 @@ void WriteSites(const v1::FederationState& state, Exposition& e) {
   }
   e.Family("strait_site_state", "gauge", "1 for the site's current state, 0 for the others.");
   for (const v1::SiteInfo& s : view_sites) {
-    for (auto st : {v1::SITE_ABSENT, v1::SITE_JOINED, v1::SITE_TRAINING, v1::SITE_DOWN,
-                    v1::SITE_DONE}) {
-      e.Sample({{"site", s.id()}, {"state", SiteStateName(st)}}, uint64_t{s.state() == st ? 1u : 0u});
+    for (auto st :
+         {v1::SITE_ABSENT, v1::SITE_JOINED, v1::SITE_TRAINING, v1::SITE_DOWN, v1::SITE_DONE}) {
+      e.Sample({{"site", s.id()}, {"state", SiteStateName(st)}},
+               uint64_t{s.state() == st ? 1u : 0u});
     }
   }
   e.Family("strait_site_epoch", "gauge", "Current join epoch of the site.");
@@ -177,7 +179,8 @@ void WriteSites(const v1::FederationState& state, Exposition& e) {
     }
   }
   e.Family("strait_site_eta_seconds", "gauge", "Estimated seconds until the job ends.");
-  for (const v1::SiteMetrics& m : metrics) e.Sample({{"site", m.site_id()}}, m.last_report().eta_s());
+  for (const v1::SiteMetrics& m : metrics)
+    e.Sample({{"site", m.site_id()}}, m.last_report().eta_s());
   e.Family("strait_site_rejected_frames", "gauge",
            "Frames the site refused to open (tampered, replayed, ...), as last reported.");
   for (const v1::SiteMetrics& m : metrics) {
@@ -200,8 +203,9 @@ void WriteLinks(const v1::FederationState& state, Exposition& e) {
       const LinkLabels& l = labels[i];
       auto v = value(state.links(i));
       if (!v.has_value()) continue;
-      e.Sample({{"boundary", l.boundary}, {"direction", l.direction}, {"from", l.from}, {"to", l.to}},
-               *v);
+      e.Sample(
+          {{"boundary", l.boundary}, {"direction", l.direction}, {"from", l.from}, {"to", l.to}},
+          *v);
     }
   };
   using U = std::optional<uint64_t>;

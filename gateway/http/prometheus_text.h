@@ -9,7 +9,8 @@
 namespace strait::gateway {
 
 // The Content-Type of RenderPrometheusText's output.
-inline constexpr std::string_view kPrometheusContentType = "text/plain; version=0.0.4; charset=utf-8";
+inline constexpr std::string_view kPrometheusContentType =
+    "text/plain; version=0.0.4; charset=utf-8";
 
 // Renders every gateway-wide, per-site and per-link metric of `state` (names start with
 // "strait_"), each family with its HELP and TYPE lines. Pure function; thread-safe.

@@ -4,12 +4,11 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "gateway/http/dashboard_server.h"
 #include "tests/unit/gateway_http/fake_federation.h"

@@ -1,12 +1,11 @@
 // Feeds arbitrary bytes to the dashboard's request path: Beast's request parser with the server's
 // size limits, then the router, for every request in the bytes (pipelining). It must answer or
-// refuse, never crash, hang or read out of bounds. The first byte picks whether a token is required.
-// Seeds: tests/fuzz/corpus/http_request_fuzz/.
-#include <cstddef>
-#include <cstdint>
-
+// refuse, never crash, hang or read out of bounds. The first byte picks whether a token is
+// required. Seeds: tests/fuzz/corpus/http_request_fuzz/.
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/http/parser.hpp>
+#include <cstddef>
+#include <cstdint>
 
 #include "gateway/http/dashboard_state.h"
 #include "gateway/http/http_router.h"

@@ -2,10 +2,9 @@
 // keep-alive, many clients at once, the connection limit, and the history growing while it runs.
 #include "gateway/http/dashboard_server.h"
 
-#include <atomic>
-#include <thread>
-#include <vector>
+#include <gtest/gtest.h>
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
@@ -13,8 +12,9 @@
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <thread>
+#include <vector>
 
 #include "tests/unit/gateway_http/fake_federation.h"
 #include "tests/unit/gateway_http/http_client.h"
@@ -45,7 +45,8 @@ TEST(DashboardServer, ServesEveryRouteOverLoopback) {
 
   auto metrics = Fetch(server->port(), "/metrics");
   EXPECT_EQ(metrics.result(), http::status::ok);
-  EXPECT_NE(metrics.body().find("# TYPE strait_link_wire_bytes_total counter\n"), std::string::npos);
+  EXPECT_NE(metrics.body().find("# TYPE strait_link_wire_bytes_total counter\n"),
+            std::string::npos);
 
   auto state = Fetch(server->port(), "/api/state");
   ASSERT_EQ(state.result(), http::status::ok);
@@ -126,11 +127,12 @@ TEST(DashboardServer, MalformedRequestsGetErrorsAndTheServerKeepsServing) {
   EXPECT_EQ(status_of(SendRaw(port, huge_header)), "HTTP/1.1 431 Request Header Fields Too Large");
   std::string huge_target = "GET /" + std::string(20000, 'a') + " HTTP/1.1\r\n\r\n";
   EXPECT_EQ(status_of(SendRaw(port, huge_target)), "HTTP/1.1 431 Request Header Fields Too Large");
-  std::string huge_body = "POST /api/state HTTP/1.1\r\nContent-Length: 1000000\r\n\r\n" +
-                          std::string(100000, 'b');
+  std::string huge_body =
+      "POST /api/state HTTP/1.1\r\nContent-Length: 1000000\r\n\r\n" + std::string(100000, 'b');
   EXPECT_EQ(status_of(SendRaw(port, huge_body)), "HTTP/1.1 413 Payload Too Large");
-  std::string chunked = "POST /api/state HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
-                        "zz\r\nhello\r\n0\r\n\r\n";
+  std::string chunked =
+      "POST /api/state HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "zz\r\nhello\r\n0\r\n\r\n";
   EXPECT_EQ(status_of(SendRaw(port, chunked)), "HTTP/1.1 400 Bad Request");
   // A request cut off in the middle, and a connection with nothing sent: no answer, no harm.
   EXPECT_EQ(SendRaw(port, "GET /metr"), "");
@@ -143,8 +145,9 @@ TEST(DashboardServer, KeepAliveServesSeveralRequestsOnOneConnection) {
   auto server = StartServer();
   ASSERT_NE(server, nullptr);
   // Two pipelined requests in one write, then a third after the answers.
-  std::string two = "GET /metrics HTTP/1.1\r\nHost: a\r\n\r\nHEAD /api/state HTTP/1.1\r\nHost: a\r\n"
-                    "\r\nGET /nope HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+  std::string two =
+      "GET /metrics HTTP/1.1\r\nHost: a\r\n\r\nHEAD /api/state HTTP/1.1\r\nHost: a\r\n"
+      "\r\nGET /nope HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
   std::string replies = SendRaw(server->port(), two);
   size_t first = replies.find("HTTP/1.1 200 OK");
   size_t second = replies.find("HTTP/1.1 200 OK", first + 1);
@@ -232,8 +235,8 @@ TEST(DashboardServer, BadOptionsAreErrors) {
   // A port in use cannot be bound twice.
   auto first = StartServer();
   ASSERT_NE(first, nullptr);
-  auto second = DashboardServer::Start(
-      {.address = "127.0.0.1:" + std::to_string(first->port())}, source);
+  auto second =
+      DashboardServer::Start({.address = "127.0.0.1:" + std::to_string(first->port())}, source);
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
 }
 

@@ -70,14 +70,16 @@ v1::FederationState FakeFederationState(double t_s, bool insecure) {
     r.set_rejected_frames(i == 2 ? 1 : 0);
   }
 
-  // 4 microbatches per step, 256 x 1024 floats per activation; int8+zstd forward, bf16 backward.
+  // 4 microbatches per step, 4 steps/s, 256 x 1024 floats per activation; int8+zstd forward, bf16 backward.
   for (uint32_t boundary = 0; boundary < 2; ++boundary) {
     for (v1::Direction direction : {v1::FORWARD, v1::BACKWARD}) {
       v1::LinkMetrics& link = *state.add_links();
       link.set_boundary(boundary);
       link.set_direction(direction);
-      const uint64_t frames = step * 4;
-      const uint64_t raw = frames * 256 * 1024 * 4;
+      // Continuous in time (not stepwise) so that sampled byte rates are smooth.
+      const double exact_frames = 16.0 * t_s;
+      const uint64_t frames = static_cast<uint64_t>(exact_frames);
+      const uint64_t raw = static_cast<uint64_t>(exact_frames * 256 * 1024 * 4);
       link.set_frames(frames);
       link.set_raw_bytes(raw);
       link.set_wire_bytes(direction == v1::FORWARD ? raw * 10 / 37 : raw / 2 + frames * 64);

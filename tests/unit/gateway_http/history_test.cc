@@ -2,6 +2,7 @@
 #include "gateway/http/history.h"
 
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
 #include "tests/unit/gateway_http/fake_federation.h"
@@ -46,14 +47,15 @@ TEST(History, LossIsNullWhereASiteReportsNone) {
   history.Add(state, 5);
   json j = json::parse(history.ToJson(0));
   EXPECT_TRUE(j["sites"]["dc-a"]["loss"][0].is_null());
-  EXPECT_DOUBLE_EQ(j["sites"]["dc-c"]["loss"][0].get<double>(), state.sites(2).last_report().loss());
+  EXPECT_DOUBLE_EQ(j["sites"]["dc-c"]["loss"][0].get<double>(),
+                   state.sites(2).last_report().loss());
   EXPECT_DOUBLE_EQ(j["sites"]["dc-b"]["compute_s"][0].get<double>(),
                    state.sites(1).last_report().compute_s());
 }
 
 TEST(History, LinkRatesComeFromCounterGrowth) {
   History history(10);
-  history.Add(OneLink(1000, 500), 10'000);  // Baseline only.
+  history.Add(OneLink(1000, 500), 10'000);   // Baseline only.
   history.Add(OneLink(3000, 1000), 12'000);  // +2000 raw, +500 wire in 2 s.
   history.Add(OneLink(400, 100), 13'000);    // Counters went down (restart): count from zero.
   json link = json::parse(history.ToJson(0))["links"]["0/forward"];

@@ -1,5 +1,8 @@
 #include "tests/unit/gateway_http/http_client.h"
 
+#include <sys/socket.h>
+#include <sys/time.h>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -9,9 +12,6 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
-
-#include <sys/socket.h>
-#include <sys/time.h>
 
 namespace strait::gateway::testing {
 namespace {
@@ -56,7 +56,7 @@ std::string SendRaw(int port, const std::string& bytes) {
   asio::io_context io;
   tcp::socket stream = Connect(io, port);
   beast::error_code ec;
-  asio::write(stream, asio::buffer(bytes), ec);  // The server may close early: fine.
+  asio::write(stream, asio::buffer(bytes), ec);     // The server may close early: fine.
   stream.shutdown(tcp::socket::shutdown_send, ec);  // Nothing more: the server sees the end.
   std::string received;
   char chunk[4096];

@@ -2,11 +2,10 @@
 // that sends arbitrary bytes.
 #pragma once
 
-#include <map>
-#include <string>
-
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
+#include <map>
+#include <string>
 
 namespace strait::gateway::testing {
 
@@ -17,8 +16,8 @@ using Response = boost::beast::http::response<boost::beast::http::string_body>;
 Response Fetch(int port, const std::string& target, const std::string& method = "GET",
                const std::map<std::string, std::string>& headers = {});
 
-// Sends `bytes` as they are and closes the sending side, then reads until the server closes the connection (or 10 s pass) and
-// returns everything it sent.
+// Sends `bytes` as they are and closes the sending side, then reads until the server closes the
+// connection (or 10 s pass) and returns everything it sent.
 std::string SendRaw(int port, const std::string& bytes);
 
 }  // namespace strait::gateway::testing

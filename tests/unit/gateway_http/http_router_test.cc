@@ -2,6 +2,7 @@
 #include "gateway/http/http_router.h"
 
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
 #include "gateway/http/web_assets.h"
@@ -57,8 +58,9 @@ TEST_F(HttpRouterTest, ServesStateJsonAndMetrics) {
   EXPECT_EQ(j["sampled_unix_ms"], 1234);
   EXPECT_EQ(j["state"]["view"]["sites"].size(), 3u);
   EXPECT_EQ(j["history"]["sites"]["dc-a"]["t"], nlohmann::json({1234}));
-  EXPECT_EQ(nlohmann::json::parse(Get("/api/state?since=1234").body())["history"]["sites"]["dc-a"]["t"],
-            nlohmann::json::array());
+  EXPECT_EQ(
+      nlohmann::json::parse(Get("/api/state?since=1234").body())["history"]["sites"]["dc-a"]["t"],
+      nlohmann::json::array());
 
   HttpResponse metrics = Get("/metrics");
   EXPECT_EQ(metrics.result(), http::status::ok);
@@ -83,8 +85,8 @@ TEST_F(HttpRouterTest, BadTargetsAndBadSinceAre400) {
 }
 
 TEST_F(HttpRouterTest, OnlyGetAndHeadAreAllowed) {
-  for (http::verb verb : {http::verb::post, http::verb::put, http::verb::delete_,
-                          http::verb::patch, http::verb::options, http::verb::connect}) {
+  for (http::verb verb : {http::verb::post, http::verb::put, http::verb::delete_, http::verb::patch,
+                          http::verb::options, http::verb::connect}) {
     HttpResponse response = Get("/api/state", verb);
     EXPECT_EQ(response.result(), http::status::method_not_allowed) << http::to_string(verb);
     EXPECT_EQ(Header(response, http::field::allow), "GET, HEAD");

@@ -1,6 +1,9 @@
-// /metrics text: parsed back by a strict reader of the 0.0.4 text format, values checked against the
-// snapshot, and label values with quotes, backslashes and line feeds round-tripped.
+// /metrics text: parsed back by a strict reader of the 0.0.4 text format, values checked against
+// the snapshot, and label values with quotes, backslashes and line feeds round-tripped.
 #include "gateway/http/prometheus_text.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
@@ -8,9 +11,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "tests/unit/gateway_http/fake_federation.h"
 
@@ -170,12 +170,13 @@ TEST(PrometheusText, FakeFederationParsesAndMatchesTheSnapshot) {
   EXPECT_EQ(Value(e, "strait_site_state", {{"site", "dc-b"}, {"state", "training"}}), 1);
   EXPECT_EQ(Value(e, "strait_site_state", {{"site", "dc-b"}, {"state", "down"}}), 0);
   EXPECT_EQ(Count(e, "strait_site_state"), 15u);  // 3 sites x 5 states.
-  EXPECT_EQ(Value(e, "strait_site_info", {{"site", "dc-b"},
-                                          {"stage", "1"},
-                                          {"layer_start", "2"},
-                                          {"layer_end", "5"},
-                                          {"device", "cpu"},
-                                          {"workers", "8"}}),
+  EXPECT_EQ(Value(e, "strait_site_info",
+                  {{"site", "dc-b"},
+                   {"stage", "1"},
+                   {"layer_start", "2"},
+                   {"layer_end", "5"},
+                   {"device", "cpu"},
+                   {"workers", "8"}}),
             1);
   // Only the last stage reports a loss.
   EXPECT_EQ(Count(e, "strait_site_loss"), 1u);
