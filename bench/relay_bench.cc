@@ -182,7 +182,8 @@ absl::StatusOr<Measurement> Measure(const std::string& dir, const std::string& t
   const std::string tag = absl::StrCat(dir, "/run", run);
   std::vector<std::string> gateway_args = {FindStraitExecutable("strait-gateway"), "--config",
                                            dir + "/fed.yaml", "--listen", "127.0.0.1:0",
-                                           "--ready-file", tag + ".gateway", "--log-level", "warn"};
+                                           "--ready-file", tag + ".gateway", "--log-level", "warn",
+                                           "--no-dashboard"};
   if (tls_dir.empty()) gateway_args.push_back("--insecure");
   Process gateway(gateway_args, tag + ".gateway.log");
   auto ready = gateway.WaitForReadyFile(tag + ".gateway", {"grpc"}, std::chrono::seconds(30));

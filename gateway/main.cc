@@ -16,6 +16,7 @@
 #include "core/version.h"
 #include "gateway/exchange/gateway_core.h"
 #include "crypto/deny_list.h"
+#include "gateway/http/dashboard_server.h"
 #include "gateway/rpc/gateway_service.h"
 #include "gateway/rpc/tls_credentials.h"
 
@@ -35,14 +36,17 @@ int main(int argc, char** argv) {
   CLI::App app{"strait-gateway: routes sealed activations and gradients between the sites of a "
                "federation and serves its dashboard."};
   app.set_version_flag("--version", "strait-gateway " STRAIT_VERSION);
-  std::string config, listen, ready_file, log_level = "info";
-  bool insecure = false;
+  std::string config, listen, dashboard_address, ready_file, log_level = "info";
+  bool insecure = false, no_dashboard = false;
   app.add_option("-c,--config", config, "Job spec (federation YAML)")->required()->type_name("FILE");
   app.add_option("--listen", listen, "Override gateway.listen (host:port; port 0 picks a free one)");
+  app.add_option("--dashboard", dashboard_address,
+                 "Override dashboard.address (host:port; port 0 picks a free one)");
+  app.add_flag("--no-dashboard", no_dashboard, "Serve no dashboard, /metrics or /api/state");
   app.add_flag("--insecure", insecure,
                "Plaintext gRPC without certificates; sites name themselves. For local tests only");
   app.add_option("--ready-file", ready_file,
-                 "Write 'grpc=PORT' to FILE once serving (for scripts and tests)");
+                 "Write 'grpc=PORT' and 'http=PORT' to FILE once serving (for scripts and tests)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -51,6 +55,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<strait::JobSpec> spec = strait::LoadJobSpec(config);
   if (!spec.ok()) return Fail(std::string(spec.status().message()), 2);
   if (!listen.empty()) spec->gateway.listen = listen;
+  if (!dashboard_address.empty()) spec->dashboard.address = dashboard_address;
 
   // Revoked certificates (tls.deny_list), reloaded whenever the file changes.
   auto revoked = std::make_shared<strait::gateway::RevocationList>();
@@ -113,9 +118,27 @@ int main(int argc, char** argv) {
   }
   spdlog::info("federation {}: serving {} sites on port {}{}", spec->name, spec->sites.size(), port,
                insecure ? " (INSECURE)" : " (mutual TLS)");
+
+  std::unique_ptr<strait::gateway::DashboardServer> dashboard;
+  if (!no_dashboard) {
+    strait::gateway::DashboardOptions dashboard_options;
+    dashboard_options.address = spec->dashboard.address;
+    if (!spec->dashboard.token_file.empty()) {
+      std::ifstream in(spec->dashboard.token_file);
+      std::getline(in, dashboard_options.token);
+      if (dashboard_options.token.empty()) {
+        return Fail("dashboard.token_file " + spec->dashboard.token_file + " is missing or empty", 2);
+      }
+    }
+    auto started = strait::gateway::DashboardServer::Start(dashboard_options, [&core] { return core.Snapshot(); });
+    if (!started.ok()) return Fail("dashboard: " + std::string(started.status().message()));
+    dashboard = *std::move(started);
+    spdlog::info("dashboard: http://{}:{}/{}", spec->dashboard.address.substr(0, spec->dashboard.address.rfind(':')),
+                 dashboard->port(), dashboard_options.token.empty() ? "" : " (token required)");
+  }
   if (!ready_file.empty()) {
     // Written whole, then renamed, so a reader never sees half a line.
-    std::ofstream(ready_file + ".tmp") << "grpc=" << port << "\n";
+    std::ofstream(ready_file + ".tmp") << "grpc=" << port << "\nhttp=" << (dashboard ? dashboard->port() : 0) << "\n";
     std::rename((ready_file + ".tmp").c_str(), ready_file.c_str());
   }
 

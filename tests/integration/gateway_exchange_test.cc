@@ -184,7 +184,7 @@ class GatewayExchangeTest : public ::testing::Test {
     gateway_ = std::make_unique<Process>(
         std::vector<std::string>{std::string(STRAIT_BINARY_DIR) + "/gateway/strait-gateway", "--config",
                                  dir_.File("fed.yaml"), "--insecure", "--listen", "127.0.0.1:0",
-                                 "--ready-file", dir_.File("ready")},
+                                 "--ready-file", dir_.File("ready"), "--dashboard", "127.0.0.1:0"},
         dir_.File("gateway.log"));
     auto ready = gateway_->WaitForReadyFile(dir_.File("ready"), {"grpc"}, std::chrono::seconds(30));
     ASSERT_FALSE(ready.empty()) << gateway_->LogTail();

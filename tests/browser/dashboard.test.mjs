@@ -1,0 +1,117 @@
+// Opens the dashboard in headless Chromium (Debian's, no browser download) while the helper server
+// feeds it a changing fake federation, and checks what a person would see: the three sites with
+// their layer ranges in stage order, the links between them, the insecure banner, charts that grow,
+// the step rising, no script errors. Saves dashboard.png in the output directory.
+//
+//   node dashboard.test.mjs SERVER_BINARY OUTPUT_DIR CHROMIUM
+import assert from "node:assert/strict";
+import {spawn} from "node:child_process";
+import {mkdtempSync, rmSync} from "node:fs";
+import {tmpdir} from "node:os";
+import {join} from "node:path";
+import {createInterface} from "node:readline";
+import {chromium} from "playwright-core";
+
+const [serverBinary, outDir, chromiumPath] = process.argv.slice(2);
+const TOKEN = "browser-test-token";
+
+// Starts the helper server and resolves with its port.
+function startServer() {
+  const child = spawn(serverBinary, ["--token", TOKEN, "--insecure", "--interval-ms", "250"],
+                      {stdio: ["pipe", "pipe", "inherit"]});
+  const port = new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error("the server printed no port in 20 s")), 20000);
+    child.on("exit", (code) => reject(new Error(`the server exited early with ${code}`)));
+    createInterface({input: child.stdout}).on("line", (line) => {
+      const match = /^PORT (\d+)$/.exec(line);
+      if (match) { clearTimeout(timer); resolve(Number(match[1])); }
+    });
+  });
+  return {child, port};
+}
+
+async function main() {
+  const server = startServer();
+  const userDataDir = mkdtempSync(join(tmpdir(), "strait-chromium-"));
+  let context;
+  try {
+    const port = await server.port;
+    const base = `http://127.0.0.1:${port}`;
+
+    // Without the token nothing is served.
+    assert.equal((await fetch(`${base}/api/state`)).status, 401);
+    assert.equal((await fetch(`${base}/`)).status, 401);
+
+    context = await chromium.launchPersistentContext(userDataDir, {
+      executablePath: chromiumPath,
+      headless: true,
+      viewport: {width: 1600, height: 1100},
+      args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+    });
+    const page = context.pages()[0] || await context.newPage();
+    const errors = [];
+    page.on("pageerror", (error) => errors.push(String(error)));
+    page.on("console", (message) => { if (message.type() === "error") errors.push(message.text()); });
+    const external = [];
+    page.on("request", (request) => { if (!request.url().startsWith(base)) external.push(request.url()); });
+
+    // The token once in the address; the cookie it sets carries the page's own requests.
+    await page.goto(`${base}/?token=${TOKEN}`);
+    await page.waitForFunction(() => document.querySelectorAll("#pipeline .site").length === 3,
+                               null, {timeout: 15000});
+
+    const sites = await page.$$eval("#pipeline .site", (nodes) => nodes.map((n) => ({
+      id: n.dataset.siteId,
+      layers: n.querySelector(".site-layers").textContent,
+      device: n.querySelector(".site-device").textContent,
+      state: n.querySelector(".pill").textContent,
+    })));
+    assert.deepEqual(sites.map((s) => [s.id, s.layers]),
+                     [["dc-a", "layers [0, 2)"], ["dc-b", "layers [2, 5)"], ["dc-c", "layers [5, 8)"]]);
+    assert.match(sites[0].device, /cuda × 4/);
+    assert.match(sites[1].device, /cpu × 8/);
+    assert.deepEqual(sites.map((s) => s.state), ["training", "training", "training"]);
+    const links = await page.$$eval("#pipeline .link-row", (nodes) => nodes.map((n) => n.dataset.link));
+    assert.deepEqual(links, ["0/forward", "0/backward", "1/forward", "1/backward"]);
+    assert.equal(await page.isVisible("#insecure-banner"), true, "the insecure banner shows");
+    assert.match(await page.textContent("#federation"), /fashion-demo/);
+
+    // The charts and the step move on their own (the server samples every 250 ms).
+    const points = () => page.$eval("#chart-loss", (c) => Number(c.dataset.points || 0));
+    const step = () => page.textContent("#kpi-step");
+    const points0 = await points();
+    const step0 = await step();
+    await page.waitForFunction((n) => Number(document.querySelector("#chart-loss").dataset.points) > n + 2,
+                               points0, {timeout: 20000});
+    await page.waitForFunction((s) => document.querySelector("#kpi-step").textContent !== s,
+                               step0, {timeout: 20000});
+    assert.equal(await page.getAttribute("#live", "data-status"), "live");
+    const throughputPoints = await page.$eval("#chart-throughput", (c) => Number(c.dataset.points));
+    assert.ok(throughputPoints > 0, "throughput chart has points");
+    assert.equal(await page.$$eval("#timesplit .ts-row", (rows) => rows.length), 3);
+    assert.ok(await page.$$eval("#alerts .alert", (items) => items.length) >= 1, "alerts listed");
+    assert.ok(await page.$$eval("#rejected .bar-row", (rows) => rows.length) >= 1, "rejections listed");
+
+    // Let the curves grow a little for the screenshot.
+    await page.waitForTimeout(3000);
+    const screenshot = join(outDir, "dashboard.png");
+    await page.screenshot({path: screenshot, fullPage: true});
+    console.log(`screenshot: ${screenshot}`);
+
+    assert.deepEqual(errors, [], "no script errors");
+    assert.deepEqual(external, [], "no request leaves the gateway");
+    console.log(`dashboard browser test passed: sites ${sites.map((s) => s.id).join(", ")}, ` +
+                `loss chart ${points0} -> ${await points()} points, step ${step0} -> ${await step()}`);
+  } finally {
+    if (context) await context.close();
+    server.child.stdin.end();
+    server.child.kill("SIGTERM");
+    rmSync(userDataDir, {recursive: true, force: true});
+  }
+}
+
+main().then(() => process.exit(0), (error) => {
+  console.error(`dashboard browser test FAILED: ${error.stack || error}`);
+  process.exit(1);
+});

@@ -1,0 +1,245 @@
+// /metrics text: parsed back by a strict reader of the 0.0.4 text format, values checked against
+// the snapshot, and label values with quotes, backslashes and line feeds round-tripped.
+#include "gateway/http/prometheus_text.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/unit/gateway_http/fake_federation.h"
+
+namespace strait::gateway {
+namespace {
+
+using ::testing::Pair;
+
+struct Sample {
+  std::string name;
+  std::map<std::string, std::string> labels;
+  double value;
+};
+
+struct Exposition {
+  std::map<std::string, std::string> types;  // Family name -> TYPE.
+  std::map<std::string, std::string> helps;
+  std::vector<Sample> samples;
+};
+
+bool ValidName(const std::string& name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != ':') return false;
+  }
+  return true;
+}
+
+// Parses the text format strictly: every family has HELP then TYPE before its samples, and the
+// samples of a family are contiguous. Records failures as test failures.
+void ParseInto(const std::string& text, Exposition& out) {
+  EXPECT_TRUE(text.empty() || text.back() == '\n');
+  std::istringstream lines(text);
+  std::string line, current;
+  std::set<std::string> finished;
+  while (std::getline(lines, line)) {
+    if (line.rfind("# HELP ", 0) == 0 || line.rfind("# TYPE ", 0) == 0) {
+      std::string rest = line.substr(7);
+      std::string name = rest.substr(0, rest.find(' '));
+      EXPECT_TRUE(ValidName(name)) << line;
+      if (line[2] == 'H') {
+        EXPECT_FALSE(out.helps.contains(name)) << "second HELP for " << name;
+        if (!current.empty()) finished.insert(current);
+        current = name;
+        out.helps[name] = rest.substr(name.size() + 1);
+      } else {
+        EXPECT_EQ(name, current) << "TYPE without HELP first: " << line;
+        std::string type = rest.substr(name.size() + 1);
+        EXPECT_TRUE(type == "counter" || type == "gauge") << line;
+        out.types[name] = type;
+      }
+      continue;
+    }
+    ASSERT_FALSE(line.empty() || line[0] == '#') << "unexpected line: '" << line << "'";
+    Sample sample;
+    size_t i = 0;
+    while (i < line.size() && line[i] != '{' && line[i] != ' ') ++i;
+    sample.name = line.substr(0, i);
+    EXPECT_EQ(sample.name, current) << "sample outside its family: " << line;
+    EXPECT_FALSE(finished.contains(sample.name)) << "family split: " << line;
+    if (i < line.size() && line[i] == '{') {
+      ++i;
+      while (i < line.size() && line[i] != '}') {
+        size_t eq = line.find('=', i);
+        ASSERT_NE(eq, std::string::npos) << line;
+        std::string key = line.substr(i, eq - i);
+        EXPECT_TRUE(ValidName(key)) << line;
+        ASSERT_EQ(line[eq + 1], '"') << line;
+        std::string value;
+        for (i = eq + 2; i < line.size() && line[i] != '"'; ++i) {
+          if (line[i] == '\\') {
+            ++i;
+            ASSERT_LT(i, line.size()) << line;
+            ASSERT_TRUE(line[i] == '\\' || line[i] == '"' || line[i] == 'n') << line;
+            value += line[i] == 'n' ? '\n' : line[i];
+          } else {
+            value += line[i];
+          }
+        }
+        ASSERT_LT(i, line.size()) << "unterminated label value: " << line;
+        EXPECT_FALSE(sample.labels.contains(key)) << line;
+        sample.labels[key] = value;
+        ++i;  // Closing quote.
+        if (i < line.size() && line[i] == ',') ++i;
+      }
+      ASSERT_LT(i, line.size()) << line;
+      ++i;  // Closing brace.
+    }
+    ASSERT_LT(i, line.size()) << line;
+    ASSERT_EQ(line[i], ' ') << line;
+    std::string value = line.substr(i + 1);
+    if (value == "NaN") {
+      sample.value = std::nan("");
+    } else if (value == "+Inf" || value == "-Inf") {
+      sample.value = value[0] == '+' ? INFINITY : -INFINITY;
+    } else {
+      size_t used = 0;
+      sample.value = std::stod(value, &used);
+      EXPECT_EQ(used, value.size()) << line;
+    }
+    out.samples.push_back(sample);
+  }
+}
+
+Exposition Parse(const std::string& text) {
+  Exposition out;
+  ParseInto(text, out);
+  return out;
+}
+
+// The value of the one sample of `name` with exactly `labels`; fails when there is none.
+double Value(const Exposition& e, const std::string& name,
+             const std::map<std::string, std::string>& labels) {
+  for (const Sample& s : e.samples) {
+    if (s.name == name && s.labels == labels) return s.value;
+  }
+  ADD_FAILURE() << "no sample " << name;
+  return std::nan("");
+}
+
+size_t Count(const Exposition& e, const std::string& name) {
+  size_t n = 0;
+  for (const Sample& s : e.samples) n += s.name == name ? 1 : 0;
+  return n;
+}
+
+TEST(PrometheusText, EscapesLabelValues) {
+  EXPECT_EQ(EscapeLabelValue("plain-id_1"), "plain-id_1");
+  EXPECT_EQ(EscapeLabelValue("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+  EXPECT_EQ(EscapeLabelValue(""), "");
+}
+
+TEST(PrometheusText, FormatsValues) {
+  EXPECT_EQ(FormatSampleValue(0), "0");
+  EXPECT_EQ(FormatSampleValue(0.1), "0.1");
+  EXPECT_EQ(FormatSampleValue(-2.5), "-2.5");
+  EXPECT_EQ(FormatSampleValue(1e300), "1e+300");
+  EXPECT_EQ(FormatSampleValue(std::nan("")), "NaN");
+  EXPECT_EQ(FormatSampleValue(INFINITY), "+Inf");
+  EXPECT_EQ(FormatSampleValue(-INFINITY), "-Inf");
+  // Shortest representation that reads back exactly.
+  double third = 1.0 / 3.0;
+  EXPECT_EQ(std::stod(FormatSampleValue(third)), third);
+}
+
+TEST(PrometheusText, FakeFederationParsesAndMatchesTheSnapshot) {
+  v1::FederationState state = testing::FakeFederationState(50.0);  // Step 200.
+  Exposition e = Parse(RenderPrometheusText(state));
+  ASSERT_FALSE(e.samples.empty());
+  for (const auto& [name, type] : e.types) {
+    EXPECT_TRUE(name.rfind("strait_", 0) == 0) << name;
+    if (type == "counter") {
+      EXPECT_TRUE(name.ends_with("_total")) << name;
+    }
+  }
+  EXPECT_EQ(Value(e, "strait_site_step", {{"site", "dc-a"}}), 200);
+  EXPECT_EQ(Value(e, "strait_site_state", {{"site", "dc-b"}, {"state", "training"}}), 1);
+  EXPECT_EQ(Value(e, "strait_site_state", {{"site", "dc-b"}, {"state", "down"}}), 0);
+  EXPECT_EQ(Count(e, "strait_site_state"), 15u);  // 3 sites x 5 states.
+  EXPECT_EQ(Value(e, "strait_site_info",
+                  {{"site", "dc-b"},
+                   {"stage", "1"},
+                   {"layer_start", "2"},
+                   {"layer_end", "5"},
+                   {"device", "cpu"},
+                   {"workers", "8"}}),
+            1);
+  // Only the last stage reports a loss.
+  EXPECT_EQ(Count(e, "strait_site_loss"), 1u);
+  EXPECT_DOUBLE_EQ(Value(e, "strait_site_loss", {{"site", "dc-c"}}),
+                   state.sites(2).last_report().loss());
+  EXPECT_DOUBLE_EQ(Value(e, "strait_site_time_seconds", {{"site", "dc-a"}, {"phase", "compute"}}),
+                   state.sites(0).last_report().compute_s());
+  EXPECT_EQ(Count(e, "strait_site_time_seconds"), 18u);  // 3 sites x 6 phases.
+  EXPECT_EQ(Value(e, "strait_site_restarts_total", {{"site", "dc-b"}}), 1);
+
+  std::map<std::string, std::string> fwd0 = {
+      {"boundary", "0"}, {"direction", "forward"}, {"from", "dc-a"}, {"to", "dc-b"}};
+  std::map<std::string, std::string> bwd1 = {
+      {"boundary", "1"}, {"direction", "backward"}, {"from", "dc-c"}, {"to", "dc-b"}};
+  EXPECT_EQ(Value(e, "strait_link_frames_total", fwd0), 800);
+  EXPECT_EQ(Value(e, "strait_link_raw_bytes_total", fwd0), 800.0 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(Value(e, "strait_link_compression_ratio", fwd0),
+                   double(state.links(0).raw_bytes()) / double(state.links(0).wire_bytes()));
+  EXPECT_DOUBLE_EQ(Value(e, "strait_link_push_to_pull_latency_seconds", bwd1), 0.0058);
+  EXPECT_EQ(Count(e, "strait_link_queue_depth"), 4u);
+
+  EXPECT_EQ(Value(e, "strait_gateway_rejected_frames_by_reason_total", {{"reason", "malformed"}}),
+            2);
+  EXPECT_EQ(Value(e, "strait_gateway_rejected_frames_total", {}), 5);
+  EXPECT_EQ(Value(e, "strait_gateway_memory_budget_bytes", {}), 512.0 * 1024 * 1024);
+  EXPECT_EQ(Value(e, "strait_gateway_insecure", {}), 0);
+  EXPECT_EQ(Value(e, "strait_gateway_alerts", {{"severity", "critical"}}), 1);
+  EXPECT_EQ(Value(e, "strait_federation_info", {{"federation", "fashion-demo"}}), 1);
+}
+
+TEST(PrometheusText, AwkwardLabelValuesRoundTrip) {
+  v1::FederationState state;
+  const std::string site = "we\"ird\\site\nx";
+  const std::string reason = "bad \"chunk\" \\ count";
+  v1::SiteInfo& info = *state.mutable_view()->add_sites();
+  info.set_id(site);
+  info.set_step(7);
+  state.add_sites()->set_site_id(site);
+  (*state.mutable_rejected_by_reason())[reason] = 3;
+  state.mutable_view()->set_federation("line1\nline2");
+  Exposition e = Parse(RenderPrometheusText(state));
+  EXPECT_EQ(Value(e, "strait_site_step", {{"site", site}}), 7);
+  EXPECT_EQ(Value(e, "strait_gateway_rejected_frames_by_reason_total", {{"reason", reason}}), 3);
+  EXPECT_EQ(Value(e, "strait_federation_info", {{"federation", "line1\nline2"}}), 1);
+}
+
+TEST(PrometheusText, LinkWithoutWireBytesHasNoRatioAndUnknownSitesAreEmpty) {
+  v1::FederationState state;
+  v1::LinkMetrics& link = *state.add_links();
+  link.set_boundary(3);  // No sites in the view: the from/to labels are empty.
+  link.set_direction(v1::BACKWARD);
+  Exposition e = Parse(RenderPrometheusText(state));
+  EXPECT_EQ(Count(e, "strait_link_compression_ratio"), 0u);
+  EXPECT_EQ(Value(e, "strait_link_frames_total",
+                  {{"boundary", "3"}, {"direction", "backward"}, {"from", ""}, {"to", ""}}),
+            0);
+}
+
+TEST(PrometheusText, EmptyStateIsValid) {
+  Exposition e = Parse(RenderPrometheusText({}));
+  EXPECT_THAT(e.types, ::testing::Contains(Pair("strait_gateway_uptime_seconds", "gauge")));
+  EXPECT_EQ(Count(e, "strait_site_step"), 0u);
+}
+
+}  // namespace
+}  // namespace strait::gateway
