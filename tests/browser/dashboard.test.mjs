@@ -12,13 +12,16 @@ import {join} from "node:path";
 import {createInterface} from "node:readline";
 import {chromium} from "playwright-core";
 
-const [serverBinary, outDir, chromiumPath] = process.argv.slice(2);
+// mode "fake": the helper serves changing fake snapshots; "real": it runs a real strait-gateway with
+// three test sites exchanging frames and reporting progress through it.
+const [serverBinary, outDir, chromiumPath, mode = "fake"] = process.argv.slice(2);
 const TOKEN = "browser-test-token";
 
 // Starts the helper server and resolves with its port.
 function startServer() {
-  const child = spawn(serverBinary, ["--token", TOKEN, "--insecure", "--interval-ms", "250"],
-                      {stdio: ["pipe", "pipe", "inherit"]});
+  const args = mode === "real" ? ["--token", TOKEN, "--real"]
+                               : ["--token", TOKEN, "--insecure", "--interval-ms", "250"];
+  const child = spawn(serverBinary, args, {stdio: ["pipe", "pipe", "inherit"]});
   const port = new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error("the server printed no port in 20 s")), 20000);
     child.on("exit", (code) => reject(new Error(`the server exited early with ${code}`)));
@@ -95,7 +98,7 @@ async function main() {
 
     // Let the curves grow a little for the screenshot.
     await page.waitForTimeout(3000);
-    const screenshot = join(outDir, "dashboard.png");
+    const screenshot = join(outDir, mode === "real" ? "dashboard-real.png" : "dashboard.png");
     await page.screenshot({path: screenshot, fullPage: true});
     console.log(`screenshot: ${screenshot}`);
 

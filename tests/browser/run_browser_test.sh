@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CTest entry of the browser test: run_browser_test.sh SERVER_BINARY OUTPUT_DIR
+# CTest entry of the browser test: run_browser_test.sh SERVER_BINARY OUTPUT_DIR [fake|real]
 # Installs playwright-core (pinned in package-lock.json) into tests/browser/node_modules with
 # `npm ci` when needed, then runs dashboard.test.mjs. Exit 77 (skipped) without node, npm or
 # Debian's chromium, or when npm cannot install the package (no registry).
@@ -28,4 +28,4 @@ if ! cmp -s "$here/package-lock.json" "$stamp"; then
 fi
 
 mkdir -p "$out"
-exec node "$here/dashboard.test.mjs" "$server" "$out" "$chromium"
+exec node "$here/dashboard.test.mjs" "$server" "$out" "$chromium" "${3:-fake}"
