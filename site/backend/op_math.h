@@ -1,0 +1,30 @@
+// Scalar formulas shared by every backend, so that all of them compute the same function.
+// Header-only; usable from CUDA kernels.
+#pragma once
+
+#include <math.h>
+
+#include "site/backend/counter_rng.h"
+
+namespace strait {
+
+inline constexpr float kLayerNormEps = 1e-5f;
+
+// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+STRAIT_HOST_DEVICE inline float Gelu(float x) {
+  const float kC = 0.7978845608028654f;  // sqrt(2 / pi)
+  return 0.5f * x * (1.0f + tanhf(kC * (x + 0.044715f * x * x * x)));
+}
+
+STRAIT_HOST_DEVICE inline float GeluGrad(float x) {
+  const float kC = 0.7978845608028654f;
+  float t = tanhf(kC * (x + 0.044715f * x * x * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kC * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+// Dropout's multiplier for element i: 0 (dropped, probability p) or 1 / (1 - p).
+STRAIT_HOST_DEVICE inline float DropoutScale(float p, uint64_t key, uint64_t i) {
+  return CounterUniform(key, i) >= p ? 1.0f / (1.0f - p) : 0.0f;
+}
+
+}  // namespace strait
