@@ -1,0 +1,74 @@
+#include "bench/recording_backend.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/status.h"
+
+namespace strait {
+namespace {
+
+// Floats a strided operand spans: rows x ld for each batch element.
+int64_t Span(int rows, int ld, int64_t stride, int batch) {
+  return (batch - 1) * stride + int64_t{rows} * ld;
+}
+
+}  // namespace
+
+void RecordingBackend::StartRecording() {
+  calls_.clear();
+  recording_ = true;
+}
+
+std::vector<GemmCall> RecordingBackend::StopRecording() {
+  recording_ = false;
+  return std::exchange(calls_, {});
+}
+
+void RecordingBackend::Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a,
+                            int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  if (recording_) calls_.push_back({ta, tb, m, n, k, lda, ldb, ldc, 0, 0, 0, 1, beta});
+  inner_->Gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void RecordingBackend::GemmBatched(bool ta, bool tb, int m, int n, int k, float alpha,
+                                   const float* a, int lda, int64_t sa, const float* b, int ldb,
+                                   int64_t sb, float beta, float* c, int ldc, int64_t sc,
+                                   int batch) {
+  if (recording_) calls_.push_back({ta, tb, m, n, k, lda, ldb, ldc, sa, sb, sc, batch, beta});
+  inner_->GemmBatched(ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch);
+}
+
+absl::StatusOr<GemmReplay> GemmReplay::Create(std::vector<GemmCall> calls, Backend* backend) {
+  int64_t a = 1, b = 1, c = 1;
+  for (const GemmCall& g : calls) {
+    a = std::max(a, Span(g.trans_a ? g.k : g.m, g.lda, g.stride_a, g.batch));
+    b = std::max(b, Span(g.trans_b ? g.n : g.k, g.ldb, g.stride_b, g.batch));
+    c = std::max(c, Span(g.m, g.ldc, g.stride_c, g.batch));
+  }
+  GemmReplay r;
+  r.calls_ = std::move(calls);
+  r.backend_ = backend;
+  STRAIT_ASSIGN_OR_RETURN(r.a_, DeviceBuffer::Create(backend, sizeof(float) * a));
+  STRAIT_ASSIGN_OR_RETURN(r.b_, DeviceBuffer::Create(backend, sizeof(float) * b));
+  STRAIT_ASSIGN_OR_RETURN(r.c_, DeviceBuffer::Create(backend, sizeof(float) * c));
+  backend->Fill(r.a_.f32(), a, 0.5f);
+  backend->Fill(r.b_.f32(), b, 0.25f);
+  return r;
+}
+
+absl::Status GemmReplay::Run() {
+  for (const GemmCall& g : calls_) {
+    if (g.stride_a == 0 && g.stride_b == 0 && g.stride_c == 0 && g.batch == 1) {
+      backend_->Gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0f, a_.f32(), g.lda, b_.f32(), g.ldb,
+                     g.beta, c_.f32(), g.ldc);
+    } else {
+      backend_->GemmBatched(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0f, a_.f32(), g.lda, g.stride_a,
+                            b_.f32(), g.ldb, g.stride_b, g.beta, c_.f32(), g.ldc, g.stride_c,
+                            g.batch);
+    }
+  }
+  return backend_->Sync();
+}
+
+}  // namespace strait
