@@ -1,5 +1,7 @@
 #include "bench/recording_backend.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -69,6 +71,19 @@ absl::Status GemmReplay::Run() {
     }
   }
   return backend_->Sync();
+}
+
+void GemmReplay::RunPlainOpenBlas(int threads) {
+  openblas_set_num_threads(threads);
+  for (const GemmCall& g : calls_) {
+    for (int i = 0; i < g.batch; ++i) {
+      cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans,
+                  g.trans_b ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f,
+                  a_.f32() + i * g.stride_a, g.lda, b_.f32() + i * g.stride_b, g.ldb, g.beta,
+                  c_.f32() + i * g.stride_c, g.ldc);
+    }
+  }
+  openblas_set_num_threads(1);
 }
 
 }  // namespace strait

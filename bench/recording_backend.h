@@ -118,6 +118,9 @@ class GemmReplay {
   static absl::StatusOr<GemmReplay> Create(std::vector<GemmCall> calls, Backend* backend);
   // Runs every call once, in order, and waits for the device.
   absl::Status Run();
+  // CPU only: runs every call as one plain cblas_sgemm per matrix, OpenBLAS threading itself with
+  // `threads` threads (restored to 1, the CPU backend's setting, afterwards).
+  void RunPlainOpenBlas(int threads);
 
  private:
   std::vector<GemmCall> calls_;

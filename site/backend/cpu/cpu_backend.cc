@@ -21,32 +21,45 @@ constexpr int64_t kGrainFloats = 1 << 15;
 
 int64_t RowGrain(int64_t cols) { return std::max<int64_t>(1, kGrainFloats / std::max<int64_t>(1, cols)); }
 
-// Small matrix products (attention scores) where a BLAS call costs more than the arithmetic:
-// C = alpha * op(A) op(B) + beta * C with the sum over l in order.
+// Small matrix products (attention) where a BLAS call costs more than the arithmetic:
+// C = alpha * op(A) op(B) + beta * C. op(B) is first packed row-major [k, n] so that the inner loop
+// runs over contiguous columns (vectorised); the sum over l is in order.
 void SmallGemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
                const float* b, int ldb, float beta, float* c, int ldc) {
-  const int64_t a_i = ta ? 1 : lda, a_l = ta ? lda : 1;
-  const int64_t b_l = tb ? 1 : ldb, b_j = tb ? ldb : 1;
-  float row[512];
-  for (int i = 0; i < m; ++i) {
-    for (int j0 = 0; j0 < n; j0 += 512) {
-      const int jn = std::min(512, n - j0);
-      std::fill(row, row + jn, 0.0f);
-      for (int l = 0; l < k; ++l) {
-        const float av = a[i * a_i + l * a_l];
-        const float* bl = b + l * b_l + int64_t{j0} * b_j;
-        for (int j = 0; j < jn; ++j) row[j] += av * bl[j * b_j];
-      }
-      float* ci = c + int64_t{i} * ldc + j0;
-      for (int j = 0; j < jn; ++j) ci[j] = alpha * row[j] + (beta == 0.0f ? 0.0f : beta * ci[j]);
+  thread_local std::vector<float> packed, row;
+  packed.resize(static_cast<size_t>(k) * n);
+  row.resize(n);
+  for (int l = 0; l < k; ++l) {
+    for (int j = 0; j < n; ++j) {
+      packed[static_cast<size_t>(l) * n + j] = tb ? b[int64_t{j} * ldb + l] : b[int64_t{l} * ldb + j];
     }
   }
+  const int64_t a_i = ta ? 1 : lda, a_l = ta ? lda : 1;
+  for (int i = 0; i < m; ++i) {
+    float* r = row.data();
+    std::fill(r, r + n, 0.0f);
+    for (int l = 0; l < k; ++l) {
+      const float av = a[i * a_i + l * a_l];
+      const float* bl = packed.data() + static_cast<size_t>(l) * n;
+      for (int j = 0; j < n; ++j) r[j] += av * bl[j];
+    }
+    float* ci = c + int64_t{i} * ldc;
+    for (int j = 0; j < n; ++j) ci[j] = alpha * r[j] + (beta == 0.0f ? 0.0f : beta * ci[j]);
+  }
+}
+
+void Sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
+           const float* b, int ldb, float beta, float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+              k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 class CpuBackend final : public Backend {
  public:
+  // OpenBLAS runs single-threaded inside our pool: its own worker threads busy-wait between calls
+  // and would compete with the pool for the cores.
   explicit CpuBackend(int threads) : threads_(threads), pool_(threads) {
-    openblas_set_num_threads(threads);
+    openblas_set_num_threads(1);
   }
 
   std::string Name() const override { return absl::StrCat("cpu (", threads_, " threads)"); }
@@ -71,25 +84,31 @@ class CpuBackend final : public Backend {
   void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
             const float* b, int ldb, float beta, float* c, int ldc) override {
     if (m == 0 || n == 0) return;
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
-                n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    // Split the larger of C's dimensions over the pool; each part is one single-threaded sgemm
+    // over the whole k, so the parts (and the result) depend only on the thread count.
+    const int64_t grain = std::max<int64_t>(16, (int64_t{1} << 20) / std::max<int64_t>(1, int64_t{std::min(m, n)} * k));
+    if (m >= n) {
+      pool_.ParallelFor(m, grain, [&](int64_t begin, int64_t end) {
+        Sgemm(ta, tb, static_cast<int>(end - begin), n, k, alpha, a + begin * (ta ? 1 : lda), lda, b,
+              ldb, beta, c + begin * ldc, ldc);
+      });
+    } else {
+      pool_.ParallelFor(n, grain, [&](int64_t begin, int64_t end) {
+        Sgemm(ta, tb, m, static_cast<int>(end - begin), k, alpha, a, lda, b + begin * (tb ? ldb : 1),
+              ldb, beta, c + begin, ldc);
+      });
+    }
   }
 
   void GemmBatched(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
                    int64_t stride_a, const float* b, int ldb, int64_t stride_b, float beta,
                    float* c, int ldc, int64_t stride_c, int batch) override {
-    if (int64_t{m} * n * k >= 64 * 64 * 64) {
-      for (int i = 0; i < batch; ++i) {
-        Gemm(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
-             c + i * stride_c, ldc);
-      }
-      return;
-    }
+    const bool small = int64_t{m} * n * k < 64 * 64 * 64;
     const int64_t grain = std::max<int64_t>(1, kGrainFloats / std::max(1, m * n * k / 8));
     pool_.ParallelFor(batch, grain, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        SmallGemm(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
-                  c + i * stride_c, ldc);
+        (small ? SmallGemm : Sgemm)(ta, tb, m, n, k, alpha, a + i * stride_a, lda,
+                                    b + i * stride_b, ldb, beta, c + i * stride_c, ldc);
       }
     });
   }

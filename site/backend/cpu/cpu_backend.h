@@ -1,7 +1,7 @@
-// The CPU backend: OpenBLAS sgemm for matrix products, vectorisable loops split over a fixed pool
-// of threads for the rest. Results do not depend on the thread count except through OpenBLAS,
-// whose thread count is set here (openblas_set_num_threads is process-wide: the last CPU backend
-// created decides it).
+// The CPU backend: OpenBLAS sgemm for matrix products (split over a fixed pool of threads, each part
+// a single-threaded sgemm), vectorisable loops split over the same pool for the rest. Element-wise
+// and row-wise ops give the same bits for any thread count; matrix products are deterministic for
+// a given thread count. Sets OpenBLAS to one thread (process-wide).
 #pragma once
 
 #include <memory>
