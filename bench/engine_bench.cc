@@ -30,7 +30,7 @@ struct EngineBenchOptions {
   int microbatches = 0;  // 0: the job spec's
   std::string device = "cpu";
   int threads = 0;
-  int steps = 10;   // per round
+  int steps = 10;  // per round
   int rounds = 5;
 };
 
@@ -66,13 +66,15 @@ int RunEngineBench(const EngineBenchOptions& o) {
     return Fail(absl::InvalidArgumentError("--batch must be a multiple of the microbatches"));
   }
   const int n = o.batch / microbatches;
-  const int threads = o.threads > 0 ? o.threads
-                                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  auto inner = CreateBackend(o.device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu, {threads, 0});
+  const int threads = o.threads > 0
+                          ? o.threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  auto inner =
+      CreateBackend(o.device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu, {threads, 0});
   if (!inner.ok()) return Fail(inner.status());
   RecordingBackend backend(inner->get());
-  auto stage = Stage::Create(spec->model, {0, spec->model.NumLayers()}, spec->training.optimizer,
-                             n, &backend);
+  auto stage = Stage::Create(spec->model, {0, spec->model.NumLayers()}, spec->training.optimizer, n,
+                             &backend);
   if (!stage.ok()) return Fail(stage.status());
 
   std::vector<float> inputs(static_cast<size_t>(o.batch) * (*stage)->input_features());
@@ -82,10 +84,12 @@ int RunEngineBench(const EngineBenchOptions& o) {
 
   // Warm up (allocations, BLAS buffers), record one step's products, then time.
   for (int64_t s = 0; s < 2; ++s) {
-    if (absl::Status st = TrainStep(**stage, s, microbatches, n, inputs, labels); !st.ok()) return Fail(st);
+    if (absl::Status st = TrainStep(**stage, s, microbatches, n, inputs, labels); !st.ok())
+      return Fail(st);
   }
   backend.StartRecording();
-  if (absl::Status st = TrainStep(**stage, 2, microbatches, n, inputs, labels); !st.ok()) return Fail(st);
+  if (absl::Status st = TrainStep(**stage, 2, microbatches, n, inputs, labels); !st.ok())
+    return Fail(st);
   const std::vector<GemmCall> calls = backend.StopRecording();
   double flops = 0;
   for (const GemmCall& c : calls) flops += c.Flops();
@@ -99,7 +103,8 @@ int RunEngineBench(const EngineBenchOptions& o) {
   for (int round = 0; round < o.rounds; ++round) {
     auto start = std::chrono::steady_clock::now();
     for (int s = 0; s < o.steps; ++s, ++step) {
-      if (absl::Status st = TrainStep(**stage, step, microbatches, n, inputs, labels); !st.ok()) return Fail(st);
+      if (absl::Status st = TrainStep(**stage, step, microbatches, n, inputs, labels); !st.ok())
+        return Fail(st);
     }
     step_seconds = std::min(step_seconds, Seconds(start) / o.steps);
     start = std::chrono::steady_clock::now();
@@ -117,10 +122,11 @@ int RunEngineBench(const EngineBenchOptions& o) {
   std::printf("engine bench: %s (%s, %d layers, %lld parameters) on %s\n", spec->name.c_str(),
               ToString(spec->model.family), spec->model.NumLayers(),
               static_cast<long long>((*stage)->param_count()), (*inner)->Name().c_str());
-  std::printf("training step, batch %d = %d x %d: %.2f ms, %.0f samples/s, %.3f GFLOP in %zu "
-              "matrix products\n",
-              o.batch, microbatches, n, 1e3 * step_seconds, o.batch / step_seconds, flops * 1e-9,
-              calls.size());
+  std::printf(
+      "training step, batch %d = %d x %d: %.2f ms, %.0f samples/s, %.3f GFLOP in %zu "
+      "matrix products\n",
+      o.batch, microbatches, n, 1e3 * step_seconds, o.batch / step_seconds, flops * 1e-9,
+      calls.size());
   std::printf("%-34s %10s %10s\n", "", "ms/step", "GFLOP/s");
   std::printf("%-34s %10.2f %10.1f\n", "training step (all ops)", 1e3 * step_seconds, step_gflops);
   std::printf("%-34s %10.2f %10.1f\n", "same products, backend Gemm alone", 1e3 * gemm_seconds,
@@ -140,8 +146,9 @@ int RunEngineBench(const EngineBenchOptions& o) {
 void AddBenchEngineCommand(CLI::App& bench, int* exit_code) {
   auto o = std::make_shared<EngineBenchOptions>();
   CLI::App* cmd = bench.add_subcommand(
-      "engine", "Training-step GFLOP/s of a job spec's model beside the GEMM library's GFLOP/s on "
-                "the same matrix products, measured in one run");
+      "engine",
+      "Training-step GFLOP/s of a job spec's model beside the GEMM library's GFLOP/s on "
+      "the same matrix products, measured in one run");
   cmd->add_option("-c,--config", o->config, "Job spec whose model is measured")
       ->required()
       ->type_name("FILE");
@@ -152,7 +159,8 @@ void AddBenchEngineCommand(CLI::App& bench, int* exit_code) {
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--steps", o->steps, "Timed steps per round")->check(CLI::PositiveNumber);
-  cmd->add_option("--rounds", o->rounds, "Rounds (the best round counts)")->check(CLI::PositiveNumber);
+  cmd->add_option("--rounds", o->rounds, "Rounds (the best round counts)")
+      ->check(CLI::PositiveNumber);
   cmd->callback([=] { *exit_code = RunEngineBench(*o); });
 }
 

@@ -4,11 +4,10 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_format.h"
 #include "core/job_spec.h"
@@ -23,7 +22,7 @@ struct TrainOptions {
   std::string config;
   int64_t steps = 0;  // 0: the job spec's steps or epochs
   std::string device = "cpu";
-  int threads = 0;    // 0: all cores
+  int threads = 0;  // 0: all cores
   std::string out = "train-out";
   int log_every = 50;
 };
@@ -46,8 +45,9 @@ int RunTrain(const TrainOptions& o) {
     spec->training.steps = o.steps;
     spec->training.epochs = 0;
   }
-  const int threads = o.threads > 0 ? o.threads
-                                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int threads = o.threads > 0
+                          ? o.threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const DeviceKind device = o.device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu;
   auto backend = CreateBackend(device, {threads, 0});
   if (!backend.ok()) return Fail(backend.status(), 1);
@@ -69,8 +69,10 @@ int RunTrain(const TrainOptions& o) {
               ts.microbatches, ts.MicrobatchSize(), ToString(ts.optimizer.kind), ts.optimizer.lr);
   std::fflush(stdout);
 
-  nlohmann::json metrics = {{"config", o.config},      {"device", backend_name},
-                            {"threads", threads},      {"global_batch", ts.global_batch},
+  nlohmann::json metrics = {{"config", o.config},
+                            {"device", backend_name},
+                            {"threads", threads},
+                            {"global_batch", ts.global_batch},
                             {"microbatches", ts.microbatches}};
   std::vector<double> losses;
   nlohmann::json epochs = nlohmann::json::array();
@@ -145,16 +147,19 @@ int RunTrain(const TrainOptions& o) {
 void AddTrainCommand(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<TrainOptions>();
   CLI::App* train = app.add_subcommand(
-      "train", "Train the whole model of a job spec in one process (the reference for fidelity "
-               "and speed): same microbatching and data order as the federation. Prints progress "
-               "and the test accuracy; writes metrics.json and final.ckpt to --out.");
+      "train",
+      "Train the whole model of a job spec in one process (the reference for fidelity "
+      "and speed): same microbatching and data order as the federation. Prints progress "
+      "and the test accuracy; writes metrics.json and final.ckpt to --out.");
   train->add_option("-c,--config", o->config, "Job spec (federation YAML)")
       ->required()
       ->type_name("FILE");
   train->add_option("--steps", o->steps, "Train this many global steps instead of the spec's")
       ->check(CLI::PositiveNumber);
   train->add_option("--device", o->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  train->add_option("--threads", o->threads, "CPU threads (default: all cores); fixed = deterministic")
+  train
+      ->add_option("--threads", o->threads,
+                   "CPU threads (default: all cores); fixed = deterministic")
       ->check(CLI::NonNegativeNumber);
   train->add_option("--out", o->out, "Output directory")->type_name("DIR");
   train->add_option("--log-every", o->log_every, "Steps between progress lines")

@@ -1,10 +1,11 @@
 // The compute backend interface (DESIGN.md §3): memory, copies and the numeric ops the layers use.
 //
 // Every pointer an op takes is device memory of the backend that runs the op (host memory for the
-// CPU backend), row-major. Ops are queued in order on the backend's one stream and may return before
-// they finish; Sync() waits and reports the first error since the previous Sync() (CUDA-style sticky
-// errors: ops themselves return nothing). A Backend is used by one thread at a time; distinct
-// instances may run concurrently. Every op is deterministic: same inputs, same bits, on every run.
+// CPU backend), row-major. Ops are queued in order on the backend's one stream and may return
+// before they finish; Sync() waits and reports the first error since the previous Sync()
+// (CUDA-style sticky errors: ops themselves return nothing). A Backend is used by one thread at a
+// time; distinct instances may run concurrently. Every op is deterministic: same inputs, same bits,
+// on every run.
 //
 // Accumulating outputs (named so below) add to what is there, which is how parameter gradients sum
 // over microbatches.

@@ -13,10 +13,10 @@ enum class Split { kTrain, kTest };
 
 struct Dataset {
   int64_t size = 0;
-  int features = 0;              // Floats per sample (784 for 28x28 images, channels first).
+  int features = 0;  // Floats per sample (784 for 28x28 images, channels first).
   int classes = 0;
-  std::vector<float> inputs;     // [size, features]
-  std::vector<int32_t> labels;   // [size], each in [0, classes)
+  std::vector<float> inputs;    // [size, features]
+  std::vector<int32_t> labels;  // [size], each in [0, classes)
 };
 
 // The data set of a job spec (`data:`), checked against the model's input size and classes.

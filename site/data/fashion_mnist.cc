@@ -12,7 +12,8 @@
 namespace strait {
 namespace {
 
-constexpr char kPackageHint[] = " (Fashion-MNIST comes with the Debian package dataset-fashion-mnist)";
+constexpr char kPackageHint[] =
+    " (Fashion-MNIST comes with the Debian package dataset-fashion-mnist)";
 
 struct GzCloser {
   void operator()(gzFile f) const { gzclose(f); }
@@ -73,9 +74,9 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, Split split) {
   STRAIT_ASSIGN_OR_RETURN(GzFile labels, OpenIdx(labels_path, 1, &label_shape));
   if (image_shape[1] != 28 || image_shape[2] != 28 || image_shape[0] == 0 ||
       image_shape[0] > 1'000'000) {
-    return absl::DataLossError(absl::StrCat(images_path, ": expected N x 28 x 28 images with 0 < N <= 10^6, found ",
-                                            image_shape[0], " x ", image_shape[1], " x ",
-                                            image_shape[2], kPackageHint));
+    return absl::DataLossError(
+        absl::StrCat(images_path, ": expected N x 28 x 28 images with 0 < N <= 10^6, found ",
+                     image_shape[0], " x ", image_shape[1], " x ", image_shape[2], kPackageHint));
   }
   if (label_shape[0] != image_shape[0]) {
     return absl::DataLossError(absl::StrCat(labels_path, " has ", label_shape[0], " labels but ",

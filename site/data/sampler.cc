@@ -20,7 +20,8 @@ std::vector<int64_t> EpochPermutation(uint64_t seed, int64_t epoch, int64_t size
   return perm;
 }
 
-Sampler::Sampler(uint64_t seed, int64_t size, int batch) : seed_(seed), size_(size), batch_(batch) {}
+Sampler::Sampler(uint64_t seed, int64_t size, int batch)
+    : seed_(seed), size_(size), batch_(batch) {}
 
 const std::vector<int64_t>& Sampler::Batch(int64_t step) {
   const int64_t epoch = step / BatchesPerEpoch();

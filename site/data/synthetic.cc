@@ -12,8 +12,8 @@ Dataset MakeSyntheticDataset(uint64_t seed, Split split, int64_t size, int featu
   d.inputs.resize(size * features);
   d.labels.resize(size);
   const uint64_t proto_key = CombineKey(seed, 0x50524f54 /* "PROT" */);
-  const uint64_t sample_key = CombineKey(CombineKey(seed, 0x53594e54 /* "SYNT" */),
-                                         split == Split::kTrain ? 0 : 1);
+  const uint64_t sample_key =
+      CombineKey(CombineKey(seed, 0x53594e54 /* "SYNT" */), split == Split::kTrain ? 0 : 1);
   for (int64_t i = 0; i < size; ++i) {
     const uint64_t key = CombineKey(sample_key, i);
     const int32_t label = static_cast<int32_t>(CombineKey(key, ~0ull) % classes);

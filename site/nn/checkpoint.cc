@@ -116,7 +116,8 @@ absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) 
     return status;
   }
   const size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const std::string dir =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
   const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd < 0) return ErrnoError("cannot open directory", dir);
   const bool synced = ::fsync(dir_fd) == 0;

@@ -18,8 +18,8 @@
 namespace strait {
 
 struct CheckpointState {
-  int64_t step = 0;              // Global steps completed.
-  uint32_t optimizer_kind = 0;   // static_cast<uint32_t>(OptimizerKind)
+  int64_t step = 0;             // Global steps completed.
+  uint32_t optimizer_kind = 0;  // static_cast<uint32_t>(OptimizerKind)
   uint64_t fingerprint = 0;
   int32_t first_layer = 0;
   int32_t end_layer = 0;

@@ -17,7 +17,8 @@ void DenseLayer::Forward(Backend& backend, const LayerParams& params, const Pass
   const int in = static_cast<int>(in_features()), out = static_cast<int>(out_features());
   float* pre = act_ == ActivationOp::kGelu ? saved : y;
   LinearForward(backend, n, in, out, x, params.value[0], params.value[1], act_, pre, y);
-  if (pass.training && dropout_ > 0.0f) backend.Dropout(int64_t{n} * out, dropout_, pass.dropout_key, y, y);
+  if (pass.training && dropout_ > 0.0f)
+    backend.Dropout(int64_t{n} * out, dropout_, pass.dropout_key, y, y);
 }
 
 void DenseLayer::Backward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/model_layout.h"
@@ -23,8 +24,8 @@ struct LayerParams {
 
 // What a forward pass needs besides tensors.
 struct PassInfo {
-  bool training = true;       // false: dropout is the identity (evaluation)
-  uint64_t dropout_key = 0;   // Keyed by (seed, step, microbatch, layer): see Stage.
+  bool training = true;      // false: dropout is the identity (evaluation)
+  uint64_t dropout_key = 0;  // Keyed by (seed, step, microbatch, layer): see Stage.
 };
 
 class Layer {

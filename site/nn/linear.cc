@@ -15,8 +15,8 @@ void LinearBackward(Backend& backend, int64_t rows, int in, int out, const float
   backend.Gemm(true, false, out, in, m, 1.0f, dpre, out, x, in, 1.0f, dw, in);
   backend.ColumnSum(rows, out, dpre, out, 1.0f, db);
   if (dx != nullptr) {
-    backend.Gemm(false, false, m, in, out, 1.0f, dpre, out, w, in, accumulate_dx ? 1.0f : 0.0f,
-                 dx, in);
+    backend.Gemm(false, false, m, in, out, 1.0f, dpre, out, w, in, accumulate_dx ? 1.0f : 0.0f, dx,
+                 in);
   }
 }
 

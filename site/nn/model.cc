@@ -24,10 +24,11 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec&
     LayerLayout l = std::move(layout[i]);
     if (model.family == ModelFamily::kMlp) {
       const bool hidden = i < total - 1;
-      const ActivationOp act = !hidden ? ActivationOp::kNone
+      const ActivationOp act = !hidden                                     ? ActivationOp::kNone
                                : model.mlp.activation == Activation::kRelu ? ActivationOp::kRelu
                                                                            : ActivationOp::kGelu;
-      layers.push_back(std::make_unique<DenseLayer>(std::move(l), act, hidden ? model.mlp.dropout : 0.0f));
+      layers.push_back(
+          std::make_unique<DenseLayer>(std::move(l), act, hidden ? model.mlp.dropout : 0.0f));
     } else if (i == 0) {
       layers.push_back(std::make_unique<PatchEmbedLayer>(std::move(l), model.vit));
     } else if (i == total - 1) {

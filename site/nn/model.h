@@ -13,7 +13,8 @@
 namespace strait {
 
 // Layers [range.start, range.end) of `model`, in order; InvalidArgument for an empty or
-// out-of-bounds range. Building any sub-range gives those layers exactly as the whole model has them.
+// out-of-bounds range. Building any sub-range gives those layers exactly as the whole model has
+// them.
 absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec& model,
                                                                 LayerRange range);
 

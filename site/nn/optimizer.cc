@@ -35,10 +35,6 @@ void Optimizer::Step(int64_t step, float grad_scale, float* params, const float*
                         state_.f32(), state_.f32() + n_);
 }
 
-}  // namespace strait
-
-namespace strait {
-
 float GlobalNormClipScale(double total_sum_squares, double max_norm) {
   const double norm = std::sqrt(total_sum_squares);
   return max_norm > 0.0 && norm > max_norm ? static_cast<float>(max_norm / norm) : 1.0f;

@@ -34,10 +34,6 @@ class Optimizer {
   DeviceBuffer state_;
 };
 
-}  // namespace strait
-
-namespace strait {
-
 // Gradient scale for clipping by global norm: max_norm / norm when the norm (sqrt of the sum over
 // all stages of Stage::GradSumSquares) exceeds max_norm > 0, else 1. Every stage must use the
 // same total, so every stage computes the same scale.

@@ -36,7 +36,8 @@ uint64_t HashShape(uint64_t h, const std::vector<int64_t>& shape) {
 }
 
 absl::StatusOr<DeviceBuffer> Floats(Backend* backend, int64_t n) {
-  return DeviceBuffer::Create(backend, sizeof(float) * static_cast<size_t>(std::max<int64_t>(n, 1)));
+  return DeviceBuffer::Create(backend,
+                              sizeof(float) * static_cast<size_t>(std::max<int64_t>(n, 1)));
 }
 
 }  // namespace
@@ -99,7 +100,8 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSpec& model, Lay
   if (s->is_last()) {
     STRAIT_ASSIGN_OR_RETURN(s->labels_, DeviceBuffer::Create(backend, sizeof(int32_t) * max_batch));
     STRAIT_ASSIGN_OR_RETURN(s->losses_, Floats(backend, max_batch));
-    STRAIT_ASSIGN_OR_RETURN(s->correct_, DeviceBuffer::Create(backend, sizeof(int32_t) * max_batch));
+    STRAIT_ASSIGN_OR_RETURN(s->correct_,
+                            DeviceBuffer::Create(backend, sizeof(int32_t) * max_batch));
   }
   STRAIT_RETURN_IF_ERROR(backend->Sync());
   return s;
@@ -209,8 +211,8 @@ absl::Status Stage::Backward(int microbatch, const float* grad_output, float* gr
   } else if (mb->has_loss_grad) {
     dy = mb->loss_grad.f32();  // consumed: the microbatch is freed below
   } else {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "Backward(microbatch ", microbatch, ") without grad_output needs Loss() first"));
+    return absl::FailedPreconditionError(absl::StrCat("Backward(microbatch ", microbatch,
+                                                      ") without grad_output needs Loss() first"));
   }
   float* acts = mb->activations.f32();
   for (size_t k = layers_.size(); k-- > 0;) {
@@ -258,15 +260,17 @@ absl::StatusOr<std::vector<float>> Stage::ToHost(const float* src, int64_t n) co
 absl::StatusOr<std::vector<float>> Stage::Params() const {
   return ToHost(params_.f32(), param_count_);
 }
-absl::StatusOr<std::vector<float>> Stage::Grads() const { return ToHost(grads_.f32(), param_count_); }
+absl::StatusOr<std::vector<float>> Stage::Grads() const {
+  return ToHost(grads_.f32(), param_count_);
+}
 absl::StatusOr<std::vector<float>> Stage::OptimizerState() const {
   return ToHost(optimizer_->state(), optimizer_->state_floats());
 }
 
 absl::Status Stage::SetParams(absl::Span<const float> params) {
   if (static_cast<int64_t>(params.size()) != param_count_) {
-    return absl::InvalidArgumentError(absl::StrCat("SetParams: ", params.size(),
-                                                   " floats for a stage of ", param_count_));
+    return absl::InvalidArgumentError(
+        absl::StrCat("SetParams: ", params.size(), " floats for a stage of ", param_count_));
   }
   backend_->CopyToDevice(params_.f32(), params.data(), sizeof(float) * params.size());
   return backend_->Sync();

@@ -7,7 +7,18 @@ namespace {
 
 // Parameter indices in the block's layout (core/model_layout.cc).
 enum : int {
-  kLn1Gamma, kLn1Beta, kQkvW, kQkvB, kProjW, kProjB, kLn2Gamma, kLn2Beta, kFc1W, kFc1B, kFc2W, kFc2B
+  kLn1Gamma,
+  kLn1Beta,
+  kQkvW,
+  kQkvB,
+  kProjW,
+  kProjB,
+  kLn2Gamma,
+  kLn2Beta,
+  kFc1W,
+  kFc1B,
+  kFc2W,
+  kFc2B
 };
 
 // Per-microbatch tensors kept for the backward, R = n * T rows.
@@ -104,10 +115,10 @@ void TransformerBlock::Backward(Backend& backend, const LayerParams& params, con
   const auto& w = params.value;
   const auto& g = params.grad;
   BlockSaved<const float> s = SavedViews(saved, rows, d, f);
-  float* dr1 = scratch;          // [R, D] dLoss/dr1
-  float* dtmp = dr1 + rd;        // [R, D]
-  float* dqkv = dtmp + rd;       // [R, 3D]
-  float* dg = dqkv + 3 * rd;     // [R, F]
+  float* dr1 = scratch;       // [R, D] dLoss/dr1
+  float* dtmp = dr1 + rd;     // [R, D]
+  float* dqkv = dtmp + rd;    // [R, 3D]
+  float* dg = dqkv + 3 * rd;  // [R, F]
   float* attn_scratch = dg + rows * f;
 
   // MLP branch: dy reaches r1 directly and through fc2 <- gelu <- fc1 <- ln2.

@@ -8,8 +8,8 @@
 namespace strait {
 
 // Layer 0: patches -> Linear (proj) -> [class token; patch tokens] + position embedding -> dropout.
-// Params: proj.weight [D, C*p*p], proj.bias [D], cls_token [D], pos_embed [T, D]. The input is data,
-// so Backward writes zeros to dx when asked for it.
+// Params: proj.weight [D, C*p*p], proj.bias [D], cls_token [D], pos_embed [T, D]. The input is
+// data, so Backward writes zeros to dx when asked for it.
 class PatchEmbedLayer final : public Layer {
  public:
   PatchEmbedLayer(LayerLayout layout, const VitSpec& vit);

@@ -19,7 +19,9 @@ namespace {
 // Below this many floats of work a loop runs on the calling thread: waking the pool costs more.
 constexpr int64_t kGrainFloats = 1 << 15;
 
-int64_t RowGrain(int64_t cols) { return std::max<int64_t>(1, kGrainFloats / std::max<int64_t>(1, cols)); }
+int64_t RowGrain(int64_t cols) {
+  return std::max<int64_t>(1, kGrainFloats / std::max<int64_t>(1, cols));
+}
 
 // Small matrix products (attention) where a BLAS call costs more than the arithmetic:
 // C = alpha * op(A) op(B) + beta * C. op(B) is first packed row-major [k, n] so that the inner loop
@@ -31,7 +33,8 @@ void SmallGemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* 
   row.resize(n);
   for (int l = 0; l < k; ++l) {
     for (int j = 0; j < n; ++j) {
-      packed[static_cast<size_t>(l) * n + j] = tb ? b[int64_t{j} * ldb + l] : b[int64_t{l} * ldb + j];
+      packed[static_cast<size_t>(l) * n + j] =
+          tb ? b[int64_t{j} * ldb + l] : b[int64_t{l} * ldb + j];
     }
   }
   const int64_t a_i = ta ? 1 : lda, a_l = ta ? lda : 1;
@@ -86,16 +89,17 @@ class CpuBackend final : public Backend {
     if (m == 0 || n == 0) return;
     // Split the larger of C's dimensions over the pool; each part is one single-threaded sgemm
     // over the whole k, so the parts (and the result) depend only on the thread count.
-    const int64_t grain = std::max<int64_t>(16, (int64_t{1} << 20) / std::max<int64_t>(1, int64_t{std::min(m, n)} * k));
+    const int64_t grain = std::max<int64_t>(
+        16, (int64_t{1} << 20) / std::max<int64_t>(1, int64_t{std::min(m, n)} * k));
     if (m >= n) {
       pool_.ParallelFor(m, grain, [&](int64_t begin, int64_t end) {
-        Sgemm(ta, tb, static_cast<int>(end - begin), n, k, alpha, a + begin * (ta ? 1 : lda), lda, b,
-              ldb, beta, c + begin * ldc, ldc);
+        Sgemm(ta, tb, static_cast<int>(end - begin), n, k, alpha, a + begin * (ta ? 1 : lda), lda,
+              b, ldb, beta, c + begin * ldc, ldc);
       });
     } else {
       pool_.ParallelFor(n, grain, [&](int64_t begin, int64_t end) {
-        Sgemm(ta, tb, m, static_cast<int>(end - begin), k, alpha, a, lda, b + begin * (tb ? ldb : 1),
-              ldb, beta, c + begin, ldc);
+        Sgemm(ta, tb, m, static_cast<int>(end - begin), k, alpha, a, lda,
+              b + begin * (tb ? ldb : 1), ldb, beta, c + begin, ldc);
       });
     }
   }
@@ -107,8 +111,8 @@ class CpuBackend final : public Backend {
     const int64_t grain = std::max<int64_t>(1, kGrainFloats / std::max(1, m * n * k / 8));
     pool_.ParallelFor(batch, grain, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        (small ? SmallGemm : Sgemm)(ta, tb, m, n, k, alpha, a + i * stride_a, lda,
-                                    b + i * stride_b, ldb, beta, c + i * stride_c, ldc);
+        (small ? SmallGemm : Sgemm)(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b,
+                                    ldb, beta, c + i * stride_c, ldc);
       }
     });
   }
@@ -382,15 +386,16 @@ class CpuBackend final : public Backend {
     // A fixed number of chunks (not one per thread) summed in order: thread-count independent.
     constexpr int kChunks = 64;
     double partial[kChunks] = {};
-    pool_.ParallelFor(kChunks, n >= kGrainFloats * 4 ? 1 : kChunks, [&](int64_t begin, int64_t end) {
-      for (int64_t c = begin; c < end; ++c) {
-        double s = 0.0;
-        for (int64_t i = n * c / kChunks; i < n * (c + 1) / kChunks; ++i) {
-          s += static_cast<double>(x[i]) * x[i];
-        }
-        partial[c] = s;
-      }
-    });
+    pool_.ParallelFor(kChunks, n >= kGrainFloats * 4 ? 1 : kChunks,
+                      [&](int64_t begin, int64_t end) {
+                        for (int64_t c = begin; c < end; ++c) {
+                          double s = 0.0;
+                          for (int64_t i = n * c / kChunks; i < n * (c + 1) / kChunks; ++i) {
+                            s += static_cast<double>(x[i]) * x[i];
+                          }
+                          partial[c] = s;
+                        }
+                      });
     double total = 0.0;
     for (double s : partial) total += s;
     return total;

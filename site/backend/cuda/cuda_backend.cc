@@ -1,5 +1,7 @@
 // The CUDA backend: cuBLAS for matrix products, the kernels of cuda_kernels.cu for the rest, all
 // on one stream. Compiled by the host compiler; only the kernels go through nvcc.
+#include "site/backend/cuda/cuda_backend.h"
+
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -8,7 +10,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "site/backend/cuda/cuda_backend.h"
 #include "site/backend/cuda/cuda_kernels.h"
 
 namespace strait {
@@ -36,7 +37,10 @@ class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, std::string name, cudaStream_t stream, cublasHandle_t cublas,
               double* partials)
-      : device_(device), name_(std::move(name)), stream_(stream), cublas_(cublas),
+      : device_(device),
+        name_(std::move(name)),
+        stream_(stream),
+        cublas_(cublas),
         partials_(partials) {}
 
   ~CudaBackend() override {
@@ -68,7 +72,8 @@ class CudaBackend final : public Backend {
   }
 
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
-    if (bytes > 0) Check(STRAIT_CUDA_STATUS(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_)));
+    if (bytes > 0)
+      Check(STRAIT_CUDA_STATUS(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_)));
   }
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
@@ -76,7 +81,9 @@ class CudaBackend final : public Backend {
     Check(STRAIT_CUDA_STATUS(cudaStreamSynchronize(stream_)));
   }
   void CopyOnDevice(void* dst, const void* src, size_t bytes) override {
-    if (bytes > 0) Check(STRAIT_CUDA_STATUS(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_)));
+    if (bytes > 0)
+      Check(
+          STRAIT_CUDA_STATUS(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_)));
   }
   void Fill(float* x, int64_t n, float value) override {
     if (n > 0) Check(STRAIT_CUDA_STATUS(cuda::Fill(stream_, x, n, value)));
@@ -93,8 +100,8 @@ class CudaBackend final : public Backend {
   void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
             const float* b, int ldb, float beta, float* c, int ldc) override {
     if (m == 0 || n == 0) return;
-    Check(STRAIT_CUBLAS_STATUS(cublasSgemm(cublas_, Op(tb), Op(ta), n, m, k, &alpha, b, ldb, a, lda,
-                                           &beta, c, ldc)));
+    Check(STRAIT_CUBLAS_STATUS(
+        cublasSgemm(cublas_, Op(tb), Op(ta), n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc)));
   }
 
   void GemmBatched(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
@@ -120,12 +127,14 @@ class CudaBackend final : public Backend {
   }
   void LayerNormForward(int64_t rows, int dim, const float* x, const float* gamma,
                         const float* beta, float* y, float* mean, float* rstd) override {
-    Check(STRAIT_CUDA_STATUS(cuda::LayerNormForward(stream_, rows, dim, x, gamma, beta, y, mean, rstd)));
+    Check(STRAIT_CUDA_STATUS(
+        cuda::LayerNormForward(stream_, rows, dim, x, gamma, beta, y, mean, rstd)));
   }
   void LayerNormBackward(int64_t rows, int dim, const float* x, const float* gamma,
                          const float* mean, const float* rstd, const float* dy, float* dx,
                          float* dgamma, float* dbeta) override {
-    Check(STRAIT_CUDA_STATUS(cuda::LayerNormBackward(stream_, rows, dim, x, gamma, mean, rstd, dy, dx, dgamma, dbeta)));
+    Check(STRAIT_CUDA_STATUS(
+        cuda::LayerNormBackward(stream_, rows, dim, x, gamma, mean, rstd, dy, dx, dgamma, dbeta)));
   }
   void SoftmaxRows(int64_t rows, int cols, float scale, const float* x, float* y) override {
     Check(STRAIT_CUDA_STATUS(cuda::SoftmaxRows(stream_, rows, cols, scale, x, y)));
@@ -136,8 +145,8 @@ class CudaBackend final : public Backend {
   }
   void CrossEntropy(int64_t rows, int classes, const float* logits, const int32_t* labels,
                     float grad_scale, float* loss, int32_t* correct, float* dlogits) override {
-    Check(STRAIT_CUDA_STATUS(cuda::CrossEntropy(stream_, rows, classes, logits, labels, grad_scale, loss, correct,
-           dlogits)));
+    Check(STRAIT_CUDA_STATUS(cuda::CrossEntropy(stream_, rows, classes, logits, labels, grad_scale,
+                                                loss, correct, dlogits)));
   }
   void Dropout(int64_t n, float p, uint64_t key, const float* x, float* y) override {
     Check(STRAIT_CUDA_STATUS(cuda::Dropout(stream_, n, p, key, x, y)));
@@ -151,8 +160,8 @@ class CudaBackend final : public Backend {
   }
   void ExtractPatches(int n, int channels, int height, int width, int p, const float* images,
                       float* patches) override {
-    Check(STRAIT_CUDA_STATUS(cuda::ExtractPatches(stream_, n, channels, height,
-           width, p, images, patches)));
+    Check(STRAIT_CUDA_STATUS(
+        cuda::ExtractPatches(stream_, n, channels, height, width, p, images, patches)));
   }
   void HeadsToBatch(int n, int tokens, int heads, int dh, const float* x, int64_t ldx,
                     float* y) override {
@@ -164,12 +173,14 @@ class CudaBackend final : public Backend {
   }
   void SgdUpdate(int64_t n, float lr, float momentum, float wd, float scale, float* param,
                  const float* grad, float* velocity) override {
-    Check(STRAIT_CUDA_STATUS(cuda::SgdUpdate(stream_, n, lr, momentum, wd, scale, param, grad, velocity)));
+    Check(STRAIT_CUDA_STATUS(
+        cuda::SgdUpdate(stream_, n, lr, momentum, wd, scale, param, grad, velocity)));
   }
   void AdamWUpdate(int64_t n, float lr, float b1, float b2, float eps, float wd, float bias1,
                    float bias2, float scale, float* param, const float* grad, float* m,
                    float* v) override {
-    Check(STRAIT_CUDA_STATUS(cuda::AdamWUpdate(stream_, n, lr, b1, b2, eps, wd, bias1, bias2, scale, param, grad, m, v)));
+    Check(STRAIT_CUDA_STATUS(cuda::AdamWUpdate(stream_, n, lr, b1, b2, eps, wd, bias1, bias2, scale,
+                                               param, grad, m, v)));
   }
 
   double SumSquares(int64_t n, const float* x) override {

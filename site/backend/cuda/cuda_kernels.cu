@@ -1,9 +1,8 @@
 // The CUDA backend's kernels: one per Backend op that is not a matrix product. Reductions use fixed
 // launch shapes and fixed combination orders, so results are deterministic.
-#include "site/backend/cuda/cuda_kernels.h"
-
 #include <math.h>
 
+#include "site/backend/cuda/cuda_kernels.h"
 #include "site/backend/op_math.h"
 
 namespace strait::cuda {
@@ -16,8 +15,9 @@ unsigned Blocks(int64_t n) {
   return static_cast<unsigned>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
 }
 
-#define GRID_STRIDE(i, n) \
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{blockDim.x} * gridDim.x)
+#define GRID_STRIDE(i, n)                                                   \
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
+       i += int64_t{blockDim.x} * gridDim.x)
 
 __device__ float WarpSum(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -25,20 +25,19 @@ __device__ float WarpSum(float v) {
 }
 
 __device__ float WarpMax(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
 }
 
-__global__ void FillKernel(float* x, int64_t n, float v) {
-  GRID_STRIDE(i, n) x[i] = v;
-}
+__global__ void FillKernel(float* x, int64_t n, float v) { GRID_STRIDE(i, n) x[i] = v; }
 
 __global__ void BiasActivationKernel(int64_t rows, int cols, const float* bias, ActivationOp act,
                                      float* x, float* y) {
   GRID_STRIDE(i, rows * cols) {
     float v = x[i] + (bias != nullptr ? bias[i % cols] : 0.0f);
     x[i] = v;
-    y[i] = act == ActivationOp::kRelu ? (v > 0.0f ? v : 0.0f)
+    y[i] = act == ActivationOp::kRelu   ? (v > 0.0f ? v : 0.0f)
            : act == ActivationOp::kGelu ? Gelu(v)
                                         : v;
   }
@@ -47,7 +46,7 @@ __global__ void BiasActivationKernel(int64_t rows, int cols, const float* bias, 
 __global__ void ActivationBackwardKernel(int64_t n, ActivationOp act, const float* x,
                                          const float* dy, float* dx) {
   GRID_STRIDE(i, n) {
-    dx[i] = act == ActivationOp::kRelu ? (x[i] > 0.0f ? dy[i] : 0.0f)
+    dx[i] = act == ActivationOp::kRelu   ? (x[i] > 0.0f ? dy[i] : 0.0f)
             : act == ActivationOp::kGelu ? dy[i] * GeluGrad(x[i])
                                          : dy[i];
   }
@@ -83,9 +82,9 @@ __global__ void LayerNormForwardKernel(int64_t rows, int dim, const float* x, co
   }
 }
 
-__global__ void LayerNormBackwardDxKernel(int64_t rows, int dim, const float* x,
-                                          const float* gamma, const float* mean, const float* rstd,
-                                          const float* dy, float* dx) {
+__global__ void LayerNormBackwardDxKernel(int64_t rows, int dim, const float* x, const float* gamma,
+                                          const float* mean, const float* rstd, const float* dy,
+                                          float* dx) {
   const int64_t r = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (r >= rows) return;
@@ -106,8 +105,8 @@ __global__ void LayerNormBackwardDxKernel(int64_t rows, int dim, const float* x,
 }
 
 __global__ void LayerNormBackwardParamsKernel(int64_t rows, int dim, const float* x,
-                                              const float* mean, const float* rstd,
-                                              const float* dy, float* dgamma, float* dbeta) {
+                                              const float* mean, const float* rstd, const float* dy,
+                                              float* dgamma, float* dbeta) {
   GRID_STRIDE(c, dim) {
     float g = 0.0f, b = 0.0f;
     for (int64_t r = 0; r < rows; ++r) {
@@ -263,7 +262,8 @@ __device__ void BlockTreeSum(double* shared) {
 __global__ void SumSquaresPartialKernel(int64_t n, const float* x, double* partial) {
   __shared__ double shared[kThreads];
   double s = 0.0;
-  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n; i += int64_t{kThreads} * kSumBlocks) {
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n;
+       i += int64_t{kThreads} * kSumBlocks) {
     s += static_cast<double>(x[i]) * x[i];
   }
   shared[threadIdx.x] = s;
@@ -278,7 +278,6 @@ __global__ void SumPartialsKernel(double* partial) {
   if (threadIdx.x == 0) partial[0] = shared[0];
 }
 
-
 // One thread per item (grid-stride beyond 65535 blocks).
 template <typename... KernelArgs, typename... Args>
 cudaError_t Launch(cudaStream_t s, void (*kernel)(KernelArgs...), int64_t items, Args... args) {
@@ -292,7 +291,8 @@ template <typename... KernelArgs, typename... Args>
 cudaError_t LaunchWarps(cudaStream_t s, void (*kernel)(KernelArgs...), int64_t rows, Args... args) {
   if (rows <= 0) return cudaSuccess;
   const int64_t warps_per_block = kThreads / 32;
-  kernel<<<static_cast<unsigned>((rows + warps_per_block - 1) / warps_per_block), kThreads, 0, s>>>(args...);
+  kernel<<<static_cast<unsigned>((rows + warps_per_block - 1) / warps_per_block), kThreads, 0, s>>>(
+      args...);
   return cudaGetLastError();
 }
 
@@ -330,8 +330,8 @@ cudaError_t SoftmaxRows(cudaStream_t s, int64_t rows, int cols, float scale, con
                         float* y) {
   return LaunchWarps(s, SoftmaxRowsKernel, rows, rows, cols, scale, x, y);
 }
-cudaError_t SoftmaxRowsBackward(cudaStream_t s, int64_t rows, int cols, float scale,
-                                const float* y, const float* dy, float* dx) {
+cudaError_t SoftmaxRowsBackward(cudaStream_t s, int64_t rows, int cols, float scale, const float* y,
+                                const float* dy, float* dx) {
   return LaunchWarps(s, SoftmaxRowsBackwardKernel, rows, rows, cols, scale, y, dy, dx);
 }
 cudaError_t CrossEntropy(cudaStream_t s, int64_t rows, int classes, const float* logits,
@@ -372,8 +372,8 @@ cudaError_t SgdUpdate(cudaStream_t s, int64_t n, float lr, float momentum, float
 cudaError_t AdamWUpdate(cudaStream_t s, int64_t n, float lr, float beta1, float beta2, float eps,
                         float weight_decay, float bias1, float bias2, float grad_scale,
                         float* param, const float* grad, float* m, float* v) {
-  return Launch(s, AdamWKernel, n, n, lr, beta1, beta2, eps, weight_decay, bias1, bias2,
-                grad_scale, param, grad, m, v);
+  return Launch(s, AdamWKernel, n, n, lr, beta1, beta2, eps, weight_decay, bias1, bias2, grad_scale,
+                param, grad, m, v);
 }
 cudaError_t SumSquares(cudaStream_t s, int64_t n, const float* x, double* partials) {
   SumSquaresPartialKernel<<<kSumBlocks, kThreads, 0, s>>>(n, x, partials);

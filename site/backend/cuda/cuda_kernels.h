@@ -29,8 +29,8 @@ cudaError_t LayerNormBackward(cudaStream_t s, int64_t rows, int dim, const float
                               const float* dy, float* dx, float* dgamma, float* dbeta);
 cudaError_t SoftmaxRows(cudaStream_t s, int64_t rows, int cols, float scale, const float* x,
                         float* y);
-cudaError_t SoftmaxRowsBackward(cudaStream_t s, int64_t rows, int cols, float scale,
-                                const float* y, const float* dy, float* dx);
+cudaError_t SoftmaxRowsBackward(cudaStream_t s, int64_t rows, int cols, float scale, const float* y,
+                                const float* dy, float* dx);
 cudaError_t CrossEntropy(cudaStream_t s, int64_t rows, int classes, const float* logits,
                          const int32_t* labels, float grad_scale, float* loss, int32_t* correct,
                          float* dlogits);

@@ -1,13 +1,13 @@
 // Every Backend op on every built backend against the CPU backend (ggml-style). Without a second
 // backend (a CPU-only build, or no GPU) the test exits with 77, which CTest counts as skipped.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "site/backend/backend_factory.h"
 #include "site/backend/counter_rng.h"
@@ -60,7 +60,8 @@ class Pair {
     dev_backend_->CopyToHost(got.data(), dev_.f32(), 4 * got.size());
     ASSERT_TRUE(dev_backend_->Sync().ok());
     for (size_t i = 0; i < got.size(); ++i) {
-      ASSERT_NEAR(got[i], cpu_.f32()[i], atol + rtol * std::abs(cpu_.f32()[i])) << what << " [" << i << "]";
+      ASSERT_NEAR(got[i], cpu_.f32()[i], atol + rtol * std::abs(cpu_.f32()[i]))
+          << what << " [" << i << "]";
     }
   }
 
@@ -153,8 +154,10 @@ TEST_F(BackendOpsTest, ElementwiseAndRowOps) {
   }
   auto labels = Make(label_bits), loss = Make(Random(rows, 32)), correct = Make(Random(rows, 33));
   auto dl = Make(Random(n, 34));
-  cpu_->CrossEntropy(rows, cols, x.cpu(), labels.cpu_i(), 0.1f, loss.cpu(), correct.cpu_i(), dl.cpu());
-  dev_->CrossEntropy(rows, cols, x.dev(), labels.dev_i(), 0.1f, loss.dev(), correct.dev_i(), dl.dev());
+  cpu_->CrossEntropy(rows, cols, x.cpu(), labels.cpu_i(), 0.1f, loss.cpu(), correct.cpu_i(),
+                     dl.cpu());
+  dev_->CrossEntropy(rows, cols, x.dev(), labels.dev_i(), 0.1f, loss.dev(), correct.dev_i(),
+                     dl.dev());
   loss.Expect("cross-entropy loss");
   correct.Expect("cross-entropy correct", 0, 0);
   dl.Expect("cross-entropy gradient");

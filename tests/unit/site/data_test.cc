@@ -1,14 +1,13 @@
 // Data: the IDX reader (real files when installed, crafted good and bad files), the synthetic set
 // and the sampler.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "site/data/dataset.h"
 #include "site/data/fashion_mnist.h"
@@ -72,7 +71,9 @@ TEST_F(IdxTest, MissingFileNamesThePackage) {
 
 TEST_F(IdxTest, RejectsMalformedFiles) {
   WriteSet(3, 2);  // label count differs
-  auto message = [&] { return std::string(LoadFashionMnist(dir_.string(), Split::kTest).status().message()); };
+  auto message = [&] {
+    return std::string(LoadFashionMnist(dir_.string(), Split::kTest).status().message());
+  };
   EXPECT_THAT(message(), HasSubstr("labels"));
   WriteSet(3, 3, /*bad_label=*/1);
   EXPECT_THAT(message(), HasSubstr("not in [0, 10)"));

@@ -2,12 +2,12 @@
 // and the backward's parameter and input gradients must match central finite differences of the
 // reference (h = 1e-5 in double, so the differences are accurate to ~1e-9; the tolerance covers the
 // engine's float arithmetic).
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <functional>
 #include <memory>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "site/backend/cpu/cpu_backend.h"
 #include "site/backend/op_math.h"
@@ -68,7 +68,8 @@ Vec RefAttention(const Vec& qkv, int n, int t, int heads, int dh) {
         for (int j = 0; j < t; ++j) {
           double dot = 0;
           for (int k = 0; k < dh; ++k) {
-            dot += qkv[(b * t + i) * 3 * d + h * dh + k] * qkv[(b * t + j) * 3 * d + d + h * dh + k];
+            dot +=
+                qkv[(b * t + i) * 3 * d + h * dh + k] * qkv[(b * t + j) * 3 * d + d + h * dh + k];
           }
           s[j] = dot / std::sqrt(static_cast<double>(dh));
           mx = std::max(mx, s[j]);
@@ -77,7 +78,8 @@ Vec RefAttention(const Vec& qkv, int n, int t, int heads, int dh) {
         for (int j = 0; j < t; ++j) sum += (s[j] = std::exp(s[j] - mx));
         for (int k = 0; k < dh; ++k) {
           double o = 0;
-          for (int j = 0; j < t; ++j) o += s[j] / sum * qkv[(b * t + j) * 3 * d + 2 * d + h * dh + k];
+          for (int j = 0; j < t; ++j)
+            o += s[j] / sum * qkv[(b * t + j) * 3 * d + 2 * d + h * dh + k];
           out[(b * t + i) * d + h * dh + k] = o;
         }
       }
@@ -114,7 +116,8 @@ void CheckLayer(const Harness& h) {
   for (size_t p = 0; p < layout.params.size(); ++p) {
     value.emplace_back(layout.params[p].numel);
     grad.emplace_back(layout.params[p].numel, 0.0f);
-    for (int64_t i = 0; i < layout.params[p].numel; ++i) value[p][i] = Random(100 + p, i, -0.6f, 0.6f);
+    for (int64_t i = 0; i < layout.params[p].numel; ++i)
+      value[p][i] = Random(100 + p, i, -0.6f, 0.6f);
   }
   for (size_t p = 0; p < layout.params.size(); ++p) {
     params.value.push_back(value[p].data());
@@ -316,7 +319,8 @@ TEST(LayerGradientTest, CrossEntropy) {
   for (int r = 0; r < rows; ++r) {
     EXPECT_NEAR(loss[r], ref_loss(z, r), 1e-5);
     int argmax = 0;
-    for (int c = 1; c < classes; ++c) argmax = z[r * classes + c] > z[r * classes + argmax] ? c : argmax;
+    for (int c = 1; c < classes; ++c)
+      argmax = z[r * classes + c] > z[r * classes + argmax] ? c : argmax;
     EXPECT_EQ(correct[r], argmax == labels[r] ? 1 : 0);
     for (int c = 0; c < classes; ++c) {
       Vec plus = z, minus = z;

@@ -1,11 +1,11 @@
 // Stage: split invariance (bit-identical to the unsplit model), determinism, API contract.
 #include "site/nn/stage.h"
 
-#include <memory>
-#include <vector>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
 
 #include "site/backend/counter_rng.h"
 #include "site/backend/cpu/cpu_backend.h"
@@ -43,9 +43,9 @@ ModelSpec Vit() {
 }
 
 struct StepResult {
-  std::vector<float> logits;   // every microbatch's, in order
-  std::vector<float> grads;    // all stages' gradient arenas, concatenated
-  std::vector<float> params;   // after the optimizer step
+  std::vector<float> logits;  // every microbatch's, in order
+  std::vector<float> grads;   // all stages' gradient arenas, concatenated
+  std::vector<float> params;  // after the optimizer step
   double loss = 0;
 };
 
@@ -78,8 +78,9 @@ StepResult RunStep(std::vector<std::unique_ptr<Stage>>& stages, int64_t step, in
     std::vector<float> dy;
     for (size_t k = stages.size(); k-- > 0;) {
       std::vector<float> dx(k > 0 ? n * stages[k]->input_features() : 0);
-      EXPECT_TRUE(stages[k]->Backward(m, dy.empty() ? nullptr : dy.data(),
-                                      k > 0 ? dx.data() : nullptr).ok());
+      EXPECT_TRUE(stages[k]
+                      ->Backward(m, dy.empty() ? nullptr : dy.data(), k > 0 ? dx.data() : nullptr)
+                      .ok());
       dy = std::move(dx);
     }
   }

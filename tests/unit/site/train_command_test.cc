@@ -1,5 +1,6 @@
 // `strait train` end to end on a tiny synthetic job: exit codes, metrics.json, a checkpoint that
 // is bit-identical across two runs.
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -7,10 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <string>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace {
 
@@ -41,8 +40,8 @@ class TrainCommandTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   int Run(const std::string& args) {
-    const std::string cmd = std::string(STRAIT_BINARY_DIR) + "/tools/strait train " + args +
-                            " > " + (dir_ / "log").string() + " 2>&1";
+    const std::string cmd = std::string(STRAIT_BINARY_DIR) + "/tools/strait train " + args + " > " +
+                            (dir_ / "log").string() + " 2>&1";
     const int status = std::system(cmd.c_str());
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }

@@ -1,14 +1,13 @@
 // Trainer: it learns, it is deterministic, and save-load-continue equals an uninterrupted run.
 #include "site/nn/trainer.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "site/backend/cpu/cpu_backend.h"
 #include "site/nn/checkpoint.h"
@@ -53,7 +52,8 @@ class TrainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() /
-           ("strait_trainer_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+           ("strait_trainer_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
