@@ -129,9 +129,16 @@ absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open checkpoint ", path));
   const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto bad = [&](const std::string& why) {
-    return absl::DataLossError(absl::StrCat("checkpoint ", path, ": ", why));
-  };
+  absl::StatusOr<CheckpointState> state = ParseCheckpoint(data);
+  if (!state.ok()) {
+    return absl::Status(state.status().code(),
+                        absl::StrCat("checkpoint ", path, ": ", state.status().message()));
+  }
+  return state;
+}
+
+absl::StatusOr<CheckpointState> ParseCheckpoint(const std::string& data) {
+  auto bad = [](const std::string& why) { return absl::DataLossError(why); };
   if (data.size() < kHeaderBytes + 4) return bad("truncated (shorter than its header)");
   if (std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0) return bad("not a Strait checkpoint");
   Reader r(data);

@@ -36,6 +36,10 @@ absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& sta
 // foreign file is DataLoss, with the reason. Thread-safe.
 absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path);
 
+// Decodes and verifies the bytes of a checkpoint file (DataLoss with the reason when they are not
+// one); checks every length before reading. Thread-safe.
+absl::StatusOr<CheckpointState> ParseCheckpoint(const std::string& data);
+
 // CRC32C (Castagnoli) of `size` bytes, continuing from `crc` (0 to start).
 uint32_t Crc32c(const void* data, size_t size, uint32_t crc = 0);
 

@@ -159,6 +159,19 @@ TEST_F(TrainerTest, BadCheckpointsAreClearErrors) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+// The fuzz corpus seed was written by an independent Python encoder of the documented format.
+TEST(CheckpointTest, ReadsTheDocumentedFormat) {
+  auto s = ReadCheckpoint(STRAIT_SOURCE_DIR "/tests/fuzz/corpus/checkpoint_fuzzer/small.ckpt");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->step, 7);
+  EXPECT_EQ(s->optimizer_kind, 1u);
+  EXPECT_EQ(s->fingerprint, 0x1234u);
+  EXPECT_EQ(s->end_layer, 2);
+  EXPECT_EQ(s->data_seed, 7u);
+  EXPECT_EQ(s->params, (std::vector<float>{0.5f, -1.25f, 2.0f}));
+  EXPECT_EQ(s->optimizer_state.size(), 6u);
+}
+
 TEST(CheckpointTest, Crc32cKnownAnswer) {
   EXPECT_EQ(Crc32c("123456789", 9), 0xe3069283u);  // the standard check value
 }
