@@ -42,32 +42,37 @@ void RecordingBackend::GemmBatched(bool ta, bool tb, int m, int n, int k, float 
 }
 
 absl::StatusOr<GemmReplay> GemmReplay::Create(std::vector<GemmCall> calls, Backend* backend) {
-  int64_t a = 1, b = 1, c = 1;
-  for (const GemmCall& g : calls) {
-    a = std::max(a, Span(g.trans_a ? g.k : g.m, g.lda, g.stride_a, g.batch));
-    b = std::max(b, Span(g.trans_b ? g.n : g.k, g.ldb, g.stride_b, g.batch));
-    c = std::max(c, Span(g.m, g.ldc, g.stride_c, g.batch));
-  }
+  // Each call gets its own operands, as in the real step (its weights and gradients are distinct
+  // tensors): operands shared across calls would stay in cache and flatter the ceiling.
   GemmReplay r;
+  int64_t total = 0;
+  for (const GemmCall& g : calls) {
+    const int64_t a = Span(g.trans_a ? g.k : g.m, g.lda, g.stride_a, g.batch);
+    const int64_t b = Span(g.trans_b ? g.n : g.k, g.ldb, g.stride_b, g.batch);
+    const int64_t c = Span(g.m, g.ldc, g.stride_c, g.batch);
+    r.offsets_.push_back({total, total + a, total + a + b});
+    total += a + b + c;
+  }
   r.calls_ = std::move(calls);
   r.backend_ = backend;
-  STRAIT_ASSIGN_OR_RETURN(r.a_, DeviceBuffer::Create(backend, sizeof(float) * a));
-  STRAIT_ASSIGN_OR_RETURN(r.b_, DeviceBuffer::Create(backend, sizeof(float) * b));
-  STRAIT_ASSIGN_OR_RETURN(r.c_, DeviceBuffer::Create(backend, sizeof(float) * c));
-  backend->Fill(r.a_.f32(), a, 0.5f);
-  backend->Fill(r.b_.f32(), b, 0.25f);
+  STRAIT_ASSIGN_OR_RETURN(
+      r.arena_, DeviceBuffer::Create(backend, sizeof(float) * std::max<int64_t>(total, 1)));
+  backend->Fill(r.arena_.f32(), total, 0.5f);
   return r;
 }
 
 absl::Status GemmReplay::Run() {
-  for (const GemmCall& g : calls_) {
+  for (size_t i = 0; i < calls_.size(); ++i) {
+    const GemmCall& g = calls_[i];
+    float* a = arena_.f32() + offsets_[i][0];
+    float* b = arena_.f32() + offsets_[i][1];
+    float* c = arena_.f32() + offsets_[i][2];
     if (g.stride_a == 0 && g.stride_b == 0 && g.stride_c == 0 && g.batch == 1) {
-      backend_->Gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0f, a_.f32(), g.lda, b_.f32(), g.ldb,
-                     g.beta, c_.f32(), g.ldc);
+      backend_->Gemm(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0f, a, g.lda, b, g.ldb, g.beta, c,
+                     g.ldc);
     } else {
-      backend_->GemmBatched(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0f, a_.f32(), g.lda, g.stride_a,
-                            b_.f32(), g.ldb, g.stride_b, g.beta, c_.f32(), g.ldc, g.stride_c,
-                            g.batch);
+      backend_->GemmBatched(g.trans_a, g.trans_b, g.m, g.n, g.k, 1.0f, a, g.lda, g.stride_a, b,
+                            g.ldb, g.stride_b, g.beta, c, g.ldc, g.stride_c, g.batch);
     }
   }
   return backend_->Sync();
@@ -75,12 +80,15 @@ absl::Status GemmReplay::Run() {
 
 void GemmReplay::RunPlainOpenBlas(int threads) {
   openblas_set_num_threads(threads);
-  for (const GemmCall& g : calls_) {
+  for (size_t j = 0; j < calls_.size(); ++j) {
+    const GemmCall& g = calls_[j];
+    const float* a = arena_.f32() + offsets_[j][0];
+    const float* b = arena_.f32() + offsets_[j][1];
+    float* c = arena_.f32() + offsets_[j][2];
     for (int i = 0; i < g.batch; ++i) {
       cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans,
-                  g.trans_b ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f,
-                  a_.f32() + i * g.stride_a, g.lda, b_.f32() + i * g.stride_b, g.ldb, g.beta,
-                  c_.f32() + i * g.stride_c, g.ldc);
+                  g.trans_b ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f, a + i * g.stride_a,
+                  g.lda, b + i * g.stride_b, g.ldb, g.beta, c + i * g.stride_c, g.ldc);
     }
   }
   openblas_set_num_threads(1);

@@ -2,6 +2,7 @@
 // and a replay of those products alone (the GEMM library's ceiling on the same shapes).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -112,7 +113,8 @@ class RecordingBackend final : public Backend {
   std::vector<GemmCall> calls_;
 };
 
-// The recorded calls on fresh buffers of `backend` (which must outlive the replay).
+// The recorded calls, each on its own operands in one arena of `backend` (which must outlive the
+// replay).
 class GemmReplay {
  public:
   static absl::StatusOr<GemmReplay> Create(std::vector<GemmCall> calls, Backend* backend);
@@ -124,8 +126,9 @@ class GemmReplay {
 
  private:
   std::vector<GemmCall> calls_;
+  std::vector<std::array<int64_t, 3>> offsets_;  // per call: A, B, C offsets in arena_ (floats)
   Backend* backend_ = nullptr;
-  DeviceBuffer a_, b_, c_;
+  DeviceBuffer arena_;
 };
 
 }  // namespace strait
