@@ -49,7 +49,7 @@ class Trainer {
 
  private:
   Trainer(const JobSpec& spec, Dataset train, Dataset test, std::unique_ptr<Backend> backend);
-  // Copies samples indices[begin, begin + n) into inputs_/labels_.
+  // Copies the inputs and labels of samples indices[0, n) into inputs_ / labels_.
   void Gather(const Dataset& data, const int64_t* indices, int n);
 
   JobSpec spec_;
