@@ -9,8 +9,10 @@ namespace strait::tools {
 // *exit_code (0 success, 1 failure, 2 bad input such as an invalid job spec).
 void AddConfigCommand(CLI::App& app, int* exit_code);
 void AddCertsCommand(CLI::App& app, int* exit_code);
+void AddTrainCommand(CLI::App& app, int* exit_code);
 // Benchmarks: `bench` is the `strait bench` subcommand.
 void AddBenchCryptoCommand(CLI::App& bench, int* exit_code);
 void AddBenchRelayCommand(CLI::App& bench, int* exit_code);
+void AddBenchEngineCommand(CLI::App& bench, int* exit_code);
 
 }  // namespace strait::tools

@@ -12,12 +12,14 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   strait::tools::AddConfigCommand(app, &exit_code);
   strait::tools::AddCertsCommand(app, &exit_code);
+  strait::tools::AddTrainCommand(app, &exit_code);
 
   // Benchmarks print figures measured side by side in one run; each registers under `strait bench`.
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (results go in docs/benchmarks.md)");
   bench->require_subcommand(1);
   strait::tools::AddBenchCryptoCommand(*bench, &exit_code);
   strait::tools::AddBenchRelayCommand(*bench, &exit_code);
+  strait::tools::AddBenchEngineCommand(*bench, &exit_code);
 
   CLI11_PARSE(app, argc, argv);
   return exit_code;

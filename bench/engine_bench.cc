@@ -1,0 +1,167 @@
+// `strait bench engine`: the training step's achieved GFLOP/s beside the GEMM library's GFLOP/s on
+// exactly the matrix products that step performs, measured side by side in one run.
+//
+// A recording backend wraps the real one for one step and logs every Gemm / GemmBatched call
+// (shapes, transposes, batch); the ceiling is the replay of those calls alone on the same backend
+// (the CPU backend's pooled OpenBLAS sgemm, or cuBLAS on CUDA) and, on the CPU, as plain
+// cblas_sgemm calls with OpenBLAS's own threading. FLOPs are those of the recorded products, so
+// each ratio is the share of the ceiling that the whole step achieves.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/recording_backend.h"
+#include "core/job_spec.h"
+#include "site/backend/backend_factory.h"
+#include "site/backend/counter_rng.h"
+#include "site/nn/stage.h"
+#include "tools/command.h"
+
+namespace strait::tools {
+namespace {
+
+struct EngineBenchOptions {
+  std::string config;
+  int batch = 128;
+  int microbatches = 0;  // 0: the job spec's
+  std::string device = "cpu";
+  int threads = 0;
+  int steps = 10;  // per round
+  int rounds = 5;
+};
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "strait bench engine: %s\n", std::string(s.message()).c_str());
+  return 1;
+}
+
+double Seconds(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// One training step of the whole model on random data: M x (forward, loss, backward), update.
+absl::Status TrainStep(Stage& stage, int64_t step, int microbatches, int n,
+                       const std::vector<float>& inputs, const std::vector<int32_t>& labels) {
+  stage.ZeroGrad();
+  for (int m = 0; m < microbatches; ++m) {
+    const float* x = inputs.data() + static_cast<int64_t>(m) * n * stage.input_features();
+    if (absl::Status s = stage.Forward(step, m, n, x, nullptr); !s.ok()) return s;
+    absl::StatusOr<LossResult> loss =
+        stage.Loss(m, labels.data() + static_cast<int64_t>(m) * n, 1.0f / (n * microbatches));
+    if (!loss.ok()) return loss.status();
+    if (absl::Status s = stage.Backward(m, nullptr, nullptr); !s.ok()) return s;
+  }
+  return stage.OptimizerStep(step + 1, 1.0f);
+}
+
+int RunEngineBench(const EngineBenchOptions& o) {
+  absl::StatusOr<JobSpec> spec = LoadJobSpec(o.config);
+  if (!spec.ok()) return Fail(spec.status());
+  const int microbatches = o.microbatches > 0 ? o.microbatches : spec->training.microbatches;
+  if (o.batch % microbatches != 0) {
+    return Fail(absl::InvalidArgumentError("--batch must be a multiple of the microbatches"));
+  }
+  const int n = o.batch / microbatches;
+  const int threads = o.threads > 0
+                          ? o.threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  auto inner =
+      CreateBackend(o.device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu, {threads, 0});
+  if (!inner.ok()) return Fail(inner.status());
+  RecordingBackend backend(inner->get());
+  auto stage = Stage::Create(spec->model, {0, spec->model.NumLayers()}, spec->training.optimizer, n,
+                             &backend);
+  if (!stage.ok()) return Fail(stage.status());
+
+  std::vector<float> inputs(static_cast<size_t>(o.batch) * (*stage)->input_features());
+  std::vector<int32_t> labels(o.batch);
+  for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = 2 * CounterUniform(1, i) - 1;
+  for (int i = 0; i < o.batch; ++i) labels[i] = i % spec->model.Classes();
+
+  // Warm up (allocations, BLAS buffers), record one step's products, then time.
+  for (int64_t s = 0; s < 2; ++s) {
+    if (absl::Status st = TrainStep(**stage, s, microbatches, n, inputs, labels); !st.ok())
+      return Fail(st);
+  }
+  backend.StartRecording();
+  if (absl::Status st = TrainStep(**stage, 2, microbatches, n, inputs, labels); !st.ok())
+    return Fail(st);
+  const std::vector<GemmCall> calls = backend.StopRecording();
+  double flops = 0;
+  for (const GemmCall& c : calls) flops += c.Flops();
+
+  absl::StatusOr<GemmReplay> replay = GemmReplay::Create(calls, inner->get());
+  if (!replay.ok()) return Fail(replay.status());
+  // Rounds alternate the three measurements; the best round of each counts (a shared machine's
+  // other load only ever adds time).
+  double step_seconds = 1e30, gemm_seconds = 1e30, plain_seconds = 1e30;
+  int64_t step = 3;
+  for (int round = 0; round < o.rounds; ++round) {
+    auto start = std::chrono::steady_clock::now();
+    for (int s = 0; s < o.steps; ++s, ++step) {
+      if (absl::Status st = TrainStep(**stage, step, microbatches, n, inputs, labels); !st.ok())
+        return Fail(st);
+    }
+    step_seconds = std::min(step_seconds, Seconds(start) / o.steps);
+    start = std::chrono::steady_clock::now();
+    for (int s = 0; s < o.steps; ++s) {
+      if (absl::Status st = replay->Run(); !st.ok()) return Fail(st);
+    }
+    gemm_seconds = std::min(gemm_seconds, Seconds(start) / o.steps);
+    if (o.device == "cpu") {
+      start = std::chrono::steady_clock::now();
+      for (int s = 0; s < o.steps; ++s) replay->RunPlainOpenBlas(threads);
+      plain_seconds = std::min(plain_seconds, Seconds(start) / o.steps);
+    }
+  }
+  const double step_gflops = flops / step_seconds * 1e-9, gemm_gflops = flops / gemm_seconds * 1e-9;
+  std::printf("engine bench: %s (%s, %d layers, %lld parameters) on %s\n", spec->name.c_str(),
+              ToString(spec->model.family), spec->model.NumLayers(),
+              static_cast<long long>((*stage)->param_count()), (*inner)->Name().c_str());
+  std::printf(
+      "training step, batch %d = %d x %d: %.2f ms, %.0f samples/s, %.3f GFLOP in %zu "
+      "matrix products\n",
+      o.batch, microbatches, n, 1e3 * step_seconds, o.batch / step_seconds, flops * 1e-9,
+      calls.size());
+  std::printf("%-34s %10s %10s\n", "", "ms/step", "GFLOP/s");
+  std::printf("%-34s %10.2f %10.1f\n", "training step (all ops)", 1e3 * step_seconds, step_gflops);
+  std::printf("%-34s %10.2f %10.1f\n", "same products, backend Gemm alone", 1e3 * gemm_seconds,
+              gemm_gflops);
+  if (o.device == "cpu") {
+    const double plain_gflops = flops / plain_seconds * 1e-9;
+    std::printf("%-34s %10.2f %10.1f\n", "same products, plain OpenBLAS", 1e3 * plain_seconds,
+                plain_gflops);
+    std::printf("step / plain OpenBLAS sgemm: %.1f%%\n", 100 * step_gflops / plain_gflops);
+  }
+  std::printf("step / backend Gemm alone: %.1f%%\n", 100 * step_gflops / gemm_gflops);
+  return 0;
+}
+
+}  // namespace
+
+void AddBenchEngineCommand(CLI::App& bench, int* exit_code) {
+  auto o = std::make_shared<EngineBenchOptions>();
+  CLI::App* cmd = bench.add_subcommand(
+      "engine",
+      "Training-step GFLOP/s of a job spec's model beside the GEMM library's GFLOP/s on "
+      "the same matrix products, measured in one run");
+  cmd->add_option("-c,--config", o->config, "Job spec whose model is measured")
+      ->required()
+      ->type_name("FILE");
+  cmd->add_option("--batch", o->batch, "Global batch")->check(CLI::PositiveNumber);
+  cmd->add_option("--microbatches", o->microbatches, "Microbatches per step (default: the spec's)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--device", o->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--steps", o->steps, "Timed steps per round")->check(CLI::PositiveNumber);
+  cmd->add_option("--rounds", o->rounds, "Rounds (the best round counts)")
+      ->check(CLI::PositiveNumber);
+  cmd->callback([=] { *exit_code = RunEngineBench(*o); });
+}
+
+}  // namespace strait::tools

@@ -1,0 +1,24 @@
+#include "site/backend/backend_factory.h"
+
+#include "site/backend/cpu/cpu_backend.h"
+#if STRAIT_WITH_CUDA
+#include "site/backend/cuda/cuda_backend.h"
+#endif
+
+namespace strait {
+
+bool BuiltWithCuda() { return STRAIT_WITH_CUDA != 0; }
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(DeviceKind kind,
+                                                       const BackendOptions& options) {
+  if (kind == DeviceKind::kCpu) return CreateCpuBackend(options.threads);
+#if STRAIT_WITH_CUDA
+  return CreateCudaBackend(options.device);
+#else
+  return absl::FailedPreconditionError(
+      "device 'cuda' requested, but this build has no CUDA support: install the CUDA toolkit and "
+      "configure with -DSTRAIT_CUDA=ON, or use device 'cpu'");
+#endif
+}
+
+}  // namespace strait

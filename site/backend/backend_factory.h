@@ -1,0 +1,26 @@
+// Makes the backend a job spec asks for. Each backend is its own library (backend/cpu,
+// backend/cuda); this factory is the one place that knows which were built.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "core/job_spec.h"
+#include "site/backend/backend.h"
+
+namespace strait {
+
+struct BackendOptions {
+  int threads = 1;  // CPU: threads for OpenBLAS and the element-wise loops (fixed: deterministic).
+  int device = 0;   // CUDA: device ordinal.
+};
+
+// The backend for `kind`. Asking for CUDA in a build without CUDA, or on a machine without a CUDA
+// device, is a FailedPrecondition error that says which. Thread-safe.
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(DeviceKind kind,
+                                                       const BackendOptions& options);
+
+// True when this build includes the CUDA backend (a device may still be missing at run time).
+bool BuiltWithCuda();
+
+}  // namespace strait

@@ -1,0 +1,244 @@
+// The CUDA backend: cuBLAS for matrix products, the kernels of cuda_kernels.cu for the rest, all
+// on one stream. Compiled by the host compiler; only the kernels go through nvcc.
+#include "site/backend/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "site/backend/cuda/cuda_kernels.h"
+
+namespace strait {
+namespace {
+
+// CUDA and cuBLAS errors -> Status with file:line (DESIGN.md §9: one check macro per library).
+absl::Status CudaStatus(cudaError_t e, const char* expr, const char* file, int line) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(file, ":", line, ": ", expr, ": ", cudaGetErrorName(e),
+                                          " (", cudaGetErrorString(e), ")"));
+}
+
+absl::Status CublasStatus(cublasStatus_t e, const char* expr, const char* file, int line) {
+  if (e == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat(file, ":", line, ": ", expr, ": cuBLAS status ", static_cast<int>(e)));
+}
+
+#define STRAIT_CUDA_STATUS(expr) CudaStatus((expr), #expr, __FILE__, __LINE__)
+#define STRAIT_CUBLAS_STATUS(expr) CublasStatus((expr), #expr, __FILE__, __LINE__)
+
+cublasOperation_t Op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, std::string name, cudaStream_t stream, cublasHandle_t cublas,
+              double* partials)
+      : device_(device),
+        name_(std::move(name)),
+        stream_(stream),
+        cublas_(cublas),
+        partials_(partials) {}
+
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    cudaFree(partials_);
+    cublasDestroy(cublas_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string Name() const override { return name_; }
+
+  absl::StatusOr<void*> Allocate(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    void* p = nullptr;
+    absl::Status s = STRAIT_CUDA_STATUS(cudaMalloc(&p, bytes));
+    if (!s.ok()) return s;
+    s = STRAIT_CUDA_STATUS(cudaMemsetAsync(p, 0, bytes, stream_));
+    if (!s.ok()) {
+      cudaFree(p);
+      return s;
+    }
+    return p;
+  }
+
+  void Free(void* ptr) override {
+    if (ptr == nullptr) return;
+    Check(STRAIT_CUDA_STATUS(cudaStreamSynchronize(stream_)));
+    Check(STRAIT_CUDA_STATUS(cudaFree(ptr)));
+  }
+
+  void CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    if (bytes > 0)
+      Check(STRAIT_CUDA_STATUS(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_)));
+  }
+  void CopyToHost(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    Check(STRAIT_CUDA_STATUS(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_)));
+    Check(STRAIT_CUDA_STATUS(cudaStreamSynchronize(stream_)));
+  }
+  void CopyOnDevice(void* dst, const void* src, size_t bytes) override {
+    if (bytes > 0)
+      Check(
+          STRAIT_CUDA_STATUS(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_)));
+  }
+  void Fill(float* x, int64_t n, float value) override {
+    if (n > 0) Check(STRAIT_CUDA_STATUS(cuda::Fill(stream_, x, n, value)));
+  }
+
+  absl::Status Sync() override {
+    Check(STRAIT_CUDA_STATUS(cudaStreamSynchronize(stream_)));
+    absl::Status s = error_;
+    error_ = absl::OkStatus();
+    return s;
+  }
+
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
+  void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
+            const float* b, int ldb, float beta, float* c, int ldc) override {
+    if (m == 0 || n == 0) return;
+    Check(STRAIT_CUBLAS_STATUS(
+        cublasSgemm(cublas_, Op(tb), Op(ta), n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc)));
+  }
+
+  void GemmBatched(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
+                   int64_t stride_a, const float* b, int ldb, int64_t stride_b, float beta,
+                   float* c, int ldc, int64_t stride_c, int batch) override {
+    if (m == 0 || n == 0 || batch == 0) return;
+    Check(STRAIT_CUBLAS_STATUS(cublasSgemmStridedBatched(cublas_, Op(tb), Op(ta), n, m, k, &alpha,
+                                                         b, ldb, stride_b, a, lda, stride_a, &beta,
+                                                         c, ldc, stride_c, batch)));
+  }
+
+  void BiasActivation(int64_t rows, int cols, const float* bias, ActivationOp act, float* x,
+                      float* y) override {
+    Check(STRAIT_CUDA_STATUS(cuda::BiasActivation(stream_, rows, cols, bias, act, x, y)));
+  }
+  void ActivationBackward(int64_t n, ActivationOp act, const float* x, const float* dy,
+                          float* dx) override {
+    Check(STRAIT_CUDA_STATUS(cuda::ActivationBackward(stream_, n, act, x, dy, dx)));
+  }
+  void ColumnSum(int64_t rows, int cols, const float* x, int64_t ldx, float beta,
+                 float* out) override {
+    Check(STRAIT_CUDA_STATUS(cuda::ColumnSum(stream_, rows, cols, x, ldx, beta, out)));
+  }
+  void LayerNormForward(int64_t rows, int dim, const float* x, const float* gamma,
+                        const float* beta, float* y, float* mean, float* rstd) override {
+    Check(STRAIT_CUDA_STATUS(
+        cuda::LayerNormForward(stream_, rows, dim, x, gamma, beta, y, mean, rstd)));
+  }
+  void LayerNormBackward(int64_t rows, int dim, const float* x, const float* gamma,
+                         const float* mean, const float* rstd, const float* dy, float* dx,
+                         float* dgamma, float* dbeta) override {
+    Check(STRAIT_CUDA_STATUS(
+        cuda::LayerNormBackward(stream_, rows, dim, x, gamma, mean, rstd, dy, dx, dgamma, dbeta)));
+  }
+  void SoftmaxRows(int64_t rows, int cols, float scale, const float* x, float* y) override {
+    Check(STRAIT_CUDA_STATUS(cuda::SoftmaxRows(stream_, rows, cols, scale, x, y)));
+  }
+  void SoftmaxRowsBackward(int64_t rows, int cols, float scale, const float* y, const float* dy,
+                           float* dx) override {
+    Check(STRAIT_CUDA_STATUS(cuda::SoftmaxRowsBackward(stream_, rows, cols, scale, y, dy, dx)));
+  }
+  void CrossEntropy(int64_t rows, int classes, const float* logits, const int32_t* labels,
+                    float grad_scale, float* loss, int32_t* correct, float* dlogits) override {
+    Check(STRAIT_CUDA_STATUS(cuda::CrossEntropy(stream_, rows, classes, logits, labels, grad_scale,
+                                                loss, correct, dlogits)));
+  }
+  void Dropout(int64_t n, float p, uint64_t key, const float* x, float* y) override {
+    Check(STRAIT_CUDA_STATUS(cuda::Dropout(stream_, n, p, key, x, y)));
+  }
+  void Axpy(int64_t n, float alpha, const float* x, float* y) override {
+    Check(STRAIT_CUDA_STATUS(cuda::Axpy(stream_, n, alpha, x, y)));
+  }
+  void Copy2D(int64_t rows, int cols, const float* src, int64_t ld_src, float* dst,
+              int64_t ld_dst) override {
+    Check(STRAIT_CUDA_STATUS(cuda::Copy2D(stream_, rows, cols, src, ld_src, dst, ld_dst)));
+  }
+  void ExtractPatches(int n, int channels, int height, int width, int p, const float* images,
+                      float* patches) override {
+    Check(STRAIT_CUDA_STATUS(
+        cuda::ExtractPatches(stream_, n, channels, height, width, p, images, patches)));
+  }
+  void HeadsToBatch(int n, int tokens, int heads, int dh, const float* x, int64_t ldx,
+                    float* y) override {
+    Check(STRAIT_CUDA_STATUS(cuda::HeadsToBatch(stream_, n, tokens, heads, dh, x, ldx, y)));
+  }
+  void BatchToHeads(int n, int tokens, int heads, int dh, const float* y, float* x,
+                    int64_t ldx) override {
+    Check(STRAIT_CUDA_STATUS(cuda::BatchToHeads(stream_, n, tokens, heads, dh, y, x, ldx)));
+  }
+  void SgdUpdate(int64_t n, float lr, float momentum, float wd, float scale, float* param,
+                 const float* grad, float* velocity) override {
+    Check(STRAIT_CUDA_STATUS(
+        cuda::SgdUpdate(stream_, n, lr, momentum, wd, scale, param, grad, velocity)));
+  }
+  void AdamWUpdate(int64_t n, float lr, float b1, float b2, float eps, float wd, float bias1,
+                   float bias2, float scale, float* param, const float* grad, float* m,
+                   float* v) override {
+    Check(STRAIT_CUDA_STATUS(cuda::AdamWUpdate(stream_, n, lr, b1, b2, eps, wd, bias1, bias2, scale,
+                                               param, grad, m, v)));
+  }
+
+  double SumSquares(int64_t n, const float* x) override {
+    Check(STRAIT_CUDA_STATUS(cuda::SumSquares(stream_, n, x, partials_)));
+    double result = 0.0;
+    CopyToHost(&result, partials_, sizeof(double));
+    return error_.ok() ? result : std::numeric_limits<double>::quiet_NaN();
+  }
+
+ private:
+  void Check(absl::Status s) {
+    if (!s.ok() && error_.ok()) error_ = std::move(s);
+  }
+
+  int device_;
+  std::string name_;
+  cudaStream_t stream_;
+  cublasHandle_t cublas_;
+  double* partials_;  // [cuda::kSumBlocks] on the device
+  absl::Status error_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "device 'cuda' requested, but no CUDA device is available (",
+        e != cudaSuccess ? cudaGetErrorString(e) : "no devices", "); use device 'cpu'"));
+  }
+  if (device < 0 || device >= count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("CUDA device ", device, " requested; this machine has ", count));
+  }
+  absl::Status s = STRAIT_CUDA_STATUS(cudaSetDevice(device));
+  if (!s.ok()) return s;
+  cudaDeviceProp prop;
+  s = STRAIT_CUDA_STATUS(cudaGetDeviceProperties(&prop, device));
+  if (!s.ok()) return s;
+  cudaStream_t stream = nullptr;
+  s = STRAIT_CUDA_STATUS(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  if (!s.ok()) return s;
+  cublasHandle_t cublas = nullptr;
+  s = STRAIT_CUBLAS_STATUS(cublasCreate(&cublas));
+  if (s.ok()) s = STRAIT_CUBLAS_STATUS(cublasSetStream(cublas, stream));
+  // FP32 products stay FP32 (cuBLAS's default math mode uses no TF32 for sgemm).
+  if (s.ok()) s = STRAIT_CUBLAS_STATUS(cublasSetMathMode(cublas, CUBLAS_DEFAULT_MATH));
+  double* partials = nullptr;
+  if (s.ok()) s = STRAIT_CUDA_STATUS(cudaMalloc(&partials, sizeof(double) * cuda::kSumBlocks));
+  if (!s.ok()) {
+    if (cublas != nullptr) cublasDestroy(cublas);
+    cudaStreamDestroy(stream);
+    return s;
+  }
+  return std::unique_ptr<Backend>(new CudaBackend(
+      device, absl::StrCat("cuda:", device, " ", prop.name), stream, cublas, partials));
+}
+
+}  // namespace strait

@@ -1,0 +1,17 @@
+// The CUDA backend: cuBLAS for matrix products, kernels for the rest, one stream per backend, plain
+// device allocations (no managed memory). This header is plain C++ (no CUDA headers), so the
+// factory can include it.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "site/backend/backend.h"
+
+namespace strait {
+
+// A backend on CUDA device `device`. FailedPrecondition when there is no such device (or no
+// driver); the message says what CUDA reported. The backend is used by one thread at a time.
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device);
+
+}  // namespace strait

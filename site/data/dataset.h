@@ -1,0 +1,26 @@
+// In-memory classification data sets: the first stage reads the inputs, the last stage the labels.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/job_spec.h"
+
+namespace strait {
+
+enum class Split { kTrain, kTest };
+
+struct Dataset {
+  int64_t size = 0;
+  int features = 0;  // Floats per sample (784 for 28x28 images, channels first).
+  int classes = 0;
+  std::vector<float> inputs;    // [size, features]
+  std::vector<int32_t> labels;  // [size], each in [0, classes)
+};
+
+// The data set of a job spec (`data:`), checked against the model's input size and classes.
+// Blocks while reading files. Thread-safe.
+absl::StatusOr<Dataset> LoadDataset(const DataSpec& data, const ModelSpec& model, Split split);
+
+}  // namespace strait

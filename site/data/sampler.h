@@ -1,0 +1,37 @@
+// The order in which training samples are visited, identical in every process of a federation.
+//
+// Epoch e visits a permutation of [0, size) that depends only on (seed, e); global step s uses
+// samples [b * batch, (b + 1) * batch) of epoch s / BatchesPerEpoch()'s permutation, where
+// b = s % BatchesPerEpoch() (the last partial batch of an epoch is dropped). So the first stage
+// (inputs) and the last stage (labels) agree without exchanging anything.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace strait {
+
+class Sampler {
+ public:
+  // size >= batch >= 1.
+  Sampler(uint64_t seed, int64_t size, int batch);
+
+  int64_t BatchesPerEpoch() const { return size_ / batch_; }
+
+  // The sample indices of global step `step` (0-based), in order. Caches the current epoch's
+  // permutation; not thread-safe.
+  const std::vector<int64_t>& Batch(int64_t step);
+
+ private:
+  uint64_t seed_;
+  int64_t size_;
+  int batch_;
+  int64_t epoch_ = -1;
+  std::vector<int64_t> permutation_;
+  std::vector<int64_t> batch_indices_;
+};
+
+// The permutation of epoch `epoch`: Fisher-Yates driven by counter-based hashes.
+std::vector<int64_t> EpochPermutation(uint64_t seed, int64_t epoch, int64_t size);
+
+}  // namespace strait

@@ -1,0 +1,173 @@
+#include "site/nn/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+
+namespace strait {
+namespace {
+
+constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'I', 'T', 'C', 'K'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kHeaderBytes = 8 + 4 + 4 + 8 + 8 + 4 + 4 + 8 + 8 + 8 + 8;
+
+std::array<uint32_t, 256> MakeCrcTable() {
+  std::array<uint32_t, 256> table{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+    table[i] = c;
+  }
+  return table;
+}
+
+template <typename T>
+void Put(std::string& out, T value) {
+  char bytes[sizeof(T)];
+  std::memcpy(bytes, &value, sizeof(T));  // x86-64 and aarch64 are little-endian
+  out.append(bytes, sizeof(T));
+}
+
+// Reads fixed-size fields from a byte string; the caller checked the length.
+class Reader {
+ public:
+  explicit Reader(const std::string& data) : data_(data) {}
+  template <typename T>
+  T Get() {
+    T value;
+    std::memcpy(&value, data_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return value;
+  }
+  void Floats(std::vector<float>* out, uint64_t n) {
+    out->resize(n);
+    std::memcpy(out->data(), data_.data() + pos_, sizeof(float) * n);
+    pos_ += sizeof(float) * n;
+  }
+
+ private:
+  const std::string& data_;
+  size_t pos_ = 0;
+};
+
+absl::Status ErrnoError(const std::string& what, const std::string& path) {
+  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+}
+
+absl::Status WriteAll(int fd, const std::string& data, const std::string& path) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError("cannot write", path);
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+uint32_t Crc32c(const void* data, size_t size, uint32_t crc) {
+  static const std::array<uint32_t, 256> table = MakeCrcTable();
+  const auto* p = static_cast<const unsigned char*>(data);
+  crc = ~crc;
+  for (size_t i = 0; i < size; ++i) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) {
+  std::string data;
+  data.reserve(kHeaderBytes + 4 * (s.params.size() + s.optimizer_state.size()) + 4);
+  data.append(kMagic, sizeof(kMagic));
+  Put<uint32_t>(data, kVersion);
+  Put<uint32_t>(data, s.optimizer_kind);
+  Put<int64_t>(data, s.step);
+  Put<uint64_t>(data, s.fingerprint);
+  Put<int32_t>(data, s.first_layer);
+  Put<int32_t>(data, s.end_layer);
+  Put<uint64_t>(data, s.init_seed);
+  Put<uint64_t>(data, s.data_seed);
+  Put<uint64_t>(data, s.params.size());
+  Put<uint64_t>(data, s.optimizer_state.size());
+  data.append(reinterpret_cast<const char*>(s.params.data()), 4 * s.params.size());
+  data.append(reinterpret_cast<const char*>(s.optimizer_state.data()),
+              4 * s.optimizer_state.size());
+  Put<uint32_t>(data, Crc32c(data.data(), data.size()));
+
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("cannot create", tmp);
+  absl::Status status = WriteAll(fd, data, tmp);
+  if (status.ok() && ::fsync(fd) != 0) status = ErrnoError("cannot fsync", tmp);
+  if (::close(fd) != 0 && status.ok()) status = ErrnoError("cannot close", tmp);
+  if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    status = ErrnoError("cannot rename to " + path + ":", tmp);
+  }
+  if (!status.ok()) {
+    ::unlink(tmp.c_str());
+    return status;
+  }
+  const size_t slash = path.find_last_of('/');
+  const std::string dir =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return ErrnoError("cannot open directory", dir);
+  const bool synced = ::fsync(dir_fd) == 0;
+  ::close(dir_fd);
+  return synced ? absl::OkStatus() : ErrnoError("cannot fsync directory", dir);
+}
+
+absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open checkpoint ", path));
+  const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  absl::StatusOr<CheckpointState> state = ParseCheckpoint(data);
+  if (!state.ok()) {
+    return absl::Status(state.status().code(),
+                        absl::StrCat("checkpoint ", path, ": ", state.status().message()));
+  }
+  return state;
+}
+
+absl::StatusOr<CheckpointState> ParseCheckpoint(const std::string& data) {
+  auto bad = [](const std::string& why) { return absl::DataLossError(why); };
+  if (data.size() < kHeaderBytes + 4) return bad("truncated (shorter than its header)");
+  if (std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0) return bad("not a Strait checkpoint");
+  Reader r(data);
+  r.Get<uint64_t>();  // magic
+  const uint32_t version = r.Get<uint32_t>();
+  if (version != kVersion) {
+    return bad(absl::StrCat("format version ", version, "; this build reads version ", kVersion));
+  }
+  CheckpointState s;
+  s.optimizer_kind = r.Get<uint32_t>();
+  s.step = r.Get<int64_t>();
+  s.fingerprint = r.Get<uint64_t>();
+  s.first_layer = r.Get<int32_t>();
+  s.end_layer = r.Get<int32_t>();
+  s.init_seed = r.Get<uint64_t>();
+  s.data_seed = r.Get<uint64_t>();
+  const uint64_t params = r.Get<uint64_t>(), state = r.Get<uint64_t>();
+  const uint64_t payload = (data.size() - kHeaderBytes - 4) / 4;
+  if (params > payload || state > payload - params ||
+      kHeaderBytes + 4 * (params + state) + 4 != data.size()) {
+    return bad(absl::StrCat("truncated or padded: ", data.size(), " bytes do not hold ", params,
+                            " parameters and ", state, " optimizer floats"));
+  }
+  uint32_t stored;
+  std::memcpy(&stored, data.data() + data.size() - 4, 4);
+  if (Crc32c(data.data(), data.size() - 4) != stored) return bad("checksum mismatch (corrupt)");
+  r.Floats(&s.params, params);
+  r.Floats(&s.optimizer_state, state);
+  return s;
+}
+
+}  // namespace strait

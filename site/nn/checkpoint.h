@@ -1,0 +1,46 @@
+// Checkpoint files: one stage's parameters, optimizer state, RNG state and step.
+//
+// Format (little-endian), version 1:
+//   "STRAITCK" | u32 version | u32 optimizer kind | i64 step | u64 fingerprint (Stage::Fingerprint)
+//   | i32 first layer | i32 end layer | u64 init seed | u64 data seed | u64 param floats
+//   | u64 optimizer-state floats | params (f32) | optimizer state (f32) | u32 CRC32C of all before.
+// The RNG state is the pair of seeds: every random number is keyed by (seed, step, ...), so
+// (seeds, step) is the whole state. Writes are atomic: a temporary file in the same directory is
+// written, fsynced and renamed over the target, then the directory is fsynced.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace strait {
+
+struct CheckpointState {
+  int64_t step = 0;             // Global steps completed.
+  uint32_t optimizer_kind = 0;  // static_cast<uint32_t>(OptimizerKind)
+  uint64_t fingerprint = 0;
+  int32_t first_layer = 0;
+  int32_t end_layer = 0;
+  uint64_t init_seed = 0;
+  uint64_t data_seed = 0;
+  std::vector<float> params;
+  std::vector<float> optimizer_state;
+};
+
+// Writes `state` to `path` atomically. Blocks on disk I/O. Thread-safe for distinct paths.
+absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& state);
+
+// Reads and verifies a checkpoint: a missing file is NotFound; a truncated, corrupt (checksum) or
+// foreign file is DataLoss, with the reason. Thread-safe.
+absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path);
+
+// Decodes and verifies the bytes of a checkpoint file (DataLoss with the reason when they are not
+// one); checks every length before reading. Thread-safe.
+absl::StatusOr<CheckpointState> ParseCheckpoint(const std::string& data);
+
+// CRC32C (Castagnoli) of `size` bytes, continuing from `crc` (0 to start).
+uint32_t Crc32c(const void* data, size_t size, uint32_t crc = 0);
+
+}  // namespace strait

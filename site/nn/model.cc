@@ -1,0 +1,62 @@
+#include "site/nn/model.h"
+
+#include <cmath>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "site/backend/counter_rng.h"
+#include "site/nn/dense_layer.h"
+#include "site/nn/vit_layers.h"
+
+namespace strait {
+
+absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec& model,
+                                                                LayerRange range) {
+  const int total = model.NumLayers();
+  if (range.start < 0 || range.end > total || range.start >= range.end) {
+    return absl::InvalidArgumentError(absl::StrCat("layer range [", range.start, ", ", range.end,
+                                                   ") is not a non-empty part of the model's ",
+                                                   total, " layers"));
+  }
+  std::vector<LayerLayout> layout = BuildModelLayout(model);
+  std::vector<std::unique_ptr<Layer>> layers;
+  for (int i = range.start; i < range.end; ++i) {
+    LayerLayout l = std::move(layout[i]);
+    if (model.family == ModelFamily::kMlp) {
+      const bool hidden = i < total - 1;
+      const ActivationOp act = !hidden                                     ? ActivationOp::kNone
+                               : model.mlp.activation == Activation::kRelu ? ActivationOp::kRelu
+                                                                           : ActivationOp::kGelu;
+      layers.push_back(
+          std::make_unique<DenseLayer>(std::move(l), act, hidden ? model.mlp.dropout : 0.0f));
+    } else if (i == 0) {
+      layers.push_back(std::make_unique<PatchEmbedLayer>(std::move(l), model.vit));
+    } else if (i == total - 1) {
+      layers.push_back(std::make_unique<ClassifierHead>(std::move(l), model.vit));
+    } else {
+      layers.push_back(std::make_unique<TransformerBlock>(std::move(l), model.vit));
+    }
+  }
+  return layers;
+}
+
+void InitParameter(const ModelSpec& model, const LayerLayout& layer, int param, float* out) {
+  const ParamLayout& p = layer.params[param];
+  const uint64_t key = CombineKey(CombineKey(model.init_seed, layer.index), param);
+  float bound = 0.0f, constant = 0.0f;
+  if (absl::EndsWith(p.name, "weight")) {
+    const double out_features = p.shape[0], in_features = p.shape[1];
+    bound = model.family == ModelFamily::kMlp
+                ? static_cast<float>(1.0 / std::sqrt(in_features))
+                : static_cast<float>(std::sqrt(6.0 / (in_features + out_features)));
+  } else if (p.name == "cls_token" || p.name == "pos_embed") {
+    bound = 0.02f * std::sqrt(3.0f);  // uniform with standard deviation 0.02
+  } else if (absl::EndsWith(p.name, "gamma")) {
+    constant = 1.0f;
+  }
+  for (int64_t i = 0; i < p.numel; ++i) {
+    out[i] = bound > 0.0f ? bound * (2.0f * CounterUniform(key, i) - 1.0f) : constant;
+  }
+}
+
+}  // namespace strait

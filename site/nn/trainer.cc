@@ -1,0 +1,141 @@
+#include "site/nn/trainer.h"
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "site/nn/checkpoint.h"
+
+namespace strait {
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
+                                                         std::unique_ptr<Backend> backend) {
+  STRAIT_ASSIGN_OR_RETURN(Dataset train, LoadDataset(spec.data, spec.model, Split::kTrain));
+  STRAIT_ASSIGN_OR_RETURN(Dataset test, LoadDataset(spec.data, spec.model, Split::kTest));
+  if (train.size < spec.training.global_batch) {
+    return absl::InvalidArgumentError(absl::StrCat("the training set has ", train.size,
+                                                   " samples, fewer than one global batch of ",
+                                                   spec.training.global_batch));
+  }
+  std::unique_ptr<Trainer> t(
+      new Trainer(spec, std::move(train), std::move(test), std::move(backend)));
+  const LayerRange all{0, spec.model.NumLayers()};
+  STRAIT_ASSIGN_OR_RETURN(t->stage_,
+                          Stage::Create(spec.model, all, spec.training.optimizer,
+                                        spec.training.MicrobatchSize(), t->backend_.get()));
+  return t;
+}
+
+Trainer::Trainer(const JobSpec& spec, Dataset train, Dataset test, std::unique_ptr<Backend> backend)
+    : spec_(spec),
+      train_(std::move(train)),
+      test_(std::move(test)),
+      sampler_(spec.data.seed, train_.size, spec.training.global_batch),
+      backend_(std::move(backend)) {}
+
+Trainer::~Trainer() {
+  stage_.reset();  // before the backend it allocated from
+}
+
+int64_t Trainer::total_steps() const {
+  return spec_.training.steps > 0 ? spec_.training.steps
+                                  : int64_t{spec_.training.epochs} * steps_per_epoch();
+}
+
+void Trainer::Gather(const Dataset& data, const int64_t* indices, int n) {
+  inputs_.resize(static_cast<size_t>(n) * data.features);
+  labels_.resize(n);
+  for (int i = 0; i < n; ++i) {
+    std::copy_n(data.inputs.begin() + indices[i] * data.features, data.features,
+                inputs_.begin() + static_cast<int64_t>(i) * data.features);
+    labels_[i] = data.labels[indices[i]];
+  }
+}
+
+absl::StatusOr<StepStats> Trainer::Step() {
+  const TrainingSpec& t = spec_.training;
+  const int mb = t.MicrobatchSize();
+  const std::vector<int64_t>& batch = sampler_.Batch(step_);
+  StepStats stats;
+  stats.step = step_;
+  int64_t correct = 0;
+  stage_->ZeroGrad();
+  for (int m = 0; m < t.microbatches; ++m) {
+    Gather(train_, batch.data() + int64_t{m} * mb, mb);
+    STRAIT_RETURN_IF_ERROR(stage_->Forward(step_, m, mb, inputs_.data(), nullptr));
+    STRAIT_ASSIGN_OR_RETURN(LossResult loss,
+                            stage_->Loss(m, labels_.data(), 1.0f / t.global_batch));
+    STRAIT_RETURN_IF_ERROR(stage_->Backward(m, nullptr, nullptr));
+    stats.loss += loss.loss_sum;
+    correct += loss.correct;
+  }
+  stats.loss /= t.global_batch;
+  stats.accuracy = static_cast<double>(correct) / t.global_batch;
+  float scale = 1.0f;
+  if (t.grad_clip > 0.0) {
+    STRAIT_ASSIGN_OR_RETURN(double sum_squares, stage_->GradSumSquares());
+    scale = GlobalNormClipScale(sum_squares, t.grad_clip);
+  }
+  STRAIT_RETURN_IF_ERROR(stage_->OptimizerStep(step_ + 1, scale));
+  ++step_;
+  return stats;
+}
+
+absl::StatusOr<double> Trainer::TestAccuracy() {
+  std::vector<int64_t> indices(test_.size);
+  std::iota(indices.begin(), indices.end(), 0);
+  int64_t correct = 0;
+  for (int64_t begin = 0; begin < test_.size; begin += stage_->max_batch()) {
+    const int n = static_cast<int>(std::min<int64_t>(stage_->max_batch(), test_.size - begin));
+    Gather(test_, indices.data() + begin, n);
+    STRAIT_RETURN_IF_ERROR(stage_->Forward(step_, 0, n, inputs_.data(), nullptr, false));
+    absl::StatusOr<LossResult> loss = stage_->Loss(0, labels_.data(), 0.0f);
+    stage_->Discard(0);
+    if (!loss.ok()) return loss.status();
+    correct += loss->correct;
+  }
+  return test_.size == 0 ? 0.0 : static_cast<double>(correct) / test_.size;
+}
+
+absl::Status Trainer::SaveCheckpoint(const std::string& path) {
+  CheckpointState s;
+  s.step = step_;
+  s.optimizer_kind = static_cast<uint32_t>(spec_.training.optimizer.kind);
+  s.fingerprint = stage_->Fingerprint();
+  s.first_layer = stage_->range().start;
+  s.end_layer = stage_->range().end;
+  s.init_seed = spec_.model.init_seed;
+  s.data_seed = spec_.data.seed;
+  STRAIT_ASSIGN_OR_RETURN(s.params, stage_->Params());
+  STRAIT_ASSIGN_OR_RETURN(s.optimizer_state, stage_->OptimizerState());
+  return WriteCheckpoint(path, s);
+}
+
+absl::Status Trainer::LoadCheckpoint(const std::string& path) {
+  STRAIT_ASSIGN_OR_RETURN(CheckpointState s, ReadCheckpoint(path));
+  auto mismatch = [&](const std::string& what) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint ", path, " does not match this job: ", what));
+  };
+  if (s.fingerprint != stage_->Fingerprint() || s.first_layer != stage_->range().start ||
+      s.end_layer != stage_->range().end) {
+    return mismatch(absl::StrCat("it holds layers [", s.first_layer, ", ", s.end_layer,
+                                 ") of another model or split (fingerprint ", s.fingerprint,
+                                 ", expected ", stage_->Fingerprint(), ")"));
+  }
+  if (s.optimizer_kind != static_cast<uint32_t>(spec_.training.optimizer.kind)) {
+    return mismatch("it was written with another optimizer");
+  }
+  if (s.init_seed != spec_.model.init_seed || s.data_seed != spec_.data.seed) {
+    return mismatch(absl::StrCat("seeds init ", s.init_seed, " / data ", s.data_seed,
+                                 ", the job has ", spec_.model.init_seed, " / ", spec_.data.seed));
+  }
+  STRAIT_RETURN_IF_ERROR(stage_->SetParams(s.params));
+  STRAIT_RETURN_IF_ERROR(stage_->SetOptimizerState(s.optimizer_state));
+  step_ = s.step;
+  return absl::OkStatus();
+}
+
+}  // namespace strait

@@ -1,0 +1,65 @@
+// Single-process training of a whole model: the reference that `strait train` runs and that every
+// federated run is compared against. Uses exactly the federation's microbatching, data order,
+// loss scaling, clipping and optimizer step (see Stage), so a federation with lossless codecs
+// reproduces its bits.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/job_spec.h"
+#include "site/backend/backend.h"
+#include "site/data/dataset.h"
+#include "site/data/sampler.h"
+#include "site/nn/stage.h"
+
+namespace strait {
+
+struct StepStats {
+  int64_t step = 0;       // The step just taken (0-based).
+  double loss = 0.0;      // Mean cross-entropy over the global batch (before the update).
+  double accuracy = 0.0;  // Fraction of the global batch classified correctly.
+};
+
+class Trainer {
+ public:
+  // Loads the training and test data and builds all layers of spec.model on `backend`.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const JobSpec& spec,
+                                                         std::unique_ptr<Backend> backend);
+  ~Trainer();
+
+  int64_t steps_per_epoch() const { return sampler_.BatchesPerEpoch(); }
+  // training.steps, or training.epochs * steps_per_epoch().
+  int64_t total_steps() const;
+  int64_t step() const { return step_; }  // Steps completed.
+  Stage& stage() { return *stage_; }
+
+  // One global step: M microbatches forward + loss + backward, clipping, optimizer update.
+  absl::StatusOr<StepStats> Step();
+
+  // Classification accuracy on the test split (dropout off). Does not change the model.
+  absl::StatusOr<double> TestAccuracy();
+
+  absl::Status SaveCheckpoint(const std::string& path);
+  // Restores parameters, optimizer state and step; the file must come from the same model, layers,
+  // optimizer and seeds (FailedPrecondition otherwise).
+  absl::Status LoadCheckpoint(const std::string& path);
+
+ private:
+  Trainer(const JobSpec& spec, Dataset train, Dataset test, std::unique_ptr<Backend> backend);
+  // Copies the inputs and labels of samples indices[0, n) into inputs_ / labels_.
+  void Gather(const Dataset& data, const int64_t* indices, int n);
+
+  JobSpec spec_;
+  Dataset train_, test_;
+  Sampler sampler_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Stage> stage_;
+  int64_t step_ = 0;
+  std::vector<float> inputs_;
+  std::vector<int32_t> labels_;
+};
+
+}  // namespace strait

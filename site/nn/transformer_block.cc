@@ -1,0 +1,144 @@
+#include "site/backend/counter_rng.h"
+#include "site/nn/linear.h"
+#include "site/nn/vit_layers.h"
+
+namespace strait {
+namespace {
+
+// Parameter indices in the block's layout (core/model_layout.cc).
+enum : int {
+  kLn1Gamma,
+  kLn1Beta,
+  kQkvW,
+  kQkvB,
+  kProjW,
+  kProjB,
+  kLn2Gamma,
+  kLn2Beta,
+  kFc1W,
+  kFc1B,
+  kFc2W,
+  kFc2B
+};
+
+// Per-microbatch tensors kept for the backward, R = n * T rows.
+template <typename T>
+struct BlockSaved {
+  T* xn1;    // [R, D] ln1(x)
+  T* mean1;  // [R]
+  T* rstd1;  // [R]
+  T* att;    // [R, D] attention output (heads merged), input of attn.proj
+  T* r1;     // [R, D] x + attention branch
+  T* xn2;    // [R, D] ln2(r1)
+  T* mean2;  // [R]
+  T* rstd2;  // [R]
+  T* h;      // [R, F] fc1 pre-activation
+  T* g;      // [R, F] gelu(h)
+  T* attn;   // AttentionSavedFloats
+};
+
+template <typename T>
+BlockSaved<T> SavedViews(T* p, int64_t rows, int64_t d, int64_t f) {
+  BlockSaved<T> s;
+  s.xn1 = p, p += rows * d;
+  s.mean1 = p, p += rows;
+  s.rstd1 = p, p += rows;
+  s.att = p, p += rows * d;
+  s.r1 = p, p += rows * d;
+  s.xn2 = p, p += rows * d;
+  s.mean2 = p, p += rows;
+  s.rstd2 = p, p += rows;
+  s.h = p, p += rows * f;
+  s.g = p, p += rows * f;
+  s.attn = p;
+  return s;
+}
+
+}  // namespace
+
+TransformerBlock::TransformerBlock(LayerLayout layout, const VitSpec& vit)
+    : Layer(std::move(layout)),
+      vit_(vit),
+      tokens_((vit.height / vit.patch) * (vit.width / vit.patch) + 1) {}
+
+AttentionShape TransformerBlock::Shape(int n) const {
+  return {n, tokens_, vit_.heads, vit_.dim / vit_.heads};
+}
+
+int64_t TransformerBlock::SavedFloats(int n) const {
+  const int64_t rows = int64_t{n} * tokens_;
+  return rows * (4 * vit_.dim + 4 + 2 * vit_.mlp_dim) + AttentionSavedFloats(Shape(n));
+}
+
+// Backward: dr1, dtmp [R, D], dqkv [R, 3D], dg [R, F], then the attention's scratch; the forward
+// needs less (qkv [R, 3D] and a branch output [R, D] before the attention scratch).
+int64_t TransformerBlock::ScratchFloats(int n) const {
+  const int64_t rows = int64_t{n} * tokens_;
+  return rows * (5 * vit_.dim + vit_.mlp_dim) + AttentionScratchFloats(Shape(n));
+}
+
+void TransformerBlock::Forward(Backend& backend, const LayerParams& params, const PassInfo& pass,
+                               int n, const float* x, float* y, float* saved, float* scratch) {
+  const int d = vit_.dim, f = vit_.mlp_dim;
+  const int64_t rows = int64_t{n} * tokens_, rd = rows * d;
+  const bool drop = pass.training && vit_.dropout > 0.0f;
+  const auto& w = params.value;
+  BlockSaved<float> s = SavedViews(saved, rows, d, f);
+  float* qkv = scratch;          // [R, 3D]
+  float* branch = qkv + 3 * rd;  // [R, D]
+  float* attn_scratch = branch + rd;
+
+  // r1 = x + drop(proj(attention(qkv(ln1(x)))))
+  backend.LayerNormForward(rows, d, x, w[kLn1Gamma], w[kLn1Beta], s.xn1, s.mean1, s.rstd1);
+  LinearForward(backend, rows, d, 3 * d, s.xn1, w[kQkvW], w[kQkvB], ActivationOp::kNone, qkv, qkv);
+  AttentionForward(backend, Shape(n), qkv, s.att, s.attn, attn_scratch);
+  LinearForward(backend, rows, d, d, s.att, w[kProjW], w[kProjB], ActivationOp::kNone, branch,
+                branch);
+  if (drop) backend.Dropout(rd, vit_.dropout, CombineKey(pass.dropout_key, 1), branch, branch);
+  backend.CopyOnDevice(s.r1, x, sizeof(float) * rd);
+  backend.Axpy(rd, 1.0f, branch, s.r1);
+
+  // y = r1 + drop(fc2(gelu(fc1(ln2(r1)))))
+  backend.LayerNormForward(rows, d, s.r1, w[kLn2Gamma], w[kLn2Beta], s.xn2, s.mean2, s.rstd2);
+  LinearForward(backend, rows, d, f, s.xn2, w[kFc1W], w[kFc1B], ActivationOp::kGelu, s.h, s.g);
+  LinearForward(backend, rows, f, d, s.g, w[kFc2W], w[kFc2B], ActivationOp::kNone, y, y);
+  if (drop) backend.Dropout(rd, vit_.dropout, CombineKey(pass.dropout_key, 2), y, y);
+  backend.Axpy(rd, 1.0f, s.r1, y);
+}
+
+void TransformerBlock::Backward(Backend& backend, const LayerParams& params, const PassInfo& pass,
+                                int n, const float* x, const float* y, float* dy, float* dx,
+                                const float* saved, float* scratch) {
+  const int d = vit_.dim, f = vit_.mlp_dim;
+  const int64_t rows = int64_t{n} * tokens_, rd = rows * d;
+  const bool drop = pass.training && vit_.dropout > 0.0f;
+  const auto& w = params.value;
+  const auto& g = params.grad;
+  BlockSaved<const float> s = SavedViews(saved, rows, d, f);
+  float* dr1 = scratch;       // [R, D] dLoss/dr1
+  float* dtmp = dr1 + rd;     // [R, D]
+  float* dqkv = dtmp + rd;    // [R, 3D]
+  float* dg = dqkv + 3 * rd;  // [R, F]
+  float* attn_scratch = dg + rows * f;
+
+  // MLP branch: dy reaches r1 directly and through fc2 <- gelu <- fc1 <- ln2.
+  backend.CopyOnDevice(dr1, dy, sizeof(float) * rd);
+  if (drop) backend.Dropout(rd, vit_.dropout, CombineKey(pass.dropout_key, 2), dy, dy);
+  LinearBackward(backend, rows, f, d, s.g, w[kFc2W], dy, dg, g[kFc2W], g[kFc2B]);
+  backend.ActivationBackward(rows * f, ActivationOp::kGelu, s.h, dg, dg);
+  LinearBackward(backend, rows, d, f, s.xn2, w[kFc1W], dg, dtmp, g[kFc1W], g[kFc1B]);
+  backend.LayerNormBackward(rows, d, s.r1, w[kLn2Gamma], s.mean2, s.rstd2, dtmp, dr1, g[kLn2Gamma],
+                            g[kLn2Beta]);
+
+  // Attention branch: dr1 reaches x directly and through proj <- attention <- qkv <- ln1.
+  float* dx_acc = dx != nullptr ? dx : dy;  // dy is free now
+  backend.CopyOnDevice(dx_acc, dr1, sizeof(float) * rd);
+  if (drop) backend.Dropout(rd, vit_.dropout, CombineKey(pass.dropout_key, 1), dr1, dr1);
+  LinearBackward(backend, rows, d, d, s.att, w[kProjW], dr1, dtmp, g[kProjW], g[kProjB]);
+  AttentionBackward(backend, Shape(n), s.attn, dtmp, dqkv, attn_scratch);
+  LinearBackward(backend, rows, d, 3 * d, s.xn1, w[kQkvW], dqkv, dtmp, g[kQkvW], g[kQkvB]);
+  backend.LayerNormBackward(rows, d, x, w[kLn1Gamma], s.mean1, s.rstd1, dtmp, dx_acc, g[kLn1Gamma],
+                            g[kLn1Beta]);
+}
+
+}  // namespace strait

@@ -1,0 +1,134 @@
+// Data: the IDX reader (real files when installed, crafted good and bad files), the synthetic set
+// and the sampler.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "site/data/dataset.h"
+#include "site/data/fashion_mnist.h"
+#include "site/data/sampler.h"
+#include "site/data/synthetic.h"
+
+namespace strait {
+namespace {
+
+using ::testing::HasSubstr;
+
+class IdxTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("strait_idx_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+            "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  void WriteGz(const std::string& name, const std::string& bytes) {
+    gzFile f = gzopen((dir_ / name).c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())),
+              static_cast<int>(bytes.size()));
+    gzclose(f);
+  }
+  static std::string Be32(uint32_t v) {
+    return {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
+            static_cast<char>(v)};
+  }
+  // n images whose pixels are all `i * 50` for image i, labels i % 10.
+  void WriteSet(int n, int label_count, int bad_label = -1) {
+    std::string images = Be32(0x803) + Be32(n) + Be32(28) + Be32(28);
+    for (int i = 0; i < n; ++i) images += std::string(784, static_cast<char>(i * 50));
+    std::string labels = Be32(0x801) + Be32(label_count);
+    for (int i = 0; i < label_count; ++i) labels += static_cast<char>(i == bad_label ? 10 : i % 10);
+    WriteGz("t10k-images-idx3-ubyte.gz", images);
+    WriteGz("t10k-labels-idx1-ubyte.gz", labels);
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(IdxTest, ReadsAndNormalises) {
+  WriteSet(3, 3);
+  auto d = LoadFashionMnist(dir_.string(), Split::kTest);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->size, 3);
+  EXPECT_EQ(d->features, 784);
+  EXPECT_EQ(d->labels, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_FLOAT_EQ(d->inputs[784 + 5], (50 / 255.0f - kFashionMnistMean) / kFashionMnistStd);
+}
+
+TEST_F(IdxTest, MissingFileNamesThePackage) {
+  auto d = LoadFashionMnist(dir_.string(), Split::kTrain);
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(d.status().message()), HasSubstr("dataset-fashion-mnist"));
+}
+
+TEST_F(IdxTest, RejectsMalformedFiles) {
+  WriteSet(3, 2);  // label count differs
+  auto message = [&] {
+    return std::string(LoadFashionMnist(dir_.string(), Split::kTest).status().message());
+  };
+  EXPECT_THAT(message(), HasSubstr("labels"));
+  WriteSet(3, 3, /*bad_label=*/1);
+  EXPECT_THAT(message(), HasSubstr("not in [0, 10)"));
+  WriteGz("t10k-images-idx3-ubyte.gz", Be32(0x803) + Be32(5) + Be32(28) + Be32(28) + "short");
+  EXPECT_EQ(LoadFashionMnist(dir_.string(), Split::kTest).status().code(),
+            absl::StatusCode::kDataLoss);
+  WriteGz("t10k-images-idx3-ubyte.gz", Be32(0x801) + Be32(5) + Be32(0) + Be32(0));
+  EXPECT_THAT(message(), HasSubstr("not an IDX file"));
+  WriteGz("t10k-images-idx3-ubyte.gz", "");
+  EXPECT_EQ(LoadFashionMnist(dir_.string(), Split::kTest).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
+TEST(FashionMnistTest, InstalledTestSplit) {
+  const std::string dir = "/usr/share/datasets/fashion-mnist";
+  if (!std::filesystem::exists(dir + "/t10k-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  }
+  auto d = LoadFashionMnist(dir, Split::kTest);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->size, 10000);
+  std::vector<int> per_class(10);
+  for (int32_t l : d->labels) ++per_class[l];
+  EXPECT_THAT(per_class, ::testing::Each(1000));
+}
+
+TEST(SyntheticTest, DeterministicAndInRange) {
+  Dataset a = MakeSyntheticDataset(3, Split::kTrain, 50, 12, 4);
+  Dataset b = MakeSyntheticDataset(3, Split::kTrain, 50, 12, 4);
+  Dataset test = MakeSyntheticDataset(3, Split::kTest, 50, 12, 4);
+  EXPECT_EQ(a.inputs, b.inputs);
+  EXPECT_EQ(a.labels, b.labels);
+  EXPECT_NE(a.inputs, test.inputs);
+  for (int32_t l : a.labels) EXPECT_TRUE(l >= 0 && l < 4);
+}
+
+TEST(SamplerTest, EpochsArePermutationsSharedByEveryProcess) {
+  Sampler first(7, 10, 3), last(7, 10, 3);
+  EXPECT_EQ(first.BatchesPerEpoch(), 3);  // the partial batch is dropped
+  std::vector<int64_t> epoch0;
+  for (int64_t s = 0; s < 3; ++s) {
+    const std::vector<int64_t> batch = first.Batch(s);
+    EXPECT_EQ(batch, last.Batch(s));
+    epoch0.insert(epoch0.end(), batch.begin(), batch.end());
+  }
+  std::vector<int64_t> perm = EpochPermutation(7, 0, 10);
+  EXPECT_EQ(epoch0, std::vector<int64_t>(perm.begin(), perm.begin() + 9));
+  std::sort(perm.begin(), perm.end());
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(perm[i], i);
+  EXPECT_NE(EpochPermutation(7, 0, 1000), EpochPermutation(7, 1, 1000));
+  EXPECT_NE(EpochPermutation(7, 0, 1000), EpochPermutation(8, 0, 1000));
+  // Random access: step 4 (epoch 1) does not depend on what was asked before.
+  Sampler fresh(7, 10, 3);
+  EXPECT_EQ(fresh.Batch(4), first.Batch(4));
+}
+
+}  // namespace
+}  // namespace strait

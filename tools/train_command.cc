@@ -1,0 +1,170 @@
+// `strait train`: trains the whole model of a job spec in one process (the reference run).
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "core/job_spec.h"
+#include "site/backend/backend_factory.h"
+#include "site/nn/trainer.h"
+#include "tools/command.h"
+
+namespace strait::tools {
+namespace {
+
+struct TrainOptions {
+  std::string config;
+  int64_t steps = 0;  // 0: the job spec's steps or epochs
+  std::string device = "cpu";
+  int threads = 0;  // 0: all cores
+  std::string out = "train-out";
+  int log_every = 50;
+};
+
+std::string Duration(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  return s >= 3600 ? absl::StrFormat("%dh%02dm", s / 3600, s / 60 % 60)
+                   : absl::StrFormat("%dm%02ds", s / 60, s % 60);
+}
+
+int Fail(const absl::Status& status, int code) {
+  std::fprintf(stderr, "strait train: %s\n", std::string(status.message()).c_str());
+  return code;
+}
+
+int RunTrain(const TrainOptions& o) {
+  absl::StatusOr<JobSpec> spec = LoadJobSpec(o.config);
+  if (!spec.ok()) return Fail(spec.status(), 2);
+  if (o.steps > 0) {
+    spec->training.steps = o.steps;
+    spec->training.epochs = 0;
+  }
+  const int threads = o.threads > 0
+                          ? o.threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const DeviceKind device = o.device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu;
+  auto backend = CreateBackend(device, {threads, 0});
+  if (!backend.ok()) return Fail(backend.status(), 1);
+  const std::string backend_name = (*backend)->Name();
+  auto trainer = Trainer::Create(*spec, *std::move(backend));
+  if (!trainer.ok()) return Fail(trainer.status(), 1);
+  Trainer& t = **trainer;
+  std::error_code ec;
+  std::filesystem::create_directories(o.out, ec);
+  if (ec) return Fail(absl::InternalError("cannot create --out " + o.out + ": " + ec.message()), 1);
+
+  const TrainingSpec& ts = spec->training;
+  const int64_t total = t.total_steps(), per_epoch = t.steps_per_epoch();
+  std::printf("strait train: %s, %s model, %d layers, %lld parameters on %s\n", spec->name.c_str(),
+              ToString(spec->model.family), spec->model.NumLayers(),
+              static_cast<long long>(t.stage().param_count()), backend_name.c_str());
+  std::printf("%lld steps (%lld per epoch), global batch %d = %d x %d, %s lr %g\n",
+              static_cast<long long>(total), static_cast<long long>(per_epoch), ts.global_batch,
+              ts.microbatches, ts.MicrobatchSize(), ToString(ts.optimizer.kind), ts.optimizer.lr);
+  std::fflush(stdout);
+
+  nlohmann::json metrics = {{"config", o.config},
+                            {"device", backend_name},
+                            {"threads", threads},
+                            {"global_batch", ts.global_batch},
+                            {"microbatches", ts.microbatches}};
+  std::vector<double> losses;
+  nlohmann::json epochs = nlohmann::json::array();
+  double train_seconds = 0, epoch_loss = 0;
+  int64_t epoch_steps = 0;
+  auto window_start = std::chrono::steady_clock::now();
+  int64_t window_steps = 0;
+  while (t.step() < total) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<StepStats> stats = t.Step();
+    if (!stats.ok()) return Fail(stats.status(), 1);
+    const auto end = std::chrono::steady_clock::now();
+    train_seconds += std::chrono::duration<double>(end - start).count();
+    losses.push_back(stats->loss);
+    epoch_loss += stats->loss;
+    ++epoch_steps;
+    ++window_steps;
+    const bool epoch_end = t.step() % per_epoch == 0;
+    if (t.step() % o.log_every == 0 || t.step() == total || epoch_end) {
+      const double window = std::chrono::duration<double>(end - window_start).count();
+      const double rate = window_steps * ts.global_batch / window;
+      std::printf("step %6lld/%lld  epoch %.2f  loss %.4f  %.0f samples/s  ETA %s\n",
+                  static_cast<long long>(t.step()), static_cast<long long>(total),
+                  static_cast<double>(t.step()) / per_epoch, stats->loss, rate,
+                  Duration((total - t.step()) * ts.global_batch / rate).c_str());
+      std::fflush(stdout);
+      window_start = std::chrono::steady_clock::now();
+      window_steps = 0;
+    }
+    if (epoch_end && t.step() < total) {
+      absl::StatusOr<double> accuracy = t.TestAccuracy();
+      if (!accuracy.ok()) return Fail(accuracy.status(), 1);
+      epochs.push_back({{"epoch", t.step() / per_epoch},
+                        {"mean_loss", epoch_loss / epoch_steps},
+                        {"test_accuracy", *accuracy}});
+      std::printf("epoch %lld: mean loss %.4f, test accuracy %.2f%%\n",
+                  static_cast<long long>(t.step() / per_epoch), epoch_loss / epoch_steps,
+                  100 * *accuracy);
+      std::fflush(stdout);
+      epoch_loss = 0;
+      epoch_steps = 0;
+      window_start = std::chrono::steady_clock::now();
+    }
+  }
+  absl::StatusOr<double> accuracy = t.TestAccuracy();
+  if (!accuracy.ok()) return Fail(accuracy.status(), 1);
+  if (epoch_steps > 0) {
+    epochs.push_back({{"epoch", static_cast<double>(t.step()) / per_epoch},
+                      {"mean_loss", epoch_loss / epoch_steps},
+                      {"test_accuracy", *accuracy}});
+  }
+  const double samples_per_second = total * ts.global_batch / std::max(train_seconds, 1e-9);
+  std::printf("test accuracy %.2f%% after %lld steps; %.0f samples/s (%s training)\n",
+              100 * *accuracy, static_cast<long long>(total), samples_per_second,
+              Duration(train_seconds).c_str());
+
+  const std::string checkpoint = o.out + "/final.ckpt";
+  if (absl::Status s = t.SaveCheckpoint(checkpoint); !s.ok()) return Fail(s, 1);
+  metrics["steps"] = total;
+  metrics["loss"] = losses;
+  metrics["epochs"] = epochs;
+  metrics["test_accuracy"] = *accuracy;
+  metrics["samples_per_second"] = samples_per_second;
+  metrics["train_seconds"] = train_seconds;
+  std::ofstream(o.out + "/metrics.json") << metrics.dump(1) << "\n";
+  std::printf("wrote %s/metrics.json and %s\n", o.out.c_str(), checkpoint.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void AddTrainCommand(CLI::App& app, int* exit_code) {
+  auto o = std::make_shared<TrainOptions>();
+  CLI::App* train = app.add_subcommand(
+      "train",
+      "Train the whole model of a job spec in one process (the reference for fidelity "
+      "and speed): same microbatching and data order as the federation. Prints progress "
+      "and the test accuracy; writes metrics.json and final.ckpt to --out.");
+  train->add_option("-c,--config", o->config, "Job spec (federation YAML)")
+      ->required()
+      ->type_name("FILE");
+  train->add_option("--steps", o->steps, "Train this many global steps instead of the spec's")
+      ->check(CLI::PositiveNumber);
+  train->add_option("--device", o->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  train
+      ->add_option("--threads", o->threads,
+                   "CPU threads (default: all cores); fixed = deterministic")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--out", o->out, "Output directory")->type_name("DIR");
+  train->add_option("--log-every", o->log_every, "Steps between progress lines")
+      ->check(CLI::PositiveNumber);
+  train->callback([=] { *exit_code = RunTrain(*o); });
+}
+
+}  // namespace strait::tools
