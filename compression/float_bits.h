@@ -110,6 +110,8 @@ STRAIT_HD QuantScale MakeQuantScale(int32_t absmax_bits, float qmax) {
   float absmax = BitsFloat(static_cast<uint32_t>(absmax_bits));
   QuantScale q;
   q.scale = absmax / qmax;
+  // Rounded down when rounding up made code * scale exceed absmax (it would overflow at FLT_MAX).
+  if (Mul(q.scale, qmax) > absmax) q.scale = BitsFloat(FloatBits(q.scale) - 1);
   q.prescale = absmax_bits < (67 << 23) ? 18446744073709551616.0f : 1.0f;  // absmax < 2^-60
   float scaled = Mul(absmax, q.prescale);
   q.inverse = absmax_bits == 0 ? 0.0f : qmax / scaled;

@@ -2,9 +2,9 @@
 // bytes, which zstd compresses better); then the k indices, ascending, as varints of the gap to the
 // previous index minus one. Ties at the threshold magnitude go to the lowest indices.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -15,7 +15,6 @@
 namespace strait::compression {
 namespace {
 
-constexpr int kBucketShift = 20;  // 2048 buckets over the 31 magnitude bits
 constexpr size_t kMaxVarintBytes = 10;
 
 size_t PutVarint(uint64_t v, uint8_t* out) {
@@ -140,32 +139,34 @@ class TopKStage final : public Stage {
   }
 
  private:
-  // Radix select: a histogram of the top magnitude bits finds the bucket holding the k-th largest
-  // key, then nth_element inside that bucket finds the key itself. *ties: how many values equal to
-  // the threshold are kept.
+  // Radix select over the 31 magnitude bits, 11 + 10 + 10 bits at a time: each pass counts the
+  // next digit of the keys that share the digits found so far, and keeps the digit where the k-th
+  // largest key falls. No allocation, three passes. *ties: how many keys equal to the threshold
+  // are kept (the lowest indices).
   void FindThreshold(const float* x, uint64_t n, uint64_t k, uint32_t* threshold, uint64_t* ties) {
-    histogram_.assign(1u << (31 - kBucketShift), 0);
-    for (uint64_t i = 0; i < n; ++i) ++histogram_[MagnitudeKey(FloatBits(x[i])) >> kBucketShift];
     uint64_t need = k;
-    uint32_t bucket = static_cast<uint32_t>(histogram_.size() - 1);
-    while (histogram_[bucket] < need) need -= histogram_[bucket--];
-    candidates_.clear();
-    for (uint64_t i = 0; i < n; ++i) {
-      uint32_t key = MagnitudeKey(FloatBits(x[i]));
-      if ((key >> kBucketShift) == bucket) candidates_.push_back(key);
+    uint32_t prefix = 0;
+    int prefix_bits = 0;
+    for (int digit_bits : {11, 10, 10}) {
+      const int shift = 31 - prefix_bits - digit_bits;
+      const uint32_t digits = 1u << digit_bits;
+      std::fill(histogram_.begin(), histogram_.begin() + digits, 0);
+      for (uint64_t i = 0; i < n; ++i) {
+        uint32_t key = MagnitudeKey(FloatBits(x[i]));
+        if ((key >> (shift + digit_bits)) == prefix) ++histogram_[(key >> shift) & (digits - 1)];
+      }
+      uint32_t digit = digits - 1;
+      while (histogram_[digit] < need) need -= histogram_[digit--];  // the k-th key's digit
+      prefix = (prefix << digit_bits) | digit;
+      prefix_bits += digit_bits;
     }
-    std::nth_element(candidates_.begin(), candidates_.begin() + (need - 1), candidates_.end(),
-                     std::greater<uint32_t>());
-    *threshold = candidates_[need - 1];
-    uint64_t above = std::count_if(candidates_.begin(), candidates_.end(),
-                                   [&](uint32_t key) { return key > *threshold; });
-    *ties = need - above;
+    *threshold = prefix;
+    *ties = need;
   }
 
   const double fraction_;
   const bool error_feedback_;
-  std::vector<uint64_t> histogram_;
-  std::vector<uint32_t> candidates_;
+  std::array<uint64_t, 2048> histogram_;
 };
 
 }  // namespace
