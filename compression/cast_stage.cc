@@ -7,6 +7,31 @@
 namespace strait::compression {
 namespace {
 
+// The loops are cloned for AVX2 (picked at load time when the CPU has it; the build still runs on
+// any x86-64): the same scalar code, vectorised twice as wide. Same bits either way.
+#if defined(__x86_64__) && !defined(__clang__)
+#define STRAIT_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define STRAIT_VECTOR_CLONES
+#endif
+
+template <uint16_t (*kToBits)(float)>
+STRAIT_VECTOR_CLONES void CastLoop(const float* __restrict x, size_t n, uint8_t* __restrict y) {
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h = kToBits(x[i]);
+    std::memcpy(y + 2 * i, &h, 2);
+  }
+}
+
+template <float (*kFromBits)(uint16_t)>
+STRAIT_VECTOR_CLONES void UncastLoop(const uint8_t* __restrict x, size_t n, float* __restrict y) {
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, x + 2 * i, 2);
+    y[i] = kFromBits(h);
+  }
+}
+
 template <uint16_t (*kToBits)(float), float (*kFromBits)(uint16_t)>
 class CastStage final : public Stage {
  public:
@@ -17,12 +42,7 @@ class CastStage final : public Stage {
     const size_t n = context.element_count;
     size_t base = out->size();
     out->Resize(base + 2 * n);
-    const float* __restrict x = reinterpret_cast<const float*>(in.data());
-    uint8_t* __restrict y = out->data() + base;
-    for (size_t i = 0; i < n; ++i) {
-      uint16_t h = kToBits(x[i]);
-      std::memcpy(y + 2 * i, &h, 2);
-    }
+    CastLoop<kToBits>(reinterpret_cast<const float*>(in.data()), n, out->data() + base);
     return absl::OkStatus();
   }
 
@@ -33,14 +53,7 @@ class CastStage final : public Stage {
 
   absl::Status Decode(absl::Span<const uint8_t> in, absl::Span<uint8_t> out) override {
     STRAIT_RETURN_IF_ERROR(CheckSizes(out.size(), in.size()));
-    const size_t n = out.size() / 4;
-    const uint8_t* __restrict x = in.data();
-    float* __restrict y = reinterpret_cast<float*>(out.data());
-    for (size_t i = 0; i < n; ++i) {
-      uint16_t h;
-      std::memcpy(&h, x + 2 * i, 2);
-      y[i] = kFromBits(h);
-    }
+    UncastLoop<kFromBits>(in.data(), out.size() / 4, reinterpret_cast<float*>(out.data()));
     return absl::OkStatus();
   }
 

@@ -64,6 +64,7 @@ absl::StatusOr<absl::Span<const uint8_t>> CodecChain::EncodeValuePayload(
   STRAIT_RETURN_IF_ERROR(stages_[0]->CheckSizes(4 * count, payload.size()));
   EncodeContext context;
   context.element_count = count;
+  ++calls_;
   header_.shape.assign(shape.begin(), shape.end());
   header_.stage_sizes.resize(stages_.size());
   header_.stage_sizes[0] = payload.size();

@@ -61,7 +61,8 @@ class CodecChain {
 
   // For device encoders: `payload` is what the chain's first (value) stage produces for a tensor
   // of `shape` (computed elsewhere, e.g. by a CUDA kernel); runs the remaining stages and returns
-  // the same frame Encode would. Span valid until the next Encode.
+  // the same frame Encode would. Counts as one Encode for the stochastic-rounding seed: a device
+  // encoder quantizes with next_seed() and then calls this. Span valid until the next Encode.
   absl::StatusOr<absl::Span<const uint8_t>> EncodeValuePayload(absl::Span<const uint8_t> payload,
                                                                absl::Span<const uint64_t> shape);
 

@@ -52,14 +52,15 @@ STRAIT_HD float BitsFloat(uint32_t u) {
 #endif
 }
 
-// fp32 -> IEEE half, round to nearest even; overflow gives Inf, NaN stays NaN (quiet, 0x7e00).
+// fp32 -> IEEE half, round to nearest even; overflow gives Inf; NaN stays NaN, quieted, with the top
+// of its payload (what x86 F16C does, so either may be used).
 // After F. Giesen's float_to_half_fast3_rtne, written with selects.
 STRAIT_HD uint16_t FloatToHalfBits(float value) {
   uint32_t u = FloatBits(value);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t a = u & 0x7fffffffu;
   // |value| >= 65520 (rounds to Inf) or Inf/NaN.
-  uint32_t special = a > 0x7f800000u ? 0x7e00u : 0x7c00u;
+  uint32_t special = a > 0x7f800000u ? 0x7e00u | ((a >> 13) & 0x3ffu) : 0x7c00u;
   // Subnormal half: let an fp32 addition do the rounding at the right bit position.
   const float denorm_magic = BitsFloat(((127 - 15) + (23 - 10) + 1) << 23);
   uint32_t sub = FloatBits(BitsFloat(a) + denorm_magic) - FloatBits(denorm_magic);

@@ -111,10 +111,10 @@ class TopKStage final : public Stage {
     const uint64_t n = out.size() / 4;
     uint64_t k;
     std::memcpy(&k, in.data(), 8);
-    // Each kept value takes 2 bytes plus at least one varint byte.
-    if (k > n || k > (in.size() - 8) / 3) {
+    // k follows from n and R; each kept value takes 2 bytes plus at least one varint byte.
+    if (k != TopKCount(n, fraction_) || k > (in.size() - 8) / 3) {
       return absl::InvalidArgumentError(
-          absl::StrCat("codec stage 'topk': count ", k, " does not fit ", n, " values"));
+          absl::StrCat("codec stage 'topk': count ", k, " is not R * ", n, " or does not fit"));
     }
     float* y = reinterpret_cast<float*>(out.data());
     std::fill(y, y + n, 0.0f);

@@ -1,7 +1,9 @@
-// Top-k selection shared by the topk stage and the tests of the CUDA selection kernel.
+// Top-k selection rules shared by the topk stage and the CUDA selection kernel.
 #pragma once
 
 #include <cstdint>
+
+#include "compression/float_bits.h"
 
 namespace strait::compression {
 
@@ -9,6 +11,6 @@ namespace strait::compression {
 uint64_t TopKCount(uint64_t n, double fraction);
 
 // Ordering key of a value for top-k: |value| as integer bits, so NaN > Inf > finite magnitudes.
-inline uint32_t MagnitudeKey(uint32_t float_bits) { return float_bits & 0x7fffffffu; }
+STRAIT_HD uint32_t MagnitudeKey(uint32_t float_bits) { return float_bits & 0x7fffffffu; }
 
 }  // namespace strait::compression

@@ -34,8 +34,11 @@ class ZstdStage final : public Stage {
   }
 
   absl::Status CheckSizes(uint64_t decoded_size, uint64_t encoded_size) const override {
-    // A zstd frame is at least a few bytes and never larger than its bound.
-    if (encoded_size == 0 || encoded_size > ZSTD_compressBound(decoded_size)) {
+    // A zstd frame is never larger than its bound, and expands at most 32768 times: a block
+    // decodes to at most 128 KiB and takes at least 4 bytes (an RLE block). So a short payload
+    // cannot make the decoder allocate a large output.
+    if (encoded_size == 0 || encoded_size > ZSTD_compressBound(decoded_size) ||
+        decoded_size / 32768 > encoded_size) {
       return absl::InvalidArgumentError(absl::StrCat("codec stage 'zstd': ", encoded_size,
                                                      " bytes cannot hold ", decoded_size));
     }

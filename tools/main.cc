@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   // Benchmarks print figures measured side by side in one run; each registers under `strait bench`.
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (results go in docs/benchmarks.md)");
   bench->require_subcommand(1);
+  strait::tools::AddBenchCodecsCommand(*bench, &exit_code);
 
   CLI11_PARSE(app, argc, argv);
   return exit_code;

@@ -89,12 +89,7 @@ TEST(CastTest, FloatToHalfMatchesF16c) {
   if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "no F16C on this CPU";
   for (uint64_t bits = 0; bits < (uint64_t{1} << 32); bits += 997) {
     float x = BitsFloat(static_cast<uint32_t>(bits));
-    uint16_t ours = FloatToHalfBits(x), hardware = HardwareHalf(x);
-    if (std::isnan(x)) {
-      ASSERT_TRUE(std::isnan(HalfBitsToFloat(ours))) << bits;
-    } else {
-      ASSERT_EQ(ours, hardware) << bits;
-    }
+    ASSERT_EQ(FloatToHalfBits(x), HardwareHalf(x)) << bits;  // NaN payloads included
   }
 }
 #endif

@@ -35,6 +35,18 @@ TEST(CodecChainTest, LosslessChainsAreBitExact) {
   }
 }
 
+// Zeros compress about 32768:1 (RLE blocks), right at the decoder's plausibility bound.
+TEST(CodecChainTest, ZerosRoundTrip) {
+  std::vector<float> zeros(1 << 22, 0.0f);
+  for (const char* spec : {"zstd", "shuffle+zstd:19", "int8+zstd", "topk:0.001+zstd"}) {
+    auto chain = *CodecChain::Create(spec);
+    DecodedTensor out;
+    absl::Status status = chain->Decode(*chain->Encode(zeros, {zeros.size()}), &out);
+    ASSERT_TRUE(status.ok()) << spec << ": " << status;
+    EXPECT_EQ(out.values, zeros) << spec;
+  }
+}
+
 TEST(CodecChainTest, FramesDescribeThemselves) {
   const std::vector<uint64_t> shape = {2, 3, 5};
   std::vector<float> v = testing::Relu(30, 4);

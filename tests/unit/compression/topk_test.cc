@@ -125,7 +125,9 @@ TEST(TopKTest, ErrorFeedbackNeedsAStoreAndAStableSize) {
   // A non-finite value is sent (or dropped) but never kept in the residual.
   v[7] = NAN;
   ASSERT_TRUE(chain->Encode(v, {100}, &residuals, "n").ok());
-  for (float r : *residuals.Get("n", 100)) EXPECT_TRUE(std::isfinite(r));
+  absl::StatusOr<absl::Span<float>> residual = residuals.Get("n", 100);
+  ASSERT_TRUE(residual.ok());
+  for (size_t i = 0; i < residual->size(); ++i) EXPECT_TRUE(std::isfinite((*residual)[i]));
 }
 
 }  // namespace
