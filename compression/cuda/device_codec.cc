@@ -28,7 +28,7 @@ absl::StatusOr<absl::Span<const uint8_t>> EncodeOnDevice(CodecChain& chain, cons
   std::vector<uint8_t> host(bytes);
   if (bytes > 0) {
     uint8_t* device = nullptr;
-    STRAIT_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&device, bytes, stream));
+    STRAIT_CUDA_RETURN_IF_ERROR(cudaMallocAsync(reinterpret_cast<void**>(&device), bytes, stream));
     absl::Status launched;
     switch (stage.kind) {
       case StageKind::kNone:

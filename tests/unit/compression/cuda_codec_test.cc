@@ -26,7 +26,7 @@ namespace {
 const bool kHaveDevice = [] {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("no CUDA device: compression_cuda_test skipped\n");
+    std::fprintf(stderr, "no CUDA device: compression_cuda_test skipped\n");
     std::_Exit(77);
   }
   return true;
@@ -34,7 +34,10 @@ const bool kHaveDevice = [] {
 
 template <typename T>
 struct DeviceBuffer {
-  explicit DeviceBuffer(size_t n) { EXPECT_EQ(cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess); }
+  explicit DeviceBuffer(size_t n) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<size_t>(n, 1) * sizeof(T)),
+              cudaSuccess);
+  }
   ~DeviceBuffer() { cudaFree(ptr); }
   T* ptr = nullptr;
 };
