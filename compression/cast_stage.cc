@@ -3,17 +3,10 @@
 
 #include "compression/float_bits.h"
 #include "compression/stage.h"
+#include "compression/vectorize.h"
 
 namespace strait::compression {
 namespace {
-
-// The loops are cloned for AVX2 (picked at load time when the CPU has it; the build still runs on
-// any x86-64): the same scalar code, vectorised twice as wide. Same bits either way.
-#if defined(__x86_64__) && !defined(__clang__)
-#define STRAIT_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define STRAIT_VECTOR_CLONES
-#endif
 
 template <uint16_t (*kToBits)(float)>
 STRAIT_VECTOR_CLONES void CastLoop(const float* __restrict x, size_t n, uint8_t* __restrict y) {

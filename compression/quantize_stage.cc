@@ -7,6 +7,7 @@
 #include "compression/float_bits.h"
 #include "compression/quantize_stage.h"
 #include "compression/stage.h"
+#include "compression/vectorize.h"
 
 namespace strait::compression {
 namespace {
@@ -18,28 +19,49 @@ int32_t BlockAbsMax(const float* __restrict x, size_t m) {
 }
 
 template <bool kStochastic>
-void QuantizeInt8Block(const float* __restrict x, size_t m, const QuantScale& s, uint64_t seed,
-                       uint64_t first, int8_t* __restrict codes) {
+void QuantizeCodes(const float* __restrict x, size_t m, const QuantScale& s, int32_t qmax,
+                   uint64_t seed, uint64_t first, int8_t* __restrict codes) {
   for (size_t i = 0; i < m; ++i) {
     float noise = kStochastic ? RoundingNoise(seed, first + i) : 0.0f;
-    codes[i] = static_cast<int8_t>(QuantizeValue(x[i], s, 127, kStochastic, noise, -128));
+    codes[i] = static_cast<int8_t>(QuantizeValue(x[i], s, qmax, kStochastic, noise, -qmax - 1));
   }
 }
 
+// int4: codes of a chunk as bytes first, then packed two per byte (even element low), which
+// vectorises better than quantizing pairs.
 template <bool kStochastic>
 void QuantizeInt4Block(const float* __restrict x, size_t m, const QuantScale& s, uint64_t seed,
-                       uint64_t first, uint8_t* __restrict codes) {
-  const size_t pairs = m / 2;
-  for (size_t i = 0; i < pairs; ++i) {
-    float n0 = kStochastic ? RoundingNoise(seed, first + 2 * i) : 0.0f;
-    float n1 = kStochastic ? RoundingNoise(seed, first + 2 * i + 1) : 0.0f;
-    int32_t lo = QuantizeValue(x[2 * i], s, 7, kStochastic, n0, -8);
-    int32_t hi = QuantizeValue(x[2 * i + 1], s, 7, kStochastic, n1, -8);
-    codes[i] = static_cast<uint8_t>((lo & 0xf) | ((hi & 0xf) << 4));
+                       uint64_t first, uint8_t* __restrict packed) {
+  constexpr size_t kChunk = 512;
+  int8_t codes[kChunk];
+  for (size_t done = 0; done < m; done += kChunk) {
+    const size_t c = std::min(kChunk, m - done);
+    QuantizeCodes<kStochastic>(x + done, c, s, 7, seed, first + done, codes);
+    if (c % 2 != 0) codes[c] = 0;  // only the tensor's last block can be odd: padding nibble
+    uint8_t* out = packed + done / 2;
+    for (size_t i = 0; i < (c + 1) / 2; ++i) {
+      out[i] = static_cast<uint8_t>((codes[2 * i] & 0xf) | ((codes[2 * i + 1] & 0xf) << 4));
+    }
   }
-  if (m % 2 != 0) {  // only the tensor's last block can be odd; the high nibble is padding (0)
-    float n0 = kStochastic ? RoundingNoise(seed, first + m - 1) : 0.0f;
-    codes[pairs] = static_cast<uint8_t>(QuantizeValue(x[m - 1], s, 7, kStochastic, n0, -8) & 0xf);
+}
+
+// The whole tensor in one function, so that the block loops inline into each clone.
+template <int kBits, bool kStochastic>
+STRAIT_VECTOR_CLONES void QuantizeTensor(const float* x, uint64_t n, uint64_t block, uint64_t seed,
+                                         uint8_t* out) {
+  const uint64_t blocks = BlockCount(n, block);
+  uint8_t* codes = out + 4 * blocks;
+  for (uint64_t b = 0; b < blocks; ++b) {
+    const uint64_t first = b * block;
+    const size_t m = static_cast<size_t>(std::min<uint64_t>(block, n - first));
+    QuantScale s = MakeQuantScale(BlockAbsMax(x + first, m), kBits == 8 ? 127.0f : 7.0f);
+    std::memcpy(out + 4 * b, &s.scale, 4);
+    if (kBits == 8) {
+      QuantizeCodes<kStochastic>(x + first, m, s, 127, seed, first,
+                                 reinterpret_cast<int8_t*>(codes + first));
+    } else {  // block sizes are even: every block starts on a byte
+      QuantizeInt4Block<kStochastic>(x + first, m, s, seed, first, codes + first / 2);
+    }
   }
 }
 
@@ -57,27 +79,16 @@ class QuantizeStage final : public Stage {
   absl::Status Encode(absl::Span<const uint8_t> in, const EncodeContext& context,
                       ByteBuffer* out) override {
     const uint64_t n = context.element_count;
-    const uint64_t blocks = BlockCount(n, block_);
     size_t base = out->size();
     out->Resize(base + QuantizedSize(bits_, n, block_));
-    uint8_t* scales = out->data() + base;
-    uint8_t* codes = scales + 4 * blocks;
     const float* x = reinterpret_cast<const float*>(in.data());
-    const float qmax = bits_ == 8 ? 127.0f : 7.0f;
-    for (uint64_t b = 0; b < blocks; ++b) {
-      const uint64_t first = b * block_;
-      const size_t m = static_cast<size_t>(std::min<uint64_t>(block_, n - first));
-      QuantScale s = MakeQuantScale(BlockAbsMax(x + first, m), qmax);
-      std::memcpy(scales + 4 * b, &s.scale, 4);
-      if (bits_ == 8) {
-        int8_t* c = reinterpret_cast<int8_t*>(codes + first);
-        stochastic_ ? QuantizeInt8Block<true>(x + first, m, s, context.seed, first, c)
-                    : QuantizeInt8Block<false>(x + first, m, s, context.seed, first, c);
-      } else {
-        uint8_t* c = codes + first / 2;  // block sizes are even: every block starts on a byte
-        stochastic_ ? QuantizeInt4Block<true>(x + first, m, s, context.seed, first, c)
-                    : QuantizeInt4Block<false>(x + first, m, s, context.seed, first, c);
-      }
+    uint8_t* y = out->data() + base;
+    if (bits_ == 8) {
+      stochastic_ ? QuantizeTensor<8, true>(x, n, block_, context.seed, y)
+                  : QuantizeTensor<8, false>(x, n, block_, context.seed, y);
+    } else {
+      stochastic_ ? QuantizeTensor<4, true>(x, n, block_, context.seed, y)
+                  : QuantizeTensor<4, false>(x, n, block_, context.seed, y);
     }
     return absl::OkStatus();
   }
