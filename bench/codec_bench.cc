@@ -29,10 +29,10 @@ using compression::FrameDecoder;
 using compression::ResidualStore;
 using Clock = std::chrono::steady_clock;
 
-const char* const kChains[] = {"none",        "fp16",           "bf16",       "bf16+shuffle+zstd",
-                               "int8",        "int8+zstd",      "int8:256:sr", "int4",
-                               "int4+zstd",   "topk:0.01",      "topk:0.01+zstd",
-                               "topk:0.01:ef+zstd", "shuffle+zstd", "zstd:1"};
+const char* const kChains[] = {"none",         "fp16",      "bf16",           "bf16+shuffle+zstd",
+                               "int8",         "int8+zstd", "int8:256:sr",    "int4",
+                               "int4+zstd",    "topk:0.01", "topk:0.01+zstd", "topk:0.01:ef+zstd",
+                               "shuffle+zstd", "zstd:1"};
 
 struct Tensor {
   std::string name;
@@ -125,12 +125,11 @@ int Run(bool json, int mib, int repeats, const std::vector<std::string>& chains)
       absl::Span<const uint8_t> frame;  // the last Encode's, valid until the chain's next Encode
       Row row{t.name, spec};
       // memcpy right before the chain, so that both see the same load on the shared cores.
-      row.memcpy_mbs = mb / BestSeconds(repeats, [&] {
-        std::memcpy(copy.data(), t.values.data(), 4 * n);
-      });
+      row.memcpy_mbs =
+          mb / BestSeconds(repeats, [&] { std::memcpy(copy.data(), t.values.data(), 4 * n); });
       row.encode_mbs = mb / BestSeconds(repeats, [&] {
-        frame = *(*chain)->Encode(t.values, {n}, &residuals, "bench");
-      });
+                         frame = *(*chain)->Encode(t.values, {n}, &residuals, "bench");
+                       });
       row.decode_mbs = mb / BestSeconds(repeats, [&] { (void)decoder.Decode(frame, &decoded); });
       row.ratio = 4.0 * n / frame.size();
       double sum_sq = 0;
@@ -149,17 +148,23 @@ int Run(bool json, int mib, int repeats, const std::vector<std::string>& chains)
   }
   if (json) {
     for (const Row& r : rows) {
-      out["rows"].push_back({{"tensor", r.tensor}, {"chain", r.chain}, {"ratio", r.ratio},
-                             {"encode_mbs", r.encode_mbs}, {"decode_mbs", r.decode_mbs},
+      out["rows"].push_back({{"tensor", r.tensor},
+                             {"chain", r.chain},
+                             {"ratio", r.ratio},
+                             {"encode_mbs", r.encode_mbs},
+                             {"decode_mbs", r.decode_mbs},
                              {"memcpy_mbs", r.memcpy_mbs},
                              {"encode_vs_memcpy", r.encode_mbs / r.memcpy_mbs},
                              {"decode_vs_memcpy", r.decode_mbs / r.memcpy_mbs},
-                             {"max_error", r.max_error}, {"rms_error", r.rms_error}});
+                             {"max_error", r.max_error},
+                             {"rms_error", r.rms_error}});
     }
     out["zstd_cli"] = nlohmann::json::array();
     for (const CliRow& c : cli) {
-      out["zstd_cli"].push_back({{"tensor", c.tensor}, {"cli_compress_mbs", c.cli_c},
-                                 {"cli_decompress_mbs", c.cli_d}, {"zstd1_encode_mbs", c.ours_c},
+      out["zstd_cli"].push_back({{"tensor", c.tensor},
+                                 {"cli_compress_mbs", c.cli_c},
+                                 {"cli_decompress_mbs", c.cli_d},
+                                 {"zstd1_encode_mbs", c.ours_c},
                                  {"zstd1_decode_mbs", c.ours_d}});
     }
     std::cout << out.dump(2) << "\n";
@@ -174,8 +179,8 @@ int Run(bool json, int mib, int repeats, const std::vector<std::string>& chains)
                "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const Row& r : rows) {
     std::cout << absl::StrFormat(
-        "| %s | %s | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f | %.3g | %.3g |\n", r.tensor,
-        r.chain, r.ratio, r.encode_mbs, r.encode_mbs / r.memcpy_mbs, r.decode_mbs,
+        "| %s | %s | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f | %.3g | %.3g |\n", r.tensor, r.chain,
+        r.ratio, r.encode_mbs, r.encode_mbs / r.memcpy_mbs, r.decode_mbs,
         r.decode_mbs / r.memcpy_mbs, r.memcpy_mbs, r.max_error, r.rms_error);
   }
   std::cout << "\n| tensor | zstd -b1 CLI compress MB/s | chain zstd:1 encode MB/s | ratio | "
@@ -183,8 +188,8 @@ int Run(bool json, int mib, int repeats, const std::vector<std::string>& chains)
                "|---|---:|---:|---:|---:|---:|---:|\n";
   for (const CliRow& c : cli) {
     std::cout << absl::StrFormat("| %s | %.0f | %.0f | %.2f | %.0f | %.0f | %.2f |\n", c.tensor,
-                                 c.cli_c, c.ours_c, c.cli_c > 0 ? c.ours_c / c.cli_c : 0,
-                                 c.cli_d, c.ours_d, c.cli_d > 0 ? c.ours_d / c.cli_d : 0);
+                                 c.cli_c, c.ours_c, c.cli_c > 0 ? c.ours_c / c.cli_c : 0, c.cli_d,
+                                 c.ours_d, c.cli_d > 0 ? c.ours_d / c.cli_d : 0);
   }
   return 0;
 }

@@ -30,14 +30,14 @@ absl::Status ParseQuantizer(absl::string_view name, const std::vector<std::strin
       seen_sr = stage->stochastic = true;
     } else if (absl::SimpleAtoi(p, &block) && !seen_block) {
       if (!ValidBlockSize(block)) {
-        return StageError(name, absl::StrCat("block size must be an even number in [2, 65536], "
-                                             "found ", p));
+        return StageError(
+            name, absl::StrCat("block size must be an even number in [2, 65536], found ", p));
       }
       seen_block = true;
       stage->block_size = block;
     } else {
-      return StageError(name, absl::StrCat("unexpected parameter '", p,
-                                           "'; expected a block size and/or 'sr'"));
+      return StageError(
+          name, absl::StrCat("unexpected parameter '", p, "'; expected a block size and/or 'sr'"));
     }
   }
   return absl::OkStatus();
@@ -69,8 +69,8 @@ absl::StatusOr<StageSpec> ParseStage(absl::string_view text, absl::string_view c
   const std::string& name = parts[0];
   std::vector<std::string> params(parts.begin() + 1, parts.end());
   if (name.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("empty stage in codec chain '", chain, "'; stages are joined by a single '+'"));
+    return absl::InvalidArgumentError(absl::StrCat("empty stage in codec chain '", chain,
+                                                   "'; stages are joined by a single '+'"));
   }
   StageSpec stage;
   if (name == "int8" || name == "int4") {
@@ -88,8 +88,8 @@ absl::StatusOr<StageSpec> ParseStage(absl::string_view text, absl::string_view c
     STRAIT_RETURN_IF_ERROR(ParseZstd(params, &stage));
     return stage;
   }
-  for (StageKind kind : {StageKind::kNone, StageKind::kFp16, StageKind::kBf16,
-                         StageKind::kShuffle}) {
+  for (StageKind kind :
+       {StageKind::kNone, StageKind::kFp16, StageKind::kBf16, StageKind::kShuffle}) {
     if (name == StageName(kind)) {
       if (!params.empty()) return StageError(name, "takes no parameters");
       stage.kind = kind;
@@ -100,9 +100,7 @@ absl::StatusOr<StageSpec> ParseStage(absl::string_view text, absl::string_view c
       absl::StrCat("unknown codec stage '", name, "'; expected one of ", kStages));
 }
 
-int Rank(StageKind kind) {
-  return IsValueStage(kind) ? 0 : (kind == StageKind::kShuffle ? 1 : 2);
-}
+int Rank(StageKind kind) { return IsValueStage(kind) ? 0 : (kind == StageKind::kShuffle ? 1 : 2); }
 
 int ShuffleWidthAfter(const ChainSpec& chain, size_t index) {
   if (index == 0) return 4;  // raw fp32
@@ -135,14 +133,22 @@ bool IsValueStage(StageKind kind) {
 
 absl::string_view StageName(StageKind kind) {
   switch (kind) {
-    case StageKind::kNone: return "none";
-    case StageKind::kFp16: return "fp16";
-    case StageKind::kBf16: return "bf16";
-    case StageKind::kInt8: return "int8";
-    case StageKind::kInt4: return "int4";
-    case StageKind::kTopK: return "topk";
-    case StageKind::kShuffle: return "shuffle";
-    case StageKind::kZstd: return "zstd";
+    case StageKind::kNone:
+      return "none";
+    case StageKind::kFp16:
+      return "fp16";
+    case StageKind::kBf16:
+      return "bf16";
+    case StageKind::kInt8:
+      return "int8";
+    case StageKind::kInt4:
+      return "int4";
+    case StageKind::kTopK:
+      return "topk";
+    case StageKind::kShuffle:
+      return "shuffle";
+    case StageKind::kZstd:
+      return "zstd";
   }
   return "?";
 }
@@ -166,11 +172,20 @@ absl::Status ValidateChainSpec(const ChainSpec& chain) {
     bool ok = true;
     switch (s.kind) {
       case StageKind::kInt8:
-      case StageKind::kInt4: ok = ValidBlockSize(s.block_size); break;
-      case StageKind::kTopK: ok = ValidFraction(s.fraction); break;
-      case StageKind::kZstd: ok = ValidLevel(s.level); break;
-      case StageKind::kShuffle: ok = s.width == ShuffleWidthAfter(chain, i); break;
-      default: break;
+      case StageKind::kInt4:
+        ok = ValidBlockSize(s.block_size);
+        break;
+      case StageKind::kTopK:
+        ok = ValidFraction(s.fraction);
+        break;
+      case StageKind::kZstd:
+        ok = ValidLevel(s.level);
+        break;
+      case StageKind::kShuffle:
+        ok = s.width == ShuffleWidthAfter(chain, i);
+        break;
+      default:
+        break;
     }
     if (!ok) return StageError(StageName(s.kind), "parameter out of range");
   }
@@ -212,8 +227,11 @@ std::string ChainSpec::ToString() const {
       case StageKind::kTopK:
         absl::StrAppend(&out, ":", FormatDouble(s.fraction), s.error_feedback ? ":ef" : "");
         break;
-      case StageKind::kZstd: absl::StrAppend(&out, ":", s.level); break;
-      default: break;
+      case StageKind::kZstd:
+        absl::StrAppend(&out, ":", s.level);
+        break;
+      default:
+        break;
     }
   }
   return out;

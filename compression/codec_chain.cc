@@ -109,8 +109,8 @@ absl::Status CodecChain::DecodeWithHeader(absl::Span<const uint8_t> frame, Decod
   const FrameHeader& h = header_;
   const size_t count = stages_.size();
   for (size_t i = 0; i < count; ++i) {  // every size is plausible before anything is allocated
-    STRAIT_RETURN_IF_ERROR(stages_[i]->CheckSizes(i == 0 ? h.raw_size : h.stage_sizes[i - 1],
-                                                  h.stage_sizes[i]));
+    STRAIT_RETURN_IF_ERROR(
+        stages_[i]->CheckSizes(i == 0 ? h.raw_size : h.stage_sizes[i - 1], h.stage_sizes[i]));
   }
   out->values.resize(h.raw_size / 4);
   out->shape = h.shape;

@@ -46,7 +46,8 @@ class CodecChain {
   static absl::StatusOr<std::unique_ptr<CodecChain>> Create(absl::string_view spec,
                                                             const CodecOptions& options = {});
   // `spec` must have passed ValidateChainSpec (ParseChainSpec does that).
-  static std::unique_ptr<CodecChain> Create(const ChainSpec& spec, const CodecOptions& options = {});
+  static std::unique_ptr<CodecChain> Create(const ChainSpec& spec,
+                                            const CodecOptions& options = {});
 
   const ChainSpec& spec() const { return spec_; }
 

@@ -52,9 +52,9 @@ STRAIT_HD float BitsFloat(uint32_t u) {
 #endif
 }
 
-// fp32 -> IEEE half, round to nearest even; overflow gives Inf; NaN stays NaN, quieted, with the top
-// of its payload (what x86 F16C does, so either may be used).
-// After F. Giesen's float_to_half_fast3_rtne, written with selects.
+// fp32 -> IEEE half, round to nearest even; overflow gives Inf; NaN stays NaN, quieted, with the
+// top of its payload (what x86 F16C does, so either may be used). After F. Giesen's
+// float_to_half_fast3_rtne, written with selects.
 STRAIT_HD uint16_t FloatToHalfBits(float value) {
   uint32_t u = FloatBits(value);
   uint32_t sign = (u >> 16) & 0x8000u;

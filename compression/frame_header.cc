@@ -20,15 +20,19 @@ uint64_t Get64(const uint8_t* in) {
 uint64_t StageParameter(const StageSpec& s) {
   switch (s.kind) {
     case StageKind::kInt8:
-    case StageKind::kInt4: return static_cast<uint64_t>(s.block_size);
+    case StageKind::kInt4:
+      return static_cast<uint64_t>(s.block_size);
     case StageKind::kTopK: {
       uint64_t bits;
       std::memcpy(&bits, &s.fraction, 8);
       return bits;
     }
-    case StageKind::kShuffle: return static_cast<uint64_t>(s.width);
-    case StageKind::kZstd: return static_cast<uint64_t>(static_cast<int64_t>(s.level));
-    default: return 0;
+    case StageKind::kShuffle:
+      return static_cast<uint64_t>(s.width);
+    case StageKind::kZstd:
+      return static_cast<uint64_t>(static_cast<int64_t>(s.level));
+    default:
+      return 0;
   }
 }
 
@@ -42,11 +46,17 @@ bool SetStageParameter(uint64_t parameter, StageSpec* s) {
   };
   switch (s->kind) {
     case StageKind::kInt8:
-    case StageKind::kInt4: return small(&s->block_size);
-    case StageKind::kTopK: std::memcpy(&s->fraction, &parameter, 8); return true;
-    case StageKind::kShuffle: return small(&s->width);
-    case StageKind::kZstd: return small(&s->level);
-    default: return parameter == 0;
+    case StageKind::kInt4:
+      return small(&s->block_size);
+    case StageKind::kTopK:
+      std::memcpy(&s->fraction, &parameter, 8);
+      return true;
+    case StageKind::kShuffle:
+      return small(&s->width);
+    case StageKind::kZstd:
+      return small(&s->level);
+    default:
+      return parameter == 0;
   }
 }
 
@@ -113,8 +123,8 @@ absl::Status ParseFrameHeader(absl::Span<const uint8_t> frame, uint64_t max_raw_
   if (!count.ok()) return Malformed(count.status().message());
   if (header->raw_size != 4 * *count) return Malformed("raw size does not match the shape");
   if (header->raw_size > max_raw_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("codec frame of ", header->raw_size,
-                                                     " bytes exceeds the limit of ", max_raw_bytes));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "codec frame of ", header->raw_size, " bytes exceeds the limit of ", max_raw_bytes));
   }
   header->chain.stages.resize(stages);
   header->stage_sizes.resize(stages);

@@ -32,7 +32,7 @@ using Shape = absl::InlinedVector<uint64_t, kMaxRank>;
 struct FrameHeader {
   ChainSpec chain;
   Shape shape;
-  uint64_t raw_size = 0;  // 4 * element count
+  uint64_t raw_size = 0;                         // 4 * element count
   absl::InlinedVector<uint64_t, 3> stage_sizes;  // encoded size of each stage, encoding order
   uint64_t header_size = 0;                      // where the payload starts
 };

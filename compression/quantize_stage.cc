@@ -1,11 +1,12 @@
 // int8 and int4 quantization with per-block absmax scales, round to nearest even or stochastic.
+#include "compression/quantize_stage.h"
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "compression/float_bits.h"
-#include "compression/quantize_stage.h"
 #include "compression/stage.h"
 #include "compression/vectorize.h"
 

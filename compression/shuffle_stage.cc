@@ -25,7 +25,8 @@ class ShuffleStage final : public Stage {
  public:
   explicit ShuffleStage(int width) : width_(width) {}
 
-  absl::Status Encode(absl::Span<const uint8_t> in, const EncodeContext&, ByteBuffer* out) override {
+  absl::Status Encode(absl::Span<const uint8_t> in, const EncodeContext&,
+                      ByteBuffer* out) override {
     size_t base = out->size();
     out->Resize(base + in.size());
     Apply(in.data(), in.size(), out->data() + base, /*forward=*/true);
@@ -47,9 +48,14 @@ class ShuffleStage final : public Stage {
   void Apply(const uint8_t* in, size_t size, uint8_t* out, bool forward) const {
     const size_t count = size / width_;
     switch (width_) {
-      case 4: forward ? Transpose<4>(in, count, out) : Untranspose<4>(in, count, out); break;
-      case 2: forward ? Transpose<2>(in, count, out) : Untranspose<2>(in, count, out); break;
-      default: break;  // width 1: identity (the whole buffer is the tail below)
+      case 4:
+        forward ? Transpose<4>(in, count, out) : Untranspose<4>(in, count, out);
+        break;
+      case 2:
+        forward ? Transpose<2>(in, count, out) : Untranspose<2>(in, count, out);
+        break;
+      default:
+        break;  // width 1: identity (the whole buffer is the tail below)
     }
     const size_t done = width_ > 1 ? count * width_ : 0;
     if (size > done) std::memcpy(out + done, in + done, size - done);

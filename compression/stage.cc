@@ -10,7 +10,8 @@ namespace {
 // `none`: the fp32 values themselves.
 class NoneStage final : public Stage {
  public:
-  absl::Status Encode(absl::Span<const uint8_t> in, const EncodeContext&, ByteBuffer* out) override {
+  absl::Status Encode(absl::Span<const uint8_t> in, const EncodeContext&,
+                      ByteBuffer* out) override {
     size_t base = out->size();
     out->Resize(base + in.size());
     if (!in.empty()) std::memcpy(out->data() + base, in.data(), in.size());
@@ -30,8 +31,8 @@ class NoneStage final : public Stage {
 }  // namespace
 
 absl::Status SizeError(absl::string_view stage, uint64_t expected, uint64_t found) {
-  return absl::InvalidArgumentError(absl::StrCat("codec stage '", stage, "': expected ", expected,
-                                                 " bytes, found ", found));
+  return absl::InvalidArgumentError(
+      absl::StrCat("codec stage '", stage, "': expected ", expected, " bytes, found ", found));
 }
 
 std::unique_ptr<Stage> MakeNoneStage() { return std::make_unique<NoneStage>(); }
@@ -39,13 +40,19 @@ std::unique_ptr<Stage> MakeNoneStage() { return std::make_unique<NoneStage>(); }
 std::unique_ptr<Stage> MakeStage(const StageSpec& spec) {
   switch (spec.kind) {
     case StageKind::kFp16:
-    case StageKind::kBf16: return MakeCastStage(spec.kind);
+    case StageKind::kBf16:
+      return MakeCastStage(spec.kind);
     case StageKind::kInt8:
-    case StageKind::kInt4: return MakeQuantizeStage(spec);
-    case StageKind::kTopK: return MakeTopKStage(spec);
-    case StageKind::kShuffle: return MakeShuffleStage(spec.width);
-    case StageKind::kZstd: return MakeZstdStage(spec.level);
-    case StageKind::kNone: break;
+    case StageKind::kInt4:
+      return MakeQuantizeStage(spec);
+    case StageKind::kTopK:
+      return MakeTopKStage(spec);
+    case StageKind::kShuffle:
+      return MakeShuffleStage(spec.width);
+    case StageKind::kZstd:
+      return MakeZstdStage(spec.level);
+    case StageKind::kNone:
+      break;
   }
   return MakeNoneStage();
 }

@@ -1,6 +1,8 @@
 // topk:R[:ef]. Payload: u64 k; the k kept values as bf16 in two byte planes (high bytes, then low
 // bytes, which zstd compresses better); then the k indices, ascending, as varints of the gap to the
 // previous index minus one. Ties at the threshold magnitude go to the lowest indices.
+#include "compression/topk_stage.h"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -10,7 +12,6 @@
 #include "absl/strings/str_cat.h"
 #include "compression/float_bits.h"
 #include "compression/stage.h"
-#include "compression/topk_stage.h"
 
 namespace strait::compression {
 namespace {
@@ -100,8 +101,8 @@ class TopKStage final : public Stage {
     // At least the count; at most every value kept with the longest varints.
     uint64_t n = decoded_size / 4;
     if (encoded_size < 8 || encoded_size > 8 + n * (2 + kMaxVarintBytes)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "codec stage 'topk': ", encoded_size, " bytes cannot encode ", n, " values"));
+      return absl::InvalidArgumentError(absl::StrCat("codec stage 'topk': ", encoded_size,
+                                                     " bytes cannot encode ", n, " values"));
     }
     return absl::OkStatus();
   }

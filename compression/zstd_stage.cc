@@ -18,17 +18,17 @@ class ZstdStage final : public Stage {
  public:
   explicit ZstdStage(int level) : level_(level) {}
 
-  absl::Status Encode(absl::Span<const uint8_t> in, const EncodeContext&, ByteBuffer* out) override {
+  absl::Status Encode(absl::Span<const uint8_t> in, const EncodeContext&,
+                      ByteBuffer* out) override {
     if (!cctx_) {
       cctx_.reset(ZSTD_createCCtx());
       if (!cctx_) return absl::ResourceExhaustedError("zstd: cannot create a compression context");
     }
     size_t base = out->size();
     out->Resize(base + ZSTD_compressBound(in.size()));
-    STRAIT_ZSTD_ASSIGN_OR_RETURN(size_t written,
-                                 ZSTD_compressCCtx(cctx_.get(), out->data() + base,
-                                                   out->size() - base, in.data(), in.size(),
-                                                   level_));
+    STRAIT_ZSTD_ASSIGN_OR_RETURN(
+        size_t written, ZSTD_compressCCtx(cctx_.get(), out->data() + base, out->size() - base,
+                                          in.data(), in.size(), level_));
     out->Resize(base + written);
     return absl::OkStatus();
   }
@@ -39,8 +39,8 @@ class ZstdStage final : public Stage {
     // cannot make the decoder allocate a large output.
     if (encoded_size == 0 || encoded_size > ZSTD_compressBound(decoded_size) ||
         decoded_size / 32768 > encoded_size) {
-      return absl::InvalidArgumentError(absl::StrCat("codec stage 'zstd': ", encoded_size,
-                                                     " bytes cannot hold ", decoded_size));
+      return absl::InvalidArgumentError(
+          absl::StrCat("codec stage 'zstd': ", encoded_size, " bytes cannot hold ", decoded_size));
     }
     return absl::OkStatus();
   }
@@ -49,12 +49,13 @@ class ZstdStage final : public Stage {
     STRAIT_RETURN_IF_ERROR(CheckSizes(out.size(), in.size()));
     if (!dctx_) {
       dctx_.reset(ZSTD_createDCtx());
-      if (!dctx_) return absl::ResourceExhaustedError("zstd: cannot create a decompression context");
+      if (!dctx_)
+        return absl::ResourceExhaustedError("zstd: cannot create a decompression context");
     }
     // One-shot into the caller's buffer: zstd cannot write past out.size() and allocates no window.
-    STRAIT_ZSTD_ASSIGN_OR_RETURN(size_t written, ZSTD_decompressDCtx(dctx_.get(), out.data(),
-                                                                     out.size(), in.data(),
-                                                                     in.size()));
+    STRAIT_ZSTD_ASSIGN_OR_RETURN(
+        size_t written,
+        ZSTD_decompressDCtx(dctx_.get(), out.data(), out.size(), in.data(), in.size()));
     if (written != out.size()) return SizeError("zstd", out.size(), written);
     return absl::OkStatus();
   }

@@ -1,15 +1,15 @@
-#include <cub/device/device_select.cuh>
 #include <thrust/iterator/counting_iterator.h>
 
 #include <array>
 #include <cstring>
+#include <cub/device/device_select.cuh>
 
 #include "compression/cuda/codec_kernels.h"
 #include "compression/cuda/cuda_status.h"
-#include "core/status.h"
 #include "compression/float_bits.h"
 #include "compression/quantize_stage.h"
 #include "compression/topk_stage.h"
+#include "core/status.h"
 
 namespace strait::compression::cuda {
 namespace {
@@ -54,7 +54,8 @@ __global__ void QuantizeKernel(const float* x, uint64_t n, int bits, int block, 
     partial[threadIdx.x] = amax;
     __syncthreads();
     for (int s = blockDim.x / 2; s > 0; s /= 2) {
-      if (threadIdx.x < s) partial[threadIdx.x] = max(partial[threadIdx.x], partial[threadIdx.x + s]);
+      if (threadIdx.x < s)
+        partial[threadIdx.x] = max(partial[threadIdx.x], partial[threadIdx.x + s]);
       __syncthreads();
     }
     if (threadIdx.x == 0) {
@@ -206,8 +207,8 @@ absl::Status TopKIndices(const float* values, uint64_t n, uint64_t k, uint32_t* 
     if (error != cudaSuccess) break;
     DigitHistogramKernel<<<Blocks(n), kThreads, 0, stream>>>(values, n, prefix, shift, digit_bits,
                                                              d_histogram);
-    error = cudaMemcpyAsync(histogram.data(), d_histogram, digits * 8, cudaMemcpyDeviceToHost,
-                            stream);
+    error =
+        cudaMemcpyAsync(histogram.data(), d_histogram, digits * 8, cudaMemcpyDeviceToHost, stream);
     if (error == cudaSuccess) error = cudaStreamSynchronize(stream);
     if (error != cudaSuccess) break;
     uint32_t digit = digits - 1;
@@ -222,8 +223,7 @@ absl::Status TopKIndices(const float* values, uint64_t n, uint64_t k, uint32_t* 
   STRAIT_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&d_ties, n * 4, stream));
   uint64_t tie_count = 0;
   uint32_t last_tie = 0;
-  absl::Status status =
-      SelectIndices(Kept{values, prefix, 0, true}, n, d_ties, &tie_count, stream);
+  absl::Status status = SelectIndices(Kept{values, prefix, 0, true}, n, d_ties, &tie_count, stream);
   if (status.ok()) {
     error = cudaMemcpyAsync(&last_tie, d_ties + (need - 1), 4, cudaMemcpyDeviceToHost, stream);
     if (error == cudaSuccess) error = cudaStreamSynchronize(stream);

@@ -7,11 +7,11 @@
 #include "absl/strings/str_cat.h"
 
 // Returns an Internal status naming the call site when a CUDA runtime call fails.
-#define STRAIT_CUDA_RETURN_IF_ERROR(expr)                                                      \
-  do {                                                                                         \
-    cudaError_t strait_cuda_error_ = (expr);                                                   \
-    if (strait_cuda_error_ != cudaSuccess) {                                                   \
-      return ::absl::InternalError(::absl::StrCat("CUDA: ", cudaGetErrorString(strait_cuda_error_), \
-                                                  " (", __FILE__, ":", __LINE__, ")"));        \
-    }                                                                                          \
+#define STRAIT_CUDA_RETURN_IF_ERROR(expr)                                                         \
+  do {                                                                                            \
+    cudaError_t strait_cuda_error_ = (expr);                                                      \
+    if (strait_cuda_error_ != cudaSuccess) {                                                      \
+      return ::absl::InternalError(::absl::StrCat(                                                \
+          "CUDA: ", cudaGetErrorString(strait_cuda_error_), " (", __FILE__, ":", __LINE__, ")")); \
+    }                                                                                             \
   } while (0)

@@ -16,11 +16,19 @@ absl::StatusOr<absl::Span<const uint8_t>> EncodeOnDevice(CodecChain& chain, cons
   const StageSpec& stage = chain.spec().stages[0];
   uint64_t bytes = 0;
   switch (stage.kind) {
-    case StageKind::kNone: bytes = 4 * n; break;
+    case StageKind::kNone:
+      bytes = 4 * n;
+      break;
     case StageKind::kFp16:
-    case StageKind::kBf16: bytes = 2 * n; break;
-    case StageKind::kInt8: bytes = QuantizedSize(8, n, stage.block_size); break;
-    case StageKind::kInt4: bytes = QuantizedSize(4, n, stage.block_size); break;
+    case StageKind::kBf16:
+      bytes = 2 * n;
+      break;
+    case StageKind::kInt8:
+      bytes = QuantizedSize(8, n, stage.block_size);
+      break;
+    case StageKind::kInt4:
+      bytes = QuantizedSize(4, n, stage.block_size);
+      break;
     default:
       return absl::UnimplementedError(
           "EncodeOnDevice: the chain must start with none, fp16, bf16, int8 or int4");

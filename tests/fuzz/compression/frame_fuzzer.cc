@@ -1,6 +1,6 @@
-// Any bytes as a frame: FrameDecoder must return a Status, never crash, read or write out of bounds,
-// or allocate past its limit. A frame that decodes is re-encoded with its own chain and decoded
-// again; for lossless chains the values must come back bit for bit.
+// Any bytes as a frame: FrameDecoder must return a Status, never crash, read or write out of
+// bounds, or allocate past its limit. A frame that decodes is re-encoded with its own chain and
+// decoded again; for lossless chains the values must come back bit for bit.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>

@@ -42,7 +42,8 @@ TEST(AllocationTest, SteadyStateEncodeAndDecodeDoNotAllocate) {
     }
     long before = g_allocations.load();
     for (int i = 0; i < 5; ++i) {
-      absl::StatusOr<absl::Span<const uint8_t>> frame = chain->Encode(v, {v.size()}, &residuals, "k");
+      absl::StatusOr<absl::Span<const uint8_t>> frame =
+          chain->Encode(v, {v.size()}, &residuals, "k");
       ASSERT_TRUE(frame.ok());
       ASSERT_TRUE(decoder.Decode(*frame, &out).ok());
     }

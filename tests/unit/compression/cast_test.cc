@@ -56,13 +56,31 @@ TEST(CastTest, HalfToFloatIsExactForEveryHalf) {
 }
 
 std::vector<float> EdgeValues() {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.99f, 65520.0f, 1e6f,
-                          std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
-                          std::numeric_limits<float>::min(), std::numeric_limits<float>::denorm_min(),
-                          5.96e-8f, 2.98e-8f, 2.9802326e-08f, 6.1e-5f, 1.0009765625f, 1.00048828125f,
-                          1.00146484375f, 3.0e-39f, 0.1f, -0.3f};
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          65504.0f,
+                          65519.99f,
+                          65520.0f,
+                          1e6f,
+                          std::numeric_limits<float>::max(),
+                          -std::numeric_limits<float>::max(),
+                          std::numeric_limits<float>::min(),
+                          std::numeric_limits<float>::denorm_min(),
+                          5.96e-8f,
+                          2.98e-8f,
+                          2.9802326e-08f,
+                          6.1e-5f,
+                          1.0009765625f,
+                          1.00048828125f,
+                          1.00146484375f,
+                          3.0e-39f,
+                          0.1f,
+                          -0.3f};
   for (int e = -30; e <= 20; ++e) {
-    for (float m : {1.0f, 1.5f, 1.00048828125f, 1.0004883f, 1.9999999f}) v.push_back(std::ldexp(m, e));
+    for (float m : {1.0f, 1.5f, 1.00048828125f, 1.0004883f, 1.9999999f})
+      v.push_back(std::ldexp(m, e));
   }
   return v;
 }

@@ -16,11 +16,17 @@ namespace {
 using testing::Bits;
 
 TEST(CodecChainTest, LosslessChainsAreBitExact) {
-  std::vector<float> special = {NAN, -NAN, INFINITY, -INFINITY, -0.0f, 0.0f,
+  std::vector<float> special = {NAN,
+                                -NAN,
+                                INFINITY,
+                                -INFINITY,
+                                -0.0f,
+                                0.0f,
                                 std::numeric_limits<float>::denorm_min(),
-                                std::numeric_limits<float>::max(), BitsFloat(0x7f800001u)};
-  for (const char* spec : {"none", "shuffle", "zstd", "zstd:-7", "zstd:19", "shuffle+zstd",
-                           "shuffle+zstd:3"}) {
+                                std::numeric_limits<float>::max(),
+                                BitsFloat(0x7f800001u)};
+  for (const char* spec :
+       {"none", "shuffle", "zstd", "zstd:-7", "zstd:19", "shuffle+zstd", "shuffle+zstd:3"}) {
     auto chain = *CodecChain::Create(spec);
     FrameDecoder decoder;
     for (size_t n : {0, 1, 2, 3, 9, 1000, 65537}) {
@@ -52,8 +58,8 @@ TEST(CodecChainTest, FramesDescribeThemselves) {
   std::vector<float> v = testing::Relu(30, 4);
   FrameDecoder decoder;  // one decoder, frames of every chain
   DecodedTensor out;
-  for (const char* spec : {"none", "fp16", "bf16+shuffle+zstd:3", "int8+zstd", "int4:4:sr",
-                           "topk:0.5+zstd", "zstd"}) {
+  for (const char* spec :
+       {"none", "fp16", "bf16+shuffle+zstd:3", "int8+zstd", "int4:4:sr", "topk:0.5+zstd", "zstd"}) {
     auto chain = *CodecChain::Create(spec);
     absl::StatusOr<absl::Span<const uint8_t>> frame = chain->Encode(v, shape);
     ASSERT_TRUE(frame.ok()) << frame.status();

@@ -3,12 +3,12 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <numeric>
-#include <algorithm>
 #include <vector>
 
 #include "compression/codec_chain.h"
@@ -44,8 +44,14 @@ struct DeviceBuffer {
 
 std::vector<float> Awkward(size_t n, uint64_t seed) {
   std::vector<float> v = testing::Normal(n, seed);
-  const float specials[] = {NAN, INFINITY, -INFINITY, std::numeric_limits<float>::denorm_min(),
-                            std::numeric_limits<float>::max(), -0.0f, 1e-40f, 65520.0f};
+  const float specials[] = {NAN,
+                            INFINITY,
+                            -INFINITY,
+                            std::numeric_limits<float>::denorm_min(),
+                            std::numeric_limits<float>::max(),
+                            -0.0f,
+                            1e-40f,
+                            65520.0f};
   for (size_t i = 0; i < n && i < 8; ++i) v[i * 37 % n] = specials[i];
   for (size_t i = 512; i < std::min<size_t>(n, 768); ++i) v[i] *= 1e-42f;  // a denormal block
   return v;
@@ -63,7 +69,8 @@ TEST(CudaCodecTest, FramesAreByteIdenticalToTheCpu) {
       for (int call = 0; call < 2; ++call) {  // the second call draws new rounding noise
         absl::Span<const uint8_t> a = *cpu->Encode(v, {n});
         std::vector<uint8_t> expected(a.begin(), a.end());
-        absl::StatusOr<absl::Span<const uint8_t>> b = cuda::EncodeOnDevice(*gpu, d.ptr, {n}, nullptr);
+        absl::StatusOr<absl::Span<const uint8_t>> b =
+            cuda::EncodeOnDevice(*gpu, d.ptr, {n}, nullptr);
         ASSERT_TRUE(b.ok()) << b.status();
         ASSERT_EQ(std::vector<uint8_t>(b->begin(), b->end()), expected) << spec << " n=" << n;
       }
@@ -86,10 +93,11 @@ TEST(CudaCodecTest, DeviceDecodeMatchesTheCpu) {
       DeviceBuffer<float> d_out(n);
       ASSERT_EQ(cudaMemcpy(d_in.ptr, frame.data() + header, payload, cudaMemcpyHostToDevice),
                 cudaSuccess);
-      absl::Status s = stage.kind == StageKind::kFp16 || stage.kind == StageKind::kBf16
-                           ? cuda::CastFromHalf(d_in.ptr, n, stage.kind == StageKind::kBf16, d_out.ptr, nullptr)
-                           : cuda::Dequantize(d_in.ptr, n, stage.kind == StageKind::kInt8 ? 8 : 4,
-                                              stage.block_size, d_out.ptr, nullptr);
+      absl::Status s =
+          stage.kind == StageKind::kFp16 || stage.kind == StageKind::kBf16
+              ? cuda::CastFromHalf(d_in.ptr, n, stage.kind == StageKind::kBf16, d_out.ptr, nullptr)
+              : cuda::Dequantize(d_in.ptr, n, stage.kind == StageKind::kInt8 ? 8 : 4,
+                                 stage.block_size, d_out.ptr, nullptr);
       ASSERT_TRUE(s.ok()) << s;
       std::vector<float> got(n);
       ASSERT_EQ(cudaMemcpy(got.data(), d_out.ptr, 4 * n, cudaMemcpyDeviceToHost), cudaSuccess);

@@ -58,15 +58,16 @@ void CheckQuantizer(const std::string& spec, const std::vector<float>& values) {
     float scale = ReferenceScale(values, first, std::min(block, n - first), qmax);
     // A tiny slack for the rounding of scale and of x * qmax / absmax; a denormal scale is only
     // as precise as the denormal grid (one step, 2^-149), and codes multiply that by up to qmax.
-    double bound = (stage.stochastic ? 1.0 : 0.5) * scale * (1 + 1e-4) + qmax * std::ldexp(1.0, -149);
+    double bound =
+        (stage.stochastic ? 1.0 : 0.5) * scale * (1 + 1e-4) + qmax * std::ldexp(1.0, -149);
     ASSERT_LE(std::fabs(static_cast<double>(out.values[i]) - values[i]), bound)
         << i << ": " << values[i] << " -> " << out.values[i];
   }
 }
 
 TEST(QuantizeTest, ErrorAtMostHalfAScale) {
-  for (const char* spec : {"int8", "int4", "int8:2", "int4:2", "int8:1000", "int4:64",
-                           "int8+zstd", "int4+shuffle+zstd:5", "int8:sr", "int4:32:sr"}) {
+  for (const char* spec : {"int8", "int4", "int8:2", "int4:2", "int8:1000", "int4:64", "int8+zstd",
+                           "int4+shuffle+zstd:5", "int8:sr", "int4:32:sr"}) {
     for (size_t n : {0, 1, 2, 3, 255, 256, 257, 1001, 4096}) {
       CheckQuantizer(spec, testing::Normal(n, n + 7));
     }
