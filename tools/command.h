@@ -14,5 +14,6 @@ void AddTrainCommand(CLI::App& app, int* exit_code);
 void AddBenchCryptoCommand(CLI::App& bench, int* exit_code);
 void AddBenchRelayCommand(CLI::App& bench, int* exit_code);
 void AddBenchEngineCommand(CLI::App& bench, int* exit_code);
+void AddBenchCodecsCommand(CLI::App& bench, int* exit_code);
 
 }  // namespace strait::tools

@@ -1,0 +1,254 @@
+#include "compression/chain_spec.h"
+
+#include <charconv>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace strait::compression {
+namespace {
+
+constexpr absl::string_view kStages =
+    "none, fp16, bf16, int8[:BLOCK][:sr], int4[:BLOCK][:sr], topk:R[:ef], shuffle, zstd[:LEVEL]";
+
+absl::Status StageError(absl::string_view name, absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat("codec stage '", name, "': ", message));
+}
+
+bool ValidBlockSize(int block) { return block >= 2 && block <= 65536 && block % 2 == 0; }
+bool ValidFraction(double fraction) { return fraction > 0 && fraction <= 1; }
+bool ValidLevel(int level) { return level != 0 && level >= -7 && level <= 22; }
+
+// The parameter rules mirror core/codec_chain_syntax.cc (same absl number parsers, same limits).
+absl::Status ParseQuantizer(absl::string_view name, const std::vector<std::string>& params,
+                            StageSpec* stage) {
+  bool seen_block = false, seen_sr = false;
+  for (const std::string& p : params) {
+    int block = 0;
+    if (p == "sr" && !seen_sr) {
+      seen_sr = stage->stochastic = true;
+    } else if (absl::SimpleAtoi(p, &block) && !seen_block) {
+      if (!ValidBlockSize(block)) {
+        return StageError(
+            name, absl::StrCat("block size must be an even number in [2, 65536], found ", p));
+      }
+      seen_block = true;
+      stage->block_size = block;
+    } else {
+      return StageError(
+          name, absl::StrCat("unexpected parameter '", p, "'; expected a block size and/or 'sr'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseTopK(const std::vector<std::string>& params, StageSpec* stage) {
+  if (params.empty() || !absl::SimpleAtod(params[0], &stage->fraction) ||
+      !ValidFraction(stage->fraction)) {
+    return StageError("topk", "needs the kept fraction R in (0, 1], e.g. topk:0.01");
+  }
+  if (params.size() > 2 || (params.size() == 2 && params[1] != "ef")) {
+    return StageError("topk", "the only option after R is 'ef' (error feedback)");
+  }
+  stage->error_feedback = params.size() == 2;
+  return absl::OkStatus();
+}
+
+absl::Status ParseZstd(const std::vector<std::string>& params, StageSpec* stage) {
+  if (params.empty()) return absl::OkStatus();
+  if (params.size() > 1 || !absl::SimpleAtoi(params[0], &stage->level) ||
+      !ValidLevel(stage->level)) {
+    return StageError("zstd", "level must be an integer in [-7, 22] other than 0, e.g. zstd:3");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StageSpec> ParseStage(absl::string_view text, absl::string_view chain) {
+  std::vector<std::string> parts = absl::StrSplit(text, ':');
+  const std::string& name = parts[0];
+  std::vector<std::string> params(parts.begin() + 1, parts.end());
+  if (name.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("empty stage in codec chain '", chain,
+                                                   "'; stages are joined by a single '+'"));
+  }
+  StageSpec stage;
+  if (name == "int8" || name == "int4") {
+    stage.kind = name == "int8" ? StageKind::kInt8 : StageKind::kInt4;
+    STRAIT_RETURN_IF_ERROR(ParseQuantizer(name, params, &stage));
+    return stage;
+  }
+  if (name == "topk") {
+    stage.kind = StageKind::kTopK;
+    STRAIT_RETURN_IF_ERROR(ParseTopK(params, &stage));
+    return stage;
+  }
+  if (name == "zstd") {
+    stage.kind = StageKind::kZstd;
+    STRAIT_RETURN_IF_ERROR(ParseZstd(params, &stage));
+    return stage;
+  }
+  for (StageKind kind :
+       {StageKind::kNone, StageKind::kFp16, StageKind::kBf16, StageKind::kShuffle}) {
+    if (name == StageName(kind)) {
+      if (!params.empty()) return StageError(name, "takes no parameters");
+      stage.kind = kind;
+      return stage;
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown codec stage '", name, "'; expected one of ", kStages));
+}
+
+int Rank(StageKind kind) { return IsValueStage(kind) ? 0 : (kind == StageKind::kShuffle ? 1 : 2); }
+
+int ShuffleWidthAfter(const ChainSpec& chain, size_t index) {
+  if (index == 0) return 4;  // raw fp32
+  StageKind before = chain.stages[index - 1].kind;
+  if (before == StageKind::kFp16 || before == StageKind::kBf16) return 2;
+  return 1;
+}
+
+std::string FormatDouble(double value) {
+  char buffer[32];
+  auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return std::string(buffer, result.ptr);
+}
+
+}  // namespace
+
+bool IsValueStage(StageKind kind) {
+  switch (kind) {
+    case StageKind::kNone:
+    case StageKind::kFp16:
+    case StageKind::kBf16:
+    case StageKind::kInt8:
+    case StageKind::kInt4:
+    case StageKind::kTopK:
+      return true;
+    default:
+      return false;
+  }
+}
+
+absl::string_view StageName(StageKind kind) {
+  switch (kind) {
+    case StageKind::kNone:
+      return "none";
+    case StageKind::kFp16:
+      return "fp16";
+    case StageKind::kBf16:
+      return "bf16";
+    case StageKind::kInt8:
+      return "int8";
+    case StageKind::kInt4:
+      return "int4";
+    case StageKind::kTopK:
+      return "topk";
+    case StageKind::kShuffle:
+      return "shuffle";
+    case StageKind::kZstd:
+      return "zstd";
+  }
+  return "?";
+}
+
+absl::Status ValidateChainSpec(const ChainSpec& chain) {
+  if (chain.stages.empty()) return absl::InvalidArgumentError("empty codec chain");
+  int previous_rank = -1;
+  for (size_t i = 0; i < chain.stages.size(); ++i) {
+    const StageSpec& s = chain.stages[i];
+    if (StageName(s.kind) == "?") return absl::InvalidArgumentError("unknown codec stage kind");
+    if (s.kind == StageKind::kNone && chain.stages.size() > 1) {
+      return absl::InvalidArgumentError("'none' must be the only stage of a codec chain");
+    }
+    int rank = Rank(s.kind);
+    if (rank <= previous_rank) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stage '", StageName(s.kind), "' cannot follow '", StageName(chain.stages[i - 1].kind),
+          "'; order is: at most one of fp16/bf16/int8/int4/topk, then shuffle, then zstd"));
+    }
+    previous_rank = rank;
+    bool ok = true;
+    switch (s.kind) {
+      case StageKind::kInt8:
+      case StageKind::kInt4:
+        ok = ValidBlockSize(s.block_size);
+        break;
+      case StageKind::kTopK:
+        ok = ValidFraction(s.fraction);
+        break;
+      case StageKind::kZstd:
+        ok = ValidLevel(s.level);
+        break;
+      case StageKind::kShuffle:
+        ok = s.width == ShuffleWidthAfter(chain, i);
+        break;
+      default:
+        break;
+    }
+    if (!ok) return StageError(StageName(s.kind), "parameter out of range");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ChainSpec> ParseChainSpec(absl::string_view text) {
+  if (text.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("empty codec chain; expected stages joined by '+' from: ", kStages));
+  }
+  ChainSpec chain;
+  for (absl::string_view stage_text : absl::StrSplit(text, '+')) {
+    STRAIT_ASSIGN_OR_RETURN(StageSpec stage, ParseStage(stage_text, text));
+    chain.stages.push_back(stage);
+  }
+  for (size_t i = 0; i < chain.stages.size(); ++i) {
+    if (chain.stages[i].kind == StageKind::kShuffle) {
+      chain.stages[i].width = ShuffleWidthAfter(chain, i);
+    }
+  }
+  absl::Status status = ValidateChainSpec(chain);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(status.message(), " (in '", text, "')"));
+  }
+  return chain;
+}
+
+std::string ChainSpec::ToString() const {
+  std::string out;
+  for (const StageSpec& s : stages) {
+    if (!out.empty()) out += '+';
+    absl::StrAppend(&out, StageName(s.kind));
+    switch (s.kind) {
+      case StageKind::kInt8:
+      case StageKind::kInt4:
+        absl::StrAppend(&out, ":", s.block_size, s.stochastic ? ":sr" : "");
+        break;
+      case StageKind::kTopK:
+        absl::StrAppend(&out, ":", FormatDouble(s.fraction), s.error_feedback ? ":ef" : "");
+        break;
+      case StageKind::kZstd:
+        absl::StrAppend(&out, ":", s.level);
+        break;
+      default:
+        break;
+    }
+  }
+  return out;
+}
+
+bool ChainSpec::IsLossless() const {
+  for (const StageSpec& s : stages) {
+    if (IsValueStage(s.kind) && s.kind != StageKind::kNone) return false;
+  }
+  return true;
+}
+
+bool ChainSpec::NeedsResidual() const {
+  for (const StageSpec& s : stages) {
+    if (s.error_feedback) return true;
+  }
+  return false;
+}
+
+}  // namespace strait::compression

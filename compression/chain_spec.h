@@ -1,0 +1,82 @@
+// A codec chain as written in the job spec ("int8+zstd", "topk:0.01:ef+zstd:3"), parsed into typed
+// stages. The grammar is the one core/codec_chain_syntax.h documents; this is compression's own
+// parser (compression depends on nothing else in the project), and a unit test checks that both
+// accept exactly the same strings.
+//   none               alone: raw fp32
+//   fp16 | bf16        casts, round to nearest even
+//   int8 | int4        per-block absmax quantization; params: block size (even, [2, 65536], default
+//                      256) and/or "sr" (stochastic rounding), in any order
+//   topk:R[:ef]        keep the fraction 0 < R <= 1 of largest magnitudes; "ef": error feedback
+//   shuffle            byte-plane transpose (lossless)
+//   zstd[:L]           zstd at level L in [-7, 22], L != 0 (default 1)
+// At most one value stage (fp16, bf16, int8, int4, topk), first; then shuffle, then zstd, each at
+// most once.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/status.h"
+
+namespace strait::compression {
+
+// Wire values: these numbers appear in frame headers, never renumber them.
+enum class StageKind : uint8_t {
+  kNone = 0,
+  kFp16 = 1,
+  kBf16 = 2,
+  kInt8 = 3,
+  kInt4 = 4,
+  kTopK = 5,
+  kShuffle = 6,
+  kZstd = 7,
+};
+
+inline constexpr int kDefaultBlockSize = 256;
+inline constexpr int kDefaultZstdLevel = 1;
+
+// One stage and its parameters; fields that do not apply to `kind` keep their defaults.
+struct StageSpec {
+  StageKind kind = StageKind::kNone;
+  int block_size = kDefaultBlockSize;  // int8, int4
+  bool stochastic = false;             // int8, int4: stochastic rounding ("sr")
+  double fraction = 1.0;               // topk: kept fraction R in (0, 1]
+  bool error_feedback = false;         // topk: "ef"
+  int level = kDefaultZstdLevel;       // zstd
+  int width = 4;                       // shuffle: element width in bytes, set by the chain
+
+  bool operator==(const StageSpec&) const = default;
+};
+
+// A parsed chain: stages in encoding order. Without a value stage the chain starts from raw fp32.
+struct ChainSpec {
+  absl::InlinedVector<StageSpec, 3> stages;  // at most value, shuffle, zstd
+
+  // The canonical text, with every parameter spelled out ("int8:256+zstd:1"); parses back to an
+  // equal ChainSpec.
+  std::string ToString() const;
+  // True when decoding returns exactly the encoded floats (no value stage other than none).
+  bool IsLossless() const;
+  // True when some stage keeps per-key state (topk with error feedback).
+  bool NeedsResidual() const;
+  bool operator==(const ChainSpec&) const = default;
+};
+
+// Parses and checks `text`; the error names the offending stage. Fills StageSpec::width of shuffle
+// from the stage before it (4 after raw fp32, 2 after fp16/bf16, 1 otherwise). Thread-safe.
+absl::StatusOr<ChainSpec> ParseChainSpec(absl::string_view text);
+
+// Checks the order rules and parameter ranges of an already typed chain (used on frame headers).
+absl::Status ValidateChainSpec(const ChainSpec& chain);
+
+// True for fp16, bf16, int8, int4, topk, none: the stages that turn floats into bytes.
+bool IsValueStage(StageKind kind);
+
+// "int8", "zstd", ...; "?" for a value outside the enum.
+absl::string_view StageName(StageKind kind);
+
+}  // namespace strait::compression

@@ -1,0 +1,142 @@
+#include "compression/codec_chain.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace strait::compression {
+namespace {
+
+absl::Span<const uint8_t> AsBytes(absl::Span<const float> values) {
+  return {reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(float)};
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CodecChain>> CodecChain::Create(absl::string_view spec,
+                                                               const CodecOptions& options) {
+  STRAIT_ASSIGN_OR_RETURN(ChainSpec parsed, ParseChainSpec(spec));
+  return Create(parsed, options);
+}
+
+std::unique_ptr<CodecChain> CodecChain::Create(const ChainSpec& spec, const CodecOptions& options) {
+  return std::unique_ptr<CodecChain>(new CodecChain(spec, options));
+}
+
+CodecChain::CodecChain(const ChainSpec& spec, const CodecOptions& options)
+    : spec_(spec), options_(options) {
+  for (const StageSpec& stage : spec_.stages) stages_.push_back(MakeStage(stage));
+  header_.chain = spec_;
+}
+
+uint64_t CodecChain::next_seed() const { return options_.seed + calls_ * 0x9e3779b97f4a7c15ull; }
+
+absl::StatusOr<absl::Span<const uint8_t>> CodecChain::Encode(absl::Span<const float> values,
+                                                             absl::Span<const uint64_t> shape,
+                                                             ResidualStore* residuals,
+                                                             absl::string_view key) {
+  STRAIT_ASSIGN_OR_RETURN(uint64_t count, ElementCount(shape));
+  if (count != values.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shape has ", count, " elements, the tensor ", values.size()));
+  }
+  EncodeContext context;
+  context.element_count = count;
+  context.seed = next_seed();
+  ++calls_;
+  if (spec_.NeedsResidual()) {
+    if (residuals == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "codec chain '", spec_.ToString(), "' uses error feedback and needs a ResidualStore"));
+    }
+    STRAIT_ASSIGN_OR_RETURN(context.residual, residuals->Get(key, count));
+  }
+  header_.shape.assign(shape.begin(), shape.end());
+  return EncodeFrom(0, AsBytes(values), context);
+}
+
+absl::StatusOr<absl::Span<const uint8_t>> CodecChain::EncodeValuePayload(
+    absl::Span<const uint8_t> payload, absl::Span<const uint64_t> shape) {
+  STRAIT_ASSIGN_OR_RETURN(uint64_t count, ElementCount(shape));
+  if (!IsValueStage(spec_.stages[0].kind)) {
+    return absl::FailedPreconditionError("codec chain has no value stage");
+  }
+  STRAIT_RETURN_IF_ERROR(stages_[0]->CheckSizes(4 * count, payload.size()));
+  EncodeContext context;
+  context.element_count = count;
+  ++calls_;
+  header_.shape.assign(shape.begin(), shape.end());
+  header_.stage_sizes.resize(stages_.size());
+  header_.stage_sizes[0] = payload.size();
+  return EncodeFrom(1, payload, context);
+}
+
+absl::StatusOr<absl::Span<const uint8_t>> CodecChain::EncodeFrom(size_t first_stage,
+                                                                 absl::Span<const uint8_t> in,
+                                                                 const EncodeContext& context) {
+  const size_t count = stages_.size();
+  header_.raw_size = 4 * context.element_count;
+  header_.stage_sizes.resize(count);
+  header_.header_size = FrameHeaderSize(header_.shape.size(), count);
+  frame_.Resize(header_.header_size);
+  for (size_t i = first_stage; i < count; ++i) {
+    ByteBuffer* out = i + 1 == count ? &frame_ : &scratch_[i % 2];
+    if (out != &frame_) out->Resize(0);
+    const size_t base = out->size();
+    STRAIT_RETURN_IF_ERROR(stages_[i]->Encode(in, context, out));
+    header_.stage_sizes[i] = out->size() - base;
+    in = absl::Span<const uint8_t>(out->data() + base, header_.stage_sizes[i]);
+  }
+  if (first_stage == count) {  // the payload given to EncodeValuePayload is the whole encoding
+    frame_.Resize(header_.header_size + in.size());
+    if (!in.empty()) std::memcpy(frame_.data() + header_.header_size, in.data(), in.size());
+  }
+  WriteFrameHeader(header_, frame_.data());
+  return frame_.span();
+}
+
+absl::Status CodecChain::Decode(absl::Span<const uint8_t> frame, DecodedTensor* out) {
+  STRAIT_RETURN_IF_ERROR(ParseFrameHeader(frame, options_.max_raw_bytes, &header_));
+  if (!(header_.chain == spec_)) {
+    return absl::InvalidArgumentError(absl::StrCat("frame of codec chain '",
+                                                   header_.chain.ToString(), "' given to chain '",
+                                                   spec_.ToString(), "'"));
+  }
+  return DecodeWithHeader(frame, out);
+}
+
+absl::Status CodecChain::DecodeWithHeader(absl::Span<const uint8_t> frame, DecodedTensor* out) {
+  const FrameHeader& h = header_;
+  const size_t count = stages_.size();
+  for (size_t i = 0; i < count; ++i) {  // every size is plausible before anything is allocated
+    STRAIT_RETURN_IF_ERROR(
+        stages_[i]->CheckSizes(i == 0 ? h.raw_size : h.stage_sizes[i - 1], h.stage_sizes[i]));
+  }
+  out->values.resize(h.raw_size / 4);
+  out->shape = h.shape;
+  out->chain = h.chain;
+  absl::Span<const uint8_t> in = frame.subspan(h.header_size);
+  for (size_t i = count; i-- > 0;) {
+    absl::Span<uint8_t> target;
+    if (i == 0) {
+      target = absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(out->values.data()), h.raw_size);
+    } else {
+      scratch_[i % 2].Resize(h.stage_sizes[i - 1]);
+      target = absl::Span<uint8_t>(scratch_[i % 2].data(), h.stage_sizes[i - 1]);
+    }
+    STRAIT_RETURN_IF_ERROR(stages_[i]->Decode(in, target));
+    in = target;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FrameDecoder::Decode(absl::Span<const uint8_t> frame, DecodedTensor* out) {
+  STRAIT_RETURN_IF_ERROR(ParseFrameHeader(frame, options_.max_raw_bytes, &header_));
+  if (chain_ == nullptr || !(chain_->spec() == header_.chain)) {
+    chain_ = CodecChain::Create(header_.chain, options_);
+  }
+  chain_->header_ = header_;
+  return chain_->DecodeWithHeader(frame, out);
+}
+
+}  // namespace strait::compression

@@ -1,0 +1,111 @@
+// Codec chains: encode a tensor into a self-describing frame and decode any frame back.
+//
+//   STRAIT_ASSIGN_OR_RETURN(auto chain, CodecChain::Create("int8+zstd"));
+//   STRAIT_ASSIGN_OR_RETURN(absl::Span<const uint8_t> frame, chain->Encode(values, shape));
+//   FrameDecoder decoder;            // on the receiving side, for frames of any chain
+//   DecodedTensor tensor;
+//   STRAIT_RETURN_IF_ERROR(decoder.Decode(frame, &tensor));
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "compression/byte_buffer.h"
+#include "compression/chain_spec.h"
+#include "compression/frame_header.h"
+#include "compression/residual_store.h"
+#include "compression/stage.h"
+
+namespace strait::compression {
+
+struct CodecOptions {
+  // Decode refuses frames whose tensor is larger than this (bytes of fp32), before allocating: a
+  // header alone cannot make the decoder allocate more than a small multiple of it.
+  uint64_t max_raw_bytes = uint64_t{1} << 30;
+  // Stochastic rounding draws noise from (seed, call number, element index): reproducible runs.
+  uint64_t seed = 0x5eed5eed5eed5eedull;
+};
+
+// A decoded frame. Reuse one across calls: its buffers then stop allocating.
+struct DecodedTensor {
+  std::vector<float> values;
+  Shape shape;
+  ChainSpec chain;
+};
+
+// One chain's encoder and decoder. Owns its stages, their zstd contexts and scratch buffers, reused
+// across calls (no allocation per call in steady state). Not thread-safe: one per thread.
+class CodecChain {
+ public:
+  // Parses `spec` (grammar in chain_spec.h). InvalidArgument names the bad stage.
+  static absl::StatusOr<std::unique_ptr<CodecChain>> Create(absl::string_view spec,
+                                                            const CodecOptions& options = {});
+  // `spec` must have passed ValidateChainSpec (ParseChainSpec does that).
+  static std::unique_ptr<CodecChain> Create(const ChainSpec& spec,
+                                            const CodecOptions& options = {});
+
+  const ChainSpec& spec() const { return spec_; }
+
+  // Encodes `values` (row-major, product of `shape` elements, rank <= 8) into a frame. The span
+  // points into this chain's buffer and stays valid until the next Encode. A chain with error
+  // feedback (topk:R:ef) needs `residuals` and the tensor's `key`; it reads and updates that
+  // key's residual.
+  absl::StatusOr<absl::Span<const uint8_t>> Encode(absl::Span<const float> values,
+                                                   absl::Span<const uint64_t> shape,
+                                                   ResidualStore* residuals = nullptr,
+                                                   absl::string_view key = "");
+
+  // For device encoders: `payload` is what the chain's first (value) stage produces for a tensor
+  // of `shape` (computed elsewhere, e.g. by a CUDA kernel); runs the remaining stages and returns
+  // the same frame Encode would. Counts as one Encode for the stochastic-rounding seed: a device
+  // encoder quantizes with next_seed() and then calls this. Span valid until the next Encode.
+  absl::StatusOr<absl::Span<const uint8_t>> EncodeValuePayload(absl::Span<const uint8_t> payload,
+                                                               absl::Span<const uint64_t> shape);
+
+  // Decodes a frame of this chain (any other chain is InvalidArgument; FrameDecoder takes any).
+  // Checks every size against the header and the buffer; malformed input is InvalidArgument, a
+  // tensor above max_raw_bytes ResourceExhausted. On error *out is unspecified.
+  absl::Status Decode(absl::Span<const uint8_t> frame, DecodedTensor* out);
+
+  // The noise seed the next Encode uses for stochastic rounding.
+  uint64_t next_seed() const;
+
+ private:
+  CodecChain(const ChainSpec& spec, const CodecOptions& options);
+  absl::StatusOr<absl::Span<const uint8_t>> EncodeFrom(size_t first_stage,
+                                                       absl::Span<const uint8_t> in,
+                                                       const EncodeContext& context);
+  absl::Status DecodeWithHeader(absl::Span<const uint8_t> frame, DecodedTensor* out);
+
+  friend class FrameDecoder;
+
+  ChainSpec spec_;
+  CodecOptions options_;
+  std::vector<std::unique_ptr<Stage>> stages_;
+  uint64_t calls_ = 0;
+  FrameHeader header_;
+  ByteBuffer frame_;
+  std::array<ByteBuffer, 2> scratch_;
+};
+
+// Decodes frames of any chain: keeps the chain of the last frame, so a stream of frames of the
+// same chain decodes without allocating. Not thread-safe: one per thread.
+class FrameDecoder {
+ public:
+  explicit FrameDecoder(const CodecOptions& options = {}) : options_(options) {}
+
+  // Same contract as CodecChain::Decode, for a frame of any chain.
+  absl::Status Decode(absl::Span<const uint8_t> frame, DecodedTensor* out);
+
+ private:
+  CodecOptions options_;
+  FrameHeader header_;
+  std::unique_ptr<CodecChain> chain_;
+};
+
+}  // namespace strait::compression

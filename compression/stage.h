@@ -1,0 +1,60 @@
+// The one interface every codec stage implements, and the factory that builds a stage from its
+// spec. A value stage (none, fp16, bf16, int8, int4, topk) turns fp32 values into bytes; a byte
+// stage (shuffle, zstd) turns bytes into bytes. Frames are little-endian.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "compression/byte_buffer.h"
+#include "compression/chain_spec.h"
+
+namespace strait::compression {
+
+static_assert(std::endian::native == std::endian::little, "frames are little-endian");
+
+// What a stage may need besides its input.
+struct EncodeContext {
+  uint64_t element_count = 0;  // number of fp32 values of the tensor
+  absl::Span<float> residual;  // topk:ef: this key's residual, element_count floats
+  uint64_t seed = 0;           // stochastic rounding: noise = f(seed, element index)
+};
+
+// A stage owns its scratch buffers and library contexts and reuses them: not thread-safe, one
+// instance per thread. No call allocates in steady state (same sizes as before).
+class Stage {
+ public:
+  virtual ~Stage() = default;
+
+  // Appends the encoding of `in` to *out. A value stage reads `in` as element_count fp32 values
+  // (4-byte aligned); a byte stage reads any bytes.
+  virtual absl::Status Encode(absl::Span<const uint8_t> in, const EncodeContext& context,
+                              ByteBuffer* out) = 0;
+
+  // Checks, before anything is allocated, that an encoding of `encoded_size` bytes can decode to
+  // `decoded_size` bytes (for a value stage decoded_size is 4 * element_count).
+  virtual absl::Status CheckSizes(uint64_t decoded_size, uint64_t encoded_size) const = 0;
+
+  // Decodes `in` into exactly out.size() bytes (a value stage: out.size() / 4 fp32 values, 4-byte
+  // aligned). Never reads or writes out of bounds; malformed input gives InvalidArgument.
+  virtual absl::Status Decode(absl::Span<const uint8_t> in, absl::Span<uint8_t> out) = 0;
+};
+
+// Builds the stage for `spec` (which ParseChainSpec or ValidateChainSpec accepted).
+std::unique_ptr<Stage> MakeStage(const StageSpec& spec);
+
+// The factories MakeStage dispatches to, one per file.
+std::unique_ptr<Stage> MakeNoneStage();
+std::unique_ptr<Stage> MakeCastStage(StageKind kind);  // fp16 or bf16
+std::unique_ptr<Stage> MakeQuantizeStage(const StageSpec& spec);
+std::unique_ptr<Stage> MakeTopKStage(const StageSpec& spec);
+std::unique_ptr<Stage> MakeShuffleStage(int width);
+std::unique_ptr<Stage> MakeZstdStage(int level);
+
+// Error for a size mismatch found while decoding.
+absl::Status SizeError(absl::string_view stage, uint64_t expected, uint64_t found);
+
+}  // namespace strait::compression

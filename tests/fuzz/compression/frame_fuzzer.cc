@@ -1,0 +1,30 @@
+// Any bytes as a frame: FrameDecoder must return a Status, never crash, read or write out of
+// bounds, or allocate past its limit. A frame that decodes is re-encoded with its own chain and
+// decoded again; for lossless chains the values must come back bit for bit.
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "compression/codec_chain.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace strait::compression;
+  CodecOptions options;
+  options.max_raw_bytes = 1 << 22;
+  static FrameDecoder* decoder = new FrameDecoder(options);
+  DecodedTensor out;
+  if (!decoder->Decode(absl::MakeConstSpan(data, size), &out).ok()) return 0;
+  std::unique_ptr<CodecChain> chain = CodecChain::Create(out.chain, options);
+  ResidualStore residuals;
+  absl::StatusOr<absl::Span<const uint8_t>> frame =
+      chain->Encode(out.values, out.shape, &residuals, "fuzz");
+  if (!frame.ok()) abort();
+  DecodedTensor again;
+  if (!chain->Decode(*frame, &again).ok()) abort();
+  if (again.values.size() != out.values.size()) abort();
+  if (out.chain.IsLossless() && !out.values.empty() &&
+      std::memcmp(again.values.data(), out.values.data(), 4 * out.values.size()) != 0) {
+    abort();
+  }
+  return 0;
+}
