@@ -1,12 +1,17 @@
-// The site's gRPC client against a real gateway process: frames pushed and pulled through both
-// streams, long polls and timeouts, control messages, and a clean close.
+// The site's gRPC client against a real gateway process, over mutual TLS with real certificates and
+// over plaintext: frames pushed and pulled through both streams, long polls and timeouts, refusals,
+// control messages, and a clean close.
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include <gtest/gtest.h>
 
 #include "tools/subprocess.h"
+#include "crypto/certificates.h"
 #include "site/rpc/gateway_client.h"
+#include "site/rpc/tls_credentials.h"
+#include "tools/subprocess.h"
 
 namespace strait::site {
 namespace {
@@ -32,9 +37,35 @@ v1::FrameHeader Header(const v1::TensorKey& key, size_t floats) {
   return header;
 }
 
-class GatewayClientTest : public ::testing::Test {
+// Writes a federation CA, the gateway's certificate (127.0.0.1) and certificates for `sites` into
+// `dir` with the file names the job spec expects by default (ca.pem, gateway.pem, <site>.pem...).
+void MakeCertificates(const std::string& dir, const std::vector<std::string>& sites) {
+  auto write = [&](const std::string& stem, const crypto::CertifiedKey& key) {
+    std::ofstream(dir + "/" + stem + ".pem") << key.certificate_pem;
+    std::ofstream(dir + "/" + stem + ".key") << key.key_pem;
+  };
+  absl::StatusOr<crypto::CertifiedKey> ca = crypto::CreateCa("client-test");
+  ASSERT_TRUE(ca.ok()) << ca.status();
+  write("ca", *ca);
+  absl::StatusOr<crypto::CertifiedKey> gateway = crypto::IssueGatewayCertificate(*ca, {"127.0.0.1"});
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  write("gateway", *gateway);
+  for (const std::string& site : sites) {
+    absl::StatusOr<crypto::CertifiedKey> cert = crypto::IssueSiteCertificate(*ca, site);
+    ASSERT_TRUE(cert.ok()) << cert.status();
+    write(site, *cert);
+  }
+}
+
+// Parameter: true = mutual TLS with real certificates, false = --insecure.
+class GatewayClientTest : public ::testing::TestWithParam<bool> {
  protected:
+  bool tls() const { return GetParam(); }
+
   void SetUp() override {
+    std::filesystem::create_directories(dir_.File("certs"));
+    // "z" has a valid certificate of this federation but is not a site of the job.
+    MakeCertificates(dir_.File("certs"), {"a", "b", "z"});
     std::ofstream(dir_.File("fed.yaml")) << R"(name: client-test
 gateway: {memory_budget: 256MiB}
 model: {family: mlp, input: 16, hidden: [1048576, 8], classes: 4}
@@ -44,11 +75,11 @@ sites:
   - {id: a, layers: [0, 1]}
   - {id: b, layers: [1, 3]}
 )";
-    gateway_ = std::make_unique<Process>(
-        std::vector<std::string>{std::string(STRAIT_BINARY_DIR) + "/gateway/strait-gateway", "-c",
-                                 dir_.File("fed.yaml"), "--insecure", "--listen", "127.0.0.1:0",
-                                 "--ready-file", dir_.File("ready"), "--dashboard", "127.0.0.1:0"},
-        dir_.File("gateway.log"));
+    std::vector<std::string> args = {std::string(STRAIT_BINARY_DIR) + "/gateway/strait-gateway", "-c",
+                                     dir_.File("fed.yaml"), "--listen", "127.0.0.1:0", "--ready-file",
+                                     dir_.File("ready"), "--dashboard", "127.0.0.1:0"};
+    if (!tls()) args.push_back("--insecure");
+    gateway_ = std::make_unique<Process>(args, dir_.File("gateway.log"));
     auto ready = gateway_->WaitForReadyFile(dir_.File("ready"), {"grpc"}, std::chrono::seconds(30));
     ASSERT_FALSE(ready.empty()) << gateway_->LogTail();
     address_ = "127.0.0.1:" + ready["grpc"];
@@ -58,8 +89,15 @@ sites:
                                                          uint32_t epoch = 1) {
     GatewayClient::Options options;
     options.address = address_;
-    options.credentials = grpc::InsecureChannelCredentials();
-    options.insecure_site_id = id;
+    if (tls()) {
+      const std::string certs = dir_.File("certs") + "/";
+      auto material = crypto::LoadTlsMaterial(certs + "ca.pem", certs + id + ".pem", certs + id + ".key");
+      if (!material.ok()) return material.status();
+      options.credentials = MakeSiteChannelCredentials(*material);
+    } else {
+      options.credentials = grpc::InsecureChannelCredentials();
+      options.insecure_site_id = id;
+    }
     v1::JoinRequest join;
     join.set_federation("client-test");
     join.mutable_layers()->set_start(start);
@@ -77,7 +115,7 @@ sites:
   std::string address_;
 };
 
-TEST_F(GatewayClientTest, FramesTravelBothWays) {
+TEST_P(GatewayClientTest, FramesTravelBothWays) {
   auto a = Connect("a", 0, 1);
   auto b = Connect("b", 1, 3);
   ASSERT_TRUE(a.ok()) << a.status() << gateway_->LogTail();
@@ -100,7 +138,7 @@ TEST_F(GatewayClientTest, FramesTravelBothWays) {
   EXPECT_TRUE((*b)->Close().ok());
 }
 
-TEST_F(GatewayClientTest, RefusalsAndTimeoutsAreStatuses) {
+TEST_P(GatewayClientTest, RefusalsAndTimeoutsAreStatuses) {
   auto a = Connect("a", 0, 1);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(Connect("a", 0, 2, 2).status().code(), absl::StatusCode::kFailedPrecondition);  // wrong layers
@@ -112,7 +150,7 @@ TEST_F(GatewayClientTest, RefusalsAndTimeoutsAreStatuses) {
             absl::StatusCode::kDeadlineExceeded);
 }
 
-TEST_F(GatewayClientTest, NeighbourRejoinArrivesAsAControlMessage) {
+TEST_P(GatewayClientTest, NeighbourRejoinArrivesAsAControlMessage) {
   auto a = Connect("a", 0, 1);
   ASSERT_TRUE(a.ok());
   std::promise<v1::SignedKey> key_promise;
@@ -127,7 +165,7 @@ TEST_F(GatewayClientTest, NeighbourRejoinArrivesAsAControlMessage) {
   EXPECT_EQ((*b)->join_reply().neighbour_keys_size(), 1);  // a's key
 }
 
-TEST_F(GatewayClientTest, PendingPullsFailWhenTheGatewayGoesAway) {
+TEST_P(GatewayClientTest, PendingPullsFailWhenTheGatewayGoesAway) {
   auto b = Connect("b", 1, 3);
   ASSERT_TRUE(b.ok());
   auto pulled = (*b)->Pull(Key(0, 0, v1::FORWARD), std::chrono::seconds(60));
@@ -135,6 +173,28 @@ TEST_F(GatewayClientTest, PendingPullsFailWhenTheGatewayGoesAway) {
   ASSERT_EQ(pulled.wait_for(std::chrono::seconds(20)), std::future_status::ready);
   EXPECT_EQ(pulled.get().status().code(), absl::StatusCode::kUnavailable);
 }
+
+TEST_P(GatewayClientTest, ACertificateOfAnotherFederationCannotJoin) {
+  if (!tls()) GTEST_SKIP() << "plaintext has no certificates";
+  const std::string other = dir_.File("other");
+  std::filesystem::create_directories(other);
+  MakeCertificates(other, {"a"});
+  GatewayClient::Options options;
+  options.address = address_;
+  auto material = crypto::LoadTlsMaterial(other + "/ca.pem", other + "/a.pem", other + "/a.key");
+  ASSERT_TRUE(material.ok());
+  options.credentials = MakeSiteChannelCredentials(*material);
+  options.join_timeout = std::chrono::seconds(3);
+  v1::JoinRequest join;
+  join.set_federation("client-test");
+  join.mutable_key()->set_site_id("a");
+  EXPECT_FALSE(GatewayClient::Connect(options, join).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, GatewayClientTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "MutualTls" : "Plaintext";
+                         });
 
 }  // namespace
 }  // namespace strait::site
