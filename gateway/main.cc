@@ -112,6 +112,7 @@ int main(int argc, char** argv) {
   // oversized chunk is answered with an error on a healthy stream; larger ones end the stream.
   builder.SetMaxReceiveMessageSize(4 << 20);
   builder.SetMaxSendMessageSize(static_cast<int>(strait::kMaxChunkBytes + (64 << 10)));
+
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return Fail("cannot listen on " + spec->gateway.listen + " (address in use or not local?)");
