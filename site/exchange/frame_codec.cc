@@ -1,0 +1,125 @@
+#include "site/exchange/frame_codec.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+
+namespace strait::site {
+namespace {
+
+void PutU64(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+}
+
+void PutString(std::string& out, const std::string& s) {
+  PutU64(out, s.size());
+  out += s;
+}
+
+bool SameKey(const v1::TensorKey& a, const v1::TensorKey& b) {
+  return a.job() == b.job() && a.step() == b.step() && a.microbatch() == b.microbatch() &&
+         a.boundary() == b.boundary() && a.direction() == b.direction() && a.generation() == b.generation();
+}
+
+}  // namespace
+
+std::string FrameAad(const v1::FrameHeader& header) {
+  const v1::TensorKey& key = header.key();
+  std::string aad = "strait-frame-v1";
+  PutString(aad, key.job());
+  for (uint64_t v : {key.step(), uint64_t{key.microbatch()}, uint64_t{key.boundary()},
+                     static_cast<uint64_t>(key.direction()), uint64_t{key.generation()}}) {
+    PutU64(aad, v);
+  }
+  PutString(aad, header.codec_chain());
+  PutU64(aad, static_cast<uint64_t>(header.dtype()));
+  PutU64(aad, static_cast<uint64_t>(header.shape_size()));
+  for (int64_t dim : header.shape()) PutU64(aad, static_cast<uint64_t>(dim));
+  for (uint64_t v : {header.raw_bytes(), header.wire_bytes(), uint64_t{header.sealed()},
+                     uint64_t{header.key_epoch()}}) {
+    PutU64(aad, v);
+  }
+  return aad;
+}
+
+absl::StatusOr<std::unique_ptr<FrameEncoder>> FrameEncoder::Create(const std::string& chain,
+                                                                   std::unique_ptr<crypto::Sealer> sealer) {
+  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<compression::CodecChain> codec, compression::CodecChain::Create(chain));
+  return std::unique_ptr<FrameEncoder>(new FrameEncoder(std::move(codec), std::move(sealer)));
+}
+
+absl::StatusOr<FrameEncoder::Frame> FrameEncoder::Encode(const v1::TensorKey& key,
+                                                         absl::Span<const float> values,
+                                                         const std::vector<int64_t>& shape) {
+  compression::Shape dims;
+  uint64_t elements = 1;
+  for (int64_t d : shape) {
+    dims.push_back(static_cast<uint64_t>(d));
+    elements *= static_cast<uint64_t>(d);
+  }
+  if (elements != values.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor of ", values.size(), " values for a shape of ",
+                                                   elements));
+  }
+  // Error feedback carries over between the tensors of the same microbatch slot, step after step.
+  STRAIT_ASSIGN_OR_RETURN(absl::Span<const uint8_t> encoded,
+                          chain_->Encode(values, dims, &residuals_, absl::StrCat("m", key.microbatch())));
+  Frame frame;
+  v1::FrameHeader& header = frame.header;
+  *header.mutable_key() = key;
+  header.set_codec_chain(chain_->spec().ToString());
+  header.set_dtype(v1::FLOAT32);
+  for (int64_t d : shape) header.add_shape(d);
+  header.set_raw_bytes(values.size() * sizeof(float));
+  const size_t sealed_size = encoded.size() + (sealer_ ? crypto::kTagSize : 0);
+  header.set_wire_bytes(sealed_size);
+  header.set_sealed(sealer_ != nullptr);
+  frame.body.resize(sealed_size);
+  std::copy(encoded.begin(), encoded.end(), frame.body.begin());
+  if (sealer_) {
+    header.set_key_epoch(sealer_->key_epoch());
+    const std::string aad = FrameAad(header);
+    auto* bytes = reinterpret_cast<uint8_t*>(frame.body.data());
+    STRAIT_ASSIGN_OR_RETURN(uint64_t sequence,
+                            sealer_->SealInPlace({reinterpret_cast<const uint8_t*>(aad.data()), aad.size()},
+                                                 {bytes, frame.body.size()}, encoded.size()));
+    header.set_sequence(sequence);
+  }
+  return frame;
+}
+
+FrameDecoder::FrameDecoder(std::unique_ptr<crypto::Opener> opener, uint64_t max_raw_bytes)
+    : opener_(std::move(opener)), decoder_(compression::CodecOptions{.max_raw_bytes = max_raw_bytes}) {}
+
+absl::StatusOr<std::vector<float>> FrameDecoder::Decode(const v1::TensorKey& expected,
+                                                        const std::vector<int64_t>& expected_shape,
+                                                        ReceivedFrame frame) {
+  const v1::FrameHeader& header = frame.header;
+  if (!SameKey(header.key(), expected)) {
+    return absl::InvalidArgumentError("frame carries another tensor key than the one pulled");
+  }
+  if (header.shape_size() != static_cast<int>(expected_shape.size()) ||
+      !std::equal(expected_shape.begin(), expected_shape.end(), header.shape().begin())) {
+    return absl::InvalidArgumentError("frame has another shape than this boundary carries");
+  }
+  if (header.sealed() != (opener_ != nullptr)) {
+    return absl::InvalidArgumentError(opener_ ? "frame is not sealed but this link is encrypted"
+                                              : "frame is sealed but this link is not encrypted");
+  }
+  auto* bytes = reinterpret_cast<uint8_t*>(frame.body.data());
+  size_t size = frame.body.size();
+  if (opener_) {
+    const std::string aad = FrameAad(header);
+    STRAIT_ASSIGN_OR_RETURN(size, opener_->OpenInPlace({header.sequence(), header.key_epoch(), header.wire_bytes()},
+                                                       {reinterpret_cast<const uint8_t*>(aad.data()), aad.size()},
+                                                       {bytes, frame.body.size()}));
+  }
+  STRAIT_RETURN_IF_ERROR(decoder_.Decode({bytes, size}, &decoded_));
+  if (decoded_.values.size() * sizeof(float) != header.raw_bytes() ||
+      !std::equal(decoded_.shape.begin(), decoded_.shape.end(), header.shape().begin(), header.shape().end(),
+                  [](uint64_t a, int64_t b) { return a == static_cast<uint64_t>(b); })) {
+    return absl::InvalidArgumentError("decoded tensor does not match its frame header");
+  }
+  return std::move(decoded_.values);
+}
+
+}  // namespace strait::site

@@ -1,0 +1,67 @@
+// A site's side of one link direction (DESIGN.md §5, §6): a tensor becomes the frame the site pushes
+// (encoded with the link's codec chain, then sealed with the direction's key), and a frame pulled
+// from the gateway becomes a tensor again (opened, then decoded), with every check in between. The
+// AAD binds the whole routing key and header, so a frame that is replayed, moved to another key,
+// relabelled or altered anywhere is refused before it reaches the model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "compression/codec_chain.h"
+#include "crypto/aead.h"
+#include "site/pipeline/gateway_link.h"
+#include "strait/v1/tensor.pb.h"
+
+namespace strait::site {
+
+// The bytes both ends authenticate for a frame: a versioned, length-prefixed encoding of the key and
+// of every header field except the transport's (sequence, bound by the nonce; chunk_count).
+std::string FrameAad(const v1::FrameHeader& header);
+
+// Encodes and seals tensors of one link direction. Not thread-safe (one per sending thread).
+class FrameEncoder {
+ public:
+  // `sealer` null: the link is configured with `encryption: false`.
+  static absl::StatusOr<std::unique_ptr<FrameEncoder>> Create(const std::string& chain,
+                                                              std::unique_ptr<crypto::Sealer> sealer);
+
+  struct Frame {
+    v1::FrameHeader header;
+    std::string body;
+  };
+  // `values` row-major with `shape`; `key` is the tensor's routing key.
+  absl::StatusOr<Frame> Encode(const v1::TensorKey& key, absl::Span<const float> values,
+                               const std::vector<int64_t>& shape);
+
+ private:
+  FrameEncoder(std::unique_ptr<compression::CodecChain> chain, std::unique_ptr<crypto::Sealer> sealer)
+      : chain_(std::move(chain)), sealer_(std::move(sealer)) {}
+  std::unique_ptr<compression::CodecChain> chain_;
+  std::unique_ptr<crypto::Sealer> sealer_;
+  compression::ResidualStore residuals_;  // Error feedback (topk:R:ef), per tensor key.
+};
+
+// Opens and decodes frames of one link direction. Not thread-safe (one per receiving thread).
+class FrameDecoder {
+ public:
+  // `opener` null: the link is configured with `encryption: false` (then sealed frames are refused).
+  FrameDecoder(std::unique_ptr<crypto::Opener> opener, uint64_t max_raw_bytes);
+
+  // Checks that the frame answers `expected` (the key that was pulled) with the `expected_shape`,
+  // opens it and decodes it. Every refusal is INVALID_ARGUMENT or carries a crypto::OpenError.
+  absl::StatusOr<std::vector<float>> Decode(const v1::TensorKey& expected,
+                                            const std::vector<int64_t>& expected_shape,
+                                            ReceivedFrame frame);
+
+ private:
+  std::unique_ptr<crypto::Opener> opener_;
+  compression::FrameDecoder decoder_;
+  compression::DecodedTensor decoded_;
+};
+
+}  // namespace strait::site

@@ -1,0 +1,137 @@
+// Tensor -> frame -> tensor across one link direction: lossless chains are bit-exact, and a frame
+// that was altered, replayed, relabelled or sent unsealed on an encrypted link never decodes.
+#include "site/exchange/frame_codec.h"
+
+#include <cstring>
+
+#include <gtest/gtest.h>
+
+namespace strait::site {
+namespace {
+
+crypto::DirectionKey TestKey(uint8_t seed) {
+  crypto::DirectionKey key;
+  for (size_t i = 0; i < key.key.size(); ++i) key.key[i] = static_cast<uint8_t>(seed + i);
+  key.nonce_salt = {seed, 1, 2, 3};
+  key.key_epoch = 2;
+  return key;
+}
+
+v1::TensorKey Key(uint32_t microbatch) {
+  v1::TensorKey key;
+  key.set_job("fed");
+  key.set_step(5);
+  key.set_microbatch(microbatch);
+  key.set_boundary(1);
+  key.set_direction(v1::FORWARD);
+  return key;
+}
+
+const std::vector<int64_t> kShape = {4, 33};
+
+std::vector<float> Values() {
+  std::vector<float> v(4 * 33);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = (i % 3 == 0) ? 0.0f : std::sin(0.37f * i) * 3.0f;
+  return v;
+}
+
+struct Link {
+  std::unique_ptr<FrameEncoder> encoder;
+  std::unique_ptr<FrameDecoder> decoder;
+};
+
+Link MakeLink(const std::string& chain, bool encrypted) {
+  Link link;
+  auto sealer = encrypted ? *crypto::Sealer::Create(TestKey(7), 1 << 30) : nullptr;
+  auto opener = encrypted ? *crypto::Opener::Create(TestKey(7)) : nullptr;
+  link.encoder = *FrameEncoder::Create(chain, std::move(sealer));
+  link.decoder = std::make_unique<FrameDecoder>(std::move(opener), 1 << 20);
+  return link;
+}
+
+ReceivedFrame Received(const FrameEncoder::Frame& frame) { return {frame.header, frame.body}; }
+
+TEST(FrameCodecTest, LosslessChainsAreBitExactSealedOrNot) {
+  for (const char* chain : {"none", "zstd", "shuffle+zstd:3"}) {
+    for (bool encrypted : {true, false}) {
+      SCOPED_TRACE(std::string(chain) + (encrypted ? " sealed" : " plain"));
+      Link link = MakeLink(chain, encrypted);
+      const std::vector<float> values = Values();
+      auto frame = link.encoder->Encode(Key(0), values, kShape);
+      ASSERT_TRUE(frame.ok()) << frame.status();
+      EXPECT_EQ(frame->header.sealed(), encrypted);
+      EXPECT_EQ(frame->header.raw_bytes(), values.size() * 4);
+      EXPECT_EQ(frame->header.wire_bytes(), frame->body.size());
+      auto decoded = link.decoder->Decode(Key(0), kShape, Received(*frame));
+      ASSERT_TRUE(decoded.ok()) << decoded.status();
+      ASSERT_EQ(decoded->size(), values.size());
+      EXPECT_EQ(std::memcmp(decoded->data(), values.data(), values.size() * 4), 0);
+    }
+  }
+}
+
+TEST(FrameCodecTest, LossyChainRoundTripsWithinItsError) {
+  Link link = MakeLink("bf16+zstd", true);
+  const std::vector<float> values = Values();
+  auto frame = link.encoder->Encode(Key(1), values, kShape);
+  ASSERT_TRUE(frame.ok());
+  auto decoded = link.decoder->Decode(Key(1), kShape, Received(*frame));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  for (size_t i = 0; i < values.size(); ++i) EXPECT_NEAR((*decoded)[i], values[i], std::abs(values[i]) / 128);
+}
+
+TEST(FrameCodecTest, AlteredBodyOrHeaderIsTampered) {
+  Link link = MakeLink("zstd", true);
+  const std::vector<float> values = Values();
+  auto frame = *link.encoder->Encode(Key(0), values, kShape);
+  ReceivedFrame flipped = Received(frame);
+  flipped.body[flipped.body.size() / 2] ^= 0x01;
+  auto result = link.decoder->Decode(Key(0), kShape, flipped);
+  EXPECT_EQ(crypto::GetOpenError(result.status()), crypto::OpenError::kTampered) << result.status();
+
+  // Relabelled to another microbatch (the key the victim is pulling): the AAD no longer matches.
+  ReceivedFrame moved = Received(frame);
+  moved.header.mutable_key()->set_microbatch(3);
+  result = link.decoder->Decode(Key(3), kShape, moved);
+  EXPECT_EQ(crypto::GetOpenError(result.status()), crypto::OpenError::kTampered) << result.status();
+
+  ReceivedFrame relabelled = Received(frame);
+  relabelled.header.set_codec_chain("none");
+  result = link.decoder->Decode(Key(0), kShape, relabelled);
+  EXPECT_EQ(crypto::GetOpenError(result.status()), crypto::OpenError::kTampered) << result.status();
+}
+
+TEST(FrameCodecTest, ReplayedFrameIsRefused) {
+  Link link = MakeLink("none", true);
+  auto frame = *link.encoder->Encode(Key(0), Values(), kShape);
+  ASSERT_TRUE(link.decoder->Decode(Key(0), kShape, Received(frame)).ok());
+  auto again = link.decoder->Decode(Key(0), kShape, Received(frame));
+  EXPECT_EQ(crypto::GetOpenError(again.status()), crypto::OpenError::kReplayed) << again.status();
+}
+
+TEST(FrameCodecTest, ChecksKeyShapeAndSealing) {
+  Link link = MakeLink("none", true);
+  auto frame = *link.encoder->Encode(Key(0), Values(), kShape);
+  EXPECT_EQ(link.decoder->Decode(Key(1), kShape, Received(frame)).status().code(),
+            absl::StatusCode::kInvalidArgument);  // not the key that was pulled
+  EXPECT_EQ(link.decoder->Decode(Key(0), {33, 4}, Received(frame)).status().code(),
+            absl::StatusCode::kInvalidArgument);  // not this boundary's shape
+  Link plain = MakeLink("none", false);
+  auto unsealed = *plain.encoder->Encode(Key(0), Values(), kShape);
+  EXPECT_EQ(link.decoder->Decode(Key(0), kShape, Received(unsealed)).status().code(),
+            absl::StatusCode::kInvalidArgument);  // encrypted link refuses plaintext
+  EXPECT_FALSE(link.encoder->Encode(Key(0), Values(), {4, 32}).ok());  // values vs shape
+}
+
+TEST(FrameCodecTest, WrongKeyIsRefused) {
+  auto sealer = *crypto::Sealer::Create(TestKey(7), 1 << 30);
+  auto encoder = *FrameEncoder::Create("none", std::move(sealer));
+  FrameDecoder decoder(*crypto::Opener::Create(TestKey(9)), 1 << 20);
+  auto frame = *encoder->Encode(Key(0), Values(), kShape);
+  auto result = decoder.Decode(Key(0), kShape, Received(frame));
+  EXPECT_FALSE(result.ok());
+  EXPECT_TRUE(crypto::GetOpenError(result.status()).has_value()) << result.status();
+}
+
+}  // namespace
+}  // namespace strait::site
