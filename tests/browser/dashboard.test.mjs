@@ -63,6 +63,10 @@ async function main() {
     await page.goto(`${base}/?token=${TOKEN}`);
     await page.waitForFunction(() => document.querySelectorAll("#pipeline .site").length === 3,
                                null, {timeout: 15000});
+    // A real federation is still joining when the page first loads: wait until every site trains.
+    await page.waitForFunction(
+        () => [...document.querySelectorAll("#pipeline .site .pill")].every((p) => p.textContent === "training"),
+        null, {timeout: 20000});
 
     const sites = await page.$$eval("#pipeline .site", (nodes) => nodes.map((n) => ({
       id: n.dataset.siteId,
