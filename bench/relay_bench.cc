@@ -22,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/rpc/relay_sink.h"
 #include "core/job_spec.h"
+#include "core/join_request.h"
 #include "crypto/certificates.h"
 #include "gateway/rpc/tls_credentials.h"
 #include "site/rpc/gateway_client.h"
@@ -63,15 +64,8 @@ v1::TensorKey FrameKey(uint64_t i) {
 }
 
 v1::JoinRequest JoinFor(const std::string& id) {
-  v1::JoinRequest join;
-  join.set_federation(kFederation);
-  join.mutable_layers()->set_start(id == "a" ? 0 : 1);
-  join.mutable_layers()->set_end(id == "a" ? 1 : 3);
-  join.set_device("cpu");
-  join.set_workers(1);
-  join.mutable_key()->set_site_id(id);
-  join.mutable_key()->set_epoch(1);
-  return join;
+  static const JobSpec spec = *ParseJobSpec(kSpec, "relay-bench.yaml", "/");
+  return JoinRequestFor(spec, spec.SiteIndex(id), UnsignedKey(id, 1));
 }
 
 // Client credentials of site `id`: insecure (a header names the site) or its certificate.

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <fstream>
 
+#include "core/join_request.h"
+
 namespace strait::testing {
 namespace {
 
@@ -19,12 +21,6 @@ sites:
   - {id: dc-c, layers: [5, 8], device: cuda, workers: 2}
 )";
 
-struct SiteShape {
-  const char* id;
-  uint32_t start, end, workers;
-  const char* device;
-};
-constexpr SiteShape kSites[] = {{"dc-a", 0, 2, 4, "cuda"}, {"dc-b", 2, 5, 8, "cpu"}, {"dc-c", 5, 8, 2, "cuda"}};
 
 v1::FrameHeader Header(uint64_t step, uint32_t microbatch, uint32_t boundary, v1::Direction direction) {
   v1::FrameHeader header;
@@ -58,20 +54,15 @@ absl::StatusOr<std::unique_ptr<RealTraffic>> RealTraffic::Start(const std::strin
   auto ready = t.gateway_->WaitForReadyFile(t.dir_.File("ready"), {"grpc", "http"}, std::chrono::seconds(30));
   if (ready.empty()) return absl::UnavailableError("the gateway did not start:\n" + t.gateway_->LogTail());
   t.http_port_ = std::stoi(ready["http"]);
-  for (const SiteShape& shape : kSites) {
+  absl::StatusOr<JobSpec> spec = LoadJobSpec(t.dir_.File("fed.yaml"));
+  if (!spec.ok()) return spec.status();
+  for (int stage = 0; stage < static_cast<int>(spec->sites.size()); ++stage) {
+    const std::string& id = spec->sites[stage].id;
     site::GatewayClient::Options options;
     options.address = "127.0.0.1:" + ready["grpc"];
     options.credentials = grpc::InsecureChannelCredentials();
-    options.insecure_site_id = shape.id;
-    v1::JoinRequest join;
-    join.set_federation("fashion-demo");
-    join.mutable_layers()->set_start(shape.start);
-    join.mutable_layers()->set_end(shape.end);
-    join.set_device(shape.device);
-    join.set_workers(shape.workers);
-    join.mutable_key()->set_site_id(shape.id);
-    join.mutable_key()->set_epoch(1);
-    auto client = site::GatewayClient::Connect(options, join);
+    options.insecure_site_id = id;
+    auto client = site::GatewayClient::Connect(options, JoinRequestFor(*spec, stage, UnsignedKey(id, 1)));
     if (!client.ok()) return client.status();
     t.sites_.push_back(*std::move(client));
   }

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "tools/subprocess.h"
+#include "core/join_request.h"
 #include "crypto/certificates.h"
 #include "site/rpc/gateway_client.h"
 #include "site/rpc/tls_credentials.h"
@@ -79,14 +80,21 @@ sites:
                                      dir_.File("fed.yaml"), "--listen", "127.0.0.1:0", "--ready-file",
                                      dir_.File("ready"), "--dashboard", "127.0.0.1:0"};
     if (!tls()) args.push_back("--insecure");
+    spec_ = LoadJobSpec(dir_.File("fed.yaml"));
+    ASSERT_TRUE(spec_.ok()) << spec_.status();
     gateway_ = std::make_unique<Process>(args, dir_.File("gateway.log"));
     auto ready = gateway_->WaitForReadyFile(dir_.File("ready"), {"grpc"}, std::chrono::seconds(30));
     ASSERT_FALSE(ready.empty()) << gateway_->LogTail();
     address_ = "127.0.0.1:" + ready["grpc"];
   }
 
-  absl::StatusOr<std::unique_ptr<GatewayClient>> Connect(const std::string& id, int start, int end,
-                                                         uint32_t epoch = 1) {
+  // What site `id` claims when it joins with `epoch` (an unknown id claims the first site's layers).
+  v1::JoinRequest Join(const std::string& id, uint32_t epoch = 1) {
+    return JoinRequestFor(*spec_, std::max(0, spec_->SiteIndex(id)), UnsignedKey(id, epoch));
+  }
+
+  absl::StatusOr<std::unique_ptr<GatewayClient>> Connect(const v1::JoinRequest& join) {
+    const std::string& id = join.key().site_id();
     GatewayClient::Options options;
     options.address = address_;
     if (tls()) {
@@ -98,26 +106,18 @@ sites:
       options.credentials = grpc::InsecureChannelCredentials();
       options.insecure_site_id = id;
     }
-    v1::JoinRequest join;
-    join.set_federation("client-test");
-    join.mutable_layers()->set_start(start);
-    join.mutable_layers()->set_end(end);
-    join.set_device("cpu");
-    join.set_workers(1);
-    join.mutable_key()->set_site_id(id);
-    join.mutable_key()->set_epoch(epoch);
-    join.mutable_key()->set_public_key(std::string(32, static_cast<char>(epoch)));
     return GatewayClient::Connect(options, join);
   }
 
   TempDir dir_;
+  absl::StatusOr<JobSpec> spec_;
   std::unique_ptr<Process> gateway_;
   std::string address_;
 };
 
 TEST_P(GatewayClientTest, FramesTravelBothWays) {
-  auto a = Connect("a", 0, 1);
-  auto b = Connect("b", 1, 3);
+  auto a = Connect(Join("a"));
+  auto b = Connect(Join("b"));
   ASSERT_TRUE(a.ok()) << a.status() << gateway_->LogTail();
   ASSERT_TRUE(b.ok()) << b.status();
   auto pulled = (*b)->Pull(Key(0, 0, v1::FORWARD), std::chrono::seconds(10));  // before the push
@@ -139,10 +139,12 @@ TEST_P(GatewayClientTest, FramesTravelBothWays) {
 }
 
 TEST_P(GatewayClientTest, RefusalsAndTimeoutsAreStatuses) {
-  auto a = Connect("a", 0, 1);
+  auto a = Connect(Join("a"));
   ASSERT_TRUE(a.ok()) << a.status();
-  EXPECT_EQ(Connect("a", 0, 2, 2).status().code(), absl::StatusCode::kFailedPrecondition);  // wrong layers
-  EXPECT_EQ(Connect("z", 0, 1).status().code(), absl::StatusCode::kPermissionDenied);
+  v1::JoinRequest wrong_layers = Join("a", 2);
+  wrong_layers.mutable_layers()->set_end(2);
+  EXPECT_EQ(Connect(wrong_layers).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Connect(Join("z")).status().code(), absl::StatusCode::kPermissionDenied);
   // a does not produce BACKWARD tensors of boundary 0.
   EXPECT_EQ((*a)->Push(Header(Key(0, 0, v1::BACKWARD), 1), "xxxx").get().code(),
             absl::StatusCode::kPermissionDenied);
@@ -151,13 +153,13 @@ TEST_P(GatewayClientTest, RefusalsAndTimeoutsAreStatuses) {
 }
 
 TEST_P(GatewayClientTest, NeighbourRejoinArrivesAsAControlMessage) {
-  auto a = Connect("a", 0, 1);
+  auto a = Connect(Join("a"));
   ASSERT_TRUE(a.ok());
   std::promise<v1::SignedKey> key_promise;
   (*a)->OnControl([&](const v1::Control& control) {
     if (control.has_neighbour_key()) key_promise.set_value(control.neighbour_key());
   });
-  auto b = Connect("b", 1, 3, /*epoch=*/7);
+  auto b = Connect(Join("b", /*epoch=*/7));
   ASSERT_TRUE(b.ok());
   auto future = key_promise.get_future();
   ASSERT_EQ(future.wait_for(std::chrono::seconds(10)), std::future_status::ready);
@@ -166,7 +168,7 @@ TEST_P(GatewayClientTest, NeighbourRejoinArrivesAsAControlMessage) {
 }
 
 TEST_P(GatewayClientTest, PendingPullsFailWhenTheGatewayGoesAway) {
-  auto b = Connect("b", 1, 3);
+  auto b = Connect(Join("b"));
   ASSERT_TRUE(b.ok());
   auto pulled = (*b)->Pull(Key(0, 0, v1::FORWARD), std::chrono::seconds(60));
   gateway_->Kill(SIGKILL);
@@ -185,10 +187,7 @@ TEST_P(GatewayClientTest, ACertificateOfAnotherFederationCannotJoin) {
   ASSERT_TRUE(material.ok());
   options.credentials = MakeSiteChannelCredentials(*material);
   options.join_timeout = std::chrono::seconds(3);
-  v1::JoinRequest join;
-  join.set_federation("client-test");
-  join.mutable_key()->set_site_id("a");
-  EXPECT_FALSE(GatewayClient::Connect(options, join).ok());
+  EXPECT_FALSE(GatewayClient::Connect(options, Join("a")).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, GatewayClientTest, ::testing::Bool(),

@@ -11,6 +11,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "core/join_request.h"
 #include "site/rpc/gateway_client.h"
 #include "strait/v1/gateway.grpc.pb.h"
 #include "tools/subprocess.h"
@@ -66,23 +67,17 @@ sites:
   const std::string address = "127.0.0.1:" + ready["grpc"];
   const uint64_t baseline = ResidentBytes(gateway.pid());
 
-  auto connect = [&](const std::string& id, uint32_t start, uint32_t end) {
+  absl::StatusOr<JobSpec> spec = LoadJobSpec(dir.File("fed.yaml"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto connect = [&](const std::string& id) {
     site::GatewayClient::Options options;
     options.address = address;
     options.credentials = grpc::InsecureChannelCredentials();
     options.insecure_site_id = id;
-    v1::JoinRequest join;
-    join.set_federation("load-test");
-    join.mutable_layers()->set_start(start);
-    join.mutable_layers()->set_end(end);
-    join.set_device("cpu");
-    join.set_workers(1);
-    join.mutable_key()->set_site_id(id);
-    join.mutable_key()->set_epoch(1);
-    return site::GatewayClient::Connect(options, join);
+    return site::GatewayClient::Connect(options, JoinRequestFor(*spec, spec->SiteIndex(id), UnsignedKey(id, 1)));
   };
-  auto producer_site = connect("a", 0, 1);
-  auto consumer = connect("b", 1, 3);
+  auto producer_site = connect("a");
+  auto consumer = connect("b");
   ASSERT_TRUE(producer_site.ok() && consumer.ok());
 
   // 64 extra push streams of site a, each pushing its own frames.

@@ -47,3 +47,24 @@ TEST(TensorKeyTest, ToString) {
 
 }  // namespace
 }  // namespace strait
+
+#include "core/join_request.h"
+
+namespace strait {
+namespace {
+
+TEST(JoinRequestTest, ClaimsWhatTheJobSpecSays) {
+  JobSpec spec = ThreeSites();
+  spec.sites[1] = SiteSpec{.id = "dc-b", .layers = {2, 5}, .device = DeviceKind::kCuda, .workers = 4};
+  v1::JoinRequest join = JoinRequestFor(spec, 1, UnsignedKey("dc-b", 3));
+  EXPECT_EQ(join.federation(), "fed");
+  EXPECT_EQ(join.layers().start(), 2u);
+  EXPECT_EQ(join.layers().end(), 5u);
+  EXPECT_EQ(join.device(), "cuda");
+  EXPECT_EQ(join.workers(), 4u);
+  EXPECT_EQ(join.key().site_id(), "dc-b");
+  EXPECT_EQ(join.key().epoch(), 3u);
+}
+
+}  // namespace
+}  // namespace strait

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/join_request.h"
 #include "fake_channel.h"
 #include "test_frames.h"
 
@@ -13,15 +14,7 @@ using testing::Header;
 using testing::Key;
 
 v1::JoinRequest JoinRequestFor(const JobSpec& spec, int stage, uint32_t epoch) {
-  v1::JoinRequest request;
-  request.set_federation(spec.name);
-  request.mutable_layers()->set_start(spec.sites[stage].layers.start);
-  request.mutable_layers()->set_end(spec.sites[stage].layers.end);
-  request.set_device("cpu");
-  request.set_workers(1);
-  request.mutable_key()->set_site_id(spec.sites[stage].id);
-  request.mutable_key()->set_epoch(epoch);
-  return request;
+  return strait::JoinRequestFor(spec, stage, UnsignedKey(spec.sites[stage].id, epoch));
 }
 
 v1::SiteMessage Hello(uint32_t epoch) {

@@ -1,0 +1,24 @@
+#include "core/join_request.h"
+
+namespace strait {
+
+v1::JoinRequest JoinRequestFor(const JobSpec& spec, int stage, v1::SignedKey key) {
+  const SiteSpec& site = spec.sites[stage];
+  v1::JoinRequest join;
+  join.set_federation(spec.name);
+  join.mutable_layers()->set_start(site.layers.start);
+  join.mutable_layers()->set_end(site.layers.end);
+  join.set_device(ToString(site.device));
+  join.set_workers(site.workers);
+  *join.mutable_key() = std::move(key);
+  return join;
+}
+
+v1::SignedKey UnsignedKey(const std::string& site_id, uint32_t epoch) {
+  v1::SignedKey key;
+  key.set_site_id(site_id);
+  key.set_epoch(epoch);
+  return key;
+}
+
+}  // namespace strait

@@ -1,0 +1,17 @@
+// The JoinRequest a site sends (proto strait.v1.JoinRequest), built from the job spec so that what a
+// site claims always matches what the gateway checks it against.
+#pragma once
+
+#include "core/job_spec.h"
+#include "strait/v1/gateway.pb.h"
+
+namespace strait {
+
+// Federation, layer range, device and workers of `spec.sites[stage]`, with `key` (its site_id must be
+// the site's id and its epoch the join's). `stage` must be a valid index.
+v1::JoinRequest JoinRequestFor(const JobSpec& spec, int stage, v1::SignedKey key);
+
+// A key carrying only the site id and epoch (for --insecure tests and tools that seal nothing).
+v1::SignedKey UnsignedKey(const std::string& site_id, uint32_t epoch);
+
+}  // namespace strait
