@@ -26,6 +26,24 @@ absl::Status ValidateTensorKey(const v1::TensorKey& key, const JobSpec& spec) {
                                                    "; this federation has boundaries 0..",
                                                    static_cast<int>(spec.sites.size()) - 2));
   }
+  switch (key.purpose()) {
+    case v1::TRAIN:
+      break;
+    case v1::CLIP:
+      if (key.microbatch() != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("clipping key has microbatch ", key.microbatch(), "; expected 0"));
+      }
+      return absl::OkStatus();
+    case v1::EVAL:
+      if (key.direction() != v1::FORWARD) {
+        return absl::InvalidArgumentError("evaluation keys go FORWARD only");
+      }
+      return absl::OkStatus();
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor key has purpose ", key.purpose(), "; expected TRAIN, CLIP or EVAL"));
+  }
   if (key.microbatch() >= static_cast<uint32_t>(spec.training.microbatches)) {
     return absl::InvalidArgumentError(absl::StrCat("tensor key has microbatch ", key.microbatch(),
                                                    "; a step has ", spec.training.microbatches));
@@ -37,8 +55,12 @@ std::string TensorKeyToString(const v1::TensorKey& key) {
   const char* direction = key.direction() == v1::FORWARD    ? "fwd"
                           : key.direction() == v1::BACKWARD ? "bwd"
                                                             : "dir?";
+  const char* purpose = key.purpose() == v1::TRAIN  ? ""
+                        : key.purpose() == v1::CLIP ? "/clip"
+                        : key.purpose() == v1::EVAL ? "/eval"
+                                                    : "/purpose?";
   return absl::StrCat(key.job(), "/s", key.step(), "/m", key.microbatch(), "/b", key.boundary(), "/",
-                      direction, "/g", key.generation());
+                      direction, "/g", key.generation(), purpose);
 }
 
 }  // namespace strait

@@ -1,5 +1,7 @@
 #include "site/exchange/frame_codec.h"
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 
@@ -17,7 +19,8 @@ void PutString(std::string& out, const std::string& s) {
 
 bool SameKey(const v1::TensorKey& a, const v1::TensorKey& b) {
   return a.job() == b.job() && a.step() == b.step() && a.microbatch() == b.microbatch() &&
-         a.boundary() == b.boundary() && a.direction() == b.direction() && a.generation() == b.generation();
+         a.boundary() == b.boundary() && a.direction() == b.direction() && a.generation() == b.generation() &&
+         a.purpose() == b.purpose();
 }
 
 }  // namespace
@@ -27,7 +30,8 @@ std::string FrameAad(const v1::FrameHeader& header) {
   std::string aad = "strait-frame-v1";
   PutString(aad, key.job());
   for (uint64_t v : {key.step(), uint64_t{key.microbatch()}, uint64_t{key.boundary()},
-                     static_cast<uint64_t>(key.direction()), uint64_t{key.generation()}}) {
+                     static_cast<uint64_t>(key.direction()), uint64_t{key.generation()},
+                     static_cast<uint64_t>(key.purpose())}) {
     PutU64(aad, v);
   }
   PutString(aad, header.codec_chain());
@@ -44,7 +48,10 @@ std::string FrameAad(const v1::FrameHeader& header) {
 absl::StatusOr<std::unique_ptr<FrameEncoder>> FrameEncoder::Create(const std::string& chain,
                                                                    std::unique_ptr<crypto::Sealer> sealer) {
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<compression::CodecChain> codec, compression::CodecChain::Create(chain));
-  return std::unique_ptr<FrameEncoder>(new FrameEncoder(std::move(codec), std::move(sealer)));
+  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<compression::CodecChain> lossless,
+                          compression::CodecChain::Create("none"));
+  return std::unique_ptr<FrameEncoder>(
+      new FrameEncoder(std::move(codec), std::move(lossless), std::move(sealer)));
 }
 
 absl::StatusOr<FrameEncoder::Frame> FrameEncoder::Encode(const v1::TensorKey& key,
@@ -60,13 +67,19 @@ absl::StatusOr<FrameEncoder::Frame> FrameEncoder::Encode(const v1::TensorKey& ke
     return absl::InvalidArgumentError(absl::StrCat("tensor of ", values.size(), " values for a shape of ",
                                                    elements));
   }
-  // Error feedback carries over between the tensors of the same microbatch slot, step after step.
+  // Clipping scalars must arrive exactly, whatever the link's chain. Error feedback carries over
+  // between the tensors of the same purpose and microbatch slot, step after step.
+  compression::CodecChain& chain = key.purpose() == v1::CLIP ? *lossless_ : *chain_;
+  const auto start = std::chrono::steady_clock::now();
   STRAIT_ASSIGN_OR_RETURN(absl::Span<const uint8_t> encoded,
-                          chain_->Encode(values, dims, &residuals_, absl::StrCat("m", key.microbatch())));
+                          chain.Encode(values, dims, &residuals_,
+                                       absl::StrCat("p", key.purpose(), "m", key.microbatch())));
+  const auto encoded_at = std::chrono::steady_clock::now();
   Frame frame;
+  frame.encode_s = std::chrono::duration<double>(encoded_at - start).count();
   v1::FrameHeader& header = frame.header;
   *header.mutable_key() = key;
-  header.set_codec_chain(chain_->spec().ToString());
+  header.set_codec_chain(chain.spec().ToString());
   header.set_dtype(v1::FLOAT32);
   for (int64_t d : shape) header.add_shape(d);
   header.set_raw_bytes(values.size() * sizeof(float));
@@ -83,6 +96,7 @@ absl::StatusOr<FrameEncoder::Frame> FrameEncoder::Encode(const v1::TensorKey& ke
                             sealer_->SealInPlace({reinterpret_cast<const uint8_t*>(aad.data()), aad.size()},
                                                  {bytes, frame.body.size()}, encoded.size()));
     header.set_sequence(sequence);
+    frame.seal_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - encoded_at).count();
   }
   return frame;
 }
@@ -92,7 +106,7 @@ FrameDecoder::FrameDecoder(std::unique_ptr<crypto::Opener> opener, uint64_t max_
 
 absl::StatusOr<std::vector<float>> FrameDecoder::Decode(const v1::TensorKey& expected,
                                                         const std::vector<int64_t>& expected_shape,
-                                                        ReceivedFrame frame) {
+                                                        ReceivedFrame frame, DecodeTimings* timings) {
   const v1::FrameHeader& header = frame.header;
   if (!SameKey(header.key(), expected)) {
     return absl::InvalidArgumentError("frame carries another tensor key than the one pulled");
@@ -107,13 +121,19 @@ absl::StatusOr<std::vector<float>> FrameDecoder::Decode(const v1::TensorKey& exp
   }
   auto* bytes = reinterpret_cast<uint8_t*>(frame.body.data());
   size_t size = frame.body.size();
+  const auto start = std::chrono::steady_clock::now();
   if (opener_) {
     const std::string aad = FrameAad(header);
     STRAIT_ASSIGN_OR_RETURN(size, opener_->OpenInPlace({header.sequence(), header.key_epoch(), header.wire_bytes()},
                                                        {reinterpret_cast<const uint8_t*>(aad.data()), aad.size()},
                                                        {bytes, frame.body.size()}));
   }
+  const auto opened_at = std::chrono::steady_clock::now();
   STRAIT_RETURN_IF_ERROR(decoder_.Decode({bytes, size}, &decoded_));
+  if (timings != nullptr) {
+    timings->open_s += std::chrono::duration<double>(opened_at - start).count();
+    timings->decode_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - opened_at).count();
+  }
   if (decoded_.values.size() * sizeof(float) != header.raw_bytes() ||
       !std::equal(decoded_.shape.begin(), decoded_.shape.end(), header.shape().begin(), header.shape().end(),
                   [](uint64_t a, int64_t b) { return a == static_cast<uint64_t>(b); })) {

@@ -33,17 +33,28 @@ class FrameEncoder {
   struct Frame {
     v1::FrameHeader header;
     std::string body;
+    double encode_s = 0.0;  // Time spent in the codec chain.
+    double seal_s = 0.0;    // Time spent sealing.
   };
-  // `values` row-major with `shape`; `key` is the tensor's routing key.
+  // `values` row-major with `shape`; `key` is the tensor's routing key. CLIP keys are encoded with
+  // the lossless chain `none` whatever the link's chain.
   absl::StatusOr<Frame> Encode(const v1::TensorKey& key, absl::Span<const float> values,
                                const std::vector<int64_t>& shape);
 
  private:
-  FrameEncoder(std::unique_ptr<compression::CodecChain> chain, std::unique_ptr<crypto::Sealer> sealer)
-      : chain_(std::move(chain)), sealer_(std::move(sealer)) {}
-  std::unique_ptr<compression::CodecChain> chain_;
+  FrameEncoder(std::unique_ptr<compression::CodecChain> chain,
+               std::unique_ptr<compression::CodecChain> lossless,
+               std::unique_ptr<crypto::Sealer> sealer)
+      : chain_(std::move(chain)), lossless_(std::move(lossless)), sealer_(std::move(sealer)) {}
+  std::unique_ptr<compression::CodecChain> chain_, lossless_;
   std::unique_ptr<crypto::Sealer> sealer_;
   compression::ResidualStore residuals_;  // Error feedback (topk:R:ef), per tensor key.
+};
+
+// Time a FrameDecoder spent, added up over calls.
+struct DecodeTimings {
+  double open_s = 0.0;
+  double decode_s = 0.0;
 };
 
 // Opens and decodes frames of one link direction. Not thread-safe (one per receiving thread).
@@ -56,7 +67,7 @@ class FrameDecoder {
   // opens it and decodes it. Every refusal is INVALID_ARGUMENT or carries a crypto::OpenError.
   absl::StatusOr<std::vector<float>> Decode(const v1::TensorKey& expected,
                                             const std::vector<int64_t>& expected_shape,
-                                            ReceivedFrame frame);
+                                            ReceivedFrame frame, DecodeTimings* timings = nullptr);
 
  private:
   std::unique_ptr<crypto::Opener> opener_;

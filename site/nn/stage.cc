@@ -239,8 +239,13 @@ void Stage::Discard(int microbatch) {
 
 void Stage::ZeroGrad() { backend_->Fill(grads_.f32(), param_count_, 0.0f); }
 
-absl::StatusOr<double> Stage::GradSumSquares() {
-  const double sum = backend_->SumSquares(param_count_, grads_.f32());
+absl::StatusOr<double> Stage::GradSumSquares(double downstream) {
+  double sum = downstream;
+  for (size_t k = layers_.size(); k-- > 0;) {
+    int64_t numel = 0;
+    for (const ParamLayout& p : layers_[k]->layout().params) numel += p.numel;
+    if (numel > 0) sum += backend_->SumSquares(numel, views_[k].grad.front());
+  }
   STRAIT_RETURN_IF_ERROR(backend_->Sync());
   return sum;
 }

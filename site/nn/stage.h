@@ -7,7 +7,8 @@
 //     last stage: Loss(m, labels, 1 / global_batch) right after Forward(s, m);
 //   Backward(m, ...) for m = 0 .. M-1 in this order (so gradients sum in the same order as one
 //     process accumulating them);
-//   norm^2 = sum over all stages of GradSumSquares(); scale = clip / max(norm, clip) or 1;
+//   norm^2 = GradSumSquares() chained from the last stage to the first; scale = clip / max(norm,
+//     clip) or 1;
 //   OptimizerStep(s + 1, scale).
 // Everything random is keyed, not sequential (init: (init_seed, layer, param); dropout:
 // (init_seed, step, microbatch, layer)), so any split and any schedule give the same bits.
@@ -74,8 +75,11 @@ class Stage {
   void Discard(int microbatch);
 
   void ZeroGrad();
-  // Sum of squares of this stage's gradients (global-norm clipping adds the stages' sums).
-  absl::StatusOr<double> GradSumSquares();
+  // `downstream` plus the sums of squares of this stage's gradients, added layer by layer from the
+  // last layer to the first: chaining stages from the last to the first (each passing its result
+  // on as the previous stage's `downstream`) adds in the same order as one stage of all layers, so
+  // global-norm clipping across sites gives the same bits as one process.
+  absl::StatusOr<double> GradSumSquares(double downstream = 0.0);
   // Applies the optimizer with gradients scaled by grad_scale; `step` counts updates from 1.
   absl::Status OptimizerStep(int64_t step, float grad_scale);
 
