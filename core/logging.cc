@@ -1,5 +1,7 @@
 #include "core/logging.h"
 
+#include "absl/strings/str_format.h"
+
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -19,6 +21,12 @@ absl::Status SetupLogging(const std::string& component, const std::string& level
   logger->flush_on(spdlog::level::warn);
   spdlog::set_default_logger(logger);
   return absl::OkStatus();
+}
+
+std::string FormatDuration(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds < 0 ? 0 : seconds + 0.5);
+  return s >= 3600 ? absl::StrFormat("%dh%02dm", s / 3600, s / 60 % 60)
+                   : absl::StrFormat("%dm%02ds", s / 60, s % 60);
 }
 
 }  // namespace strait

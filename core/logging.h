@@ -12,4 +12,7 @@ namespace strait {
 // warn, error, off. Call once at the start of main(); not thread-safe against concurrent logging.
 absl::Status SetupLogging(const std::string& component, const std::string& level);
 
+// A duration for progress lines and ETAs: "3m07s", or "2h05m" from an hour on.
+std::string FormatDuration(double seconds);
+
 }  // namespace strait

@@ -1,51 +1,56 @@
-// strait-site: one datacenter's daemon; trains the block of layers the job spec assigns to it.
-//
-// This version loads and validates the job spec and the site id; joining the gateway and training are
-// built by the site issue and are not in this binary yet, so it exits after validation.
+// strait-site: one datacenter's daemon; trains the block of layers the job spec assigns to it
+// (site/daemon/site_daemon.h).
+#include <csignal>
 #include <cstdio>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
-#include "core/job_spec.h"
 #include "core/logging.h"
 #include "core/version.h"
+#include "site/daemon/site_daemon.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"strait-site: trains one site's block of layers, exchanging activations and "
                "gradients with its neighbours through the gateway."};
   app.set_version_flag("--version", "strait-site " STRAIT_VERSION);
-  std::string config, site_id;
-  app.add_option("-c,--config", config, "Job spec (federation YAML)")->required()->type_name("FILE");
-  app.add_option("-s,--site", site_id, "This site's id (one of the job spec's sites)")
+  strait::site::SiteOptions o;
+  app.add_option("-c,--config", o.config, "Job spec (federation YAML)")->required()->type_name("FILE");
+  app.add_option("-s,--site", o.site_id, "This site's id (one of the job spec's sites)")
       ->required()
       ->type_name("ID");
+  app.add_option("--gateway", o.gateway, "Gateway address; overrides gateway.address")
+      ->type_name("HOST:PORT");
+  app.add_option("--cert", o.cert, "Site certificate (default: the job spec's tls.site_cert)")
+      ->type_name("FILE");
+  app.add_option("--key", o.key, "Site private key (default: tls.site_key)")->type_name("FILE");
+  app.add_option("--ca", o.ca, "Federation CA certificate (default: tls.ca)")->type_name("FILE");
+  app.add_flag("--insecure", o.insecure,
+               "Plaintext gRPC to a gateway started with --insecure (tests only); links stay "
+               "sealed when the job spec encrypts them");
+  app.add_option("--steps", o.steps,
+                 "Train this many steps instead of the job spec's (every site must agree)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--threads", o.threads, "Compute threads per worker")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--out", o.out, "Write final.ckpt and metrics.json to this directory")
+      ->type_name("DIR");
+  app.add_flag("!--no-eval", o.evaluate, "Skip the test-set evaluation after the last step");
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  if (absl::Status s = strait::SetupLogging("site " + site_id, log_level); !s.ok()) {
+  if (absl::Status s = strait::SetupLogging("site " + o.site_id, log_level); !s.ok()) {
     std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
     return 2;
   }
+  std::signal(SIGPIPE, SIG_IGN);
 
-  absl::StatusOr<strait::JobSpec> spec = strait::LoadJobSpec(config);
-  if (!spec.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(spec.status().message()).c_str());
-    return 2;
+  absl::Status status = strait::site::RunSite(o);
+  if (!status.ok()) {
+    std::fprintf(stderr, "strait-site %s: %s\n", o.site_id.c_str(), status.ToString().c_str());
+    return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
-  int index = spec->SiteIndex(site_id);
-  if (index < 0) {
-    std::string ids;
-    for (const auto& s : spec->sites) ids += (ids.empty() ? "" : ", ") + s.id;
-    std::fprintf(stderr, "%s: no site '%s'; the sites are %s\n", config.c_str(), site_id.c_str(),
-                 ids.c_str());
-    return 2;
-  }
-  std::fprintf(stderr,
-               "strait-site: %s is stage %d of %s (layers [%d, %d)); this build cannot train yet: "
-               "joining and training arrive with the site issue.\n",
-               site_id.c_str(), index, spec->name.c_str(), spec->sites[index].layers.start,
-               spec->sites[index].layers.end);
-  return 1;
+  return 0;
 }

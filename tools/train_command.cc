@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/job_spec.h"
+#include "core/logging.h"
 #include "site/backend/backend_factory.h"
 #include "site/nn/trainer.h"
 #include "tools/command.h"
@@ -26,12 +27,6 @@ struct TrainOptions {
   std::string out = "train-out";
   int log_every = 50;
 };
-
-std::string Duration(double seconds) {
-  const int64_t s = static_cast<int64_t>(seconds + 0.5);
-  return s >= 3600 ? absl::StrFormat("%dh%02dm", s / 3600, s / 60 % 60)
-                   : absl::StrFormat("%dm%02ds", s / 60, s % 60);
-}
 
 int Fail(const absl::Status& status, int code) {
   std::fprintf(stderr, "strait train: %s\n", std::string(status.message()).c_str());
@@ -97,7 +92,7 @@ int RunTrain(const TrainOptions& o) {
       std::printf("step %6lld/%lld  epoch %.2f  loss %.4f  %.0f samples/s  ETA %s\n",
                   static_cast<long long>(t.step()), static_cast<long long>(total),
                   static_cast<double>(t.step()) / per_epoch, stats->loss, rate,
-                  Duration((total - t.step()) * ts.global_batch / rate).c_str());
+                  FormatDuration((total - t.step()) * ts.global_batch / rate).c_str());
       std::fflush(stdout);
       window_start = std::chrono::steady_clock::now();
       window_steps = 0;
@@ -127,7 +122,7 @@ int RunTrain(const TrainOptions& o) {
   const double samples_per_second = total * ts.global_batch / std::max(train_seconds, 1e-9);
   std::printf("test accuracy %.2f%% after %lld steps; %.0f samples/s (%s training)\n",
               100 * *accuracy, static_cast<long long>(total), samples_per_second,
-              Duration(train_seconds).c_str());
+              FormatDuration(train_seconds).c_str());
 
   const std::string checkpoint = o.out + "/final.ckpt";
   if (absl::Status s = t.SaveCheckpoint(checkpoint); !s.ok()) return Fail(s, 1);

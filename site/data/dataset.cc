@@ -21,4 +21,11 @@ absl::StatusOr<Dataset> LoadDataset(const DataSpec& data, const ModelSpec& model
   return d;
 }
 
+absl::StatusOr<int64_t> DatasetSize(const DataSpec& data, Split split) {
+  if (data.kind == DatasetKind::kSynthetic) {
+    return int64_t{split == Split::kTrain ? data.synthetic_train : data.synthetic_test};
+  }
+  return FashionMnistSize(data.path, split);
+}
+
 }  // namespace strait

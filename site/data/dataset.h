@@ -23,4 +23,8 @@ struct Dataset {
 // Blocks while reading files. Thread-safe.
 absl::StatusOr<Dataset> LoadDataset(const DataSpec& data, const ModelSpec& model, Split split);
 
+// The number of samples of a split without loading it (a middle stage needs only the count to
+// follow the evaluation batches). Thread-safe.
+absl::StatusOr<int64_t> DatasetSize(const DataSpec& data, Split split);
+
 }  // namespace strait

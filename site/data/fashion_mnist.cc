@@ -62,10 +62,21 @@ absl::StatusOr<GzFile> OpenIdx(const std::string& path, int dims, std::vector<ui
   return f;
 }
 
+std::string FilePrefix(const std::string& dir, Split split) {
+  return absl::StrCat(dir, "/", split == Split::kTrain ? "train" : "t10k");
+}
+
 }  // namespace
 
+absl::StatusOr<int64_t> FashionMnistSize(const std::string& dir, Split split) {
+  const std::string labels_path = FilePrefix(dir, split) + "-labels-idx1-ubyte.gz";
+  std::vector<uint32_t> shape;
+  STRAIT_ASSIGN_OR_RETURN(GzFile labels, OpenIdx(labels_path, 1, &shape));
+  return int64_t{shape[0]};
+}
+
 absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, Split split) {
-  const std::string prefix = absl::StrCat(dir, "/", split == Split::kTrain ? "train" : "t10k");
+  const std::string prefix = FilePrefix(dir, split);
   const std::string images_path = prefix + "-images-idx3-ubyte.gz";
   const std::string labels_path = prefix + "-labels-idx1-ubyte.gz";
 

@@ -16,4 +16,7 @@ inline constexpr float kFashionMnistStd = 0.3530f;
 // 10). Missing or malformed files give an error naming the file and the package. Thread-safe.
 absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, Split split);
 
+// The number of samples of a split, from the labels file's header only. Thread-safe.
+absl::StatusOr<int64_t> FashionMnistSize(const std::string& dir, Split split);
+
 }  // namespace strait

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
-#include "site/nn/checkpoint.h"
+#include "site/nn/stage_checkpoint.h"
 
 namespace strait {
 
@@ -100,41 +100,11 @@ absl::StatusOr<double> Trainer::TestAccuracy() {
 }
 
 absl::Status Trainer::SaveCheckpoint(const std::string& path) {
-  CheckpointState s;
-  s.step = step_;
-  s.optimizer_kind = static_cast<uint32_t>(spec_.training.optimizer.kind);
-  s.fingerprint = stage_->Fingerprint();
-  s.first_layer = stage_->range().start;
-  s.end_layer = stage_->range().end;
-  s.init_seed = spec_.model.init_seed;
-  s.data_seed = spec_.data.seed;
-  STRAIT_ASSIGN_OR_RETURN(s.params, stage_->Params());
-  STRAIT_ASSIGN_OR_RETURN(s.optimizer_state, stage_->OptimizerState());
-  return WriteCheckpoint(path, s);
+  return SaveStageCheckpoint(path, spec_, *stage_, step_);
 }
 
 absl::Status Trainer::LoadCheckpoint(const std::string& path) {
-  STRAIT_ASSIGN_OR_RETURN(CheckpointState s, ReadCheckpoint(path));
-  auto mismatch = [&](const std::string& what) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint ", path, " does not match this job: ", what));
-  };
-  if (s.fingerprint != stage_->Fingerprint() || s.first_layer != stage_->range().start ||
-      s.end_layer != stage_->range().end) {
-    return mismatch(absl::StrCat("it holds layers [", s.first_layer, ", ", s.end_layer,
-                                 ") of another model or split (fingerprint ", s.fingerprint,
-                                 ", expected ", stage_->Fingerprint(), ")"));
-  }
-  if (s.optimizer_kind != static_cast<uint32_t>(spec_.training.optimizer.kind)) {
-    return mismatch("it was written with another optimizer");
-  }
-  if (s.init_seed != spec_.model.init_seed || s.data_seed != spec_.data.seed) {
-    return mismatch(absl::StrCat("seeds init ", s.init_seed, " / data ", s.data_seed,
-                                 ", the job has ", spec_.model.init_seed, " / ", spec_.data.seed));
-  }
-  STRAIT_RETURN_IF_ERROR(stage_->SetParams(s.params));
-  STRAIT_RETURN_IF_ERROR(stage_->SetOptimizerState(s.optimizer_state));
-  step_ = s.step;
+  STRAIT_ASSIGN_OR_RETURN(step_, LoadStageCheckpoint(path, spec_, *stage_));
   return absl::OkStatus();
 }
 

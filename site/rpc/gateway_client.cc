@@ -15,7 +15,8 @@ absl::Status FromGrpc(const grpc::Status& status) {
 
 }  // namespace
 
-GatewayClient::GatewayClient(Options options) : options_(std::move(options)) {}
+GatewayClient::GatewayClient(Options options)
+    : options_(std::move(options)), control_handler_(options_.on_control) {}
 
 absl::StatusOr<std::unique_ptr<GatewayClient>> GatewayClient::Connect(Options options,
                                                                       const v1::JoinRequest& join) {

@@ -27,6 +27,9 @@ class GatewayClient final : public GatewayLink {
     std::chrono::milliseconds heartbeat{1000};
     std::chrono::seconds join_timeout{10};
     uint64_t max_frame_bytes = 1ull << 30;  // Deliveries larger than this are refused.
+    // Control handler from the start (a neighbour's key may arrive right after the Join); OnControl
+    // replaces it.
+    std::function<void(const v1::Control&)> on_control;
   };
 
   // Joins and opens both streams. Blocks up to join_timeout. The Join's status on refusal (e.g.

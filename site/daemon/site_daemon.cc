@@ -1,0 +1,420 @@
+#include "site/daemon/site_daemon.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/join_request.h"
+#include "core/job_spec.h"
+#include "core/logging.h"
+#include "core/status.h"
+#include "crypto/certificates.h"
+#include "crypto/deny_list.h"
+#include "site/backend/backend_factory.h"
+#include "site/daemon/neighbour_keys.h"
+#include "site/exchange/link_security.h"
+#include "site/nn/stage_checkpoint.h"
+#include "site/pipeline/site_runner.h"
+#include "site/rpc/gateway_client.h"
+#include "site/rpc/tls_credentials.h"
+
+namespace strait::site {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+// What the progress lines, the reports and the summary share; written by the training thread.
+struct Progress {
+  std::mutex mu;
+  int64_t step = 0;
+  std::optional<double> loss;
+  double samples_per_second = 0.0;
+  double eta_s = 0.0;
+};
+
+// Sends a SiteReport every `interval` (and once more on destruction) with the figures of the
+// interval since the previous one.
+class Reporter {
+ public:
+  Reporter(GatewayLink& link, SiteMetrics& metrics, Progress& progress, double interval_s)
+      : link_(link), metrics_(metrics), progress_(progress), interval_(interval_s) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~Reporter() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    Send();
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, std::chrono::duration<double>(interval_), [this] { return stop_; })) {
+      Send();
+    }
+  }
+  void Send() {
+    const SiteMetrics::Totals now = metrics_.Snapshot();
+    const SiteMetrics::Totals delta = SiteMetrics::Difference(now, previous_);
+    previous_ = now;
+    v1::SiteReport report;
+    {
+      std::lock_guard<std::mutex> lock(progress_.mu);
+      report.set_step(static_cast<uint64_t>(progress_.step));
+      if (progress_.loss) {
+        report.set_has_loss(true);
+        report.set_loss(*progress_.loss);
+      }
+      report.set_samples_per_second(progress_.samples_per_second);
+      report.set_eta_s(progress_.eta_s);
+    }
+    report.set_compute_s(delta.Seconds(Timer::kCompute));
+    report.set_wait_s(delta.Seconds(Timer::kWait));
+    report.set_encode_s(delta.Seconds(Timer::kEncode));
+    report.set_decode_s(delta.Seconds(Timer::kDecode));
+    report.set_seal_s(delta.Seconds(Timer::kSeal));
+    report.set_open_s(delta.Seconds(Timer::kOpen));
+    for (const v1::LinkBytes& l : delta.links) *report.add_links() = l;
+    report.set_rejected_frames(delta.rejected_frames);
+    link_.Report(report);
+  }
+
+  GatewayLink& link_;
+  SiteMetrics& metrics_;
+  Progress& progress_;
+  const double interval_;
+  SiteMetrics::Totals previous_;  // Used by the reporting thread, then by the destructor.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+// The TLS paths: options first, then the job spec's tls: section.
+absl::StatusOr<crypto::TlsMaterial> LoadSiteTls(const SiteOptions& o, const JobSpec& spec) {
+  const std::string ca = o.ca.empty() ? spec.tls.ca : o.ca;
+  const std::string cert = o.cert.empty() ? spec.tls.SiteCert(o.site_id) : o.cert;
+  const std::string key = o.key.empty() ? spec.tls.SiteKey(o.site_id) : o.key;
+  absl::StatusOr<crypto::TlsMaterial> material = crypto::LoadTlsMaterial(ca, cert, key);
+  if (!material.ok()) {
+    return Invalid(absl::StrCat(material.status().message(),
+                                " (make certificates with `strait certs`, or pass --cert/--key/--ca)"));
+  }
+  return material;
+}
+
+// The job spec with the command line's overrides applied, and this site's index in it.
+absl::StatusOr<std::pair<JobSpec, int>> LoadSpec(const SiteOptions& o) {
+  absl::StatusOr<JobSpec> spec = LoadJobSpec(o.config);
+  if (!spec.ok()) return Invalid(std::string(spec.status().message()));
+  const int index = spec->SiteIndex(o.site_id);
+  if (index < 0) {
+    std::string ids;
+    for (const SiteSpec& s : spec->sites) ids += (ids.empty() ? "" : ", ") + s.id;
+    return Invalid(absl::StrCat(o.config, ": no site '", o.site_id, "'; the sites are ", ids));
+  }
+  if (o.steps > 0) {
+    spec->training.steps = o.steps;
+    spec->training.epochs = 0;
+  }
+  if (!o.gateway.empty()) spec->gateway.address = o.gateway;
+  return std::make_pair(*std::move(spec), index);
+}
+
+// Loads what this stage reads of the data set (DESIGN.md §1: data stays at its site).
+absl::StatusOr<StageData> LoadStageData(const JobSpec& spec, bool first, bool last) {
+  StageData data;
+  if (first || last) {
+    STRAIT_ASSIGN_OR_RETURN(Dataset train, LoadDataset(spec.data, spec.model, Split::kTrain));
+    STRAIT_ASSIGN_OR_RETURN(Dataset test, LoadDataset(spec.data, spec.model, Split::kTest));
+    if (train.size < spec.training.global_batch) {
+      return Invalid(absl::StrCat("the training set has ", train.size,
+                                  " samples, fewer than one global batch of ",
+                                  spec.training.global_batch));
+    }
+    data.test_size = test.size;
+    data.train = std::move(train);
+    data.test = std::move(test);
+  } else {
+    STRAIT_ASSIGN_OR_RETURN(data.test_size, DatasetSize(spec.data, Split::kTest));
+  }
+  return data;
+}
+
+nlohmann::json LinksJson(const std::vector<v1::LinkBytes>& links) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const v1::LinkBytes& l : links) {
+    out.push_back({{"boundary", l.boundary()},
+                   {"direction", l.direction() == v1::FORWARD ? "forward" : "backward"},
+                   {"sent", l.sent()},
+                   {"raw_bytes", l.raw_bytes()},
+                   {"wire_bytes", l.wire_bytes()},
+                   {"frames", l.frames()}});
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::Status RunSite(const SiteOptions& o) {
+  STRAIT_ASSIGN_OR_RETURN(auto loaded, LoadSpec(o));
+  const JobSpec& spec = loaded.first;
+  const int index = loaded.second;
+  const int stages = static_cast<int>(spec.sites.size());
+  const SiteSpec& site = spec.sites[index];
+  const bool first = index == 0, last = index == stages - 1;
+  const LinkSpec* link_in = first ? nullptr : &spec.links[index - 1];  // With the previous stage.
+  const LinkSpec* link_out = last ? nullptr : &spec.links[index];     // With the next stage.
+  const bool sealed = (link_in && link_in->encryption) || (link_out && link_out->encryption);
+  if (o.threads < 1) return Invalid("--threads must be at least 1");
+
+  // Identity: the certificate authenticates the gRPC channel and signs this epoch's link key.
+  std::optional<crypto::TlsMaterial> tls;
+  if (!o.insecure || sealed) {
+    STRAIT_ASSIGN_OR_RETURN(tls, LoadSiteTls(o, spec));
+  }
+  crypto::DenyList deny_list;
+  if (!spec.tls.deny_list.empty()) {
+    STRAIT_ASSIGN_OR_RETURN(deny_list, crypto::DenyList::Load(spec.tls.deny_list));
+  }
+  // A restarted site joins with a newer epoch (the gateway refuses older ones).
+  const auto epoch = static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::seconds>(
+                                               std::chrono::system_clock::now().time_since_epoch())
+                                               .count());
+  std::unique_ptr<LinkSecurity> security;
+  v1::SignedKey own_key = UnsignedKey(o.site_id, epoch);
+  if (tls) {
+    STRAIT_ASSIGN_OR_RETURN(security, LinkSecurity::Create(spec.name, epoch, tls->own, tls->ca_pem,
+                                                           deny_list));
+    own_key = security->own_key();
+  }
+
+  // Control messages arrive on the client's thread from the moment it joins.
+  NeighbourKeys keys;
+  std::mutex runner_mu;
+  SiteRunner* active_runner = nullptr;
+  absl::Status stopped;  // Guarded by runner_mu.
+  auto on_control = [&](const v1::Control& control) {
+    switch (control.kind_case()) {
+      case v1::Control::kNeighbourKey:
+        keys.Add(control.neighbour_key());
+        break;
+      case v1::Control::kStop: {
+        std::lock_guard<std::mutex> lock(runner_mu);
+        stopped = absl::AbortedError("the gateway stopped the job: " + control.stop().reason());
+        if (active_runner) active_runner->Abort(stopped);
+        break;
+      }
+      case v1::Control::kSiteDown:
+        spdlog::warn("site {} is down; waiting for it to come back", control.site_down().site_id());
+        break;
+      default:
+        spdlog::warn("control message {} is not handled by this version", control.kind_case());
+        break;
+    }
+  };
+
+  GatewayClient::Options client_options;
+  client_options.address = spec.gateway.address;
+  if (o.insecure) {
+    client_options.credentials = grpc::InsecureChannelCredentials();
+    client_options.insecure_site_id = o.site_id;
+  } else {
+    client_options.credentials = MakeSiteChannelCredentials(*tls);
+  }
+  client_options.on_control = on_control;
+  spdlog::info("stage {} of {} (layers [{}, {})), joining the gateway at {}", index, stages,
+               site.layers.start, site.layers.end, spec.gateway.address);
+  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<GatewayClient> client,
+                          GatewayClient::Connect(client_options, JoinRequestFor(spec, index, own_key)));
+  for (const v1::SignedKey& k : client->join_reply().neighbour_keys()) keys.Add(k);
+
+  // Build the stage and load the data while the neighbours join.
+  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
+                          CreateBackend(site.device, {o.threads, 0}));
+  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Stage> stage,
+                          Stage::Create(spec.model, site.layers, spec.training.optimizer,
+                                        spec.training.MicrobatchSize(), backend.get()));
+  STRAIT_ASSIGN_OR_RETURN(StageData data, LoadStageData(spec, first, last));
+
+  std::vector<std::string> peers;
+  if (link_in && link_in->encryption) peers.push_back(spec.sites[index - 1].id);
+  if (link_out && link_out->encryption) peers.push_back(spec.sites[index + 1].id);
+  STRAIT_ASSIGN_OR_RETURN(
+      auto peer_keys,
+      keys.WaitFor(peers, std::chrono::minutes(10), std::chrono::seconds(10),
+                   [](const std::string& missing) {
+                     spdlog::info("waiting for {} to join the gateway", missing);
+                   }));
+
+  SiteMetrics metrics;
+  const int window = spec.training.microbatches + 2;
+  const int64_t mb = spec.training.MicrobatchSize();
+  const uint64_t max_raw =
+      static_cast<uint64_t>(mb) * std::max(stage->input_features(), stage->output_features()) * 4;
+  StageLinks links;
+  auto crypto_with = [&](const LinkSpec& link, int peer) -> absl::StatusOr<LinkSecurity::LinkCrypto> {
+    if (!link.encryption) return LinkSecurity::LinkCrypto{};
+    const std::string& id = spec.sites[peer].id;
+    absl::StatusOr<LinkSecurity::LinkCrypto> c = security->Derive(id, peer_keys[id], link.rotate_bytes);
+    if (!c.ok()) {
+      return absl::Status(c.status().code(), absl::StrCat("the key of neighbour ", id,
+                                                          " does not verify: ", c.status().message()));
+    }
+    return c;
+  };
+  if (link_in) {
+    STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c, crypto_with(*link_in, index - 1));
+    STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create(link_in->backward, std::move(c.sealer)));
+    links.backward_out = std::make_unique<FrameSender>(*client, std::move(encoder), index - 1,
+                                                       v1::BACKWARD, metrics, window);
+    links.forward_in = std::make_unique<FrameReceiver>(
+        *client, std::make_unique<FrameDecoder>(std::move(c.opener), max_raw),
+        spec.sites[index - 1].id, index - 1, v1::FORWARD, metrics, window);
+  }
+  if (link_out) {
+    STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c, crypto_with(*link_out, index + 1));
+    STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create(link_out->forward, std::move(c.sealer)));
+    links.forward_out = std::make_unique<FrameSender>(*client, std::move(encoder), index,
+                                                      v1::FORWARD, metrics, window);
+    links.backward_in = std::make_unique<FrameReceiver>(
+        *client, std::make_unique<FrameDecoder>(std::move(c.opener), max_raw),
+        spec.sites[index + 1].id, index, v1::BACKWARD, metrics, window);
+  }
+
+  int64_t total = spec.training.steps;
+  if (total == 0) {
+    STRAIT_ASSIGN_OR_RETURN(int64_t train_size, DatasetSize(spec.data, Split::kTrain));
+    total = int64_t{spec.training.epochs} * (train_size / spec.training.global_batch);
+  }
+  SiteRunner runner(spec, index, *stage, std::move(links), std::move(data), metrics, total);
+  {
+    std::lock_guard<std::mutex> lock(runner_mu);
+    active_runner = &runner;
+    if (!stopped.ok()) runner.Abort(stopped);
+  }
+  auto detach_runner = [&] {
+    std::lock_guard<std::mutex> lock(runner_mu);
+    active_runner = nullptr;
+  };
+
+  Progress progress;
+  std::vector<double> losses;
+  double train_seconds = 0.0;
+  std::optional<double> accuracy;
+  absl::Status result;
+  {
+    Reporter reporter(*client, metrics, progress, o.report_interval_s);
+    std::printf("%s: stage %d of %d, layers [%d, %d), %lld steps\n", o.site_id.c_str(), index,
+                stages, site.layers.start, site.layers.end, static_cast<long long>(total));
+    std::fflush(stdout);
+    const auto start = Clock::now();
+    auto window_start = start;
+    int64_t window_steps = 0;
+    while (result.ok() && runner.step() < total) {
+      absl::StatusOr<StepResult> step = runner.Step();
+      if (!step.ok()) {
+        result = step.status();
+        break;
+      }
+      const auto now = Clock::now();
+      ++window_steps;
+      if (step->loss) losses.push_back(*step->loss);
+      const double elapsed = Seconds(start, now);
+      const double rate = runner.step() * spec.training.global_batch / std::max(elapsed, 1e-9);
+      {
+        std::lock_guard<std::mutex> lock(progress.mu);
+        progress.step = runner.step();
+        progress.loss = step->loss;
+        progress.samples_per_second = rate;
+        progress.eta_s = (total - runner.step()) * spec.training.global_batch / std::max(rate, 1e-9);
+      }
+      if (Seconds(window_start, now) >= 2.0 || runner.step() == total || runner.step() == 1) {
+        const double window_rate =
+            window_steps * spec.training.global_batch / std::max(Seconds(window_start, now), 1e-9);
+        std::printf("step %6lld/%lld%s  %.0f samples/s  ETA %s\n",
+                    static_cast<long long>(runner.step()), static_cast<long long>(total),
+                    step->loss ? absl::StrCat("  loss ", absl::StrFormat("%.4f", *step->loss)).c_str()
+                               : "",
+                    window_rate, FormatDuration(progress.eta_s).c_str());
+        std::fflush(stdout);
+        window_start = now;
+        window_steps = 0;
+      }
+    }
+    train_seconds = Seconds(start, Clock::now());
+    if (result.ok() && o.evaluate) {
+      absl::StatusOr<std::optional<double>> evaluated = runner.Evaluate();
+      if (evaluated.ok()) {
+        accuracy = *evaluated;
+      } else {
+        result = evaluated.status();
+      }
+    }
+    if (result.ok()) result = runner.Flush();
+  }
+  detach_runner();
+  {
+    std::lock_guard<std::mutex> lock(runner_mu);
+    if (!stopped.ok() && !result.ok()) result = stopped;
+  }
+  const double samples_per_second =
+      runner.step() * spec.training.global_batch / std::max(train_seconds, 1e-9);
+  if (accuracy) {
+    std::printf("test accuracy %.2f%% after %lld steps; %.0f samples/s\n", 100 * *accuracy,
+                static_cast<long long>(runner.step()), samples_per_second);
+    std::fflush(stdout);
+  }
+
+  if (result.ok() && !o.out.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.out, ec);
+    if (ec) return absl::InternalError("cannot create --out " + o.out + ": " + ec.message());
+    STRAIT_RETURN_IF_ERROR(SaveStageCheckpoint(o.out + "/final.ckpt", spec, *stage, runner.step()));
+    const SiteMetrics::Totals totals = metrics.Snapshot();
+    nlohmann::json summary = {{"site", o.site_id},
+                              {"stage", index},
+                              {"steps", runner.step()},
+                              {"samples_per_second", samples_per_second},
+                              {"train_seconds", train_seconds},
+                              {"links", LinksJson(totals.links)},
+                              {"rejected_frames", totals.rejected_frames},
+                              {"time",
+                               {{"compute_s", totals.Seconds(Timer::kCompute)},
+                                {"wait_s", totals.Seconds(Timer::kWait)},
+                                {"encode_s", totals.Seconds(Timer::kEncode)},
+                                {"decode_s", totals.Seconds(Timer::kDecode)},
+                                {"seal_s", totals.Seconds(Timer::kSeal)},
+                                {"open_s", totals.Seconds(Timer::kOpen)}}}};
+    if (last) summary["loss"] = losses;
+    if (accuracy) summary["test_accuracy"] = *accuracy;
+    std::ofstream(o.out + "/metrics.json") << summary.dump(1) << "\n";
+  }
+  absl::Status closed = client->Close();
+  if (!closed.ok() && result.ok()) spdlog::debug("stream closed: {}", closed.ToString());
+  return result;
+}
+
+}  // namespace strait::site

@@ -1,0 +1,63 @@
+// A stage's checkpoint file for a job (site/nn/checkpoint.h format): what `strait train` and each site
+// save and load. Templates over the stage type so that a Stage and a group of replicas of one
+// (site/collective) share the checks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "core/job_spec.h"
+#include "core/status.h"
+#include "site/nn/checkpoint.h"
+
+namespace strait {
+
+// Writes the parameters and optimizer state of `stage` after `step` steps of `spec` to `path`
+// (atomically). Blocks on disk I/O.
+template <class StageT>
+absl::Status SaveStageCheckpoint(const std::string& path, const JobSpec& spec, const StageT& stage,
+                                 int64_t step) {
+  CheckpointState s;
+  s.step = step;
+  s.optimizer_kind = static_cast<uint32_t>(spec.training.optimizer.kind);
+  s.fingerprint = stage.Fingerprint();
+  s.first_layer = stage.range().start;
+  s.end_layer = stage.range().end;
+  s.init_seed = spec.model.init_seed;
+  s.data_seed = spec.data.seed;
+  STRAIT_ASSIGN_OR_RETURN(s.params, stage.Params());
+  STRAIT_ASSIGN_OR_RETURN(s.optimizer_state, stage.OptimizerState());
+  return WriteCheckpoint(path, s);
+}
+
+// Restores `stage` from `path` and returns the step it was saved at. FailedPrecondition when the
+// file comes from another model, split, optimizer or seeds.
+template <class StageT>
+absl::StatusOr<int64_t> LoadStageCheckpoint(const std::string& path, const JobSpec& spec,
+                                            StageT& stage) {
+  STRAIT_ASSIGN_OR_RETURN(CheckpointState s, ReadCheckpoint(path));
+  auto mismatch = [&](const std::string& what) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint ", path, " does not match this job: ", what));
+  };
+  if (s.fingerprint != stage.Fingerprint() || s.first_layer != stage.range().start ||
+      s.end_layer != stage.range().end) {
+    return mismatch(absl::StrCat("it holds layers [", s.first_layer, ", ", s.end_layer,
+                                 ") of another model or split (fingerprint ", s.fingerprint,
+                                 ", expected ", stage.Fingerprint(), ")"));
+  }
+  if (s.optimizer_kind != static_cast<uint32_t>(spec.training.optimizer.kind)) {
+    return mismatch("it was written with another optimizer");
+  }
+  if (s.init_seed != spec.model.init_seed || s.data_seed != spec.data.seed) {
+    return mismatch(absl::StrCat("seeds init ", s.init_seed, " / data ", s.data_seed,
+                                 ", the job has ", spec.model.init_seed, " / ", spec.data.seed));
+  }
+  STRAIT_RETURN_IF_ERROR(stage.SetParams(s.params));
+  STRAIT_RETURN_IF_ERROR(stage.SetOptimizerState(s.optimizer_state));
+  return s.step;
+}
+
+}  // namespace strait

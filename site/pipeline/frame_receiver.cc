@@ -1,0 +1,119 @@
+#include "site/pipeline/frame_receiver.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/tensor_key.h"
+
+namespace strait::site {
+
+FrameReceiver::FrameReceiver(GatewayLink& link, std::unique_ptr<FrameDecoder> decoder,
+                             std::string peer, uint32_t boundary, v1::Direction direction,
+                             SiteMetrics& metrics, int window,
+                             std::chrono::milliseconds pull_timeout)
+    : link_(link),
+      decoder_(std::move(decoder)),
+      peer_(std::move(peer)),
+      boundary_(boundary),
+      direction_(direction),
+      metrics_(metrics),
+      window_(window < 1 ? 1 : window),
+      pull_timeout_(pull_timeout) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+FrameReceiver::~FrameReceiver() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void FrameReceiver::Fail(const absl::Status& status) {
+  if (status_.ok()) status_ = status;
+  cv_.notify_all();
+}
+
+void FrameReceiver::Stop(const absl::Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Fail(status);
+}
+
+void FrameReceiver::Expect(const v1::TensorKey& key, std::vector<int64_t> shape) {
+  std::lock_guard<std::mutex> lock(mu_);
+  expected_.push_back({key, std::move(shape), {}});
+  cv_.notify_all();
+}
+
+absl::StatusOr<std::vector<float>> FrameReceiver::Take(const v1::TensorKey& key) {
+  const std::string id = key.SerializeAsString();
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return ready_.count(id) > 0 || !status_.ok(); });
+  if (!status_.ok()) return status_;
+  auto it = ready_.find(id);
+  std::vector<float> values = std::move(it->second);
+  ready_.erase(it);
+  return values;
+}
+
+void FrameReceiver::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    // Keeps `window_` pulls waiting at the gateway, oldest announcement first.
+    while (pulled_ < expected_.size() && pulled_ < window_) {
+      expected_[pulled_].frame = link_.Pull(expected_[pulled_].key, pull_timeout_);
+      ++pulled_;
+    }
+    if (stopping_ || !status_.ok()) return;
+    if (pulled_ == 0) {
+      cv_.wait(lock, [this] { return stopping_ || !status_.ok() || !expected_.empty(); });
+      continue;  // Pull what was announced.
+    }
+    Expected& oldest = expected_.front();
+    lock.unlock();
+    // Frames arrive in announcement order (the producer's order); waiting in slices lets new
+    // announcements get their pulls in flight meanwhile.
+    const bool arrived =
+        oldest.frame.wait_for(std::chrono::milliseconds(5)) == std::future_status::ready;
+    lock.lock();
+    if (!arrived) continue;
+    absl::StatusOr<ReceivedFrame> frame = oldest.frame.get();
+    if (!frame.ok() && frame.status().code() == absl::StatusCode::kDeadlineExceeded) {
+      oldest.frame = link_.Pull(oldest.key, pull_timeout_);  // The producer is slow: ask again.
+      continue;
+    }
+    Expected done = std::move(oldest);
+    expected_.pop_front();
+    --pulled_;
+    const std::string key_text = TensorKeyToString(done.key);
+    if (!frame.ok()) {
+      Fail(absl::Status(frame.status().code(), absl::StrCat("pulling ", key_text, " from ", peer_,
+                                                            ": ", frame.status().message())));
+      return;
+    }
+    lock.unlock();
+    const uint64_t raw = frame->header.raw_bytes(), wire = frame->header.wire_bytes();
+    DecodeTimings timings;
+    absl::StatusOr<std::vector<float>> values =
+        decoder_->Decode(done.key, done.shape, std::move(*frame), &timings);
+    metrics_.AddTime(Timer::kOpen, timings.open_s);
+    metrics_.AddTime(Timer::kDecode, timings.decode_s);
+    if (values.ok()) {
+      metrics_.AddFrame(boundary_, direction_, false, raw, wire);
+      link_.Ack(done.key);
+    } else {
+      metrics_.AddRejectedFrame();
+    }
+    lock.lock();
+    if (!values.ok()) {
+      Fail(absl::DataLossError(absl::StrCat("refused frame ", key_text, " from ", peer_, ": ",
+                                            values.status().message(),
+                                            " (altered or replayed in transit?)")));
+      return;
+    }
+    ready_.emplace(done.key.SerializeAsString(), std::move(*values));
+    cv_.notify_all();
+  }
+}
+
+}  // namespace strait::site

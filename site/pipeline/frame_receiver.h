@@ -1,0 +1,73 @@
+// The receiving half of one link direction (DESIGN.md §4): the compute thread announces, in the order
+// it will consume them, the tensors it expects; a thread of the receiver keeps pulls for the next
+// `window` of them waiting at the gateway (so a frame is delivered the moment its producer pushes
+// it), opens and decodes each frame as it arrives, acknowledges it, and holds the tensor until Take.
+// A frame that fails to open or decode is counted and stops the receiver with an error: nothing
+// unauthenticated reaches the model.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "site/exchange/frame_codec.h"
+#include "site/pipeline/gateway_link.h"
+#include "site/pipeline/site_metrics.h"
+
+namespace strait::site {
+
+class FrameReceiver {
+ public:
+  // `link` and `metrics` must outlive the receiver. `peer` names the producing site in errors.
+  FrameReceiver(GatewayLink& link, std::unique_ptr<FrameDecoder> decoder, std::string peer,
+                uint32_t boundary, v1::Direction direction, SiteMetrics& metrics, int window,
+                std::chrono::milliseconds pull_timeout = std::chrono::seconds(10));
+  ~FrameReceiver();  // Stops the thread; pulls still waiting are abandoned.
+
+  // Announces the next tensor to be taken. `shape`: the exact shape the frame must have. Never blocks.
+  void Expect(const v1::TensorKey& key, std::vector<int64_t> shape);
+
+  // Blocks until the tensor of `key` (announced earlier) is decoded and returns it; the receiver's
+  // error if it failed (a refused frame, the connection lost), or CANCELLED after Stop.
+  absl::StatusOr<std::vector<float>> Take(const v1::TensorKey& key);
+
+  // Makes every waiting and later Take fail with `status` (e.g. the job was stopped).
+  void Stop(const absl::Status& status);
+
+ private:
+  struct Expected {
+    v1::TensorKey key;
+    std::vector<int64_t> shape;
+    std::future<absl::StatusOr<ReceivedFrame>> frame;  // Valid once its pull is issued.
+  };
+  void Run();
+  void Fail(const absl::Status& status);  // Requires mu_.
+
+  GatewayLink& link_;
+  std::unique_ptr<FrameDecoder> decoder_;
+  const std::string peer_;
+  const uint32_t boundary_;
+  const v1::Direction direction_;
+  SiteMetrics& metrics_;
+  const size_t window_;
+  const std::chrono::milliseconds pull_timeout_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Expected> expected_;                   // Announced, oldest first; the first
+  size_t pulled_ = 0;                               // `pulled_` have pulls in flight.
+  std::map<std::string, std::vector<float>> ready_;  // Decoded, by key bytes, until taken.
+  absl::Status status_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace strait::site

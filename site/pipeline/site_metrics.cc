@@ -1,0 +1,53 @@
+#include "site/pipeline/site_metrics.h"
+
+namespace strait::site {
+
+void SiteMetrics::AddTime(Timer timer, double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  seconds_[static_cast<int>(timer)] += seconds;
+}
+
+void SiteMetrics::AddFrame(uint32_t boundary, v1::Direction direction, bool sent,
+                           uint64_t raw_bytes, uint64_t wire_bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::LinkBytes& link = links_[{boundary, static_cast<int>(direction), sent}];
+  link.set_boundary(boundary);
+  link.set_direction(direction);
+  link.set_sent(sent);
+  link.set_raw_bytes(link.raw_bytes() + raw_bytes);
+  link.set_wire_bytes(link.wire_bytes() + wire_bytes);
+  link.set_frames(link.frames() + 1);
+}
+
+void SiteMetrics::AddRejectedFrame() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++rejected_frames_;
+}
+
+SiteMetrics::Totals SiteMetrics::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Totals totals;
+  totals.seconds = seconds_;
+  for (const auto& [key, link] : links_) totals.links.push_back(link);
+  totals.rejected_frames = rejected_frames_;
+  return totals;
+}
+
+SiteMetrics::Totals SiteMetrics::Difference(const Totals& now, const Totals& before) {
+  Totals d = now;
+  for (int i = 0; i < kTimerCount; ++i) d.seconds[i] -= before.seconds[i];
+  for (v1::LinkBytes& link : d.links) {
+    for (const v1::LinkBytes& old : before.links) {
+      if (old.boundary() == link.boundary() && old.direction() == link.direction() &&
+          old.sent() == link.sent()) {
+        link.set_raw_bytes(link.raw_bytes() - old.raw_bytes());
+        link.set_wire_bytes(link.wire_bytes() - old.wire_bytes());
+        link.set_frames(link.frames() - old.frames());
+      }
+    }
+  }
+  d.rejected_frames -= before.rejected_frames;
+  return d;
+}
+
+}  // namespace strait::site

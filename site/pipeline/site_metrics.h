@@ -1,0 +1,46 @@
+// What a site measures while it trains (DESIGN.md §8): where the time goes and how many bytes cross
+// each link, added up by the threads that do the work and read by the reporter and the summary.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "strait/v1/gateway.pb.h"
+
+namespace strait::site {
+
+enum class Timer { kCompute, kWait, kEncode, kDecode, kSeal, kOpen };
+inline constexpr int kTimerCount = 6;
+
+// Thread-safe.
+class SiteMetrics {
+ public:
+  struct Totals {
+    std::array<double, kTimerCount> seconds{};
+    std::vector<v1::LinkBytes> links;  // One entry per (boundary, direction, sent), sorted.
+    uint64_t rejected_frames = 0;
+    double Seconds(Timer t) const { return seconds[static_cast<int>(t)]; }
+  };
+
+  void AddTime(Timer timer, double seconds);
+  void AddFrame(uint32_t boundary, v1::Direction direction, bool sent, uint64_t raw_bytes,
+                uint64_t wire_bytes);
+  void AddRejectedFrame();
+  Totals Snapshot() const;
+
+  // `now` minus `before`, for reports that cover the interval between two snapshots.
+  static Totals Difference(const Totals& now, const Totals& before);
+
+ private:
+  using LinkKey = std::tuple<uint32_t, int, bool>;
+  mutable std::mutex mu_;
+  std::array<double, kTimerCount> seconds_{};
+  std::map<LinkKey, v1::LinkBytes> links_;
+  uint64_t rejected_frames_ = 0;
+};
+
+}  // namespace strait::site

@@ -1,0 +1,275 @@
+#include "site/pipeline/site_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "site/nn/optimizer.h"
+
+namespace strait::site {
+namespace {
+
+class ScopedTimer {
+ public:
+  ScopedTimer(SiteMetrics& metrics, Timer timer)
+      : metrics_(metrics), timer_(timer), start_(std::chrono::steady_clock::now()) {}
+  ~ScopedTimer() {
+    metrics_.AddTime(timer_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
+                                 .count());
+  }
+
+ private:
+  SiteMetrics& metrics_;
+  Timer timer_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// A double crosses a link as the two floats that hold its bits (the lossless chain keeps bits).
+std::vector<float> DoubleAsFloats(double value) {
+  std::vector<float> out(2);
+  std::memcpy(out.data(), &value, sizeof(double));
+  return out;
+}
+double FloatsAsDouble(const std::vector<float>& values) {
+  double value;
+  std::memcpy(&value, values.data(), sizeof(double));
+  return value;
+}
+
+}  // namespace
+
+SiteRunner::SiteRunner(const JobSpec& spec, int index, Stage& stage, StageLinks links,
+                       StageData data, SiteMetrics& metrics, int64_t total_steps)
+    : spec_(spec),
+      index_(index),
+      stage_(stage),
+      links_(std::move(links)),
+      data_(std::move(data)),
+      metrics_(metrics),
+      total_steps_(total_steps),
+      microbatch_size_(spec.training.MicrobatchSize()),
+      ops_(StageSchedule(spec.training.schedule, static_cast<int>(spec.sites.size()), index,
+                         spec.training.microbatches)) {
+  if (data_.train) sampler_.emplace(spec.data.seed, data_.train->size, spec.training.global_batch);
+}
+
+v1::TensorKey SiteRunner::Key(int64_t step, int microbatch, int boundary, v1::Direction direction,
+                              v1::Purpose purpose) const {
+  v1::TensorKey key;
+  key.set_job(spec_.name);
+  key.set_step(static_cast<uint64_t>(step));
+  key.set_microbatch(static_cast<uint32_t>(microbatch));
+  key.set_boundary(static_cast<uint32_t>(boundary));
+  key.set_direction(direction);
+  key.set_purpose(purpose);
+  return key;
+}
+
+void SiteRunner::ExpectStep(int64_t step) {
+  const int64_t n = microbatch_size_;
+  const bool clip = spec_.training.grad_clip > 0.0;
+  for (int m = 0; m < spec_.training.microbatches; ++m) {
+    if (links_.forward_in) {
+      links_.forward_in->Expect(Key(step, m, index_ - 1, v1::FORWARD), {n, stage_.input_features()});
+    }
+    if (links_.backward_in) {
+      links_.backward_in->Expect(Key(step, m, index_, v1::BACKWARD), {n, stage_.output_features()});
+    }
+  }
+  if (clip && links_.forward_in) {
+    links_.forward_in->Expect(Key(step, 0, index_ - 1, v1::FORWARD, v1::CLIP), {1});
+  }
+  if (clip && links_.backward_in) {
+    links_.backward_in->Expect(Key(step, 0, index_, v1::BACKWARD, v1::CLIP), {2});
+  }
+  expected_through_ = step;
+}
+
+absl::StatusOr<std::vector<float>> SiteRunner::Receive(FrameReceiver& from,
+                                                       const v1::TensorKey& key) {
+  ScopedTimer timer(metrics_, Timer::kWait);
+  return from.Take(key);
+}
+
+absl::Status SiteRunner::SendTo(FrameSender& to, const v1::TensorKey& key,
+                                std::vector<float> values, std::vector<int64_t> shape) {
+  ScopedTimer timer(metrics_, Timer::kWait);  // Only blocks when too much is in flight.
+  return to.Send(key, std::move(values), std::move(shape));
+}
+
+void SiteRunner::Gather(const Dataset& data, const int64_t* indices, int n) {
+  const bool first = stage_.is_first(), last = stage_.is_last();
+  if (first) inputs_.resize(static_cast<size_t>(n) * data.features);
+  if (last) labels_.resize(n);
+  for (int i = 0; i < n; ++i) {
+    if (first) {
+      std::copy_n(data.inputs.begin() + indices[i] * data.features, data.features,
+                  inputs_.begin() + static_cast<int64_t>(i) * data.features);
+    }
+    if (last) labels_[i] = data.labels[indices[i]];
+  }
+}
+
+absl::StatusOr<StepResult> SiteRunner::Step() {
+  const TrainingSpec& t = spec_.training;
+  const int mb = microbatch_size_;
+  const bool first = stage_.is_first(), last = stage_.is_last();
+  const int64_t s = step_;
+  for (int64_t e = expected_through_ + 1; e <= std::min(s + 1, total_steps_ - 1); ++e) ExpectStep(e);
+  const std::vector<int64_t>* batch = sampler_ ? &sampler_->Batch(s) : nullptr;
+
+  StepResult result;
+  result.step = s;
+  double loss_sum = 0.0;
+  int64_t correct = 0;
+  stage_.ZeroGrad();
+  std::vector<float> grad_input;
+  for (const ScheduleOp& op : ops_) {
+    const int m = op.microbatch;
+    if (op.kind == ScheduleOp::kForward) {
+      if (batch != nullptr) Gather(*data_.train, batch->data() + int64_t{m} * mb, mb);
+      std::vector<float> input;
+      if (!first) {
+        STRAIT_ASSIGN_OR_RETURN(input, Receive(*links_.forward_in, Key(s, m, index_ - 1, v1::FORWARD)));
+      }
+      std::vector<float> output(last ? 0 : static_cast<size_t>(mb) * stage_.output_features());
+      {
+        ScopedTimer timer(metrics_, Timer::kCompute);
+        STRAIT_RETURN_IF_ERROR(stage_.Forward(s, m, mb, first ? inputs_.data() : input.data(),
+                                              last ? nullptr : output.data()));
+        if (last) {
+          STRAIT_ASSIGN_OR_RETURN(LossResult loss,
+                                  stage_.Loss(m, labels_.data(), 1.0f / t.global_batch));
+          loss_sum += loss.loss_sum;
+          correct += loss.correct;
+        }
+      }
+      if (!last) {
+        STRAIT_RETURN_IF_ERROR(SendTo(*links_.forward_out, Key(s, m, index_, v1::FORWARD),
+                                      std::move(output), {mb, stage_.output_features()}));
+      }
+    } else {
+      std::vector<float> grad_output;
+      if (!last) {
+        STRAIT_ASSIGN_OR_RETURN(grad_output,
+                                Receive(*links_.backward_in, Key(s, m, index_, v1::BACKWARD)));
+      }
+      grad_input.resize(first ? 0 : static_cast<size_t>(mb) * stage_.input_features());
+      {
+        ScopedTimer timer(metrics_, Timer::kCompute);
+        STRAIT_RETURN_IF_ERROR(stage_.Backward(m, last ? nullptr : grad_output.data(),
+                                               first ? nullptr : grad_input.data()));
+      }
+      if (!first) {
+        STRAIT_RETURN_IF_ERROR(SendTo(*links_.backward_out, Key(s, m, index_ - 1, v1::BACKWARD),
+                                      std::move(grad_input), {mb, stage_.input_features()}));
+      }
+    }
+  }
+  STRAIT_ASSIGN_OR_RETURN(float scale, ClipScale(s));
+  {
+    ScopedTimer timer(metrics_, Timer::kCompute);
+    STRAIT_RETURN_IF_ERROR(stage_.OptimizerStep(s + 1, scale));
+  }
+  if (last) {
+    result.loss = loss_sum / t.global_batch;
+    result.accuracy = static_cast<double>(correct) / t.global_batch;
+  }
+  ++step_;
+  return result;
+}
+
+absl::StatusOr<float> SiteRunner::ClipScale(int64_t s) {
+  if (spec_.training.grad_clip <= 0.0) return 1.0f;
+  double downstream = 0.0;
+  if (links_.backward_in) {
+    STRAIT_ASSIGN_OR_RETURN(std::vector<float> sum,
+                            Receive(*links_.backward_in, Key(s, 0, index_, v1::BACKWARD, v1::CLIP)));
+    downstream = FloatsAsDouble(sum);
+  }
+  double total;
+  {
+    ScopedTimer timer(metrics_, Timer::kCompute);
+    STRAIT_ASSIGN_OR_RETURN(total, stage_.GradSumSquares(downstream));
+  }
+  float scale;
+  if (links_.backward_out) {
+    STRAIT_RETURN_IF_ERROR(SendTo(*links_.backward_out, Key(s, 0, index_ - 1, v1::BACKWARD, v1::CLIP),
+                                  DoubleAsFloats(total), {2}));
+    STRAIT_ASSIGN_OR_RETURN(std::vector<float> relayed,
+                            Receive(*links_.forward_in, Key(s, 0, index_ - 1, v1::FORWARD, v1::CLIP)));
+    scale = relayed[0];
+  } else {
+    scale = GlobalNormClipScale(total, spec_.training.grad_clip);
+  }
+  if (links_.forward_out) {
+    STRAIT_RETURN_IF_ERROR(
+        SendTo(*links_.forward_out, Key(s, 0, index_, v1::FORWARD, v1::CLIP), {scale}, {1}));
+  }
+  return scale;
+}
+
+absl::StatusOr<std::optional<double>> SiteRunner::Evaluate() {
+  const bool first = stage_.is_first(), last = stage_.is_last();
+  const int64_t size = data_.test ? data_.test->size : data_.test_size;
+  const int64_t batches = (size + microbatch_size_ - 1) / microbatch_size_;
+  auto rows = [&](int64_t b) {
+    return static_cast<int>(std::min<int64_t>(microbatch_size_, size - b * microbatch_size_));
+  };
+  if (links_.forward_in) {
+    for (int64_t b = 0; b < batches; ++b) {
+      links_.forward_in->Expect(Key(step_, static_cast<int>(b), index_ - 1, v1::FORWARD, v1::EVAL),
+                                {rows(b), stage_.input_features()});
+    }
+  }
+  std::vector<int64_t> indices(microbatch_size_);
+  int64_t correct = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    const int n = rows(b);
+    if (data_.test) {
+      for (int i = 0; i < n; ++i) indices[i] = b * microbatch_size_ + i;
+      Gather(*data_.test, indices.data(), n);
+    }
+    std::vector<float> input;
+    if (!first) {
+      STRAIT_ASSIGN_OR_RETURN(input, Receive(*links_.forward_in,
+                                             Key(step_, static_cast<int>(b), index_ - 1,
+                                                 v1::FORWARD, v1::EVAL)));
+    }
+    std::vector<float> output(last ? 0 : static_cast<size_t>(n) * stage_.output_features());
+    {
+      ScopedTimer timer(metrics_, Timer::kCompute);
+      absl::Status forward = stage_.Forward(step_, 0, n, first ? inputs_.data() : input.data(),
+                                            last ? nullptr : output.data(), /*training=*/false);
+      absl::StatusOr<LossResult> loss =
+          forward.ok() && last ? stage_.Loss(0, labels_.data(), 0.0f) : LossResult{};
+      stage_.Discard(0);
+      STRAIT_RETURN_IF_ERROR(forward);
+      if (!loss.ok()) return loss.status();
+      correct += loss->correct;
+    }
+    if (!last) {
+      STRAIT_RETURN_IF_ERROR(SendTo(*links_.forward_out,
+                                    Key(step_, static_cast<int>(b), index_, v1::FORWARD, v1::EVAL),
+                                    std::move(output), {n, stage_.output_features()}));
+    }
+  }
+  if (!last) return std::optional<double>();
+  return std::optional<double>(size == 0 ? 0.0 : static_cast<double>(correct) / size);
+}
+
+absl::Status SiteRunner::Flush() {
+  ScopedTimer timer(metrics_, Timer::kWait);
+  if (links_.forward_out) STRAIT_RETURN_IF_ERROR(links_.forward_out->Flush());
+  if (links_.backward_out) STRAIT_RETURN_IF_ERROR(links_.backward_out->Flush());
+  return absl::OkStatus();
+}
+
+void SiteRunner::Abort(const absl::Status& status) {
+  if (links_.forward_in) links_.forward_in->Stop(status);
+  if (links_.backward_in) links_.backward_in->Stop(status);
+}
+
+}  // namespace strait::site

@@ -1,0 +1,102 @@
+// One site's part of federated training (DESIGN.md §4): runs its stage's forward and backward passes
+// in the order of the pipeline schedule, takes its inputs from the previous stage (or the data set)
+// and its output gradients from the next stage (or the loss), sends what its neighbours need, adds up
+// the global gradient norm across stages, and steps the optimizer: the same arithmetic, in the same
+// order, as `strait train` on the whole model, so lossless links give the same bits.
+//
+// Global-norm clipping rides on the links: after the last backward pass, stage i receives the sum of
+// squares of stages i+1..S-1, adds its own (GradSumSquares chains last to first) and sends the
+// total back; stage 0 turns it into the clip scale, which travels forward stage by stage. Both are
+// CLIP-purpose frames, sealed like the tensors and never lossy.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/job_spec.h"
+#include "site/data/dataset.h"
+#include "site/data/sampler.h"
+#include "site/nn/stage.h"
+#include "site/pipeline/frame_receiver.h"
+#include "site/pipeline/frame_sender.h"
+#include "site/pipeline/schedule.h"
+#include "site/pipeline/site_metrics.h"
+
+namespace strait::site {
+
+// The four link directions of a stage; the ones that do not exist (first / last stage) are null.
+struct StageLinks {
+  std::unique_ptr<FrameReceiver> forward_in;   // Activations from stage i-1.
+  std::unique_ptr<FrameSender> backward_out;   // Their gradients, to stage i-1.
+  std::unique_ptr<FrameSender> forward_out;    // Activations to stage i+1.
+  std::unique_ptr<FrameReceiver> backward_in;  // Their gradients, from stage i+1.
+};
+
+// What the stage's own data holds: the first stage reads inputs, the last stage labels; a middle
+// stage needs only the test split's size (to follow the evaluation batches).
+struct StageData {
+  std::optional<Dataset> train, test;  // Set on the first and the last stage.
+  int64_t test_size = 0;
+};
+
+struct StepResult {
+  int64_t step = 0;               // The step just taken (0-based).
+  std::optional<double> loss;     // Mean cross-entropy over the global batch (last stage).
+  std::optional<double> accuracy; // Fraction of the batch classified correctly (last stage).
+};
+
+class SiteRunner {
+ public:
+  // Stage `index` of `spec` with `stage` (built for its layers and microbatch size), links and data
+  // as above. `stage`, `metrics` and `spec` must outlive the runner. `total_steps`: how far the run
+  // goes (frames are announced one step ahead, never beyond it).
+  SiteRunner(const JobSpec& spec, int index, Stage& stage, StageLinks links, StageData data,
+             SiteMetrics& metrics, int64_t total_steps);
+
+  int64_t step() const { return step_; }  // Steps completed.
+
+  // One global step: the schedule's forwards and backwards, clipping, optimizer update. Blocks on
+  // the neighbours. An error (a refused frame, the gateway gone) leaves the runner unusable.
+  absl::StatusOr<StepResult> Step();
+
+  // Accuracy on the test split, evaluated through the whole pipeline (dropout off); returned on the
+  // last stage, nullopt elsewhere. Does not change the model.
+  absl::StatusOr<std::optional<double>> Evaluate();
+
+  // Blocks until the gateway holds everything this stage sent.
+  absl::Status Flush();
+
+  // Makes waiting receivers fail with `status` (the gateway stopped the job). Thread-safe.
+  void Abort(const absl::Status& status);
+
+ private:
+  v1::TensorKey Key(int64_t step, int microbatch, int boundary, v1::Direction direction,
+                    v1::Purpose purpose = v1::TRAIN) const;
+  void ExpectStep(int64_t step);
+  absl::StatusOr<float> ClipScale(int64_t step);
+  absl::StatusOr<std::vector<float>> Receive(FrameReceiver& from, const v1::TensorKey& key);
+  absl::Status SendTo(FrameSender& to, const v1::TensorKey& key, std::vector<float> values,
+                      std::vector<int64_t> shape);
+  // Copies inputs (first stage) and labels (last stage) of samples indices[0, n) of `data`.
+  void Gather(const Dataset& data, const int64_t* indices, int n);
+
+  const JobSpec& spec_;
+  const int index_;
+  Stage& stage_;
+  StageLinks links_;
+  StageData data_;
+  SiteMetrics& metrics_;
+  const int64_t total_steps_;
+  const int microbatch_size_;
+  const std::vector<ScheduleOp> ops_;
+  std::optional<Sampler> sampler_;
+  int64_t step_ = 0;
+  int64_t expected_through_ = -1;  // Last step whose frames were announced to the receivers.
+  std::vector<float> inputs_;
+  std::vector<int32_t> labels_;
+};
+
+}  // namespace strait::site
