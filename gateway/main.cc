@@ -49,6 +49,8 @@ int main(int argc, char** argv) {
                  "Write 'grpc=PORT' and 'http=PORT' to FILE once serving (for scripts and tests)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
+  uint64_t test_tamper_frame = 0;  // Hidden: fault injection for the end-to-end security test.
+  app.add_option("--test-tamper-frame", test_tamper_frame)->group("");
   CLI11_PARSE(app, argc, argv);
   if (absl::Status s = strait::SetupLogging("gateway", log_level); !s.ok()) return Fail(std::string(s.message()), 2);
 
@@ -101,6 +103,7 @@ int main(int argc, char** argv) {
   strait::gateway::GatewayOptions options;
   options.insecure = insecure;
   options.max_frame_bytes = strait::MaxFrameWireBytes(*spec);
+  options.test_tamper_frame = test_tamper_frame;
   strait::gateway::GatewayCore core(*spec, options);
   strait::gateway::GatewayService service(core, identity);
 

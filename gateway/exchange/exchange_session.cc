@@ -190,6 +190,7 @@ bool ExchangeSession::OnPush(v1::PushChunk chunk, std::function<void()> resume) 
 }
 
 void ExchangeSession::StoreFrame(FramePtr frame, uint64_t transfer_id) {
+  frame = core_.MaybeTamper(std::move(frame));
   const v1::TensorKey key = frame->header.key();
   if (core_.mailbox().Store(frame) == Mailbox::StoreResult::kStored) {
     core_.federation().CountPushed(frame->header);

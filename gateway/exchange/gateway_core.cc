@@ -1,5 +1,9 @@
 #include "gateway/exchange/gateway_core.h"
 
+#include <spdlog/spdlog.h>
+
+#include "core/tensor_key.h"
+
 namespace strait::gateway {
 
 GatewayCore::GatewayCore(const JobSpec& spec, GatewayOptions options)
@@ -31,6 +35,21 @@ void GatewayCore::Housekeeping() {
     federation_.CheckHeartbeats(now);
     lock.lock();
   }
+}
+
+FramePtr GatewayCore::MaybeTamper(FramePtr frame) {
+  if (options_.test_tamper_frame == 0 ||
+      frames_stored_.fetch_add(1) + 1 != options_.test_tamper_frame) {
+    return frame;
+  }
+  auto altered = std::make_shared<StoredFrame>(*frame);
+  for (std::string& chunk : altered->chunks) {
+    if (chunk.empty()) continue;
+    chunk[chunk.size() / 2] ^= 0x01;
+    spdlog::warn("test fault injection: flipped a byte of {}", TensorKeyToString(frame->header.key()));
+    break;
+  }
+  return altered;
 }
 
 }  // namespace strait::gateway

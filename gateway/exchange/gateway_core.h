@@ -23,6 +23,9 @@ struct GatewayOptions {
   std::chrono::milliseconds housekeeping_interval{100};
   size_t max_open_transfers_per_stream = 16;
   size_t max_pulls_per_stream = 1024;
+  // Test-only fault injection (hidden flag --test-tamper-frame): flips one byte in the body of the
+  // N-th frame stored (1-based; 0 = off), so tests can prove that sites refuse altered frames.
+  uint64_t test_tamper_frame = 0;
 };
 
 class GatewayCore {
@@ -34,6 +37,9 @@ class GatewayCore {
 
   const JobSpec& spec() const { return spec_; }
   const GatewayOptions& options() const { return options_; }
+  // `frame`, or a copy with one body byte flipped when it is the frame test_tamper_frame names.
+  // Thread-safe.
+  FramePtr MaybeTamper(FramePtr frame);
   Mailbox& mailbox() { return mailbox_; }
   Federation& federation() { return federation_; }
   v1::FederationState Snapshot() const;
@@ -43,6 +49,7 @@ class GatewayCore {
 
   const JobSpec& spec_;
   const GatewayOptions options_;
+  std::atomic<uint64_t> frames_stored_{0};
   Mailbox mailbox_;
   Federation federation_;
   std::mutex mu_;
