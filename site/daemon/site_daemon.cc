@@ -95,7 +95,7 @@ class Reporter {
     report.set_seal_s(delta.Seconds(Timer::kSeal));
     report.set_open_s(delta.Seconds(Timer::kOpen));
     for (const v1::LinkBytes& l : delta.links) *report.add_links() = l;
-    report.set_rejected_frames(delta.rejected_frames);
+    report.set_rejected_frames(now.rejected_frames);  // A running total (the gateway shows it).
     link_.Report(report);
   }
 

@@ -7,11 +7,11 @@
 
 #include <gtest/gtest.h>
 
-#include "tools/subprocess.h"
 #include "core/join_request.h"
 #include "crypto/certificates.h"
 #include "site/rpc/gateway_client.h"
 #include "site/rpc/tls_credentials.h"
+#include "tests/integration/federation_fixture.h"
 #include "tools/subprocess.h"
 
 namespace strait::site {
@@ -38,26 +38,6 @@ v1::FrameHeader Header(const v1::TensorKey& key, size_t floats) {
   return header;
 }
 
-// Writes a federation CA, the gateway's certificate (127.0.0.1) and certificates for `sites` into
-// `dir` with the file names the job spec expects by default (ca.pem, gateway.pem, <site>.pem...).
-void MakeCertificates(const std::string& dir, const std::vector<std::string>& sites) {
-  auto write = [&](const std::string& stem, const crypto::CertifiedKey& key) {
-    std::ofstream(dir + "/" + stem + ".pem") << key.certificate_pem;
-    std::ofstream(dir + "/" + stem + ".key") << key.key_pem;
-  };
-  absl::StatusOr<crypto::CertifiedKey> ca = crypto::CreateCa("client-test");
-  ASSERT_TRUE(ca.ok()) << ca.status();
-  write("ca", *ca);
-  absl::StatusOr<crypto::CertifiedKey> gateway = crypto::IssueGatewayCertificate(*ca, {"127.0.0.1"});
-  ASSERT_TRUE(gateway.ok()) << gateway.status();
-  write("gateway", *gateway);
-  for (const std::string& site : sites) {
-    absl::StatusOr<crypto::CertifiedKey> cert = crypto::IssueSiteCertificate(*ca, site);
-    ASSERT_TRUE(cert.ok()) << cert.status();
-    write(site, *cert);
-  }
-}
-
 // Parameter: true = mutual TLS with real certificates, false = --insecure.
 class GatewayClientTest : public ::testing::TestWithParam<bool> {
  protected:
@@ -66,7 +46,7 @@ class GatewayClientTest : public ::testing::TestWithParam<bool> {
   void SetUp() override {
     std::filesystem::create_directories(dir_.File("certs"));
     // "z" has a valid certificate of this federation but is not a site of the job.
-    MakeCertificates(dir_.File("certs"), {"a", "b", "z"});
+    ASSERT_TRUE(strait::testing::MakeCertificates(dir_.File("certs"), {"a", "b", "z"}, "client-test").ok());
     std::ofstream(dir_.File("fed.yaml")) << R"(name: client-test
 gateway: {memory_budget: 256MiB}
 model: {family: mlp, input: 16, hidden: [1048576, 8], classes: 4}
@@ -179,8 +159,7 @@ TEST_P(GatewayClientTest, PendingPullsFailWhenTheGatewayGoesAway) {
 TEST_P(GatewayClientTest, ACertificateOfAnotherFederationCannotJoin) {
   if (!tls()) GTEST_SKIP() << "plaintext has no certificates";
   const std::string other = dir_.File("other");
-  std::filesystem::create_directories(other);
-  MakeCertificates(other, {"a"});
+  ASSERT_TRUE(strait::testing::MakeCertificates(other, {"a"}, "other").ok());
   GatewayClient::Options options;
   options.address = address_;
   auto material = crypto::LoadTlsMaterial(other + "/ca.pem", other + "/a.pem", other + "/a.key");
