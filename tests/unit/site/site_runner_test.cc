@@ -1,0 +1,187 @@
+// The site pipeline in one process: three SiteRunners (one thread each, their own CPU backends)
+// exchanging sealed frames through an in-process gateway reproduce Trainer's bits, and a frame
+// altered on the way is refused, counted, and stops the consumer.
+#include "site/pipeline/site_runner.h"
+
+#include <cstring>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/job_spec.h"
+#include "site/backend/cpu/cpu_backend.h"
+#include "site/nn/trainer.h"
+#include "tests/unit/site/fake_gateway.h"
+
+namespace strait::site {
+namespace {
+
+constexpr char kJob[] = R"(name: runner-test
+model: {family: mlp, input: 12, hidden: [16, 16, 8], classes: 3, dropout: 0.2, init_seed: 3}
+data: {dataset: synthetic, seed: 5, train_size: 256, test_size: 70}
+training: {steps: 6, global_batch: 16, microbatches: 4, schedule: SCHEDULE, grad_clip: 0.3,
+           optimizer: {name: adamw, lr: 0.01}}
+sites:
+  - {id: a, layers: [0, 2]}
+  - {id: b, layers: [2, 3]}
+  - {id: c, layers: [3, 4]}
+links:
+  - {between: [a, b], forward: CHAIN, backward: CHAIN}
+  - {between: [b, c], forward: CHAIN, backward: CHAIN}
+)";
+
+JobSpec Spec(const std::string& schedule, const std::string& chain) {
+  std::string text = kJob;
+  text.replace(text.find("SCHEDULE"), 8, schedule);
+  for (size_t at; (at = text.find("CHAIN")) != std::string::npos;) text.replace(at, 5, chain);
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(text, "runner-test.yaml", "/");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+crypto::DirectionKey DirectionKey(uint8_t seed) {
+  crypto::DirectionKey key;
+  for (size_t i = 0; i < key.key.size(); ++i) key.key[i] = static_cast<uint8_t>(seed * 31 + i);
+  key.nonce_salt = {seed, 9, 9, 9};
+  key.key_epoch = 1;
+  return key;
+}
+
+struct SiteUnderTest {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Stage> stage;
+  std::unique_ptr<SiteRunner> runner;
+  SiteMetrics metrics;
+  absl::Status status;
+  std::optional<double> accuracy;
+};
+
+// Builds the three sites over `gateway`; the link of boundary b seals direction d with key 2b+d.
+std::vector<std::unique_ptr<SiteUnderTest>> Federation(const JobSpec& spec, FakeGateway& gateway,
+                                                       FakeGateway::Link& link) {
+  std::vector<std::unique_ptr<SiteUnderTest>> sites;
+  const int stages = static_cast<int>(spec.sites.size());
+  for (int i = 0; i < stages; ++i) {
+    auto site = std::make_unique<SiteUnderTest>();
+    site->backend = CreateCpuBackend(1);
+    site->stage = *Stage::Create(spec.model, spec.sites[i].layers, spec.training.optimizer,
+                                 spec.training.MicrobatchSize(), site->backend.get());
+    StageLinks links;
+    const uint64_t max_raw = 1 << 20;
+    if (i > 0) {
+      const LinkSpec& l = spec.links[i - 1];
+      links.forward_in = std::make_unique<FrameReceiver>(
+          link, std::make_unique<FrameDecoder>(*crypto::Opener::Create(DirectionKey(2 * (i - 1))), max_raw),
+          spec.sites[i - 1].id, i - 1, v1::FORWARD, site->metrics, 3);
+      links.backward_out = std::make_unique<FrameSender>(
+          link, *FrameEncoder::Create(l.backward, *crypto::Sealer::Create(DirectionKey(2 * (i - 1) + 1), 1 << 30)),
+          i - 1, v1::BACKWARD, site->metrics, 3);
+    }
+    if (i + 1 < stages) {
+      const LinkSpec& l = spec.links[i];
+      links.forward_out = std::make_unique<FrameSender>(
+          link, *FrameEncoder::Create(l.forward, *crypto::Sealer::Create(DirectionKey(2 * i), 1 << 30)),
+          i, v1::FORWARD, site->metrics, 3);
+      links.backward_in = std::make_unique<FrameReceiver>(
+          link, std::make_unique<FrameDecoder>(*crypto::Opener::Create(DirectionKey(2 * i + 1)), max_raw),
+          spec.sites[i + 1].id, i, v1::BACKWARD, site->metrics, 3);
+    }
+    StageData data;
+    if (i == 0 || i + 1 == stages) {
+      data.train = *LoadDataset(spec.data, spec.model, Split::kTrain);
+      data.test = *LoadDataset(spec.data, spec.model, Split::kTest);
+    }
+    data.test_size = *DatasetSize(spec.data, Split::kTest);
+    site->runner = std::make_unique<SiteRunner>(spec, i, *site->stage, std::move(links),
+                                                std::move(data), site->metrics,
+                                                spec.training.steps);
+    sites.push_back(std::move(site));
+  }
+  return sites;
+}
+
+// Trains every site to the end on its own thread, then evaluates and flushes.
+void RunAll(std::vector<std::unique_ptr<SiteUnderTest>>& sites, int64_t steps) {
+  std::vector<std::thread> threads;
+  for (auto& site : sites) {
+    threads.emplace_back([&site, steps] {
+      SiteUnderTest& s = *site;
+      while (s.status.ok() && s.runner->step() < steps) s.status = s.runner->Step().status();
+      if (!s.status.ok()) return;
+      absl::StatusOr<std::optional<double>> accuracy = s.runner->Evaluate();
+      s.status = accuracy.ok() ? s.runner->Flush() : accuracy.status();
+      if (accuracy.ok()) s.accuracy = *accuracy;
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+class SiteRunnerTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(SiteRunnerTest, ThreeSitesReproduceOneProcessBitForBit) {
+  const JobSpec spec = Spec(std::get<0>(GetParam()), std::get<1>(GetParam()));
+  FakeGateway gateway;
+  FakeGateway::Link link(gateway);
+  auto sites = Federation(spec, gateway, link);
+  RunAll(sites, spec.training.steps);
+
+  auto trainer = *Trainer::Create(spec, CreateCpuBackend(1));
+  for (int64_t s = 0; s < spec.training.steps; ++s) ASSERT_TRUE(trainer->Step().ok());
+  const std::vector<float> reference = *trainer->stage().Params();
+  size_t offset = 0;
+  for (auto& site : sites) {
+    ASSERT_TRUE(site->status.ok()) << site->status;
+    const std::vector<float> params = *site->stage->Params();
+    EXPECT_EQ(0, std::memcmp(params.data(), reference.data() + offset, 4 * params.size()));
+    offset += params.size();
+  }
+  EXPECT_EQ(offset, reference.size());
+  ASSERT_TRUE(sites.back()->accuracy.has_value());
+  EXPECT_EQ(*sites.back()->accuracy, *trainer->TestAccuracy());
+  EXPECT_FALSE(sites.front()->accuracy.has_value());
+  EXPECT_EQ(gateway.stored(), 0u);  // Everything pushed was consumed and acknowledged.
+  const SiteMetrics::Totals middle = sites[1]->metrics.Snapshot();
+  EXPECT_EQ(middle.links.size(), 4u);  // Both boundaries, both directions.
+  EXPECT_EQ(middle.rejected_frames, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(SchedulesAndChains, SiteRunnerTest,
+                         ::testing::Values(std::make_tuple("1f1b", "none"),
+                                           std::make_tuple("gpipe", "shuffle+zstd")));
+
+TEST(SiteRunnerSecurityTest, AnAlteredFrameIsRefusedAndStopsTheConsumer) {
+  const JobSpec spec = Spec("1f1b", "none");
+  FakeGateway gateway;
+  int pushed = 0;
+  gateway.on_push = [&](ReceivedFrame& frame) {
+    if (++pushed == 5) frame.body[frame.body.size() / 2] ^= 0x10;
+  };
+  FakeGateway::Link link(gateway);
+  auto sites = Federation(spec, gateway, link);
+  // The consumer of the altered frame stops; its neighbours would wait for it, so stop them too.
+  std::thread watchdog([&] {
+    for (int i = 0; i < 500; ++i) {
+      for (auto& site : sites) {
+        if (site->metrics.Snapshot().rejected_frames > 0) {
+          for (auto& other : sites) other->runner->Abort(absl::AbortedError("test over"));
+          return;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  RunAll(sites, spec.training.steps);
+  watchdog.join();
+  int refused = 0;
+  for (auto& site : sites) {
+    if (site->metrics.Snapshot().rejected_frames == 0) continue;
+    ++refused;
+    EXPECT_EQ(site->status.code(), absl::StatusCode::kDataLoss) << site->status;
+    EXPECT_THAT(std::string(site->status.message()), ::testing::HasSubstr("refused frame"));
+  }
+  EXPECT_EQ(refused, 1);
+}
+
+}  // namespace
+}  // namespace strait::site
