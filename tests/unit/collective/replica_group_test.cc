@@ -12,215 +12,18 @@
 
 #include "site/backend/backend_factory.h"
 #include "site/backend/counter_rng.h"
-#include "site/backend/cpu/cpu_backend.h"
+#include "tests/unit/collective/test_pipeline.h"
 
 namespace strait::collective {
 namespace {
 
-ModelSpec Mlp() {
-  ModelSpec m;
-  m.family = ModelFamily::kMlp;
-  m.mlp.input = 20;
-  m.mlp.hidden = {16, 12, 12, 8};  // 5 layers
-  m.mlp.classes = 4;
-  m.mlp.activation = Activation::kGelu;
-  m.mlp.dropout = 0.2f;
-  m.init_seed = 11;
-  return m;
-}
-
-ModelSpec Vit() {
-  ModelSpec m;
-  m.family = ModelFamily::kVit;
-  m.vit.channels = 1;
-  m.vit.height = 8;
-  m.vit.width = 8;
-  m.vit.patch = 4;
-  m.vit.dim = 16;
-  m.vit.depth = 3;  // 5 layers
-  m.vit.heads = 2;
-  m.vit.mlp_dim = 24;
-  m.vit.classes = 4;
-  m.vit.dropout = 0.2f;
-  m.init_seed = 5;
-  return m;
-}
-
-OptimizerSpec Optimizer(OptimizerKind kind) {
-  OptimizerSpec o;
-  o.kind = kind;
-  o.lr = 0.02;
-  o.weight_decay = 0.01;
-  return o;
-}
-
-constexpr int kMaxBatch = 6;
-
-// A stage of the pipeline under test: a plain Stage or a ReplicaGroup, driven alike.
-class Unit {
- public:
-  virtual ~Unit() = default;
-  virtual int64_t in() const = 0;
-  virtual int64_t out() const = 0;
-  virtual absl::Status Forward(int64_t step, int m, int n, const float* x, float* y) = 0;
-  virtual absl::StatusOr<LossResult> Loss(int m, const int32_t* labels, float scale) = 0;
-  virtual absl::Status Backward(int m, const float* dy, float* dx, bool last) = 0;
-  virtual void ZeroGrad() = 0;
-  virtual absl::StatusOr<double> GradSumSquares(double downstream) = 0;
-  virtual absl::Status OptimizerStep(int64_t step, float scale) = 0;
-  virtual std::vector<float> Params() = 0;
-};
-
-class StageUnit final : public Unit {
- public:
-  StageUnit(const ModelSpec& model, LayerRange range, OptimizerKind opt, int threads)
-      : backend_(CreateCpuBackend(threads)) {
-    auto s = Stage::Create(model, range, Optimizer(opt), kMaxBatch, backend_.get());
-    EXPECT_TRUE(s.ok()) << s.status();
-    stage_ = *std::move(s);
-  }
-  int64_t in() const override { return stage_->input_features(); }
-  int64_t out() const override { return stage_->output_features(); }
-  absl::Status Forward(int64_t step, int m, int n, const float* x, float* y) override {
-    return stage_->Forward(step, m, n, x, y);
-  }
-  absl::StatusOr<LossResult> Loss(int m, const int32_t* labels, float scale) override {
-    return stage_->Loss(m, labels, scale);
-  }
-  absl::Status Backward(int m, const float* dy, float* dx, bool) override {
-    return stage_->Backward(m, dy, dx);
-  }
-  void ZeroGrad() override { stage_->ZeroGrad(); }
-  absl::StatusOr<double> GradSumSquares(double d) override { return stage_->GradSumSquares(d); }
-  absl::Status OptimizerStep(int64_t step, float scale) override {
-    return stage_->OptimizerStep(step, scale);
-  }
-  std::vector<float> Params() override { return *stage_->Params(); }
-
- private:
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Stage> stage_;
-};
-
-class GroupUnit final : public Unit {
- public:
-  GroupUnit(const ModelSpec& model, LayerRange range, OptimizerKind opt, int workers, int threads) {
-    auto g = ReplicaGroup::Create(model, range, Optimizer(opt), kMaxBatch, DeviceKind::kCpu,
-                                  workers, threads);
-    EXPECT_TRUE(g.ok()) << g.status();
-    group_ = *std::move(g);
-  }
-  int64_t in() const override { return group_->input_features(); }
-  int64_t out() const override { return group_->output_features(); }
-  absl::Status Forward(int64_t step, int m, int n, const float* x, float* y) override {
-    return group_->Forward(step, m, n, x, y);
-  }
-  absl::StatusOr<LossResult> Loss(int m, const int32_t* labels, float scale) override {
-    return group_->Loss(m, labels, scale);
-  }
-  absl::Status Backward(int m, const float* dy, float* dx, bool last) override {
-    return group_->Backward(m, dy, dx, last);
-  }
-  void ZeroGrad() override { group_->ZeroGrad(); }
-  absl::StatusOr<double> GradSumSquares(double d) override { return group_->GradSumSquares(d); }
-  absl::Status OptimizerStep(int64_t step, float scale) override {
-    return group_->OptimizerStep(step, scale);
-  }
-  std::vector<float> Params() override { return *group_->Params(); }
-  ReplicaGroup& group() { return *group_; }
-
- private:
-  std::unique_ptr<ReplicaGroup> group_;
-};
-
-using Pipeline = std::vector<std::unique_ptr<Unit>>;
-
-struct StepResult {
-  std::vector<float> outputs;  // the last unit's logits, every microbatch in order
-  std::vector<float> params;   // every unit's, after the optimizer step
-  double loss = 0;
-  int64_t correct = 0;
-  double grad_sum_squares = 0;
-};
-
-// One step, GPipe order, microbatches of sizes[m] rows, chained through host buffers.
-StepResult RunStep(Pipeline& units, int64_t step, const std::vector<int>& sizes) {
-  StepResult r;
-  int global = 0;
-  for (int n : sizes) global += n;
-  for (auto& u : units) u->ZeroGrad();
-  const int microbatches = static_cast<int>(sizes.size());
-  for (int m = 0; m < microbatches; ++m) {
-    const int n = sizes[m];
-    std::vector<float> x(n * units.front()->in());
-    for (size_t i = 0; i < x.size(); ++i) x[i] = 2 * CounterUniform(CombineKey(step, m), i) - 1;
-    for (auto& u : units) {
-      std::vector<float> y(n * u->out());
-      EXPECT_TRUE(u->Forward(step, m, n, x.data(), y.data()).ok());
-      x = std::move(y);
-    }
-    r.outputs.insert(r.outputs.end(), x.begin(), x.end());
-    std::vector<int32_t> labels(n);
-    for (int i = 0; i < n; ++i) labels[i] = (3 * i + m + static_cast<int>(step)) % 4;
-    auto loss = units.back()->Loss(m, labels.data(), 1.0f / global);
-    EXPECT_TRUE(loss.ok()) << loss.status();
-    r.loss += loss->loss_sum;
-    r.correct += loss->correct;
-  }
-  for (int m = 0; m < microbatches; ++m) {
-    const int n = sizes[m];
-    std::vector<float> dy;
-    for (size_t k = units.size(); k-- > 0;) {
-      std::vector<float> dx(k > 0 ? n * units[k]->in() : 0);
-      EXPECT_TRUE(units[k]
-                      ->Backward(m, dy.empty() ? nullptr : dy.data(), k > 0 ? dx.data() : nullptr,
-                                 m == microbatches - 1)
-                      .ok());
-      dy = std::move(dx);
-    }
-  }
-  for (size_t k = units.size(); k-- > 0;) {
-    r.grad_sum_squares = *units[k]->GradSumSquares(r.grad_sum_squares);
-  }
-  for (auto& u : units) {
-    EXPECT_TRUE(u->OptimizerStep(step + 1, 1.0f).ok());
-    std::vector<float> p = u->Params();
-    r.params.insert(r.params.end(), p.begin(), p.end());
-  }
-  return r;
-}
-
-// workers[k] = 0: unit k is a plain Stage; otherwise a ReplicaGroup of that many workers.
-Pipeline Make(const ModelSpec& model, const std::vector<LayerRange>& ranges,
-              const std::vector<int>& workers, OptimizerKind opt, int threads = 1) {
-  Pipeline units;
-  for (size_t k = 0; k < ranges.size(); ++k) {
-    if (workers[k] == 0) {
-      units.push_back(std::make_unique<StageUnit>(model, ranges[k], opt, threads));
-    } else {
-      units.push_back(std::make_unique<GroupUnit>(model, ranges[k], opt, workers[k], threads));
-    }
-  }
-  return units;
-}
-
-// max |a - b| / max |b|: the difference relative to the tensor's scale (elements near zero would
-// make an element-wise ratio measure nothing but rounding).
-double RelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    diff = std::max(diff, std::abs(double{a[i]} - b[i]));
-    scale = std::max(scale, std::abs(double{b[i]}));
-  }
-  return diff / scale;
-}
-
+using namespace ::strait::collective::harness;  // NOLINT: the shared harness
 void ExpectCloseToStage(const ModelSpec& model, const std::vector<LayerRange>& ranges,
                         const std::vector<int>& workers, OptimizerKind opt,
                         const std::vector<int>& sizes) {
-  Pipeline reference = Make(model, ranges, std::vector<int>(ranges.size(), 0), opt);
-  Pipeline group = Make(model, ranges, workers, opt);
+  Pipeline reference =
+      Make(model, ranges, std::vector<int>(ranges.size(), 0), opt, DeviceKind::kCpu, 1);
+  Pipeline group = Make(model, ranges, workers, opt, DeviceKind::kCpu, 1);
   for (int64_t step = 0; step < 3; ++step) {
     StepResult a = RunStep(reference, step, sizes), b = RunStep(group, step, sizes);
     EXPECT_LT(RelativeDifference(b.outputs, a.outputs), 1e-5) << "step " << step;
@@ -269,16 +72,18 @@ void ExpectBitIdentical(Pipeline& a, Pipeline& b, const std::vector<int>& sizes)
 
 TEST(ReplicaGroupTest, OneWorkerIsBitIdenticalToStage) {
   for (const ModelSpec& model : {Mlp(), Vit()}) {
-    Pipeline stage = Make(model, {{0, 2}, {2, 5}}, {0, 0}, OptimizerKind::kAdamW, 2);
-    Pipeline group = Make(model, {{0, 2}, {2, 5}}, {1, 1}, OptimizerKind::kAdamW, 2);
+    Pipeline stage =
+        Make(model, {{0, 2}, {2, 5}}, {0, 0}, OptimizerKind::kAdamW, DeviceKind::kCpu, 2);
+    Pipeline group =
+        Make(model, {{0, 2}, {2, 5}}, {1, 1}, OptimizerKind::kAdamW, DeviceKind::kCpu, 2);
     ExpectBitIdentical(stage, group, {6, 3});
   }
 }
 
 TEST(ReplicaGroupTest, SameWorkersTwiceIsBitIdentical) {
   for (const ModelSpec& model : {Mlp(), Vit()}) {
-    Pipeline a = Make(model, {{0, 5}}, {3}, OptimizerKind::kAdamW);
-    Pipeline b = Make(model, {{0, 5}}, {3}, OptimizerKind::kAdamW);
+    Pipeline a = Make(model, {{0, 5}}, {3}, OptimizerKind::kAdamW, DeviceKind::kCpu, 1);
+    Pipeline b = Make(model, {{0, 5}}, {3}, OptimizerKind::kAdamW, DeviceKind::kCpu, 1);
     ExpectBitIdentical(a, b, {6, 5, 2});
   }
 }
