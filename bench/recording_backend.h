@@ -74,8 +74,9 @@ class RecordingBackend final : public Backend {
                     float grad_scale, float* loss, int32_t* correct, float* dlogits) override {
     inner_->CrossEntropy(rows, classes, logits, labels, grad_scale, loss, correct, dlogits);
   }
-  void Dropout(int64_t n, float p, uint64_t key, const float* x, float* y) override {
-    inner_->Dropout(n, p, key, x, y);
+  void Dropout(int64_t n, float p, uint64_t key, int64_t offset, const float* x,
+               float* y) override {
+    inner_->Dropout(n, p, key, offset, x, y);
   }
   void Axpy(int64_t n, float alpha, const float* x, float* y) override {
     inner_->Axpy(n, alpha, x, y);

@@ -15,5 +15,6 @@ void AddBenchCryptoCommand(CLI::App& bench, int* exit_code);
 void AddBenchRelayCommand(CLI::App& bench, int* exit_code);
 void AddBenchEngineCommand(CLI::App& bench, int* exit_code);
 void AddBenchCodecsCommand(CLI::App& bench, int* exit_code);
+void AddBenchCollectiveCommand(CLI::App& bench, int* exit_code);
 
 }  // namespace strait::tools

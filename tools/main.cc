@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   strait::tools::AddBenchRelayCommand(*bench, &exit_code);
   strait::tools::AddBenchEngineCommand(*bench, &exit_code);
   strait::tools::AddBenchCodecsCommand(*bench, &exit_code);
+  strait::tools::AddBenchCollectiveCommand(*bench, &exit_code);
 
   CLI11_PARSE(app, argc, argv);
   return exit_code;

@@ -91,9 +91,12 @@ class Backend {
                             float* loss /*[rows]*/, int32_t* correct /*[rows]*/,
                             float* dlogits /*[rows, classes]*/) = 0;
 
-  // y = x * keep / (1 - p), keep = CounterUniform(key, i) >= p (site/backend/counter_rng.h). The
-  // same call on dy is the backward. y may alias x.
-  virtual void Dropout(int64_t n, float p, uint64_t key, const float* x /*[n]*/,
+  // y[i] = x[i] * keep / (1 - p), keep = CounterUniform(key, offset + i) >= p
+  // (site/backend/counter_rng.h). `offset` is the index of x[0] in the whole tensor the mask is
+  // keyed for, so a worker that holds rows [r0, r1) of a microbatch (offset = r0 * row width) drops
+  // exactly what a pass over the whole microbatch drops. The same call on dy is the backward. y may
+  // alias x.
+  virtual void Dropout(int64_t n, float p, uint64_t key, int64_t offset, const float* x /*[n]*/,
                        float* y /*[n]*/) = 0;
 
   // y += alpha * x.

@@ -18,7 +18,7 @@ void DenseLayer::Forward(Backend& backend, const LayerParams& params, const Pass
   float* pre = act_ == ActivationOp::kGelu ? saved : y;
   LinearForward(backend, n, in, out, x, params.value[0], params.value[1], act_, pre, y);
   if (pass.training && dropout_ > 0.0f)
-    backend.Dropout(int64_t{n} * out, dropout_, pass.dropout_key, y, y);
+    backend.Dropout(int64_t{n} * out, dropout_, pass.dropout_key, pass.first_row * out, y, y);
 }
 
 void DenseLayer::Backward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
@@ -26,7 +26,8 @@ void DenseLayer::Backward(Backend& backend, const LayerParams& params, const Pas
                           float* scratch) {
   const int in = static_cast<int>(in_features()), out = static_cast<int>(out_features());
   const int64_t count = int64_t{n} * out;
-  if (pass.training && dropout_ > 0.0f) backend.Dropout(count, dropout_, pass.dropout_key, dy, dy);
+  if (pass.training && dropout_ > 0.0f)
+    backend.Dropout(count, dropout_, pass.dropout_key, pass.first_row * out, dy, dy);
   // ReLU after dropout: a dropped unit has y = 0 and gets no gradient either way.
   if (act_ != ActivationOp::kNone) {
     backend.ActivationBackward(count, act_, act_ == ActivationOp::kGelu ? saved : y, dy, dy);

@@ -26,6 +26,10 @@ struct LayerParams {
 struct PassInfo {
   bool training = true;      // false: dropout is the identity (evaluation)
   uint64_t dropout_key = 0;  // Keyed by (seed, step, microbatch, layer): see Stage.
+  // Index of the first of the pass's n samples in its microbatch: a worker that holds rows
+  // [first_row, first_row + n) of a microbatch (site/collective) offsets its dropout masks by
+  // that many rows, so masks do not depend on how a microbatch is split.
+  int64_t first_row = 0;
 };
 
 class Layer {

@@ -25,7 +25,7 @@ void PatchEmbedLayer::Forward(Backend& backend, const LayerParams& params, const
   backend.Copy2D(n, patches_ * d, scratch, int64_t{patches_} * d, y + d, row);
   backend.BiasActivation(n, static_cast<int>(row), params.value[3], ActivationOp::kNone, y, y);
   if (pass.training && vit_.dropout > 0.0f)
-    backend.Dropout(n * row, vit_.dropout, pass.dropout_key, y, y);
+    backend.Dropout(n * row, vit_.dropout, pass.dropout_key, pass.first_row * row, y, y);
 }
 
 void PatchEmbedLayer::Backward(Backend& backend, const LayerParams& params, const PassInfo& pass,
@@ -34,7 +34,7 @@ void PatchEmbedLayer::Backward(Backend& backend, const LayerParams& params, cons
   const int d = vit_.dim;
   const int64_t row = int64_t{tokens_} * d;
   if (pass.training && vit_.dropout > 0.0f)
-    backend.Dropout(n * row, vit_.dropout, pass.dropout_key, dy, dy);
+    backend.Dropout(n * row, vit_.dropout, pass.dropout_key, pass.first_row * row, dy, dy);
   backend.ColumnSum(n, static_cast<int>(row), dy, row, 1.0f, params.grad[3]);  // pos_embed
   backend.ColumnSum(n, d, dy, row, 1.0f, params.grad[2]);                      // cls_token
   backend.Copy2D(n, patches_ * d, dy + d, row, scratch, int64_t{patches_} * d);

@@ -14,6 +14,7 @@ struct Stage::Microbatch {
   int index = 0;
   int n = 0;
   int64_t step = 0;
+  int64_t first_row = 0;
   bool training = true;
   bool has_loss_grad = false;
   DeviceBuffer activations;  // activation_floats_ floats
@@ -139,11 +140,11 @@ absl::StatusOr<Stage::Microbatch*> Stage::Find(int microbatch, const char* what)
 PassInfo Stage::Pass(const Microbatch& mb, int layer) const {
   uint64_t key = CombineKey(CombineKey(init_seed_, 0x44524f50 /* "DROP" */), mb.step);
   key = CombineKey(key, static_cast<uint64_t>(mb.index));
-  return {mb.training, CombineKey(key, static_cast<uint64_t>(range_.start + layer))};
+  return {mb.training, CombineKey(key, static_cast<uint64_t>(range_.start + layer)), mb.first_row};
 }
 
 absl::Status Stage::Forward(int64_t step, int microbatch, int n, const float* input, float* output,
-                            bool training) {
+                            bool training, int64_t first_row) {
   if (n < 1 || n > max_batch_) {
     return absl::InvalidArgumentError(
         absl::StrCat("microbatch of ", n, " samples; this stage takes 1 to ", max_batch_));
@@ -156,6 +157,7 @@ absl::Status Stage::Forward(int64_t step, int microbatch, int n, const float* in
   mb->index = microbatch;
   mb->n = n;
   mb->step = step;
+  mb->first_row = first_row;
   mb->training = training;
   mb->has_loss_grad = false;
   float* acts = mb->activations.f32();
@@ -201,7 +203,8 @@ absl::StatusOr<LossResult> Stage::Loss(int microbatch, const int32_t* labels, fl
   return result;
 }
 
-absl::Status Stage::Backward(int microbatch, const float* grad_output, float* grad_input) {
+absl::Status Stage::Backward(int microbatch, const float* grad_output, float* grad_input,
+                             const std::function<void(int layer)>& layer_done) {
   STRAIT_ASSIGN_OR_RETURN(Microbatch * mb, Find(microbatch, "Backward"));
   const int n = mb->n;
   float* dy = grad_a_.f32();
@@ -220,6 +223,7 @@ absl::Status Stage::Backward(int microbatch, const float* grad_output, float* gr
     layers_[k]->Backward(*backend_, views_[k], Pass(*mb, static_cast<int>(k)), n,
                          acts + activation_offsets_[k], acts + activation_offsets_[k + 1], dy,
                          layer_dx, mb->saved.f32() + saved_offsets_[k], scratch_.f32());
+    if (layer_done) layer_done(static_cast<int>(k));
     dy = dx;
     dx = dx == grad_a_.f32() ? grad_b_.f32() : grad_a_.f32();
   }

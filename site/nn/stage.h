@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -57,9 +58,12 @@ class Stage {
 
   // Runs microbatch `microbatch` of global step `step` (0-based): input [n, input_features()]
   // -> output [n, output_features()] (not copied when output is null). Keeps what Backward needs
-  // until Backward or Discard. training = false disables dropout (evaluation).
+  // until Backward or Discard. training = false disables dropout (evaluation). first_row: the
+  // index of input's first sample in the whole microbatch when this stage is one of several
+  // replicas that each take some of its rows (site/collective); dropout masks are offset by it so
+  // that they do not depend on the split. 0 (whole microbatch) everywhere else.
   absl::Status Forward(int64_t step, int microbatch, int n, const float* input, float* output,
-                       bool training = true);
+                       bool training = true, int64_t first_row = 0);
 
   // Last stage only, after Forward(microbatch): softmax cross-entropy of its logits against
   // labels [n] (host); keeps dLoss/dlogits = (softmax - onehot) * grad_scale for Backward, where
@@ -69,7 +73,12 @@ class Stage {
   // Backpropagates microbatch `microbatch`: grad_output [n, output_features()] (host; null on the
   // last stage to use Loss's gradient) -> grad_input [n, input_features()] (skipped when null).
   // Parameter gradients are added to the gradient arena; the microbatch's state is freed.
-  absl::Status Backward(int microbatch, const float* grad_output, float* grad_input);
+  // layer_done (optional) is called on this thread with each layer's index in the stage (last to
+  // first) right after that layer's backward is queued on the backend: its parameter gradients
+  // are final once the queued work completes, so a local all-reduce can start on them while the
+  // earlier layers still compute (site/collective).
+  absl::Status Backward(int microbatch, const float* grad_output, float* grad_input,
+                        const std::function<void(int layer)>& layer_done = nullptr);
 
   // Drops a microbatch's saved state without a backward pass (after evaluation).
   void Discard(int microbatch);
@@ -82,6 +91,10 @@ class Stage {
   absl::StatusOr<double> GradSumSquares(double downstream = 0.0);
   // Applies the optimizer with gradients scaled by grad_scale; `step` counts updates from 1.
   absl::Status OptimizerStep(int64_t step, float grad_scale);
+
+  // The gradient arena in device memory (param_count() floats, layout order), which the local
+  // all-reduce of replicas (site/collective) sums in place. Owned by the stage.
+  float* grad_arena() const { return grads_.f32(); }
 
   // Host copies of the arenas, parameters in layout order (layer by layer, param by param).
   absl::StatusOr<std::vector<float>> Params() const;

@@ -82,6 +82,7 @@ void TransformerBlock::Forward(Backend& backend, const LayerParams& params, cons
   const int d = vit_.dim, f = vit_.mlp_dim;
   const int64_t rows = int64_t{n} * tokens_, rd = rows * d;
   const bool drop = pass.training && vit_.dropout > 0.0f;
+  const int64_t offset = pass.first_row * tokens_ * d;  // of the masks, in [n, T, D] elements
   const auto& w = params.value;
   BlockSaved<float> s = SavedViews(saved, rows, d, f);
   float* qkv = scratch;          // [R, 3D]
@@ -94,7 +95,9 @@ void TransformerBlock::Forward(Backend& backend, const LayerParams& params, cons
   AttentionForward(backend, Shape(n), qkv, s.att, s.attn, attn_scratch);
   LinearForward(backend, rows, d, d, s.att, w[kProjW], w[kProjB], ActivationOp::kNone, branch,
                 branch);
-  if (drop) backend.Dropout(rd, vit_.dropout, CombineKey(pass.dropout_key, 1), branch, branch);
+  if (drop) {
+    backend.Dropout(rd, vit_.dropout, CombineKey(pass.dropout_key, 1), offset, branch, branch);
+  }
   backend.CopyOnDevice(s.r1, x, sizeof(float) * rd);
   backend.Axpy(rd, 1.0f, branch, s.r1);
 
@@ -102,7 +105,7 @@ void TransformerBlock::Forward(Backend& backend, const LayerParams& params, cons
   backend.LayerNormForward(rows, d, s.r1, w[kLn2Gamma], w[kLn2Beta], s.xn2, s.mean2, s.rstd2);
   LinearForward(backend, rows, d, f, s.xn2, w[kFc1W], w[kFc1B], ActivationOp::kGelu, s.h, s.g);
   LinearForward(backend, rows, f, d, s.g, w[kFc2W], w[kFc2B], ActivationOp::kNone, y, y);
-  if (drop) backend.Dropout(rd, vit_.dropout, CombineKey(pass.dropout_key, 2), y, y);
+  if (drop) backend.Dropout(rd, vit_.dropout, CombineKey(pass.dropout_key, 2), offset, y, y);
   backend.Axpy(rd, 1.0f, s.r1, y);
 }
 
@@ -112,6 +115,7 @@ void TransformerBlock::Backward(Backend& backend, const LayerParams& params, con
   const int d = vit_.dim, f = vit_.mlp_dim;
   const int64_t rows = int64_t{n} * tokens_, rd = rows * d;
   const bool drop = pass.training && vit_.dropout > 0.0f;
+  const int64_t offset = pass.first_row * tokens_ * d;  // of the masks, in [n, T, D] elements
   const auto& w = params.value;
   const auto& g = params.grad;
   BlockSaved<const float> s = SavedViews(saved, rows, d, f);
@@ -123,7 +127,7 @@ void TransformerBlock::Backward(Backend& backend, const LayerParams& params, con
 
   // MLP branch: dy reaches r1 directly and through fc2 <- gelu <- fc1 <- ln2.
   backend.CopyOnDevice(dr1, dy, sizeof(float) * rd);
-  if (drop) backend.Dropout(rd, vit_.dropout, CombineKey(pass.dropout_key, 2), dy, dy);
+  if (drop) backend.Dropout(rd, vit_.dropout, CombineKey(pass.dropout_key, 2), offset, dy, dy);
   LinearBackward(backend, rows, f, d, s.g, w[kFc2W], dy, dg, g[kFc2W], g[kFc2B]);
   backend.ActivationBackward(rows * f, ActivationOp::kGelu, s.h, dg, dg);
   LinearBackward(backend, rows, d, f, s.xn2, w[kFc1W], dg, dtmp, g[kFc1W], g[kFc1B]);
@@ -133,7 +137,7 @@ void TransformerBlock::Backward(Backend& backend, const LayerParams& params, con
   // Attention branch: dr1 reaches x directly and through proj <- attention <- qkv <- ln1.
   float* dx_acc = dx != nullptr ? dx : dy;  // dy is free now
   backend.CopyOnDevice(dx_acc, dr1, sizeof(float) * rd);
-  if (drop) backend.Dropout(rd, vit_.dropout, CombineKey(pass.dropout_key, 1), dr1, dr1);
+  if (drop) backend.Dropout(rd, vit_.dropout, CombineKey(pass.dropout_key, 1), offset, dr1, dr1);
   LinearBackward(backend, rows, d, d, s.att, w[kProjW], dr1, dtmp, g[kProjW], g[kProjB]);
   AttentionBackward(backend, Shape(n), s.attn, dtmp, dqkv, attn_scratch);
   LinearBackward(backend, rows, d, 3 * d, s.xn1, w[kQkvW], dqkv, dtmp, g[kQkvW], g[kQkvB]);

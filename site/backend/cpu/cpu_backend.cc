@@ -294,9 +294,10 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void Dropout(int64_t n, float p, uint64_t key, const float* x, float* y) override {
+  void Dropout(int64_t n, float p, uint64_t key, int64_t offset, const float* x,
+               float* y) override {
     pool_.ParallelFor(n, kGrainFloats, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) y[i] = x[i] * DropoutScale(p, key, i);
+      for (int64_t i = begin; i < end; ++i) y[i] = x[i] * DropoutScale(p, key, offset + i);
     });
   }
 

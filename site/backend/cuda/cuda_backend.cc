@@ -11,24 +11,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "site/backend/cuda/cuda_kernels.h"
+#include "site/backend/cuda/cuda_status.h"
 
 namespace strait {
 namespace {
 
-// CUDA and cuBLAS errors -> Status with file:line (DESIGN.md §9: one check macro per library).
-absl::Status CudaStatus(cudaError_t e, const char* expr, const char* file, int line) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(file, ":", line, ": ", expr, ": ", cudaGetErrorName(e),
-                                          " (", cudaGetErrorString(e), ")"));
-}
-
+// cuBLAS errors -> Status with file:line (CUDA's: site/backend/cuda/cuda_status.h).
 absl::Status CublasStatus(cublasStatus_t e, const char* expr, const char* file, int line) {
   if (e == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
   return absl::InternalError(
       absl::StrCat(file, ":", line, ": ", expr, ": cuBLAS status ", static_cast<int>(e)));
 }
 
-#define STRAIT_CUDA_STATUS(expr) CudaStatus((expr), #expr, __FILE__, __LINE__)
 #define STRAIT_CUBLAS_STATUS(expr) CublasStatus((expr), #expr, __FILE__, __LINE__)
 
 cublasOperation_t Op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
@@ -51,6 +45,7 @@ class CudaBackend final : public Backend {
   }
 
   std::string Name() const override { return name_; }
+  cudaStream_t stream() const { return stream_; }
 
   absl::StatusOr<void*> Allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
@@ -148,8 +143,9 @@ class CudaBackend final : public Backend {
     Check(STRAIT_CUDA_STATUS(cuda::CrossEntropy(stream_, rows, classes, logits, labels, grad_scale,
                                                 loss, correct, dlogits)));
   }
-  void Dropout(int64_t n, float p, uint64_t key, const float* x, float* y) override {
-    Check(STRAIT_CUDA_STATUS(cuda::Dropout(stream_, n, p, key, x, y)));
+  void Dropout(int64_t n, float p, uint64_t key, int64_t offset, const float* x,
+               float* y) override {
+    Check(STRAIT_CUDA_STATUS(cuda::Dropout(stream_, n, p, key, offset, x, y)));
   }
   void Axpy(int64_t n, float alpha, const float* x, float* y) override {
     Check(STRAIT_CUDA_STATUS(cuda::Axpy(stream_, n, alpha, x, y)));
@@ -204,6 +200,11 @@ class CudaBackend final : public Backend {
 };
 
 }  // namespace
+
+void* CudaStreamOf(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  return cuda != nullptr ? cuda->stream() : nullptr;
+}
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
   int count = 0;

@@ -14,4 +14,9 @@ namespace strait {
 // driver); the message says what CUDA reported. The backend is used by one thread at a time.
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device);
 
+// The cudaStream_t on which `backend` queues its ops, or nullptr when it is not a CUDA backend.
+// For the local all-reduce (site/collective), which orders NCCL calls after the backward's work
+// on that stream; the stream stays owned by the backend.
+void* CudaStreamOf(Backend& backend);
+
 }  // namespace strait

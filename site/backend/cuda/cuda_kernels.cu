@@ -177,8 +177,9 @@ __global__ void CrossEntropyKernel(int64_t rows, int classes, const float* logit
   }
 }
 
-__global__ void DropoutKernel(int64_t n, float p, uint64_t key, const float* x, float* y) {
-  GRID_STRIDE(i, n) y[i] = x[i] * DropoutScale(p, key, static_cast<uint64_t>(i));
+__global__ void DropoutKernel(int64_t n, float p, uint64_t key, int64_t offset, const float* x,
+                              float* y) {
+  GRID_STRIDE(i, n) y[i] = x[i] * DropoutScale(p, key, static_cast<uint64_t>(offset + i));
 }
 
 __global__ void AxpyKernel(int64_t n, float alpha, const float* x, float* y) {
@@ -340,8 +341,9 @@ cudaError_t CrossEntropy(cudaStream_t s, int64_t rows, int classes, const float*
   return Launch(s, CrossEntropyKernel, rows, rows, classes, logits, labels, grad_scale, loss,
                 correct, dlogits);
 }
-cudaError_t Dropout(cudaStream_t s, int64_t n, float p, uint64_t key, const float* x, float* y) {
-  return Launch(s, DropoutKernel, n, n, p, key, x, y);
+cudaError_t Dropout(cudaStream_t s, int64_t n, float p, uint64_t key, int64_t offset,
+                    const float* x, float* y) {
+  return Launch(s, DropoutKernel, n, n, p, key, offset, x, y);
 }
 cudaError_t Axpy(cudaStream_t s, int64_t n, float alpha, const float* x, float* y) {
   return Launch(s, AxpyKernel, n, n, alpha, x, y);

@@ -34,7 +34,8 @@ cudaError_t SoftmaxRowsBackward(cudaStream_t s, int64_t rows, int cols, float sc
 cudaError_t CrossEntropy(cudaStream_t s, int64_t rows, int classes, const float* logits,
                          const int32_t* labels, float grad_scale, float* loss, int32_t* correct,
                          float* dlogits);
-cudaError_t Dropout(cudaStream_t s, int64_t n, float p, uint64_t key, const float* x, float* y);
+cudaError_t Dropout(cudaStream_t s, int64_t n, float p, uint64_t key, int64_t offset,
+                    const float* x, float* y);
 cudaError_t Axpy(cudaStream_t s, int64_t n, float alpha, const float* x, float* y);
 cudaError_t Copy2D(cudaStream_t s, int64_t rows, int cols, const float* src, int64_t ld_src,
                    float* dst, int64_t ld_dst);

@@ -164,8 +164,8 @@ TEST_F(BackendOpsTest, ElementwiseAndRowOps) {
   dl.Expect("cross-entropy gradient");
 
   auto d = Make(Random(n, 35));
-  cpu_->Dropout(n, 0.3f, 99, x.cpu(), d.cpu());
-  dev_->Dropout(n, 0.3f, 99, x.dev(), d.dev());
+  cpu_->Dropout(n, 0.3f, 99, 12345, x.cpu(), d.cpu());
+  dev_->Dropout(n, 0.3f, 99, 12345, x.dev(), d.dev());
   d.Expect("dropout", 0, 0);
   cpu_->Axpy(n, 0.5f, x.cpu(), d.cpu());
   dev_->Axpy(n, 0.5f, x.dev(), d.dev());
