@@ -22,7 +22,6 @@
 #include "core/status.h"
 #include "crypto/certificates.h"
 #include "crypto/deny_list.h"
-#include "site/backend/backend_factory.h"
 #include "site/daemon/neighbour_keys.h"
 #include "site/exchange/link_security.h"
 #include "site/nn/stage_checkpoint.h"
@@ -252,11 +251,12 @@ absl::Status RunSite(const SiteOptions& o) {
   for (const v1::SignedKey& k : client->join_reply().neighbour_keys()) keys.Add(k);
 
   // Build the stage and load the data while the neighbours join.
-  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
-                          CreateBackend(site.device, {o.threads, 0}));
-  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Stage> stage,
-                          Stage::Create(spec.model, site.layers, spec.training.optimizer,
-                                        spec.training.MicrobatchSize(), backend.get()));
+  STRAIT_ASSIGN_OR_RETURN(
+      std::unique_ptr<collective::ReplicaGroup> stage,
+      collective::ReplicaGroup::Create(spec.model, site.layers, spec.training.optimizer,
+                                       spec.training.MicrobatchSize(), site.device, site.workers,
+                                       o.threads));
+  spdlog::info("{} worker(s): {}", site.workers, stage->device_names());
   STRAIT_ASSIGN_OR_RETURN(StageData data, LoadStageData(spec, first, last));
 
   std::vector<std::string> peers;

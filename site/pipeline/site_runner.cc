@@ -40,7 +40,7 @@ double FloatsAsDouble(const std::vector<float>& values) {
 
 }  // namespace
 
-SiteRunner::SiteRunner(const JobSpec& spec, int index, Stage& stage, StageLinks links,
+SiteRunner::SiteRunner(const JobSpec& spec, int index, collective::ReplicaGroup& stage, StageLinks links,
                        StageData data, SiteMetrics& metrics, int64_t total_steps)
     : spec_(spec),
       index_(index),
@@ -159,8 +159,10 @@ absl::StatusOr<StepResult> SiteRunner::Step() {
       grad_input.resize(first ? 0 : static_cast<size_t>(mb) * stage_.input_features());
       {
         ScopedTimer timer(metrics_, Timer::kCompute);
+        // Backward passes run in microbatch order, so the last one all-reduces the workers' sums.
         STRAIT_RETURN_IF_ERROR(stage_.Backward(m, last ? nullptr : grad_output.data(),
-                                               first ? nullptr : grad_input.data()));
+                                               first ? nullptr : grad_input.data(),
+                                               /*last_of_step=*/m == t.microbatches - 1));
       }
       if (!first) {
         STRAIT_RETURN_IF_ERROR(SendTo(*links_.backward_out, Key(s, m, index_ - 1, v1::BACKWARD),

@@ -19,7 +19,7 @@
 #include "core/job_spec.h"
 #include "site/data/dataset.h"
 #include "site/data/sampler.h"
-#include "site/nn/stage.h"
+#include "site/collective/replica_group.h"
 #include "site/pipeline/frame_receiver.h"
 #include "site/pipeline/frame_sender.h"
 #include "site/pipeline/schedule.h"
@@ -50,10 +50,11 @@ struct StepResult {
 
 class SiteRunner {
  public:
-  // Stage `index` of `spec` with `stage` (built for its layers and microbatch size), links and data
+  // Stage `index` of `spec` with `stage` (its workers' replicas, built for its layers and microbatch
+  // size), links and data
   // as above. `stage`, `metrics` and `spec` must outlive the runner. `total_steps`: how far the run
   // goes (frames are announced one step ahead, never beyond it).
-  SiteRunner(const JobSpec& spec, int index, Stage& stage, StageLinks links, StageData data,
+  SiteRunner(const JobSpec& spec, int index, collective::ReplicaGroup& stage, StageLinks links, StageData data,
              SiteMetrics& metrics, int64_t total_steps);
 
   int64_t step() const { return step_; }  // Steps completed.
@@ -85,7 +86,7 @@ class SiteRunner {
 
   const JobSpec& spec_;
   const int index_;
-  Stage& stage_;
+  collective::ReplicaGroup& stage_;
   StageLinks links_;
   StageData data_;
   SiteMetrics& metrics_;

@@ -3,6 +3,7 @@
 // altered on the way is refused, counted, and stops the consumer.
 #include "site/pipeline/site_runner.h"
 
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -11,6 +12,7 @@
 
 #include "core/job_spec.h"
 #include "site/backend/cpu/cpu_backend.h"
+#include "site/collective/replica_group.h"
 #include "site/nn/trainer.h"
 #include "tests/unit/site/fake_gateway.h"
 
@@ -49,24 +51,26 @@ crypto::DirectionKey DirectionKey(uint8_t seed) {
 }
 
 struct SiteUnderTest {
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<Stage> stage;
+  std::unique_ptr<collective::ReplicaGroup> stage;
   std::unique_ptr<SiteRunner> runner;
   SiteMetrics metrics;
   absl::Status status;
   std::optional<double> accuracy;
 };
 
-// Builds the three sites over `gateway`; the link of boundary b seals direction d with key 2b+d.
+// Builds the three sites over `gateway` (site i with workers[i] CPU workers); the link of boundary b
+// seals direction d with key 2b+d.
 std::vector<std::unique_ptr<SiteUnderTest>> Federation(const JobSpec& spec, FakeGateway& gateway,
-                                                       FakeGateway::Link& link) {
+                                                       FakeGateway::Link& link,
+                                                       std::vector<int> workers = {1, 1, 1}) {
   std::vector<std::unique_ptr<SiteUnderTest>> sites;
   const int stages = static_cast<int>(spec.sites.size());
   for (int i = 0; i < stages; ++i) {
     auto site = std::make_unique<SiteUnderTest>();
-    site->backend = CreateCpuBackend(1);
-    site->stage = *Stage::Create(spec.model, spec.sites[i].layers, spec.training.optimizer,
-                                 spec.training.MicrobatchSize(), site->backend.get());
+    site->stage = *collective::ReplicaGroup::Create(spec.model, spec.sites[i].layers,
+                                                    spec.training.optimizer,
+                                                    spec.training.MicrobatchSize(),
+                                                    DeviceKind::kCpu, workers[i], 1);
     StageLinks links;
     const uint64_t max_raw = 1 << 20;
     if (i > 0) {
@@ -144,6 +148,26 @@ TEST_P(SiteRunnerTest, ThreeSitesReproduceOneProcessBitForBit) {
   const SiteMetrics::Totals middle = sites[1]->metrics.Snapshot();
   EXPECT_EQ(middle.links.size(), 4u);  // Both boundaries, both directions.
   EXPECT_EQ(middle.rejected_frames, 0u);
+}
+
+TEST(SiteRunnerWorkersTest, MixedWorkerCountsMatchOneWorkerUpToFloatOrder) {
+  const JobSpec spec = Spec("1f1b", "none");
+  FakeGateway gateway;
+  FakeGateway::Link link(gateway);
+  auto one = Federation(spec, gateway, link);
+  RunAll(one, spec.training.steps);
+  auto mixed = Federation(spec, gateway, link, {1, 2, 1});
+  RunAll(mixed, spec.training.steps);
+  for (size_t i = 0; i < one.size(); ++i) {
+    ASSERT_TRUE(one[i]->status.ok() && mixed[i]->status.ok()) << mixed[i]->status;
+    const std::vector<float> a = *one[i]->stage->Params(), b = *mixed[i]->stage->Params();
+    float scale = 0.0f, diff = 0.0f;
+    for (size_t k = 0; k < a.size(); ++k) {
+      scale = std::max(scale, std::abs(a[k]));
+      diff = std::max(diff, std::abs(a[k] - b[k]));
+    }
+    EXPECT_LE(diff, 1e-5f * scale) << "site " << i;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(SchedulesAndChains, SiteRunnerTest,
