@@ -1,4 +1,4 @@
-// `strait`: the operator's tool (config check; later demo, train, certs, wan, bench).
+// `strait`: the operator's tool (demo, config check, certs, train, bench).
 #include <CLI/CLI.hpp>
 
 #include "core/version.h"
@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "strait " STRAIT_VERSION);
   app.require_subcommand(1);
   int exit_code = 0;
+  strait::tools::AddDemoCommand(app, &exit_code);
   strait::tools::AddConfigCommand(app, &exit_code);
   strait::tools::AddCertsCommand(app, &exit_code);
   strait::tools::AddTrainCommand(app, &exit_code);
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
   strait::tools::AddBenchEngineCommand(*bench, &exit_code);
   strait::tools::AddBenchCodecsCommand(*bench, &exit_code);
   strait::tools::AddBenchCollectiveCommand(*bench, &exit_code);
+  strait::tools::AddBenchE2eCommand(*bench, &exit_code);
 
   CLI11_PARSE(app, argc, argv);
   return exit_code;

@@ -15,14 +15,14 @@ namespace strait::tools {
 
 TempDir::TempDir() {
   const char* base = std::getenv("TMPDIR");
-  std::string pattern = std::string(base != nullptr ? base : "/tmp") + "/strait-test-XXXXXX";
+  std::string pattern = std::string(base != nullptr ? base : "/tmp") + "/strait-XXXXXX";
   char* made = mkdtemp(pattern.data());
   path_ = made != nullptr ? made : "";
 }
 
 TempDir::~TempDir() {
   std::error_code ignored;
-  if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  if (!path_.empty() && !keep_) std::filesystem::remove_all(path_, ignored);
 }
 
 std::string FindStraitExecutable(const std::string& name) {

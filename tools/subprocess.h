@@ -12,16 +12,21 @@
 
 namespace strait::tools {
 
-// A fresh directory under $TMPDIR (or /tmp), removed with its contents on destruction.
+// A fresh directory under $TMPDIR (or /tmp), removed with its contents on destruction unless Keep()
+// was called (to leave logs behind for a failed run).
 class TempDir {
  public:
   TempDir();
   ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
   const std::string& path() const { return path_; }
   std::string File(const std::string& name) const { return path_ + "/" + name; }
+  void Keep() { keep_ = true; }
 
  private:
   std::string path_;
+  bool keep_ = false;
 };
 
 // The path of another Strait executable (`strait-gateway`, `strait-site`, `strait`): beside the

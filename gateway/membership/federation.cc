@@ -176,6 +176,10 @@ void Federation::Report(int site_index, const v1::SiteReport& report, Clock::tim
   site.info.set_step(report.step());
   if (report.has_checkpoint()) site.info.set_checkpoint_step(report.checkpoint_step());
   if (site.info.state() == v1::SITE_JOINED) site.info.set_state(v1::SITE_TRAINING);
+  if (report.finished() && site.info.state() == v1::SITE_TRAINING) {
+    site.info.set_state(v1::SITE_DONE);
+    spdlog::info("site {} finished at step {}", site.info.id(), report.step());
+  }
 }
 
 void Federation::CheckHeartbeats(Clock::time_point now) {

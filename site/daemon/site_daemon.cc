@@ -48,13 +48,15 @@ struct Progress {
 };
 
 // Sends a SiteReport every `interval` (and once more on destruction) with the figures of the
-// interval since the previous one.
+// interval since the previous one. After MarkFinished() the last report tells the gateway that the
+// site completed its job, so the end of its stream is not taken for a failure.
 class Reporter {
  public:
   Reporter(GatewayLink& link, SiteMetrics& metrics, Progress& progress, double interval_s)
       : link_(link), metrics_(metrics), progress_(progress), interval_(interval_s) {
     thread_ = std::thread([this] { Run(); });
   }
+  void MarkFinished() { finished_ = true; }
   ~Reporter() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -95,6 +97,7 @@ class Reporter {
     report.set_open_s(delta.Seconds(Timer::kOpen));
     for (const v1::LinkBytes& l : delta.links) *report.add_links() = l;
     report.set_rejected_frames(now.rejected_frames);  // A running total (the gateway shows it).
+    report.set_finished(finished_);
     link_.Report(report);
   }
 
@@ -106,6 +109,7 @@ class Reporter {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  std::atomic<bool> finished_{false};
   std::thread thread_;
 };
 
@@ -377,6 +381,7 @@ absl::Status RunSite(const SiteOptions& o) {
       }
     }
     if (result.ok()) result = runner.Flush();
+    if (result.ok()) reporter.MarkFinished();
   }
   detach_runner();
   {

@@ -252,5 +252,24 @@ TEST_F(ExchangeSessionTest, SilentSiteIsMarkedDownAndOthersAreTold) {
   EXPECT_EQ(b_out->messages().back().control().site_down().site_id(), "a");
 }
 
+TEST_F(ExchangeSessionTest, FinishedSiteIsDoneNotDownWhenItsStreamEnds) {
+  std::shared_ptr<FakeChannel> a_out, b_out;
+  auto a = Open(0, a_out);
+  auto b = Open(1, b_out);
+  v1::SiteMessage last;
+  last.mutable_report()->set_step(7);
+  last.mutable_report()->set_finished(true);
+  EXPECT_TRUE(a->Handle(last, [] {}));
+  a->Close();
+  v1::FederationState state = core_->Snapshot();
+  EXPECT_EQ(state.view().sites(0).state(), v1::SITE_DONE);
+  EXPECT_EQ(state.view().sites(0).step(), 7u);
+  for (const v1::GatewayMessage& m : b_out->messages()) EXPECT_FALSE(m.control().has_site_down());
+
+  // A site that leaves without finishing is down, and its neighbours are told.
+  b->Close();
+  EXPECT_EQ(core_->Snapshot().view().sites(1).state(), v1::SITE_DOWN);
+}
+
 }  // namespace
 }  // namespace strait::gateway

@@ -1,0 +1,126 @@
+// `strait demo` end to end, as an operator runs it: real processes, real certificates, loopback.
+// A short run prints progress and the summary; a broken federation exits non-zero with the failing
+// process's log tail; Ctrl-C stops every process and removes the work directory.
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "tools/local_federation.h"
+#include "tools/subprocess.h"
+
+namespace strait {
+namespace {
+
+using tools::Process;
+using tools::ReadFile;
+using tools::TempDir;
+
+const std::string kStrait = std::string(STRAIT_BINARY_DIR) + "/tools/strait";
+
+struct DemoRun {
+  int exit_code;
+  std::string output;
+};
+
+DemoRun Demo(const TempDir& dir, std::vector<std::string> args, std::chrono::seconds timeout) {
+  args.insert(args.begin(), {kStrait, "demo"});
+  Process demo(args, dir.File("demo.log"));
+  const int code = demo.Wait(timeout);
+  return {code, ReadFile(dir.File("demo.log"))};
+}
+
+// The work directory the demo announced ("work directory /tmp/strait-XXXXXX").
+std::string WorkDirectory(const std::string& output) {
+  std::smatch m;
+  return std::regex_search(output, m, std::regex("work directory (\\S+)")) ? m[1].str() : "";
+}
+
+// True when some process's command line mentions `text`.
+bool AnyProcessMentions(const std::string& text) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::string cmdline = ReadFile(entry.path().string() + "/cmdline");
+    if (cmdline.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST(DemoTest, ShortRunPrintsProgressAndSummary) {
+  TempDir dir;
+  DemoRun run = Demo(dir, {"--steps", "6", "--forward-codec", "int8+zstd", "--backward-codec", "bf16",
+                       "--no-dashboard"},
+                 std::chrono::seconds(600));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  for (const char* expected :
+       {"fashion-mlp-3site, 3 sites", "link dc-a -> dc-b: forward int8+zstd, backward bf16, sealed",
+        "dc-c    | step      6/6", "test accuracy", "bytes on the wire", "steps 6,"}) {
+    EXPECT_NE(run.output.find(expected), std::string::npos) << "missing '" << expected << "' in\n"
+                                                           << run.output;
+  }
+  // Lossy chains put fewer bytes on the wire than raw fp32.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(run.output, m, std::regex(R"(raw fp32 tensors \((\d+\.\d+)x\))")))
+      << run.output;
+  EXPECT_GT(std::stod(m[1].str()), 2.0);
+  const std::string work = WorkDirectory(run.output);
+  ASSERT_FALSE(work.empty());
+  EXPECT_FALSE(std::filesystem::exists(work)) << "work directory left behind";
+}
+
+TEST(DemoTest, AFailingSiteStopsTheDemoWithItsLog) {
+  TempDir dir;
+  std::string yaml = ReadFile(std::string(STRAIT_SOURCE_DIR) + "/configs/fashion-mlp-3site.yaml");
+  yaml = std::regex_replace(yaml, std::regex("path: /usr/share/datasets/fashion-mnist"),
+                            "path: " + dir.File("no-such-dataset"));
+  std::ofstream(dir.File("fed.yaml")) << yaml;
+  DemoRun run = Demo(dir, {"--config", dir.File("fed.yaml"), "--steps", "5", "--no-dashboard"},
+                 std::chrono::seconds(300));
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_TRUE(std::regex_search(run.output, std::regex("site dc-[abc] exited with code [12]")))
+      << run.output;
+  EXPECT_NE(run.output.find("no-such-dataset"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("logs kept in"), std::string::npos) << run.output;
+  const std::string work = WorkDirectory(run.output);
+  ASSERT_FALSE(work.empty());
+  EXPECT_TRUE(std::filesystem::exists(work + "/gateway.log"));
+  EXPECT_FALSE(AnyProcessMentions(work)) << "a process of the failed demo still runs";
+  std::filesystem::remove_all(work);
+}
+
+TEST(DemoTest, BadCodecIsRefusedBeforeAnythingStarts) {
+  TempDir dir;
+  DemoRun run = Demo(dir, {"--codec", "int8+zstd:99", "--no-dashboard"}, std::chrono::seconds(60));
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("forward codec 'int8+zstd:99'"), std::string::npos) << run.output;
+}
+
+TEST(DemoTest, InterruptStopsEveryProcess) {
+  TempDir dir;
+  Process demo({kStrait, "demo", "--steps", "100000", "--dashboard", "127.0.0.1:0"},
+               dir.File("demo.log"));
+  std::string output;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+  while (std::chrono::steady_clock::now() < deadline && demo.Running()) {
+    output = ReadFile(dir.File("demo.log"));
+    if (output.find("dc-c    | step ") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_NE(output.find("dc-c    | step "), std::string::npos) << output;
+  EXPECT_NE(output.find("dashboard at http://127.0.0.1:"), std::string::npos) << output;
+  const std::string work = WorkDirectory(output);
+  ASSERT_FALSE(work.empty());
+  demo.Kill(SIGINT);
+  EXPECT_EQ(demo.Wait(std::chrono::seconds(60)), 130) << ReadFile(dir.File("demo.log"));
+  EXPECT_NE(ReadFile(dir.File("demo.log")).find("interrupted"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(work)) << "work directory left behind";
+  EXPECT_FALSE(AnyProcessMentions(work)) << "a process of the interrupted demo still runs";
+}
+
+}  // namespace
+}  // namespace strait

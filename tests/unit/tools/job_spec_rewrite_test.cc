@@ -1,0 +1,72 @@
+// RewriteJobSpec: the job spec `strait demo` and `strait bench e2e` run in their own work directory.
+#include "tools/job_spec_rewrite.h"
+
+#include <gtest/gtest.h>
+
+#include "core/job_spec.h"
+
+namespace strait::tools {
+namespace {
+
+const std::string kConfig = std::string(STRAIT_SOURCE_DIR) + "/configs/fashion-mlp-3site.yaml";
+
+JobSpec Reload(const std::string& yaml) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(yaml, "rewritten.yaml", "/work/dir");
+  EXPECT_TRUE(spec.ok()) << spec.status() << "\n" << yaml;
+  return spec.ok() ? *spec : JobSpec{};
+}
+
+TEST(JobSpecRewriteTest, WithoutOverridesOnlyPathsChange) {
+  absl::StatusOr<std::string> yaml = RewriteJobSpec(kConfig, {});
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  absl::StatusOr<JobSpec> original = LoadJobSpec(kConfig);
+  ASSERT_TRUE(original.ok());
+  JobSpec spec = Reload(*yaml);
+  EXPECT_EQ(spec.name, original->name);
+  EXPECT_EQ(spec.training.epochs, original->training.epochs);
+  EXPECT_EQ(spec.sites.size(), original->sites.size());
+  EXPECT_EQ(spec.model.mlp.hidden, original->model.mlp.hidden);
+  // The dataset is where the original said; certificates and checkpoints are the work directory's.
+  EXPECT_EQ(spec.data.path, original->data.path);
+  EXPECT_EQ(spec.tls.ca, "/work/dir/certs/ca.pem");
+  EXPECT_EQ(spec.tls.SiteCert("dc-b"), "/work/dir/certs/dc-b.pem");
+  EXPECT_EQ(spec.training.checkpoint.dir, "/work/dir/checkpoints");
+  for (size_t b = 0; b < spec.links.size(); ++b) {
+    EXPECT_EQ(spec.links[b].forward, original->links[b].forward);
+    EXPECT_TRUE(spec.links[b].encryption);
+  }
+}
+
+TEST(JobSpecRewriteTest, StepsAndCodecsOverride) {
+  JobSpecOverrides o;
+  o.steps = 12;
+  o.forward_codec = "int8+zstd";
+  o.backward_codec = "bf16";
+  absl::StatusOr<std::string> yaml = RewriteJobSpec(kConfig, o);
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  JobSpec spec = Reload(*yaml);
+  EXPECT_EQ(spec.training.steps, 12);
+  EXPECT_EQ(spec.training.epochs, 0);
+  ASSERT_EQ(spec.links.size(), 2u);
+  for (const LinkSpec& l : spec.links) {
+    EXPECT_EQ(l.forward, "int8+zstd");
+    EXPECT_EQ(l.backward, "bf16");
+    EXPECT_TRUE(l.encryption);
+  }
+}
+
+TEST(JobSpecRewriteTest, BadInputIsAClearError) {
+  JobSpecOverrides o;
+  o.forward_codec = "int9";
+  absl::StatusOr<std::string> yaml = RewriteJobSpec(kConfig, o);
+  ASSERT_FALSE(yaml.ok());
+  EXPECT_EQ(yaml.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(yaml.status().message().find("forward codec 'int9'"), std::string::npos) << yaml.status();
+
+  absl::StatusOr<std::string> missing = RewriteJobSpec("/nonexistent/fed.yaml", {});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("/nonexistent/fed.yaml"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strait::tools

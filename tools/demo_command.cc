@@ -1,0 +1,211 @@
+// `strait demo`: a whole federation on this machine. Certificates in a work directory, the gateway
+// and one strait-site process per site on free loopback ports, their progress on one screen, and a
+// summary (test accuracy, samples/s, bytes on the wire against raw fp32) at the end.
+#include <csignal>
+#include <cstdio>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "core/job_spec.h"
+#include "tools/command.h"
+#include "tools/job_spec_rewrite.h"
+#include "tools/local_federation.h"
+
+namespace strait::tools {
+namespace {
+
+struct DemoOptions {
+  std::string config;
+  int64_t steps = 0;
+  std::string codec;           // Both directions, unless the direction's own option is given.
+  std::string forward_codec;
+  std::string backward_codec;
+  bool no_dashboard = false;
+  std::string dashboard = "127.0.0.1:0";
+  bool keep = false;
+};
+
+volatile std::sig_atomic_t g_interrupted = 0;
+void OnInterrupt(int) { g_interrupted = 1; }
+
+std::string Mib(double bytes) { return absl::StrFormat("%.1f MiB", bytes / (1 << 20)); }
+
+// One process's log shown on the demo's screen, each line prefixed with its name.
+struct Follower {
+  std::string name;
+  LogFollower log;
+  bool progress_lines;  // false: its "step ..." lines are left out (the last stage's carry the loss)
+};
+
+void Forward(std::vector<Follower>& followers, size_t width) {
+  for (Follower& f : followers) {
+    for (const std::string& line : f.log.NewLines()) {
+      if (!f.progress_lines && absl::StartsWith(line, "step ")) continue;
+      std::printf("%-*s | %s\n", static_cast<int>(width), f.name.c_str(), line.c_str());
+    }
+  }
+  std::fflush(stdout);
+}
+
+// Reads the sites' metrics.json and prints what the federation achieved.
+void PrintSummary(const JobSpec& spec, LocalFederation& fed, double wall_seconds) {
+  double raw = 0, wire = 0;
+  std::optional<double> accuracy;
+  double samples_per_second = 0;
+  int64_t steps = 0;
+  std::printf("\nstrait demo: done in %.0f s\n", wall_seconds);
+  for (const SiteSpec& site : spec.sites) {
+    nlohmann::json m = nlohmann::json::parse(ReadFile(fed.OutDir(site.id) + "/metrics.json"), nullptr,
+                                             /*allow_exceptions=*/false);
+    if (m.is_discarded()) continue;
+    if (m.contains("test_accuracy")) accuracy = m["test_accuracy"].get<double>();
+    if (site.id == spec.sites.back().id) {
+      samples_per_second = m.value("samples_per_second", 0.0);
+      steps = m.value("steps", int64_t{0});
+    }
+    for (const auto& link : m["links"]) {
+      if (!link.value("sent", false)) continue;  // Counted once, by the sender.
+      const double r = link.value("raw_bytes", 0.0), w = link.value("wire_bytes", 0.0);
+      raw += r;
+      wire += w;
+      std::printf("  %s -> boundary %d %-8s raw %10s  wire %10s  (%.2fx)\n", site.id.c_str(),
+                  link.value("boundary", 0), link.value("direction", "").c_str(), Mib(r).c_str(),
+                  Mib(w).c_str(), w > 0 ? r / w : 0.0);
+    }
+  }
+  std::printf("  steps %lld, %.0f samples/s (last stage, training only)\n",
+              static_cast<long long>(steps), samples_per_second);
+  std::printf("  bytes on the wire %s for %s of raw fp32 tensors (%.2fx)\n", Mib(wire).c_str(),
+              Mib(raw).c_str(), wire > 0 ? raw / wire : 0.0);
+  if (accuracy) std::printf("  test accuracy %.2f%%\n", 100 * *accuracy);
+}
+
+int RunDemo(DemoOptions o) {
+  if (o.config.empty()) o.config = DefaultJobSpec();
+  if (o.config.empty()) {
+    std::fprintf(stderr, "strait demo: no default job spec next to this build; pass --config FILE\n");
+    return 2;
+  }
+  const Executables exe = Executables::Find();
+  for (const std::string* path : {&exe.gateway, &exe.site}) {
+    if (path->empty()) {
+      std::fprintf(stderr, "strait demo: strait-gateway or strait-site not found beside %s\n",
+                   FindStraitExecutable("strait").c_str());
+      return 1;
+    }
+  }
+  JobSpecOverrides overrides;
+  overrides.steps = o.steps;
+  overrides.forward_codec = o.forward_codec.empty() ? o.codec : o.forward_codec;
+  overrides.backward_codec = o.backward_codec.empty() ? o.codec : o.backward_codec;
+  absl::StatusOr<std::string> yaml = RewriteJobSpec(o.config, overrides);
+  if (!yaml.ok()) {
+    std::fprintf(stderr, "strait demo: %s\n", std::string(yaml.status().message()).c_str());
+    return 2;
+  }
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(*yaml, o.config, "/");
+  if (!spec.ok()) return 2;  // RewriteJobSpec checked it.
+
+  std::vector<std::string> ids;
+  size_t width = std::string("gateway").size();
+  for (const SiteSpec& s : spec->sites) {
+    ids.push_back(s.id);
+    width = std::max(width, s.id.size());
+  }
+  LocalFederation fed(*yaml, ids, exe);
+  std::printf("strait demo: %s, %zu sites, work directory %s\n", spec->name.c_str(), ids.size(),
+              fed.dir().path().c_str());
+  for (size_t b = 0; b < spec->links.size(); ++b) {
+    std::printf("  link %s -> %s: forward %s, backward %s%s\n", ids[b].c_str(), ids[b + 1].c_str(),
+                spec->links[b].forward.c_str(), spec->links[b].backward.c_str(),
+                spec->links[b].encryption ? ", sealed (AES-256-GCM)" : ", NOT encrypted");
+  }
+  std::signal(SIGINT, OnInterrupt);
+  std::signal(SIGTERM, OnInterrupt);
+
+  auto fail = [&](const std::string& who, const std::string& what, const std::string& log_tail) {
+    fed.KeepDirectory();
+    std::fprintf(stderr, "\nstrait demo: %s %s; the end of its log:\n%s\nstrait demo: logs kept in %s\n",
+                 who.c_str(), what.c_str(), log_tail.c_str(), fed.dir().path().c_str());
+    return 1;
+  };
+  std::vector<std::string> gateway_args;
+  if (!o.no_dashboard) gateway_args = {"--dashboard", o.dashboard};
+  std::string error;
+  if (!fed.StartGateway(gateway_args, &error)) return fail("the gateway", "did not start", error);
+  if (!o.no_dashboard) {
+    std::printf("strait demo: dashboard at http://127.0.0.1:%s/\n", fed.dashboard_port().c_str());
+  }
+  std::fflush(stdout);
+
+  std::vector<Follower> followers = {{"gateway", LogFollower(fed.GatewayLogFile()), true}};
+  for (const std::string& id : ids) {
+    fed.StartSite(id);
+    followers.push_back({id, LogFollower(fed.SiteLogFile(id)), id == ids.back()});
+  }
+  const auto start = std::chrono::steady_clock::now();
+  std::set<std::string> finished;
+  while (finished.size() < ids.size()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    Forward(followers, width);
+    if (g_interrupted) {
+      std::printf("\nstrait demo: interrupted; stopping the federation\n");
+      return 130;  // The LocalFederation stops every process and removes the work directory.
+    }
+    if (!fed.gateway().Running()) {
+      return fail("the gateway", absl::StrFormat("exited (code %d)", fed.gateway().Wait({})),
+                  fed.gateway().LogTail());
+    }
+    for (const std::string& id : ids) {
+      if (finished.count(id) || fed.site(id).Running()) continue;
+      const int code = fed.site(id).Wait(std::chrono::seconds(0));
+      if (code != 0) return fail("site " + id, absl::StrFormat("exited with code %d", code), fed.SiteLog(id));
+      finished.insert(id);
+    }
+  }
+  Forward(followers, width);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  PrintSummary(*spec, fed, seconds);
+  if (o.keep) {
+    fed.KeepDirectory();
+    std::printf("strait demo: work directory kept: %s\n", fed.dir().path().c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddDemoCommand(CLI::App& app, int* exit_code) {
+  auto o = std::make_shared<DemoOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "demo",
+      "Run a whole federation on this machine: certificates, the gateway and one strait-site per "
+      "site on loopback, progress, and a summary (test accuracy, samples/s, wire vs raw bytes)");
+  cmd->add_option("-c,--config", o->config,
+                  "Job spec (default: configs/fashion-mlp-3site.yaml of this source tree)")
+      ->type_name("FILE");
+  cmd->add_option("--steps", o->steps, "Train this many steps instead of the job spec's epochs")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--codec", o->codec,
+                  "Codec chain of every link, both directions (e.g. int8+zstd, bf16, shuffle+zstd)")
+      ->type_name("CHAIN");
+  cmd->add_option("--forward-codec", o->forward_codec, "Codec chain for activations (overrides --codec)")
+      ->type_name("CHAIN");
+  cmd->add_option("--backward-codec", o->backward_codec, "Codec chain for gradients (overrides --codec)")
+      ->type_name("CHAIN");
+  cmd->add_flag("--no-dashboard", o->no_dashboard, "Serve no dashboard");
+  cmd->add_option("--dashboard", o->dashboard, "Dashboard address (port 0 picks a free one)")
+      ->capture_default_str()
+      ->type_name("HOST:PORT");
+  cmd->add_flag("--keep", o->keep, "Keep the work directory (logs, checkpoints, certificates)");
+  cmd->callback([o, exit_code] { *exit_code = RunDemo(*o); });
+}
+
+}  // namespace strait::tools

@@ -1,0 +1,78 @@
+#include "tools/job_spec_rewrite.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include "absl/strings/str_cat.h"
+#include "core/codec_chain_syntax.h"
+#include "core/job_spec.h"
+
+namespace strait::tools {
+namespace {
+
+absl::Status CheckChain(const char* option, const std::string& chain) {
+  if (chain.empty()) return absl::OkStatus();
+  absl::StatusOr<std::vector<CodecStageSyntax>> parsed = ParseCodecChainSyntax(chain);
+  if (parsed.ok()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(option, " '", chain, "': ", parsed.status().message()));
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> RewriteJobSpec(const std::string& path, const JobSpecOverrides& o) {
+  absl::StatusOr<JobSpec> spec = LoadJobSpec(path);
+  if (!spec.ok()) return spec.status();
+  if (absl::Status s = CheckChain("forward codec", o.forward_codec); !s.ok()) return s;
+  if (absl::Status s = CheckChain("backward codec", o.backward_codec); !s.ok()) return s;
+
+  YAML::Node root = YAML::LoadFile(path);  // Parsed once already: it cannot throw now.
+  // Certificates: the federation's own, made by the caller under certs/ (the defaults).
+  root.remove("tls");
+  if (root["dashboard"] && root["dashboard"]["token_file"]) {
+    root["dashboard"]["token_file"] = spec->dashboard.token_file;
+  }
+  if (root["data"] && root["data"]["path"]) root["data"]["path"] = spec->data.path;
+  root["training"]["checkpoint"]["dir"] = "checkpoints";
+  if (o.steps > 0) {
+    root["training"].remove("epochs");
+    root["training"]["steps"] = o.steps;
+  }
+  if (!o.forward_codec.empty() || !o.backward_codec.empty()) {
+    // Every boundary gets a link entry (the defaults are lossless), then the overrides.
+    YAML::Node links(YAML::NodeType::Sequence);
+    for (const LinkSpec& l : spec->links) {
+      YAML::Node link;
+      YAML::Node between(YAML::NodeType::Sequence);
+      between.SetStyle(YAML::EmitterStyle::Flow);
+      between.push_back(spec->sites[l.boundary].id);
+      between.push_back(spec->sites[l.boundary + 1].id);
+      link["between"] = between;
+      link["forward"] = o.forward_codec.empty() ? l.forward : o.forward_codec;
+      link["backward"] = o.backward_codec.empty() ? l.backward : o.backward_codec;
+      link["encryption"] = l.encryption;
+      links.push_back(link);
+    }
+    if (root["links"]) {
+      // Keep the keys written there that are not codecs (rotate_bytes, ...).
+      for (const YAML::Node& written : root["links"]) {
+        for (YAML::Node link : links) {
+          if (link["between"][0].Scalar() != written["between"][0].Scalar()) continue;
+          for (const auto& kv : written) {
+            const std::string key = kv.first.Scalar();
+            if (key != "forward" && key != "backward" && key != "between") link[key] = kv.second;
+          }
+        }
+      }
+    }
+    root["links"] = links;
+  }
+  YAML::Emitter out;
+  out << root;
+  std::string text = std::string(out.c_str()) + "\n";
+  // The rewrite must stay a valid job spec (an override can still be refused, e.g. a codec the
+  // loader's cross-checks reject).
+  absl::StatusOr<JobSpec> check = ParseJobSpec(text, "rewritten " + path, "/");
+  if (!check.ok()) return check.status();
+  return text;
+}
+
+}  // namespace strait::tools

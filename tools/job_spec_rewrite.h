@@ -1,0 +1,24 @@
+// Rewrites a job spec for a federation that runs in another directory (`strait demo`,
+// `strait bench e2e`): the federation's own certificates under certs/ and checkpoints under
+// checkpoints/ of that directory, the file's other relative paths made absolute, and the command
+// line's overrides applied. Everything else stays as the operator wrote it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace strait::tools {
+
+struct JobSpecOverrides {
+  int64_t steps = 0;           // > 0: train this many steps instead of training.steps / epochs.
+  std::string forward_codec;   // Non-empty: every link's forward chain.
+  std::string backward_codec;  // Non-empty: every link's backward chain.
+};
+
+// The rewritten job spec as YAML text, checked by the job spec loader. InvalidArgument with the
+// loader's `file:line:column` message when `path` or an override is not valid.
+absl::StatusOr<std::string> RewriteJobSpec(const std::string& path, const JobSpecOverrides& overrides);
+
+}  // namespace strait::tools

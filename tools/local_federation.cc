@@ -1,0 +1,132 @@
+#include "tools/local_federation.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace strait::tools {
+
+absl::StatusOr<crypto::CertifiedKey> MakeCertificates(const std::string& dir,
+                                                      const std::vector<std::string>& sites,
+                                                      const std::string& federation) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) return absl::InternalError("cannot create " + dir + ": " + error.message());
+  auto write = [&](const std::string& stem, const crypto::CertifiedKey& key) {
+    std::ofstream(dir + "/" + stem + ".pem") << key.certificate_pem;
+    std::ofstream(dir + "/" + stem + ".key") << key.key_pem;
+  };
+  absl::StatusOr<crypto::CertifiedKey> ca = crypto::CreateCa(federation);
+  if (!ca.ok()) return ca.status();
+  write("ca", *ca);
+  absl::StatusOr<crypto::CertifiedKey> gateway = crypto::IssueGatewayCertificate(*ca, {"127.0.0.1"});
+  if (!gateway.ok()) return gateway.status();
+  write("gateway", *gateway);
+  for (const std::string& site : sites) {
+    absl::StatusOr<crypto::CertifiedKey> cert = crypto::IssueSiteCertificate(*ca, site);
+    if (!cert.ok()) return cert.status();
+    write(site, *cert);
+  }
+  return ca;
+}
+
+Executables Executables::Find() {
+  return {FindStraitExecutable("strait-gateway"), FindStraitExecutable("strait-site"),
+          FindStraitExecutable("strait")};
+}
+
+Executables Executables::InBuildTree(const std::string& binary_dir) {
+  return {binary_dir + "/gateway/strait-gateway", binary_dir + "/site/strait-site",
+          binary_dir + "/tools/strait"};
+}
+
+LocalFederation::LocalFederation(const std::string& yaml, const std::vector<std::string>& sites,
+                                 Executables executables)
+    : executables_(std::move(executables)) {
+  certificates_ = MakeCertificates(dir_.File("certs"), sites).status();
+  std::ofstream(config()) << yaml;
+}
+
+LocalFederation::~LocalFederation() {
+  sites_.clear();  // Sites first, so none is left waiting for a gateway that is gone.
+  gateway_.reset();
+}
+
+bool LocalFederation::StartGateway(const std::vector<std::string>& extra_args, std::string* error) {
+  if (!certificates_.ok()) {
+    *error = "certificates: " + certificates_.ToString();
+    return false;
+  }
+  std::vector<std::string> args = {executables_.gateway, "-c", config(), "--listen", "127.0.0.1:0",
+                                   "--ready-file", dir_.File("gateway.ready")};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  const bool dashboard = std::find(args.begin(), args.end(), "--dashboard") != args.end();
+  if (!dashboard) args.push_back("--no-dashboard");
+  gateway_ = std::make_unique<Process>(args, GatewayLogFile());
+  std::vector<std::string> keys = {"grpc"};
+  if (dashboard) keys.push_back("http");
+  auto ready = gateway_->WaitForReadyFile(dir_.File("gateway.ready"), keys, std::chrono::seconds(60));
+  if (ready.empty()) {
+    *error = gateway_->LogTail();
+    return false;
+  }
+  gateway_address_ = "127.0.0.1:" + ready["grpc"];
+  if (dashboard) dashboard_port_ = ready["http"];
+  return true;
+}
+
+void LocalFederation::StartSite(const std::string& site, const std::vector<std::string>& extra_args) {
+  std::vector<std::string> args = {executables_.site, "-c",     config(),  "--site", site,
+                                   "--gateway",       gateway_address_, "--out", OutDir(site)};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  sites_[site] = std::make_unique<Process>(args, SiteLogFile(site));
+}
+
+int LocalFederation::WaitSite(const std::string& site, std::chrono::seconds timeout) {
+  return sites_.at(site)->Wait(timeout);
+}
+
+std::string LocalFederation::SiteLog(const std::string& site) const {
+  return sites_.at(site)->LogTail(6000);
+}
+
+int LocalFederation::RunReference(const std::vector<std::string>& extra_args,
+                                  std::chrono::seconds timeout) {
+  std::vector<std::string> args = {executables_.strait, "train", "--config", config(), "--out",
+                                   ReferenceDir()};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  Process train(args, dir_.File("reference.log"));
+  return train.Wait(timeout);
+}
+
+std::string DefaultJobSpec() {
+  const std::string in_tree = STRAIT_SOURCE_DIR "/configs/fashion-mlp-3site.yaml";
+  std::error_code error;
+  return std::filesystem::exists(in_tree, error) ? in_tree : "";
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::vector<std::string> LogFollower::NewLines() {
+  std::ifstream in(path_, std::ios::binary);
+  std::vector<std::string> lines;
+  if (!in) return lines;
+  in.seekg(static_cast<std::streamoff>(offset_));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  offset_ += text.size();
+  partial_ += text;
+  size_t start = 0;
+  for (size_t newline; (newline = partial_.find('\n', start)) != std::string::npos; start = newline + 1) {
+    lines.push_back(partial_.substr(start, newline - start));
+  }
+  partial_.erase(0, start);
+  return lines;
+}
+
+}  // namespace strait::tools

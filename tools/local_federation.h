@@ -1,0 +1,101 @@
+// A federation on this machine's loopback: a work directory with certificates and the job spec, a
+// strait-gateway process and one strait-site process per site, all stopped when the LocalFederation
+// goes out of scope. Shared by `strait demo`, `strait bench e2e` and the integration tests.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "crypto/certificates.h"
+#include "tools/subprocess.h"
+
+namespace strait::tools {
+
+// Writes a federation CA, the gateway's certificate (127.0.0.1) and certificates for `sites` into
+// `dir` as ca.pem, gateway.pem/.key and <site>.pem/.key (the job spec's default names under certs/).
+// `federation` names the CA. Returns the CA.
+absl::StatusOr<crypto::CertifiedKey> MakeCertificates(const std::string& dir,
+                                                      const std::vector<std::string>& sites,
+                                                      const std::string& federation = "test");
+
+// Where the three Strait executables are.
+struct Executables {
+  std::string gateway, site, strait;
+  // Beside the running executable or in its build tree (FindStraitExecutable); empty when missing.
+  static Executables Find();
+  // In a build tree rooted at `binary_dir` (gateway/, site/, tools/).
+  static Executables InBuildTree(const std::string& binary_dir);
+};
+
+class LocalFederation {
+ public:
+  // A fresh work directory with certs/ for `sites` and `yaml` written as fed.yaml (relative paths in
+  // `yaml` resolve against that directory). Certificate errors surface in StartGateway.
+  LocalFederation(const std::string& yaml, const std::vector<std::string>& sites,
+                  Executables executables = Executables::Find());
+  // Stops the sites, then the gateway; removes the work directory unless KeepDirectory() was called.
+  ~LocalFederation();
+  LocalFederation(const LocalFederation&) = delete;
+  LocalFederation& operator=(const LocalFederation&) = delete;
+
+  const TempDir& dir() const { return dir_; }
+  void KeepDirectory() { dir_.Keep(); }
+  std::string config() const { return dir_.File("fed.yaml"); }
+
+  // Starts strait-gateway on a free loopback port (no dashboard unless `extra_args` asks for one)
+  // and waits until it serves; false with the log tail in `error` otherwise.
+  bool StartGateway(const std::vector<std::string>& extra_args, std::string* error);
+  const std::string& gateway_address() const { return gateway_address_; }
+  // The dashboard's port ("" when the gateway serves none).
+  const std::string& dashboard_port() const { return dashboard_port_; }
+  Process& gateway() { return *gateway_; }
+
+  // Starts strait-site for `site` (--out <dir>/out/<site>) with `extra_args`.
+  void StartSite(const std::string& site, const std::vector<std::string>& extra_args = {});
+  Process& site(const std::string& site) { return *sites_.at(site); }
+  // Waits for site `site` to exit; its exit code (-1 on timeout).
+  int WaitSite(const std::string& site, std::chrono::seconds timeout);
+  std::string SiteLog(const std::string& site) const;
+  std::string SiteLogFile(const std::string& site) const { return dir_.File(site + ".log"); }
+  std::string GatewayLogFile() const { return dir_.File("gateway.log"); }
+  std::string OutDir(const std::string& site) const { return dir_.File("out/" + site); }
+
+  // Runs `strait train` on the same job spec into <dir>/reference; its exit code.
+  int RunReference(const std::vector<std::string>& extra_args, std::chrono::seconds timeout);
+  std::string ReferenceDir() const { return dir_.File("reference"); }
+
+ private:
+  TempDir dir_;
+  Executables executables_;
+  absl::Status certificates_;
+  std::unique_ptr<Process> gateway_;
+  std::string gateway_address_;
+  std::string dashboard_port_;
+  std::map<std::string, std::unique_ptr<Process>> sites_;
+};
+
+// This source tree's configs/fashion-mlp-3site.yaml, the default of `strait demo` and
+// `strait bench e2e`; "" when the source tree is not there.
+std::string DefaultJobSpec();
+
+// A whole file as text ("" when it cannot be read).
+std::string ReadFile(const std::string& path);
+
+// Follows a growing log file: each call returns the complete lines added since the previous call.
+class LogFollower {
+ public:
+  explicit LogFollower(std::string path) : path_(std::move(path)) {}
+  std::vector<std::string> NewLines();
+
+ private:
+  std::string path_;
+  uint64_t offset_ = 0;
+  std::string partial_;
+};
+
+}  // namespace strait::tools
