@@ -10,7 +10,8 @@ GatewayCore::GatewayCore(const JobSpec& spec, GatewayOptions options)
     : spec_(spec),
       options_(options),
       mailbox_(spec.gateway.memory_budget),
-      federation_(spec, options.insecure),
+      federation_(spec, options.insecure,
+                  [this](uint32_t generation) { mailbox_.PurgeGenerationsBelow(generation); }),
       housekeeper_([this] { Housekeeping(); }) {}
 
 GatewayCore::~GatewayCore() {

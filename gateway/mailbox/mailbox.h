@@ -42,15 +42,15 @@ class Mailbox {
   // Returns a reservation that will not be stored (the transfer broke off).
   void Release(uint64_t bytes);
 
-  enum class StoreResult { kStored, kDuplicate };
+  enum class StoreResult { kStored, kDuplicate, kStale };
   // Stores a complete frame whose wire_bytes were reserved; takes over the reservation. A duplicate
-  // (key stored or acknowledged already) is dropped and its reservation released. A waiting pull of
-  // the key is served at once.
+  // (key stored or acknowledged already) or a frame of a purged generation (stale) is dropped and its
+  // reservation released. A waiting pull of the key is served at once.
   StoreResult Store(FramePtr frame);
 
   // Serves the frame of `key` through `done`, now (frame present) or later (when it is stored); or
   // with DEADLINE_EXCEEDED once `deadline` has passed (see ExpirePulls), or ABORTED when the key's
-  // generation is purged. Returns an id for CancelPull.
+  // generation is (or was already) purged. Returns an id for CancelPull.
   uint64_t Pull(const MailboxKey& key, Clock::time_point deadline, PullDone done);
   // Drops a waiting pull without calling it (its stream went away). No-op for finished pulls.
   void CancelPull(uint64_t pull_id);
@@ -61,7 +61,8 @@ class Mailbox {
   absl::Status Ack(const MailboxKey& key);
 
   // Drops every stored frame, remembered acknowledgement and waiting pull (ABORTED) of generations
-  // below `generation` (a rollback started a new one), freeing their bytes.
+  // below `generation` (a rollback started a new one), freeing their bytes. Later pushes and pulls
+  // of those generations are refused as stale.
   void PurgeGenerationsBelow(uint32_t generation);
 
   struct Stats {
@@ -100,6 +101,7 @@ class Mailbox {
   uint64_t duplicates_ = 0;
   uint64_t next_pull_id_ = 1;
   uint64_t newest_step_ = 0;
+  uint32_t min_generation_ = 0;             // Generations below it were purged.
   std::map<MailboxKey, FramePtr> frames_;
   std::set<MailboxKey> acked_;               // Keys delivered and acknowledged.
   std::map<uint64_t, Waiter> waiters_;       // By pull id.
