@@ -355,9 +355,11 @@ void Federation::MaybeStartLocked(std::vector<Action>& actions) {
   start_pending_ = false;
   start_step_ = step;
   const uint32_t generation = ++generation_;
-  if (new_generation_) actions.push_back({nullptr, std::nullopt, {}, [this, generation] {
-                                            new_generation_(generation);
-                                          }});
+  // A rollback makes the frames of earlier generations useless. (The first start has none to drop;
+  // tools that exchange frames without training, such as benchmarks, use generation 0.)
+  if (new_generation_ && generation > 1) {
+    actions.push_back({nullptr, std::nullopt, {}, [this, generation] { new_generation_(generation); }});
+  }
   for (Site& site : sites_) {
     site.info.set_step(step);
     actions.push_back({site.channel, RollbackMessage(step, generation), {}});

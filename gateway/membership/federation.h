@@ -36,8 +36,8 @@ class Federation {
   using Clock = std::chrono::steady_clock;
 
   // `spec` must outlive the federation. `insecure`: plaintext gRPC (shown on the dashboard).
-  // `new_generation` is called (outside the lock) with each new generation before any site hears of
-  // it: the gateway purges older generations from the mailbox there.
+  // `new_generation` is called (outside the lock) with each generation after the first, before any
+  // site hears of it: the gateway purges older generations from the mailbox there.
   Federation(const JobSpec& spec, bool insecure,
              std::function<void(uint32_t)> new_generation = nullptr);
 
