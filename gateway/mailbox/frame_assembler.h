@@ -40,6 +40,10 @@ class FrameAssembler {
   uint64_t Drop(uint64_t transfer_id);
   // Wire bytes of all incomplete transfers (to release when the stream ends).
   uint64_t OpenBytes() const;
+  // Whether `transfer_id` has started and is not complete.
+  bool IsOpen(uint64_t transfer_id) const { return open_.count(transfer_id) > 0; }
+  // Number of incomplete transfers.
+  size_t open_transfers() const { return open_.size(); }
 
  private:
   struct Partial {
