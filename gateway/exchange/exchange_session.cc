@@ -135,6 +135,13 @@ void ExchangeSession::OnHello(const v1::Hello& hello) {
     std::lock_guard<std::mutex> lock(liveness_->mu);
     wants_credit_ = true;
     TopUpCreditLocked();
+    if (credit_ == 0) {
+      // Always answered, so that the site can wait for its initial credit instead of offering its
+      // first frame (a round trip) while the credit is on its way.
+      v1::GatewayMessage message;
+      message.mutable_push_credit()->set_bytes(0);
+      channel_->Send(std::move(message));
+    }
   }
 }
 

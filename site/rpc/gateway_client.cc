@@ -59,6 +59,11 @@ absl::Status GatewayClient::Start(const v1::JoinRequest& join) {
   primary_reader_ = std::thread([this] { ReadPrimary(); });
   push_reader_ = std::thread([this] { ReadPushAcks(); });
   heartbeat_ = std::thread([this] { Heartbeats(); });
+  // The gateway answers the push stream's Hello with our initial credit: waiting for it here (one
+  // round trip, like the Join) spares the first push an offer and its round trip. Without it (the
+  // budget has no room yet, or the answer is late) pushes simply start by offering.
+  std::unique_lock<std::mutex> lock(mu_);
+  push_cv_.wait_for(lock, options_.join_timeout, [this] { return credit_answered_ || push_ended_; });
   return absl::OkStatus();
 }
 
@@ -238,8 +243,12 @@ void GatewayClient::ReadPushAcks() {
       continue;
     }
     if (message.has_push_credit()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      push_credit_ += message.push_credit().bytes();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        push_credit_ += message.push_credit().bytes();
+        credit_answered_ = true;
+      }
+      push_cv_.notify_all();
       continue;
     }
     if (message.has_push_grant()) {

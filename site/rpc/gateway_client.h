@@ -36,8 +36,9 @@ class GatewayClient final : public GatewayLink {
     std::function<void(const v1::Control&)> on_control;
   };
 
-  // Joins and opens both streams. Blocks up to join_timeout. The Join's status on refusal (e.g.
-  // PERMISSION_DENIED), UNAVAILABLE when the gateway cannot be reached.
+  // Joins and opens both streams. Blocks up to join_timeout for the Join, and up to join_timeout
+  // more for the push stream's initial credit (gateway.proto, Hello). The Join's status on refusal
+  // (e.g. PERMISSION_DENIED), UNAVAILABLE when the gateway cannot be reached.
   static absl::StatusOr<std::unique_ptr<GatewayClient>> Connect(Options options,
                                                                 const v1::JoinRequest& join);
   // Closes the streams (Close()).
@@ -94,6 +95,7 @@ class GatewayClient final : public GatewayLink {
   uint64_t push_credit_ = 0;
   std::map<uint64_t, OfferState> offers_;
   bool push_ended_ = false;  // The push stream's reader stopped: no grant will come.
+  bool credit_answered_ = false;  // The gateway's first PushCredit (maybe of 0 bytes) arrived.
   std::condition_variable push_cv_;
   std::function<void(const v1::Control&)> control_handler_;
   uint64_t next_id_ = 1;
