@@ -3,9 +3,10 @@
 // A push stores a complete frame until its consumer acknowledges it; a pull of a key not pushed yet
 // waits until the frame arrives, the pull's deadline passes, or the key's generation is purged. Pushes
 // are idempotent: a key already stored or already acknowledged is not stored again. Memory is bounded:
-// a producer reserves the frame's bytes before its body is read, and when the budget is full the
-// reservation waits (the caller stops reading from that producer: gRPC flow control) until an
-// acknowledgement or a purge frees space.
+// a frame's bytes are reserved before its body is sent (an offer's grant, or standing credit) or at
+// least before it is read, and when the budget is full the reservation waits (the producer's offer
+// is not granted, or the caller stops reading from that producer) until an acknowledgement or a
+// purge frees space.
 //
 // Thread-safe. Callbacks (pull completions, reservation grants) never run under the mailbox's lock;
 // they run on the thread whose call satisfied them (Store, Ack, Purge, ExpirePulls, or the caller of
