@@ -144,7 +144,7 @@ int RunE2e(E2eOptions o) {
     return 0;
   }
   std::printf("\nfederation / strait train: %.2fx (best of %zu)\n", ratio, rounds.size());
-  std::printf("bytes per step across all boundaries: wire %.3f MiB, raw fp32 %.3f MiB (%.2fx smaller)\n",
+  std::printf("bytes per step across all boundaries: wire %.3f MiB, raw fp32 %.3f MiB (raw/wire %.2fx)\n",
               wire_per_step / (1 << 20), raw_per_step / (1 << 20),
               raw_per_step / std::max(wire_per_step, 1.0));
   std::printf("\nwhere each site's training time went (fractions of its wall time):\n");

@@ -18,6 +18,20 @@ class RelaySink::Service final : public v1::Gateway::Service {
     v1::SiteMessage message;
     uint32_t chunks_left = 0;
     while (stream->Read(&message)) {
+      // Credit protocol (gateway.proto, Hello): the sink stores nothing, so it has room for any
+      // frame at once: unlimited standing credit, and every offer granted.
+      if (message.has_hello() && message.hello().credit()) {
+        v1::GatewayMessage credit;
+        credit.mutable_push_credit()->set_bytes(uint64_t{1} << 62);
+        stream->Write(credit);
+        continue;
+      }
+      if (message.has_offer()) {
+        v1::GatewayMessage grant;
+        grant.mutable_push_grant()->set_transfer_id(message.offer().transfer_id());
+        stream->Write(grant);
+        continue;
+      }
       if (!message.has_push()) continue;
       const v1::PushChunk& push = message.push();
       if (push.chunk().index() == 0) chunks_left = push.header().chunk_count();

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "core/frame_header.h"
 #include "core/tensor_key.h"
 #include "gateway/membership/authorizer.h"
 
@@ -87,7 +88,8 @@ bool ExchangeSession::Handle(v1::SiteMessage message, std::function<void()> resu
     return true;
   }
   core_.federation().Touch(stage_, Federation::Clock::now());
-  if (push_only_ && message.kind_case() != v1::SiteMessage::kPush) {
+  if (push_only_ && message.kind_case() != v1::SiteMessage::kPush &&
+      message.kind_case() != v1::SiteMessage::kOffer) {
     Reject("malformed", absl::InvalidArgumentError(
                             "a push stream carries pushes only; send pulls, acks, heartbeats and "
                             "reports on the primary stream"));
@@ -96,6 +98,9 @@ bool ExchangeSession::Handle(v1::SiteMessage message, std::function<void()> resu
   switch (message.kind_case()) {
     case v1::SiteMessage::kPush:
       return OnPush(std::move(*message.mutable_push()), std::move(resume));
+    case v1::SiteMessage::kOffer:
+      OnOffer(message.offer());
+      break;
     case v1::SiteMessage::kPull:
       OnPull(message.pull());
       break;
@@ -126,35 +131,183 @@ void ExchangeSession::OnHello(const v1::Hello& hello) {
   }
   stage_ = *stage;
   push_only_ = hello.push_only();
+  if (push_only_ && hello.credit()) {
+    std::lock_guard<std::mutex> lock(liveness_->mu);
+    wants_credit_ = true;
+    TopUpCreditLocked();
+    if (credit_ == 0) {
+      // Always answered, so that the site can wait for its initial credit instead of offering its
+      // first frame (a round trip) while the credit is on its way.
+      v1::GatewayMessage message;
+      message.mutable_push_credit()->set_bytes(0);
+      channel_->Send(std::move(message));
+    }
+  }
+}
+
+void ExchangeSession::TopUpCreditLocked() {
+  const uint64_t target = core_.push_credit_bytes();
+  if (!wants_credit_ || credit_ >= target) return;
+  const uint64_t want = target - credit_;
+  // Never less than one largest frame at a time from nothing: smaller credit could fund no frame and
+  // would only sit idle in the budget.
+  const uint64_t granted =
+      core_.mailbox().GrantCredit(want, std::min(want, core_.options().max_frame_bytes));
+  if (granted == 0) return;
+  credit_ += granted;
+  v1::GatewayMessage message;
+  message.mutable_push_credit()->set_bytes(granted);
+  channel_->Send(std::move(message));
+}
+
+void ExchangeSession::OnOffer(const v1::PushOffer& offer) {
+  const uint64_t transfer_id = offer.transfer_id();
+  const v1::TensorKey& key = offer.header().key();
+  size_t open_transfers = 0;
+  {
+    std::lock_guard<std::mutex> lock(liveness_->mu);
+    if (offers_.count(transfer_id) > 0 || assembler_.IsOpen(transfer_id)) {
+      // Answering with a PushAck would end the transfer that is already open under this id.
+      Reject("malformed", absl::InvalidArgumentError(
+                              absl::StrCat("transfer ", transfer_id, " offered twice")));
+      return;
+    }
+    open_transfers = offers_.size() + assembler_.open_transfers();
+  }
+  absl::Status valid =
+      ValidateFrameHeader(offer.header(), core_.spec(), core_.options().max_frame_bytes);
+  if (valid.ok() && open_transfers >= core_.options().max_open_transfers_per_stream) {
+    valid = absl::ResourceExhaustedError(
+        absl::StrCat("more than ", core_.options().max_open_transfers_per_stream,
+                     " offered or incomplete transfers on one stream"));
+  }
+  if (!valid.ok()) {
+    core_.federation().CountRejected(
+        "malformed", absl::StrCat("offer from ", site_id_, ": ", valid.message()));
+    SendPushAck(transfer_id, key, valid);
+    return;
+  }
+  if (absl::Status allowed = CheckPush(core_.spec(), stage_, key); !allowed.ok()) {
+    core_.federation().CountRejected(
+        allowed.code() == absl::StatusCode::kPermissionDenied ? "unauthorized" : "malformed",
+        absl::StrCat("offer from ", site_id_, ": ", allowed.message()));
+    SendPushAck(transfer_id, key, allowed);
+    return;
+  }
+  if (core_.mailbox().Holds(MailboxKey::From(key))) {
+    // A retry of a frame the gateway has (or had): idempotent, and no body needs to travel.
+    SendPushAck(transfer_id, key, absl::OkStatus());
+    return;
+  }
+  const uint64_t bytes = offer.header().wire_bytes();
+  // Runs on the thread that freed the memory, possibly after the stream closed (then `this` may be
+  // gone: only shared state is touched) or after the site broke the protocol (the offer is gone).
+  auto granted = [this, &mailbox = core_.mailbox(), liveness = liveness_, transfer_id, bytes] {
+    {
+      std::lock_guard<std::mutex> lock(liveness->mu);
+      if (liveness->open) {
+        auto it = offers_.find(transfer_id);
+        if (it != offers_.end() && !it->second.granted) {
+          it->second.granted = true;
+          SendPushGrant(transfer_id);
+          TopUpCreditLocked();
+          return;
+        }
+      }
+    }
+    mailbox.Release(bytes);  // Outside liveness->mu: Release runs other streams' grants.
+  };
+  // Held across Reserve so that `granted` cannot run before the offer is recorded.
+  std::lock_guard<std::mutex> lock(liveness_->mu);
+  absl::StatusOr<bool> reserved = core_.mailbox().Reserve(bytes, granted);
+  if (!reserved.ok()) {
+    core_.federation().CountRejected("over_budget", std::string(reserved.status().message()));
+    SendPushAck(transfer_id, key, reserved.status());
+    return;
+  }
+  offers_[transfer_id] = Offer{bytes, *reserved};
+  if (*reserved) SendPushGrant(transfer_id);
+}
+
+void ExchangeSession::SendPushGrant(uint64_t transfer_id) {
+  v1::GatewayMessage message;
+  message.mutable_push_grant()->set_transfer_id(transfer_id);
+  channel_->Send(std::move(message));
 }
 
 bool ExchangeSession::OnPush(v1::PushChunk chunk, std::function<void()> resume) {
   const uint64_t transfer_id = chunk.transfer_id();
   if (refused_transfers_.count(transfer_id) > 0) return true;
+  auto refuse = [this](uint64_t id) {
+    assembler_.Drop(id);
+    if (refused_transfers_.size() >= kMaxRefusedTransfers) refused_transfers_.clear();
+    refused_transfers_.insert(id);
+  };
+  // Chunk 0 of an offered frame takes over the offer's reservation.
+  uint64_t granted_bytes = 0;
+  bool offered = false;
+  if (chunk.chunk().index() == 0) {
+    std::lock_guard<std::mutex> lock(liveness_->mu);
+    if (auto it = offers_.find(transfer_id); it != offers_.end()) {
+      offered = true;
+      if (it->second.granted) granted_bytes = it->second.bytes;
+      offers_.erase(it);  // An ungranted offer's reservation is returned when it comes (OnOffer).
+    }
+  }
+  if (offered && granted_bytes == 0) {
+    refuse(transfer_id);
+    const absl::Status status = absl::FailedPreconditionError(absl::StrCat(
+        "transfer ", transfer_id, ": body pushed before the gateway granted its offer"));
+    core_.federation().CountRejected("malformed",
+                                     absl::StrCat("push from ", site_id_, ": ", status.message()));
+    SendPushAck(transfer_id, chunk.header().key(), status);
+    return true;
+  }
   uint64_t dropped_bytes = 0;
   absl::StatusOr<FrameAssembler::Event> event = assembler_.Add(std::move(chunk), &dropped_bytes);
   if (!event.ok()) {
-    core_.mailbox().Release(dropped_bytes);
+    core_.mailbox().Release(dropped_bytes + granted_bytes);
     Reject("malformed", event.status());
     return true;
   }
   if (event->started) {
     const v1::TensorKey key = event->header->key();
     absl::Status allowed = CheckPush(core_.spec(), stage_, key);
+    if (allowed.ok() && offered && event->header->wire_bytes() != granted_bytes) {
+      allowed = absl::InvalidArgumentError(absl::StrCat(
+          "transfer ", transfer_id, " has ", event->header->wire_bytes(),
+          " wire bytes; its offer had ", granted_bytes));
+    }
     if (!allowed.ok()) {
-      assembler_.Drop(transfer_id);
-      if (refused_transfers_.size() >= kMaxRefusedTransfers) refused_transfers_.clear();
-      refused_transfers_.insert(transfer_id);
+      refuse(transfer_id);
+      core_.mailbox().Release(granted_bytes);
       core_.federation().CountRejected(
           allowed.code() == absl::StatusCode::kPermissionDenied ? "unauthorized" : "malformed",
           absl::StrCat("push from ", site_id_, ": ", allowed.message()));
       SendPushAck(transfer_id, key, allowed);
       return true;
     }
-    // Admission: reserve the frame's bytes before reading its body. When the budget is full the
-    // stream stops being read until an ack frees space (flow control, not an error).
     FramePtr complete = event->completed ? event->frame : nullptr;
     const uint64_t bytes = event->header->wire_bytes();
+    // Admission, credit protocol: the offer's grant or the stream's standing credit reserved the
+    // frame's bytes before the site sent its body.
+    bool funded = offered;
+    if (!funded) {
+      std::lock_guard<std::mutex> lock(liveness_->mu);
+      if (credit_ >= bytes) {
+        credit_ -= bytes;
+        core_.mailbox().UseCredit(bytes);
+        TopUpCreditLocked();
+        funded = true;
+      }
+    }
+    if (funded) {
+      if (complete) StoreFrame(complete, transfer_id);
+      return true;
+    }
+    // Admission, a producer without credit: reserve the frame's bytes before reading its body. When
+    // the budget is full the stream stops being read until an ack frees space (flow control, not an
+    // error); gRPC then holds what the site sent meanwhile.
     auto granted = [this, &mailbox = core_.mailbox(), liveness = liveness_, complete, transfer_id,
                     bytes, resume] {
       std::lock_guard<std::mutex> lock(liveness->mu);
@@ -171,8 +324,7 @@ bool ExchangeSession::OnPush(v1::PushChunk chunk, std::function<void()> resume) 
     std::lock_guard<std::mutex> lock(liveness_->mu);
     absl::StatusOr<bool> reserved = core_.mailbox().Reserve(bytes, granted);
     if (!reserved.ok()) {
-      assembler_.Drop(transfer_id);
-      refused_transfers_.insert(transfer_id);
+      refuse(transfer_id);
       core_.federation().CountRejected("over_budget", std::string(reserved.status().message()));
       SendPushAck(transfer_id, key, reserved.status());
       return true;
@@ -248,13 +400,22 @@ void ExchangeSession::OnAck(const v1::Ack& ack) {
 void ExchangeSession::Close() {
   if (closed_) return;
   closed_ = true;
+  uint64_t granted_bytes = 0;
+  uint64_t credit = 0;
   {
-    // A reservation granted from now on returns its bytes instead of storing (see OnPush).
+    // A reservation granted from now on returns its bytes instead of storing (see OnPush, OnOffer).
     std::lock_guard<std::mutex> lock(liveness_->mu);
     liveness_->open = false;
     if (unreserved_transfer_) assembler_.Drop(*unreserved_transfer_);
+    for (const auto& [id, offer] : offers_) {
+      if (offer.granted) granted_bytes += offer.bytes;
+    }
+    offers_.clear();
+    credit = std::exchange(credit_, 0);
   }
-  core_.mailbox().Release(assembler_.OpenBytes());
+  // Outside liveness_->mu: returning memory runs other streams' grants.
+  core_.mailbox().ReleaseCredit(credit);
+  core_.mailbox().Release(assembler_.OpenBytes() + granted_bytes);
   for (const auto& [ticket, id] : pulls_->TakeWaiting()) core_.mailbox().CancelPull(id);
   if (stage_ >= 0 && !push_only_) {
     core_.federation().Detach(stage_, channel_.get(), Federation::Clock::now());

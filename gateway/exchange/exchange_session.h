@@ -1,6 +1,7 @@
 // The gateway's handling of one site's Exchange stream, message by message (DESIGN.md §4, §5):
 // Hello binds the stream to the site's current epoch; pushes are reassembled, authorized, admitted
-// under the memory budget and stored; pulls are authorized and served when the frame is there; acks
+// under the memory budget (standing credit, a grant per offered frame, or, for producers that do not
+// follow the credit protocol, by not reading on until memory frees: gateway.proto, Hello) and stored; pulls are authorized and served when the frame is there; acks
 // free the mailbox; heartbeats and reports feed the federation's view. Every malformed or
 // unauthorized message is answered with an error, counted, and the stream stays usable.
 //
@@ -10,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -44,6 +46,11 @@ class ExchangeSession {
 
   void OnHello(const v1::Hello& hello);
   bool OnPush(v1::PushChunk chunk, std::function<void()> resume);
+  void OnOffer(const v1::PushOffer& offer);
+  // Tops the stream's standing credit up towards GatewayCore::push_credit_bytes() from spare budget
+  // and tells the site. Requires liveness_->mu held and the stream open.
+  void TopUpCreditLocked();
+  void SendPushGrant(uint64_t transfer_id);
   void OnPull(const v1::Pull& pull);
   void OnAck(const v1::Ack& ack);
   // Stores a complete frame whose bytes are reserved and acknowledges it to the producer.
@@ -61,8 +68,18 @@ class ExchangeSession {
   std::set<uint64_t> refused_transfers_;  // Their later chunks are dropped quietly.
   std::shared_ptr<PullTracker> pulls_;
   std::shared_ptr<Liveness> liveness_;
-  // A started transfer still waiting for its reservation (guarded by liveness_->mu).
+  // A frame offered (PushOffer) and not yet started: `bytes` are reserved once `granted`.
+  struct Offer {
+    uint64_t bytes = 0;
+    bool granted = false;
+  };
+
+  // Guarded by liveness_->mu (reservation grants arrive on other threads):
+  // A started transfer still waiting for its reservation (producers without the credit protocol).
   std::optional<uint64_t> unreserved_transfer_;
+  std::map<uint64_t, Offer> offers_;  // By transfer id.
+  uint64_t credit_ = 0;               // Standing credit the site holds (reserved in the mailbox).
+  bool wants_credit_ = false;         // Set by a push stream's Hello with `credit`.
   bool closed_ = false;
 };
 

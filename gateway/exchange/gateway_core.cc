@@ -9,7 +9,12 @@ namespace strait::gateway {
 GatewayCore::GatewayCore(const JobSpec& spec, GatewayOptions options)
     : spec_(spec),
       options_(options),
-      mailbox_(spec.gateway.memory_budget),
+      // Credit may use all of the budget but one largest frame: a frame waiting for a reservation
+      // then always fits once the stored frames are acknowledged (no deadlock on idle credit).
+      mailbox_(spec.gateway.memory_budget,
+               spec.gateway.memory_budget > options.max_frame_bytes
+                   ? spec.gateway.memory_budget - options.max_frame_bytes
+                   : 0),
       federation_(spec, options.insecure,
                   [this](uint32_t generation) { mailbox_.PurgeGenerationsBelow(generation); }),
       housekeeper_([this] { Housekeeping(); }) {}
@@ -21,6 +26,11 @@ GatewayCore::~GatewayCore() {
   }
   stop_cv_.notify_all();
   housekeeper_.join();
+}
+
+uint64_t GatewayCore::push_credit_bytes() const {
+  return options_.push_credit_bytes > 0 ? options_.push_credit_bytes
+                                        : options_.max_frame_bytes + (16ull << 20);
 }
 
 v1::FederationState GatewayCore::Snapshot() const {

@@ -14,9 +14,13 @@ absl::StatusOr<FrameAssembler::Event> FrameAssembler::Add(v1::PushChunk chunk,
                                                           uint64_t* dropped_bytes) {
   const uint64_t id = chunk.transfer_id();
   *dropped_bytes = 0;
-  // Every error drops the transfer (so a broken transfer never lingers) and reports its bytes.
+  // Every error drops the transfer (so a broken transfer never lingers) and reports its bytes, unless
+  // this very chunk started it: the caller reserves a transfer's bytes only after Add reports it
+  // started, so there is nothing to release yet.
+  bool started_now = false;
   auto fail = [&](std::string message) {
-    *dropped_bytes = Drop(id);
+    const uint64_t bytes = Drop(id);
+    *dropped_bytes = started_now ? 0 : bytes;
     return absl::InvalidArgumentError(absl::StrCat("transfer ", id, ": ", message));
   };
   std::string* data = chunk.mutable_chunk()->mutable_data();
@@ -38,6 +42,7 @@ absl::StatusOr<FrameAssembler::Event> FrameAssembler::Add(v1::PushChunk chunk,
     partial.frame = std::make_unique<StoredFrame>();
     partial.frame->header = std::move(*chunk.mutable_header());
     it = open_.emplace(id, std::move(partial)).first;
+    started_now = true;
     event.started = true;
   } else {
     if (it == open_.end()) return fail(absl::StrCat("chunk ", chunk.chunk().index(), " before chunk 0"));

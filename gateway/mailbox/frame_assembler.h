@@ -32,14 +32,19 @@ class FrameAssembler {
   };
 
   // Adds one pushed chunk. On error the transfer it belongs to is dropped, and *dropped_bytes is set
-  // to the wire bytes of that transfer if it had started (the caller releases its reservation),
-  // else 0.
+  // to the wire bytes of that transfer if it had started with an earlier chunk (the caller releases
+  // its reservation), else 0 (also when this chunk 0 started it and broke it at once: no reservation
+  // was made for it yet).
   absl::StatusOr<Event> Add(v1::PushChunk chunk, uint64_t* dropped_bytes);
 
   // Forgets an incomplete transfer; returns its header's wire_bytes (0 when unknown).
   uint64_t Drop(uint64_t transfer_id);
   // Wire bytes of all incomplete transfers (to release when the stream ends).
   uint64_t OpenBytes() const;
+  // Whether `transfer_id` has started and is not complete.
+  bool IsOpen(uint64_t transfer_id) const { return open_.count(transfer_id) > 0; }
+  // Number of incomplete transfers.
+  size_t open_transfers() const { return open_.size(); }
 
  private:
   struct Partial {

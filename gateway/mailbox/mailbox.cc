@@ -15,7 +15,8 @@ void RunAll(std::vector<std::function<void()>>& completions) {
 
 }  // namespace
 
-Mailbox::Mailbox(uint64_t budget_bytes) : budget_(budget_bytes) {}
+Mailbox::Mailbox(uint64_t budget_bytes, uint64_t credit_limit_bytes)
+    : budget_(budget_bytes), credit_limit_(std::min(credit_limit_bytes, budget_bytes)) {}
 
 Mailbox::~Mailbox() = default;
 
@@ -42,6 +43,40 @@ void Mailbox::Release(uint64_t bytes) {
     GrantReservationsLocked(completions);
   }
   RunAll(completions);
+}
+
+uint64_t Mailbox::GrantCredit(uint64_t want_bytes, uint64_t min_bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!reservations_.empty() || want_bytes == 0) return 0;
+  const uint64_t room = std::min(budget_ - std::min(reserved_, budget_),
+                                 credit_limit_ - std::min(credit_, credit_limit_));
+  const uint64_t granted = std::min(want_bytes, room);
+  if (granted == 0 || granted < min_bytes) return 0;
+  reserved_ += granted;
+  credit_ += granted;
+  return granted;
+}
+
+void Mailbox::UseCredit(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  credit_ -= std::min(bytes, credit_);
+}
+
+void Mailbox::ReleaseCredit(uint64_t bytes) {
+  std::vector<Completion> completions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    bytes = std::min(bytes, credit_);
+    credit_ -= bytes;
+    reserved_ -= std::min(bytes, reserved_);
+    GrantReservationsLocked(completions);
+  }
+  RunAll(completions);
+}
+
+bool Mailbox::Holds(const MailboxKey& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return key.generation < min_generation_ || frames_.count(key) > 0 || acked_.count(key) > 0;
 }
 
 Mailbox::StoreResult Mailbox::Store(FramePtr frame) {
@@ -175,8 +210,8 @@ void Mailbox::PurgeGenerationsBelow(uint32_t generation) {
 
 Mailbox::Stats Mailbox::GetStats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return {frames_.size(), stored_bytes_, reserved_, budget_, waiters_.size(), reservations_.size(),
-          duplicates_};
+  return {frames_.size(), stored_bytes_, reserved_, credit_, budget_, waiters_.size(),
+          reservations_.size(), duplicates_};
 }
 
 void Mailbox::GrantReservationsLocked(std::vector<Completion>& out) {

@@ -3,9 +3,10 @@
 // A push stores a complete frame until its consumer acknowledges it; a pull of a key not pushed yet
 // waits until the frame arrives, the pull's deadline passes, or the key's generation is purged. Pushes
 // are idempotent: a key already stored or already acknowledged is not stored again. Memory is bounded:
-// a producer reserves the frame's bytes before its body is read, and when the budget is full the
-// reservation waits (the caller stops reading from that producer: gRPC flow control) until an
-// acknowledgement or a purge frees space.
+// a frame's bytes are reserved before its body is sent (an offer's grant, or standing credit) or at
+// least before it is read, and when the budget is full the reservation waits (the producer's offer
+// is not granted, or the caller stops reading from that producer) until an acknowledgement or a
+// purge frees space.
 //
 // Thread-safe. Callbacks (pull completions, reservation grants) never run under the mailbox's lock;
 // they run on the thread whose call satisfied them (Store, Ack, Purge, ExpirePulls, or the caller of
@@ -31,8 +32,11 @@ class Mailbox {
   using Clock = std::chrono::steady_clock;
   using PullDone = std::function<void(absl::StatusOr<FramePtr>)>;
 
-  // `budget_bytes`: the most frame bytes held or reserved at once.
-  explicit Mailbox(uint64_t budget_bytes);
+  // `budget_bytes`: the most frame bytes held or reserved at once, standing credit included.
+  // `credit_limit_bytes`: the most of it that may be standing credit at once (see GrantCredit); keep
+  // at least one largest frame out of it, so that a frame waiting for a reservation is granted once
+  // the stored frames are acknowledged, however much credit idle producers hold.
+  explicit Mailbox(uint64_t budget_bytes, uint64_t credit_limit_bytes = 0);
   ~Mailbox();
 
   // Reserves `bytes` for a frame about to be received. Returns true when reserved now. Otherwise
@@ -41,6 +45,21 @@ class Mailbox {
   absl::StatusOr<bool> Reserve(uint64_t bytes, std::function<void()> granted);
   // Returns a reservation that will not be stored (the transfer broke off).
   void Release(uint64_t bytes);
+
+  // Standing credit: bytes reserved for a producer's frames before it names them, so that with spare
+  // budget a push needs no round trip (gateway.proto, Hello). Reserves and returns between `min_bytes`
+  // and `want_bytes`, or 0: only while no reservation is waiting (credit never overtakes a frame
+  // waiting for memory), within the budget and within the credit limit. Never calls back.
+  uint64_t GrantCredit(uint64_t want_bytes, uint64_t min_bytes);
+  // `bytes` of granted credit now fund a frame: they become an ordinary reservation (Store or Release
+  // it as usual). Never calls back.
+  void UseCredit(uint64_t bytes);
+  // Returns unused credit (its stream ended); grants waiting reservations that now fit.
+  void ReleaseCredit(uint64_t bytes);
+
+  // True when a push of `key` would be dropped: stored or acknowledged already (a duplicate), or of a
+  // purged generation (stale).
+  bool Holds(const MailboxKey& key) const;
 
   enum class StoreResult { kStored, kDuplicate, kStale };
   // Stores a complete frame whose wire_bytes were reserved; takes over the reservation. A duplicate
@@ -68,7 +87,8 @@ class Mailbox {
   struct Stats {
     uint64_t stored_frames = 0;
     uint64_t stored_bytes = 0;     // Bytes of stored frames.
-    uint64_t reserved_bytes = 0;   // Stored plus reserved for frames in transit.
+    uint64_t reserved_bytes = 0;   // Stored plus reserved for frames in transit plus credit.
+    uint64_t credit_bytes = 0;     // Standing credit granted and not yet used or returned.
     uint64_t budget_bytes = 0;
     uint64_t waiting_pulls = 0;
     uint64_t waiting_reservations = 0;
@@ -96,7 +116,9 @@ class Mailbox {
 
   mutable std::mutex mu_;
   const uint64_t budget_;
-  uint64_t reserved_ = 0;  // Includes the bytes of stored frames.
+  const uint64_t credit_limit_;
+  uint64_t reserved_ = 0;  // Includes the bytes of stored frames and standing credit.
+  uint64_t credit_ = 0;    // Standing credit outstanding (part of reserved_).
   uint64_t stored_bytes_ = 0;
   uint64_t duplicates_ = 0;
   uint64_t next_pull_id_ = 1;

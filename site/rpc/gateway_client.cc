@@ -53,11 +53,17 @@ absl::Status GatewayClient::Start(const v1::JoinRequest& join) {
   hello.mutable_hello()->set_epoch(join_reply_.epoch());
   if (!primary_->Write(hello)) return absl::UnavailableError("the gateway closed the primary stream");
   hello.mutable_hello()->set_push_only(true);
+  hello.mutable_hello()->set_credit(true);
   if (!push_->Write(hello)) return absl::UnavailableError("the gateway closed the push stream");
 
   primary_reader_ = std::thread([this] { ReadPrimary(); });
   push_reader_ = std::thread([this] { ReadPushAcks(); });
   heartbeat_ = std::thread([this] { Heartbeats(); });
+  // The gateway answers the push stream's Hello with our initial credit: waiting for it here (one
+  // round trip, like the Join) spares the first push an offer and its round trip. Without it (the
+  // budget has no room yet, or the answer is late) pushes simply start by offering.
+  std::unique_lock<std::mutex> lock(mu_);
+  push_cv_.wait_for(lock, options_.join_timeout, [this] { return credit_answered_ || push_ended_; });
   return absl::OkStatus();
 }
 
@@ -66,19 +72,47 @@ GatewayClient::~GatewayClient() { (void)Close(); }
 std::future<absl::Status> GatewayClient::Push(v1::FrameHeader header, std::string body) {
   std::promise<absl::Status> promise;
   std::future<absl::Status> future = promise.get_future();
+  const uint32_t chunks = static_cast<uint32_t>(std::max<size_t>(1, (body.size() + kChunkBytes - 1) / kChunkBytes));
+  header.set_wire_bytes(body.size());
+  header.set_chunk_count(chunks);
   uint64_t transfer_id;
+  bool funded;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) {
+    if (closed_ || push_ended_) {
       promise.set_value(absl::UnavailableError("the connection to the gateway is closed"));
       return future;
     }
     transfer_id = next_id_++;
     pending_pushes_.emplace(transfer_id, std::move(promise));
+    // Credit is used from the moment we decide to send: the gateway counts it when chunk 0 arrives,
+    // which is after this, so its count of our credit is never below ours.
+    funded = push_credit_ >= body.size();
+    if (funded) {
+      push_credit_ -= body.size();
+    } else {
+      offers_[transfer_id] = OfferState::kWaiting;
+    }
   }
-  const uint32_t chunks = static_cast<uint32_t>(std::max<size_t>(1, (body.size() + kChunkBytes - 1) / kChunkBytes));
-  header.set_wire_bytes(body.size());
-  header.set_chunk_count(chunks);
+  if (!funded) {
+    v1::SiteMessage offer;
+    offer.mutable_offer()->set_transfer_id(transfer_id);
+    *offer.mutable_offer()->mutable_header() = header;
+    bool written;
+    {
+      std::lock_guard<std::mutex> write_lock(push_write_mu_);
+      written = push_->Write(offer);
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    // Flow control: wait here until the gateway has room for the body.
+    push_cv_.wait(lock, [&] {
+      return !written || closed_ || push_ended_ || offers_[transfer_id] != OfferState::kWaiting;
+    });
+    const bool granted = written && offers_[transfer_id] == OfferState::kGranted && !closed_;
+    offers_.erase(transfer_id);
+    // Not granted: a PushAck answered the offer, or the stream ended (the reader fails the push).
+    if (!granted) return future;
+  }
   std::lock_guard<std::mutex> write_lock(push_write_mu_);
   for (uint32_t i = 0; i < chunks; ++i) {
     v1::SiteMessage message;
@@ -208,14 +242,41 @@ void GatewayClient::ReadPushAcks() {
       spdlog::warn("gateway refused a push message: {}", message.error().message());
       continue;
     }
+    if (message.has_push_credit()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        push_credit_ += message.push_credit().bytes();
+        credit_answered_ = true;
+      }
+      push_cv_.notify_all();
+      continue;
+    }
+    if (message.has_push_grant()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = offers_.find(message.push_grant().transfer_id());
+        if (it != offers_.end()) it->second = OfferState::kGranted;
+      }
+      push_cv_.notify_all();
+      continue;
+    }
     if (!message.has_push_ack()) continue;
     std::lock_guard<std::mutex> lock(mu_);
+    if (auto offer = offers_.find(message.push_ack().transfer_id()); offer != offers_.end()) {
+      offer->second = OfferState::kAnswered;
+      push_cv_.notify_all();
+    }
     auto it = pending_pushes_.find(message.push_ack().transfer_id());
     if (it == pending_pushes_.end()) continue;
     it->second.set_value(absl::Status(static_cast<absl::StatusCode>(message.push_ack().status_code()),
                                       message.push_ack().status_message()));
     pending_pushes_.erase(it);
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    push_ended_ = true;
+  }
+  push_cv_.notify_all();
   FailPending(absl::UnavailableError("the gateway closed the push stream"));
 }
 
@@ -247,6 +308,7 @@ absl::Status GatewayClient::Close() {
     closed_ = true;
   }
   heartbeat_cv_.notify_all();
+  push_cv_.notify_all();  // Pushes waiting for a grant give up.
   if (heartbeat_.joinable()) heartbeat_.join();
   {
     std::lock_guard<std::mutex> lock(primary_write_mu_);

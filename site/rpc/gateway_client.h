@@ -1,9 +1,13 @@
 // A site's gRPC connection to the gateway: Join, then two Exchange streams (a primary stream for
-// pulls, acks, heartbeats and reports, and a push stream), each with a reader thread.
+// pulls, acks, heartbeats and reports, and a push stream), each with a reader thread. Pushes follow
+// the credit protocol (gateway.proto, Hello): a frame's body is sent only within the standing credit
+// the gateway granted or after the gateway granted the frame's offer, so a push waiting for memory
+// waits here, in the site, never as bytes parked in the gateway's gRPC buffers.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -32,8 +36,9 @@ class GatewayClient final : public GatewayLink {
     std::function<void(const v1::Control&)> on_control;
   };
 
-  // Joins and opens both streams. Blocks up to join_timeout. The Join's status on refusal (e.g.
-  // PERMISSION_DENIED), UNAVAILABLE when the gateway cannot be reached.
+  // Joins and opens both streams. Blocks up to join_timeout for the Join, and up to join_timeout
+  // more for the push stream's initial credit (gateway.proto, Hello). The Join's status on refusal
+  // (e.g. PERMISSION_DENIED), UNAVAILABLE when the gateway cannot be reached.
   static absl::StatusOr<std::unique_ptr<GatewayClient>> Connect(Options options,
                                                                 const v1::JoinRequest& join);
   // Closes the streams (Close()).
@@ -41,6 +46,9 @@ class GatewayClient final : public GatewayLink {
 
   const v1::JoinReply& join_reply() const { return join_reply_; }
 
+  // Sends the frame now when the push stream's standing credit covers it; otherwise offers it and
+  // blocks until the gateway grants it (flow control) or answers the offer (refused, or the key is
+  // held already: then the body is not sent and the future carries the answer).
   std::future<absl::Status> Push(v1::FrameHeader header, std::string body) override;
   std::future<absl::StatusOr<ReceivedFrame>> Pull(const v1::TensorKey& key,
                                                   std::chrono::milliseconds timeout) override;
@@ -56,6 +64,7 @@ class GatewayClient final : public GatewayLink {
 
  private:
   using Stream = grpc::ClientReaderWriter<v1::SiteMessage, v1::GatewayMessage>;
+  enum class OfferState { kWaiting, kGranted, kAnswered };
   struct PendingPull {
     std::promise<absl::StatusOr<ReceivedFrame>> promise;
     ReceivedFrame frame;
@@ -81,6 +90,13 @@ class GatewayClient final : public GatewayLink {
   std::mutex mu_;  // Guards the pending maps, the handler and closed_.
   std::map<uint64_t, std::promise<absl::Status>> pending_pushes_;
   std::map<uint64_t, PendingPull> pending_pulls_;
+  // Credit protocol state of the push stream (guarded by mu_): standing credit not yet used, and the
+  // offers whose Push call waits for their grant (push_cv_).
+  uint64_t push_credit_ = 0;
+  std::map<uint64_t, OfferState> offers_;
+  bool push_ended_ = false;  // The push stream's reader stopped: no grant will come.
+  bool credit_answered_ = false;  // The gateway's first PushCredit (maybe of 0 bytes) arrived.
+  std::condition_variable push_cv_;
   std::function<void(const v1::Control&)> control_handler_;
   uint64_t next_id_ = 1;
   bool closed_ = false;

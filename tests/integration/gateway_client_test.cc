@@ -1,9 +1,11 @@
 // The site's gRPC client against a real gateway process, over mutual TLS with real certificates and
 // over plaintext: frames pushed and pulled through both streams, long polls and timeouts, refusals,
 // control messages, and a clean close.
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -130,6 +132,42 @@ TEST_P(GatewayClientTest, RefusalsAndTimeoutsAreStatuses) {
             absl::StatusCode::kPermissionDenied);
   EXPECT_EQ((*a)->Pull(Key(1, 0, v1::BACKWARD), std::chrono::milliseconds(100)).get().status().code(),
             absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_P(GatewayClientTest, PushesBeyondTheBudgetWaitForTheConsumerAndThenAllArrive) {
+  auto a = Connect(Join("a"));
+  auto b = Connect(Join("b"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  // 16 frames of 24 MiB against a 256 MiB budget: standing credit carries the first ones, then each
+  // push offers its frame and waits (in the site, blocked in Push) for the gateway's grant.
+  constexpr int kFrames = 16;
+  constexpr size_t kBytes = 24 << 20;
+  auto key = [](int m) {
+    v1::TensorKey k = Key(0, 0, v1::FORWARD);
+    k.set_step(static_cast<uint64_t>(m));
+    return k;
+  };
+  std::atomic<int> pushed{0};
+  std::vector<std::future<absl::Status>> acks;
+  std::thread producer([&] {
+    for (int m = 0; m < kFrames; ++m) {
+      std::string body(kBytes, static_cast<char>('a' + m));
+      acks.push_back((*a)->Push(Header(key(m), kBytes / 4), std::move(body)));
+      ++pushed;
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  EXPECT_LT(pushed.load(), kFrames) << "the producer was not held back by the budget";
+  for (int m = 0; m < kFrames; ++m) {
+    absl::StatusOr<ReceivedFrame> frame = (*b)->Pull(key(m), std::chrono::seconds(60)).get();
+    ASSERT_TRUE(frame.ok()) << frame.status() << gateway_->LogTail();
+    EXPECT_EQ(frame->body.size(), kBytes);
+    EXPECT_EQ(frame->body[kBytes - 1], static_cast<char>('a' + m));
+    (*b)->Ack(key(m));
+  }
+  producer.join();
+  for (auto& ack : acks) EXPECT_TRUE(ack.get().ok());
+  EXPECT_EQ((*a)->stream_errors(), 0u);
 }
 
 TEST_P(GatewayClientTest, NeighbourRejoinArrivesAsAControlMessage) {

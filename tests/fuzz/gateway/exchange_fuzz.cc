@@ -1,6 +1,7 @@
 // Feeds arbitrary sequences of Exchange messages from three sites into the gateway's session logic
 // (the code behind every gRPC stream): it must answer errors, never crash, leak reservations or
-// exceed its memory budget.
+// standing credit, or exceed its memory budget. Offers and credit (gateway.proto, Hello) are fed like
+// any other message; a grant is a message to the site, so it needs no simulation here.
 //
 // Input: records of [site selector: 1 byte][length: 2 bytes little-endian][SiteMessage bytes].
 #include <cstddef>
@@ -47,7 +48,10 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace strait;
   gateway::GatewayOptions options;
-  options.max_frame_bytes = 1 << 16;
+  // Frames of at most a quarter of the budget, so that standing credit (the rest of the budget, at
+  // most) and offers waiting for memory both happen.
+  options.max_frame_bytes = 1 << 14;
+  options.push_credit_bytes = 1 << 15;
   gateway::GatewayCore core(Spec(), options);
   std::vector<std::unique_ptr<gateway::ExchangeSession>> sessions;
   for (int i = 0; i < 3; ++i) {

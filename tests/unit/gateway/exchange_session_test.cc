@@ -33,6 +33,13 @@ v1::SiteMessage PushMsg(uint64_t transfer, const v1::TensorKey& key, std::string
   return m;
 }
 
+v1::SiteMessage OfferMsg(uint64_t transfer, const v1::TensorKey& key, uint64_t wire_bytes) {
+  v1::SiteMessage m;
+  m.mutable_offer()->set_transfer_id(transfer);
+  *m.mutable_offer()->mutable_header() = Header(key, wire_bytes, 1);
+  return m;
+}
+
 v1::SiteMessage PullMsg(uint64_t pull_id, const v1::TensorKey& key) {
   v1::SiteMessage m;
   m.mutable_pull()->set_pull_id(pull_id);
@@ -80,6 +87,44 @@ class ExchangeSessionTest : public ::testing::Test {
       if (m.control().has_rollback()) out.push_back(m.control().rollback());
     }
     return out;
+  }
+
+  // Recreates the core with frames of at most `max_frame_bytes` (so that standing credit may use
+  // the budget minus one such frame) and `push_credit_bytes` of credit per push stream.
+  void UseCreditOptions(uint64_t max_frame_bytes, uint64_t push_credit_bytes) {
+    GatewayOptions options;
+    options.max_frame_bytes = max_frame_bytes;
+    options.push_credit_bytes = push_credit_bytes;
+    core_.reset();
+    core_ = std::make_unique<GatewayCore>(spec_, options);
+  }
+
+  // Opens the push stream of stage `stage` (joined already), asking for standing credit or not.
+  std::unique_ptr<ExchangeSession> OpenPushStream(int stage, bool credit,
+                                                  std::shared_ptr<FakeChannel>& channel) {
+    channel = std::make_shared<FakeChannel>();
+    auto session = std::make_unique<ExchangeSession>(*core_, spec_.sites[stage].id, channel);
+    v1::SiteMessage hello = Hello(1);
+    hello.mutable_hello()->set_push_only(true);
+    hello.mutable_hello()->set_credit(credit);
+    EXPECT_TRUE(session->Handle(hello, [] {}));
+    return session;
+  }
+
+  static std::vector<uint64_t> Grants(FakeChannel& channel) {
+    std::vector<uint64_t> grants;
+    for (const v1::GatewayMessage& m : channel.messages()) {
+      if (m.has_push_grant()) grants.push_back(m.push_grant().transfer_id());
+    }
+    return grants;
+  }
+
+  static uint64_t CreditGranted(FakeChannel& channel) {
+    uint64_t bytes = 0;
+    for (const v1::GatewayMessage& m : channel.messages()) {
+      if (m.has_push_credit()) bytes += m.push_credit().bytes();
+    }
+    return bytes;
   }
 
   static v1::PushAck LastPushAck(FakeChannel& channel) {
@@ -176,6 +221,96 @@ TEST_F(ExchangeSessionTest, FullBudgetPausesTheProducerUntilTheConsumerAcks) {
   EXPECT_TRUE(resumed);  // the ack freed space: the second frame is stored and reading resumes
   EXPECT_EQ(core_->mailbox().GetStats().stored_frames, 1u);
   EXPECT_EQ(LastPushAck(*a_out).transfer_id(), 2u);
+}
+
+TEST_F(ExchangeSessionTest, OfferedFrameIsGrantedWhenThereIsRoomAndTheStreamStaysReadable) {
+  UseCreditOptions(/*max_frame_bytes=*/600, /*push_credit_bytes=*/0);
+  std::shared_ptr<FakeChannel> a_out, b_out, a_push_out;
+  auto a = Open(0, a_out);
+  auto b = Open(1, b_out);
+  auto a_push = OpenPushStream(0, /*credit=*/false, a_push_out);
+  EXPECT_EQ(CreditGranted(*a_push_out), 0u);  // not asked for
+  EXPECT_TRUE(a_push->Handle(OfferMsg(1, Key(0, 0, 0, v1::FORWARD), 600), [] {}));
+  EXPECT_EQ(Grants(*a_push_out), std::vector<uint64_t>{1});
+  EXPECT_TRUE(a_push->Handle(PushMsg(1, Key(0, 0, 0, v1::FORWARD), std::string(600, 'x')), [] {}));
+  EXPECT_EQ(LastPushAck(*a_push_out).status_code(), 0);
+  // The budget is full: the second offer waits, but the stream is still read (no body is parked).
+  EXPECT_TRUE(a_push->Handle(OfferMsg(2, Key(0, 1, 0, v1::FORWARD), 600), [] {}));
+  EXPECT_EQ(Grants(*a_push_out).size(), 1u);
+  EXPECT_EQ(core_->mailbox().GetStats().reserved_bytes, 600u);
+  EXPECT_TRUE(b->Handle(PullMsg(1, Key(0, 0, 0, v1::FORWARD)), [] {}));
+  EXPECT_TRUE(b->Handle(AckMsg(Key(0, 0, 0, v1::FORWARD)), [] {}));
+  EXPECT_EQ(Grants(*a_push_out), (std::vector<uint64_t>{1, 2}));
+  EXPECT_TRUE(a_push->Handle(PushMsg(2, Key(0, 1, 0, v1::FORWARD), std::string(600, 'y')), [] {}));
+  EXPECT_EQ(LastPushAck(*a_push_out).transfer_id(), 2u);
+  EXPECT_EQ(core_->mailbox().GetStats().stored_frames, 1u);
+  EXPECT_EQ(core_->mailbox().GetStats().reserved_bytes, 600u);
+}
+
+TEST_F(ExchangeSessionTest, OffersAreAnsweredWithoutABodyWhenRefusedOrHeldAlready) {
+  UseCreditOptions(/*max_frame_bytes=*/600, /*push_credit_bytes=*/0);
+  std::shared_ptr<FakeChannel> a_out, a_push_out, c_push_out;
+  auto a = Open(0, a_out);
+  auto a_push = OpenPushStream(0, /*credit=*/false, a_push_out);
+  EXPECT_TRUE(a_push->Handle(PushMsg(1, Key(0, 0, 0, v1::FORWARD), "abc"), [] {}));  // no credit
+  EXPECT_EQ(LastPushAck(*a_push_out).status_code(), 0);
+  // A retry of a held key: acknowledged at once, no grant, nothing reserved.
+  EXPECT_TRUE(a_push->Handle(OfferMsg(2, Key(0, 0, 0, v1::FORWARD), 3), [] {}));
+  EXPECT_EQ(LastPushAck(*a_push_out).transfer_id(), 2u);
+  EXPECT_EQ(LastPushAck(*a_push_out).status_code(), 0);
+  // Not the key's producer, and a frame over the whole budget.
+  EXPECT_TRUE(a_push->Handle(OfferMsg(3, Key(0, 0, 1, v1::FORWARD), 3), [] {}));
+  EXPECT_EQ(LastPushAck(*a_push_out).status_code(),
+            static_cast<int>(absl::StatusCode::kPermissionDenied));
+  EXPECT_TRUE(a_push->Handle(OfferMsg(4, Key(0, 1, 0, v1::FORWARD), 1001), [] {}));
+  EXPECT_NE(LastPushAck(*a_push_out).status_code(), 0);
+  EXPECT_TRUE(Grants(*a_push_out).empty());
+  EXPECT_EQ(core_->mailbox().GetStats().reserved_bytes, 3u);
+}
+
+TEST_F(ExchangeSessionTest, BodyBeforeItsGrantIsRefusedAndTheReservationReturns) {
+  UseCreditOptions(/*max_frame_bytes=*/600, /*push_credit_bytes=*/0);
+  std::shared_ptr<FakeChannel> a_out, b_out, a_push_out;
+  auto a = Open(0, a_out);
+  auto b = Open(1, b_out);
+  auto a_push = OpenPushStream(0, /*credit=*/false, a_push_out);
+  EXPECT_TRUE(a_push->Handle(OfferMsg(1, Key(0, 0, 0, v1::FORWARD), 600), [] {}));
+  EXPECT_TRUE(a_push->Handle(PushMsg(1, Key(0, 0, 0, v1::FORWARD), std::string(600, 'x')), [] {}));
+  EXPECT_TRUE(a_push->Handle(OfferMsg(2, Key(0, 1, 0, v1::FORWARD), 600), [] {}));  // waits
+  EXPECT_TRUE(a_push->Handle(PushMsg(2, Key(0, 1, 0, v1::FORWARD), std::string(600, 'y')), [] {}));
+  EXPECT_EQ(LastPushAck(*a_push_out).status_code(),
+            static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_TRUE(b->Handle(PullMsg(1, Key(0, 0, 0, v1::FORWARD)), [] {}));
+  EXPECT_TRUE(b->Handle(AckMsg(Key(0, 0, 0, v1::FORWARD)), [] {}));
+  // The late grant found no offer: its bytes went back to the budget.
+  EXPECT_EQ(core_->mailbox().GetStats().reserved_bytes, 0u);
+  EXPECT_EQ(Grants(*a_push_out), std::vector<uint64_t>{1});
+}
+
+TEST_F(ExchangeSessionTest, StandingCreditFundsPushesWithoutARoundTripAndReturnsOnClose) {
+  UseCreditOptions(/*max_frame_bytes=*/300, /*push_credit_bytes=*/500);
+  std::shared_ptr<FakeChannel> a_out, b_out, a_push_out;
+  auto a = Open(0, a_out);
+  auto b = Open(1, b_out);
+  auto a_push = OpenPushStream(0, /*credit=*/true, a_push_out);
+  EXPECT_EQ(CreditGranted(*a_push_out), 500u);
+  EXPECT_EQ(core_->mailbox().GetStats().credit_bytes, 500u);
+  // Within credit: stored at once, and the credit is topped up only as far as the limit allows
+  // (budget 1000 minus one largest frame of 300 = 700 of credit at most).
+  EXPECT_TRUE(a_push->Handle(PushMsg(1, Key(0, 0, 0, v1::FORWARD), std::string(300, 'x')), [] {}));
+  EXPECT_EQ(LastPushAck(*a_push_out).status_code(), 0);
+  EXPECT_EQ(core_->mailbox().GetStats().stored_frames, 1u);
+  EXPECT_EQ(CreditGranted(*a_push_out), 800u);
+  EXPECT_EQ(core_->mailbox().GetStats().reserved_bytes, 800u);
+  // A frame beyond what is left of the budget is offered, and granted once the consumer acks.
+  EXPECT_TRUE(a_push->Handle(OfferMsg(2, Key(0, 1, 0, v1::FORWARD), 300), [] {}));
+  EXPECT_TRUE(Grants(*a_push_out).empty());
+  EXPECT_TRUE(b->Handle(PullMsg(1, Key(0, 0, 0, v1::FORWARD)), [] {}));
+  EXPECT_TRUE(b->Handle(AckMsg(Key(0, 0, 0, v1::FORWARD)), [] {}));
+  EXPECT_EQ(Grants(*a_push_out), std::vector<uint64_t>{2});
+  a_push->Close();
+  EXPECT_EQ(core_->mailbox().GetStats().credit_bytes, 0u);
+  EXPECT_EQ(core_->mailbox().GetStats().reserved_bytes, 0u);
 }
 
 TEST_F(ExchangeSessionTest, ClosingReturnsReservationsAndCancelsPulls) {

@@ -164,5 +164,38 @@ TEST(MailboxTest, PushesAndPullsOfAPurgedGenerationAreStale) {
   EXPECT_EQ(mailbox.GetStats().waiting_pulls, 0u);
 }
 
+TEST(MailboxTest, CreditComesFromSpareBudgetWithinItsLimitAndNeverAheadOfAWaitingFrame) {
+  Mailbox mailbox(1000, /*credit_limit_bytes=*/600);
+  EXPECT_EQ(mailbox.GrantCredit(500, 100), 500u);
+  EXPECT_EQ(mailbox.GrantCredit(500, 200), 0u);  // only 100 left under the limit: below the minimum
+  EXPECT_EQ(mailbox.GrantCredit(500, 100), 100u);
+  EXPECT_EQ(mailbox.GetStats().credit_bytes, 600u);
+  EXPECT_EQ(mailbox.GetStats().reserved_bytes, 600u);
+  // Credit funds a frame: it becomes that frame's reservation.
+  mailbox.UseCredit(300);
+  EXPECT_EQ(mailbox.Store(Frame(Key(1, 0, 0, v1::FORWARD), 300)), Mailbox::StoreResult::kStored);
+  EXPECT_EQ(mailbox.GetStats().credit_bytes, 300u);
+  EXPECT_EQ(mailbox.GetStats().reserved_bytes, 600u);
+  // A frame waiting for memory is served before any new credit.
+  bool granted = false;
+  EXPECT_FALSE(*mailbox.Reserve(500, [&] { granted = true; }));
+  EXPECT_EQ(mailbox.GrantCredit(100, 1), 0u);
+  mailbox.ReleaseCredit(300);  // its stream ended
+  EXPECT_TRUE(granted);
+  EXPECT_EQ(mailbox.GetStats().credit_bytes, 0u);
+  EXPECT_EQ(mailbox.GetStats().reserved_bytes, 800u);
+  EXPECT_EQ(mailbox.GrantCredit(1000, 1), 200u);  // the rest of the budget, within the limit
+}
+
+TEST(MailboxTest, HoldsKnowsStoredAndAcknowledgedKeys) {
+  Mailbox mailbox(1000);
+  const v1::TensorKey key = Key(1, 0, 0, v1::FORWARD);
+  EXPECT_FALSE(mailbox.Holds(MailboxKey::From(key)));
+  Push(mailbox, key, 10);
+  EXPECT_TRUE(mailbox.Holds(MailboxKey::From(key)));
+  ASSERT_TRUE(mailbox.Ack(MailboxKey::From(key)).ok());
+  EXPECT_TRUE(mailbox.Holds(MailboxKey::From(key)));  // a retried push would be a duplicate
+}
+
 }  // namespace
 }  // namespace strait::gateway
