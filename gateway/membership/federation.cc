@@ -210,6 +210,14 @@ void Federation::Report(int site_index, const v1::SiteReport& report, Clock::tim
   if (report.finished() && site.info.state() == v1::SITE_TRAINING) {
     site.info.set_state(v1::SITE_DONE);
     spdlog::info("site {} finished at step {}", site.info.id(), report.step());
+    // Once every site is done, sites that join again start a new run (in a new generation, so
+    // nothing of this run's mailbox can answer it).
+    bool all_done = true;
+    for (const Site& s : sites_) all_done &= s.info.state() == v1::SITE_DONE;
+    if (all_done) {
+      start_pending_ = true;
+      spdlog::info("every site finished; sites that join again start a new run");
+    }
   }
 }
 

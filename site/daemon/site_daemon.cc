@@ -62,6 +62,14 @@ class Reporter {
     thread_ = std::thread([this] { Run(); });
   }
   void MarkFinished() { finished_ = true; }
+  // Sends a report now (e.g. the first step of a new generation: the gateway measures recovery).
+  void SendSoon() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      soon_ = true;
+    }
+    cv_.notify_all();
+  }
   ~Reporter() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -75,8 +83,13 @@ class Reporter {
  private:
   void Run() {
     std::unique_lock<std::mutex> lock(mu_);
-    while (!cv_.wait_for(lock, std::chrono::duration<double>(interval_), [this] { return stop_; })) {
+    while (true) {
+      cv_.wait_for(lock, std::chrono::duration<double>(interval_), [this] { return stop_ || soon_; });
+      if (stop_) return;
+      soon_ = false;
+      lock.unlock();
       Send();
+      lock.lock();
     }
   }
   void Send() {
@@ -119,6 +132,7 @@ class Reporter {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  bool soon_ = false;
   std::atomic<bool> finished_{false};
   std::thread thread_;
 };
@@ -235,6 +249,7 @@ absl::StatusOr<StageLinks> BuildLinks(const JobSpec& spec, int index, GatewayCli
 }  // namespace
 
 absl::Status RunSite(const SiteOptions& o) {
+  const auto process_start = Clock::now();
   STRAIT_ASSIGN_OR_RETURN(auto loaded, LoadSpec(o));
   const JobSpec& spec = loaded.first;
   const int index = loaded.second;
@@ -414,11 +429,21 @@ absl::Status RunSite(const SiteOptions& o) {
         const auto now = Clock::now();
         ++window_steps;
         if (step->loss) losses.push_back(*step->loss);
+        if (runner.step() == from + 1) {
+          reporter.SendSoon();
+          if (from > 0) {
+            spdlog::info("training again from step {}, {:.1f} s after this process started", from,
+                         Seconds(process_start, now));
+          }
+        }
         if (checkpoints.Due(runner.step())) {
           result = checkpoints.Save(runner.step(), *stage);
           if (!result.ok()) break;
-          std::lock_guard<std::mutex> lock(progress.mu);
-          progress.checkpoint = runner.step();
+          {
+            std::lock_guard<std::mutex> lock(progress.mu);
+            progress.checkpoint = runner.step();
+          }
+          reporter.SendSoon();  // The gateway's common checkpoint is what a recovery starts from.
         }
         const double elapsed = Seconds(start, now);
         const double rate = steps_done * spec.training.global_batch / std::max(elapsed, 1e-9);

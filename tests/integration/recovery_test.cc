@@ -94,7 +94,13 @@ TEST(RecoveryTest, AMiddleSiteKilledMidRunAndRestartedEndsBitIdentical) {
   }
   const std::string gateway_log = fed.gateway().LogTail(20000);
   EXPECT_NE(gateway_log.find("training restarts at step"), std::string::npos) << gateway_log;
-  EXPECT_NE(gateway_log.find("training resumed"), std::string::npos) << gateway_log;
+  const size_t resumed = gateway_log.find("training resumed");
+  ASSERT_NE(resumed, std::string::npos) << gateway_log;
+  std::printf("gateway: %s\n", gateway_log.substr(resumed, gateway_log.find('\n', resumed) - resumed).c_str());
+  const std::string site_log = ReadFile(fed.SiteLogFile("dc-b"));
+  const size_t again = site_log.find("training again from step");
+  ASSERT_NE(again, std::string::npos) << site_log;
+  std::printf("dc-b: %s\n", site_log.substr(again, site_log.find('\n', again) - again).c_str());
   ExpectLikeReference(fed, steps);
 }
 

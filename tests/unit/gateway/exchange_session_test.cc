@@ -435,6 +435,25 @@ TEST_F(ExchangeSessionTest, TrainingStartsOnceEverySiteIsAttached) {
   EXPECT_EQ(core_->Snapshot().view().generation(), 1u);
 }
 
+TEST_F(ExchangeSessionTest, AfterEverySiteFinishedTheNextJoinsStartANewRun) {
+  std::vector<std::shared_ptr<FakeChannel>> out(3);
+  std::vector<std::unique_ptr<ExchangeSession>> sessions;
+  for (int i = 0; i < 3; ++i) sessions.push_back(Open(i, out[i]));
+  v1::SiteMessage done;
+  done.mutable_report()->set_step(50);
+  done.mutable_report()->set_finished(true);
+  for (auto& session : sessions) {
+    EXPECT_TRUE(session->Handle(done, [] {}));
+    session->Close();
+  }
+  for (int i = 0; i < 3; ++i) sessions[i] = Open(i, out[i], /*epoch=*/2);
+  for (auto& channel : out) {
+    ASSERT_EQ(Rollbacks(*channel).size(), 1u);
+    EXPECT_EQ(Rollbacks(*channel)[0].step(), 0u);
+    EXPECT_EQ(Rollbacks(*channel)[0].generation(), 2u);  // Nothing of the first run answers it.
+  }
+}
+
 TEST_F(ExchangeSessionTest, AFailedSitePausesTheOthersAndItsReturnRollsEveryoneBack) {
   std::shared_ptr<FakeChannel> a_out, b_out, c_out;
   auto a = Open(0, a_out);
