@@ -109,11 +109,16 @@ struct LinkEnd {
 // and a peer whose SignedKey passed VerifySignedKey. For direction A->B:
 //   okm = HKDF-SHA256(ikm = X25519 shared secret, salt = empty,
 //                     info = "strait/v1 link key" || lp(federation) || lp(A.id) || be32(A.epoch)
-//                            || lp(A.public_key) || lp(B.id) || be32(B.epoch) || lp(B.public_key))
+//                            || lp(A.public_key) || lp(B.id) || be32(B.epoch) || lp(B.public_key)
+//                            [|| be32(generation) when generation > 0])
 //   key = okm[0, 32), nonce salt = okm[32, 36), key_epoch = A.epoch + B.epoch
 // (lp = 32-bit big-endian length then bytes). key_epoch grows whenever either end rejoins.
+// `generation` is the federation's rollback generation (DESIGN.md §7): after a rollback the sealers
+// start their counters again, so each generation must have keys of its own (no nonce is ever reused
+// under one key, even between neighbours that both kept their epoch).
 absl::StatusOr<LinkKeys> DeriveLinkKeys(absl::string_view federation, const LinkEnd& self,
-                                        const EphemeralKey& mine, const LinkEnd& peer);
+                                        const EphemeralKey& mine, const LinkEnd& peer,
+                                        uint32_t generation = 0);
 
 // Convenience: the LinkEnd described by a verified SignedKey (kInvalidArgument on a bad key size).
 absl::StatusOr<LinkEnd> LinkEndOf(const SignedKey& signed_key);

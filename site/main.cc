@@ -36,6 +36,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--out", o.out, "Write final.ckpt and metrics.json to this directory")
       ->type_name("DIR");
+  app.add_flag("--resume", o.resume,
+               "Resume from this site's newest intact checkpoint (training.checkpoint.dir/<site>/); "
+               "the federation resumes from the newest step every site holds");
   app.add_flag("!--no-eval", o.evaluate, "Skip the test-set evaluation after the last step");
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")

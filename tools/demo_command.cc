@@ -140,7 +140,10 @@ int RunDemo(DemoOptions o) {
   std::string error;
   if (!fed.StartGateway(gateway_args, &error)) return fail("the gateway", "did not start", error);
   if (!o.no_dashboard) {
-    std::printf("strait demo: dashboard at http://127.0.0.1:%s/\n", fed.dashboard_port().c_str());
+    // The host the dashboard binds to (a wildcard address is reached through loopback).
+    std::string host = o.dashboard.substr(0, o.dashboard.rfind(':'));
+    if (host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
+    std::printf("strait demo: dashboard at http://%s:%s/\n", host.c_str(), fed.dashboard_port().c_str());
   }
   std::fflush(stdout);
 

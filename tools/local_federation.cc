@@ -63,6 +63,9 @@ bool LocalFederation::StartGateway(const std::vector<std::string>& extra_args, s
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   const bool dashboard = std::find(args.begin(), args.end(), "--dashboard") != args.end();
   if (!dashboard) args.push_back("--no-dashboard");
+  gateway_.reset();  // A restart: the old gateway goes first, with its ready file.
+  std::error_code ignored;
+  std::filesystem::remove(dir_.File("gateway.ready"), ignored);
   gateway_ = std::make_unique<Process>(args, GatewayLogFile());
   std::vector<std::string> keys = {"grpc"};
   if (dashboard) keys.push_back("http");

@@ -48,7 +48,8 @@ class LocalFederation {
   std::string config() const { return dir_.File("fed.yaml"); }
 
   // Starts strait-gateway on a free loopback port (no dashboard unless `extra_args` asks for one)
-  // and waits until it serves; false with the log tail in `error` otherwise.
+  // and waits until it serves; false with the log tail in `error` otherwise. A gateway started
+  // earlier is stopped first.
   bool StartGateway(const std::vector<std::string>& extra_args, std::string* error);
   const std::string& gateway_address() const { return gateway_address_; }
   // The dashboard's port ("" when the gateway serves none).

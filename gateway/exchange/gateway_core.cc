@@ -15,7 +15,8 @@ GatewayCore::GatewayCore(const JobSpec& spec, GatewayOptions options)
                spec.gateway.memory_budget > options.max_frame_bytes
                    ? spec.gateway.memory_budget - options.max_frame_bytes
                    : 0),
-      federation_(spec, options.insecure),
+      federation_(spec, options.insecure,
+                  [this](uint32_t generation) { mailbox_.PurgeGenerationsBelow(generation); }),
       housekeeper_([this] { Housekeeping(); }) {}
 
 GatewayCore::~GatewayCore() {

@@ -76,7 +76,7 @@ void Mailbox::ReleaseCredit(uint64_t bytes) {
 
 bool Mailbox::Holds(const MailboxKey& key) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return frames_.count(key) > 0 || acked_.count(key) > 0;
+  return key.generation < min_generation_ || frames_.count(key) > 0 || acked_.count(key) > 0;
 }
 
 Mailbox::StoreResult Mailbox::Store(FramePtr frame) {
@@ -85,7 +85,12 @@ Mailbox::StoreResult Mailbox::Store(FramePtr frame) {
   StoreResult result = StoreResult::kStored;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (frames_.count(key) > 0 || acked_.count(key) > 0) {
+    if (key.generation < min_generation_) {
+      // Pushed before a rollback that purged its generation: nobody will ever pull it.
+      reserved_ -= std::min(frame->wire_bytes(), reserved_);
+      GrantReservationsLocked(completions);
+      result = StoreResult::kStale;
+    } else if (frames_.count(key) > 0 || acked_.count(key) > 0) {
       ++duplicates_;
       reserved_ -= std::min(frame->wire_bytes(), reserved_);
       GrantReservationsLocked(completions);
@@ -114,14 +119,20 @@ uint64_t Mailbox::Pull(const MailboxKey& key, Clock::time_point deadline, PullDo
   {
     std::lock_guard<std::mutex> lock(mu_);
     id = next_pull_id_++;
-    auto it = frames_.find(key);
-    if (it == frames_.end()) {
+    if (key.generation < min_generation_) {
+      frame = nullptr;
+    } else if (auto it = frames_.find(key); it != frames_.end()) {
+      frame = it->second;
+    } else {
       waiters_.emplace(id, Waiter{key, deadline, std::move(done)});
       return id;
     }
-    frame = it->second;
   }
-  done(frame);
+  if (frame == nullptr) {
+    done(absl::AbortedError("the federation rolled back; this key's generation is over"));
+  } else {
+    done(frame);
+  }
   return id;
 }
 
@@ -174,6 +185,8 @@ void Mailbox::PurgeGenerationsBelow(uint32_t generation) {
   std::vector<Completion> completions;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    min_generation_ = std::max(min_generation_, generation);
+    newest_step_ = 0;  // The new generation may replay earlier steps.
     for (auto it = frames_.begin(); it != frames_.end() && it->first.generation < generation;) {
       stored_bytes_ -= it->second->wire_bytes();
       reserved_ -= std::min(it->second->wire_bytes(), reserved_);

@@ -57,18 +57,19 @@ class Mailbox {
   // Returns unused credit (its stream ended); grants waiting reservations that now fit.
   void ReleaseCredit(uint64_t bytes);
 
-  // True when `key` is stored or was acknowledged already: a push of it would be a duplicate.
+  // True when a push of `key` would be dropped: stored or acknowledged already (a duplicate), or of a
+  // purged generation (stale).
   bool Holds(const MailboxKey& key) const;
 
-  enum class StoreResult { kStored, kDuplicate };
+  enum class StoreResult { kStored, kDuplicate, kStale };
   // Stores a complete frame whose wire_bytes were reserved; takes over the reservation. A duplicate
-  // (key stored or acknowledged already) is dropped and its reservation released. A waiting pull of
-  // the key is served at once.
+  // (key stored or acknowledged already) or a frame of a purged generation (stale) is dropped and its
+  // reservation released. A waiting pull of the key is served at once.
   StoreResult Store(FramePtr frame);
 
   // Serves the frame of `key` through `done`, now (frame present) or later (when it is stored); or
   // with DEADLINE_EXCEEDED once `deadline` has passed (see ExpirePulls), or ABORTED when the key's
-  // generation is purged. Returns an id for CancelPull.
+  // generation is (or was already) purged. Returns an id for CancelPull.
   uint64_t Pull(const MailboxKey& key, Clock::time_point deadline, PullDone done);
   // Drops a waiting pull without calling it (its stream went away). No-op for finished pulls.
   void CancelPull(uint64_t pull_id);
@@ -79,7 +80,8 @@ class Mailbox {
   absl::Status Ack(const MailboxKey& key);
 
   // Drops every stored frame, remembered acknowledgement and waiting pull (ABORTED) of generations
-  // below `generation` (a rollback started a new one), freeing their bytes.
+  // below `generation` (a rollback started a new one), freeing their bytes. Later pushes and pulls
+  // of those generations are refused as stale.
   void PurgeGenerationsBelow(uint32_t generation);
 
   struct Stats {
@@ -121,6 +123,7 @@ class Mailbox {
   uint64_t duplicates_ = 0;
   uint64_t next_pull_id_ = 1;
   uint64_t newest_step_ = 0;
+  uint32_t min_generation_ = 0;             // Generations below it were purged.
   std::map<MailboxKey, FramePtr> frames_;
   std::set<MailboxKey> acked_;               // Keys delivered and acknowledged.
   std::map<uint64_t, Waiter> waiters_;       // By pull id.

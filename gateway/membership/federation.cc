@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace strait::gateway {
 namespace {
@@ -27,9 +28,24 @@ v1::GatewayMessage SiteDownMessage(const std::string& site_id) {
   return message;
 }
 
+v1::GatewayMessage PauseMessage(const std::string& reason) {
+  v1::GatewayMessage message;
+  message.mutable_control()->mutable_pause()->set_reason(reason);
+  return message;
+}
+
+v1::GatewayMessage RollbackMessage(uint64_t step, uint32_t generation) {
+  v1::GatewayMessage message;
+  message.mutable_control()->mutable_rollback()->set_step(step);
+  message.mutable_control()->mutable_rollback()->set_generation(generation);
+  return message;
+}
+
 }  // namespace
 
-Federation::Federation(const JobSpec& spec, bool insecure) : spec_(spec), insecure_(insecure) {
+Federation::Federation(const JobSpec& spec, bool insecure,
+                       std::function<void(uint32_t)> new_generation)
+    : spec_(spec), insecure_(insecure), new_generation_(std::move(new_generation)) {
   for (const SiteSpec& s : spec.sites) {
     Site site;
     site.info.set_id(s.id);
@@ -93,6 +109,8 @@ absl::StatusOr<v1::JoinReply> Federation::Join(const std::string& site_id,
     if (site.joins > 0) {
       AlertLocked(v1::Alert::WARNING, absl::StrCat("site ", site_id, " rejoined (epoch ",
                                                    request.key().epoch(), ")"));
+      rejoined_at_ = now;
+      rejoined_site_ = site_id;
     }
     ++site.joins;
     site.key = request.key();
@@ -101,7 +119,10 @@ absl::StatusOr<v1::JoinReply> Federation::Join(const std::string& site_id,
     site.info.clear_device_names();
     for (const std::string& name : request.device_names()) site.info.add_device_names(name);
     site.info.set_step(request.step());
-    if (request.has_checkpoint()) site.info.set_checkpoint_step(request.checkpoint_step());
+    // What it can resume from: nothing (0) unless it says so; a stale figure would roll back to a
+    // checkpoint the site no longer claims.
+    site.info.set_checkpoint_step(request.has_checkpoint() ? request.checkpoint_step() : 0);
+    site.last_report.Clear();
     site.last_seen = now;
     for (int neighbour : {index - 1, index + 1}) {
       if (neighbour < 0 || neighbour >= static_cast<int>(sites_.size())) continue;
@@ -146,6 +167,7 @@ absl::StatusOr<int> Federation::Attach(const std::string& site_id, uint32_t epoc
       if (neighbour < 0 || neighbour >= static_cast<int>(sites_.size())) continue;
       if (sites_[neighbour].key) actions.push_back({channel, ControlMessage(*sites_[neighbour].key), {}});
     }
+    MaybeStartLocked(actions);
   }
   Run(actions);
   return index;
@@ -176,9 +198,26 @@ void Federation::Report(int site_index, const v1::SiteReport& report, Clock::tim
   site.info.set_step(report.step());
   if (report.has_checkpoint()) site.info.set_checkpoint_step(report.checkpoint_step());
   if (site.info.state() == v1::SITE_JOINED) site.info.set_state(v1::SITE_TRAINING);
+  // Time from a failed site's return to the first step trained after the rollback it caused.
+  if (rejoined_at_ && !start_pending_ && report.generation() == generation_ &&
+      report.step() > start_step_) {
+    const double seconds = std::chrono::duration<double>(now - *rejoined_at_).count();
+    AlertLocked(v1::Alert::INFO, absl::StrFormat("training resumed %.1f s after site %s rejoined",
+                                                 seconds, rejoined_site_));
+    spdlog::info("training resumed {:.1f} s after site {} rejoined", seconds, rejoined_site_);
+    rejoined_at_.reset();
+  }
   if (report.finished() && site.info.state() == v1::SITE_TRAINING) {
     site.info.set_state(v1::SITE_DONE);
     spdlog::info("site {} finished at step {}", site.info.id(), report.step());
+    // Once every site is done, sites that join again start a new run (in a new generation, so
+    // nothing of this run's mailbox can answer it).
+    bool all_done = true;
+    for (const Site& s : sites_) all_done &= s.info.state() == v1::SITE_DONE;
+    if (all_done) {
+      start_pending_ = true;
+      spdlog::info("every site finished; sites that join again start a new run");
+    }
   }
 }
 
@@ -300,10 +339,53 @@ void Federation::MarkDownLocked(int index, const std::string& why, std::vector<A
       actions.push_back({sites_[i].channel, SiteDownMessage(site.info.id()), {}});
     }
   }
+  // Training cannot go on without it: the others stop and wait for the rollback that follows its
+  // return. A site that finished the job leaves nothing to redo.
+  bool finished = false;
+  for (const Site& s : sites_) finished |= s.info.state() == v1::SITE_DONE;
+  if (finished || start_pending_) return;
+  start_pending_ = true;
+  for (size_t i = 0; i < sites_.size(); ++i) {
+    if (static_cast<int>(i) != index && sites_[i].channel != nullptr) {
+      actions.push_back(
+          {sites_[i].channel, PauseMessage(absl::StrCat("site ", site.info.id(), " is down: ", why)), {}});
+    }
+  }
+}
+
+void Federation::MaybeStartLocked(std::vector<Action>& actions) {
+  if (!start_pending_) return;
+  uint64_t step = UINT64_MAX;
+  for (const Site& site : sites_) {
+    if (site.channel == nullptr || site.info.state() == v1::SITE_DOWN) return;
+    step = std::min(step, site.info.checkpoint_step());
+  }
+  start_pending_ = false;
+  start_step_ = step;
+  const uint32_t generation = ++generation_;
+  // A rollback makes the frames of earlier generations useless. (The first start has none to drop;
+  // tools that exchange frames without training, such as benchmarks, use generation 0.)
+  if (new_generation_ && generation > 1) {
+    actions.push_back({nullptr, std::nullopt, {}, [this, generation] { new_generation_(generation); }});
+  }
+  for (Site& site : sites_) {
+    site.info.set_step(step);
+    actions.push_back({site.channel, RollbackMessage(step, generation), {}});
+  }
+  if (generation > 1 || step > 0) {
+    AlertLocked(v1::Alert::WARNING,
+                absl::StrCat("rolled back to the checkpoint of step ", step, " (generation ", generation, ")"));
+  }
+  spdlog::info("training {} at step {} (generation {})", generation == 1 ? "starts" : "restarts",
+               step, generation);
 }
 
 void Federation::Run(std::vector<Action>& actions) {
   for (Action& action : actions) {
+    if (action.call) {
+      action.call();
+      continue;
+    }
     if (action.message) action.channel->Send(std::move(*action.message));
     if (!action.close.ok()) action.channel->Close(action.close);
   }

@@ -3,12 +3,19 @@
 // report, and what crossed each link. Produces the FederationState that GetState, /api/state and
 // /metrics show.
 //
+// Start and rollback (DESIGN.md §7): sites train only after the gateway's Rollback{step, generation}
+// control. It is sent once every site is joined with its stream attached: at the start, and again
+// after a site went down (the others are told to Pause) and came back. `step` is the newest
+// checkpoint every site holds (0: the initial parameters); `generation` grows with each one, and the
+// mailbox forgets every frame of older generations before the sites hear of the new one.
+//
 // Thread-safe (one mutex). Calls into SiteChannel (Send/Close) happen after the lock is released.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -29,7 +36,10 @@ class Federation {
   using Clock = std::chrono::steady_clock;
 
   // `spec` must outlive the federation. `insecure`: plaintext gRPC (shown on the dashboard).
-  Federation(const JobSpec& spec, bool insecure);
+  // `new_generation` is called (outside the lock) with each generation after the first, before any
+  // site hears of it: the gateway purges older generations from the mailbox there.
+  Federation(const JobSpec& spec, bool insecure,
+             std::function<void(uint32_t)> new_generation = nullptr);
 
   // A site asks to join. `site_id` is its verified certificate identity. Checks the request against
   // the job spec (federation, layers, device, workers; key.site_id == site_id; an epoch newer than
@@ -73,14 +83,17 @@ class Federation {
     uint64_t frames = 0, raw_bytes = 0, wire_bytes = 0, delivered = 0;
     double latency_ms_sum = 0;
   };
-  struct Action {  // Deferred until the lock is released.
-    std::shared_ptr<SiteChannel> channel;
+  struct Action {  // Deferred until the lock is released, in order.
+    std::shared_ptr<SiteChannel> channel;  // Null for a `call`.
     std::optional<v1::GatewayMessage> message;
     absl::Status close;
+    std::function<void()> call;
   };
 
   void AlertLocked(v1::Alert::Severity severity, std::string message);
   void MarkDownLocked(int site, const std::string& why, std::vector<Action>& actions);
+  // Sends Rollback to every site when a (re)start is pending and every site is attached.
+  void MaybeStartLocked(std::vector<Action>& actions);
   static void Run(std::vector<Action>& actions);
   Link& LinkLocked(const v1::TensorKey& key);
 
@@ -92,7 +105,12 @@ class Federation {
   std::map<std::pair<uint32_t, int>, Link> links_;  // (boundary, direction)
   std::map<std::string, uint64_t> rejected_;
   std::deque<v1::Alert> alerts_;
+  const std::function<void(uint32_t)> new_generation_;
   uint32_t generation_ = 0;
+  bool start_pending_ = true;  // No Rollback sent since the start or the last site failure.
+  uint64_t start_step_ = 0;    // Step of the last Rollback.
+  std::optional<Clock::time_point> rejoined_at_;  // When a failed site came back (for the alert).
+  std::string rejoined_site_;
 };
 
 }  // namespace strait::gateway

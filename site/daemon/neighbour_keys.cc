@@ -6,6 +6,8 @@ namespace strait::site {
 
 void NeighbourKeys::Add(const v1::SignedKey& key) {
   std::lock_guard<std::mutex> lock(mu_);
+  auto it = keys_.find(key.site_id());
+  if (it != keys_.end() && it->second.epoch() > key.epoch()) return;  // An older key, re-sent.
   keys_[key.site_id()] = key;
   cv_.notify_all();
 }

@@ -18,6 +18,7 @@ namespace strait::site {
 // Thread-safe.
 class NeighbourKeys {
  public:
+  // Keeps the key of the newest epoch per site (the gateway may re-send one a site already has).
   void Add(const v1::SignedKey& key);
   // Blocks until every site of `ids` has a key; DEADLINE_EXCEEDED naming the missing ones after
   // `timeout`. Calls `waiting(missing ids)` every `notice` while it waits.

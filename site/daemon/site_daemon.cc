@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -22,7 +23,9 @@
 #include "core/status.h"
 #include "crypto/certificates.h"
 #include "crypto/deny_list.h"
+#include "site/daemon/checkpoint_store.h"
 #include "site/daemon/neighbour_keys.h"
+#include "site/daemon/training_control.h"
 #include "site/exchange/link_security.h"
 #include "site/nn/stage_checkpoint.h"
 #include "site/pipeline/site_runner.h"
@@ -42,6 +45,8 @@ double Seconds(Clock::time_point from, Clock::time_point to) {
 struct Progress {
   std::mutex mu;
   int64_t step = 0;
+  uint32_t generation = 0;
+  std::optional<int64_t> checkpoint;  // Newest checkpoint written or resumed from.
   std::optional<double> loss;
   double samples_per_second = 0.0;
   double eta_s = 0.0;
@@ -57,6 +62,14 @@ class Reporter {
     thread_ = std::thread([this] { Run(); });
   }
   void MarkFinished() { finished_ = true; }
+  // Sends a report now (e.g. the first step of a new generation: the gateway measures recovery).
+  void SendSoon() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      soon_ = true;
+    }
+    cv_.notify_all();
+  }
   ~Reporter() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -70,8 +83,13 @@ class Reporter {
  private:
   void Run() {
     std::unique_lock<std::mutex> lock(mu_);
-    while (!cv_.wait_for(lock, std::chrono::duration<double>(interval_), [this] { return stop_; })) {
+    while (true) {
+      cv_.wait_for(lock, std::chrono::duration<double>(interval_), [this] { return stop_ || soon_; });
+      if (stop_) return;
+      soon_ = false;
+      lock.unlock();
       Send();
+      lock.lock();
     }
   }
   void Send() {
@@ -88,6 +106,11 @@ class Reporter {
       }
       report.set_samples_per_second(progress_.samples_per_second);
       report.set_eta_s(progress_.eta_s);
+      report.set_generation(progress_.generation);
+      if (progress_.checkpoint) {
+        report.set_has_checkpoint(true);
+        report.set_checkpoint_step(static_cast<uint64_t>(*progress_.checkpoint));
+      }
     }
     report.set_compute_s(delta.Seconds(Timer::kCompute));
     report.set_wait_s(delta.Seconds(Timer::kWait));
@@ -109,6 +132,7 @@ class Reporter {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  bool soon_ = false;
   std::atomic<bool> finished_{false};
   std::thread thread_;
 };
@@ -158,8 +182,8 @@ absl::StatusOr<StageData> LoadStageData(const JobSpec& spec, bool first, bool la
                                   spec.training.global_batch));
     }
     data.test_size = test.size;
-    data.train = std::move(train);
-    data.test = std::move(test);
+    data.train = std::make_shared<const Dataset>(std::move(train));
+    data.test = std::make_shared<const Dataset>(std::move(test));
   } else {
     STRAIT_ASSIGN_OR_RETURN(data.test_size, DatasetSize(spec.data, Split::kTest));
   }
@@ -179,9 +203,53 @@ nlohmann::json LinksJson(const std::vector<v1::LinkBytes>& links) {
   return out;
 }
 
+// The four link directions of this stage for `generation`: codecs from the job spec, link keys
+// derived from the neighbours' current signed keys and the generation.
+absl::StatusOr<StageLinks> BuildLinks(const JobSpec& spec, int index, GatewayClient& client,
+                                      LinkSecurity* security,
+                                      std::map<std::string, v1::SignedKey>& peer_keys,
+                                      uint32_t generation, SiteMetrics& metrics, int window,
+                                      uint64_t max_raw) {
+  const int stages = static_cast<int>(spec.sites.size());
+  const LinkSpec* link_in = index == 0 ? nullptr : &spec.links[index - 1];
+  const LinkSpec* link_out = index == stages - 1 ? nullptr : &spec.links[index];
+  auto crypto_with = [&](const LinkSpec& link, int peer) -> absl::StatusOr<LinkSecurity::LinkCrypto> {
+    if (!link.encryption) return LinkSecurity::LinkCrypto{};
+    const std::string& id = spec.sites[peer].id;
+    absl::StatusOr<LinkSecurity::LinkCrypto> c =
+        security->Derive(id, peer_keys[id], link.rotate_bytes, generation);
+    if (!c.ok()) {
+      return absl::Status(c.status().code(), absl::StrCat("the key of neighbour ", id,
+                                                          " does not verify: ", c.status().message()));
+    }
+    return c;
+  };
+  StageLinks links;
+  if (link_in) {
+    STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c, crypto_with(*link_in, index - 1));
+    STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create(link_in->backward, std::move(c.sealer)));
+    links.backward_out = std::make_unique<FrameSender>(client, std::move(encoder), index - 1,
+                                                       v1::BACKWARD, metrics, window);
+    links.forward_in = std::make_unique<FrameReceiver>(
+        client, std::make_unique<FrameDecoder>(std::move(c.opener), max_raw),
+        spec.sites[index - 1].id, index - 1, v1::FORWARD, metrics, window);
+  }
+  if (link_out) {
+    STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c, crypto_with(*link_out, index + 1));
+    STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create(link_out->forward, std::move(c.sealer)));
+    links.forward_out = std::make_unique<FrameSender>(client, std::move(encoder), index,
+                                                      v1::FORWARD, metrics, window);
+    links.backward_in = std::make_unique<FrameReceiver>(
+        client, std::make_unique<FrameDecoder>(std::move(c.opener), max_raw),
+        spec.sites[index + 1].id, index, v1::BACKWARD, metrics, window);
+  }
+  return links;
+}
+
 }  // namespace
 
 absl::Status RunSite(const SiteOptions& o) {
+  const auto process_start = Clock::now();
   STRAIT_ASSIGN_OR_RETURN(auto loaded, LoadSpec(o));
   const JobSpec& spec = loaded.first;
   const int index = loaded.second;
@@ -214,27 +282,44 @@ absl::Status RunSite(const SiteOptions& o) {
     own_key = security->own_key();
   }
 
+  // The stage (rebuilt for every generation) and, with --resume, the checkpoint it can resume from.
+  auto build_stage = [&] {
+    return collective::ReplicaGroup::Create(spec.model, site.layers, spec.training.optimizer,
+                                            spec.training.MicrobatchSize(), site.device,
+                                            site.workers, o.threads);
+  };
+  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<collective::ReplicaGroup> stage, build_stage());
+  spdlog::info("{} worker(s): {}", site.workers, stage->device_names());
+  CheckpointStore checkpoints(spec, o.site_id);
+  Progress progress;
+  v1::JoinRequest join = JoinRequestFor(spec, index, own_key);
+  if (o.resume) {
+    absl::StatusOr<int64_t> newest = checkpoints.NewestValid(*stage);
+    if (newest.ok()) {
+      spdlog::info("can resume from {} (the federation resumes from the newest step every site has)",
+                   checkpoints.PathFor(*newest));
+      join.set_has_checkpoint(true);
+      join.set_checkpoint_step(static_cast<uint64_t>(*newest));
+      progress.checkpoint = *newest;
+    } else {
+      spdlog::warn("--resume: {}; starting from the initial parameters", std::string(newest.status().message()));
+    }
+  }
+
   // Control messages arrive on the client's thread from the moment it joins.
   NeighbourKeys keys;
-  std::mutex runner_mu;
-  SiteRunner* active_runner = nullptr;
-  absl::Status stopped;  // Guarded by runner_mu.
-  auto on_control = [&](const v1::Control& control) {
-    switch (control.kind_case()) {
+  TrainingControl control;
+  auto on_control = [&](const v1::Control& c) {
+    if (control.Handle(c)) return;
+    switch (c.kind_case()) {
       case v1::Control::kNeighbourKey:
-        keys.Add(control.neighbour_key());
+        keys.Add(c.neighbour_key());
         break;
-      case v1::Control::kStop: {
-        std::lock_guard<std::mutex> lock(runner_mu);
-        stopped = absl::AbortedError("the gateway stopped the job: " + control.stop().reason());
-        if (active_runner) active_runner->Abort(stopped);
-        break;
-      }
       case v1::Control::kSiteDown:
-        spdlog::warn("site {} is down; waiting for it to come back", control.site_down().site_id());
+        spdlog::warn("site {} is down", c.site_down().site_id());
         break;
       default:
-        spdlog::warn("control message {} is not handled by this version", control.kind_case());
+        spdlog::warn("control message {} is not handled by this version", c.kind_case());
         break;
     }
   };
@@ -251,27 +336,13 @@ absl::Status RunSite(const SiteOptions& o) {
   spdlog::info("stage {} of {} (layers [{}, {})), joining the gateway at {}", index, stages,
                site.layers.start, site.layers.end, spec.gateway.address);
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<GatewayClient> client,
-                          GatewayClient::Connect(client_options, JoinRequestFor(spec, index, own_key)));
+                          GatewayClient::Connect(client_options, join));
   for (const v1::SignedKey& k : client->join_reply().neighbour_keys()) keys.Add(k);
-
-  // Build the stage and load the data while the neighbours join.
-  STRAIT_ASSIGN_OR_RETURN(
-      std::unique_ptr<collective::ReplicaGroup> stage,
-      collective::ReplicaGroup::Create(spec.model, site.layers, spec.training.optimizer,
-                                       spec.training.MicrobatchSize(), site.device, site.workers,
-                                       o.threads));
-  spdlog::info("{} worker(s): {}", site.workers, stage->device_names());
   STRAIT_ASSIGN_OR_RETURN(StageData data, LoadStageData(spec, first, last));
 
   std::vector<std::string> peers;
   if (link_in && link_in->encryption) peers.push_back(spec.sites[index - 1].id);
   if (link_out && link_out->encryption) peers.push_back(spec.sites[index + 1].id);
-  STRAIT_ASSIGN_OR_RETURN(
-      auto peer_keys,
-      keys.WaitFor(peers, std::chrono::minutes(10), std::chrono::seconds(10),
-                   [](const std::string& missing) {
-                     spdlog::info("waiting for {} to join the gateway", missing);
-                   }));
 
   SiteMetrics metrics;
   // Prefetch and send-ahead as deep as the schedule keeps microbatches in flight (+1 for the
@@ -281,118 +352,149 @@ absl::Status RunSite(const SiteOptions& o) {
   const int64_t mb = spec.training.MicrobatchSize();
   const uint64_t max_raw =
       static_cast<uint64_t>(mb) * std::max(stage->input_features(), stage->output_features()) * 4;
-  StageLinks links;
-  auto crypto_with = [&](const LinkSpec& link, int peer) -> absl::StatusOr<LinkSecurity::LinkCrypto> {
-    if (!link.encryption) return LinkSecurity::LinkCrypto{};
-    const std::string& id = spec.sites[peer].id;
-    absl::StatusOr<LinkSecurity::LinkCrypto> c = security->Derive(id, peer_keys[id], link.rotate_bytes);
-    if (!c.ok()) {
-      return absl::Status(c.status().code(), absl::StrCat("the key of neighbour ", id,
-                                                          " does not verify: ", c.status().message()));
-    }
-    return c;
-  };
-  if (link_in) {
-    STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c, crypto_with(*link_in, index - 1));
-    STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create(link_in->backward, std::move(c.sealer)));
-    links.backward_out = std::make_unique<FrameSender>(*client, std::move(encoder), index - 1,
-                                                       v1::BACKWARD, metrics, window);
-    links.forward_in = std::make_unique<FrameReceiver>(
-        *client, std::make_unique<FrameDecoder>(std::move(c.opener), max_raw),
-        spec.sites[index - 1].id, index - 1, v1::FORWARD, metrics, window);
-  }
-  if (link_out) {
-    STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c, crypto_with(*link_out, index + 1));
-    STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create(link_out->forward, std::move(c.sealer)));
-    links.forward_out = std::make_unique<FrameSender>(*client, std::move(encoder), index,
-                                                      v1::FORWARD, metrics, window);
-    links.backward_in = std::make_unique<FrameReceiver>(
-        *client, std::make_unique<FrameDecoder>(std::move(c.opener), max_raw),
-        spec.sites[index + 1].id, index, v1::BACKWARD, metrics, window);
-  }
 
   int64_t total = spec.training.steps;
   if (total == 0) {
     STRAIT_ASSIGN_OR_RETURN(int64_t train_size, DatasetSize(spec.data, Split::kTrain));
     total = int64_t{spec.training.epochs} * (train_size / spec.training.global_batch);
   }
-  SiteRunner runner(spec, index, *stage, std::move(links), std::move(data), metrics, total);
-  {
-    std::lock_guard<std::mutex> lock(runner_mu);
-    active_runner = &runner;
-    if (!stopped.ok()) runner.Abort(stopped);
-  }
-  auto detach_runner = [&] {
-    std::lock_guard<std::mutex> lock(runner_mu);
-    active_runner = nullptr;
-  };
 
-  Progress progress;
-  std::vector<double> losses;
+  std::vector<double> losses;  // losses[i]: the loss of step losses_from + i (last stage).
+  int64_t losses_from = -1;
   double train_seconds = 0.0;
   std::optional<double> accuracy;
   absl::Status result;
+  int64_t steps_done = 0;
   {
     Reporter reporter(*client, metrics, progress, o.report_interval_s);
     std::printf("%s: stage %d of %d, layers [%d, %d), %lld steps\n", o.site_id.c_str(), index,
                 stages, site.layers.start, site.layers.end, static_cast<long long>(total));
     std::fflush(stdout);
     const auto start = Clock::now();
-    auto window_start = start;
-    int64_t window_steps = 0;
-    while (result.ok() && runner.step() < total) {
-      absl::StatusOr<StepResult> step = runner.Step();
-      if (!step.ok()) {
-        result = step.status();
+    // One pass per generation: the gateway's Rollback says from which checkpoint; a Pause (a site
+    // went down) or a newer Rollback ends the pass, and the next one starts over from there.
+    while (true) {
+      absl::StatusOr<v1::Rollback> begin = control.WaitForStart(std::chrono::seconds(10), [] {
+        spdlog::info("waiting for the gateway to start training (every site must be joined)");
+      });
+      if (!begin.ok()) {
+        result = begin.status();
         break;
       }
-      const auto now = Clock::now();
-      ++window_steps;
-      if (step->loss) losses.push_back(*step->loss);
-      const double elapsed = Seconds(start, now);
-      const double rate = runner.step() * spec.training.global_batch / std::max(elapsed, 1e-9);
+      const auto from = static_cast<int64_t>(begin->step());
+      const uint32_t generation = begin->generation();
+      if (from > total) {
+        result = absl::FailedPreconditionError(absl::StrCat(
+            "the federation resumes at step ", from, ", past this job's ", total, " steps"));
+        break;
+      }
+      STRAIT_ASSIGN_OR_RETURN(stage, build_stage());
+      if (from > 0) STRAIT_RETURN_IF_ERROR(checkpoints.Load(from, *stage));
+      spdlog::info("training from {} (generation {})",
+                   from == 0 ? std::string("the initial parameters")
+                             : checkpoints.PathFor(from),
+                   generation);
+      STRAIT_ASSIGN_OR_RETURN(
+          auto peer_keys,
+          keys.WaitFor(peers, std::chrono::minutes(10), std::chrono::seconds(10),
+                       [](const std::string& missing) {
+                         spdlog::info("waiting for the key of {}", missing);
+                       }));
+      STRAIT_ASSIGN_OR_RETURN(StageLinks links, BuildLinks(spec, index, *client, security.get(),
+                                                           peer_keys, generation, metrics, window,
+                                                           max_raw));
+      SiteRunner runner(spec, index, *stage, std::move(links), data, metrics, total, from,
+                        generation);
+      control.SetActive(&runner);
+      // Losses of the steps replayed from here on replace the ones of the abandoned generation.
+      if (losses_from < 0 || from < losses_from) {
+        losses_from = from;
+        losses.clear();
+      }
+      losses.resize(std::min<size_t>(losses.size(), static_cast<size_t>(from - losses_from)));
       {
         std::lock_guard<std::mutex> lock(progress.mu);
-        progress.step = runner.step();
-        progress.loss = step->loss;
-        progress.samples_per_second = rate;
-        progress.eta_s = (total - runner.step()) * spec.training.global_batch / std::max(rate, 1e-9);
+        progress.generation = generation;
       }
-      if (Seconds(window_start, now) >= 2.0 || runner.step() == total || runner.step() == 1) {
-        const double window_rate =
-            window_steps * spec.training.global_batch / std::max(Seconds(window_start, now), 1e-9);
-        std::printf("step %6lld/%lld%s  %.0f samples/s  ETA %s\n",
-                    static_cast<long long>(runner.step()), static_cast<long long>(total),
-                    step->loss ? absl::StrCat("  loss ", absl::StrFormat("%.4f", *step->loss)).c_str()
-                               : "",
-                    window_rate, FormatDuration(progress.eta_s).c_str());
+      auto window_start = Clock::now();
+      int64_t window_steps = 0;
+      result = absl::OkStatus();
+      while (result.ok() && runner.step() < total) {
+        absl::StatusOr<StepResult> step = runner.Step();
+        if (!step.ok()) {
+          result = step.status();
+          break;
+        }
+        ++steps_done;
+        const auto now = Clock::now();
+        ++window_steps;
+        if (step->loss) losses.push_back(*step->loss);
+        if (runner.step() == from + 1) {
+          reporter.SendSoon();
+          if (from > 0) {
+            spdlog::info("training again from step {}, {:.1f} s after this process started", from,
+                         Seconds(process_start, now));
+          }
+        }
+        if (checkpoints.Due(runner.step())) {
+          result = checkpoints.Save(runner.step(), *stage);
+          if (!result.ok()) break;
+          {
+            std::lock_guard<std::mutex> lock(progress.mu);
+            progress.checkpoint = runner.step();
+          }
+          reporter.SendSoon();  // The gateway's common checkpoint is what a recovery starts from.
+        }
+        const double elapsed = Seconds(start, now);
+        const double rate = steps_done * spec.training.global_batch / std::max(elapsed, 1e-9);
+        {
+          std::lock_guard<std::mutex> lock(progress.mu);
+          progress.step = runner.step();
+          progress.loss = step->loss;
+          progress.samples_per_second = rate;
+          progress.eta_s = (total - runner.step()) * spec.training.global_batch / std::max(rate, 1e-9);
+        }
+        if (Seconds(window_start, now) >= 2.0 || runner.step() == total || runner.step() == from + 1) {
+          const double window_rate =
+              window_steps * spec.training.global_batch / std::max(Seconds(window_start, now), 1e-9);
+          std::printf("step %6lld/%lld%s  %.0f samples/s  ETA %s\n",
+                      static_cast<long long>(runner.step()), static_cast<long long>(total),
+                      step->loss ? absl::StrCat("  loss ", absl::StrFormat("%.4f", *step->loss)).c_str()
+                                 : "",
+                      window_rate, FormatDuration(progress.eta_s).c_str());
+          std::fflush(stdout);
+          window_start = now;
+          window_steps = 0;
+        }
+      }
+      train_seconds = Seconds(start, Clock::now());
+      if (result.ok() && o.evaluate) {
+        absl::StatusOr<std::optional<double>> evaluated = runner.Evaluate();
+        if (evaluated.ok()) {
+          accuracy = *evaluated;
+        } else {
+          result = evaluated.status();
+        }
+      }
+      if (result.ok()) result = runner.Flush();
+      control.SetActive(nullptr);
+      if (!result.ok() && control.Interrupted()) {
+        spdlog::warn("training interrupted at step {}: {}; waiting for the gateway's rollback",
+                     runner.step(), control.interruption());
+        std::printf("interrupted at step %lld: %s\n", static_cast<long long>(runner.step()),
+                    control.interruption().c_str());
         std::fflush(stdout);
-        window_start = now;
-        window_steps = 0;
+        continue;
       }
+      break;
     }
-    train_seconds = Seconds(start, Clock::now());
-    if (result.ok() && o.evaluate) {
-      absl::StatusOr<std::optional<double>> evaluated = runner.Evaluate();
-      if (evaluated.ok()) {
-        accuracy = *evaluated;
-      } else {
-        result = evaluated.status();
-      }
-    }
-    if (result.ok()) result = runner.Flush();
     if (result.ok()) reporter.MarkFinished();
   }
-  detach_runner();
-  {
-    std::lock_guard<std::mutex> lock(runner_mu);
-    if (!stopped.ok() && !result.ok()) result = stopped;
-  }
   const double samples_per_second =
-      runner.step() * spec.training.global_batch / std::max(train_seconds, 1e-9);
+      steps_done * spec.training.global_batch / std::max(train_seconds, 1e-9);
   if (accuracy) {
     std::printf("test accuracy %.2f%% after %lld steps; %.0f samples/s\n", 100 * *accuracy,
-                static_cast<long long>(runner.step()), samples_per_second);
+                static_cast<long long>(total), samples_per_second);
     std::fflush(stdout);
   }
 
@@ -400,11 +502,11 @@ absl::Status RunSite(const SiteOptions& o) {
     std::error_code ec;
     std::filesystem::create_directories(o.out, ec);
     if (ec) return absl::InternalError("cannot create --out " + o.out + ": " + ec.message());
-    STRAIT_RETURN_IF_ERROR(SaveStageCheckpoint(o.out + "/final.ckpt", spec, *stage, runner.step()));
+    STRAIT_RETURN_IF_ERROR(SaveStageCheckpoint(o.out + "/final.ckpt", spec, *stage, total));
     const SiteMetrics::Totals totals = metrics.Snapshot();
     nlohmann::json summary = {{"site", o.site_id},
                               {"stage", index},
-                              {"steps", runner.step()},
+                              {"steps", total},
                               {"samples_per_second", samples_per_second},
                               {"train_seconds", train_seconds},
                               {"links", LinksJson(totals.links)},
@@ -416,7 +518,10 @@ absl::Status RunSite(const SiteOptions& o) {
                                 {"decode_s", totals.Seconds(Timer::kDecode)},
                                 {"seal_s", totals.Seconds(Timer::kSeal)},
                                 {"open_s", totals.Seconds(Timer::kOpen)}}}};
-    if (last) summary["loss"] = losses;
+    if (last) {
+      summary["loss"] = losses;
+      summary["loss_first_step"] = losses_from;
+    }
     if (accuracy) summary["test_accuracy"] = *accuracy;
     std::ofstream(o.out + "/metrics.json") << summary.dump(1) << "\n";
   }

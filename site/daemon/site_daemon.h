@@ -21,6 +21,7 @@ struct SiteOptions {
   std::string out;           // If set: final.ckpt and metrics.json are written there.
   double report_interval_s = 2.0;
   bool evaluate = true;      // Test accuracy through the pipeline after the last step.
+  bool resume = false;       // Offer the newest valid checkpoint of this site to resume from.
 };
 
 // Runs the site to the end of training. InvalidArgument for a bad config or option (exit code 2);

@@ -36,10 +36,11 @@ class LinkSecurity {
     std::unique_ptr<crypto::Opener> opener;  // What the neighbour sends to this site.
     uint32_t key_epoch = 0;
   };
-  // `rotate_bytes`: the sealer's byte budget (the link's rotate_bytes). UNAUTHENTICATED or
+  // `rotate_bytes`: the sealer's byte budget (the link's rotate_bytes). `generation`: the
+  // federation's rollback generation (fresh keys for each). UNAUTHENTICATED or
   // PERMISSION_DENIED when the key is not the neighbour's (wrong CA, identity, signature, revoked).
   absl::StatusOr<LinkCrypto> Derive(const std::string& neighbour_id, const v1::SignedKey& neighbour,
-                                    uint64_t rotate_bytes) const;
+                                    uint64_t rotate_bytes, uint32_t generation = 0) const;
 
  private:
   LinkSecurity(std::string federation, uint32_t epoch, crypto::EphemeralKey key,

@@ -46,6 +46,11 @@ absl::Status FrameSender::Send(const v1::TensorKey& key, std::vector<float> valu
   return absl::OkStatus();
 }
 
+void FrameSender::Stop(const absl::Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Fail(status);
+}
+
 absl::Status FrameSender::Flush() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [this] { return in_flight_ == 0 || !status_.ok(); });

@@ -37,6 +37,9 @@ class FrameSender {
   // Blocks until the gateway holds every tensor sent so far; the first error, if any.
   absl::Status Flush();
 
+  // Makes a blocked and every later Send or Flush return `status`. Thread-safe.
+  void Stop(const absl::Status& status);
+
  private:
   struct Item {
     v1::TensorKey key;

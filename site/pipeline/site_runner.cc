@@ -40,8 +40,9 @@ double FloatsAsDouble(const std::vector<float>& values) {
 
 }  // namespace
 
-SiteRunner::SiteRunner(const JobSpec& spec, int index, collective::ReplicaGroup& stage, StageLinks links,
-                       StageData data, SiteMetrics& metrics, int64_t total_steps)
+SiteRunner::SiteRunner(const JobSpec& spec, int index, collective::ReplicaGroup& stage,
+                       StageLinks links, StageData data, SiteMetrics& metrics, int64_t total_steps,
+                       int64_t start_step, uint32_t generation)
     : spec_(spec),
       index_(index),
       stage_(stage),
@@ -49,9 +50,12 @@ SiteRunner::SiteRunner(const JobSpec& spec, int index, collective::ReplicaGroup&
       data_(std::move(data)),
       metrics_(metrics),
       total_steps_(total_steps),
+      generation_(generation),
       microbatch_size_(spec.training.MicrobatchSize()),
       ops_(StageSchedule(spec.training.schedule, static_cast<int>(spec.sites.size()), index,
-                         spec.training.microbatches)) {
+                         spec.training.microbatches)),
+      step_(start_step),
+      expected_through_(start_step - 1) {
   if (data_.train) sampler_.emplace(spec.data.seed, data_.train->size, spec.training.global_batch);
 }
 
@@ -64,6 +68,7 @@ v1::TensorKey SiteRunner::Key(int64_t step, int microbatch, int boundary, v1::Di
   key.set_boundary(static_cast<uint32_t>(boundary));
   key.set_direction(direction);
   key.set_purpose(purpose);
+  key.set_generation(generation_);
   return key;
 }
 
@@ -272,6 +277,8 @@ absl::Status SiteRunner::Flush() {
 void SiteRunner::Abort(const absl::Status& status) {
   if (links_.forward_in) links_.forward_in->Stop(status);
   if (links_.backward_in) links_.backward_in->Stop(status);
+  if (links_.forward_out) links_.forward_out->Stop(status);
+  if (links_.backward_out) links_.backward_out->Stop(status);
 }
 
 }  // namespace strait::site

@@ -36,9 +36,10 @@ struct StageLinks {
 };
 
 // What the stage's own data holds: the first stage reads inputs, the last stage labels; a middle
-// stage needs only the test split's size (to follow the evaluation batches).
+// stage needs only the test split's size (to follow the evaluation batches). Shared, read-only: a
+// site keeps one copy across the runners of successive rollback generations.
 struct StageData {
-  std::optional<Dataset> train, test;  // Set on the first and the last stage.
+  std::shared_ptr<const Dataset> train, test;  // Set on the first and the last stage.
   int64_t test_size = 0;
 };
 
@@ -51,11 +52,13 @@ struct StepResult {
 class SiteRunner {
  public:
   // Stage `index` of `spec` with `stage` (its workers' replicas, built for its layers and microbatch
-  // size), links and data
-  // as above. `stage`, `metrics` and `spec` must outlive the runner. `total_steps`: how far the run
-  // goes (frames are announced one step ahead, never beyond it).
-  SiteRunner(const JobSpec& spec, int index, collective::ReplicaGroup& stage, StageLinks links, StageData data,
-             SiteMetrics& metrics, int64_t total_steps);
+  // size, holding the state after `start_step` steps), links and data as above. `stage`, `metrics`
+  // and `spec` must outlive the runner. `total_steps`: how far the run goes (frames are announced
+  // one step ahead, never beyond it). `generation`: the federation's rollback generation, part of
+  // every tensor key.
+  SiteRunner(const JobSpec& spec, int index, collective::ReplicaGroup& stage, StageLinks links,
+             StageData data, SiteMetrics& metrics, int64_t total_steps, int64_t start_step = 0,
+             uint32_t generation = 0);
 
   int64_t step() const { return step_; }  // Steps completed.
 
@@ -70,7 +73,8 @@ class SiteRunner {
   // Blocks until the gateway holds everything this stage sent.
   absl::Status Flush();
 
-  // Makes waiting receivers fail with `status` (the gateway stopped the job). Thread-safe.
+  // Makes waiting receivers and senders fail with `status` (the gateway stopped or paused the job),
+  // so that Step returns. Thread-safe.
   void Abort(const absl::Status& status);
 
  private:
@@ -91,11 +95,12 @@ class SiteRunner {
   StageData data_;
   SiteMetrics& metrics_;
   const int64_t total_steps_;
+  const uint32_t generation_;
   const int microbatch_size_;
   const std::vector<ScheduleOp> ops_;
   std::optional<Sampler> sampler_;
-  int64_t step_ = 0;
-  int64_t expected_through_ = -1;  // Last step whose frames were announced to the receivers.
+  int64_t step_;
+  int64_t expected_through_;  // Last step whose frames were announced to the receivers.
   std::vector<float> inputs_;
   std::vector<int32_t> labels_;
 };

@@ -2,8 +2,11 @@
 // strait-gateway process and one strait-site process per site) running this build tree's binaries.
 #pragma once
 
+#include <cstring>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "site/nn/checkpoint.h"
 #include "tools/local_federation.h"
@@ -18,5 +21,34 @@ class LocalFederation : public tools::LocalFederation {
   LocalFederation(const std::string& yaml, const std::vector<std::string>& sites)
       : tools::LocalFederation(yaml, sites, tools::Executables::InBuildTree(STRAIT_BINARY_DIR)) {}
 };
+
+// The sites' final.ckpt files, in stage order, hold byte for byte the parameters and AdamW moments
+// of the reference run's final.ckpt (`strait train` on the same job spec), after `steps` steps.
+inline void ExpectSameStateAsReference(LocalFederation& fed, const std::vector<std::string>& sites,
+                                       int64_t steps) {
+  absl::StatusOr<CheckpointState> reference = ReadCheckpoint(fed.ReferenceDir() + "/final.ckpt");
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  const size_t n = reference->params.size();
+  ASSERT_EQ(reference->optimizer_state.size(), 2 * n);  // AdamW: first and second moments.
+  size_t offset = 0;
+  for (const std::string& site : sites) {
+    absl::StatusOr<CheckpointState> stage = ReadCheckpoint(fed.OutDir(site) + "/final.ckpt");
+    ASSERT_TRUE(stage.ok()) << stage.status();
+    EXPECT_EQ(stage->step, steps);
+    const size_t k = stage->params.size();
+    ASSERT_LE(offset + k, n);
+    // Byte for byte: memcmp, not float ==, so that even -0.0 vs 0.0 or NaN bits count.
+    EXPECT_EQ(0, std::memcmp(stage->params.data(), reference->params.data() + offset, 4 * k))
+        << site << ": parameters differ from strait train";
+    EXPECT_EQ(0, std::memcmp(stage->optimizer_state.data(),
+                             reference->optimizer_state.data() + offset, 4 * k))
+        << site << ": first moments differ";
+    EXPECT_EQ(0, std::memcmp(stage->optimizer_state.data() + k,
+                             reference->optimizer_state.data() + n + offset, 4 * k))
+        << site << ": second moments differ";
+    offset += k;
+  }
+  EXPECT_EQ(offset, n);
+}
 
 }  // namespace strait::testing

@@ -104,29 +104,7 @@ TEST_P(FidelityTest, LosslessLinksTrainTheSameBitsAsOneProcess) {
   TrainBoth(fed);
   if (HasFatalFailure()) return;
 
-  absl::StatusOr<CheckpointState> reference = ReadCheckpoint(fed.ReferenceDir() + "/final.ckpt");
-  ASSERT_TRUE(reference.ok()) << reference.status();
-  const size_t n = reference->params.size();
-  ASSERT_EQ(reference->optimizer_state.size(), 2 * n);  // AdamW: first and second moments.
-  size_t offset = 0;
-  for (const std::string& site : kSites) {
-    absl::StatusOr<CheckpointState> stage = ReadCheckpoint(fed.OutDir(site) + "/final.ckpt");
-    ASSERT_TRUE(stage.ok()) << stage.status();
-    EXPECT_EQ(stage->step, 50);
-    const size_t k = stage->params.size();
-    ASSERT_LE(offset + k, n);
-    // Byte for byte: memcmp, not float ==, so that even -0.0 vs 0.0 or NaN bits count.
-    EXPECT_EQ(0, std::memcmp(stage->params.data(), reference->params.data() + offset, 4 * k))
-        << site << ": parameters differ from strait train";
-    EXPECT_EQ(0, std::memcmp(stage->optimizer_state.data(),
-                             reference->optimizer_state.data() + offset, 4 * k))
-        << site << ": first moments differ";
-    EXPECT_EQ(0, std::memcmp(stage->optimizer_state.data() + k,
-                             reference->optimizer_state.data() + n + offset, 4 * k))
-        << site << ": second moments differ";
-    offset += k;
-  }
-  EXPECT_EQ(offset, n);
+  ExpectSameStateAsReference(fed, kSites, 50);
   const nlohmann::json last = Metrics(fed.OutDir("dc-c")), single = Metrics(fed.ReferenceDir());
   ASSERT_TRUE(last.contains("loss")) << last.dump();
   EXPECT_EQ(last["loss"], single["loss"]);  // Every step's loss, exactly.

@@ -136,6 +136,13 @@ TEST_F(KeyExchangeTest, KeysBindFederationAndEpochs) {
   EXPECT_NE(base.send.key, other_fed.send.key);
   EXPECT_NE(base.send.key, other_epoch.send.key);
   EXPECT_EQ(other_epoch.send.key_epoch, 3u);
+  // Each rollback generation has keys of its own; both ends agree on them.
+  const auto generation2 = *DeriveLinkKeys("test-fed", east, east_key_, west, 2);
+  const auto generation2_west = *DeriveLinkKeys("test-fed", west, west_key_, east, 2);
+  EXPECT_NE(base.send.key, generation2.send.key);
+  EXPECT_NE(base.send.nonce_salt, generation2.send.nonce_salt);
+  EXPECT_EQ(generation2.send.key, generation2_west.receive.key);
+  EXPECT_EQ(generation2.send.key_epoch, base.send.key_epoch);
   EXPECT_FALSE(DeriveLinkKeys("test-fed", east, west_key_, west).ok());  // Not my key.
   EXPECT_FALSE(DeriveLinkKeys("test-fed", east, east_key_, east).ok());  // Same site.
 }

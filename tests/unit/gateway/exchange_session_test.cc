@@ -63,15 +63,30 @@ class ExchangeSessionTest : public ::testing::Test {
     core_ = std::make_unique<GatewayCore>(spec_, GatewayOptions{});
   }
 
-  // Joins stage `stage` and opens a session for it that has said Hello.
-  std::unique_ptr<ExchangeSession> Open(int stage, std::shared_ptr<FakeChannel>& channel) {
-    auto reply = core_->federation().Join(spec_.sites[stage].id, JoinRequestFor(spec_, stage, 1),
-                                          Federation::Clock::now());
+  // Joins stage `stage` (with `epoch`, offering checkpoint `checkpoint` when > 0) and opens a
+  // session for it that has said Hello.
+  std::unique_ptr<ExchangeSession> Open(int stage, std::shared_ptr<FakeChannel>& channel,
+                                        uint32_t epoch = 1, uint64_t checkpoint = 0) {
+    v1::JoinRequest join = JoinRequestFor(spec_, stage, epoch);
+    if (checkpoint > 0) {
+      join.set_has_checkpoint(true);
+      join.set_checkpoint_step(checkpoint);
+    }
+    auto reply = core_->federation().Join(spec_.sites[stage].id, join, Federation::Clock::now());
     EXPECT_TRUE(reply.ok()) << reply.status();
     channel = std::make_shared<FakeChannel>();
     auto session = std::make_unique<ExchangeSession>(*core_, spec_.sites[stage].id, channel);
-    EXPECT_TRUE(session->Handle(Hello(1), [] {}));
+    EXPECT_TRUE(session->Handle(Hello(epoch), [] {}));
     return session;
+  }
+
+  // The Rollback controls `channel` received, in order.
+  static std::vector<v1::Rollback> Rollbacks(FakeChannel& channel) {
+    std::vector<v1::Rollback> out;
+    for (const v1::GatewayMessage& m : channel.messages()) {
+      if (m.control().has_rollback()) out.push_back(m.control().rollback());
+    }
+    return out;
   }
 
   // Recreates the core with frames of at most `max_frame_bytes` (so that standing credit may use
@@ -404,6 +419,88 @@ TEST_F(ExchangeSessionTest, FinishedSiteIsDoneNotDownWhenItsStreamEnds) {
   // A site that leaves without finishing is down, and its neighbours are told.
   b->Close();
   EXPECT_EQ(core_->Snapshot().view().sites(1).state(), v1::SITE_DOWN);
+}
+
+TEST_F(ExchangeSessionTest, TrainingStartsOnceEverySiteIsAttached) {
+  std::shared_ptr<FakeChannel> a_out, b_out, c_out;
+  auto a = Open(0, a_out);
+  auto b = Open(1, b_out);
+  EXPECT_TRUE(Rollbacks(*a_out).empty());
+  auto c = Open(2, c_out);
+  for (FakeChannel* out : {a_out.get(), b_out.get(), c_out.get()}) {
+    ASSERT_EQ(Rollbacks(*out).size(), 1u);
+    EXPECT_EQ(Rollbacks(*out)[0].step(), 0u);
+    EXPECT_EQ(Rollbacks(*out)[0].generation(), 1u);
+  }
+  EXPECT_EQ(core_->Snapshot().view().generation(), 1u);
+}
+
+TEST_F(ExchangeSessionTest, AfterEverySiteFinishedTheNextJoinsStartANewRun) {
+  std::vector<std::shared_ptr<FakeChannel>> out(3);
+  std::vector<std::unique_ptr<ExchangeSession>> sessions;
+  for (int i = 0; i < 3; ++i) sessions.push_back(Open(i, out[i]));
+  v1::SiteMessage done;
+  done.mutable_report()->set_step(50);
+  done.mutable_report()->set_finished(true);
+  for (auto& session : sessions) {
+    EXPECT_TRUE(session->Handle(done, [] {}));
+    session->Close();
+  }
+  for (int i = 0; i < 3; ++i) sessions[i] = Open(i, out[i], /*epoch=*/2);
+  for (auto& channel : out) {
+    ASSERT_EQ(Rollbacks(*channel).size(), 1u);
+    EXPECT_EQ(Rollbacks(*channel)[0].step(), 0u);
+    EXPECT_EQ(Rollbacks(*channel)[0].generation(), 2u);  // Nothing of the first run answers it.
+  }
+}
+
+TEST_F(ExchangeSessionTest, AFailedSitePausesTheOthersAndItsReturnRollsEveryoneBack) {
+  std::shared_ptr<FakeChannel> a_out, b_out, c_out;
+  auto a = Open(0, a_out);
+  auto b = Open(1, b_out);
+  auto c = Open(2, c_out);
+  auto report = [](uint64_t step, uint64_t checkpoint) {
+    v1::SiteMessage m;
+    m.mutable_report()->set_step(step);
+    m.mutable_report()->set_generation(1);
+    m.mutable_report()->set_has_checkpoint(true);
+    m.mutable_report()->set_checkpoint_step(checkpoint);
+    return m;
+  };
+  EXPECT_TRUE(a->Handle(report(23, 20), [] {}));
+  EXPECT_TRUE(c->Handle(report(21, 10), [] {}));  // c has not written step 20 yet.
+  // A frame of generation 1 in flight when b fails.
+  EXPECT_TRUE(a->Handle(PushMsg(1, Key(21, 0, 0, v1::FORWARD, 1), "x"), [] {}));
+  EXPECT_EQ(core_->mailbox().GetStats().stored_frames, 1u);
+
+  b->Close();
+  for (FakeChannel* out : {a_out.get(), c_out.get()}) {
+    ASSERT_FALSE(out->messages().empty());
+    EXPECT_TRUE(out->messages().back().control().has_pause()) << out->messages().back().DebugString();
+  }
+  // b comes back with its newest checkpoint: everyone goes back to the newest step all hold.
+  auto b2 = Open(1, b_out, /*epoch=*/2, /*checkpoint=*/20);
+  for (FakeChannel* out : {a_out.get(), b_out.get(), c_out.get()}) {
+    ASSERT_FALSE(Rollbacks(*out).empty());
+    EXPECT_EQ(Rollbacks(*out).back().step(), 10u);
+    EXPECT_EQ(Rollbacks(*out).back().generation(), 2u);
+  }
+  // The old generation's frames are gone, and a late push of one is dropped.
+  EXPECT_EQ(core_->mailbox().GetStats().stored_frames, 0u);
+  EXPECT_TRUE(a->Handle(PushMsg(2, Key(22, 0, 0, v1::FORWARD, 1), "y"), [] {}));
+  EXPECT_EQ(core_->mailbox().GetStats().stored_frames, 0u);
+  EXPECT_EQ(core_->mailbox().GetStats().reserved_bytes, 0u);
+
+  // The first step trained after the rollback reports how long the return took.
+  v1::SiteMessage resumed = report(11, 10);
+  resumed.mutable_report()->set_generation(2);
+  EXPECT_TRUE(c->Handle(resumed, [] {}));
+  bool alerted = false;
+  const v1::FederationState state = core_->Snapshot();
+  for (const v1::Alert& alert : state.alerts()) {
+    alerted |= alert.message().find("training resumed") != std::string::npos;
+  }
+  EXPECT_TRUE(alerted);
 }
 
 }  // namespace

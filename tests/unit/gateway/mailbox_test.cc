@@ -148,6 +148,22 @@ TEST(MailboxTest, PurgeDropsOldGenerationsAndAbortsTheirPulls) {
   EXPECT_EQ(mailbox.Store(Frame(Key(5, 0, 0, v1::FORWARD, 2), 100)), Mailbox::StoreResult::kStored);
 }
 
+TEST(MailboxTest, PushesAndPullsOfAPurgedGenerationAreStale) {
+  Mailbox mailbox(300);
+  mailbox.PurgeGenerationsBelow(2);
+  // A push that was in flight when the rollback happened: dropped, its reservation returned.
+  ASSERT_TRUE(*mailbox.Reserve(300, [] {}));
+  EXPECT_EQ(mailbox.Store(Frame(Key(3, 0, 0, v1::FORWARD, 1), 300)), Mailbox::StoreResult::kStale);
+  EXPECT_EQ(mailbox.GetStats().reserved_bytes, 0u);
+  EXPECT_EQ(mailbox.GetStats().stored_frames, 0u);
+  // A pull of it would wait forever: refused at once.
+  absl::Status status;
+  mailbox.Pull(MailboxKey::From(Key(3, 0, 0, v1::FORWARD, 1)), kFar,
+               [&](absl::StatusOr<FramePtr> f) { status = f.status(); });
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(mailbox.GetStats().waiting_pulls, 0u);
+}
+
 TEST(MailboxTest, CreditComesFromSpareBudgetWithinItsLimitAndNeverAheadOfAWaitingFrame) {
   Mailbox mailbox(1000, /*credit_limit_bytes=*/600);
   EXPECT_EQ(mailbox.GrantCredit(500, 100), 500u);

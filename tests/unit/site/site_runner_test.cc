@@ -93,8 +93,8 @@ std::vector<std::unique_ptr<SiteUnderTest>> Federation(const JobSpec& spec, Fake
     }
     StageData data;
     if (i == 0 || i + 1 == stages) {
-      data.train = *LoadDataset(spec.data, spec.model, Split::kTrain);
-      data.test = *LoadDataset(spec.data, spec.model, Split::kTest);
+      data.train = std::make_shared<Dataset>(*LoadDataset(spec.data, spec.model, Split::kTrain));
+      data.test = std::make_shared<Dataset>(*LoadDataset(spec.data, spec.model, Split::kTest));
     }
     data.test_size = *DatasetSize(spec.data, Split::kTest);
     site->runner = std::make_unique<SiteRunner>(spec, i, *site->stage, std::move(links),

@@ -1,0 +1,88 @@
+#include "site/daemon/checkpoint_store.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/status.h"
+#include "site/nn/stage_checkpoint.h"
+
+namespace strait::site {
+
+CheckpointStore::CheckpointStore(const JobSpec& spec, const std::string& site_id)
+    : spec_(spec),
+      dir_(spec.training.checkpoint.dir + "/" + site_id),
+      keep_(std::max(2, spec.training.checkpoint.keep)) {}
+
+std::string CheckpointStore::PathFor(int64_t step) const {
+  return absl::StrFormat("%s/step-%08d.ckpt", dir_, step);
+}
+
+bool CheckpointStore::Due(int64_t step) const {
+  const int64_t every = spec_.training.checkpoint.every;
+  return every > 0 && step > 0 && step % every == 0;
+}
+
+absl::Status CheckpointStore::Save(int64_t step, const collective::ReplicaGroup& stage) {
+  std::error_code error;
+  std::filesystem::create_directories(dir_, error);
+  if (error) return absl::InternalError(absl::StrCat("cannot create checkpoint dir ", dir_, ": ", error.message()));
+  STRAIT_RETURN_IF_ERROR(SaveStageCheckpoint(PathFor(step), spec_, stage, step));
+  std::vector<int64_t> steps = Steps();
+  for (size_t i = 0; i + keep_ < steps.size(); ++i) {
+    std::filesystem::remove(PathFor(steps[i]), error);
+    if (error) spdlog::warn("cannot remove old checkpoint {}: {}", PathFor(steps[i]), error.message());
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int64_t> CheckpointStore::Steps() const {
+  std::vector<int64_t> steps;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_, error)) {
+    long long step = 0;
+    char tail = 0;
+    const std::string name = entry.path().filename().string();
+    // Exactly step-<digits>.ckpt; temporaries of an interrupted write have another suffix.
+    if (std::sscanf(name.c_str(), "step-%lld.ckp%c", &step, &tail) == 2 && tail == 't' &&
+        name == std::filesystem::path(PathFor(step)).filename().string()) {
+      steps.push_back(step);
+    }
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+absl::StatusOr<int64_t> CheckpointStore::NewestValid(const collective::ReplicaGroup& stage) const {
+  std::vector<int64_t> steps = Steps();
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    absl::StatusOr<CheckpointState> state = ReadCheckpoint(PathFor(*it));
+    absl::Status problem = state.status();
+    if (state.ok() && (state->fingerprint != stage.Fingerprint() || state->step != *it ||
+                       state->data_seed != spec_.data.seed || state->init_seed != spec_.model.init_seed)) {
+      problem = absl::FailedPreconditionError("it belongs to another job, split or step");
+    }
+    if (problem.ok()) return *it;
+    spdlog::warn("refusing checkpoint {}: {}; trying the one before", PathFor(*it),
+                 std::string(problem.message()));
+  }
+  return absl::NotFoundError(absl::StrCat("no usable checkpoint in ", dir_));
+}
+
+absl::Status CheckpointStore::Load(int64_t step, collective::ReplicaGroup& stage) const {
+  absl::StatusOr<int64_t> loaded = LoadStageCheckpoint(PathFor(step), spec_, stage);
+  if (!loaded.ok()) {
+    return absl::Status(loaded.status().code(),
+                        absl::StrCat("cannot roll back to step ", step, ": ", loaded.status().message()));
+  }
+  if (*loaded != step) {
+    return absl::DataLossError(absl::StrCat(PathFor(step), " holds step ", *loaded, ", not ", step));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace strait::site
