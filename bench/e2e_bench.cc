@@ -24,8 +24,7 @@ namespace {
 
 struct E2eOptions {
   std::string config;
-  int64_t steps = 150;
-  std::string codec, forward_codec, backward_codec;
+  JobSpecOverrides overrides = {.steps = 150};  // --steps and the codec chains.
   int rounds = 1;
   bool json = false;
 };
@@ -86,22 +85,18 @@ absl::StatusOr<Round> RunRound(const std::string& yaml, const JobSpec& spec) {
 
 int RunE2e(E2eOptions o) {
   if (o.config.empty()) o.config = DefaultJobSpec();
-  JobSpecOverrides overrides;
-  overrides.steps = o.steps;
-  overrides.forward_codec = o.forward_codec.empty() ? o.codec : o.forward_codec;
-  overrides.backward_codec = o.backward_codec.empty() ? o.codec : o.backward_codec;
-  absl::StatusOr<std::string> yaml = RewriteJobSpec(o.config, overrides);
-  if (!yaml.ok()) {
-    std::fprintf(stderr, "strait bench e2e: %s\n", std::string(yaml.status().message()).c_str());
+  absl::StatusOr<RewrittenJobSpec> rewritten = RewriteJobSpec(o.config, o.overrides);
+  if (!rewritten.ok()) {
+    std::fprintf(stderr, "strait bench e2e: %s\n", std::string(rewritten.status().message()).c_str());
     return 2;
   }
-  absl::StatusOr<JobSpec> spec = ParseJobSpec(*yaml, o.config, "/");
-  if (!spec.ok()) return 2;
+  const std::string& yaml = rewritten->yaml;
+  const JobSpec* spec = &rewritten->spec;
   const TrainingSpec& t = spec->training;
   if (!o.json) {
     std::printf("strait bench e2e: %s, %lld steps of %d samples (%d microbatches, %s), %zu sites, "
                 "links %s / %s, one compute thread per process\n",
-                spec->name.c_str(), static_cast<long long>(o.steps), t.global_batch, t.microbatches,
+                spec->name.c_str(), static_cast<long long>(o.overrides.steps), t.global_batch, t.microbatches,
                 ToString(t.schedule), spec->sites.size(), spec->links[0].forward.c_str(),
                 spec->links[0].backward.c_str());
     std::printf("%-6s %18s %22s %8s\n", "round", "strait train sam/s", "federation samples/s", "ratio");
@@ -109,7 +104,7 @@ int RunE2e(E2eOptions o) {
   }
   std::vector<Round> rounds;
   for (int r = 0; r < o.rounds; ++r) {
-    absl::StatusOr<Round> round = RunRound(*yaml, *spec);
+    absl::StatusOr<Round> round = RunRound(yaml, *spec);
     if (!round.ok()) {
       std::fprintf(stderr, "strait bench e2e: %s\n", std::string(round.status().message()).c_str());
       return 1;
@@ -126,10 +121,10 @@ int RunE2e(E2eOptions o) {
     return a.federation_sps / a.train_sps < b.federation_sps / b.train_sps;
   });
   const double ratio = best.federation_sps / std::max(best.train_sps, 1e-9);
-  const double raw_per_step = best.raw_bytes / o.steps, wire_per_step = best.wire_bytes / o.steps;
+  const double raw_per_step = best.raw_bytes / o.overrides.steps, wire_per_step = best.wire_bytes / o.overrides.steps;
   if (o.json) {
     nlohmann::json out = {{"config", o.config},
-                          {"steps", o.steps},
+                          {"steps", o.overrides.steps},
                           {"forward_codec", spec->links[0].forward},
                           {"backward_codec", spec->links[0].backward},
                           {"train_samples_per_second", best.train_sps},
@@ -168,10 +163,10 @@ void AddBenchE2eCommand(CLI::App& bench, int* exit_code) {
   cmd->add_option("-c,--config", o->config,
                   "Job spec (default: configs/fashion-mlp-3site.yaml of this source tree)")
       ->type_name("FILE");
-  cmd->add_option("--steps", o->steps, "Steps per run")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--codec", o->codec, "Codec chain of every link, both directions")->type_name("CHAIN");
-  cmd->add_option("--forward-codec", o->forward_codec, "Codec chain for activations")->type_name("CHAIN");
-  cmd->add_option("--backward-codec", o->backward_codec, "Codec chain for gradients")->type_name("CHAIN");
+  cmd->add_option("--steps", o->overrides.steps, "Steps per run")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--codec", o->overrides.codec, "Codec chain of every link, both directions")->type_name("CHAIN");
+  cmd->add_option("--forward-codec", o->overrides.forward_codec, "Codec chain for activations")->type_name("CHAIN");
+  cmd->add_option("--backward-codec", o->overrides.backward_codec, "Codec chain for gradients")->type_name("CHAIN");
   cmd->add_option("--rounds", o->rounds, "Rounds of (strait train, federation); the best ratio counts")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

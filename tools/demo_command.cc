@@ -22,10 +22,7 @@ namespace {
 
 struct DemoOptions {
   std::string config;
-  int64_t steps = 0;
-  std::string codec;           // Both directions, unless the direction's own option is given.
-  std::string forward_codec;
-  std::string backward_codec;
+  JobSpecOverrides overrides;  // --steps and the codec chains.
   bool no_dashboard = false;
   std::string dashboard = "127.0.0.1:0";
   bool keep = false;
@@ -100,17 +97,13 @@ int RunDemo(DemoOptions o) {
       return 1;
     }
   }
-  JobSpecOverrides overrides;
-  overrides.steps = o.steps;
-  overrides.forward_codec = o.forward_codec.empty() ? o.codec : o.forward_codec;
-  overrides.backward_codec = o.backward_codec.empty() ? o.codec : o.backward_codec;
-  absl::StatusOr<std::string> yaml = RewriteJobSpec(o.config, overrides);
-  if (!yaml.ok()) {
-    std::fprintf(stderr, "strait demo: %s\n", std::string(yaml.status().message()).c_str());
+  absl::StatusOr<RewrittenJobSpec> rewritten = RewriteJobSpec(o.config, o.overrides);
+  if (!rewritten.ok()) {
+    std::fprintf(stderr, "strait demo: %s\n", std::string(rewritten.status().message()).c_str());
     return 2;
   }
-  absl::StatusOr<JobSpec> spec = ParseJobSpec(*yaml, o.config, "/");
-  if (!spec.ok()) return 2;  // RewriteJobSpec checked it.
+  const std::string& yaml = rewritten->yaml;
+  const JobSpec* spec = &rewritten->spec;
 
   std::vector<std::string> ids;
   size_t width = std::string("gateway").size();
@@ -118,7 +111,7 @@ int RunDemo(DemoOptions o) {
     ids.push_back(s.id);
     width = std::max(width, s.id.size());
   }
-  LocalFederation fed(*yaml, ids, exe);
+  LocalFederation fed(yaml, ids, exe);
   std::printf("strait demo: %s, %zu sites, work directory %s\n", spec->name.c_str(), ids.size(),
               fed.dir().path().c_str());
   for (size_t b = 0; b < spec->links.size(); ++b) {
@@ -194,14 +187,14 @@ void AddDemoCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("-c,--config", o->config,
                   "Job spec (default: configs/fashion-mlp-3site.yaml of this source tree)")
       ->type_name("FILE");
-  cmd->add_option("--steps", o->steps, "Train this many steps instead of the job spec's epochs")
+  cmd->add_option("--steps", o->overrides.steps, "Train this many steps instead of the job spec's epochs")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--codec", o->codec,
+  cmd->add_option("--codec", o->overrides.codec,
                   "Codec chain of every link, both directions (e.g. int8+zstd, bf16, shuffle+zstd)")
       ->type_name("CHAIN");
-  cmd->add_option("--forward-codec", o->forward_codec, "Codec chain for activations (overrides --codec)")
+  cmd->add_option("--forward-codec", o->overrides.forward_codec, "Codec chain for activations (overrides --codec)")
       ->type_name("CHAIN");
-  cmd->add_option("--backward-codec", o->backward_codec, "Codec chain for gradients (overrides --codec)")
+  cmd->add_option("--backward-codec", o->overrides.backward_codec, "Codec chain for gradients (overrides --codec)")
       ->type_name("CHAIN");
   cmd->add_flag("--no-dashboard", o->no_dashboard, "Serve no dashboard");
   cmd->add_option("--dashboard", o->dashboard, "Dashboard address (port 0 picks a free one)")

@@ -18,9 +18,13 @@ absl::Status CheckChain(const char* option, const std::string& chain) {
 
 }  // namespace
 
-absl::StatusOr<std::string> RewriteJobSpec(const std::string& path, const JobSpecOverrides& o) {
+absl::StatusOr<RewrittenJobSpec> RewriteJobSpec(const std::string& path,
+                                                const JobSpecOverrides& overrides) {
   absl::StatusOr<JobSpec> spec = LoadJobSpec(path);
   if (!spec.ok()) return spec.status();
+  JobSpecOverrides o = overrides;
+  if (o.forward_codec.empty()) o.forward_codec = o.codec;
+  if (o.backward_codec.empty()) o.backward_codec = o.codec;
   if (absl::Status s = CheckChain("forward codec", o.forward_codec); !s.ok()) return s;
   if (absl::Status s = CheckChain("backward codec", o.backward_codec); !s.ok()) return s;
 
@@ -72,7 +76,7 @@ absl::StatusOr<std::string> RewriteJobSpec(const std::string& path, const JobSpe
   // loader's cross-checks reject).
   absl::StatusOr<JobSpec> check = ParseJobSpec(text, "rewritten " + path, "/");
   if (!check.ok()) return check.status();
-  return text;
+  return RewrittenJobSpec{std::move(text), *std::move(check)};
 }
 
 }  // namespace strait::tools

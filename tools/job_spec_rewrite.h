@@ -8,17 +8,25 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/job_spec.h"
 
 namespace strait::tools {
 
 struct JobSpecOverrides {
   int64_t steps = 0;           // > 0: train this many steps instead of training.steps / epochs.
-  std::string forward_codec;   // Non-empty: every link's forward chain.
-  std::string backward_codec;  // Non-empty: every link's backward chain.
+  std::string codec;           // Non-empty: every link's chain in both directions, unless...
+  std::string forward_codec;   // ...non-empty: every link's forward chain.
+  std::string backward_codec;  // ...non-empty: every link's backward chain.
 };
 
-// The rewritten job spec as YAML text, checked by the job spec loader. InvalidArgument with the
-// loader's `file:line:column` message when `path` or an override is not valid.
-absl::StatusOr<std::string> RewriteJobSpec(const std::string& path, const JobSpecOverrides& overrides);
+struct RewrittenJobSpec {
+  std::string yaml;  // To be written as the job spec of the other directory.
+  JobSpec spec;      // The same, parsed (paths resolved as if that directory were "/").
+};
+
+// The rewritten job spec, checked by the job spec loader. InvalidArgument with the loader's
+// `file:line:column` message when `path` or an override is not valid.
+absl::StatusOr<RewrittenJobSpec> RewriteJobSpec(const std::string& path,
+                                                const JobSpecOverrides& overrides);
 
 }  // namespace strait::tools

@@ -10,14 +10,14 @@ namespace {
 
 const std::string kConfig = std::string(STRAIT_SOURCE_DIR) + "/configs/fashion-mlp-3site.yaml";
 
-JobSpec Reload(const std::string& yaml) {
-  absl::StatusOr<JobSpec> spec = ParseJobSpec(yaml, "rewritten.yaml", "/work/dir");
-  EXPECT_TRUE(spec.ok()) << spec.status() << "\n" << yaml;
+JobSpec Reload(const RewrittenJobSpec& rewritten) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(rewritten.yaml, "rewritten.yaml", "/work/dir");
+  EXPECT_TRUE(spec.ok()) << spec.status() << "\n" << rewritten.yaml;
   return spec.ok() ? *spec : JobSpec{};
 }
 
 TEST(JobSpecRewriteTest, WithoutOverridesOnlyPathsChange) {
-  absl::StatusOr<std::string> yaml = RewriteJobSpec(kConfig, {});
+  absl::StatusOr<RewrittenJobSpec> yaml = RewriteJobSpec(kConfig, {});
   ASSERT_TRUE(yaml.ok()) << yaml.status();
   absl::StatusOr<JobSpec> original = LoadJobSpec(kConfig);
   ASSERT_TRUE(original.ok());
@@ -40,11 +40,12 @@ TEST(JobSpecRewriteTest, WithoutOverridesOnlyPathsChange) {
 TEST(JobSpecRewriteTest, StepsAndCodecsOverride) {
   JobSpecOverrides o;
   o.steps = 12;
-  o.forward_codec = "int8+zstd";
-  o.backward_codec = "bf16";
-  absl::StatusOr<std::string> yaml = RewriteJobSpec(kConfig, o);
+  o.codec = "int8+zstd";  // Both directions...
+  o.backward_codec = "bf16";  // ...but this one.
+  absl::StatusOr<RewrittenJobSpec> yaml = RewriteJobSpec(kConfig, o);
   ASSERT_TRUE(yaml.ok()) << yaml.status();
   JobSpec spec = Reload(*yaml);
+  EXPECT_EQ(yaml->spec.training.steps, 12);
   EXPECT_EQ(spec.training.steps, 12);
   EXPECT_EQ(spec.training.epochs, 0);
   ASSERT_EQ(spec.links.size(), 2u);
@@ -58,12 +59,12 @@ TEST(JobSpecRewriteTest, StepsAndCodecsOverride) {
 TEST(JobSpecRewriteTest, BadInputIsAClearError) {
   JobSpecOverrides o;
   o.forward_codec = "int9";
-  absl::StatusOr<std::string> yaml = RewriteJobSpec(kConfig, o);
+  absl::StatusOr<RewrittenJobSpec> yaml = RewriteJobSpec(kConfig, o);
   ASSERT_FALSE(yaml.ok());
   EXPECT_EQ(yaml.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(yaml.status().message().find("forward codec 'int9'"), std::string::npos) << yaml.status();
 
-  absl::StatusOr<std::string> missing = RewriteJobSpec("/nonexistent/fed.yaml", {});
+  absl::StatusOr<RewrittenJobSpec> missing = RewriteJobSpec("/nonexistent/fed.yaml", {});
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("/nonexistent/fed.yaml"), std::string::npos);
 }
