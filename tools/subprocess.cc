@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,6 +42,9 @@ std::string FindStraitExecutable(const std::string& name) {
 Process::Process(std::vector<std::string> argv, std::string log_file) : log_file_(std::move(log_file)) {
   pid_ = fork();
   if (pid_ == 0) {
+    // Dies with its parent even when the parent cannot run destructors (a crashed test, kill -9).
+    // The signal follows the forking *thread*: Processes are made on long-lived threads.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
     int fd = open(log_file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       dup2(fd, STDOUT_FILENO);
