@@ -39,6 +39,11 @@ int main(int argc, char** argv) {
   app.add_flag("--resume", o.resume,
                "Resume from this site's newest intact checkpoint (training.checkpoint.dir/<site>/); "
                "the federation resumes from the newest step every site holds");
+  app.add_option("--reconnect-timeout", o.reconnect_timeout_s,
+                 "Seconds to keep trying to join again after losing the gateway (a gateway restart, a "
+                 "broken link) before exiting with the checkpoint intact")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("!--no-eval", o.evaluate, "Skip the test-set evaluation after the last step");
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")

@@ -58,8 +58,10 @@ bool LocalFederation::StartGateway(const std::vector<std::string>& extra_args, s
     *error = "certificates: " + certificates_.ToString();
     return false;
   }
-  std::vector<std::string> args = {executables_.gateway, "-c", config(), "--listen", "127.0.0.1:0",
-                                   "--ready-file", dir_.File("gateway.ready")};
+  gateway_args_ = extra_args;
+  std::vector<std::string> args = {executables_.gateway, "-c",  config(), "--listen",
+                                   "127.0.0.1:" + gateway_port_, "--ready-file",
+                                   dir_.File("gateway.ready")};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   const bool dashboard = std::find(args.begin(), args.end(), "--dashboard") != args.end();
   if (!dashboard) args.push_back("--no-dashboard");
@@ -75,8 +77,14 @@ bool LocalFederation::StartGateway(const std::vector<std::string>& extra_args, s
     return false;
   }
   gateway_address_ = "127.0.0.1:" + ready["grpc"];
+  gateway_port_ = "0";
   if (dashboard) dashboard_port_ = ready["http"];
   return true;
+}
+
+bool LocalFederation::RestartGateway(std::string* error) {
+  gateway_port_ = gateway_address_.substr(gateway_address_.rfind(':') + 1);
+  return StartGateway(gateway_args_, error);
 }
 
 void LocalFederation::StartSite(const std::string& site, const std::vector<std::string>& extra_args) {

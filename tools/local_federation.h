@@ -51,6 +51,9 @@ class LocalFederation {
   // and waits until it serves; false with the log tail in `error` otherwise. A gateway started
   // earlier is stopped first.
   bool StartGateway(const std::vector<std::string>& extra_args, std::string* error);
+  // Starts the gateway again (after it died or was killed) on the port it had, with the same
+  // arguments, so that sites find it where they left it.
+  bool RestartGateway(std::string* error);
   const std::string& gateway_address() const { return gateway_address_; }
   // The dashboard's port ("" when the gateway serves none).
   const std::string& dashboard_port() const { return dashboard_port_; }
@@ -76,6 +79,8 @@ class LocalFederation {
   absl::Status certificates_;
   std::unique_ptr<Process> gateway_;
   std::string gateway_address_;
+  std::string gateway_port_ = "0";  // 0: a free one.
+  std::vector<std::string> gateway_args_;
   std::string dashboard_port_;
   std::map<std::string, std::unique_ptr<Process>> sites_;
 };

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -57,8 +58,9 @@ struct Progress {
 // site completed its job, so the end of its stream is not taken for a failure.
 class Reporter {
  public:
-  Reporter(GatewayLink& link, SiteMetrics& metrics, Progress& progress, double interval_s)
-      : link_(link), metrics_(metrics), progress_(progress), interval_(interval_s) {
+  Reporter(std::function<void(const v1::SiteReport&)> send, SiteMetrics& metrics, Progress& progress,
+           double interval_s)
+      : send_(std::move(send)), metrics_(metrics), progress_(progress), interval_(interval_s) {
     thread_ = std::thread([this] { Run(); });
   }
   void MarkFinished() { finished_ = true; }
@@ -121,10 +123,10 @@ class Reporter {
     for (const v1::LinkBytes& l : delta.links) *report.add_links() = l;
     report.set_rejected_frames(now.rejected_frames);  // A running total (the gateway shows it).
     report.set_finished(finished_);
-    link_.Report(report);
+    send_(report);
   }
 
-  GatewayLink& link_;
+  const std::function<void(const v1::SiteReport&)> send_;
   SiteMetrics& metrics_;
   Progress& progress_;
   const double interval_;
@@ -270,18 +272,6 @@ absl::Status RunSite(const SiteOptions& o) {
   if (!spec.tls.deny_list.empty()) {
     STRAIT_ASSIGN_OR_RETURN(deny_list, crypto::DenyList::Load(spec.tls.deny_list));
   }
-  // A restarted site joins with a newer epoch (the gateway refuses older ones).
-  const auto epoch = static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::seconds>(
-                                               std::chrono::system_clock::now().time_since_epoch())
-                                               .count());
-  std::unique_ptr<LinkSecurity> security;
-  v1::SignedKey own_key = UnsignedKey(o.site_id, epoch);
-  if (tls) {
-    STRAIT_ASSIGN_OR_RETURN(security, LinkSecurity::Create(spec.name, epoch, tls->own, tls->ca_pem,
-                                                           deny_list));
-    own_key = security->own_key();
-  }
-
   // The stage (rebuilt for every generation) and, with --resume, the checkpoint it can resume from.
   auto build_stage = [&] {
     return collective::ReplicaGroup::Create(spec.model, site.layers, spec.training.optimizer,
@@ -292,14 +282,11 @@ absl::Status RunSite(const SiteOptions& o) {
   spdlog::info("{} worker(s): {}", site.workers, stage->device_names());
   CheckpointStore checkpoints(spec, o.site_id);
   Progress progress;
-  v1::JoinRequest join = JoinRequestFor(spec, index, own_key);
   if (o.resume) {
     absl::StatusOr<int64_t> newest = checkpoints.NewestValid(*stage);
     if (newest.ok()) {
       spdlog::info("can resume from {} (the federation resumes from the newest step every site has)",
                    checkpoints.PathFor(*newest));
-      join.set_has_checkpoint(true);
-      join.set_checkpoint_step(static_cast<uint64_t>(*newest));
       progress.checkpoint = *newest;
     } else {
       spdlog::warn("--resume: {}; starting from the initial parameters", std::string(newest.status().message()));
@@ -333,11 +320,79 @@ absl::Status RunSite(const SiteOptions& o) {
     client_options.credentials = MakeSiteChannelCredentials(*tls);
   }
   client_options.on_control = on_control;
+  client_options.on_disconnect = [&](const absl::Status& status) { control.Disconnected(status); };
+
+  // Every join is a new epoch with a fresh ephemeral link key (the gateway refuses older epochs),
+  // offering the newest checkpoint this site holds.
+  std::unique_ptr<LinkSecurity> security;
+  std::mutex client_mu;  // Guards `client` for the reporter's thread.
+  std::unique_ptr<GatewayClient> client;
+  uint32_t epoch = 0;
+  auto join_gateway = [&]() -> absl::Status {
+    const auto now_s = static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::seconds>(
+                                                 std::chrono::system_clock::now().time_since_epoch())
+                                                 .count());
+    epoch = std::max(now_s, epoch + 1);
+    v1::SignedKey own_key = UnsignedKey(o.site_id, epoch);
+    if (tls) {
+      STRAIT_ASSIGN_OR_RETURN(security, LinkSecurity::Create(spec.name, epoch, tls->own, tls->ca_pem,
+                                                             deny_list));
+      own_key = security->own_key();
+    }
+    v1::JoinRequest join = JoinRequestFor(spec, index, own_key);
+    {
+      std::lock_guard<std::mutex> lock(progress.mu);
+      if (progress.checkpoint) {
+        join.set_has_checkpoint(true);
+        join.set_checkpoint_step(static_cast<uint64_t>(*progress.checkpoint));
+      }
+    }
+    control.Reconnected();
+    STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<GatewayClient> joined,
+                            GatewayClient::Connect(client_options, join));
+    for (const v1::SignedKey& k : joined->join_reply().neighbour_keys()) keys.Add(k);
+    std::lock_guard<std::mutex> lock(client_mu);
+    client = std::move(joined);
+    return absl::OkStatus();
+  };
+  // After a lost connection: join again with backoff and jitter, for at most --reconnect-timeout.
+  auto rejoin_gateway = [&]() -> absl::Status {
+    {
+      std::lock_guard<std::mutex> lock(client_mu);
+      client.reset();
+    }
+    const auto give_up = Clock::now() + std::chrono::duration<double>(o.reconnect_timeout_s);
+    std::mt19937 random(std::random_device{}());
+    double backoff_s = 0.25;
+    absl::Status last;
+    while (Clock::now() < give_up) {
+      last = join_gateway();
+      if (last.ok()) {
+        spdlog::info("joined the gateway at {} again (epoch {})", spec.gateway.address, epoch);
+        return absl::OkStatus();
+      }
+      backoff_s = std::min(backoff_s * 2, 8.0);
+      const double wait_s = backoff_s * std::uniform_real_distribution<double>(0.5, 1.0)(random);
+      spdlog::warn("cannot reach the gateway at {} ({}); trying again in {:.1f} s",
+                   spec.gateway.address, std::string(last.message()), wait_s);
+      std::this_thread::sleep_for(std::chrono::duration<double>(wait_s));
+    }
+    std::optional<int64_t> checkpoint;
+    {
+      std::lock_guard<std::mutex> lock(progress.mu);
+      checkpoint = progress.checkpoint;
+    }
+    return absl::UnavailableError(absl::StrCat(
+        "lost the gateway at ", spec.gateway.address, " and could not join it again within ",
+        o.reconnect_timeout_s, " s (", last.message(), "). ",
+        checkpoint ? absl::StrCat("The checkpoint of step ", *checkpoint, " is in ", checkpoints.dir(),
+                                  ": start this site again with --resume once the gateway is back")
+                   : std::string("No checkpoint was written: the run starts over")));
+  };
+
   spdlog::info("stage {} of {} (layers [{}, {})), joining the gateway at {}", index, stages,
                site.layers.start, site.layers.end, spec.gateway.address);
-  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<GatewayClient> client,
-                          GatewayClient::Connect(client_options, join));
-  for (const v1::SignedKey& k : client->join_reply().neighbour_keys()) keys.Add(k);
+  STRAIT_RETURN_IF_ERROR(join_gateway());
   STRAIT_ASSIGN_OR_RETURN(StageData data, LoadStageData(spec, first, last));
 
   std::vector<std::string> peers;
@@ -366,7 +421,12 @@ absl::Status RunSite(const SiteOptions& o) {
   absl::Status result;
   int64_t steps_done = 0;
   {
-    Reporter reporter(*client, metrics, progress, o.report_interval_s);
+    Reporter reporter(
+        [&](const v1::SiteReport& report) {
+          std::lock_guard<std::mutex> lock(client_mu);
+          if (client != nullptr) client->Report(report);
+        },
+        metrics, progress, o.report_interval_s);
     std::printf("%s: stage %d of %d, layers [%d, %d), %lld steps\n", o.site_id.c_str(), index,
                 stages, site.layers.start, site.layers.end, static_cast<long long>(total));
     std::fflush(stdout);
@@ -377,6 +437,12 @@ absl::Status RunSite(const SiteOptions& o) {
       absl::StatusOr<v1::Rollback> begin = control.WaitForStart(std::chrono::seconds(10), [] {
         spdlog::info("waiting for the gateway to start training (every site must be joined)");
       });
+      if (!begin.ok() && begin.status().code() == absl::StatusCode::kUnavailable) {
+        spdlog::warn("lost the gateway: {}; joining it again", std::string(begin.status().message()));
+        result = rejoin_gateway();
+        if (!result.ok()) break;
+        continue;
+      }
       if (!begin.ok()) {
         result = begin.status();
         break;
@@ -525,8 +591,10 @@ absl::Status RunSite(const SiteOptions& o) {
     if (accuracy) summary["test_accuracy"] = *accuracy;
     std::ofstream(o.out + "/metrics.json") << summary.dump(1) << "\n";
   }
-  absl::Status closed = client->Close();
-  if (!closed.ok() && result.ok()) spdlog::debug("stream closed: {}", closed.ToString());
+  if (client != nullptr) {
+    absl::Status closed = client->Close();
+    if (!closed.ok() && result.ok()) spdlog::debug("stream closed: {}", closed.ToString());
+  }
   return result;
 }
 

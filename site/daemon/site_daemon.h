@@ -22,6 +22,7 @@ struct SiteOptions {
   double report_interval_s = 2.0;
   bool evaluate = true;      // Test accuracy through the pipeline after the last step.
   bool resume = false;       // Offer the newest valid checkpoint of this site to resume from.
+  double reconnect_timeout_s = 300;  // After losing the gateway: how long to try joining again.
 };
 
 // Runs the site to the end of training. InvalidArgument for a bad config or option (exit code 2);

@@ -31,15 +31,31 @@ void TrainingControl::AbortLocked(const absl::Status& status) {
   if (active_ != nullptr) active_->Abort(status);
 }
 
+void TrainingControl::Disconnected(const absl::Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  disconnected_ = status;
+  AbortLocked(status);
+  cv_.notify_all();
+}
+
+void TrainingControl::Reconnected() {
+  std::lock_guard<std::mutex> lock(mu_);
+  disconnected_ = absl::OkStatus();
+  start_.reset();
+}
+
 absl::StatusOr<v1::Rollback> TrainingControl::WaitForStart(std::chrono::seconds notice,
                                                            const std::function<void()>& waiting) {
   std::unique_lock<std::mutex> lock(mu_);
-  while (!cv_.wait_for(lock, notice, [this] { return start_.has_value() || !stopped_.ok(); })) {
+  while (!cv_.wait_for(lock, notice, [this] {
+    return start_.has_value() || !stopped_.ok() || !disconnected_.ok();
+  })) {
     lock.unlock();
     waiting();
     lock.lock();
   }
   if (!stopped_.ok()) return stopped_;
+  if (!disconnected_.ok()) return disconnected_;
   v1::Rollback start = *start_;
   start_.reset();
   interrupted_ = absl::OkStatus();

@@ -23,8 +23,15 @@ class TrainingControl {
   // Takes a Rollback, Pause or Stop; returns false for other kinds (not handled here).
   bool Handle(const v1::Control& control);
 
-  // Blocks until a Rollback not taken yet arrives (returned) or the job is stopped (the Stop's
-  // reason as ABORTED). Calls `waiting()` every `notice` meanwhile. Clears Interrupted().
+  // The connection to the gateway is lost: interrupts the current generation; WaitForStart returns
+  // UNAVAILABLE until Reconnected().
+  void Disconnected(const absl::Status& status);
+  // A new connection: forgets starts of the old one (the gateway sends a fresh Rollback).
+  void Reconnected();
+
+  // Blocks until a Rollback not taken yet arrives (returned), the job is stopped (the Stop's reason
+  // as ABORTED) or the connection is lost (UNAVAILABLE). Calls `waiting()` every `notice`
+  // meanwhile. Clears Interrupted().
   absl::StatusOr<v1::Rollback> WaitForStart(std::chrono::seconds notice,
                                             const std::function<void()>& waiting);
 
@@ -45,6 +52,7 @@ class TrainingControl {
   std::condition_variable cv_;
   std::optional<v1::Rollback> start_;   // Received, not taken yet.
   absl::Status stopped_;
+  absl::Status disconnected_;           // Non-OK from a lost connection until Reconnected().
   absl::Status interrupted_;            // Non-OK once the current generation is interrupted.
   SiteRunner* active_ = nullptr;
 };

@@ -195,7 +195,18 @@ void GatewayClient::ReadPrimary() {
         break;
     }
   }
-  FailPending(absl::UnavailableError("the gateway closed the stream"));
+  const absl::Status lost = absl::UnavailableError("the gateway closed the stream");
+  NotifyDisconnect(lost);
+  FailPending(lost);
+}
+
+void GatewayClient::NotifyDisconnect(const absl::Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;  // Close() ended the streams: not a loss.
+  }
+  // Before pending pulls and pushes fail, so that their errors are known to come from the loss.
+  if (options_.on_disconnect && !disconnect_notified_.exchange(true)) options_.on_disconnect(status);
 }
 
 void GatewayClient::HandleDeliver(v1::Deliver& deliver) {
@@ -277,7 +288,9 @@ void GatewayClient::ReadPushAcks() {
     push_ended_ = true;
   }
   push_cv_.notify_all();
-  FailPending(absl::UnavailableError("the gateway closed the push stream"));
+  const absl::Status lost = absl::UnavailableError("the gateway closed the push stream");
+  NotifyDisconnect(lost);
+  FailPending(lost);
 }
 
 void GatewayClient::Heartbeats() {

@@ -34,6 +34,9 @@ class GatewayClient final : public GatewayLink {
     // Control handler from the start (a neighbour's key may arrive right after the Join); OnControl
     // replaces it.
     std::function<void(const v1::Control&)> on_control;
+    // Called once, on a reader's thread, when a stream ends without Close() (the gateway died or
+    // dropped this site, or the link broke), just before pending pulls and pushes fail.
+    std::function<void(const absl::Status&)> on_disconnect;
   };
 
   // Joins and opens both streams. Blocks up to join_timeout for the Join, and up to join_timeout
@@ -79,6 +82,8 @@ class GatewayClient final : public GatewayLink {
   void HandleDeliver(v1::Deliver& deliver);
   void Heartbeats();
   void FailPending(const absl::Status& status);
+  // Calls options_.on_disconnect once, unless Close() was called.
+  void NotifyDisconnect(const absl::Status& status);
 
   const Options options_;
   std::unique_ptr<v1::Gateway::Stub> stub_;
@@ -103,6 +108,7 @@ class GatewayClient final : public GatewayLink {
   std::condition_variable heartbeat_cv_;
 
   std::atomic<uint64_t> stream_errors_{0};
+  std::atomic<bool> disconnect_notified_{false};
   std::thread primary_reader_, push_reader_, heartbeat_;
 };
 

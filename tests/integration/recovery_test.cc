@@ -104,6 +104,32 @@ TEST(RecoveryTest, AMiddleSiteKilledMidRunAndRestartedEndsBitIdentical) {
   ExpectLikeReference(fed, steps);
 }
 
+TEST(RecoveryTest, TheGatewayKilledMidRunAndRestartedEndsBitIdentical) {
+  const int steps = 400;
+  LocalFederation fed(JobYaml(steps, 20), kSites);
+  std::string error;
+  ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
+  for (const std::string& site : kSites) fed.StartSite(site, {"--threads", "1"});
+  const auto deadline = std::chrono::steady_clock::now() + seconds(300);
+  while (!std::filesystem::exists(CheckpointFile(fed, "dc-c", 60)) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  fed.gateway().Kill(SIGKILL);
+  EXPECT_EQ(fed.gateway().Wait(seconds(10)), 128 + SIGKILL);
+  std::this_thread::sleep_for(seconds(2));  // The sites notice and keep trying to join again.
+  ASSERT_TRUE(fed.RestartGateway(&error)) << error;
+  for (const std::string& site : kSites) {
+    ASSERT_EQ(fed.WaitSite(site, seconds(600)), 0) << site << ":\n" << fed.SiteLog(site);
+    EXPECT_NE(ReadFile(fed.SiteLogFile(site)).find("joined the gateway at"), std::string::npos)
+        << ReadFile(fed.SiteLogFile(site));
+  }
+  const std::string gateway_log = fed.gateway().LogTail(20000);
+  EXPECT_NE(gateway_log.find("training starts at step"), std::string::npos) << gateway_log;
+  EXPECT_EQ(gateway_log.find("training starts at step 0 "), std::string::npos) << gateway_log;
+  ExpectLikeReference(fed, steps);
+}
+
 TEST(RecoveryTest, ResumeSkipsACorruptAndATruncatedCheckpoint) {
   // A first run of 40 steps leaves checkpoints of steps 10..40 at every site.
   LocalFederation fed(JobYaml(60, 10), kSites);
