@@ -87,9 +87,11 @@ bool LocalFederation::RestartGateway(std::string* error) {
   return StartGateway(gateway_args_, error);
 }
 
-void LocalFederation::StartSite(const std::string& site, const std::vector<std::string>& extra_args) {
-  std::vector<std::string> args = {executables_.site, "-c",     config(),  "--site", site,
-                                   "--gateway",       gateway_address_, "--out", OutDir(site)};
+void LocalFederation::StartSite(const std::string& site, const std::vector<std::string>& extra_args,
+                                const std::string& gateway) {
+  std::vector<std::string> args = {executables_.site, "-c", config(), "--site", site, "--gateway",
+                                   gateway.empty() ? gateway_address_ : gateway, "--out",
+                                   OutDir(site)};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   sites_[site] = std::make_unique<Process>(args, SiteLogFile(site));
 }

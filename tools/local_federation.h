@@ -59,8 +59,10 @@ class LocalFederation {
   const std::string& dashboard_port() const { return dashboard_port_; }
   Process& gateway() { return *gateway_; }
 
-  // Starts strait-site for `site` (--out <dir>/out/<site>) with `extra_args`.
-  void StartSite(const std::string& site, const std::vector<std::string>& extra_args = {});
+  // Starts strait-site for `site` (--out <dir>/out/<site>) with `extra_args`, dialling the gateway
+  // at `gateway` (default: where it listens; a fault test may put a proxy in between).
+  void StartSite(const std::string& site, const std::vector<std::string>& extra_args = {},
+                 const std::string& gateway = "");
   Process& site(const std::string& site) { return *sites_.at(site); }
   // Waits for site `site` to exit; its exit code (-1 on timeout).
   int WaitSite(const std::string& site, std::chrono::seconds timeout);

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "tests/integration/cuttable_link.h"
 #include "tests/integration/federation_fixture.h"
 
 namespace strait::testing {
@@ -127,6 +128,35 @@ TEST(RecoveryTest, TheGatewayKilledMidRunAndRestartedEndsBitIdentical) {
   const std::string gateway_log = fed.gateway().LogTail(20000);
   EXPECT_NE(gateway_log.find("training starts at step"), std::string::npos) << gateway_log;
   EXPECT_EQ(gateway_log.find("training starts at step 0 "), std::string::npos) << gateway_log;
+  ExpectLikeReference(fed, steps);
+}
+
+TEST(RecoveryTest, ALinkCutForTenSecondsThenRestoredEndsBitIdentical) {
+  const int steps = 300;
+  LocalFederation fed(JobYaml(steps, 20), kSites);
+  std::string error;
+  ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
+  const std::string& address = fed.gateway_address();
+  CuttableLink link(std::stoi(address.substr(address.rfind(':') + 1)));
+  fed.StartSite("dc-a", {"--threads", "1"});
+  fed.StartSite("dc-b", {"--threads", "1"}, "127.0.0.1:" + std::to_string(link.port()));
+  fed.StartSite("dc-c", {"--threads", "1"});
+  const auto deadline = std::chrono::steady_clock::now() + seconds(300);
+  while (!std::filesystem::exists(CheckpointFile(fed, "dc-b", 40)) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  link.Cut();
+  std::this_thread::sleep_for(seconds(10));
+  ASSERT_TRUE(fed.site("dc-b").Running()) << fed.SiteLog("dc-b");
+  link.Restore();
+  for (const std::string& site : kSites) {
+    ASSERT_EQ(fed.WaitSite(site, seconds(600)), 0) << site << ":\n" << fed.SiteLog(site);
+  }
+  const std::string log = ReadFile(fed.SiteLogFile("dc-b"));
+  EXPECT_NE(log.find("cannot reach the gateway"), std::string::npos) << log;
+  EXPECT_NE(log.find("joined the gateway at"), std::string::npos) << log;
+  EXPECT_NE(fed.gateway().LogTail(20000).find("training restarts at step"), std::string::npos);
   ExpectLikeReference(fed, steps);
 }
 
