@@ -3,6 +3,7 @@
 // summary (test accuracy, samples/s, bytes on the wire against raw fp32) at the end.
 #include <csignal>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <set>
 #include <thread>
@@ -26,6 +27,8 @@ struct DemoOptions {
   bool no_dashboard = false;
   std::string dashboard = "127.0.0.1:0";
   bool keep = false;
+  std::string workdir;  // Empty: a temporary one.
+  bool resume = false;
 };
 
 volatile std::sig_atomic_t g_interrupted = 0;
@@ -111,7 +114,14 @@ int RunDemo(DemoOptions o) {
     ids.push_back(s.id);
     width = std::max(width, s.id.size());
   }
-  LocalFederation fed(yaml, ids, exe);
+  if (o.resume && o.workdir.empty()) {
+    std::fprintf(stderr, "strait demo: --resume needs the --workdir of the run to resume\n");
+    return 2;
+  }
+  std::unique_ptr<LocalFederation> federation =
+      o.workdir.empty() ? std::make_unique<LocalFederation>(yaml, ids, exe)
+                        : std::make_unique<LocalFederation>(yaml, ids, exe, o.workdir);
+  LocalFederation& fed = *federation;
   std::printf("strait demo: %s, %zu sites, work directory %s\n", spec->name.c_str(), ids.size(),
               fed.dir().path().c_str());
   for (size_t b = 0; b < spec->links.size(); ++b) {
@@ -142,7 +152,7 @@ int RunDemo(DemoOptions o) {
 
   std::vector<Follower> followers = {{"gateway", LogFollower(fed.GatewayLogFile()), true}};
   for (const std::string& id : ids) {
-    fed.StartSite(id);
+    fed.StartSite(id, o.resume ? std::vector<std::string>{"--resume"} : std::vector<std::string>{});
     followers.push_back({id, LogFollower(fed.SiteLogFile(id)), id == ids.back()});
   }
   const auto start = std::chrono::steady_clock::now();
@@ -201,6 +211,11 @@ void AddDemoCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str()
       ->type_name("HOST:PORT");
   cmd->add_flag("--keep", o->keep, "Keep the work directory (logs, checkpoints, certificates)");
+  cmd->add_option("--workdir", o->workdir,
+                  "Run in this directory and keep it (certificates made once, checkpoints, logs)")
+      ->type_name("DIR");
+  cmd->add_flag("--resume", o->resume,
+                "Resume the run of --workdir from the newest checkpoint every site holds");
   cmd->callback([o, exit_code] { *exit_code = RunDemo(*o); });
 }
 

@@ -44,7 +44,20 @@ Executables Executables::InBuildTree(const std::string& binary_dir) {
 LocalFederation::LocalFederation(const std::string& yaml, const std::vector<std::string>& sites,
                                  Executables executables)
     : executables_(std::move(executables)) {
-  certificates_ = MakeCertificates(dir_.File("certs"), sites).status();
+  Init(yaml, sites);
+}
+
+LocalFederation::LocalFederation(const std::string& yaml, const std::vector<std::string>& sites,
+                                 Executables executables, const std::string& workdir)
+    : dir_(workdir), executables_(std::move(executables)) {
+  Init(yaml, sites);
+}
+
+void LocalFederation::Init(const std::string& yaml, const std::vector<std::string>& sites) {
+  std::error_code error;
+  if (!std::filesystem::exists(dir_.File("certs/ca.pem"), error)) {
+    certificates_ = MakeCertificates(dir_.File("certs"), sites).status();
+  }
   std::ofstream(config()) << yaml;
 }
 

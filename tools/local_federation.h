@@ -38,6 +38,9 @@ class LocalFederation {
   // `yaml` resolve against that directory). Certificate errors surface in StartGateway.
   LocalFederation(const std::string& yaml, const std::vector<std::string>& sites,
                   Executables executables = Executables::Find());
+  // The same in `workdir`, which is kept; its certificates are reused when certs/ca.pem exists.
+  LocalFederation(const std::string& yaml, const std::vector<std::string>& sites,
+                  Executables executables, const std::string& workdir);
   // Stops the sites, then the gateway; removes the work directory unless KeepDirectory() was called.
   ~LocalFederation();
   LocalFederation(const LocalFederation&) = delete;
@@ -76,6 +79,8 @@ class LocalFederation {
   std::string ReferenceDir() const { return dir_.File("reference"); }
 
  private:
+  void Init(const std::string& yaml, const std::vector<std::string>& sites);
+
   TempDir dir_;
   Executables executables_;
   absl::Status certificates_;

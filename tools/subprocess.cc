@@ -21,6 +21,11 @@ TempDir::TempDir() {
   path_ = made != nullptr ? made : "";
 }
 
+TempDir::TempDir(const std::string& path) : path_(path), keep_(true) {
+  std::error_code ignored;
+  std::filesystem::create_directories(path_, ignored);
+}
+
 TempDir::~TempDir() {
   std::error_code ignored;
   if (!path_.empty() && !keep_) std::filesystem::remove_all(path_, ignored);

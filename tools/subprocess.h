@@ -17,6 +17,8 @@ namespace strait::tools {
 class TempDir {
  public:
   TempDir();
+  // `path` itself (made if missing), kept on destruction: a work directory the user named.
+  explicit TempDir(const std::string& path);
   ~TempDir();
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;

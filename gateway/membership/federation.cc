@@ -111,6 +111,11 @@ absl::StatusOr<v1::JoinReply> Federation::Join(const std::string& site_id,
                                                    request.key().epoch(), ")"));
       rejoined_at_ = now;
       rejoined_site_ = site_id;
+      // Back before its old stream's end was noticed (a fast restart): the same as a failure.
+      const v1::SiteState state = site.info.state();
+      if (state == v1::SITE_JOINED || state == v1::SITE_TRAINING) {
+        MarkDownLocked(index, "it joined again", actions);
+      }
     }
     ++site.joins;
     site.key = request.key();

@@ -93,6 +93,27 @@ TEST(DemoTest, AFailingSiteStopsTheDemoWithItsLog) {
   std::filesystem::remove_all(work);
 }
 
+TEST(DemoTest, AWorkDirectoryRunResumesFromItsCheckpoints) {
+  TempDir dir;
+  std::string yaml = ReadFile(std::string(STRAIT_SOURCE_DIR) + "/configs/fashion-mlp-3site.yaml");
+  yaml = std::regex_replace(yaml, std::regex("every: 200"), "every: 10");
+  std::ofstream(dir.File("fed.yaml")) << yaml;
+  const std::string work = dir.File("work");
+  DemoRun first = Demo(dir, {"--config", dir.File("fed.yaml"), "--workdir", work, "--steps", "20",
+                             "--no-dashboard"},
+                       std::chrono::seconds(300));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_TRUE(std::filesystem::exists(work + "/checkpoints/dc-b/step-00000020.ckpt"));
+  DemoRun second = Demo(dir, {"--config", dir.File("fed.yaml"), "--workdir", work, "--steps", "30",
+                              "--no-dashboard", "--resume"},
+                        std::chrono::seconds(300));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("training starts at step 20"), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("steps 30,"), std::string::npos) << second.output;
+  // --resume without the directory of a run is refused.
+  EXPECT_EQ(Demo(dir, {"--resume", "--no-dashboard"}, std::chrono::seconds(60)).exit_code, 2);
+}
+
 TEST(DemoTest, BadCodecIsRefusedBeforeAnythingStarts) {
   TempDir dir;
   DemoRun run = Demo(dir, {"--codec", "int8+zstd:99", "--no-dashboard"}, std::chrono::seconds(60));
