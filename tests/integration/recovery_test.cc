@@ -54,6 +54,16 @@ std::string CheckpointFile(LocalFederation& fed, const std::string& site, int st
   return fed.dir().File("checkpoints/" + site + "/" + name);
 }
 
+// Waits until `site` has written its checkpoint of `step` (false after 300 s or if it exited).
+bool WaitForCheckpoint(LocalFederation& fed, const std::string& site, int step) {
+  const auto deadline = std::chrono::steady_clock::now() + seconds(300);
+  while (!std::filesystem::exists(CheckpointFile(fed, site, step))) {
+    if (std::chrono::steady_clock::now() > deadline || !fed.site(site).Running()) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
 nlohmann::json Metrics(const std::string& dir) {
   return nlohmann::json::parse(ReadFile(dir + "/metrics.json"), nullptr, /*allow_exceptions=*/false);
 }
@@ -76,12 +86,7 @@ TEST(RecoveryTest, AMiddleSiteKilledMidRunAndRestartedEndsBitIdentical) {
   // Kill dc-b at a random moment after its first checkpoints.
   std::mt19937 random(std::random_device{}());
   const int after = 20 * std::uniform_int_distribution<int>(1, 5)(random);
-  const auto deadline = std::chrono::steady_clock::now() + seconds(300);
-  while (!std::filesystem::exists(CheckpointFile(fed, "dc-b", after)) &&
-         std::chrono::steady_clock::now() < deadline) {
-    ASSERT_TRUE(fed.site("dc-b").Running()) << fed.SiteLog("dc-b");
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  ASSERT_TRUE(WaitForCheckpoint(fed, "dc-b", after)) << fed.SiteLog("dc-b");
   std::this_thread::sleep_for(
       std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 400)(random)));
   ASSERT_TRUE(fed.site("dc-b").Running()) << "dc-b finished before it could be killed";
@@ -111,11 +116,7 @@ TEST(RecoveryTest, TheGatewayKilledMidRunAndRestartedEndsBitIdentical) {
   std::string error;
   ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
   for (const std::string& site : kSites) fed.StartSite(site, {"--threads", "1"});
-  const auto deadline = std::chrono::steady_clock::now() + seconds(300);
-  while (!std::filesystem::exists(CheckpointFile(fed, "dc-c", 60)) &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  ASSERT_TRUE(WaitForCheckpoint(fed, "dc-c", 60)) << fed.SiteLog("dc-c");
   fed.gateway().Kill(SIGKILL);
   EXPECT_EQ(fed.gateway().Wait(seconds(10)), 128 + SIGKILL);
   std::this_thread::sleep_for(seconds(2));  // The sites notice and keep trying to join again.
@@ -141,11 +142,7 @@ TEST(RecoveryTest, ALinkCutForTenSecondsThenRestoredEndsBitIdentical) {
   fed.StartSite("dc-a", {"--threads", "1"});
   fed.StartSite("dc-b", {"--threads", "1"}, "127.0.0.1:" + std::to_string(link.port()));
   fed.StartSite("dc-c", {"--threads", "1"});
-  const auto deadline = std::chrono::steady_clock::now() + seconds(300);
-  while (!std::filesystem::exists(CheckpointFile(fed, "dc-b", 40)) &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  ASSERT_TRUE(WaitForCheckpoint(fed, "dc-b", 40)) << fed.SiteLog("dc-b");
   link.Cut();
   std::this_thread::sleep_for(seconds(10));
   ASSERT_TRUE(fed.site("dc-b").Running()) << fed.SiteLog("dc-b");
