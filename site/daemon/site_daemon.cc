@@ -583,7 +583,10 @@ absl::Status RunSite(const SiteOptions& o) {
                                 {"encode_s", totals.Seconds(Timer::kEncode)},
                                 {"decode_s", totals.Seconds(Timer::kDecode)},
                                 {"seal_s", totals.Seconds(Timer::kSeal)},
-                                {"open_s", totals.Seconds(Timer::kOpen)}}}};
+                                {"open_s", totals.Seconds(Timer::kOpen)},
+                                {"forward_s", totals.Seconds(Timer::kForward)},
+                                {"backward_s", totals.Seconds(Timer::kBackward)},
+                                {"update_s", totals.Seconds(Timer::kUpdate)}}}};
     if (last) {
       summary["loss"] = losses;
       summary["loss_first_step"] = losses_from;

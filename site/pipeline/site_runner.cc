@@ -11,18 +11,23 @@
 namespace strait::site {
 namespace {
 
+// Adds the scope's wall time to `timer`, and to `part` too when given (a part of kCompute).
 class ScopedTimer {
  public:
-  ScopedTimer(SiteMetrics& metrics, Timer timer)
-      : metrics_(metrics), timer_(timer), start_(std::chrono::steady_clock::now()) {}
+  ScopedTimer(SiteMetrics& metrics, Timer timer) : ScopedTimer(metrics, timer, timer) {}
+  ScopedTimer(SiteMetrics& metrics, Timer timer, Timer part)
+      : metrics_(metrics), timer_(timer), part_(part), start_(std::chrono::steady_clock::now()) {}
   ~ScopedTimer() {
-    metrics_.AddTime(timer_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
-                                 .count());
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    metrics_.AddTime(timer_, seconds);
+    if (part_ != timer_) metrics_.AddTime(part_, seconds);
   }
 
  private:
   SiteMetrics& metrics_;
   Timer timer_;
+  Timer part_;
   std::chrono::steady_clock::time_point start_;
 };
 
@@ -141,7 +146,7 @@ absl::StatusOr<StepResult> SiteRunner::Step() {
       }
       std::vector<float> output(last ? 0 : static_cast<size_t>(mb) * stage_.output_features());
       {
-        ScopedTimer timer(metrics_, Timer::kCompute);
+        ScopedTimer timer(metrics_, Timer::kCompute, Timer::kForward);
         STRAIT_RETURN_IF_ERROR(stage_.Forward(s, m, mb, first ? inputs_.data() : input.data(),
                                               last ? nullptr : output.data()));
         if (last) {
@@ -163,7 +168,7 @@ absl::StatusOr<StepResult> SiteRunner::Step() {
       }
       grad_input.resize(first ? 0 : static_cast<size_t>(mb) * stage_.input_features());
       {
-        ScopedTimer timer(metrics_, Timer::kCompute);
+        ScopedTimer timer(metrics_, Timer::kCompute, Timer::kBackward);
         // Backward passes run in microbatch order, so the last one all-reduces the workers' sums.
         STRAIT_RETURN_IF_ERROR(stage_.Backward(m, last ? nullptr : grad_output.data(),
                                                first ? nullptr : grad_input.data(),
@@ -177,7 +182,7 @@ absl::StatusOr<StepResult> SiteRunner::Step() {
   }
   STRAIT_ASSIGN_OR_RETURN(float scale, ClipScale(s));
   {
-    ScopedTimer timer(metrics_, Timer::kCompute);
+    ScopedTimer timer(metrics_, Timer::kCompute, Timer::kUpdate);
     STRAIT_RETURN_IF_ERROR(stage_.OptimizerStep(s + 1, scale));
   }
   if (last) {
@@ -198,7 +203,7 @@ absl::StatusOr<float> SiteRunner::ClipScale(int64_t s) {
   }
   double total;
   {
-    ScopedTimer timer(metrics_, Timer::kCompute);
+    ScopedTimer timer(metrics_, Timer::kCompute, Timer::kUpdate);
     STRAIT_ASSIGN_OR_RETURN(total, stage_.GradSumSquares(downstream));
   }
   float scale;

@@ -1,9 +1,16 @@
 // Feeds arbitrary sequences of Exchange messages from three sites into the gateway's session logic
 // (the code behind every gRPC stream): it must answer errors, never crash, leak reservations or
 // standing credit, or exceed its memory budget. Offers and credit (gateway.proto, Hello) are fed like
-// any other message; a grant is a message to the site, so it needs no simulation here.
+// any other message; a grant is a message to the site, so it needs no simulation here. Membership
+// events are fed too, so that the recovery paths run: a site's stream ends (the others are paused),
+// a site joins again with a new epoch and a checkpoint offer (a rollback to a new generation follows
+// once every site is attached, and the mailbox purges older generations), heartbeats expire.
 //
-// Input: records of [site selector: 1 byte][length: 2 bytes little-endian][SiteMessage bytes].
+// Input: records of [selector: 1 byte][argument: 2 bytes little-endian][payload]. selector % 3 is the
+// site; selector / 3 % 8 is the event: 0-5 its stream carries the SiteMessage in the next `argument`
+// bytes; 6 its stream ends and it joins again (argument: the checkpoint step it offers; 0 = none) and
+// says Hello on a new stream; 7 its stream ends without a rejoin, or (when argument is odd) every
+// site's heartbeat is checked two hours later. The older corpus seeds use selectors 0-2 only.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -15,6 +22,8 @@
 #include "gateway/exchange/exchange_session.h"
 
 namespace {
+
+enum Event { kRejoin = 6, kStreamEndsOrSilence = 7 };
 
 class NullChannel : public strait::gateway::SiteChannel {
  public:
@@ -38,6 +47,59 @@ const strait::JobSpec& Spec() {
   return *spec;
 }
 
+struct Harness {
+  explicit Harness(const strait::gateway::GatewayOptions& options) : core(Spec(), options) {
+    for (int i = 0; i < 3; ++i) {
+      epochs.push_back(0);
+      sessions.push_back(nullptr);
+      paused.push_back(false);
+      Join(i, 0);
+    }
+  }
+
+  // Site `i` joins with the next epoch, offering checkpoint `step` (0 = none), on a fresh stream.
+  void Join(int i, uint64_t step) {
+    using namespace strait;
+    if (sessions[i] != nullptr) sessions[i]->Close();
+    v1::JoinRequest join;
+    join.set_federation("fuzz");
+    join.mutable_layers()->set_start(i);
+    join.mutable_layers()->set_end(i + 1);
+    join.set_device("cpu");
+    join.set_workers(1);
+    join.mutable_key()->set_site_id(Spec().sites[i].id);
+    join.mutable_key()->set_epoch(++epochs[i]);
+    join.set_has_checkpoint(step != 0);
+    join.set_checkpoint_step(step);
+    (void)core.federation().Join(Spec().sites[i].id, join, now);
+    NewStream(i);
+  }
+
+  void NewStream(int i) {
+    if (sessions[i] != nullptr) sessions[i]->Close();
+    sessions[i] = std::make_unique<strait::gateway::ExchangeSession>(
+        core, Spec().sites[i].id, std::make_shared<NullChannel>());
+    paused[i] = false;
+  }
+
+  void Feed(int i, strait::v1::SiteMessage message) {
+    if (paused[i]) return;  // A paused stream is not read (flow control).
+    paused[i] = !sessions[i]->Handle(std::move(message), [this, i] { paused[i] = false; });
+  }
+
+  void Hello(int i) {
+    strait::v1::SiteMessage hello;
+    hello.mutable_hello()->set_epoch(epochs[i]);
+    Feed(i, std::move(hello));
+  }
+
+  strait::gateway::GatewayCore core;
+  strait::gateway::Federation::Clock::time_point now = strait::gateway::Federation::Clock::now();
+  std::vector<uint32_t> epochs;
+  std::vector<std::unique_ptr<strait::gateway::ExchangeSession>> sessions;
+  std::vector<bool> paused;
+};
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -52,37 +114,34 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // most) and offers waiting for memory both happen.
   options.max_frame_bytes = 1 << 14;
   options.push_credit_bytes = 1 << 15;
-  gateway::GatewayCore core(Spec(), options);
-  std::vector<std::unique_ptr<gateway::ExchangeSession>> sessions;
-  for (int i = 0; i < 3; ++i) {
-    v1::JoinRequest join;
-    join.set_federation("fuzz");
-    join.mutable_layers()->set_start(i);
-    join.mutable_layers()->set_end(i + 1);
-    join.set_device("cpu");
-    join.set_workers(1);
-    join.mutable_key()->set_site_id(Spec().sites[i].id);
-    join.mutable_key()->set_epoch(1);
-    (void)core.federation().Join(Spec().sites[i].id, join, gateway::Federation::Clock::now());
-    sessions.push_back(std::make_unique<gateway::ExchangeSession>(core, Spec().sites[i].id,
-                                                                  std::make_shared<NullChannel>()));
-  }
-  std::vector<bool> paused(3, false);
+  Harness harness(options);
   size_t at = 0;
   while (at + 3 <= size) {
     const int site = data[at] % 3;
-    const size_t length = data[at + 1] | (size_t{data[at + 2]} << 8);
+    const int event = data[at] / 3 % 8;
+    const size_t argument = data[at + 1] | (size_t{data[at + 2]} << 8);
     at += 3;
-    if (length > size - at) break;
-    v1::SiteMessage message;
-    const bool parsed = message.ParseFromArray(data + at, static_cast<int>(length));
-    at += length;
-    if (!parsed || paused[site]) continue;  // A paused stream is not read (flow control).
-    paused[site] = !sessions[site]->Handle(std::move(message), [&paused, site] { paused[site] = false; });
-    if (core.mailbox().GetStats().reserved_bytes > Spec().gateway.memory_budget) std::abort();
+    if (event == kRejoin) {
+      harness.Join(site, argument);
+      harness.Hello(site);
+    } else if (event == kStreamEndsOrSilence) {
+      if (argument % 2 == 0) {
+        harness.NewStream(site);
+      } else {
+        harness.now += std::chrono::hours(2);
+        harness.core.federation().CheckHeartbeats(harness.now);
+      }
+    } else {
+      if (argument > size - at) break;
+      v1::SiteMessage message;
+      const bool parsed = message.ParseFromArray(data + at, static_cast<int>(argument));
+      at += argument;
+      if (parsed) harness.Feed(site, std::move(message));
+    }
+    if (harness.core.mailbox().GetStats().reserved_bytes > Spec().gateway.memory_budget) std::abort();
   }
-  for (auto& session : sessions) session->Close();
-  const auto stats = core.mailbox().GetStats();
+  for (auto& session : harness.sessions) session->Close();
+  const auto stats = harness.core.mailbox().GetStats();
   // Everything reserved must belong to a stored frame once every stream has closed.
   if (stats.reserved_bytes != stats.stored_bytes) std::abort();
   return 0;

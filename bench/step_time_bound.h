@@ -1,0 +1,56 @@
+// The lower bound on a training step's time that physics allows for a pipeline schedule, given the
+// compute each stage was measured to need and the links between the sites and the gateway
+// (docs/benchmarks.md derives it). Two limits, and the step can beat neither:
+//   * the critical path of the schedule's dependency graph: every forward and backward pass of
+//     every microbatch on every stage, in the order the schedule runs them on that stage, each
+//     waiting for its input from the neighbouring stage; a crossing from stage i to stage j costs
+//     the one-way delay of both sites' links (site -> gateway -> site) plus the frame's bytes over
+//     the slower link (sent once: a frame streamed through the gateway); with clipping, the norm
+//     travels from the last stage to the first and the scale back before each stage's update;
+//   * the busiest link direction: the bytes a site sends (or receives) per step over its rate.
+// Codec, crypto and gRPC costs are deliberately absent: they are what achieved/bound exposes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/job_spec.h"
+
+namespace strait::bench {
+
+struct StageCost {
+  double forward_s = 0;   // One microbatch's forward pass (the loss included on the last stage).
+  double backward_s = 0;  // One microbatch's backward pass.
+  double update_s = 0;    // Per step: gradient norm and optimizer.
+};
+
+struct SiteLink {
+  double one_way_delay_s = 0;
+  double bytes_per_second = 0;  // 0: unlimited.
+};
+
+struct BoundInput {
+  Schedule schedule = Schedule::k1F1B;
+  int microbatches = 1;
+  std::vector<StageCost> stages;  // One per site, in pipeline order.
+  std::vector<SiteLink> links;    // Site i's link to the gateway; same size as `stages`.
+  // Wire bytes of one microbatch's frame across boundary b (between stages b and b+1).
+  std::vector<double> forward_frame_bytes, backward_frame_bytes;
+  bool clip = false;  // Global-norm clipping (grad_clip > 0).
+};
+
+struct StepBound {
+  double step_s = 0;            // max(path_s, bandwidth_s): no schedule of these ops runs faster.
+  double path_s = 0;            // Critical path per step, in the steady state.
+  double path_delay_s = 0;      // The part of path_s spent in one-way link delays.
+  double path_transfer_s = 0;   // The part of path_s spent serializing frames at link rate.
+  int crossings = 0;            // Stage-to-stage crossings on the critical path per step.
+  double bandwidth_s = 0;       // Busiest link direction: its bytes per step over its rate.
+  std::string limited_by;       // "compute", "latency", "transfer" (frames on the path), "bandwidth".
+};
+
+// The bound for `input`. Requires stages.size() == links.size() >= 1, frame byte vectors of
+// stages.size() - 1 entries, microbatches >= 1.
+StepBound StepTimeLowerBound(const BoundInput& input);
+
+}  // namespace strait::bench
