@@ -11,6 +11,7 @@ void AddConfigCommand(CLI::App& app, int* exit_code);
 void AddCertsCommand(CLI::App& app, int* exit_code);
 void AddTrainCommand(CLI::App& app, int* exit_code);
 void AddDemoCommand(CLI::App& app, int* exit_code);
+void AddWanCommand(CLI::App& app, int* exit_code);
 // Benchmarks: `bench` is the `strait bench` subcommand.
 void AddBenchCryptoCommand(CLI::App& bench, int* exit_code);
 void AddBenchRelayCommand(CLI::App& bench, int* exit_code);

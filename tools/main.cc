@@ -1,4 +1,4 @@
-// `strait`: the operator's tool (demo, config check, certs, train, bench).
+// `strait`: the operator's tool (demo, config check, certs, train, wan, bench).
 #include <CLI/CLI.hpp>
 
 #include "core/version.h"
@@ -6,7 +6,7 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"strait: train one neural network across several datacenters.\n"
-               "Operator tool: check job specs, run the demo federation, train a reference, benchmark."};
+               "Operator tool: check job specs, run the demo federation, train a reference, emulate a WAN link, benchmark."};
   app.set_version_flag("--version", "strait " STRAIT_VERSION);
   app.require_subcommand(1);
   int exit_code = 0;
@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   strait::tools::AddConfigCommand(app, &exit_code);
   strait::tools::AddCertsCommand(app, &exit_code);
   strait::tools::AddTrainCommand(app, &exit_code);
+  strait::tools::AddWanCommand(app, &exit_code);
 
   // Benchmarks print figures measured side by side in one run; each registers under `strait bench`.
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (results go in docs/benchmarks.md)");
