@@ -1,12 +1,13 @@
 // `strait wan`: a userspace TCP link emulator between a site and the gateway (DESIGN.md §10). It
 // forwards --listen to --forward through an emulated link (a named profile, or a rate and delay),
 // and cuts, stalls and restores the link on signals or on its control socket.
-#include <pthread.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
-#include <ctime>
 #include <memory>
 #include <optional>
 
@@ -19,6 +20,13 @@
 
 namespace strait::tools {
 namespace {
+
+// Written by OnSignal (the signal number as one byte), read by RunWan's loop.
+int g_signal_pipe[2] = {-1, -1};
+void OnSignal(int signal) {
+  const unsigned char byte = static_cast<unsigned char>(signal);
+  [[maybe_unused]] ssize_t ignored = write(g_signal_pipe[1], &byte, 1);
+}
 
 struct WanOptions {
   std::string listen = "127.0.0.1:0";
@@ -90,12 +98,17 @@ int RunWan(const WanOptions& o) {
     std::fprintf(stderr, "strait wan: %s\n", std::string(profile.status().message()).c_str());
     return 2;
   }
-  // The signals are taken by sigwait below, on this thread only: block them before the emulator's
-  // threads start (they inherit the mask).
-  sigset_t signals;
-  sigemptyset(&signals);
-  for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGUSR2}) sigaddset(&signals, s);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Signals may land on any thread (libraries linked into `strait` start threads of their own
+  // before main), so a handler passes them to the loop below through a pipe.
+  if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    std::fprintf(stderr, "strait wan: cannot make a pipe for signals\n");
+    return 1;
+  }
+  struct sigaction action {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGUSR2}) sigaction(s, &action, nullptr);
 
   absl::StatusOr<std::unique_ptr<wan::LinkEmulator>> link =
       wan::LinkEmulator::Start(o.listen, o.forward, *profile);
@@ -124,8 +137,9 @@ int RunWan(const WanOptions& o) {
 
   uint64_t reported = 0;  // bytes both ways at the last --verbose line
   while (true) {
-    timespec period{10, 0};
-    const int signal = sigtimedwait(&signals, nullptr, &period);
+    pollfd ready{g_signal_pipe[0], POLLIN, 0};
+    unsigned char signal = 0;
+    if (poll(&ready, 1, 10'000) == 1 && read(g_signal_pipe[0], &signal, 1) != 1) signal = 0;
     if (signal == SIGINT || signal == SIGTERM) break;
     if (signal == SIGUSR1) {
       (*link)->Cut();
@@ -133,7 +147,7 @@ int RunWan(const WanOptions& o) {
     } else if (signal == SIGUSR2) {
       (*link)->Restore();
       std::printf("strait wan: link restored (SIGUSR2)\n");
-    } else if (o.verbose) {  // The period passed (or EINTR).
+    } else if (signal == 0 && o.verbose) {  // Ten seconds passed.
       const wan::LinkEmulator::Stats s = (*link)->stats();
       if (s.bytes_up + s.bytes_down != reported) {
         reported = s.bytes_up + s.bytes_down;

@@ -378,8 +378,8 @@ std::string Control(int fd, const std::string& command) {
   return answer;
 }
 
-// Waits for `pattern` (with one group: a port) in the log; 0 on timeout.
-int PortFromLog(const std::string& log_file, const std::string& pattern) {
+// Waits for `pattern` (with one group: a number) in the log; 0 on timeout.
+int NumberFromLog(const std::string& log_file, const std::string& pattern) {
   const std::regex re(pattern);
   for (int i = 0; i < 200; ++i) {
     std::ifstream in(log_file);
@@ -401,10 +401,10 @@ TEST(WanLinkTest, StraitWanProcess) {
   Process wan({strait, "wan", "--listen", "127.0.0.1:0", "--forward", echo.address(), "--rate",
                "1gbit", "--delay", "1ms", "--control", "127.0.0.1:0"},
               log);
-  const int port = PortFromLog(log, "strait wan: 127\\.0\\.0\\.1:(\\d+) -> " + echo.address() +
-                                        ", custom: 1 Gbit/s, 1 ms one-way\n");
+  const int port = NumberFromLog(log, "strait wan: 127\\.0\\.0\\.1:(\\d+) -> " + echo.address() +
+                                          ", custom: 1 Gbit/s, 1 ms one-way\n");
   ASSERT_GT(port, 0) << wan.LogTail();
-  const int control_port = PortFromLog(log, "control on 127\\.0\\.0\\.1:(\\d+)");
+  const int control_port = NumberFromLog(log, "control on 127\\.0\\.0\\.1:(\\d+)");
   ASSERT_GT(control_port, 0) << wan.LogTail();
 
   const int control = Dial(control_port);
@@ -431,6 +431,11 @@ TEST(WanLinkTest, StraitWanProcess) {
   }
   EXPECT_TRUE(std::regex_match(stats, expected)) << stats;
   close(control);
+
+  wan.Kill(SIGUSR1);  // Cut and restored on signals too.
+  EXPECT_EQ(NumberFromLog(log, "strait wan: link cut \\(SIGUSR(1)\\)"), 1) << wan.LogTail();
+  wan.Kill(SIGUSR2);
+  EXPECT_EQ(NumberFromLog(log, "strait wan: link restored \\(SIGUSR(2)\\)"), 2) << wan.LogTail();
 
   wan.Kill(SIGTERM);
   EXPECT_EQ(wan.Wait(std::chrono::seconds(10)), 0) << wan.LogTail();
