@@ -1,12 +1,20 @@
-// `strait bench e2e`: federated training against one-process training, side by side in one run.
+// `strait bench e2e`: federated training end to end, side by side in one run.
 //
-// Each round trains the same job spec (rewritten to --steps, codecs from the command line) twice,
-// one after the other on this machine: `strait train` with one compute thread, then a real
-// federation on loopback (gateway, one strait-site per site, mutual TLS, sealed links), every site
-// with one compute thread. Prints samples/s of both and their ratio, the bytes on the wire per step
-// against raw fp32, and how each site spent its training time (compute, wait, codec, crypto).
+// Without --wan, each round trains the same job spec (rewritten to --steps, codecs from the command
+// line) twice, one after the other on this machine: `strait train` with one compute thread, then a
+// real federation on loopback (gateway, one strait-site per site, mutual TLS, sealed links), every
+// site with one compute thread. Prints samples/s of both and their ratio, the bytes on the wire per
+// step against raw fp32, and how each site spent its training time (compute, wait, codec, crypto).
+//
+// With --wan PROFILE, for the lossless chain and a compressed one, the federation runs on plain
+// loopback and then with every site behind its own emulated link (tools/wan), and each run is set
+// against the lower bound on step time that its measured compute and the links allow
+// (bench/step_time_bound.h): achieved/bound says how much of the step is overhead that physics does
+// not demand.
 #include <algorithm>
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,143 +22,318 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_format.h"
+#include "bench/step_time_bound.h"
 #include "core/job_spec.h"
 #include "tools/command.h"
+#include "tools/job_spec_options.h"
 #include "tools/job_spec_rewrite.h"
 #include "tools/local_federation.h"
+#include "tools/wan/link_profile.h"
 
 namespace strait::tools {
 namespace {
 
 struct E2eOptions {
   std::string config;
-  JobSpecOverrides overrides = {.steps = 150};  // --steps and the codec chains.
+  JobSpecOverrides overrides = {.steps = 150};  // --steps, codecs, batch, schedule.
   int rounds = 1;
   bool json = false;
+  std::string wan;  // Profile name; empty: federation against strait train.
 };
 
 struct SiteFigures {
   std::string id;
   double train_seconds = 0;
-  nlohmann::json time;  // compute_s, wait_s, encode_s, decode_s, seal_s, open_s
+  nlohmann::json time;  // compute_s, wait_s, encode_s, decode_s, seal_s, open_s, forward_s, ...
+  double WaitFraction() const { return time.value("wait_s", 0.0) / std::max(train_seconds, 1e-9); }
 };
 
-struct Round {
-  double train_sps = 0;       // strait train
-  double federation_sps = 0;  // the last stage of the federation
+struct FederationRun {
+  double samples_per_second = 0;         // The last stage's.
   double raw_bytes = 0, wire_bytes = 0;  // Sent across every boundary, both directions, all steps.
   std::vector<SiteFigures> sites;
+  // Wire bytes of one frame across each boundary (mean over the run), for the bound.
+  std::vector<double> forward_frame_bytes, backward_frame_bytes;
 };
 
 nlohmann::json Metrics(const std::string& dir) {
   return nlohmann::json::parse(ReadFile(dir + "/metrics.json"), nullptr, /*allow_exceptions=*/false);
 }
 
-absl::StatusOr<Round> RunRound(const std::string& yaml, const JobSpec& spec) {
+const auto kLimit = std::chrono::seconds(3600);
+
+// One federated run of `spec` in `fed`, every site behind an emulated link when `wan` is set.
+absl::StatusOr<FederationRun> RunFederation(LocalFederation& fed, const JobSpec& spec,
+                                            const std::optional<wan::LinkProfile>& wan) {
   std::vector<std::string> ids;
   for (const SiteSpec& s : spec.sites) ids.push_back(s.id);
-  LocalFederation fed(yaml, ids);
-  Round round;
-  const auto limit = std::chrono::seconds(3600);
-  if (int code = fed.RunReference({"--threads", "1", "--log-every", "1000000"}, limit); code != 0) {
-    return absl::InternalError(absl::StrFormat("strait train exited with %d:\n%s", code,
-                                               ReadFile(fed.dir().File("reference.log"))));
-  }
-  round.train_sps = Metrics(fed.ReferenceDir()).value("samples_per_second", 0.0);
-
   std::string error;
   if (!fed.StartGateway({"--log-level", "warn"}, &error)) {
     return absl::InternalError("the gateway did not start:\n" + error);
   }
+  if (wan) {
+    if (absl::Status s = fed.EmulateWan(*wan); !s.ok()) return s;
+  }
   for (const std::string& id : ids) fed.StartSite(id, {"--threads", "1", "--no-eval"});
   for (const std::string& id : ids) {
-    if (int code = fed.WaitSite(id, limit); code != 0) {
+    if (int code = fed.WaitSite(id, kLimit); code != 0) {
       return absl::InternalError(
           absl::StrFormat("site %s exited with %d:\n%s", id, code, fed.SiteLog(id)));
     }
   }
+  FederationRun run;
+  const size_t boundaries = ids.size() - 1;
+  run.forward_frame_bytes.assign(boundaries, 0);
+  run.backward_frame_bytes.assign(boundaries, 0);
   for (const std::string& id : ids) {
     nlohmann::json m = Metrics(fed.OutDir(id));
     if (m.is_discarded()) return absl::InternalError("site " + id + " wrote no metrics.json");
-    if (id == ids.back()) round.federation_sps = m.value("samples_per_second", 0.0);
-    round.sites.push_back({id, m.value("train_seconds", 0.0), m["time"]});
+    if (id == ids.back()) run.samples_per_second = m.value("samples_per_second", 0.0);
+    run.sites.push_back({id, m.value("train_seconds", 0.0), m["time"]});
     for (const auto& link : m["links"]) {
       if (!link.value("sent", false)) continue;  // Counted once, by the sender.
-      round.raw_bytes += link.value("raw_bytes", 0.0);
-      round.wire_bytes += link.value("wire_bytes", 0.0);
+      const double wire = link.value("wire_bytes", 0.0), frames = link.value("frames", 0.0);
+      run.raw_bytes += link.value("raw_bytes", 0.0);
+      run.wire_bytes += wire;
+      const size_t b = link.value("boundary", 0);
+      if (b >= boundaries || frames <= 0) continue;
+      (link.value("direction", "") == "FORWARD" ? run.forward_frame_bytes : run.backward_frame_bytes)[b] =
+          wire / frames;
     }
   }
-  return round;
+  return run;
 }
 
-int RunE2e(E2eOptions o) {
-  if (o.config.empty()) o.config = DefaultJobSpec();
-  absl::StatusOr<RewrittenJobSpec> rewritten = RewriteJobSpec(o.config, o.overrides);
-  if (!rewritten.ok()) {
-    std::fprintf(stderr, "strait bench e2e: %s\n", std::string(rewritten.status().message()).c_str());
-    return 2;
+// The bound for `run` of `spec`, its stages' compute as measured in that run.
+bench::StepBound Bound(const JobSpec& spec, const FederationRun& run, int64_t steps,
+                       const std::optional<wan::LinkProfile>& wan) {
+  const int m = spec.training.microbatches;
+  bench::BoundInput in;
+  in.schedule = spec.training.schedule;
+  in.microbatches = m;
+  in.clip = spec.training.grad_clip > 0;
+  for (const SiteFigures& site : run.sites) {
+    const double per_microbatch = 1.0 / (static_cast<double>(steps) * m);
+    in.stages.push_back({.forward_s = site.time.value("forward_s", 0.0) * per_microbatch,
+                         .backward_s = site.time.value("backward_s", 0.0) * per_microbatch,
+                         .update_s = site.time.value("update_s", 0.0) / static_cast<double>(steps)});
+    bench::SiteLink link;
+    if (wan) {
+      link.one_way_delay_s = std::chrono::duration<double>(wan->one_way_delay).count();
+      link.bytes_per_second = wan->rate_bits_per_second / 8;
+    }
+    in.links.push_back(link);
   }
-  const std::string& yaml = rewritten->yaml;
-  const JobSpec* spec = &rewritten->spec;
-  const TrainingSpec& t = spec->training;
+  in.forward_frame_bytes = run.forward_frame_bytes;
+  in.backward_frame_bytes = run.backward_frame_bytes;
+  return bench::StepTimeLowerBound(in);
+}
+
+absl::StatusOr<double> RunReference(LocalFederation& fed) {
+  if (int code = fed.RunReference({"--threads", "1", "--log-every", "1000000"}, kLimit); code != 0) {
+    return absl::InternalError(absl::StrFormat("strait train exited with %d:\n%s", code,
+                                               ReadFile(fed.dir().File("reference.log"))));
+  }
+  return Metrics(fed.ReferenceDir()).value("samples_per_second", 0.0);
+}
+
+std::vector<std::string> SiteIds(const JobSpec& spec) {
+  std::vector<std::string> ids;
+  for (const SiteSpec& s : spec.sites) ids.push_back(s.id);
+  return ids;
+}
+
+void PrintTimeSplit(const std::vector<SiteFigures>& sites) {
+  std::printf("%-8s %8s %8s %8s %8s %8s %8s\n", "site", "compute", "wait", "encode", "decode", "seal",
+              "open");
+  for (const SiteFigures& s : sites) {
+    auto f = [&](const char* key) { return s.time.value(key, 0.0) / std::max(s.train_seconds, 1e-9); };
+    std::printf("%-8s %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f\n", s.id.c_str(), f("compute_s"), f("wait_s"),
+                f("encode_s"), f("decode_s"), f("seal_s"), f("open_s"));
+  }
+}
+
+// Federation against strait train, --rounds times.
+int RunAgainstTrain(const E2eOptions& o, const std::string& yaml, const JobSpec& spec) {
+  const TrainingSpec& t = spec.training;
   if (!o.json) {
     std::printf("strait bench e2e: %s, %lld steps of %d samples (%d microbatches, %s), %zu sites, "
                 "links %s / %s, one compute thread per process\n",
-                spec->name.c_str(), static_cast<long long>(o.overrides.steps), t.global_batch, t.microbatches,
-                ToString(t.schedule), spec->sites.size(), spec->links[0].forward.c_str(),
-                spec->links[0].backward.c_str());
+                spec.name.c_str(), static_cast<long long>(o.overrides.steps), t.global_batch, t.microbatches,
+                ToString(t.schedule), spec.sites.size(), spec.links[0].forward.c_str(),
+                spec.links[0].backward.c_str());
     std::printf("%-6s %18s %22s %8s\n", "round", "strait train sam/s", "federation samples/s", "ratio");
     std::fflush(stdout);
   }
+  struct Round {
+    double train_sps;
+    FederationRun fed;
+  };
   std::vector<Round> rounds;
   for (int r = 0; r < o.rounds; ++r) {
-    absl::StatusOr<Round> round = RunRound(yaml, *spec);
-    if (!round.ok()) {
-      std::fprintf(stderr, "strait bench e2e: %s\n", std::string(round.status().message()).c_str());
+    LocalFederation fed(yaml, SiteIds(spec));
+    absl::StatusOr<double> train = RunReference(fed);
+    absl::StatusOr<FederationRun> run = train.ok() ? RunFederation(fed, spec, std::nullopt)
+                                                   : absl::StatusOr<FederationRun>(train.status());
+    if (!run.ok()) {
+      std::fprintf(stderr, "strait bench e2e: %s\n", std::string(run.status().message()).c_str());
       return 1;
     }
     if (!o.json) {
-      std::printf("%-6d %18.0f %22.0f %7.2fx\n", r + 1, round->train_sps, round->federation_sps,
-                  round->federation_sps / std::max(round->train_sps, 1e-9));
+      std::printf("%-6d %18.0f %22.0f %7.2fx\n", r + 1, *train, run->samples_per_second,
+                  run->samples_per_second / std::max(*train, 1e-9));
       std::fflush(stdout);
     }
-    rounds.push_back(*std::move(round));
+    rounds.push_back({*train, *std::move(run)});
   }
   // The round with the best federation figure stands for the run (least disturbed by the machine).
-  const Round& best = *std::max_element(rounds.begin(), rounds.end(), [](const Round& a, const Round& b) {
-    return a.federation_sps / a.train_sps < b.federation_sps / b.train_sps;
-  });
-  const double ratio = best.federation_sps / std::max(best.train_sps, 1e-9);
-  const double raw_per_step = best.raw_bytes / o.overrides.steps, wire_per_step = best.wire_bytes / o.overrides.steps;
+  auto ratio = [](const Round& r) { return r.fed.samples_per_second / std::max(r.train_sps, 1e-9); };
+  const Round& best = *std::max_element(rounds.begin(), rounds.end(),
+                                         [&](const Round& a, const Round& b) { return ratio(a) < ratio(b); });
+  const double steps = static_cast<double>(o.overrides.steps);
+  const double raw_per_step = best.fed.raw_bytes / steps, wire_per_step = best.fed.wire_bytes / steps;
   if (o.json) {
     nlohmann::json out = {{"config", o.config},
                           {"steps", o.overrides.steps},
-                          {"forward_codec", spec->links[0].forward},
-                          {"backward_codec", spec->links[0].backward},
+                          {"forward_codec", spec.links[0].forward},
+                          {"backward_codec", spec.links[0].backward},
                           {"train_samples_per_second", best.train_sps},
-                          {"federation_samples_per_second", best.federation_sps},
-                          {"ratio", ratio},
+                          {"federation_samples_per_second", best.fed.samples_per_second},
+                          {"ratio", ratio(best)},
                           {"raw_bytes_per_step", raw_per_step},
                           {"wire_bytes_per_step", wire_per_step}};
-    for (const SiteFigures& s : best.sites) {
+    for (const SiteFigures& s : best.fed.sites) {
       out["sites"].push_back({{"site", s.id}, {"train_seconds", s.train_seconds}, {"time", s.time}});
     }
     std::printf("%s\n", out.dump(1).c_str());
     return 0;
   }
-  std::printf("\nfederation / strait train: %.2fx (best of %zu)\n", ratio, rounds.size());
+  std::printf("\nfederation / strait train: %.2fx (best of %zu)\n", ratio(best), rounds.size());
   std::printf("bytes per step across all boundaries: wire %.3f MiB, raw fp32 %.3f MiB (raw/wire %.2fx)\n",
               wire_per_step / (1 << 20), raw_per_step / (1 << 20),
               raw_per_step / std::max(wire_per_step, 1.0));
   std::printf("\nwhere each site's training time went (fractions of its wall time):\n");
-  std::printf("%-8s %8s %8s %8s %8s %8s %8s\n", "site", "compute", "wait", "encode", "decode", "seal",
-              "open");
-  for (const SiteFigures& s : best.sites) {
-    auto f = [&](const char* key) { return s.time.value(key, 0.0) / std::max(s.train_seconds, 1e-9); };
-    std::printf("%-8s %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f\n", s.id.c_str(), f("compute_s"), f("wait_s"),
-                f("encode_s"), f("decode_s"), f("seal_s"), f("open_s"));
-  }
+  PrintTimeSplit(best.fed.sites);
   return 0;
+}
+
+// Loopback against the WAN profile, for the lossless chain and a compressed one.
+int RunWan(const E2eOptions& o) {
+  absl::StatusOr<wan::LinkProfile> profile = wan::NamedProfile(o.wan);
+  if (!profile.ok()) {
+    std::fprintf(stderr, "strait bench e2e: --wan: %s\n", std::string(profile.status().message()).c_str());
+    return 2;
+  }
+  struct Chain {
+    std::string name;
+    JobSpecOverrides overrides;
+  };
+  // The compressed chain: the command line's codecs, or int8+zstd forward and bf16 backward.
+  Chain lossless{"lossless", o.overrides}, compressed{"compressed", o.overrides};
+  lossless.overrides.codec = "none";
+  lossless.overrides.forward_codec = lossless.overrides.backward_codec = "";
+  if (compressed.overrides.codec.empty() && compressed.overrides.forward_codec.empty() &&
+      compressed.overrides.backward_codec.empty()) {
+    compressed.overrides.forward_codec = "int8+zstd";
+    compressed.overrides.backward_codec = "bf16";
+  }
+  const int64_t steps = o.overrides.steps;
+  nlohmann::json runs = nlohmann::json::array();
+  bool header = false;
+  for (const Chain& chain : {lossless, compressed}) {
+    absl::StatusOr<RewrittenJobSpec> rewritten = RewriteJobSpec(o.config, chain.overrides);
+    if (!rewritten.ok()) {
+      std::fprintf(stderr, "strait bench e2e: %s\n", std::string(rewritten.status().message()).c_str());
+      return 2;
+    }
+    const JobSpec& spec = rewritten->spec;
+    const TrainingSpec& t = spec.training;
+    if (!o.json && !header) {
+      std::printf("strait bench e2e --wan %s: %s; %s, %lld steps of %d samples in %d microbatches, %s, "
+                  "%zu sites, one compute thread per process\n",
+                  o.wan.c_str(), wan::Describe(*profile).c_str(), spec.name.c_str(),
+                  static_cast<long long>(steps), t.global_batch, t.microbatches, ToString(t.schedule),
+                  spec.sites.size());
+      std::printf("%-26s %-10s %9s %9s %9s %9s %-9s %10s  %s\n", "chain (forward/backward)", "link",
+                  "samples/s", "step ms", "bound ms", "achieved", "bound by", "wire MiB", "wait");
+      std::printf("%-26s %-10s %9s %9s %9s %9s %-9s %10s  %s\n", "", "", "", "", "", "/bound", "",
+                  "per step", "per site");
+      header = true;
+    }
+    for (bool emulated : {false, true}) {
+      std::optional<wan::LinkProfile> link;
+      if (emulated) link = *profile;
+      LocalFederation fed(rewritten->yaml, SiteIds(spec));
+      absl::StatusOr<FederationRun> run = RunFederation(fed, spec, link);
+      if (!run.ok()) {
+        std::fprintf(stderr, "strait bench e2e: %s\n", std::string(run.status().message()).c_str());
+        return 1;
+      }
+      const bench::StepBound bound = Bound(spec, *run, steps, link);
+      const double step_s = t.global_batch / std::max(run->samples_per_second, 1e-9);
+      const std::string chain_name =
+          absl::StrFormat("%s %s/%s", chain.name, spec.links[0].forward, spec.links[0].backward);
+      std::string waits;
+      for (const SiteFigures& s : run->sites) waits += absl::StrFormat("%s%.2f", waits.empty() ? "" : " ", s.WaitFraction());
+      if (!o.json) {
+        std::printf("%-26s %-10s %9.0f %9.1f %9.1f %8.2fx %-9s %10.3f  %s\n", chain_name.c_str(),
+                    emulated ? o.wan.c_str() : "loopback", run->samples_per_second, 1e3 * step_s,
+                    1e3 * bound.step_s, step_s / std::max(bound.step_s, 1e-12), bound.limited_by.c_str(),
+                    run->wire_bytes / steps / (1 << 20), waits.c_str());
+        std::fflush(stdout);
+      }
+      nlohmann::json entry = {{"chain", chain.name},
+                              {"forward_codec", spec.links[0].forward},
+                              {"backward_codec", spec.links[0].backward},
+                              {"link", emulated ? o.wan : "loopback"},
+                              {"samples_per_second", run->samples_per_second},
+                              {"step_s", step_s},
+                              {"bound",
+                               {{"step_s", bound.step_s},
+                                {"path_s", bound.path_s},
+                                {"path_delay_s", bound.path_delay_s},
+                                {"path_transfer_s", bound.path_transfer_s},
+                                {"crossings", bound.crossings},
+                                {"bandwidth_s", bound.bandwidth_s},
+                                {"limited_by", bound.limited_by}}},
+                              {"achieved_over_bound", step_s / std::max(bound.step_s, 1e-12)},
+                              {"raw_bytes_per_step", run->raw_bytes / steps},
+                              {"wire_bytes_per_step", run->wire_bytes / steps}};
+      for (const SiteFigures& s : run->sites) {
+        entry["sites"].push_back({{"site", s.id},
+                                  {"train_seconds", s.train_seconds},
+                                  {"wait_fraction", s.WaitFraction()},
+                                  {"time", s.time}});
+      }
+      runs.push_back(entry);
+    }
+  }
+  if (o.json) {
+    nlohmann::json out = {{"config", o.config},
+                          {"steps", steps},
+                          {"wan", {{"profile", o.wan},
+                                   {"rate_bits_per_second", profile->rate_bits_per_second},
+                                   {"one_way_delay_s",
+                                    std::chrono::duration<double>(profile->one_way_delay).count()}}},
+                          {"runs", runs}};
+    std::printf("%s\n", out.dump(1).c_str());
+    return 0;
+  }
+  std::printf("\nachieved/bound: measured step time over the lower bound that the run's own compute and "
+              "the links allow (docs/benchmarks.md); wait: fraction of each site's training time spent "
+              "waiting for frames.\n");
+  return 0;
+}
+
+int RunE2e(E2eOptions o) {
+  if (o.config.empty()) o.config = DefaultJobSpec();
+  if (!o.wan.empty()) return RunWan(o);
+  absl::StatusOr<RewrittenJobSpec> rewritten = RewriteJobSpec(o.config, o.overrides);
+  if (!rewritten.ok()) {
+    std::fprintf(stderr, "strait bench e2e: %s\n", std::string(rewritten.status().message()).c_str());
+    return 2;
+  }
+  return RunAgainstTrain(o, rewritten->yaml, rewritten->spec);
 }
 
 }  // namespace
@@ -159,17 +342,20 @@ void AddBenchE2eCommand(CLI::App& bench, int* exit_code) {
   auto o = std::make_shared<E2eOptions>();
   CLI::App* cmd = bench.add_subcommand(
       "e2e", "Federated samples/s (gateway, sites, codecs, crypto on loopback) beside strait train "
-             "on the same job spec, one compute thread per process");
+             "on the same job spec, one compute thread per process; with --wan, on loopback beside "
+             "emulated WAN links, against the lower bound on step time");
   cmd->add_option("-c,--config", o->config,
                   "Job spec (default: configs/fashion-mlp-3site.yaml of this source tree)")
       ->type_name("FILE");
-  cmd->add_option("--steps", o->overrides.steps, "Steps per run")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--codec", o->overrides.codec, "Codec chain of every link, both directions")->type_name("CHAIN");
-  cmd->add_option("--forward-codec", o->overrides.forward_codec, "Codec chain for activations")->type_name("CHAIN");
-  cmd->add_option("--backward-codec", o->overrides.backward_codec, "Codec chain for gradients")->type_name("CHAIN");
+  AddJobSpecOverrideOptions(*cmd, o->overrides, "Steps per run (default 150)");
   cmd->add_option("--rounds", o->rounds, "Rounds of (strait train, federation); the best ratio counts")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--wan", o->wan,
+                  "Emulated link profile between every site and the gateway (metro, region, continent, "
+                  "satellite): runs the lossless and a compressed chain (--codec..., default int8+zstd "
+                  "forward, bf16 backward) on loopback and through the profile")
+      ->type_name("PROFILE");
   cmd->add_flag("--json", o->json, "Print JSON instead of a table");
   cmd->callback([o, exit_code] { *exit_code = RunE2e(*o); });
 }

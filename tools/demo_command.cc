@@ -15,7 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "core/job_spec.h"
 #include "tools/command.h"
-#include "tools/job_spec_rewrite.h"
+#include "tools/job_spec_options.h"
 #include "tools/local_federation.h"
 
 namespace strait::tools {
@@ -29,6 +29,7 @@ struct DemoOptions {
   bool keep = false;
   std::string workdir;  // Empty: a temporary one.
   bool resume = false;
+  std::string wan;  // Link profile between each site and the gateway; empty: plain loopback.
 };
 
 volatile std::sig_atomic_t g_interrupted = 0;
@@ -107,6 +108,15 @@ int RunDemo(DemoOptions o) {
   }
   const std::string& yaml = rewritten->yaml;
   const JobSpec* spec = &rewritten->spec;
+  std::optional<wan::LinkProfile> wan_profile;
+  if (!o.wan.empty()) {
+    absl::StatusOr<wan::LinkProfile> profile = wan::NamedProfile(o.wan);
+    if (!profile.ok()) {
+      std::fprintf(stderr, "strait demo: --wan: %s\n", std::string(profile.status().message()).c_str());
+      return 2;
+    }
+    wan_profile = *profile;
+  }
 
   std::vector<std::string> ids;
   size_t width = std::string("gateway").size();
@@ -142,6 +152,13 @@ int RunDemo(DemoOptions o) {
   if (!o.no_dashboard) gateway_args = {"--dashboard", o.dashboard};
   std::string error;
   if (!fed.StartGateway(gateway_args, &error)) return fail("the gateway", "did not start", error);
+  if (wan_profile) {
+    if (absl::Status s = fed.EmulateWan(*wan_profile); !s.ok()) {
+      return fail("the emulated WAN links", "did not start", s.ToString());
+    }
+    std::printf("strait demo: every site reaches the gateway through its own emulated link (%s)\n",
+                wan::Describe(*wan_profile).c_str());
+  }
   if (!o.no_dashboard) {
     // The host the dashboard binds to (a wildcard address is reached through loopback).
     std::string host = o.dashboard.substr(0, o.dashboard.rfind(':'));
@@ -197,15 +214,7 @@ void AddDemoCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("-c,--config", o->config,
                   "Job spec (default: configs/fashion-mlp-3site.yaml of this source tree)")
       ->type_name("FILE");
-  cmd->add_option("--steps", o->overrides.steps, "Train this many steps instead of the job spec's epochs")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--codec", o->overrides.codec,
-                  "Codec chain of every link, both directions (e.g. int8+zstd, bf16, shuffle+zstd)")
-      ->type_name("CHAIN");
-  cmd->add_option("--forward-codec", o->overrides.forward_codec, "Codec chain for activations (overrides --codec)")
-      ->type_name("CHAIN");
-  cmd->add_option("--backward-codec", o->overrides.backward_codec, "Codec chain for gradients (overrides --codec)")
-      ->type_name("CHAIN");
+  AddJobSpecOverrideOptions(*cmd, o->overrides, "Train this many steps instead of the job spec's epochs");
   cmd->add_flag("--no-dashboard", o->no_dashboard, "Serve no dashboard");
   cmd->add_option("--dashboard", o->dashboard, "Dashboard address (port 0 picks a free one)")
       ->capture_default_str()
@@ -216,6 +225,10 @@ void AddDemoCommand(CLI::App& app, int* exit_code) {
       ->type_name("DIR");
   cmd->add_flag("--resume", o->resume,
                 "Resume the run of --workdir from the newest checkpoint every site holds");
+  cmd->add_option("--wan", o->wan,
+                  "Put an emulated WAN link (profile metro, region, continent or satellite) between "
+                  "every site and the gateway")
+      ->type_name("PROFILE");
   cmd->callback([o, exit_code] { *exit_code = RunDemo(*o); });
 }
 

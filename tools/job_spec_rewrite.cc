@@ -40,6 +40,9 @@ absl::StatusOr<RewrittenJobSpec> RewriteJobSpec(const std::string& path,
     root["training"].remove("epochs");
     root["training"]["steps"] = o.steps;
   }
+  if (o.global_batch > 0) root["training"]["global_batch"] = o.global_batch;
+  if (o.microbatches > 0) root["training"]["microbatches"] = o.microbatches;
+  if (!o.schedule.empty()) root["training"]["schedule"] = o.schedule;
   if (!o.forward_codec.empty() || !o.backward_codec.empty()) {
     // Every boundary gets a link entry (the defaults are lossless), then the overrides.
     YAML::Node links(YAML::NodeType::Sequence);

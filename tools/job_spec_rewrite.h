@@ -17,6 +17,9 @@ struct JobSpecOverrides {
   std::string codec;           // Non-empty: every link's chain in both directions, unless...
   std::string forward_codec;   // ...non-empty: every link's forward chain.
   std::string backward_codec;  // ...non-empty: every link's backward chain.
+  int global_batch = 0;        // > 0: training.global_batch.
+  int microbatches = 0;        // > 0: training.microbatches.
+  std::string schedule;        // Non-empty: training.schedule.
 };
 
 struct RewrittenJobSpec {

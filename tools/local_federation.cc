@@ -54,6 +54,7 @@ LocalFederation::LocalFederation(const std::string& yaml, const std::vector<std:
 }
 
 void LocalFederation::Init(const std::string& yaml, const std::vector<std::string>& sites) {
+  site_ids_ = sites;
   std::error_code error;
   if (!std::filesystem::exists(dir_.File("certs/ca.pem"), error)) {
     certificates_ = MakeCertificates(dir_.File("certs"), sites).status();
@@ -100,11 +101,27 @@ bool LocalFederation::RestartGateway(std::string* error) {
   return StartGateway(gateway_args_, error);
 }
 
+absl::Status LocalFederation::EmulateWan(const wan::LinkProfile& profile) {
+  for (const std::string& site : site_ids_) {
+    absl::StatusOr<std::unique_ptr<wan::LinkEmulator>> link =
+        wan::LinkEmulator::Start("127.0.0.1:0", gateway_address_, profile);
+    if (!link.ok()) return link.status();
+    wan_links_[site] = *std::move(link);
+  }
+  return absl::OkStatus();
+}
+
+wan::LinkEmulator* LocalFederation::wan_link(const std::string& site) const {
+  auto it = wan_links_.find(site);
+  return it == wan_links_.end() ? nullptr : it->second.get();
+}
+
 void LocalFederation::StartSite(const std::string& site, const std::vector<std::string>& extra_args,
                                 const std::string& gateway) {
+  std::string dial = gateway;
+  if (dial.empty()) dial = wan_links_.count(site) ? wan_links_[site]->address() : gateway_address_;
   std::vector<std::string> args = {executables_.site, "-c", config(), "--site", site, "--gateway",
-                                   gateway.empty() ? gateway_address_ : gateway, "--out",
-                                   OutDir(site)};
+                                   dial, "--out", OutDir(site)};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   sites_[site] = std::make_unique<Process>(args, SiteLogFile(site));
 }

@@ -13,6 +13,8 @@
 #include "absl/status/statusor.h"
 #include "crypto/certificates.h"
 #include "tools/subprocess.h"
+#include "tools/wan/link_emulator.h"
+#include "tools/wan/link_profile.h"
 
 namespace strait::tools {
 
@@ -62,8 +64,17 @@ class LocalFederation {
   const std::string& dashboard_port() const { return dashboard_port_; }
   Process& gateway() { return *gateway_; }
 
+  // Puts an emulated link with `profile` between every site and the gateway (`strait wan`'s
+  // emulator, on a thread of this process): sites started from now on without a `gateway` of their
+  // own dial it. The links stay across restarts of the sites and of the gateway (which keeps its
+  // port). Call after StartGateway. Errors: the emulator's (a profile it refuses, no port).
+  absl::Status EmulateWan(const wan::LinkProfile& profile);
+  // The emulated link of `site` (null before it started or without EmulateWan).
+  wan::LinkEmulator* wan_link(const std::string& site) const;
+
   // Starts strait-site for `site` (--out <dir>/out/<site>) with `extra_args`, dialling the gateway
-  // at `gateway` (default: where it listens; a fault test may put a proxy in between).
+  // at `gateway` (default: its emulated link, or where the gateway listens; a fault test may put a
+  // proxy in between).
   void StartSite(const std::string& site, const std::vector<std::string>& extra_args = {},
                  const std::string& gateway = "");
   Process& site(const std::string& site) { return *sites_.at(site); }
@@ -89,6 +100,8 @@ class LocalFederation {
   std::string gateway_port_ = "0";  // 0: a free one.
   std::vector<std::string> gateway_args_;
   std::string dashboard_port_;
+  std::vector<std::string> site_ids_;
+  std::map<std::string, std::unique_ptr<wan::LinkEmulator>> wan_links_;  // Outlive the sites.
   std::map<std::string, std::unique_ptr<Process>> sites_;
 };
 

@@ -430,7 +430,6 @@ absl::Status RunSite(const SiteOptions& o) {
     std::printf("%s: stage %d of %d, layers [%d, %d), %lld steps\n", o.site_id.c_str(), index,
                 stages, site.layers.start, site.layers.end, static_cast<long long>(total));
     std::fflush(stdout);
-    const auto start = Clock::now();
     // One pass per generation: the gateway's Rollback says from which checkpoint; a Pause (a site
     // went down) or a newer Rollback ends the pass, and the next one starts over from there.
     while (true) {
@@ -482,7 +481,11 @@ absl::Status RunSite(const SiteOptions& o) {
         std::lock_guard<std::mutex> lock(progress.mu);
         progress.generation = generation;
       }
-      auto window_start = Clock::now();
+      // Training time counts the step loops only (as `strait train` does), not the waits for the
+      // other sites to join and for the gateway's start.
+      const auto start = Clock::now();
+      const double trained_before = train_seconds;
+      auto window_start = start;
       int64_t window_steps = 0;
       result = absl::OkStatus();
       while (result.ok() && runner.step() < total) {
@@ -511,7 +514,7 @@ absl::Status RunSite(const SiteOptions& o) {
           }
           reporter.SendSoon();  // The gateway's common checkpoint is what a recovery starts from.
         }
-        const double elapsed = Seconds(start, now);
+        const double elapsed = trained_before + Seconds(start, now);
         const double rate = steps_done * spec.training.global_batch / std::max(elapsed, 1e-9);
         {
           std::lock_guard<std::mutex> lock(progress.mu);
@@ -533,7 +536,7 @@ absl::Status RunSite(const SiteOptions& o) {
           window_steps = 0;
         }
       }
-      train_seconds = Seconds(start, Clock::now());
+      train_seconds = trained_before + Seconds(start, Clock::now());
       if (result.ok() && o.evaluate) {
         absl::StatusOr<std::optional<double>> evaluated = runner.Evaluate();
         if (evaluated.ok()) {

@@ -56,6 +56,28 @@ TEST(JobSpecRewriteTest, StepsAndCodecsOverride) {
   }
 }
 
+TEST(JobSpecRewriteTest, BatchAndScheduleOverride) {
+  JobSpecOverrides o;
+  o.global_batch = 1024;
+  o.microbatches = 32;
+  o.schedule = "gpipe";
+  absl::StatusOr<RewrittenJobSpec> yaml = RewriteJobSpec(kConfig, o);
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  JobSpec spec = Reload(*yaml);
+  EXPECT_EQ(spec.training.global_batch, 1024);
+  EXPECT_EQ(spec.training.microbatches, 32);
+  EXPECT_EQ(spec.training.schedule, Schedule::kGPipe);
+
+  // The loader's checks still apply: a batch that microbatches do not divide is refused.
+  o.global_batch = 1000;
+  absl::StatusOr<RewrittenJobSpec> bad = RewriteJobSpec(kConfig, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("microbatches"), std::string::npos) << bad.status();
+  o.global_batch = 0;
+  o.schedule = "zigzag";
+  EXPECT_FALSE(RewriteJobSpec(kConfig, o).ok());
+}
+
 TEST(JobSpecRewriteTest, BadInputIsAClearError) {
   JobSpecOverrides o;
   o.forward_codec = "int9";

@@ -1,0 +1,22 @@
+#include "tools/job_spec_options.h"
+
+namespace strait::tools {
+
+void AddJobSpecOverrideOptions(CLI::App& cmd, JobSpecOverrides& o, const std::string& steps_help) {
+  cmd.add_option("--steps", o.steps, steps_help)->check(CLI::PositiveNumber);
+  cmd.add_option("--codec", o.codec,
+                 "Codec chain of every link, both directions (e.g. int8+zstd, bf16, shuffle+zstd)")
+      ->type_name("CHAIN");
+  cmd.add_option("--forward-codec", o.forward_codec, "Codec chain for activations (overrides --codec)")
+      ->type_name("CHAIN");
+  cmd.add_option("--backward-codec", o.backward_codec, "Codec chain for gradients (overrides --codec)")
+      ->type_name("CHAIN");
+  cmd.add_option("--global-batch", o.global_batch, "Samples per step (training.global_batch)")
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--microbatches", o.microbatches, "Microbatches per step (training.microbatches)")
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--schedule", o.schedule, "Pipeline schedule (training.schedule)")
+      ->check(CLI::IsMember({"1f1b", "gpipe"}));
+}
+
+}  // namespace strait::tools

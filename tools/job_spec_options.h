@@ -1,0 +1,17 @@
+// The command-line options of `strait demo` and `strait bench e2e` that override a job spec.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "tools/job_spec_rewrite.h"
+
+namespace strait::tools {
+
+// Adds --steps (described by `steps_help`), --codec, --forward-codec, --backward-codec,
+// --global-batch, --microbatches and --schedule to `cmd`, filling `overrides`, which must outlive
+// the parsing.
+void AddJobSpecOverrideOptions(CLI::App& cmd, JobSpecOverrides& overrides, const std::string& steps_help);
+
+}  // namespace strait::tools
