@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -15,7 +16,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "tests/integration/cuttable_link.h"
 #include "tests/integration/federation_fixture.h"
 
 namespace strait::testing {
@@ -132,21 +132,40 @@ TEST(RecoveryTest, TheGatewayKilledMidRunAndRestartedEndsBitIdentical) {
   ExpectLikeReference(fed, steps);
 }
 
+// The port `strait wan` printed on its first line ("strait wan: 127.0.0.1:PORT -> ..."); 0 if none
+// within 10 s.
+int WanPort(const std::string& log_file) {
+  const std::regex first_line("strait wan: 127\\.0\\.0\\.1:(\\d+) -> ");
+  for (int i = 0; i < 200; ++i) {
+    std::smatch m;
+    const std::string log = ReadFile(log_file);
+    if (std::regex_search(log, m, first_line)) return std::stoi(m[1]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return 0;
+}
+
 TEST(RecoveryTest, ALinkCutForTenSecondsThenRestoredEndsBitIdentical) {
   const int steps = 300;
   LocalFederation fed(JobYaml(steps, 20), kSites);
   std::string error;
   ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
-  const std::string& address = fed.gateway_address();
-  CuttableLink link(std::stoi(address.substr(address.rfind(':') + 1)));
+  // dc-b reaches the gateway through `strait wan` (metro profile); SIGUSR1 cuts the link (every
+  // connection closed, new ones refused), SIGUSR2 restores it.
+  const std::string wan_log = fed.dir().File("wan.log");
+  tools::Process wan({tools::Executables::InBuildTree(STRAIT_BINARY_DIR).strait, "wan", "--forward",
+                      fed.gateway_address(), "--profile", "metro"},
+                     wan_log);
+  const int port = WanPort(wan_log);
+  ASSERT_GT(port, 0) << wan.LogTail();
   fed.StartSite("dc-a", {"--threads", "1"});
-  fed.StartSite("dc-b", {"--threads", "1"}, "127.0.0.1:" + std::to_string(link.port()));
+  fed.StartSite("dc-b", {"--threads", "1"}, "127.0.0.1:" + std::to_string(port));
   fed.StartSite("dc-c", {"--threads", "1"});
   ASSERT_TRUE(WaitForCheckpoint(fed, "dc-b", 40)) << fed.SiteLog("dc-b");
-  link.Cut();
+  wan.Kill(SIGUSR1);
   std::this_thread::sleep_for(seconds(10));
   ASSERT_TRUE(fed.site("dc-b").Running()) << fed.SiteLog("dc-b");
-  link.Restore();
+  wan.Kill(SIGUSR2);
   for (const std::string& site : kSites) {
     ASSERT_EQ(fed.WaitSite(site, seconds(600)), 0) << site << ":\n" << fed.SiteLog(site);
   }
@@ -154,6 +173,7 @@ TEST(RecoveryTest, ALinkCutForTenSecondsThenRestoredEndsBitIdentical) {
   EXPECT_NE(log.find("cannot reach the gateway"), std::string::npos) << log;
   EXPECT_NE(log.find("joined the gateway at"), std::string::npos) << log;
   EXPECT_NE(fed.gateway().LogTail(20000).find("training restarts at step"), std::string::npos);
+  EXPECT_NE(ReadFile(wan_log).find("link cut (SIGUSR1)"), std::string::npos) << ReadFile(wan_log);
   ExpectLikeReference(fed, steps);
 }
 
