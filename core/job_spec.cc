@@ -11,7 +11,17 @@ const char* ToString(Activation v) { return v == Activation::kRelu ? "relu" : "g
 const char* ToString(DatasetKind v) {
   return v == DatasetKind::kFashionMnist ? "fashion-mnist" : "synthetic";
 }
-const char* ToString(Schedule v) { return v == Schedule::k1F1B ? "1f1b" : "gpipe"; }
+const char* ToString(Schedule v) {
+  switch (v) {
+    case Schedule::k1F1B:
+      return "1f1b";
+    case Schedule::kGPipe:
+      return "gpipe";
+    case Schedule::k2BW:
+      return "2bw";
+  }
+  return "?";
+}
 const char* ToString(OptimizerKind v) { return v == OptimizerKind::kSgd ? "sgd" : "adamw"; }
 const char* ToString(DeviceKind v) { return v == DeviceKind::kCpu ? "cpu" : "cuda"; }
 

@@ -19,7 +19,10 @@ namespace strait {
 enum class ModelFamily { kMlp, kVit };
 enum class Activation { kRelu, kGelu };
 enum class DatasetKind { kFashionMnist, kSynthetic };
-enum class Schedule { k1F1B, kGPipe };
+// Pipeline schedules (site/pipeline/schedule.h): 1f1b and gpipe flush the pipeline every step and
+// equal single-process gradient accumulation; 2bw (PipeDream-2BW) never flushes, and step t
+// computes its gradient with the weights of one update before (L_{t-1}; see site/nn/stage.h).
+enum class Schedule { k1F1B, kGPipe, k2BW };
 enum class OptimizerKind { kSgd, kAdamW };
 enum class DeviceKind { kCpu, kCuda };
 

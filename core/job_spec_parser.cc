@@ -49,6 +49,7 @@ class JobSpecParser {
     STRAIT_RETURN_IF_ERROR(ParseTraining(map));
     STRAIT_RETURN_IF_ERROR(ParseSites(map));
     STRAIT_RETURN_IF_ERROR(ParseLinks(map));
+    STRAIT_RETURN_IF_ERROR(CheckSchedule(map));
     STRAIT_RETURN_IF_ERROR(map.Finish());
     STRAIT_RETURN_IF_ERROR(CheckMemoryBudget(map));
     return std::move(spec_);
@@ -282,8 +283,9 @@ class JobSpecParser {
                                                       "; choose a divisor such as ",
                                                       LargestDivisorAtMost(t.global_batch, t.microbatches)));
     }
-    STRAIT_RETURN_IF_ERROR(map.Enum("schedule", {{"1f1b", Schedule::k1F1B}, {"gpipe", Schedule::kGPipe}},
-                                    &t.schedule));
+    STRAIT_RETURN_IF_ERROR(map.Enum(
+        "schedule", {{"1f1b", Schedule::k1F1B}, {"gpipe", Schedule::kGPipe}, {"2bw", Schedule::k2BW}},
+        &t.schedule));
     STRAIT_RETURN_IF_ERROR(ParseOptimizer(map));
     STRAIT_RETURN_IF_ERROR(map.Double("grad_clip", 0.0, 1e12, &t.grad_clip));
     STRAIT_RETURN_IF_ERROR(ParseCheckpoint(map));
@@ -433,6 +435,22 @@ class JobSpecParser {
       STRAIT_RETURN_IF_ERROR(map.Finish());
     }
     return absl::OkStatus();
+  }
+
+  // 2bw keeps a stage's in-flight microbatches apart by their index within a step: stage s holds at
+  // most S - s of them, consecutive across a step boundary, so they are distinct only when M >= S.
+  absl::Status CheckSchedule(YamlMap& root) {
+    const TrainingSpec& t = spec_.training;
+    const int stages = static_cast<int>(spec_.sites.size());
+    if (t.schedule != Schedule::k2BW || t.microbatches >= stages) return absl::OkStatus();
+    YamlMap training = Section(root, "training");
+    return training.ErrorAt(
+        "microbatches",
+        absl::StrCat("schedule 2bw needs at least as many microbatches as sites (", stages,
+                     "), found ", t.microbatches,
+                     ": the pipeline holds up to that many microbatches across a step boundary and "
+                     "tells them apart by their index within the step; raise microbatches or use "
+                     "schedule 1f1b"));
   }
 
   // The gateway's budget must hold at least one frame, or a producer could never push.

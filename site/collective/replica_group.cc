@@ -10,7 +10,7 @@ namespace strait::collective {
 
 absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Create(
     const ModelSpec& model, LayerRange range, const OptimizerSpec& optimizer, int max_batch,
-    DeviceKind device, int workers, int threads_per_worker) {
+    DeviceKind device, int workers, int threads_per_worker, int weight_versions) {
   if (max_batch < 1 || workers < 1 || threads_per_worker < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("replica group of ", workers, " workers with ", threads_per_worker,
@@ -26,8 +26,8 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Create(
   STRAIT_RETURN_IF_ERROR(g->OnWorkers([&](int w) -> absl::Status {
     Worker& worker = g->workers_[w];
     STRAIT_ASSIGN_OR_RETURN(worker.backend, CreateBackend(device, {threads_per_worker, w}));
-    STRAIT_ASSIGN_OR_RETURN(
-        worker.stage, Stage::Create(model, range, optimizer, worker_batch, worker.backend.get()));
+    STRAIT_ASSIGN_OR_RETURN(worker.stage, Stage::Create(model, range, optimizer, worker_batch,
+                                                        worker.backend.get(), weight_versions));
     return absl::OkStatus();
   }));
   if (workers == 1) return g;
@@ -48,26 +48,30 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Create(
     buckets.push_back({offsets[k], offsets[k + 1] - offsets[k]});
   }
   g->num_buckets_ = static_cast<int>(buckets.size());
-  std::vector<float*> arenas;
   std::vector<Backend*> backends;
   std::vector<int> devices;
   for (int w = 0; w < workers; ++w) {
-    arenas.push_back(g->workers_[w].stage->grad_arena());
     backends.push_back(g->workers_[w].backend.get());
     devices.push_back(w);
   }
-  if (device == DeviceKind::kCpu) {
-    STRAIT_ASSIGN_OR_RETURN(g->reducer_,
-                            CreateCpuAllReducer(std::move(arenas), std::move(buckets)));
-  } else {
-    STRAIT_ASSIGN_OR_RETURN(g->reducer_, CreateNcclAllReducer(backends, devices, std::move(arenas),
-                                                              std::move(buckets)));
+  // Gradient arena a holds the gradients of the steps with step % weight_versions == a.
+  for (int64_t arena = 0; arena < weight_versions; ++arena) {
+    std::vector<float*> arenas;
+    for (int w = 0; w < workers; ++w) arenas.push_back(g->workers_[w].stage->grad_arena(arena));
+    std::unique_ptr<AllReducer> reducer;
+    if (device == DeviceKind::kCpu) {
+      STRAIT_ASSIGN_OR_RETURN(reducer, CreateCpuAllReducer(std::move(arenas), buckets));
+    } else {
+      STRAIT_ASSIGN_OR_RETURN(reducer,
+                              CreateNcclAllReducer(backends, devices, std::move(arenas), buckets));
+    }
+    g->reducers_.push_back(std::move(reducer));
   }
   return g;
 }
 
 ReplicaGroup::~ReplicaGroup() {
-  reducer_.reset();
+  reducers_.clear();
   if (pool_ == nullptr) return;
   // Each backend is torn down on the thread that made it (its device is current there).
   pool_
@@ -102,7 +106,7 @@ absl::Status ReplicaGroup::OnWorker0(const std::function<absl::Status(Stage&)>& 
 }
 
 absl::Status ReplicaGroup::Forward(int64_t step, int microbatch, int n, const float* input,
-                                   float* output, bool training) {
+                                   float* output, bool training, int64_t weights) {
   if (n < 1 || n > max_batch_) {
     return absl::InvalidArgumentError(
         absl::StrCat("microbatch of ", n, " samples; this stage takes 1 to ", max_batch_));
@@ -117,7 +121,7 @@ absl::Status ReplicaGroup::Forward(int64_t step, int microbatch, int n, const fl
     if (rows == 0) return absl::OkStatus();
     return workers_[w].stage->Forward(step, microbatch, rows, input + first * in,
                                       output != nullptr ? output + first * out : nullptr, training,
-                                      first);
+                                      first, weights);
   });
   if (!s.ok()) {
     OnWorkers([&](int w) {
@@ -126,7 +130,7 @@ absl::Status ReplicaGroup::Forward(int64_t step, int microbatch, int n, const fl
     }).IgnoreError();
     return s;
   }
-  in_flight_[microbatch] = n;
+  in_flight_[microbatch] = {n, step};
   return absl::OkStatus();
 }
 
@@ -138,7 +142,7 @@ absl::StatusOr<LossResult> ReplicaGroup::Loss(int microbatch, const int32_t* lab
     return absl::FailedPreconditionError(
         absl::StrCat("Loss(microbatch ", microbatch, ") without a Forward of that microbatch"));
   }
-  const int n = it->second;
+  const int n = it->second.rows;
   std::vector<LossResult> parts(workers());
   STRAIT_RETURN_IF_ERROR(OnWorkers([&](int w) -> absl::Status {
     const auto [first, rows] = Rows(n, w);
@@ -162,18 +166,22 @@ absl::Status ReplicaGroup::Backward(int microbatch, const float* grad_output, fl
     return absl::FailedPreconditionError(
         absl::StrCat("Backward(microbatch ", microbatch, ") without a Forward of that microbatch"));
   }
-  const int n = it->second;
+  const InFlight mb = it->second;
   in_flight_.erase(it);
   return OnWorkers([&](int w) {
-    return BackwardOnWorker(w, microbatch, n, grad_output, grad_input, last_of_step);
+    return BackwardOnWorker(w, microbatch, mb.rows, mb.step, grad_output, grad_input,
+                            last_of_step);
   });
 }
 
-absl::Status ReplicaGroup::BackwardOnWorker(int w, int microbatch, int n, const float* grad_output,
-                                            float* grad_input, bool last_of_step) {
+absl::Status ReplicaGroup::BackwardOnWorker(int w, int microbatch, int n, int64_t step,
+                                            const float* grad_output, float* grad_input,
+                                            bool last_of_step) {
   const auto [first, rows] = Rows(n, w);
   Stage& stage = *workers_[w].stage;
-  const bool reduce = last_of_step && reducer_ != nullptr;
+  AllReducer* reducer =
+      last_of_step && !reducers_.empty() ? reducers_[step % reducers_.size()].get() : nullptr;
+  const bool reduce = reducer != nullptr;
   int next_bucket = 0;  // buckets become ready in increasing order
   absl::Status status;
   std::function<void(int)> layer_done;
@@ -184,7 +192,7 @@ absl::Status ReplicaGroup::BackwardOnWorker(int w, int microbatch, int n, const 
       // The CPU reduction reads the arena directly: the backward's work must be done. (CUDA: the
       // NCCL reducer orders itself after the queued work without waiting.)
       if (device_ == DeviceKind::kCpu) status.Update(stage.backend().Sync());
-      reducer_->Ready(w, bucket);
+      reducer->Ready(w, bucket);
       next_bucket = bucket + 1;
     };
   }
@@ -196,8 +204,8 @@ absl::Status ReplicaGroup::BackwardOnWorker(int w, int microbatch, int n, const 
   }
   if (reduce) {
     // A worker without rows, or whose backward failed, still takes part in the round.
-    while (next_bucket < num_buckets_) reducer_->Ready(w, next_bucket++);
-    status.Update(reducer_->Finish(w));
+    while (next_bucket < num_buckets_) reducer->Ready(w, next_bucket++);
+    status.Update(reducer->Finish(w));
   }
   return status;
 }
@@ -210,17 +218,17 @@ void ReplicaGroup::Discard(int microbatch) {
   }).IgnoreError();
 }
 
-void ReplicaGroup::ZeroGrad() {
+void ReplicaGroup::ZeroGrad(int64_t step) {
   OnWorkers([&](int w) {
-    workers_[w].stage->ZeroGrad();
+    workers_[w].stage->ZeroGrad(step);
     return absl::OkStatus();
   }).IgnoreError();
 }
 
-absl::StatusOr<double> ReplicaGroup::GradSumSquares(double downstream) {
+absl::StatusOr<double> ReplicaGroup::GradSumSquares(double downstream, int64_t step) {
   absl::StatusOr<double> sum;
   STRAIT_RETURN_IF_ERROR(OnWorker0([&](Stage& s) {
-    sum = s.GradSumSquares(downstream);
+    sum = s.GradSumSquares(downstream, step);
     return sum.status();
   }));
   return sum;
@@ -230,35 +238,41 @@ absl::Status ReplicaGroup::OptimizerStep(int64_t step, float grad_scale) {
   return OnWorkers([&](int w) { return workers_[w].stage->OptimizerStep(step, grad_scale); });
 }
 
-absl::StatusOr<std::vector<float>> ReplicaGroup::Params() const {
-  absl::StatusOr<std::vector<float>> out;
+template <class T>
+absl::StatusOr<T> ReplicaGroup::FromWorker0(
+    const std::function<absl::StatusOr<T>(const Stage&)>& fn) const {
+  absl::StatusOr<T> out;
   STRAIT_RETURN_IF_ERROR(OnWorker0([&](Stage& s) {
-    out = s.Params();
+    out = fn(s);
     return out.status();
   }));
   return out;
 }
 
-absl::StatusOr<std::vector<float>> ReplicaGroup::Grads() const {
-  absl::StatusOr<std::vector<float>> out;
-  STRAIT_RETURN_IF_ERROR(OnWorker0([&](Stage& s) {
-    out = s.Grads();
-    return out.status();
-  }));
-  return out;
+absl::StatusOr<std::vector<float>> ReplicaGroup::Params() const {
+  return FromWorker0<std::vector<float>>([](const Stage& s) { return s.Params(); });
+}
+
+absl::StatusOr<std::vector<float>> ReplicaGroup::PreviousParams() const {
+  return FromWorker0<std::vector<float>>([](const Stage& s) { return s.PreviousParams(); });
+}
+
+absl::StatusOr<std::vector<float>> ReplicaGroup::Grads(int64_t step) const {
+  return FromWorker0<std::vector<float>>([step](const Stage& s) { return s.Grads(step); });
 }
 
 absl::StatusOr<std::vector<float>> ReplicaGroup::OptimizerState() const {
-  absl::StatusOr<std::vector<float>> out;
-  STRAIT_RETURN_IF_ERROR(OnWorker0([&](Stage& s) {
-    out = s.OptimizerState();
-    return out.status();
-  }));
-  return out;
+  return FromWorker0<std::vector<float>>([](const Stage& s) { return s.OptimizerState(); });
 }
 
 absl::Status ReplicaGroup::SetParams(absl::Span<const float> params) {
   return OnWorkers([&](int w) { return workers_[w].stage->SetParams(params); });
+}
+
+absl::Status ReplicaGroup::RestoreWeights(int64_t version, absl::Span<const float> newest,
+                                          absl::Span<const float> previous) {
+  return OnWorkers(
+      [&](int w) { return workers_[w].stage->RestoreWeights(version, newest, previous); });
 }
 
 absl::Status ReplicaGroup::SetOptimizerState(absl::Span<const float> state) {

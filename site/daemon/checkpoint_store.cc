@@ -65,6 +65,9 @@ absl::StatusOr<int64_t> CheckpointStore::NewestValid(const collective::ReplicaGr
     if (state.ok() && (state->fingerprint != stage.Fingerprint() || state->step != *it ||
                        state->data_seed != spec_.data.seed || state->init_seed != spec_.model.init_seed)) {
       problem = absl::FailedPreconditionError("it belongs to another job, split or step");
+    } else if (state.ok() && static_cast<int>(state->weight_versions) != stage.weight_versions()) {
+      problem = absl::FailedPreconditionError(
+          "it was written with another schedule (2bw keeps two weight versions, 1f1b and gpipe one)");
     }
     if (problem.ok()) return *it;
     spdlog::warn("refusing checkpoint {}: {}; trying the one before", PathFor(*it),

@@ -276,7 +276,8 @@ absl::Status RunSite(const SiteOptions& o) {
   auto build_stage = [&] {
     return collective::ReplicaGroup::Create(spec.model, site.layers, spec.training.optimizer,
                                             spec.training.MicrobatchSize(), site.device,
-                                            site.workers, o.threads);
+                                            site.workers, o.threads,
+                                            WeightVersions(spec.training.schedule));
   };
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<collective::ReplicaGroup> stage, build_stage());
   spdlog::info("{} worker(s): {}", site.workers, stage->device_names());
@@ -487,6 +488,7 @@ absl::Status RunSite(const SiteOptions& o) {
       const double trained_before = train_seconds;
       auto window_start = start;
       int64_t window_steps = 0;
+      int64_t saved_through = from;  // Newest checkpoint of this pass (or the one it resumed from).
       result = absl::OkStatus();
       while (result.ok() && runner.step() < total) {
         absl::StatusOr<StepResult> step = runner.Step();
@@ -505,12 +507,15 @@ absl::Status RunSite(const SiteOptions& o) {
                          Seconds(process_start, now));
           }
         }
-        if (checkpoints.Due(runner.step())) {
-          result = checkpoints.Save(runner.step(), *stage);
+        // Checkpoint k holds the state right after the update that made L_k: after Step(k - 1)
+        // with 1f1b, after Step(k) with 2bw (SiteRunner::updates()).
+        if (const int64_t k = runner.updates(); k > saved_through && checkpoints.Due(k)) {
+          result = checkpoints.Save(k, *stage);
           if (!result.ok()) break;
+          saved_through = k;
           {
             std::lock_guard<std::mutex> lock(progress.mu);
-            progress.checkpoint = runner.step();
+            progress.checkpoint = k;
           }
           reporter.SendSoon();  // The gateway's common checkpoint is what a recovery starts from.
         }

@@ -16,8 +16,10 @@ namespace strait {
 namespace {
 
 constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'I', 'T', 'C', 'K'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 1;           // One weight version.
+constexpr uint32_t kVersionTwoWeights = 2;  // Adds the weight-version count and previous params.
 constexpr size_t kHeaderBytes = 8 + 4 + 4 + 8 + 8 + 4 + 4 + 8 + 8 + 8 + 8;
+constexpr size_t kHeaderBytesV2 = kHeaderBytes + 4;
 
 std::array<uint32_t, 256> MakeCrcTable() {
   std::array<uint32_t, 256> table{};
@@ -84,10 +86,18 @@ uint32_t Crc32c(const void* data, size_t size, uint32_t crc) {
 }
 
 absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) {
+  const bool two = s.weight_versions == 2;
+  if ((s.weight_versions != 1 && !two) ||
+      s.previous_params.size() != (two ? s.params.size() : size_t{0})) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint of ", s.weight_versions, " weight versions with ", s.params.size(),
+        " params and ", s.previous_params.size(), " previous params"));
+  }
   std::string data;
-  data.reserve(kHeaderBytes + 4 * (s.params.size() + s.optimizer_state.size()) + 4);
+  data.reserve(kHeaderBytesV2 +
+               4 * (s.params.size() + s.previous_params.size() + s.optimizer_state.size()) + 4);
   data.append(kMagic, sizeof(kMagic));
-  Put<uint32_t>(data, kVersion);
+  Put<uint32_t>(data, two ? kVersionTwoWeights : kVersion);
   Put<uint32_t>(data, s.optimizer_kind);
   Put<int64_t>(data, s.step);
   Put<uint64_t>(data, s.fingerprint);
@@ -97,7 +107,10 @@ absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) 
   Put<uint64_t>(data, s.data_seed);
   Put<uint64_t>(data, s.params.size());
   Put<uint64_t>(data, s.optimizer_state.size());
+  if (two) Put<uint32_t>(data, s.weight_versions);
   data.append(reinterpret_cast<const char*>(s.params.data()), 4 * s.params.size());
+  data.append(reinterpret_cast<const char*>(s.previous_params.data()),
+              4 * s.previous_params.size());
   data.append(reinterpret_cast<const char*>(s.optimizer_state.data()),
               4 * s.optimizer_state.size());
   Put<uint32_t>(data, Crc32c(data.data(), data.size()));
@@ -144,9 +157,12 @@ absl::StatusOr<CheckpointState> ParseCheckpoint(const std::string& data) {
   Reader r(data);
   r.Get<uint64_t>();  // magic
   const uint32_t version = r.Get<uint32_t>();
-  if (version != kVersion) {
-    return bad(absl::StrCat("format version ", version, "; this build reads version ", kVersion));
+  if (version != kVersion && version != kVersionTwoWeights) {
+    return bad(absl::StrCat("format version ", version, "; this build reads versions ", kVersion,
+                            " and ", kVersionTwoWeights));
   }
+  const size_t header = version == kVersion ? kHeaderBytes : kHeaderBytesV2;
+  if (data.size() < header + 4) return bad("truncated (shorter than its header)");
   CheckpointState s;
   s.optimizer_kind = r.Get<uint32_t>();
   s.step = r.Get<int64_t>();
@@ -156,16 +172,24 @@ absl::StatusOr<CheckpointState> ParseCheckpoint(const std::string& data) {
   s.init_seed = r.Get<uint64_t>();
   s.data_seed = r.Get<uint64_t>();
   const uint64_t params = r.Get<uint64_t>(), state = r.Get<uint64_t>();
-  const uint64_t payload = (data.size() - kHeaderBytes - 4) / 4;
-  if (params > payload || state > payload - params ||
-      kHeaderBytes + 4 * (params + state) + 4 != data.size()) {
-    return bad(absl::StrCat("truncated or padded: ", data.size(), " bytes do not hold ", params,
-                            " parameters and ", state, " optimizer floats"));
+  if (version == kVersionTwoWeights) {
+    s.weight_versions = r.Get<uint32_t>();
+    if (s.weight_versions != 2) {
+      return bad(absl::StrCat("format version 2 with ", s.weight_versions, " weight versions"));
+    }
+  }
+  const uint64_t versions = s.weight_versions;
+  const uint64_t payload = (data.size() - header - 4) / 4;
+  if (params > payload / versions || state > payload - versions * params ||
+      header + 4 * (versions * params + state) + 4 != data.size()) {
+    return bad(absl::StrCat("truncated or padded: ", data.size(), " bytes do not hold ", versions,
+                            " x ", params, " parameters and ", state, " optimizer floats"));
   }
   uint32_t stored;
   std::memcpy(&stored, data.data() + data.size() - 4, 4);
   if (Crc32c(data.data(), data.size() - 4) != stored) return bad("checksum mismatch (corrupt)");
   r.Floats(&s.params, params);
+  if (s.weight_versions == 2) r.Floats(&s.previous_params, params);
   r.Floats(&s.optimizer_state, state);
   return s;
 }

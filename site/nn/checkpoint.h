@@ -1,9 +1,14 @@
 // Checkpoint files: one stage's parameters, optimizer state, RNG state and step.
 //
-// Format (little-endian), version 1:
+// Format (little-endian), version 1 (one weight version: schedules 1f1b and gpipe):
 //   "STRAITCK" | u32 version | u32 optimizer kind | i64 step | u64 fingerprint (Stage::Fingerprint)
 //   | i32 first layer | i32 end layer | u64 init seed | u64 data seed | u64 param floats
 //   | u64 optimizer-state floats | params (f32) | optimizer state (f32) | u32 CRC32C of all before.
+// Version 2 (two weight versions: schedule 2bw) inserts after the optimizer-state count
+//   | u32 weight versions (2)
+// and after the params (the newest weights L_step) the previous version L_{step-1}:
+//   | previous params (f32, param floats of them).
+// Files of one weight version are always written as version 1, byte for byte as before.
 // The RNG state is the pair of seeds: every random number is keyed by (seed, step, ...), so
 // (seeds, step) is the whole state. Writes are atomic: a temporary file in the same directory is
 // written, fsynced and renamed over the target, then the directory is fsynced.
@@ -25,7 +30,9 @@ struct CheckpointState {
   int32_t end_layer = 0;
   uint64_t init_seed = 0;
   uint64_t data_seed = 0;
-  std::vector<float> params;
+  uint32_t weight_versions = 1;  // 2: a 2bw run's, with previous_params.
+  std::vector<float> params;           // The newest weights, L_step.
+  std::vector<float> previous_params;  // weight_versions == 2: L_{step-1}; else empty.
   std::vector<float> optimizer_state;
 };
 

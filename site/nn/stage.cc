@@ -15,6 +15,7 @@ struct Stage::Microbatch {
   int n = 0;
   int64_t step = 0;
   int64_t first_row = 0;
+  int64_t weights = 0;  // k of the weights L_k its Forward used; its Backward uses them too.
   bool training = true;
   bool has_loss_grad = false;
   DeviceBuffer activations;  // activation_floats_ floats
@@ -43,11 +44,22 @@ absl::StatusOr<DeviceBuffer> Floats(Backend* backend, int64_t n) {
 
 }  // namespace
 
+int WeightVersions(Schedule schedule) { return schedule == Schedule::k2BW ? 2 : 1; }
+
+int64_t StepWeights(Schedule schedule, int64_t step) {
+  return schedule == Schedule::k2BW ? std::max<int64_t>(step - 1, 0) : step;
+}
+
 absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSpec& model, LayerRange range,
                                                      const OptimizerSpec& optimizer, int max_batch,
-                                                     Backend* backend) {
+                                                     Backend* backend, int weight_versions) {
   if (max_batch < 1) return absl::InvalidArgumentError("max_batch must be at least 1");
+  if (weight_versions != 1 && weight_versions != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a stage holds 1 or 2 weight versions, not ", weight_versions));
+  }
   std::unique_ptr<Stage> s(new Stage());
+  s->weight_versions_ = weight_versions;
   s->backend_ = backend;
   s->range_ = range;
   s->num_model_layers_ = model.NumLayers();
@@ -66,21 +78,41 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSpec& model, Lay
     }
   }
   s->fingerprint_ = fp;
-  STRAIT_ASSIGN_OR_RETURN(s->params_, Floats(backend, s->param_count_));
-  STRAIT_ASSIGN_OR_RETURN(s->grads_, Floats(backend, s->param_count_));
+  for (int v = 0; v < weight_versions; ++v) {
+    STRAIT_ASSIGN_OR_RETURN(DeviceBuffer params, Floats(backend, s->param_count_));
+    STRAIT_ASSIGN_OR_RETURN(DeviceBuffer grads, Floats(backend, s->param_count_));
+    s->params_.push_back(std::move(params));
+    s->grads_.push_back(std::move(grads));
+  }
   std::vector<float> init(s->param_count_);
+  std::vector<std::vector<int64_t>> param_offsets;  // [layer][param]
   int64_t offset = 0;
   for (const auto& layer : s->layers_) {
-    LayerParams view;
+    s->layer_offsets_.push_back(offset);
+    param_offsets.emplace_back();
     for (size_t p = 0; p < layer->layout().params.size(); ++p) {
       InitParameter(model, layer->layout(), static_cast<int>(p), init.data() + offset);
-      view.value.push_back(s->params_.f32() + offset);
-      view.grad.push_back(s->grads_.f32() + offset);
+      param_offsets.back().push_back(offset);
       offset += layer->layout().params[p].numel;
     }
-    s->views_.push_back(std::move(view));
   }
-  backend->CopyToDevice(s->params_.f32(), init.data(), sizeof(float) * init.size());
+  s->layer_offsets_.push_back(offset);
+  for (int slot = 0; slot < weight_versions; ++slot) {
+    for (int arena = 0; arena < weight_versions; ++arena) {
+      std::vector<LayerParams>& views = s->views_.emplace_back();
+      for (const std::vector<int64_t>& layer : param_offsets) {
+        LayerParams& view = views.emplace_back();
+        for (int64_t at : layer) {
+          view.value.push_back(s->params_[slot].f32() + at);
+          view.grad.push_back(s->grads_[arena].f32() + at);
+        }
+      }
+    }
+  }
+  // Every version starts as L_0 (steps 0 and 1 of 2bw both use it).
+  for (const DeviceBuffer& params : s->params_) {
+    backend->CopyToDevice(params.f32(), init.data(), sizeof(float) * init.size());
+  }
   STRAIT_ASSIGN_OR_RETURN(s->optimizer_, Optimizer::Create(optimizer, s->param_count_, backend));
 
   // Per-microbatch and shared buffers, sized for max_batch.
@@ -104,6 +136,7 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSpec& model, Lay
     STRAIT_ASSIGN_OR_RETURN(s->correct_,
                             DeviceBuffer::Create(backend, sizeof(int32_t) * max_batch));
   }
+  for (int64_t step = 0; step < weight_versions; ++step) s->ZeroGrad(step);
   STRAIT_RETURN_IF_ERROR(backend->Sync());
   return s;
 }
@@ -137,6 +170,16 @@ absl::StatusOr<Stage::Microbatch*> Stage::Find(int microbatch, const char* what)
   return it->second.get();
 }
 
+absl::StatusOr<int> Stage::WeightsSlot(int64_t version, const char* what) const {
+  if (version == newest_) return 0;
+  if (weight_versions_ == 2 && version == std::max<int64_t>(newest_ - 1, 0)) return 1;
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, " with weights L_", version, ", which this stage does not hold (newest: L_", newest_,
+      weight_versions_ == 2 ? absl::StrCat(", previous: L_", std::max<int64_t>(newest_ - 1, 0))
+                            : std::string(),
+      ")"));
+}
+
 PassInfo Stage::Pass(const Microbatch& mb, int layer) const {
   uint64_t key = CombineKey(CombineKey(init_seed_, 0x44524f50 /* "DROP" */), mb.step);
   key = CombineKey(key, static_cast<uint64_t>(mb.index));
@@ -144,7 +187,7 @@ PassInfo Stage::Pass(const Microbatch& mb, int layer) const {
 }
 
 absl::Status Stage::Forward(int64_t step, int microbatch, int n, const float* input, float* output,
-                            bool training, int64_t first_row) {
+                            bool training, int64_t first_row, int64_t weights) {
   if (n < 1 || n > max_batch_) {
     return absl::InvalidArgumentError(
         absl::StrCat("microbatch of ", n, " samples; this stage takes 1 to ", max_batch_));
@@ -153,17 +196,21 @@ absl::Status Stage::Forward(int64_t step, int microbatch, int n, const float* in
     return absl::FailedPreconditionError(
         absl::StrCat("Forward(microbatch ", microbatch, ") while it is already in flight"));
   }
+  if (weights == kNewestWeights) weights = newest_;
+  STRAIT_ASSIGN_OR_RETURN(const int slot, WeightsSlot(weights, "Forward"));
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Microbatch> mb, TakeMicrobatch());
   mb->index = microbatch;
   mb->n = n;
   mb->step = step;
   mb->first_row = first_row;
+  mb->weights = weights;
   mb->training = training;
   mb->has_loss_grad = false;
   float* acts = mb->activations.f32();
   backend_->CopyToDevice(acts, input, sizeof(float) * n * input_features());
+  const std::vector<LayerParams>& views = Views(slot, GradArena(step));
   for (size_t i = 0; i < layers_.size(); ++i) {
-    layers_[i]->Forward(*backend_, views_[i], Pass(*mb, static_cast<int>(i)), n,
+    layers_[i]->Forward(*backend_, views[i], Pass(*mb, static_cast<int>(i)), n,
                         acts + activation_offsets_[i], acts + activation_offsets_[i + 1],
                         mb->saved.f32() + saved_offsets_[i], scratch_.f32());
   }
@@ -206,6 +253,8 @@ absl::StatusOr<LossResult> Stage::Loss(int microbatch, const int32_t* labels, fl
 absl::Status Stage::Backward(int microbatch, const float* grad_output, float* grad_input,
                              const std::function<void(int layer)>& layer_done) {
   STRAIT_ASSIGN_OR_RETURN(Microbatch * mb, Find(microbatch, "Backward"));
+  STRAIT_ASSIGN_OR_RETURN(const int slot, WeightsSlot(mb->weights, "Backward"));
+  const std::vector<LayerParams>& views = Views(slot, GradArena(mb->step));
   const int n = mb->n;
   float* dy = grad_a_.f32();
   float* dx = grad_b_.f32();
@@ -220,7 +269,7 @@ absl::Status Stage::Backward(int microbatch, const float* grad_output, float* gr
   float* acts = mb->activations.f32();
   for (size_t k = layers_.size(); k-- > 0;) {
     float* layer_dx = (k > 0 || grad_input != nullptr) ? dx : nullptr;
-    layers_[k]->Backward(*backend_, views_[k], Pass(*mb, static_cast<int>(k)), n,
+    layers_[k]->Backward(*backend_, views[k], Pass(*mb, static_cast<int>(k)), n,
                          acts + activation_offsets_[k], acts + activation_offsets_[k + 1], dy,
                          layer_dx, mb->saved.f32() + saved_offsets_[k], scratch_.f32());
     if (layer_done) layer_done(static_cast<int>(k));
@@ -241,21 +290,33 @@ void Stage::Discard(int microbatch) {
   in_flight_.erase(it);
 }
 
-void Stage::ZeroGrad() { backend_->Fill(grads_.f32(), param_count_, 0.0f); }
+void Stage::ZeroGrad(int64_t step) { backend_->Fill(grad_arena(step), param_count_, 0.0f); }
 
-absl::StatusOr<double> Stage::GradSumSquares(double downstream) {
+absl::StatusOr<double> Stage::GradSumSquares(double downstream, int64_t step) {
+  const float* grads = grad_arena(step);
   double sum = downstream;
   for (size_t k = layers_.size(); k-- > 0;) {
-    int64_t numel = 0;
-    for (const ParamLayout& p : layers_[k]->layout().params) numel += p.numel;
-    if (numel > 0) sum += backend_->SumSquares(numel, views_[k].grad.front());
+    const int64_t numel = layer_offsets_[k + 1] - layer_offsets_[k];
+    if (numel > 0) sum += backend_->SumSquares(numel, grads + layer_offsets_[k]);
   }
   STRAIT_RETURN_IF_ERROR(backend_->Sync());
   return sum;
 }
 
 absl::Status Stage::OptimizerStep(int64_t step, float grad_scale) {
-  optimizer_->Step(step, grad_scale, params_.f32(), grads_.f32());
+  if (weight_versions_ == 2) {
+    // The previous version is overwritten: no microbatch may still compute with it.
+    for (const auto& [index, mb] : in_flight_) {
+      if (mb->weights != newest_) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "OptimizerStep(", step, ") while microbatch ", index, " of step ", mb->step,
+            " still uses weights L_", mb->weights, ", which it would overwrite"));
+      }
+    }
+    backend_->CopyOnDevice(params_[1].f32(), params_[0].f32(), sizeof(float) * param_count_);
+  }
+  optimizer_->Step(step, grad_scale, params_[0].f32(), grad_arena(step - 1));
+  newest_ = step;
   return backend_->Sync();
 }
 
@@ -267,10 +328,16 @@ absl::StatusOr<std::vector<float>> Stage::ToHost(const float* src, int64_t n) co
 }
 
 absl::StatusOr<std::vector<float>> Stage::Params() const {
-  return ToHost(params_.f32(), param_count_);
+  return ToHost(params_[0].f32(), param_count_);
 }
-absl::StatusOr<std::vector<float>> Stage::Grads() const {
-  return ToHost(grads_.f32(), param_count_);
+absl::StatusOr<std::vector<float>> Stage::PreviousParams() const {
+  if (weight_versions_ != 2) {
+    return absl::FailedPreconditionError("PreviousParams of a stage with one weight version");
+  }
+  return ToHost(params_[1].f32(), param_count_);
+}
+absl::StatusOr<std::vector<float>> Stage::Grads(int64_t step) const {
+  return ToHost(grad_arena(step), param_count_);
 }
 absl::StatusOr<std::vector<float>> Stage::OptimizerState() const {
   return ToHost(optimizer_->state(), optimizer_->state_floats());
@@ -281,7 +348,24 @@ absl::Status Stage::SetParams(absl::Span<const float> params) {
     return absl::InvalidArgumentError(
         absl::StrCat("SetParams: ", params.size(), " floats for a stage of ", param_count_));
   }
-  backend_->CopyToDevice(params_.f32(), params.data(), sizeof(float) * params.size());
+  backend_->CopyToDevice(params_[0].f32(), params.data(), sizeof(float) * params.size());
+  return backend_->Sync();
+}
+
+absl::Status Stage::RestoreWeights(int64_t version, absl::Span<const float> newest,
+                                   absl::Span<const float> previous) {
+  const size_t want_previous = weight_versions_ == 2 ? static_cast<size_t>(param_count_) : 0;
+  if (version < 0 || previous.size() != want_previous) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RestoreWeights: version ", version, " with ", previous.size(),
+        " floats of previous weights for a stage of ", weight_versions_, " weight version(s) of ",
+        param_count_, " floats"));
+  }
+  STRAIT_RETURN_IF_ERROR(SetParams(newest));
+  if (weight_versions_ == 2) {
+    backend_->CopyToDevice(params_[1].f32(), previous.data(), sizeof(float) * previous.size());
+  }
+  newest_ = version;
   return backend_->Sync();
 }
 

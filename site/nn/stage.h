@@ -1,15 +1,26 @@
 // A pipeline stage: layers [a, b) of a model with their parameters, gradients and optimizer state
 // on one backend. The site daemon runs one Stage; `strait train` runs one Stage of all layers.
 //
-// Training step s with M microbatches (any schedule, 1F1B or GPipe):
-//   ZeroGrad();
+// Training step s with M microbatches under 1f1b or gpipe (one weight version, one gradient arena):
+//   ZeroGrad(s);
 //   for each microbatch m, in the schedule's order: Forward(s, m, ...);
 //     last stage: Loss(m, labels, 1 / global_batch) right after Forward(s, m);
 //   Backward(m, ...) for m = 0 .. M-1 in this order (so gradients sum in the same order as one
 //     process accumulating them);
-//   norm^2 = GradSumSquares() chained from the last stage to the first; scale = clip / max(norm,
-//     clip) or 1;
+//   norm^2 = GradSumSquares(downstream, s) chained from the last stage to the first; scale =
+//     clip / max(norm, clip) or 1;
 //   OptimizerStep(s + 1, scale).
+//
+// 2bw (PipeDream-2BW; Create with weight_versions = 2): let L_k be the weights after k updates
+// (L_0 the initial ones). Step t computes the gradient g_t of its batch with U_t = L_{max(t-1, 0)}
+// (StepWeights), and the update of g_t is applied to the newest weights: L_{t+1} = Opt(L_t,
+// clip(g_t)), the optimizer's step counter t + 1. So step t+1's microbatches can run (with L_t)
+// while g_t's clipping norm travels between the sites, and a stage holds two weight versions
+// (the newest L_k and the previous L_{k-1}) and two gradient arenas (the gradient of step t in
+// arena t % 2). The same calls as above with the version passed to Forward; the update that makes
+// L_{t+1} keeps L_t as the previous version first. Backward uses the version its Forward used
+// (recorded per microbatch) and adds into its step's arena.
+//
 // Everything random is keyed, not sequential (init: (init_seed, layer, param); dropout:
 // (init_seed, step, microbatch, layer)), so any split and any schedule give the same bits.
 //
@@ -32,6 +43,16 @@
 
 namespace strait {
 
+// Weight versions a stage holds under `schedule`: 2 for 2bw, 1 otherwise.
+int WeightVersions(Schedule schedule);
+
+// The weight version k (of L_k, the weights after k updates) that training step `step` computes
+// with under `schedule`: `step` (1f1b, gpipe: the newest), max(step - 1, 0) for 2bw.
+int64_t StepWeights(Schedule schedule, int64_t step);
+
+// Forward's default: the newest weights the stage holds.
+inline constexpr int64_t kNewestWeights = -1;
+
 struct LossResult {
   double loss_sum = 0.0;  // Sum over the microbatch's samples of -log p(label).
   int64_t correct = 0;    // Samples whose arg-max logit is the label.
@@ -41,9 +62,12 @@ class Stage {
  public:
   // Layers `range` of `model`, microbatches of at most `max_batch` samples, on `backend` (which
   // must outlive the stage). Parameters are initialised (InitParameter) and gradients zeroed.
+  // weight_versions (WeightVersions(schedule)): 2 allocates a second parameter arena and a second
+  // gradient arena for 2bw; 1 otherwise.
   static absl::StatusOr<std::unique_ptr<Stage>> Create(const ModelSpec& model, LayerRange range,
                                                        const OptimizerSpec& optimizer,
-                                                       int max_batch, Backend* backend);
+                                                       int max_batch, Backend* backend,
+                                                       int weight_versions = 1);
   ~Stage();
 
   LayerRange range() const { return range_; }
@@ -53,6 +77,9 @@ class Stage {
   int64_t output_features() const;  // Floats per sample that Forward returns.
   int64_t param_count() const { return param_count_; }
   int max_batch() const { return max_batch_; }
+  int weight_versions() const { return weight_versions_; }
+  // k of the newest weights L_k: the updates applied (counting those of a restored checkpoint).
+  int64_t weights_version() const { return newest_; }
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   Backend& backend() const { return *backend_; }
 
@@ -61,9 +88,12 @@ class Stage {
   // until Backward or Discard. training = false disables dropout (evaluation). first_row: the
   // index of input's first sample in the whole microbatch when this stage is one of several
   // replicas that each take some of its rows (site/collective); dropout masks are offset by it so
-  // that they do not depend on the split. 0 (whole microbatch) everywhere else.
+  // that they do not depend on the split. 0 (whole microbatch) everywhere else. weights: the
+  // version k of L_k to compute with (StepWeights), which the stage must hold: the newest or,
+  // with two versions, the previous one (FailedPrecondition otherwise); kNewestWeights: the newest.
   absl::Status Forward(int64_t step, int microbatch, int n, const float* input, float* output,
-                       bool training = true, int64_t first_row = 0);
+                       bool training = true, int64_t first_row = 0,
+                       int64_t weights = kNewestWeights);
 
   // Last stage only, after Forward(microbatch): softmax cross-entropy of its logits against
   // labels [n] (host); keeps dLoss/dlogits = (softmax - onehot) * grad_scale for Backward, where
@@ -72,7 +102,8 @@ class Stage {
 
   // Backpropagates microbatch `microbatch`: grad_output [n, output_features()] (host; null on the
   // last stage to use Loss's gradient) -> grad_input [n, input_features()] (skipped when null).
-  // Parameter gradients are added to the gradient arena; the microbatch's state is freed.
+  // Parameter gradients are added to the gradient arena of the microbatch's step, computed with the
+  // weights its Forward used (even if an update came in between); the microbatch's state is freed.
   // layer_done (optional) is called on this thread with each layer's index in the stage (last to
   // first) right after that layer's backward is queued on the backend: its parameter gradients
   // are final once the queued work completes, so a local all-reduce can start on them while the
@@ -83,24 +114,37 @@ class Stage {
   // Drops a microbatch's saved state without a backward pass (after evaluation).
   void Discard(int microbatch);
 
-  void ZeroGrad();
-  // `downstream` plus the sums of squares of this stage's gradients, added layer by layer from the
-  // last layer to the first: chaining stages from the last to the first (each passing its result
-  // on as the previous stage's `downstream`) adds in the same order as one stage of all layers, so
-  // global-norm clipping across sites gives the same bits as one process.
-  absl::StatusOr<double> GradSumSquares(double downstream = 0.0);
-  // Applies the optimizer with gradients scaled by grad_scale; `step` counts updates from 1.
+  // Zeroes the gradient arena that accumulates the gradient of step `step` (with two arenas, the
+  // one of step - 2, which must have been applied by then).
+  void ZeroGrad(int64_t step = 0);
+  // `downstream` plus the sums of squares of the gradient of step `step`, added layer by layer from
+  // the last layer to the first: chaining stages from the last to the first (each passing its
+  // result on as the previous stage's `downstream`) adds in the same order as one stage of all
+  // layers, so global-norm clipping across sites gives the same bits as one process.
+  absl::StatusOr<double> GradSumSquares(double downstream = 0.0, int64_t step = 0);
+  // Applies the optimizer to the newest weights with the gradient of step `step` - 1 scaled by
+  // grad_scale; `step` counts updates from 1, and the newest weights become L_step. With two
+  // versions, the newest weights are first kept as the previous version (copied on the backend),
+  // whose microbatches must all be done (FailedPrecondition otherwise: nothing is changed).
   absl::Status OptimizerStep(int64_t step, float grad_scale);
 
-  // The gradient arena in device memory (param_count() floats, layout order), which the local
-  // all-reduce of replicas (site/collective) sums in place. Owned by the stage.
-  float* grad_arena() const { return grads_.f32(); }
+  // The gradient arena of step `step` in device memory (param_count() floats, layout order), which
+  // the local all-reduce of replicas (site/collective) sums in place. Owned by the stage.
+  float* grad_arena(int64_t step = 0) const { return grads_[GradArena(step)].f32(); }
 
   // Host copies of the arenas, parameters in layout order (layer by layer, param by param).
+  // Params: the newest weights; PreviousParams: with two versions, L_{k-1} for the newest L_k
+  // (L_0 while k = 0), FailedPrecondition with one. Grads: the gradient of step `step`.
   absl::StatusOr<std::vector<float>> Params() const;
-  absl::StatusOr<std::vector<float>> Grads() const;
+  absl::StatusOr<std::vector<float>> PreviousParams() const;
+  absl::StatusOr<std::vector<float>> Grads(int64_t step = 0) const;
   absl::StatusOr<std::vector<float>> OptimizerState() const;
+  // Overwrites the newest weights (the version number stays).
   absl::Status SetParams(absl::Span<const float> params);
+  // Restores the weights of a checkpoint taken after `version` updates: the newest L_version and,
+  // with two versions, `previous` = L_{version-1} (empty with one version).
+  absl::Status RestoreWeights(int64_t version, absl::Span<const float> newest,
+                              absl::Span<const float> previous);
   absl::Status SetOptimizerState(absl::Span<const float> state);
 
   // Hash of the family and the layouts (names, shapes) of this stage's layers: checkpoints of a
@@ -113,6 +157,15 @@ class Stage {
   absl::StatusOr<std::unique_ptr<Microbatch>> TakeMicrobatch();
   absl::StatusOr<Microbatch*> Find(int microbatch, const char* what);
   PassInfo Pass(const Microbatch& mb, int layer) const;
+  int GradArena(int64_t step) const {
+    return static_cast<int>((step % weight_versions_ + weight_versions_) % weight_versions_);
+  }
+  // The parameter arena holding L_version (0: newest, 1: previous), or FailedPrecondition.
+  absl::StatusOr<int> WeightsSlot(int64_t version, const char* what) const;
+  // Per-layer views of parameter arena `slot` with gradient arena `arena`.
+  const std::vector<LayerParams>& Views(int slot, int arena) const {
+    return views_[slot * weight_versions_ + arena];
+  }
   absl::StatusOr<std::vector<float>> ToHost(const float* src, int64_t n) const;
 
   Backend* backend_ = nullptr;
@@ -122,9 +175,13 @@ class Stage {
   uint64_t init_seed_ = 0;
   uint64_t fingerprint_ = 0;
   std::vector<std::unique_ptr<Layer>> layers_;
-  std::vector<LayerParams> views_;
+  int weight_versions_ = 1;
+  int64_t newest_ = 0;  // k of the newest weights L_k.
+  std::vector<std::vector<LayerParams>> views_;  // [slot * weight_versions_ + arena]
+  std::vector<int64_t> layer_offsets_;            // Layer k's params start at [k]; [size] = total.
   int64_t param_count_ = 0;
-  DeviceBuffer params_, grads_;
+  // [0]: the newest weights; [1] (2bw): the previous version. Gradient arenas by step parity.
+  std::vector<DeviceBuffer> params_, grads_;
   std::unique_ptr<Optimizer> optimizer_;
   // Per microbatch: activations a_0 (input) .. a_k (output) and each layer's saved floats.
   std::vector<int64_t> activation_offsets_, saved_offsets_;

@@ -15,11 +15,22 @@
 namespace strait {
 
 // Writes the parameters and optimizer state of `stage` after `step` steps of `spec` to `path`
-// (atomically). Blocks on disk I/O.
+// (atomically). With two weight versions (2bw) the stage must have just made L_step (its
+// weights_version() is `step`: FailedPrecondition otherwise), and the file holds L_step and
+// L_{step-1}: what a run resumed at step `step` computes with. Blocks on disk I/O.
 template <class StageT>
 absl::Status SaveStageCheckpoint(const std::string& path, const JobSpec& spec, const StageT& stage,
                                  int64_t step) {
   CheckpointState s;
+  if (stage.weight_versions() == 2) {
+    if (stage.weights_version() != step) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "a 2bw checkpoint of step ", step, " needs the weights L_", step, "; the stage holds L_",
+          stage.weights_version()));
+    }
+    s.weight_versions = 2;
+    STRAIT_ASSIGN_OR_RETURN(s.previous_params, stage.PreviousParams());
+  }
   s.step = step;
   s.optimizer_kind = static_cast<uint32_t>(spec.training.optimizer.kind);
   s.fingerprint = stage.Fingerprint();
@@ -33,7 +44,8 @@ absl::Status SaveStageCheckpoint(const std::string& path, const JobSpec& spec, c
 }
 
 // Restores `stage` from `path` and returns the step it was saved at. FailedPrecondition when the
-// file comes from another model, split, optimizer or seeds.
+// file comes from another model, split, optimizer, seeds, or a schedule with another number of
+// weight versions (2bw vs 1f1b / gpipe).
 template <class StageT>
 absl::StatusOr<int64_t> LoadStageCheckpoint(const std::string& path, const JobSpec& spec,
                                             StageT& stage) {
@@ -55,7 +67,14 @@ absl::StatusOr<int64_t> LoadStageCheckpoint(const std::string& path, const JobSp
     return mismatch(absl::StrCat("seeds init ", s.init_seed, " / data ", s.data_seed,
                                  ", the job has ", spec.model.init_seed, " / ", spec.data.seed));
   }
-  STRAIT_RETURN_IF_ERROR(stage.SetParams(s.params));
+  if (static_cast<int>(s.weight_versions) != stage.weight_versions()) {
+    auto versions = [](int n) { return n == 2 ? "two weight versions" : "one weight version"; };
+    return mismatch(absl::StrCat(
+        "it was written by a ", s.weight_versions == 2 ? "2bw" : "1f1b or gpipe", " run (",
+        versions(s.weight_versions), "), and this job's schedule ", ToString(spec.training.schedule),
+        " keeps ", versions(stage.weight_versions())));
+  }
+  STRAIT_RETURN_IF_ERROR(stage.RestoreWeights(s.step, s.params, s.previous_params));
   STRAIT_RETURN_IF_ERROR(stage.SetOptimizerState(s.optimizer_state));
   return s.step;
 }

@@ -24,7 +24,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
   const LayerRange all{0, spec.model.NumLayers()};
   STRAIT_ASSIGN_OR_RETURN(t->stage_,
                           Stage::Create(spec.model, all, spec.training.optimizer,
-                                        spec.training.MicrobatchSize(), t->backend_.get()));
+                                        spec.training.MicrobatchSize(), t->backend_.get(),
+                                        WeightVersions(spec.training.schedule)));
   return t;
 }
 
@@ -61,10 +62,12 @@ absl::StatusOr<StepStats> Trainer::Step() {
   StepStats stats;
   stats.step = step_;
   int64_t correct = 0;
-  stage_->ZeroGrad();
+  const int64_t weights = StepWeights(t.schedule, step_);  // 2bw: L_{step-1}, one update stale.
+  stage_->ZeroGrad(step_);
   for (int m = 0; m < t.microbatches; ++m) {
     Gather(train_, batch.data() + int64_t{m} * mb, mb);
-    STRAIT_RETURN_IF_ERROR(stage_->Forward(step_, m, mb, inputs_.data(), nullptr));
+    STRAIT_RETURN_IF_ERROR(
+        stage_->Forward(step_, m, mb, inputs_.data(), nullptr, true, 0, weights));
     STRAIT_ASSIGN_OR_RETURN(LossResult loss,
                             stage_->Loss(m, labels_.data(), 1.0f / t.global_batch));
     STRAIT_RETURN_IF_ERROR(stage_->Backward(m, nullptr, nullptr));
@@ -75,9 +78,10 @@ absl::StatusOr<StepStats> Trainer::Step() {
   stats.accuracy = static_cast<double>(correct) / t.global_batch;
   float scale = 1.0f;
   if (t.grad_clip > 0.0) {
-    STRAIT_ASSIGN_OR_RETURN(double sum_squares, stage_->GradSumSquares());
+    STRAIT_ASSIGN_OR_RETURN(double sum_squares, stage_->GradSumSquares(0.0, step_));
     scale = GlobalNormClipScale(sum_squares, t.grad_clip);
   }
+  // 2bw: L_{step+1} = Opt(L_step, clip(g_step)); the stage keeps L_step for the next step.
   STRAIT_RETURN_IF_ERROR(stage_->OptimizerStep(step_ + 1, scale));
   ++step_;
   return stats;

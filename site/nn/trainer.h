@@ -1,7 +1,9 @@
 // Single-process training of a whole model: the reference that `strait train` runs and that every
 // federated run is compared against. Uses exactly the federation's microbatching, data order,
 // loss scaling, clipping and optimizer step (see Stage), so a federation with lossless codecs
-// reproduces its bits.
+// reproduces its bits. With schedule 2bw, step t computes with the weights L_{t-1} and updates the
+// newest L_t into L_{t+1} (site/nn/stage.h): the one-step-stale semantics of the federation's 2bw,
+// in one process and without its pipelining.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +39,7 @@ class Trainer {
   Stage& stage() { return *stage_; }
 
   // One global step: M microbatches forward + loss + backward, clipping, optimizer update.
+  // Afterwards stage().Params() are L_{step()}.
   absl::StatusOr<StepStats> Step();
 
   // Classification accuracy on the test split (dropout off). Does not change the model.

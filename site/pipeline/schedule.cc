@@ -24,10 +24,58 @@ std::vector<ScheduleOp> StageSchedule(Schedule schedule, int stages, int stage, 
 int MaxInFlight(const std::vector<ScheduleOp>& ops) {
   int held = 0, most = 0;
   for (const ScheduleOp& op : ops) {
-    held += op.kind == ScheduleOp::kForward ? 1 : -1;
+    if (op.kind == ScheduleOp::kForward) ++held;
+    if (op.kind == ScheduleOp::kBackward) --held;
     most = std::max(most, held);
   }
   return most;
+}
+
+namespace {
+
+// 2bw: see StepOps.
+std::vector<ScheduleOp> StreamStepOps(int stages, int stage, int microbatches, int64_t step,
+                                      int64_t first_step, int64_t last_step) {
+  const int64_t m = microbatches;
+  // w < M keeps the held microbatches' indices distinct (the job spec asks for M >= S).
+  const int warmup = std::max(0, std::min(stages - stage - 1, microbatches - 1));
+  std::vector<ScheduleOp> ops;
+  auto forward = [&](int64_t n) {
+    if (n / m <= last_step) ops.push_back({ScheduleOp::kForward, static_cast<int>(n % m), n / m});
+  };
+  if (step == first_step) {
+    for (int j = 0; j < warmup; ++j) forward(step * m + j);
+  }
+  // The update of step - 1's gradient makes L_step, which step + 1's forwards use; a run resumed
+  // at first_step starts from the checkpoint made right after the update of first_step - 1.
+  bool updated = step - 1 < first_step;
+  for (int j = 0; j < microbatches; ++j) {
+    const int64_t n = step * m + j + warmup;
+    if (!updated && n == (step + 1) * m) {
+      ops.push_back({ScheduleOp::kUpdate, 0, step - 1});
+      updated = true;
+    }
+    forward(n);
+    ops.push_back({ScheduleOp::kBackward, j, step});
+  }
+  ops.push_back({ScheduleOp::kClipNorm, 0, step});
+  if (!updated) ops.push_back({ScheduleOp::kUpdate, 0, step - 1});  // Last stage (w = 0).
+  if (step == last_step) ops.push_back({ScheduleOp::kUpdate, 0, step});
+  return ops;
+}
+
+}  // namespace
+
+std::vector<ScheduleOp> StepOps(Schedule schedule, int stages, int stage, int microbatches,
+                                int64_t step, int64_t first_step, int64_t last_step) {
+  if (schedule == Schedule::k2BW) {
+    return StreamStepOps(stages, stage, microbatches, step, first_step, last_step);
+  }
+  std::vector<ScheduleOp> ops = StageSchedule(schedule, stages, stage, microbatches);
+  for (ScheduleOp& op : ops) op.step = step;
+  ops.push_back({ScheduleOp::kClipNorm, 0, step});
+  ops.push_back({ScheduleOp::kUpdate, 0, step});
+  return ops;
 }
 
 }  // namespace strait::site

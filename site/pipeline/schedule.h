@@ -1,11 +1,24 @@
-// The order in which one pipeline stage runs the forward and backward passes of a step's microbatches
-// (DESIGN.md §4). Both schedules run the backward passes in microbatch order 0..M-1, so parameter
-// gradients accumulate in the same order as single-process training (bit-identical results).
+// The order in which one pipeline stage runs the forward and backward passes of the microbatches
+// (DESIGN.md §4). Every schedule runs the backward passes of a step in microbatch order 0..M-1, so
+// parameter gradients accumulate in the same order as single-process training (bit-identical
+// results).
 //   gpipe: all forwards, then all backwards; up to M microbatches of activations held.
 //   1f1b:  (S - s - 1) warm-up forwards, then one forward / one backward, then the remaining
-//          backwards; at most S - s microbatches held by stage s (PipeDream-flush).
+//          backwards; at most S - s microbatches held by stage s (PipeDream-flush). Each step ends
+//          with a flush: clipping norm, update, then the next step's warm-up.
+//   2bw:   PipeDream-2BW. One continuous 1F1B stream over the whole run: on stage s, with warm-up
+//          w = S - s - 1 and global microbatch n = t * M + m (step t, microbatch m), forwards
+//          F(0 .. w-1), then pairs F(n + w), B(n) for n = 0, 1, ... (forwards past the last step
+//          skipped). No flush: step t+1's forwards start while step t's backwards come back, so
+//          a link's latency is paid once per run, not per step. Step t computes with the weights
+//          of one update before, L_{max(t-1, 0)} (site/nn/stage.h), so the update of step t's
+//          gradient can wait until right before the stage's first forward of step t+2, by which
+//          time its clipping scale has travelled the chain. At most S - s microbatches held by
+//          stage s, across step boundaries; needs M >= S (the job spec checks it) so that they
+//          have distinct indices within their steps.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "core/job_spec.h"
@@ -13,15 +26,37 @@
 namespace strait::site {
 
 struct ScheduleOp {
-  enum Kind { kForward, kBackward } kind;
-  int microbatch;
-  bool operator==(const ScheduleOp& o) const { return kind == o.kind && microbatch == o.microbatch; }
+  enum Kind {
+    kForward,   // Forward pass of microbatch `microbatch` of `step`.
+    kBackward,  // Its backward pass.
+    kClipNorm,  // The gradient of `step` is complete: this stage's part of its clipping norm.
+    kUpdate,    // Applies the gradient of `step` (scaled by its clipping scale): L_{step+1}.
+  } kind;
+  int microbatch = 0;  // kForward, kBackward.
+  int64_t step = 0;
+  bool operator==(const ScheduleOp& o) const {
+    return kind == o.kind && microbatch == o.microbatch && step == o.step;
+  }
 };
 
-// The ops of stage `stage` (0-based) of `stages` for one step of `microbatches` microbatches.
+// The forwards and backwards of stage `stage` (0-based) of `stages` for one step of
+// `microbatches` microbatches run alone (step 0, with a flush before and after). For 2bw this is
+// the 1f1b order: its steady state runs the same pairs, only across step boundaries (StepOps).
 std::vector<ScheduleOp> StageSchedule(Schedule schedule, int stages, int stage, int microbatches);
 
-// The most microbatches whose activations the stage holds at once under that schedule.
+// The most microbatches whose activations the stage holds at once while running `ops`.
 int MaxInFlight(const std::vector<ScheduleOp>& ops);
+
+// What SiteRunner::Step(step) runs on stage `stage` of `stages`, in a run that started at
+// `first_step` (0, or the checkpoint it resumed from) and whose last step is `last_step`:
+//   1f1b, gpipe: StageSchedule's ops of `step`, then kClipNorm and kUpdate of `step`.
+//   2bw: the stream's pairs whose backward belongs to `step` (Step(first_step) first runs the
+//     warm-up forwards), kClipNorm of `step` after its last backward, kUpdate of `step` - 1
+//     right before the stage's first forward of `step` + 1 (at the end of the step on the last
+//     stage; skipped at `first_step`, whose checkpoint holds that update already), and at
+//     `last_step` the final kUpdate of `step`.
+// Concatenating the steps from first_step to last_step gives every forward and backward once.
+std::vector<ScheduleOp> StepOps(Schedule schedule, int stages, int stage, int microbatches,
+                                int64_t step, int64_t first_step, int64_t last_step);
 
 }  // namespace strait::site

@@ -55,11 +55,11 @@ SiteRunner::SiteRunner(const JobSpec& spec, int index, collective::ReplicaGroup&
       data_(std::move(data)),
       metrics_(metrics),
       total_steps_(total_steps),
+      first_step_(start_step),
       generation_(generation),
       microbatch_size_(spec.training.MicrobatchSize()),
-      ops_(StageSchedule(spec.training.schedule, static_cast<int>(spec.sites.size()), index,
-                         spec.training.microbatches)),
       step_(start_step),
+      updates_(start_step),
       expected_through_(start_step - 1) {
   if (data_.train) sampler_.emplace(spec.data.seed, data_.train->size, spec.training.global_batch);
 }
@@ -89,7 +89,17 @@ void SiteRunner::ExpectStep(int64_t step) {
     }
   }
   if (clip && links_.forward_in) {
-    links_.forward_in->Expect(Key(step, 0, index_ - 1, v1::FORWARD, v1::CLIP), {1});
+    // Scales are taken by the updates: 1f1b applies step's gradient after its forwards; 2bw the
+    // previous step's (right before the next step's first forward), and its last step both.
+    auto expect_scale = [&](int64_t of) {
+      links_.forward_in->Expect(Key(of, 0, index_ - 1, v1::FORWARD, v1::CLIP), {1});
+    };
+    if (spec_.training.schedule != Schedule::k2BW) {
+      expect_scale(step);
+    } else {
+      if (step - 1 >= first_step_) expect_scale(step - 1);
+      if (step == total_steps_ - 1) expect_scale(step);
+    }
   }
   if (clip && links_.backward_in) {
     links_.backward_in->Expect(Key(step, 0, index_, v1::BACKWARD, v1::CLIP), {2});
@@ -124,77 +134,90 @@ void SiteRunner::Gather(const Dataset& data, const int64_t* indices, int n) {
 
 absl::StatusOr<StepResult> SiteRunner::Step() {
   const TrainingSpec& t = spec_.training;
-  const int mb = microbatch_size_;
-  const bool first = stage_.is_first(), last = stage_.is_last();
   const int64_t s = step_;
+  // One step ahead: 2bw's Step(s) also runs step s + 1's first forwards.
   for (int64_t e = expected_through_ + 1; e <= std::min(s + 1, total_steps_ - 1); ++e) ExpectStep(e);
-  const std::vector<int64_t>* batch = sampler_ ? &sampler_->Batch(s) : nullptr;
 
   StepResult result;
   result.step = s;
-  double loss_sum = 0.0;
-  int64_t correct = 0;
-  stage_.ZeroGrad();
-  std::vector<float> grad_input;
-  for (const ScheduleOp& op : ops_) {
-    const int m = op.microbatch;
-    if (op.kind == ScheduleOp::kForward) {
-      if (batch != nullptr) Gather(*data_.train, batch->data() + int64_t{m} * mb, mb);
-      std::vector<float> input;
-      if (!first) {
-        STRAIT_ASSIGN_OR_RETURN(input, Receive(*links_.forward_in, Key(s, m, index_ - 1, v1::FORWARD)));
-      }
-      std::vector<float> output(last ? 0 : static_cast<size_t>(mb) * stage_.output_features());
-      {
-        ScopedTimer timer(metrics_, Timer::kCompute, Timer::kForward);
-        STRAIT_RETURN_IF_ERROR(stage_.Forward(s, m, mb, first ? inputs_.data() : input.data(),
-                                              last ? nullptr : output.data()));
-        if (last) {
-          STRAIT_ASSIGN_OR_RETURN(LossResult loss,
-                                  stage_.Loss(m, labels_.data(), 1.0f / t.global_batch));
-          loss_sum += loss.loss_sum;
-          correct += loss.correct;
-        }
-      }
-      if (!last) {
-        STRAIT_RETURN_IF_ERROR(SendTo(*links_.forward_out, Key(s, m, index_, v1::FORWARD),
-                                      std::move(output), {mb, stage_.output_features()}));
-      }
-    } else {
-      std::vector<float> grad_output;
-      if (!last) {
-        STRAIT_ASSIGN_OR_RETURN(grad_output,
-                                Receive(*links_.backward_in, Key(s, m, index_, v1::BACKWARD)));
-      }
-      grad_input.resize(first ? 0 : static_cast<size_t>(mb) * stage_.input_features());
-      {
-        ScopedTimer timer(metrics_, Timer::kCompute, Timer::kBackward);
-        // Backward passes run in microbatch order, so the last one all-reduces the workers' sums.
-        STRAIT_RETURN_IF_ERROR(stage_.Backward(m, last ? nullptr : grad_output.data(),
-                                               first ? nullptr : grad_input.data(),
-                                               /*last_of_step=*/m == t.microbatches - 1));
-      }
-      if (!first) {
-        STRAIT_RETURN_IF_ERROR(SendTo(*links_.backward_out, Key(s, m, index_ - 1, v1::BACKWARD),
-                                      std::move(grad_input), {mb, stage_.input_features()}));
-      }
+  StepTally tally;
+  stage_.ZeroGrad(s);  // 2bw: the arena of step s - 2, applied in the previous step.
+  for (const ScheduleOp& op : StepOps(t.schedule, static_cast<int>(spec_.sites.size()), index_,
+                                      t.microbatches, s, first_step_, total_steps_ - 1)) {
+    switch (op.kind) {
+      case ScheduleOp::kForward:
+        STRAIT_RETURN_IF_ERROR(RunForward(op.step, op.microbatch, tally));
+        break;
+      case ScheduleOp::kBackward:
+        STRAIT_RETURN_IF_ERROR(RunBackward(op.step, op.microbatch));
+        break;
+      case ScheduleOp::kClipNorm:
+        STRAIT_RETURN_IF_ERROR(SendNorm(op.step));
+        break;
+      case ScheduleOp::kUpdate:
+        STRAIT_RETURN_IF_ERROR(Update(op.step));
+        break;
     }
   }
-  STRAIT_ASSIGN_OR_RETURN(float scale, ClipScale(s));
-  {
-    ScopedTimer timer(metrics_, Timer::kCompute, Timer::kUpdate);
-    STRAIT_RETURN_IF_ERROR(stage_.OptimizerStep(s + 1, scale));
-  }
-  if (last) {
-    result.loss = loss_sum / t.global_batch;
-    result.accuracy = static_cast<double>(correct) / t.global_batch;
+  if (stage_.is_last()) {  // Warm-up 0: every forward of step s ran in Step(s).
+    result.loss = tally.loss_sum / t.global_batch;
+    result.accuracy = static_cast<double>(tally.correct) / t.global_batch;
   }
   ++step_;
   return result;
 }
 
-absl::StatusOr<float> SiteRunner::ClipScale(int64_t s) {
-  if (spec_.training.grad_clip <= 0.0) return 1.0f;
+absl::Status SiteRunner::RunForward(int64_t step, int m, StepTally& tally) {
+  const TrainingSpec& t = spec_.training;
+  const int mb = microbatch_size_;
+  const bool first = stage_.is_first(), last = stage_.is_last();
+  if (sampler_) Gather(*data_.train, sampler_->Batch(step).data() + int64_t{m} * mb, mb);
+  std::vector<float> input;
+  if (!first) {
+    STRAIT_ASSIGN_OR_RETURN(input,
+                            Receive(*links_.forward_in, Key(step, m, index_ - 1, v1::FORWARD)));
+  }
+  std::vector<float> output(last ? 0 : static_cast<size_t>(mb) * stage_.output_features());
+  {
+    ScopedTimer timer(metrics_, Timer::kCompute, Timer::kForward);
+    STRAIT_RETURN_IF_ERROR(stage_.Forward(step, m, mb, first ? inputs_.data() : input.data(),
+                                          last ? nullptr : output.data(), /*training=*/true,
+                                          StepWeights(t.schedule, step)));
+    if (last) {
+      STRAIT_ASSIGN_OR_RETURN(LossResult loss,
+                              stage_.Loss(m, labels_.data(), 1.0f / t.global_batch));
+      tally.loss_sum += loss.loss_sum;
+      tally.correct += loss.correct;
+    }
+  }
+  if (last) return absl::OkStatus();
+  return SendTo(*links_.forward_out, Key(step, m, index_, v1::FORWARD), std::move(output),
+                {mb, stage_.output_features()});
+}
+
+absl::Status SiteRunner::RunBackward(int64_t step, int m) {
+  const int mb = microbatch_size_;
+  const bool first = stage_.is_first(), last = stage_.is_last();
+  std::vector<float> grad_output;
+  if (!last) {
+    STRAIT_ASSIGN_OR_RETURN(grad_output,
+                            Receive(*links_.backward_in, Key(step, m, index_, v1::BACKWARD)));
+  }
+  std::vector<float> grad_input(first ? 0 : static_cast<size_t>(mb) * stage_.input_features());
+  {
+    ScopedTimer timer(metrics_, Timer::kCompute, Timer::kBackward);
+    // Backward passes run in microbatch order, so the last one all-reduces the workers' sums.
+    STRAIT_RETURN_IF_ERROR(stage_.Backward(m, last ? nullptr : grad_output.data(),
+                                           first ? nullptr : grad_input.data(),
+                                           /*last_of_step=*/m == spec_.training.microbatches - 1));
+  }
+  if (first) return absl::OkStatus();
+  return SendTo(*links_.backward_out, Key(step, m, index_ - 1, v1::BACKWARD),
+                std::move(grad_input), {mb, stage_.input_features()});
+}
+
+absl::Status SiteRunner::SendNorm(int64_t s) {
+  if (spec_.training.grad_clip <= 0.0) return absl::OkStatus();
   double downstream = 0.0;
   if (links_.backward_in) {
     STRAIT_ASSIGN_OR_RETURN(std::vector<float> sum,
@@ -204,23 +227,41 @@ absl::StatusOr<float> SiteRunner::ClipScale(int64_t s) {
   double total;
   {
     ScopedTimer timer(metrics_, Timer::kCompute, Timer::kUpdate);
-    STRAIT_ASSIGN_OR_RETURN(total, stage_.GradSumSquares(downstream));
+    STRAIT_ASSIGN_OR_RETURN(total, stage_.GradSumSquares(downstream, s));
   }
-  float scale;
   if (links_.backward_out) {
-    STRAIT_RETURN_IF_ERROR(SendTo(*links_.backward_out, Key(s, 0, index_ - 1, v1::BACKWARD, v1::CLIP),
-                                  DoubleAsFloats(total), {2}));
-    STRAIT_ASSIGN_OR_RETURN(std::vector<float> relayed,
-                            Receive(*links_.forward_in, Key(s, 0, index_ - 1, v1::FORWARD, v1::CLIP)));
-    scale = relayed[0];
-  } else {
-    scale = GlobalNormClipScale(total, spec_.training.grad_clip);
+    return SendTo(*links_.backward_out, Key(s, 0, index_ - 1, v1::BACKWARD, v1::CLIP),
+                  DoubleAsFloats(total), {2});
   }
-  if (links_.forward_out) {
-    STRAIT_RETURN_IF_ERROR(
-        SendTo(*links_.forward_out, Key(s, 0, index_, v1::FORWARD, v1::CLIP), {scale}, {1}));
+  scales_[s] = GlobalNormClipScale(total, spec_.training.grad_clip);
+  return absl::OkStatus();
+}
+
+absl::Status SiteRunner::Update(int64_t s) {
+  float scale = 1.0f;
+  if (spec_.training.grad_clip > 0.0) {
+    if (links_.forward_in) {
+      STRAIT_ASSIGN_OR_RETURN(
+          std::vector<float> relayed,
+          Receive(*links_.forward_in, Key(s, 0, index_ - 1, v1::FORWARD, v1::CLIP)));
+      scale = relayed[0];
+    } else {
+      auto it = scales_.find(s);
+      if (it == scales_.end()) {
+        return absl::InternalError(absl::StrCat("update of step ", s, " before its clipping norm"));
+      }
+      scale = it->second;
+      scales_.erase(it);
+    }
+    if (links_.forward_out) {
+      STRAIT_RETURN_IF_ERROR(
+          SendTo(*links_.forward_out, Key(s, 0, index_, v1::FORWARD, v1::CLIP), {scale}, {1}));
+    }
   }
-  return scale;
+  ScopedTimer timer(metrics_, Timer::kCompute, Timer::kUpdate);
+  STRAIT_RETURN_IF_ERROR(stage_.OptimizerStep(s + 1, scale));
+  updates_ = s + 1;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<double>> SiteRunner::Evaluate() {

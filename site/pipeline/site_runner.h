@@ -4,13 +4,22 @@
 // the global gradient norm across stages, and steps the optimizer: the same arithmetic, in the same
 // order, as `strait train` on the whole model, so lossless links give the same bits.
 //
-// Global-norm clipping rides on the links: after the last backward pass, stage i receives the sum of
-// squares of stages i+1..S-1, adds its own (GradSumSquares chains last to first) and sends the
-// total back; stage 0 turns it into the clip scale, which travels forward stage by stage. Both are
-// CLIP-purpose frames, sealed like the tensors and never lossy.
+// Global-norm clipping rides on the links: after a step's last backward pass, stage i receives the
+// sum of squares of stages i+1..S-1, adds its own (GradSumSquares chains last to first) and sends
+// the total back; stage 0 turns it into the clip scale, which travels forward stage by stage, each
+// stage taking and relaying it right before its update. Both are CLIP-purpose frames, sealed like
+// the tensors and never lossy.
+//
+// The schedule's ops come from StepOps (site/pipeline/schedule.h). With 1f1b and gpipe a step ends
+// with a flush: clipping norm, scale, update. With 2bw the stream runs across steps: Step(t) runs
+// the pairs whose backward belongs to step t (and forwards of step t+1), sends the norm of g_t when
+// its last backward is done, and applies g_{t-1} (making L_t) right before its first forward of
+// step t+1; the scale of g_{t-1} travels ahead of that forward's activations on the same link.
+// The last step also applies its own gradient, so a run ends with the weights L_T.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -61,13 +70,21 @@ class SiteRunner {
              uint32_t generation = 0);
 
   int64_t step() const { return step_; }  // Steps completed.
+  // Optimizer updates applied: the stage holds the weights L_updates(). step() with 1f1b and
+  // gpipe; with 2bw one less (the update of the last completed step's gradient is still to come),
+  // except after the last step. A checkpoint of step updates() taken between steps resumes
+  // bit-identically: with 2bw the stage then holds L_{k-1} and L_k, exactly what a run resumed at
+  // step k needs, and no gradient that the checkpoint lacks is pending.
+  int64_t updates() const { return updates_; }
 
-  // One global step: the schedule's forwards and backwards, clipping, optimizer update. Blocks on
-  // the neighbours. An error (a refused frame, the gateway gone) leaves the runner unusable.
+  // One global step: the schedule's forwards and backwards, clipping, optimizer update(s) (StepOps).
+  // Blocks on the neighbours. An error (a refused frame, the gateway gone) leaves the runner
+  // unusable.
   absl::StatusOr<StepResult> Step();
 
   // Accuracy on the test split, evaluated through the whole pipeline (dropout off); returned on the
-  // last stage, nullopt elsewhere. Does not change the model.
+  // last stage, nullopt elsewhere. Does not change the model. Call between steps with nothing in
+  // flight: before the first step or after the last one (2bw holds microbatches across steps).
   absl::StatusOr<std::optional<double>> Evaluate();
 
   // Blocks until the gateway holds everything this stage sent.
@@ -80,8 +97,20 @@ class SiteRunner {
  private:
   v1::TensorKey Key(int64_t step, int microbatch, int boundary, v1::Direction direction,
                     v1::Purpose purpose = v1::TRAIN) const;
+  // The tallies of a step on the last stage.
+  struct StepTally {
+    double loss_sum = 0.0;
+    int64_t correct = 0;
+  };
+  // Announces the frames of `step` to the receivers, in the order the ops take them.
   void ExpectStep(int64_t step);
-  absl::StatusOr<float> ClipScale(int64_t step);
+  absl::Status RunForward(int64_t step, int microbatch, StepTally& tally);
+  absl::Status RunBackward(int64_t step, int microbatch);
+  // kClipNorm: this stage's part of the clipping norm of `step`'s gradient goes upstream; on the
+  // first stage it becomes the scale.
+  absl::Status SendNorm(int64_t step);
+  // kUpdate: takes (and relays downstream) the clipping scale of `step`'s gradient and applies it.
+  absl::Status Update(int64_t step);
   absl::StatusOr<std::vector<float>> Receive(FrameReceiver& from, const v1::TensorKey& key);
   absl::Status SendTo(FrameSender& to, const v1::TensorKey& key, std::vector<float> values,
                       std::vector<int64_t> shape);
@@ -95,11 +124,13 @@ class SiteRunner {
   StageData data_;
   SiteMetrics& metrics_;
   const int64_t total_steps_;
+  const int64_t first_step_;
   const uint32_t generation_;
   const int microbatch_size_;
-  const std::vector<ScheduleOp> ops_;
   std::optional<Sampler> sampler_;
   int64_t step_;
+  int64_t updates_;
+  std::map<int64_t, float> scales_;  // First stage: clipping scales computed, not yet applied.
   int64_t expected_through_;  // Last step whose frames were announced to the receivers.
   std::vector<float> inputs_;
   std::vector<int32_t> labels_;

@@ -1,9 +1,16 @@
 // Pipeline schedules: every microbatch forward once and backward once, backward in microbatch order
 // (the fidelity invariant), the activation bound of each schedule, and no deadlock when all stages
-// run their schedules against each other's dependencies.
+// run their schedules against each other's dependencies; for 2bw the same across step boundaries,
+// plus the weight versions each pass uses and the updates' dependencies on the clipping chain.
 #include "site/pipeline/schedule.h"
 
 #include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "site/nn/stage.h"
 
 namespace strait::site {
 namespace {
@@ -79,6 +86,174 @@ TEST(ScheduleTest, InvariantsForManyShapes) {
         EXPECT_TRUE(RunsToCompletion(schedule, stages, microbatches));
       }
     }
+  }
+}
+
+// The ops of steps first_step .. last_step concatenated (what a runner resumed at first_step runs).
+std::vector<Op> RunOps(Schedule schedule, int stages, int stage, int microbatches,
+                       int64_t first_step, int64_t last_step) {
+  std::vector<Op> ops;
+  for (int64_t t = first_step; t <= last_step; ++t) {
+    const std::vector<Op> step =
+        StepOps(schedule, stages, stage, microbatches, t, first_step, last_step);
+    ops.insert(ops.end(), step.begin(), step.end());
+  }
+  return ops;
+}
+
+TEST(ScheduleTest, TwoBwStreamOfAThreeStagePipeline) {
+  // Stage 0 of 3, M = 3: warm-up F(0,0) F(0,1); the update of step 0's gradient (L_1) comes
+  // right before F(2, 0), the first forward that uses L_1.
+  EXPECT_EQ(StepOps(Schedule::k2BW, 3, 0, 3, 1, 0, 2),
+            (std::vector<Op>{{Op::kForward, 2, 1},
+                             {Op::kBackward, 0, 1},
+                             {Op::kUpdate, 0, 0},
+                             {Op::kForward, 0, 2},
+                             {Op::kBackward, 1, 1},
+                             {Op::kForward, 1, 2},
+                             {Op::kBackward, 2, 1},
+                             {Op::kClipNorm, 0, 1}}));
+  EXPECT_EQ(StepOps(Schedule::k2BW, 3, 0, 3, 0, 0, 2),
+            (std::vector<Op>{{Op::kForward, 0, 0},
+                             {Op::kForward, 1, 0},
+                             {Op::kForward, 2, 0},
+                             {Op::kBackward, 0, 0},
+                             {Op::kForward, 0, 1},
+                             {Op::kBackward, 1, 0},
+                             {Op::kForward, 1, 1},
+                             {Op::kBackward, 2, 0},
+                             {Op::kClipNorm, 0, 0}}));
+  // The last stage applies step t-1's gradient at the end of step t; the last step also its own.
+  EXPECT_EQ(StepOps(Schedule::k2BW, 3, 2, 2, 1, 0, 1),
+            (std::vector<Op>{{Op::kForward, 0, 1},
+                             {Op::kBackward, 0, 1},
+                             {Op::kForward, 1, 1},
+                             {Op::kBackward, 1, 1},
+                             {Op::kClipNorm, 0, 1},
+                             {Op::kUpdate, 0, 0},
+                             {Op::kUpdate, 0, 1}}));
+  // 1f1b: the step's schedule, then its norm and update.
+  std::vector<Op> one = StageSchedule(Schedule::k1F1B, 3, 1, 4);
+  for (Op& op : one) op.step = 5;
+  one.push_back({Op::kClipNorm, 0, 5});
+  one.push_back({Op::kUpdate, 0, 5});
+  EXPECT_EQ(StepOps(Schedule::k1F1B, 3, 1, 4, 5, 0, 9), one);
+}
+
+// Every stage's whole run (steps first_step .. last_step) against each other's dependencies:
+// F(s, t, m) needs F(s-1, t, m); B(s, t, m) needs B(s+1, t, m); the clipping norm of step t on
+// stage s needs stage s+1's (the sum of squares travels up), and the update of t on stage s > 0
+// needs stage s-1's (the scale travels down; stage 0 makes it from its own norm). Returns true
+// when every op completes.
+bool StreamRunsToCompletion(Schedule schedule, int stages, int microbatches, int64_t first_step,
+                            int64_t last_step) {
+  using Key = std::tuple<int, int64_t, int>;  // (kind, step, microbatch)
+  std::vector<std::vector<Op>> ops(stages);
+  std::vector<size_t> next(stages, 0);
+  std::vector<std::set<Key>> done(stages);
+  for (int s = 0; s < stages; ++s) {
+    ops[s] = RunOps(schedule, stages, s, microbatches, first_step, last_step);
+  }
+  auto has = [&](int s, Op::Kind kind, int64_t step, int m) {
+    return done[s].count({kind, step, m}) > 0;
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < stages; ++s) {
+      if (next[s] == ops[s].size()) continue;
+      const Op op = ops[s][next[s]];
+      bool ready = true;
+      switch (op.kind) {
+        case Op::kForward:
+          ready = s == 0 || has(s - 1, Op::kForward, op.step, op.microbatch);
+          break;
+        case Op::kBackward:
+          ready = s + 1 == stages || has(s + 1, Op::kBackward, op.step, op.microbatch);
+          break;
+        case Op::kClipNorm:
+          ready = s + 1 == stages || has(s + 1, Op::kClipNorm, op.step, 0);
+          break;
+        case Op::kUpdate:
+          ready = s == 0 ? has(0, Op::kClipNorm, op.step, 0) : has(s - 1, Op::kUpdate, op.step, 0);
+          break;
+      }
+      if (!ready) continue;
+      done[s].insert({op.kind, op.step, op.microbatch});
+      ++next[s];
+      progress = true;
+    }
+  }
+  for (int s = 0; s < stages; ++s) {
+    if (next[s] != ops[s].size()) return false;
+  }
+  return true;
+}
+
+TEST(ScheduleTest, TwoBwStreamInvariantsForManyShapes) {
+  for (int stages = 1; stages <= 5; ++stages) {
+    for (int microbatches = stages; microbatches <= 7; ++microbatches) {
+      for (int64_t first_step : {0, 3}) {
+        const int64_t last_step = first_step + 4;
+        SCOPED_TRACE(testing::Message() << "S=" << stages << " M=" << microbatches
+                                        << " from step " << first_step);
+        for (int s = 0; s < stages; ++s) {
+          const std::vector<Op> ops =
+              RunOps(Schedule::k2BW, stages, s, microbatches, first_step, last_step);
+          // Forwards and backwards each in global microbatch order, every one exactly once.
+          int64_t next_forward = first_step * microbatches, next_backward = next_forward;
+          // The weight versions a Stage would hold (site/nn/stage.h): the newest L_k and L_{k-1}.
+          int64_t newest = first_step, updates_seen = 0;
+          std::map<int64_t, int64_t> held;  // global microbatch -> weights of its forward
+          std::set<int64_t> norms;
+          int most_held = 0;
+          for (const Op& op : ops) {
+            const int64_t n = op.step * microbatches + op.microbatch;
+            switch (op.kind) {
+              case Op::kForward:
+                ASSERT_EQ(n, next_forward++);
+                // The weights of its step are held: the newest, or the previous one (only
+                // right after a resume, for the resumed step itself).
+                ASSERT_TRUE(StepWeights(Schedule::k2BW, op.step) == newest ||
+                            (op.step == first_step && first_step > 0 &&
+                             StepWeights(Schedule::k2BW, op.step) == newest - 1))
+                    << "forward of step " << op.step << " with newest L_" << newest;
+                held[n] = StepWeights(Schedule::k2BW, op.step);
+                most_held = std::max(most_held, static_cast<int>(held.size()));
+                break;
+              case Op::kBackward:
+                ASSERT_EQ(n, next_backward++);
+                ASSERT_EQ(held.count(n), 1u) << "backward before forward";
+                ASSERT_GE(held[n], std::max<int64_t>(newest - 1, 0)) << "its weights were dropped";
+                held.erase(n);
+                break;
+              case Op::kClipNorm:
+                // After the step's last backward.
+                ASSERT_EQ(next_backward, (op.step + 1) * microbatches);
+                norms.insert(op.step);
+                break;
+              case Op::kUpdate:
+                ASSERT_EQ(op.step, newest) << "updates in order, each once";
+                ASSERT_EQ(norms.count(op.step), 1u) << "update before its norm";
+                // No microbatch still computes with L_{newest-1}, which the update drops.
+                for (const auto& [m, weights] : held) ASSERT_EQ(weights, newest) << m;
+                ++newest;
+                ++updates_seen;
+                break;
+            }
+          }
+          EXPECT_EQ(next_forward, (last_step + 1) * microbatches);
+          EXPECT_EQ(next_backward, next_forward);
+          EXPECT_EQ(newest, last_step + 1);  // The run ends with L_T.
+          EXPECT_EQ(updates_seen, last_step + 1 - first_step);
+          EXPECT_LE(most_held, stages - s);
+        }
+        EXPECT_TRUE(StreamRunsToCompletion(Schedule::k2BW, stages, microbatches, first_step,
+                                           last_step));
+      }
+    }
+  }
+  for (Schedule schedule : {Schedule::k1F1B, Schedule::kGPipe}) {
+    EXPECT_TRUE(StreamRunsToCompletion(schedule, 4, 5, 0, 3));
   }
 }
 
