@@ -1,5 +1,6 @@
 // The site pipeline in one process: three SiteRunners (one thread each, their own CPU backends)
-// exchanging sealed frames through an in-process gateway reproduce Trainer's bits, and a frame
+// exchanging sealed frames through an in-process gateway reproduce Trainer's bits (1f1b, gpipe and
+// 2bw, whose stream runs across steps; also a 2bw run resumed from checkpoints), and a frame
 // altered on the way is refused, counted, and stops the consumer.
 #include "site/pipeline/site_runner.h"
 
@@ -13,6 +14,7 @@
 #include "core/job_spec.h"
 #include "site/backend/cpu/cpu_backend.h"
 #include "site/collective/replica_group.h"
+#include "site/nn/stage_checkpoint.h"
 #include "site/nn/trainer.h"
 #include "tests/unit/site/fake_gateway.h"
 
@@ -59,10 +61,12 @@ struct SiteUnderTest {
 };
 
 // Builds the three sites over `gateway` (site i with workers[i] CPU workers); the link of boundary b
-// seals direction d with key 2b+d.
-std::vector<std::unique_ptr<SiteUnderTest>> Federation(const JobSpec& spec, FakeGateway& gateway,
-                                                       FakeGateway::Link& link,
-                                                       std::vector<int> workers = {1, 1, 1}) {
+// seals direction d with key 2b+d. With `checkpoints`, site i resumes from checkpoints[i] (all of
+// step start_step) in rollback generation 1.
+std::vector<std::unique_ptr<SiteUnderTest>> Federation(
+    const JobSpec& spec, FakeGateway& gateway, FakeGateway::Link& link,
+    std::vector<int> workers = {1, 1, 1}, int64_t start_step = 0,
+    const std::vector<std::string>& checkpoints = {}) {
   std::vector<std::unique_ptr<SiteUnderTest>> sites;
   const int stages = static_cast<int>(spec.sites.size());
   for (int i = 0; i < stages; ++i) {
@@ -70,7 +74,13 @@ std::vector<std::unique_ptr<SiteUnderTest>> Federation(const JobSpec& spec, Fake
     site->stage = *collective::ReplicaGroup::Create(spec.model, spec.sites[i].layers,
                                                     spec.training.optimizer,
                                                     spec.training.MicrobatchSize(),
-                                                    DeviceKind::kCpu, workers[i], 1);
+                                                    DeviceKind::kCpu, workers[i], 1,
+                                                    WeightVersions(spec.training.schedule));
+    if (!checkpoints.empty()) {
+      absl::StatusOr<int64_t> loaded = LoadStageCheckpoint(checkpoints[i], spec, *site->stage);
+      EXPECT_TRUE(loaded.ok()) << loaded.status();
+      EXPECT_EQ(*loaded, start_step);
+    }
     StageLinks links;
     const uint64_t max_raw = 1 << 20;
     if (i > 0) {
@@ -97,22 +107,24 @@ std::vector<std::unique_ptr<SiteUnderTest>> Federation(const JobSpec& spec, Fake
       data.test = std::make_shared<Dataset>(*LoadDataset(spec.data, spec.model, Split::kTest));
     }
     data.test_size = *DatasetSize(spec.data, Split::kTest);
-    site->runner = std::make_unique<SiteRunner>(spec, i, *site->stage, std::move(links),
-                                                std::move(data), site->metrics,
-                                                spec.training.steps);
+    site->runner = std::make_unique<SiteRunner>(
+        spec, i, *site->stage, std::move(links), std::move(data), site->metrics,
+        spec.training.steps, start_step, /*generation=*/checkpoints.empty() ? 0 : 1);
     sites.push_back(std::move(site));
   }
   return sites;
 }
 
-// Trains every site to the end on its own thread, then evaluates and flushes.
-void RunAll(std::vector<std::unique_ptr<SiteUnderTest>>& sites, int64_t steps) {
+// Trains every site up to `steps` steps on its own thread, then (at the end of the run) evaluates
+// and flushes.
+void RunAll(std::vector<std::unique_ptr<SiteUnderTest>>& sites, int64_t steps,
+            bool end_of_run = true) {
   std::vector<std::thread> threads;
   for (auto& site : sites) {
-    threads.emplace_back([&site, steps] {
+    threads.emplace_back([&site, steps, end_of_run] {
       SiteUnderTest& s = *site;
       while (s.status.ok() && s.runner->step() < steps) s.status = s.runner->Step().status();
-      if (!s.status.ok()) return;
+      if (!s.status.ok() || !end_of_run) return;
       absl::StatusOr<std::optional<double>> accuracy = s.runner->Evaluate();
       s.status = accuracy.ok() ? s.runner->Flush() : accuracy.status();
       if (accuracy.ok()) s.accuracy = *accuracy;
@@ -150,14 +162,28 @@ TEST_P(SiteRunnerTest, ThreeSitesReproduceOneProcessBitForBit) {
   EXPECT_EQ(middle.rejected_frames, 0u);
 }
 
-TEST(SiteRunnerWorkersTest, MixedWorkerCountsMatchOneWorkerUpToFloatOrder) {
-  const JobSpec spec = Spec("1f1b", "none");
+// The parameters of every site, concatenated.
+std::vector<float> AllParams(std::vector<std::unique_ptr<SiteUnderTest>>& sites) {
+  std::vector<float> all;
+  for (auto& site : sites) {
+    EXPECT_TRUE(site->status.ok()) << site->status;
+    const std::vector<float> params = *site->stage->Params();
+    all.insert(all.end(), params.begin(), params.end());
+  }
+  return all;
+}
+
+class SiteRunnerWorkersTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SiteRunnerWorkersTest, MixedWorkerCountsMatchOneWorkerUpToFloatOrder) {
+  const JobSpec spec = Spec(GetParam(), "none");
   FakeGateway gateway;
   FakeGateway::Link link(gateway);
   auto one = Federation(spec, gateway, link);
   RunAll(one, spec.training.steps);
   auto mixed = Federation(spec, gateway, link, {1, 2, 1});
   RunAll(mixed, spec.training.steps);
+  EXPECT_NE(AllParams(one), AllParams(mixed));  // The float order did change.
   for (size_t i = 0; i < one.size(); ++i) {
     ASSERT_TRUE(one[i]->status.ok() && mixed[i]->status.ok()) << mixed[i]->status;
     const std::vector<float> a = *one[i]->stage->Params(), b = *mixed[i]->stage->Params();
@@ -172,7 +198,46 @@ TEST(SiteRunnerWorkersTest, MixedWorkerCountsMatchOneWorkerUpToFloatOrder) {
 
 INSTANTIATE_TEST_SUITE_P(SchedulesAndChains, SiteRunnerTest,
                          ::testing::Values(std::make_tuple("1f1b", "none"),
-                                           std::make_tuple("gpipe", "shuffle+zstd")));
+                                           std::make_tuple("gpipe", "shuffle+zstd"),
+                                           std::make_tuple("2bw", "none"),
+                                           std::make_tuple("2bw", "shuffle+zstd")));
+INSTANTIATE_TEST_SUITE_P(Schedules, SiteRunnerWorkersTest, ::testing::Values("1f1b", "2bw"));
+
+// A 2bw federation stopped between steps and resumed from the checkpoints its sites take then (the
+// state right after the update that made L_k: SiteRunner::updates()) trains the same bits as an
+// uninterrupted run. The stopped run's frames of the next step are left behind, as in a rollback.
+TEST(SiteRunnerTwoBwTest, ResumedFromCheckpointsEqualsUninterrupted) {
+  const JobSpec spec = Spec("2bw", "none");
+  const std::string dir = ::testing::TempDir();
+  std::vector<std::string> paths;
+  int64_t at = -1;
+  {
+    FakeGateway gateway;
+    FakeGateway::Link link(gateway);
+    auto sites = Federation(spec, gateway, link);
+    RunAll(sites, 4, /*end_of_run=*/false);
+    for (size_t i = 0; i < sites.size(); ++i) {
+      ASSERT_TRUE(sites[i]->status.ok()) << sites[i]->status;
+      ASSERT_EQ(sites[i]->runner->step(), 4);
+      at = sites[i]->runner->updates();
+      ASSERT_EQ(at, 3);  // Step 3's gradient is still to be applied.
+      paths.push_back(dir + "/runner-2bw-" + std::to_string(i) + ".ckpt");
+      ASSERT_TRUE(SaveStageCheckpoint(paths.back(), spec, *sites[i]->stage, at).ok());
+    }
+  }
+  FakeGateway gateway;
+  FakeGateway::Link link(gateway);
+  auto resumed = Federation(spec, gateway, link, {1, 1, 1}, at, paths);
+  RunAll(resumed, spec.training.steps);
+  auto trainer = *Trainer::Create(spec, CreateCpuBackend(1));
+  for (int64_t s = 0; s < spec.training.steps; ++s) ASSERT_TRUE(trainer->Step().ok());
+  const std::vector<float> reference = *trainer->stage().Params();
+  const std::vector<float> params = AllParams(resumed);
+  ASSERT_EQ(params.size(), reference.size());
+  EXPECT_EQ(0, std::memcmp(params.data(), reference.data(), 4 * params.size()));
+  EXPECT_EQ(*resumed.back()->accuracy, *trainer->TestAccuracy());
+  EXPECT_EQ(gateway.stored(), 0u);
+}
 
 TEST(SiteRunnerSecurityTest, AnAlteredFrameIsRefusedAndStopsTheConsumer) {
   const JobSpec spec = Spec("1f1b", "none");

@@ -1,4 +1,5 @@
-// Stage: split invariance (bit-identical to the unsplit model), determinism, API contract.
+// Stage: split invariance (bit-identical to the unsplit model), determinism, API contract, and the
+// two weight versions of 2bw against a hand-written loop of its semantics.
 #include "site/nn/stage.h"
 
 #include <gmock/gmock.h>
@@ -9,6 +10,7 @@
 
 #include "site/backend/counter_rng.h"
 #include "site/backend/cpu/cpu_backend.h"
+#include "site/nn/optimizer.h"
 
 namespace strait {
 namespace {
@@ -171,6 +173,141 @@ TEST(StageTest, ContractErrors) {
   labels[1] = 9;
   EXPECT_EQ(stages[1]->Loss(0, labels, 1.0f).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(Stage::Create(Mlp(), {3, 7}, OptimizerSpec{}, 4, backend.get()).ok());
+}
+
+// Inputs and labels of microbatch m of step `step` (the same for every caller).
+std::vector<float> Inputs(int64_t step, int m, int n, int64_t features) {
+  std::vector<float> x(n * features);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 2 * CounterUniform(CombineKey(step, m), i) - 1;
+  return x;
+}
+std::vector<int32_t> Labels(int64_t step, int m, int n) {
+  std::vector<int32_t> labels(n);
+  for (int i = 0; i < n; ++i) labels[i] = (i + 3 * m + static_cast<int>(step)) % 4;
+  return labels;
+}
+
+// Forward + loss + backward of every microbatch of `step` with weights `weights`, then the clip
+// scale of its gradient (max norm 0.5). Returns the loss sum.
+double Accumulate(Stage& stage, int64_t step, int microbatches, int n, int64_t weights,
+                  float* scale) {
+  double loss = 0;
+  stage.ZeroGrad(step);
+  for (int m = 0; m < microbatches; ++m) {
+    std::vector<float> x = Inputs(step, m, n, stage.input_features());
+    EXPECT_TRUE(stage.Forward(step, m, n, x.data(), nullptr, true, 0, weights).ok());
+    std::vector<int32_t> labels = Labels(step, m, n);
+    auto result = stage.Loss(m, labels.data(), 1.0f / (microbatches * n));
+    EXPECT_TRUE(result.ok()) << result.status();
+    loss += result->loss_sum;
+    EXPECT_TRUE(stage.Backward(m, nullptr, nullptr).ok());
+  }
+  *scale = GlobalNormClipScale(*stage.GradSumSquares(0.0, step), 0.5);
+  return loss;
+}
+
+// 2bw with one process: step t computes g_t at L_{t-1} (L_0 for t = 0, 1) and L_{t+1} =
+// Opt(L_t, clip(g_t)). The reference is a one-version stage whose weights are swapped by hand:
+// SetParams(L_{t-1}) to compute g_t, SetParams(L_t) to apply it.
+TEST(StageTest, TwoWeightVersionsFollowTheTwoBwSemantics) {
+  auto backend = CreateCpuBackend(2);
+  OptimizerSpec o;
+  o.kind = OptimizerKind::kAdamW;
+  o.lr = 0.01;
+  o.weight_decay = 0.01;
+  const ModelSpec model = Mlp();
+  auto two = *Stage::Create(model, {0, 5}, o, 6, backend.get(), 2);
+  auto manual = *Stage::Create(model, {0, 5}, o, 6, backend.get(), 1);
+  EXPECT_EQ(two->weight_versions(), 2);
+  std::vector<float> previous = *manual->Params(), newest = previous;  // L_{t-1}, L_t
+  for (int64_t t = 0; t < 5; ++t) {
+    SCOPED_TRACE(testing::Message() << "step " << t);
+    float scale_two = 0, scale_manual = 0;
+    const double loss_two =
+        Accumulate(*two, t, 3, 6, StepWeights(Schedule::k2BW, t), &scale_two);
+    ASSERT_TRUE(manual->SetParams(t == 0 ? newest : previous).ok());
+    const double loss_manual = Accumulate(*manual, t, 3, 6, kNewestWeights, &scale_manual);
+    ASSERT_EQ(loss_two, loss_manual);
+    ASSERT_EQ(scale_two, scale_manual);
+    ASSERT_EQ(*two->Grads(t), *manual->Grads());
+    ASSERT_TRUE(two->OptimizerStep(t + 1, scale_two).ok());
+    ASSERT_TRUE(manual->SetParams(newest).ok());
+    ASSERT_TRUE(manual->OptimizerStep(t + 1, scale_manual).ok());
+    previous = newest;
+    newest = *manual->Params();
+    EXPECT_EQ(two->weights_version(), t + 1);
+    ASSERT_EQ(*two->Params(), newest);
+    ASSERT_EQ(*two->PreviousParams(), previous);
+    ASSERT_EQ(*two->OptimizerState(), *manual->OptimizerState());
+  }
+  // One update stale: not the same training as 1f1b after the first update.
+  auto flushed = *Stage::Create(model, {0, 5}, o, 6, backend.get(), 1);
+  auto two_again = *Stage::Create(model, {0, 5}, o, 6, backend.get(), 2);
+  for (int64_t t = 0; t < 2; ++t) {
+    float scale = 0;
+    Accumulate(*flushed, t, 3, 6, t, &scale);
+    ASSERT_TRUE(flushed->OptimizerStep(t + 1, scale).ok());
+    Accumulate(*two_again, t, 3, 6, StepWeights(Schedule::k2BW, t), &scale);
+    ASSERT_TRUE(two_again->OptimizerStep(t + 1, scale).ok());
+    if (t == 0) EXPECT_EQ(*two_again->Params(), *flushed->Params());  // L_1: both from L_0
+  }
+  EXPECT_NE(*two_again->Params(), *flushed->Params());
+}
+
+// A microbatch keeps the weights of its Forward when an update comes in between (2bw: step t+1's
+// first forwards run before the update of g_{t-1}), and its gradient goes to its step's arena.
+TEST(StageTest, BackwardUsesTheWeightsOfItsForwardAcrossAnUpdate) {
+  auto backend = CreateCpuBackend(1);
+  OptimizerSpec o;
+  o.lr = 0.05;
+  auto a = *Stage::Create(Mlp(), {0, 5}, o, 6, backend.get(), 2);
+  auto b = *Stage::Create(Mlp(), {0, 5}, o, 6, backend.get(), 2);
+  float scale = 0;
+  Accumulate(*a, 0, 2, 4, 0, &scale);
+  Accumulate(*b, 0, 2, 4, 0, &scale);
+  // a: step 1's microbatch 0 forward, then the update of g_0 (L_1), then its loss and backward.
+  std::vector<float> x = Inputs(1, 0, 4, a->input_features());
+  std::vector<int32_t> labels = Labels(1, 0, 4);
+  a->ZeroGrad(1);
+  ASSERT_TRUE(a->Forward(1, 0, 4, x.data(), nullptr, true, 0, 0).ok());
+  ASSERT_TRUE(a->OptimizerStep(1, 1.0f).ok());
+  ASSERT_TRUE(a->Loss(0, labels.data(), 0.125f).ok());
+  ASSERT_TRUE(a->Backward(0, nullptr, nullptr).ok());
+  // b: the update first, then the microbatch with the previous version L_0.
+  ASSERT_TRUE(b->OptimizerStep(1, 1.0f).ok());
+  b->ZeroGrad(1);
+  ASSERT_TRUE(b->Forward(1, 0, 4, x.data(), nullptr, true, 0, 0).ok());
+  ASSERT_TRUE(b->Loss(0, labels.data(), 0.125f).ok());
+  ASSERT_TRUE(b->Backward(0, nullptr, nullptr).ok());
+  EXPECT_EQ(*a->Grads(1), *b->Grads(1));
+  EXPECT_EQ(*a->Params(), *b->Params());
+  EXPECT_NE(*a->Grads(1), *a->Grads(0));  // Step 0's gradient stayed in its own arena.
+}
+
+TEST(StageTest, WeightVersionContractErrors) {
+  auto backend = CreateCpuBackend(1);
+  std::vector<float> x(6 * 20);
+  EXPECT_EQ(Stage::Create(Mlp(), {0, 2}, OptimizerSpec{}, 6, backend.get(), 3).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto one = *Stage::Create(Mlp(), {0, 2}, OptimizerSpec{}, 6, backend.get());
+  EXPECT_EQ(one->Forward(0, 0, 2, x.data(), nullptr, true, 0, 1).code(),
+            absl::StatusCode::kFailedPrecondition);  // L_1 does not exist yet
+  EXPECT_EQ(one->PreviousParams().status().code(), absl::StatusCode::kFailedPrecondition);
+  auto two = *Stage::Create(Mlp(), {0, 2}, OptimizerSpec{}, 6, backend.get(), 2);
+  ASSERT_TRUE(two->OptimizerStep(1, 1.0f).ok());
+  ASSERT_TRUE(two->OptimizerStep(2, 1.0f).ok());
+  EXPECT_EQ(two->Forward(0, 0, 2, x.data(), nullptr, true, 0, 0).code(),
+            absl::StatusCode::kFailedPrecondition);  // L_0 was dropped by the update to L_2
+  ASSERT_TRUE(two->Forward(2, 0, 2, x.data(), nullptr, true, 0, 1).ok());
+  const std::vector<float> before = *two->Params();
+  EXPECT_EQ(two->OptimizerStep(3, 1.0f).code(),
+            absl::StatusCode::kFailedPrecondition);  // microbatch 0 still computes with L_1
+  EXPECT_EQ(*two->Params(), before);
+  EXPECT_EQ(two->weights_version(), 2);
+  const std::vector<float> params(two->param_count(), 0.5f);
+  EXPECT_EQ(two->RestoreWeights(4, params, {}).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(two->RestoreWeights(4, params, params).ok());
+  EXPECT_EQ(two->weights_version(), 4);
 }
 
 }  // namespace

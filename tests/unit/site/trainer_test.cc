@@ -1,4 +1,5 @@
-// Trainer: it learns, it is deterministic, and save-load-continue equals an uninterrupted run.
+// Trainer: it learns, it is deterministic, and save-load-continue equals an uninterrupted run; the
+// same for schedule 2bw, whose checkpoints hold both weight versions and load into 2bw jobs only.
 #include "site/nn/trainer.h"
 
 #include <gmock/gmock.h>
@@ -157,6 +158,105 @@ TEST_F(TrainerTest, BadCheckpointsAreClearErrors) {
   other.data.seed = 99;
   EXPECT_EQ(MakeTrainer(other)->LoadCheckpoint(Path("ck")).code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(TrainerTest, TwoBwLearnsAndIsOneUpdateStale) {
+  JobSpec spec = SyntheticJob(ModelFamily::kMlp);
+  spec.training.schedule = Schedule::k2BW;
+  auto t = MakeTrainer(spec);
+  JobSpec flushed_spec = SyntheticJob(ModelFamily::kMlp);
+  auto flushed = MakeTrainer(flushed_spec);
+  double first = 0, last = 0;
+  for (int i = 0; i < 40; ++i) {
+    auto s = t->Step();
+    ASSERT_TRUE(s.ok()) << s.status();
+    auto f = flushed->Step();
+    ASSERT_TRUE(f.ok()) << f.status();
+    if (i == 0) EXPECT_EQ(s->loss, f->loss);  // Both compute with L_0 ...
+    if (i == 0) EXPECT_EQ(*t->stage().Params(), *flushed->stage().Params());  // ... and make L_1.
+    if (i == 1) EXPECT_NE(s->loss, f->loss);  // 2bw's step 1 computes with L_0 again.
+    if (i == 0) first = s->loss;
+    last = s->loss;
+  }
+  EXPECT_NE(*t->stage().Params(), *flushed->stage().Params());
+  EXPECT_EQ(t->stage().weights_version(), 40);
+  EXPECT_LT(last, first / 2);
+  EXPECT_GT(*t->TestAccuracy(), 0.9);
+}
+
+TEST_F(TrainerTest, TwoBwSaveLoadContinueEqualsUninterrupted) {
+  for (OptimizerKind opt : {OptimizerKind::kAdamW, OptimizerKind::kSgd}) {
+    JobSpec spec = SyntheticJob(ModelFamily::kMlp);
+    spec.model.mlp.dropout = 0.2f;
+    spec.training.optimizer.kind = opt;
+    spec.training.schedule = Schedule::k2BW;
+    auto straight = MakeTrainer(spec);
+    std::vector<double> losses;
+    for (int i = 0; i < 6; ++i) losses.push_back(straight->Step()->loss);
+
+    auto first = MakeTrainer(spec);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(first->Step().ok());
+    ASSERT_TRUE(first->SaveCheckpoint(Path("ck")).ok());
+    auto state = ReadCheckpoint(Path("ck"));
+    ASSERT_TRUE(state.ok()) << state.status();
+    EXPECT_EQ(state->weight_versions, 2u);
+    EXPECT_EQ(state->params, *first->stage().Params());                  // L_3
+    EXPECT_EQ(state->previous_params, *first->stage().PreviousParams());  // L_2
+    EXPECT_NE(state->params, state->previous_params);
+    first.reset();
+    auto resumed = MakeTrainer(spec);
+    ASSERT_TRUE(resumed->LoadCheckpoint(Path("ck")).ok());
+    EXPECT_EQ(resumed->step(), 3);
+    for (int i = 3; i < 6; ++i) EXPECT_EQ(resumed->Step()->loss, losses[i]) << "step " << i;
+    EXPECT_EQ(*resumed->stage().Params(), *straight->stage().Params());
+    EXPECT_EQ(*resumed->stage().PreviousParams(), *straight->stage().PreviousParams());
+    EXPECT_EQ(*resumed->stage().OptimizerState(), *straight->stage().OptimizerState());
+  }
+}
+
+TEST_F(TrainerTest, CheckpointsDoNotCrossBetweenTwoBwAndOneFOneB) {
+  JobSpec spec = SyntheticJob(ModelFamily::kMlp);
+  JobSpec two_bw = spec;
+  two_bw.training.schedule = Schedule::k2BW;
+  auto flushed = MakeTrainer(spec);
+  ASSERT_TRUE(flushed->Step().ok());
+  ASSERT_TRUE(flushed->SaveCheckpoint(Path("1f1b")).ok());
+  auto stale = MakeTrainer(two_bw);
+  ASSERT_TRUE(stale->Step().ok());
+  ASSERT_TRUE(stale->SaveCheckpoint(Path("2bw")).ok());
+
+  absl::Status s = MakeTrainer(two_bw)->LoadCheckpoint(Path("1f1b"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::HasSubstr("written by a 1f1b or gpipe run (one weight version), and this "
+                                   "job's schedule 2bw keeps two weight versions"));
+  s = MakeTrainer(spec)->LoadCheckpoint(Path("2bw"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("written by a 2bw run"));
+  JobSpec gpipe = spec;
+  gpipe.training.schedule = Schedule::kGPipe;
+  EXPECT_TRUE(MakeTrainer(gpipe)->LoadCheckpoint(Path("1f1b")).ok());
+
+  // A 1f1b checkpoint is still format version 1; a 2bw one is version 2, checked like it.
+  std::string bytes;
+  {
+    std::ifstream in(Path("1f1b"), std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  EXPECT_EQ(bytes[8], 1);
+  {
+    std::ifstream in(Path("2bw"), std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  EXPECT_EQ(bytes[8], 2);
+  for (size_t len : {size_t{20}, size_t{90}, bytes.size() - 4, bytes.size() - 1}) {
+    EXPECT_EQ(ParseCheckpoint(bytes.substr(0, len)).status().code(), absl::StatusCode::kDataLoss)
+        << len;
+  }
+  std::string versions = bytes;
+  versions[8 + 4 + 4 + 8 + 8 + 4 + 4 + 8 + 8 + 8 + 8] = 3;  // the weight-version count
+  EXPECT_THAT(std::string(ParseCheckpoint(versions).status().message()),
+              ::testing::HasSubstr("weight versions"));
 }
 
 // The fuzz corpus seed was written by an independent Python encoder of the documented format.
