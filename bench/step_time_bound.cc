@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <map>
+#include <tuple>
+#include <utility>
 
 #include "site/pipeline/schedule.h"
 
@@ -20,20 +23,50 @@ Event Later(const Event& a, const Event& b) { return a.time >= b.time ? a : b; }
 class PathSimulator {
  public:
   explicit PathSimulator(const BoundInput& in) : in_(in), stages_(static_cast<int>(in.stages.size())) {
-    for (int s = 0; s < stages_; ++s) {
-      ops_.push_back(site::StageSchedule(in.schedule, stages_, s, in.microbatches));
-    }
     stage_free_.resize(stages_);
+    done_.resize(stages_);
   }
 
-  // Runs `steps` steps; the time every stage finished its update, per step.
+  // Runs `steps` steps of the schedule's op stream (site::StepOps: with 2bw the steps overlap);
+  // the time every stage finished its update of each step's gradient. The run goes on for a few
+  // more steps, so that the last ones measured are not shortened by the end of the stream.
   std::vector<std::vector<Event>> Run(int steps) {
-    std::vector<std::vector<Event>> updates;
-    for (int t = 0; t < steps; ++t) updates.push_back(Step());
+    const int run = steps + 2;
+    std::vector<std::vector<site::ScheduleOp>> ops(stages_);
+    for (int s = 0; s < stages_; ++s) {
+      for (int t = 0; t < run; ++t) {
+        const std::vector<site::ScheduleOp> step =
+            site::StepOps(in_.schedule, stages_, s, in_.microbatches, t, 0, run - 1);
+        ops[s].insert(ops[s].end(), step.begin(), step.end());
+      }
+    }
+    std::vector<size_t> next(stages_, 0);
+    // Each stage runs its ops in order; an op runs once its input has arrived. A valid schedule
+    // always lets some stage go on, so the loop ends.
+    for (bool progressed = true; progressed;) {
+      progressed = false;
+      for (int s = 0; s < stages_; ++s) {
+        while (next[s] < ops[s].size() && TryOp(s, ops[s][next[s]])) {
+          ++next[s];
+          progressed = true;
+        }
+      }
+    }
+    std::vector<std::vector<Event>> updates(steps, std::vector<Event>(stages_));
+    for (int t = 0; t < steps; ++t) {
+      for (int s = 0; s < stages_; ++s) updates[t][s] = update_end_.at({s, t});
+    }
     return updates;
   }
 
  private:
+  using Key = std::tuple<int, int64_t, int>;  // (kind, step, microbatch)
+
+  const Event* Done(int s, site::ScheduleOp::Kind kind, int64_t step, int m) const {
+    auto it = done_[s].find({kind, step, m});
+    return it == done_[s].end() ? nullptr : &it->second;
+  }
+
   // `from` done at stage a, its frame of `bytes` arriving at stage b.
   Event Cross(Event from, int a, int b, double bytes) const {
     const SiteLink& x = in_.links[a];
@@ -48,71 +81,61 @@ class PathSimulator {
     return from;
   }
 
-  std::vector<Event> Step() {
-    const int m_count = in_.microbatches;
-    std::vector<std::vector<Event>> forward(stages_, std::vector<Event>(m_count));
-    std::vector<std::vector<Event>> backward(stages_, std::vector<Event>(m_count));
-    std::vector<std::vector<bool>> fdone(stages_, std::vector<bool>(m_count, false));
-    std::vector<std::vector<bool>> bdone(stages_, std::vector<bool>(m_count, false));
-    std::vector<size_t> next(stages_, 0);
-    // Each stage runs its ops in schedule order; an op runs once its input has arrived. A valid
-    // schedule always lets some stage go on, so the loop ends.
-    for (bool progressed = true; progressed;) {
-      progressed = false;
-      for (int s = 0; s < stages_; ++s) {
-        while (next[s] < ops_[s].size()) {
-          const site::ScheduleOp& op = ops_[s][next[s]];
-          const int m = op.microbatch;
-          Event ready = stage_free_[s];
-          if (op.kind == site::ScheduleOp::kForward) {
-            if (s > 0) {
-              if (!fdone[s - 1][m]) break;
-              ready = Later(ready, Cross(forward[s - 1][m], s - 1, s, in_.forward_frame_bytes[s - 1]));
-            }
-            ready.time += in_.stages[s].forward_s;
-            forward[s][m] = ready;
-            fdone[s][m] = true;
-          } else {
-            if (s + 1 < stages_) {
-              if (!bdone[s + 1][m]) break;
-              ready = Later(ready, Cross(backward[s + 1][m], s + 1, s, in_.backward_frame_bytes[s]));
-            }
-            ready.time += in_.stages[s].backward_s;
-            backward[s][m] = ready;
-            bdone[s][m] = true;
-          }
-          stage_free_[s] = ready;
-          ++next[s];
-          progressed = true;
+  // Runs `op` on stage s if what it waits for is done; false when it must wait.
+  bool TryOp(int s, const site::ScheduleOp& op) {
+    using Op = site::ScheduleOp;
+    Event ready = stage_free_[s];
+    Event recorded;  // When its output leaves for the neighbour (an update: its relayed scale).
+    switch (op.kind) {
+      case Op::kForward:
+        if (s > 0) {
+          const Event* input = Done(s - 1, Op::kForward, op.step, op.microbatch);
+          if (input == nullptr) return false;
+          ready = Later(ready, Cross(*input, s - 1, s, in_.forward_frame_bytes[s - 1]));
         }
-      }
+        ready.time += in_.stages[s].forward_s;
+        recorded = ready;
+        break;
+      case Op::kBackward:
+        if (s + 1 < stages_) {
+          const Event* input = Done(s + 1, Op::kBackward, op.step, op.microbatch);
+          if (input == nullptr) return false;
+          ready = Later(ready, Cross(*input, s + 1, s, in_.backward_frame_bytes[s]));
+        }
+        ready.time += in_.stages[s].backward_s;
+        recorded = ready;
+        break;
+      case Op::kClipNorm:
+        // The sum of squares travels last -> first; a tiny frame.
+        if (in_.clip && s + 1 < stages_) {
+          const Event* sum = Done(s + 1, Op::kClipNorm, op.step, 0);
+          if (sum == nullptr) return false;
+          ready = Later(ready, Cross(*sum, s + 1, s, 0));
+        }
+        recorded = ready;
+        break;
+      case Op::kUpdate:
+        // The scale travels first -> last, relayed by each stage before its own update.
+        if (in_.clip && s > 0) {
+          const Event* scale = Done(s - 1, Op::kUpdate, op.step, 0);
+          if (scale == nullptr) return false;
+          ready = Later(ready, Cross(*scale, s - 1, s, 0));
+        }
+        recorded = ready;
+        ready.time += in_.stages[s].update_s;
+        break;
     }
-    // Clipping: the sum of squares travels last -> first, the scale first -> last; tiny frames.
-    std::vector<Event> update(stages_);
-    if (in_.clip) {
-      std::vector<Event> norm(stages_);
-      for (int s = stages_ - 1; s >= 0; --s) {
-        norm[s] = s + 1 < stages_ ? Later(stage_free_[s], Cross(norm[s + 1], s + 1, s, 0)) : stage_free_[s];
-      }
-      Event scale = norm[0];
-      for (int s = 0; s < stages_; ++s) {
-        if (s > 0) scale = Later(norm[s], Cross(scale, s - 1, s, 0));
-        update[s] = scale;
-      }
-    } else {
-      update = stage_free_;
-    }
-    for (int s = 0; s < stages_; ++s) {
-      update[s].time += in_.stages[s].update_s;
-      stage_free_[s] = update[s];
-    }
-    return update;
+    stage_free_[s] = ready;
+    done_[s][{op.kind, op.step, op.microbatch}] = recorded;
+    if (op.kind == Op::kUpdate) update_end_[{s, op.step}] = ready;
+    return true;
   }
 
   const BoundInput& in_;
   const int stages_;
-  std::vector<std::vector<site::ScheduleOp>> ops_;
-  std::vector<Event> stage_free_;  // When each stage finished its last op.
+  std::vector<Event> stage_free_;                        // When each stage finished its last op.
+  std::vector<std::map<Key, Event>> done_;               // Per stage: each op's `recorded`.
+  std::map<std::pair<int, int64_t>, Event> update_end_;  // (stage, step): its update's end.
 };
 
 }  // namespace

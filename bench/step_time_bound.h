@@ -2,11 +2,13 @@
 // compute each stage was measured to need and the links between the sites and the gateway
 // (docs/benchmarks.md derives it). Two limits, and the step can beat neither:
 //   * the critical path of the schedule's dependency graph: every forward and backward pass of
-//     every microbatch on every stage, in the order the schedule runs them on that stage, each
-//     waiting for its input from the neighbouring stage; a crossing from stage i to stage j costs
-//     the one-way delay of both sites' links (site -> gateway -> site) plus the frame's bytes over
-//     the slower link (sent once: a frame streamed through the gateway); with clipping, the norm
-//     travels from the last stage to the first and the scale back before each stage's update;
+//     every microbatch on every stage, in the order the schedule runs them on that stage (the op
+//     stream of site::StepOps over many steps: flushed per step for 1f1b and gpipe, overlapping
+//     steps for 2bw), each waiting for its input from the neighbouring stage; a crossing from
+//     stage i to stage j costs the one-way delay of both sites' links (site -> gateway -> site)
+//     plus the frame's bytes over the slower link (sent once: a frame streamed through the
+//     gateway); with clipping, the norm travels from the last stage to the first and the scale
+//     back before each stage's update;
 //   * the busiest link direction: the bytes a site sends (or receives) per step over its rate.
 // Codec, crypto and gRPC costs are deliberately absent: they are what achieved/bound exposes.
 #pragma once

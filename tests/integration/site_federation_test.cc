@@ -1,7 +1,8 @@
 // Federated training end to end (issue #7): a real gateway and one strait-site process per site over
 // mutual TLS on loopback, compared with `strait train` on the same job spec.
 //   Fidelity: lossless chains give parameters, optimizer state and per-step losses bit-identical to
-//     the single process, with dropout and global-norm clipping on, for both schedules.
+//     the single process, with dropout and global-norm clipping on, for every schedule (2bw: the
+//     stream across steps against `strait train`'s one-step-stale reference).
 //   Lossy: int8+zstd forward / bf16 backward for a full epoch stays within 0.5 points of accuracy.
 //   Security: a certificate of another CA cannot join; a frame altered inside the gateway is refused
 //     by the receiving site, counted, and stops it with a clear error.
@@ -114,7 +115,8 @@ TEST_P(FidelityTest, LosslessLinksTrainTheSameBitsAsOneProcess) {
 INSTANTIATE_TEST_SUITE_P(Chains, FidelityTest,
                          ::testing::Values(std::make_tuple("none", "1f1b"),
                                            std::make_tuple("zstd", "gpipe"),
-                                           std::make_tuple("shuffle+zstd", "1f1b")),
+                                           std::make_tuple("shuffle+zstd", "1f1b"),
+                                           std::make_tuple("none", "2bw")),
                          [](const auto& info) {
                            std::string name = absl::StrCat(std::get<0>(info.param), "_",
                                                            std::get<1>(info.param));

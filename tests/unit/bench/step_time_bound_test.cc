@@ -68,5 +68,24 @@ TEST(StepTimeBound, TheSlowestStageSetsTheSteadyRate) {
   EXPECT_LE(b.path_s, 48 + 4 * 2);
 }
 
+TEST(StepTimeBound, TwoBwHasNoFlush) {
+  // Zero latency: the stream keeps every stage busy, M x (forward + backward) per step.
+  BoundInput in = Uniform(3, 4, {.forward_s = 1, .backward_s = 2}, {});
+  in.schedule = Schedule::k2BW;
+  EXPECT_DOUBLE_EQ(StepTimeLowerBound(in).path_s, 4 * 3.0);
+  // High latency with clipping: 1f1b pays the chain's round trips every step; 2bw overlaps them
+  // with the next step's work, though with at most S - s microbatches in flight per stage it is
+  // still latency-bound: stage 0 keeps 3 microbatches in flight per round trip of 4 crossings.
+  BoundInput far = Uniform(3, 4, {.forward_s = 1, .backward_s = 2, .update_s = 0.5},
+                           {.one_way_delay_s = 10});
+  far.clip = true;
+  const double flushed = StepTimeLowerBound(far).path_s;
+  far.schedule = Schedule::k2BW;
+  const StepBound stream = StepTimeLowerBound(far);
+  EXPECT_LT(stream.path_s, flushed * 0.7) << flushed;
+  EXPECT_GE(stream.path_s, 4.0 / 3 * 4 * 20);
+  EXPECT_EQ(stream.limited_by, "latency");
+}
+
 }  // namespace
 }  // namespace strait::bench
