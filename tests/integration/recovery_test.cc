@@ -1,7 +1,8 @@
 // Failure and recovery end to end (DESIGN.md §7), real processes on loopback with mutual TLS and
-// sealed links: a middle site killed with SIGKILL mid-run and restarted with --resume, and a
-// federation resumed over a corrupt and a truncated checkpoint, both end with parameters
-// bit-identical to an uninterrupted `strait train` of the same job (lossless links).
+// sealed links: a middle site killed with SIGKILL mid-run and restarted with --resume (schedules
+// 1f1b and 2bw, whose checkpoints hold two weight versions), and a federation resumed over a
+// corrupt and a truncated checkpoint, all end with parameters bit-identical to an uninterrupted
+// `strait train` of the same job (lossless links).
 #include <signal.h>
 
 #include <chrono>
@@ -25,7 +26,7 @@ using std::chrono::seconds;
 
 const std::vector<std::string> kSites = {"dc-a", "dc-b", "dc-c"};
 
-std::string JobYaml(int steps, int every) {
+std::string JobYaml(int steps, int every, const std::string& schedule = "1f1b") {
   return absl::StrReplaceAll(R"(name: recovery-test
 gateway: {memory_budget: 64MiB, heartbeat_timeout: 5s}
 model: {family: mlp, input: 784, hidden: [128, 128, 128], classes: 10, dropout: 0.1, init_seed: 5}
@@ -34,6 +35,7 @@ training:
   steps: STEPS
   global_batch: 64
   microbatches: 4
+  schedule: SCHEDULE
   grad_clip: 1.0
   optimizer: {name: adamw, lr: 0.001}
   checkpoint: {every: EVERY, dir: checkpoints, keep: 3}
@@ -45,7 +47,9 @@ links:
   - {between: [dc-a, dc-b], forward: zstd, backward: none}
   - {between: [dc-b, dc-c], forward: shuffle+zstd, backward: none}
 )",
-                             {{"STEPS", absl::StrCat(steps)}, {"EVERY", absl::StrCat(every)}});
+                             {{"STEPS", absl::StrCat(steps)},
+                              {"EVERY", absl::StrCat(every)},
+                              {"SCHEDULE", schedule}});
 }
 
 std::string CheckpointFile(LocalFederation& fed, const std::string& site, int step) {
@@ -76,9 +80,9 @@ void ExpectLikeReference(LocalFederation& fed, int steps) {
   EXPECT_EQ(last["loss"], single["loss"]);  // Every step's loss, replayed steps included.
 }
 
-TEST(RecoveryTest, AMiddleSiteKilledMidRunAndRestartedEndsBitIdentical) {
+void KillTheMiddleSiteAndResume(const std::string& schedule) {
   const int steps = 400;
-  LocalFederation fed(JobYaml(steps, 20), kSites);
+  LocalFederation fed(JobYaml(steps, 20, schedule), kSites);
   std::string error;
   ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
   for (const std::string& site : kSites) fed.StartSite(site, {"--threads", "1"});
@@ -108,6 +112,15 @@ TEST(RecoveryTest, AMiddleSiteKilledMidRunAndRestartedEndsBitIdentical) {
   ASSERT_NE(again, std::string::npos) << site_log;
   std::printf("dc-b: %s\n", site_log.substr(again, site_log.find('\n', again) - again).c_str());
   ExpectLikeReference(fed, steps);
+}
+
+TEST(RecoveryTest, AMiddleSiteKilledMidRunAndRestartedEndsBitIdentical) {
+  KillTheMiddleSiteAndResume("1f1b");
+}
+
+// 2bw writes checkpoint N one step later (right after the update that makes L_N), with L_{N-1}.
+TEST(RecoveryTest, TwoBwMiddleSiteKilledMidRunAndRestartedEndsBitIdentical) {
+  KillTheMiddleSiteAndResume("2bw");
 }
 
 TEST(RecoveryTest, TheGatewayKilledMidRunAndRestartedEndsBitIdentical) {
