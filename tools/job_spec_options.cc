@@ -16,7 +16,7 @@ void AddJobSpecOverrideOptions(CLI::App& cmd, JobSpecOverrides& o, const std::st
   cmd.add_option("--microbatches", o.microbatches, "Microbatches per step (training.microbatches)")
       ->check(CLI::PositiveNumber);
   cmd.add_option("--schedule", o.schedule, "Pipeline schedule (training.schedule)")
-      ->check(CLI::IsMember({"1f1b", "gpipe"}));
+      ->check(CLI::IsMember({"1f1b", "gpipe", "2bw"}));
 }
 
 }  // namespace strait::tools
