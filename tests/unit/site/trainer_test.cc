@@ -272,6 +272,17 @@ TEST(CheckpointTest, ReadsTheDocumentedFormat) {
   EXPECT_EQ(s->optimizer_state.size(), 6u);
 }
 
+// Version 2 (two weight versions, schedule 2bw), written by the same independent encoder.
+TEST(CheckpointTest, ReadsTheDocumentedFormatVersionTwo) {
+  auto s = ReadCheckpoint(STRAIT_SOURCE_DIR "/tests/fuzz/corpus/checkpoint_fuzzer/small-2bw.ckpt");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->step, 8);
+  EXPECT_EQ(s->weight_versions, 2u);
+  EXPECT_EQ(s->params, (std::vector<float>{0.5f, -1.25f, 2.0f}));
+  EXPECT_EQ(s->previous_params, (std::vector<float>{0.25f, -1.0f, 1.5f}));
+  EXPECT_EQ(s->optimizer_state, (std::vector<float>{0.0f, 0.125f, 0.25f, 0.375f, 0.5f, 0.625f}));
+}
+
 TEST(CheckpointTest, Crc32cKnownAnswer) {
   EXPECT_EQ(Crc32c("123456789", 9), 0xe3069283u);  // the standard check value
 }
