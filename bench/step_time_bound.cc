@@ -22,7 +22,8 @@ Event Later(const Event& a, const Event& b) { return a.time >= b.time ? a : b; }
 
 class PathSimulator {
  public:
-  explicit PathSimulator(const BoundInput& in) : in_(in), stages_(static_cast<int>(in.stages.size())) {
+  explicit PathSimulator(const BoundInput& in)
+      : in_(in), stages_(static_cast<int>(in.stages.size())) {
     stage_free_.resize(stages_);
     done_.resize(stages_);
   }

@@ -283,9 +283,10 @@ class JobSpecParser {
                                                       "; choose a divisor such as ",
                                                       LargestDivisorAtMost(t.global_batch, t.microbatches)));
     }
-    STRAIT_RETURN_IF_ERROR(map.Enum(
-        "schedule", {{"1f1b", Schedule::k1F1B}, {"gpipe", Schedule::kGPipe}, {"2bw", Schedule::k2BW}},
-        &t.schedule));
+    STRAIT_RETURN_IF_ERROR(
+        map.Enum("schedule",
+                 {{"1f1b", Schedule::k1F1B}, {"gpipe", Schedule::kGPipe}, {"2bw", Schedule::k2BW}},
+                 &t.schedule));
     STRAIT_RETURN_IF_ERROR(ParseOptimizer(map));
     STRAIT_RETURN_IF_ERROR(map.Double("grad_clip", 0.0, 1e12, &t.grad_clip));
     STRAIT_RETURN_IF_ERROR(ParseCheckpoint(map));

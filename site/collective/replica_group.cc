@@ -169,8 +169,7 @@ absl::Status ReplicaGroup::Backward(int microbatch, const float* grad_output, fl
   const InFlight mb = it->second;
   in_flight_.erase(it);
   return OnWorkers([&](int w) {
-    return BackwardOnWorker(w, microbatch, mb.rows, mb.step, grad_output, grad_input,
-                            last_of_step);
+    return BackwardOnWorker(w, microbatch, mb.rows, mb.step, grad_output, grad_input, last_of_step);
   });
 }
 

@@ -42,12 +42,9 @@ class ReplicaGroup {
   // `max_batch` samples (what Forward takes; each worker's stage is sized for its share). Makes
   // the backends (CUDA: devices 0 .. workers-1; errors when there are fewer) and the all-reducer
   // (one per gradient arena). weight_versions: as Stage::Create.
-  static absl::StatusOr<std::unique_ptr<ReplicaGroup>> Create(const ModelSpec& model,
-                                                              LayerRange range,
-                                                              const OptimizerSpec& optimizer,
-                                                              int max_batch, DeviceKind device,
-                                                              int workers, int threads_per_worker,
-                                                              int weight_versions = 1);
+  static absl::StatusOr<std::unique_ptr<ReplicaGroup>> Create(
+      const ModelSpec& model, LayerRange range, const OptimizerSpec& optimizer, int max_batch,
+      DeviceKind device, int workers, int threads_per_worker, int weight_versions = 1);
   ~ReplicaGroup();
   ReplicaGroup(const ReplicaGroup&) = delete;
   ReplicaGroup& operator=(const ReplicaGroup&) = delete;

@@ -67,7 +67,8 @@ absl::StatusOr<int64_t> CheckpointStore::NewestValid(const collective::ReplicaGr
       problem = absl::FailedPreconditionError("it belongs to another job, split or step");
     } else if (state.ok() && static_cast<int>(state->weight_versions) != stage.weight_versions()) {
       problem = absl::FailedPreconditionError(
-          "it was written with another schedule (2bw keeps two weight versions, 1f1b and gpipe one)");
+          "it was written with another schedule (2bw keeps two weight versions, 1f1b and gpipe "
+          "one)");
     }
     if (problem.ok()) return *it;
     spdlog::warn("refusing checkpoint {}: {}; trying the one before", PathFor(*it),

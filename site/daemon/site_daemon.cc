@@ -274,10 +274,9 @@ absl::Status RunSite(const SiteOptions& o) {
   }
   // The stage (rebuilt for every generation) and, with --resume, the checkpoint it can resume from.
   auto build_stage = [&] {
-    return collective::ReplicaGroup::Create(spec.model, site.layers, spec.training.optimizer,
-                                            spec.training.MicrobatchSize(), site.device,
-                                            site.workers, o.threads,
-                                            WeightVersions(spec.training.schedule));
+    return collective::ReplicaGroup::Create(
+        spec.model, site.layers, spec.training.optimizer, spec.training.MicrobatchSize(),
+        site.device, site.workers, o.threads, WeightVersions(spec.training.schedule));
   };
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<collective::ReplicaGroup> stage, build_stage());
   spdlog::info("{} worker(s): {}", site.workers, stage->device_names());

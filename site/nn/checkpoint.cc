@@ -16,7 +16,7 @@ namespace strait {
 namespace {
 
 constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'I', 'T', 'C', 'K'};
-constexpr uint32_t kVersion = 1;           // One weight version.
+constexpr uint32_t kVersion = 1;            // One weight version.
 constexpr uint32_t kVersionTwoWeights = 2;  // Adds the weight-version count and previous params.
 constexpr size_t kHeaderBytes = 8 + 4 + 4 + 8 + 8 + 4 + 4 + 8 + 8 + 8 + 8;
 constexpr size_t kHeaderBytesV2 = kHeaderBytes + 4;
@@ -89,9 +89,9 @@ absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) 
   const bool two = s.weight_versions == 2;
   if ((s.weight_versions != 1 && !two) ||
       s.previous_params.size() != (two ? s.params.size() : size_t{0})) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint of ", s.weight_versions, " weight versions with ", s.params.size(),
-        " params and ", s.previous_params.size(), " previous params"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint of ", s.weight_versions, " weight versions with ", s.params.size(),
+                     " params and ", s.previous_params.size(), " previous params"));
   }
   std::string data;
   data.reserve(kHeaderBytesV2 +

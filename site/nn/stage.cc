@@ -356,10 +356,10 @@ absl::Status Stage::RestoreWeights(int64_t version, absl::Span<const float> newe
                                    absl::Span<const float> previous) {
   const size_t want_previous = weight_versions_ == 2 ? static_cast<size_t>(param_count_) : 0;
   if (version < 0 || previous.size() != want_previous) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "RestoreWeights: version ", version, " with ", previous.size(),
-        " floats of previous weights for a stage of ", weight_versions_, " weight version(s) of ",
-        param_count_, " floats"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("RestoreWeights: version ", version, " with ", previous.size(),
+                     " floats of previous weights for a stage of ", weight_versions_,
+                     " weight version(s) of ", param_count_, " floats"));
   }
   STRAIT_RETURN_IF_ERROR(SetParams(newest));
   if (weight_versions_ == 2) {

@@ -176,9 +176,9 @@ class Stage {
   uint64_t fingerprint_ = 0;
   std::vector<std::unique_ptr<Layer>> layers_;
   int weight_versions_ = 1;
-  int64_t newest_ = 0;  // k of the newest weights L_k.
+  int64_t newest_ = 0;                           // k of the newest weights L_k.
   std::vector<std::vector<LayerParams>> views_;  // [slot * weight_versions_ + arena]
-  std::vector<int64_t> layer_offsets_;            // Layer k's params start at [k]; [size] = total.
+  std::vector<int64_t> layer_offsets_;           // Layer k's params start at [k]; [size] = total.
   int64_t param_count_ = 0;
   // [0]: the newest weights; [1] (2bw): the previous version. Gradient arenas by step parity.
   std::vector<DeviceBuffer> params_, grads_;

@@ -24,9 +24,9 @@ absl::Status SaveStageCheckpoint(const std::string& path, const JobSpec& spec, c
   CheckpointState s;
   if (stage.weight_versions() == 2) {
     if (stage.weights_version() != step) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "a 2bw checkpoint of step ", step, " needs the weights L_", step, "; the stage holds L_",
-          stage.weights_version()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("a 2bw checkpoint of step ", step, " needs the weights L_", step,
+                       "; the stage holds L_", stage.weights_version()));
     }
     s.weight_versions = 2;
     STRAIT_ASSIGN_OR_RETURN(s.previous_params, stage.PreviousParams());
@@ -71,8 +71,8 @@ absl::StatusOr<int64_t> LoadStageCheckpoint(const std::string& path, const JobSp
     auto versions = [](int n) { return n == 2 ? "two weight versions" : "one weight version"; };
     return mismatch(absl::StrCat(
         "it was written by a ", s.weight_versions == 2 ? "2bw" : "1f1b or gpipe", " run (",
-        versions(s.weight_versions), "), and this job's schedule ", ToString(spec.training.schedule),
-        " keeps ", versions(stage.weight_versions())));
+        versions(s.weight_versions), "), and this job's schedule ",
+        ToString(spec.training.schedule), " keeps ", versions(stage.weight_versions())));
   }
   STRAIT_RETURN_IF_ERROR(stage.RestoreWeights(s.step, s.params, s.previous_params));
   STRAIT_RETURN_IF_ERROR(stage.SetOptimizerState(s.optimizer_state));

@@ -136,7 +136,9 @@ absl::StatusOr<StepResult> SiteRunner::Step() {
   const TrainingSpec& t = spec_.training;
   const int64_t s = step_;
   // One step ahead: 2bw's Step(s) also runs step s + 1's first forwards.
-  for (int64_t e = expected_through_ + 1; e <= std::min(s + 1, total_steps_ - 1); ++e) ExpectStep(e);
+  for (int64_t e = expected_through_ + 1; e <= std::min(s + 1, total_steps_ - 1); ++e) {
+    ExpectStep(e);
+  }
 
   StepResult result;
   result.step = s;
@@ -212,8 +214,8 @@ absl::Status SiteRunner::RunBackward(int64_t step, int m) {
                                            /*last_of_step=*/m == spec_.training.microbatches - 1));
   }
   if (first) return absl::OkStatus();
-  return SendTo(*links_.backward_out, Key(step, m, index_ - 1, v1::BACKWARD),
-                std::move(grad_input), {mb, stage_.input_features()});
+  return SendTo(*links_.backward_out, Key(step, m, index_ - 1, v1::BACKWARD), std::move(grad_input),
+                {mb, stage_.input_features()});
 }
 
 absl::Status SiteRunner::SendNorm(int64_t s) {

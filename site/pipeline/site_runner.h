@@ -77,9 +77,9 @@ class SiteRunner {
   // step k needs, and no gradient that the checkpoint lacks is pending.
   int64_t updates() const { return updates_; }
 
-  // One global step: the schedule's forwards and backwards, clipping, optimizer update(s) (StepOps).
-  // Blocks on the neighbours. An error (a refused frame, the gateway gone) leaves the runner
-  // unusable.
+  // One global step: the schedule's forwards and backwards, clipping, optimizer update(s)
+  // (StepOps). Blocks on the neighbours. An error (a refused frame, the gateway gone) leaves the
+  // runner unusable.
   absl::StatusOr<StepResult> Step();
 
   // Accuracy on the test split, evaluated through the whole pipeline (dropout off); returned on the

@@ -76,8 +76,8 @@ TEST(StepTimeBound, TwoBwHasNoFlush) {
   // High latency with clipping: 1f1b pays the chain's round trips every step; 2bw overlaps them
   // with the next step's work, though with at most S - s microbatches in flight per stage it is
   // still latency-bound: stage 0 keeps 3 microbatches in flight per round trip of 4 crossings.
-  BoundInput far = Uniform(3, 4, {.forward_s = 1, .backward_s = 2, .update_s = 0.5},
-                           {.one_way_delay_s = 10});
+  BoundInput far =
+      Uniform(3, 4, {.forward_s = 1, .backward_s = 2, .update_s = 0.5}, {.one_way_delay_s = 10});
   far.clip = true;
   const double flushed = StepTimeLowerBound(far).path_s;
   far.schedule = Schedule::k2BW;

@@ -102,36 +102,23 @@ std::vector<Op> RunOps(Schedule schedule, int stages, int stage, int microbatche
 }
 
 TEST(ScheduleTest, TwoBwStreamOfAThreeStagePipeline) {
-  // Stage 0 of 3, M = 3: warm-up F(0,0) F(0,1); the update of step 0's gradient (L_1) comes
-  // right before F(2, 0), the first forward that uses L_1.
-  EXPECT_EQ(StepOps(Schedule::k2BW, 3, 0, 3, 1, 0, 2),
-            (std::vector<Op>{{Op::kForward, 2, 1},
-                             {Op::kBackward, 0, 1},
-                             {Op::kUpdate, 0, 0},
-                             {Op::kForward, 0, 2},
-                             {Op::kBackward, 1, 1},
-                             {Op::kForward, 1, 2},
-                             {Op::kBackward, 2, 1},
-                             {Op::kClipNorm, 0, 1}}));
-  EXPECT_EQ(StepOps(Schedule::k2BW, 3, 0, 3, 0, 0, 2),
-            (std::vector<Op>{{Op::kForward, 0, 0},
-                             {Op::kForward, 1, 0},
-                             {Op::kForward, 2, 0},
-                             {Op::kBackward, 0, 0},
-                             {Op::kForward, 0, 1},
-                             {Op::kBackward, 1, 0},
-                             {Op::kForward, 1, 1},
-                             {Op::kBackward, 2, 0},
-                             {Op::kClipNorm, 0, 0}}));
+  // Stage 0 of 3, M = 3, steps 0..2. Step 1: the update of step 0's gradient (L_1) comes right
+  // before F(2, 0), the first forward that uses L_1. Step 0: the warm-up F(0, 0), F(0, 1) first,
+  // and no update (L_0 is the initial weights).
+  const std::vector<Op> stage0_step1 = {
+      {Op::kForward, 2, 1},  {Op::kBackward, 0, 1}, {Op::kUpdate, 0, 0},   {Op::kForward, 0, 2},
+      {Op::kBackward, 1, 1}, {Op::kForward, 1, 2},  {Op::kBackward, 2, 1}, {Op::kClipNorm, 0, 1}};
+  EXPECT_EQ(StepOps(Schedule::k2BW, 3, 0, 3, 1, 0, 2), stage0_step1);
+  const std::vector<Op> stage0_step0 = {
+      {Op::kForward, 0, 0},  {Op::kForward, 1, 0},  {Op::kForward, 2, 0},
+      {Op::kBackward, 0, 0}, {Op::kForward, 0, 1},  {Op::kBackward, 1, 0},
+      {Op::kForward, 1, 1},  {Op::kBackward, 2, 0}, {Op::kClipNorm, 0, 0}};
+  EXPECT_EQ(StepOps(Schedule::k2BW, 3, 0, 3, 0, 0, 2), stage0_step0);
   // The last stage applies step t-1's gradient at the end of step t; the last step also its own.
-  EXPECT_EQ(StepOps(Schedule::k2BW, 3, 2, 2, 1, 0, 1),
-            (std::vector<Op>{{Op::kForward, 0, 1},
-                             {Op::kBackward, 0, 1},
-                             {Op::kForward, 1, 1},
-                             {Op::kBackward, 1, 1},
-                             {Op::kClipNorm, 0, 1},
-                             {Op::kUpdate, 0, 0},
-                             {Op::kUpdate, 0, 1}}));
+  const std::vector<Op> last_stage_last_step = {
+      {Op::kForward, 0, 1},  {Op::kBackward, 0, 1}, {Op::kForward, 1, 1}, {Op::kBackward, 1, 1},
+      {Op::kClipNorm, 0, 1}, {Op::kUpdate, 0, 0},   {Op::kUpdate, 0, 1}};
+  EXPECT_EQ(StepOps(Schedule::k2BW, 3, 2, 2, 1, 0, 1), last_stage_last_step);
   // 1f1b: the step's schedule, then its norm and update.
   std::vector<Op> one = StageSchedule(Schedule::k1F1B, 3, 1, 4);
   for (Op& op : one) op.step = 5;
@@ -194,8 +181,8 @@ TEST(ScheduleTest, TwoBwStreamInvariantsForManyShapes) {
     for (int microbatches = stages; microbatches <= 7; ++microbatches) {
       for (int64_t first_step : {0, 3}) {
         const int64_t last_step = first_step + 4;
-        SCOPED_TRACE(testing::Message() << "S=" << stages << " M=" << microbatches
-                                        << " from step " << first_step);
+        SCOPED_TRACE(testing::Message()
+                     << "S=" << stages << " M=" << microbatches << " from step " << first_step);
         for (int s = 0; s < stages; ++s) {
           const std::vector<Op> ops =
               RunOps(Schedule::k2BW, stages, s, microbatches, first_step, last_step);
@@ -247,8 +234,8 @@ TEST(ScheduleTest, TwoBwStreamInvariantsForManyShapes) {
           EXPECT_EQ(updates_seen, last_step + 1 - first_step);
           EXPECT_LE(most_held, stages - s);
         }
-        EXPECT_TRUE(StreamRunsToCompletion(Schedule::k2BW, stages, microbatches, first_step,
-                                           last_step));
+        EXPECT_TRUE(
+            StreamRunsToCompletion(Schedule::k2BW, stages, microbatches, first_step, last_step));
       }
     }
   }

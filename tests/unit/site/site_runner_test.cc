@@ -60,8 +60,8 @@ struct SiteUnderTest {
   std::optional<double> accuracy;
 };
 
-// Builds the three sites over `gateway` (site i with workers[i] CPU workers); the link of boundary b
-// seals direction d with key 2b+d. With `checkpoints`, site i resumes from checkpoints[i] (all of
+// Builds the three sites over `gateway` (site i with workers[i] CPU workers); the link of boundary
+// b seals direction d with key 2b+d. With `checkpoints`, site i resumes from checkpoints[i] (all of
 // step start_step) in rollback generation 1.
 std::vector<std::unique_ptr<SiteUnderTest>> Federation(
     const JobSpec& spec, FakeGateway& gateway, FakeGateway::Link& link,
@@ -71,11 +71,9 @@ std::vector<std::unique_ptr<SiteUnderTest>> Federation(
   const int stages = static_cast<int>(spec.sites.size());
   for (int i = 0; i < stages; ++i) {
     auto site = std::make_unique<SiteUnderTest>();
-    site->stage = *collective::ReplicaGroup::Create(spec.model, spec.sites[i].layers,
-                                                    spec.training.optimizer,
-                                                    spec.training.MicrobatchSize(),
-                                                    DeviceKind::kCpu, workers[i], 1,
-                                                    WeightVersions(spec.training.schedule));
+    site->stage = *collective::ReplicaGroup::Create(
+        spec.model, spec.sites[i].layers, spec.training.optimizer, spec.training.MicrobatchSize(),
+        DeviceKind::kCpu, workers[i], 1, WeightVersions(spec.training.schedule));
     if (!checkpoints.empty()) {
       absl::StatusOr<int64_t> loaded = LoadStageCheckpoint(checkpoints[i], spec, *site->stage);
       EXPECT_TRUE(loaded.ok()) << loaded.status();

@@ -223,8 +223,7 @@ TEST(StageTest, TwoWeightVersionsFollowTheTwoBwSemantics) {
   for (int64_t t = 0; t < 5; ++t) {
     SCOPED_TRACE(testing::Message() << "step " << t);
     float scale_two = 0, scale_manual = 0;
-    const double loss_two =
-        Accumulate(*two, t, 3, 6, StepWeights(Schedule::k2BW, t), &scale_two);
+    const double loss_two = Accumulate(*two, t, 3, 6, StepWeights(Schedule::k2BW, t), &scale_two);
     ASSERT_TRUE(manual->SetParams(t == 0 ? newest : previous).ok());
     const double loss_manual = Accumulate(*manual, t, 3, 6, kNewestWeights, &scale_manual);
     ASSERT_EQ(loss_two, loss_manual);

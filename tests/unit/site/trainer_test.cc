@@ -200,7 +200,7 @@ TEST_F(TrainerTest, TwoBwSaveLoadContinueEqualsUninterrupted) {
     auto state = ReadCheckpoint(Path("ck"));
     ASSERT_TRUE(state.ok()) << state.status();
     EXPECT_EQ(state->weight_versions, 2u);
-    EXPECT_EQ(state->params, *first->stage().Params());                  // L_3
+    EXPECT_EQ(state->params, *first->stage().Params());                   // L_3
     EXPECT_EQ(state->previous_params, *first->stage().PreviousParams());  // L_2
     EXPECT_NE(state->params, state->previous_params);
     first.reset();
