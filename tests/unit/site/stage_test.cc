@@ -248,7 +248,9 @@ TEST(StageTest, TwoWeightVersionsFollowTheTwoBwSemantics) {
     ASSERT_TRUE(flushed->OptimizerStep(t + 1, scale).ok());
     Accumulate(*two_again, t, 3, 6, StepWeights(Schedule::k2BW, t), &scale);
     ASSERT_TRUE(two_again->OptimizerStep(t + 1, scale).ok());
-    if (t == 0) EXPECT_EQ(*two_again->Params(), *flushed->Params());  // L_1: both from L_0
+    if (t == 0) {
+      EXPECT_EQ(*two_again->Params(), *flushed->Params());  // L_1: both from L_0
+    }
   }
   EXPECT_NE(*two_again->Params(), *flushed->Params());
 }

@@ -172,10 +172,14 @@ TEST_F(TrainerTest, TwoBwLearnsAndIsOneUpdateStale) {
     ASSERT_TRUE(s.ok()) << s.status();
     auto f = flushed->Step();
     ASSERT_TRUE(f.ok()) << f.status();
-    if (i == 0) EXPECT_EQ(s->loss, f->loss);  // Both compute with L_0 ...
-    if (i == 0) EXPECT_EQ(*t->stage().Params(), *flushed->stage().Params());  // ... and make L_1.
-    if (i == 1) EXPECT_NE(s->loss, f->loss);  // 2bw's step 1 computes with L_0 again.
-    if (i == 0) first = s->loss;
+    if (i == 0) {
+      EXPECT_EQ(s->loss, f->loss);  // Both compute with L_0 ...
+      EXPECT_EQ(*t->stage().Params(), *flushed->stage().Params());  // ... and make L_1.
+      first = s->loss;
+    }
+    if (i == 1) {
+      EXPECT_NE(s->loss, f->loss);  // 2bw's step 1 computes with L_0 again.
+    }
     last = s->loss;
   }
   EXPECT_NE(*t->stage().Params(), *flushed->stage().Params());
