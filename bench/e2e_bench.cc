@@ -110,6 +110,7 @@ bench::StepBound Bound(const JobSpec& spec, const FederationRun& run, int64_t st
   const int m = spec.training.microbatches;
   bench::BoundInput in;
   in.schedule = spec.training.schedule;
+  in.extra_in_flight = spec.training.extra_in_flight;
   in.microbatches = m;
   in.clip = spec.training.grad_clip > 0;
   for (const SiteFigures& site : run.sites) {

@@ -33,6 +33,7 @@ struct SiteLink {
 
 struct BoundInput {
   Schedule schedule = Schedule::k1F1B;
+  int extra_in_flight = 0;  // training.extra_in_flight
   int microbatches = 1;
   std::vector<StageCost> stages;  // One per site, in pipeline order.
   std::vector<SiteLink> links;    // Site i's link to the gateway; same size as `stages`.

@@ -99,6 +99,11 @@ struct TrainingSpec {
   int global_batch = 128;
   int microbatches = 4;         // global_batch % microbatches == 0.
   Schedule schedule = Schedule::k1F1B;
+  // Microbatches stage 0 keeps in flight beyond the schedule's own S (1f1b, 2bw), so that it keeps
+  // computing while its activations travel a slow link to the last stage and their gradients come
+  // back; later stages get a share in proportion to their round trip (site/pipeline/schedule.h).
+  // Costs that many more microbatches of activations held; the results stay the same bits.
+  int extra_in_flight = 0;
   OptimizerSpec optimizer;
   double grad_clip = 0.0;       // Clip by global norm across all stages; 0 = off.
   CheckpointSpec checkpoint;

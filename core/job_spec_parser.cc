@@ -287,6 +287,7 @@ class JobSpecParser {
         map.Enum("schedule",
                  {{"1f1b", Schedule::k1F1B}, {"gpipe", Schedule::kGPipe}, {"2bw", Schedule::k2BW}},
                  &t.schedule));
+    STRAIT_RETURN_IF_ERROR(map.Int("extra_in_flight", 0, 1 << 16, &t.extra_in_flight));
     STRAIT_RETURN_IF_ERROR(ParseOptimizer(map));
     STRAIT_RETURN_IF_ERROR(map.Double("grad_clip", 0.0, 1e12, &t.grad_clip));
     STRAIT_RETURN_IF_ERROR(ParseCheckpoint(map));

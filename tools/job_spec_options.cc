@@ -17,6 +17,11 @@ void AddJobSpecOverrideOptions(CLI::App& cmd, JobSpecOverrides& o, const std::st
       ->check(CLI::PositiveNumber);
   cmd.add_option("--schedule", o.schedule, "Pipeline schedule (training.schedule)")
       ->check(CLI::IsMember({"1f1b", "gpipe", "2bw"}));
+  cmd.add_option(
+         "--extra-in-flight", o.extra_in_flight,
+         "Microbatches stage 0 keeps in flight beyond the schedule's own, to cover slow links "
+         "(training.extra_in_flight)")
+      ->check(CLI::NonNegativeNumber);
 }
 
 }  // namespace strait::tools

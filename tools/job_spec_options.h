@@ -10,8 +10,8 @@
 namespace strait::tools {
 
 // Adds --steps (described by `steps_help`), --codec, --forward-codec, --backward-codec,
-// --global-batch, --microbatches and --schedule to `cmd`, filling `overrides`, which must outlive
-// the parsing.
+// --global-batch, --microbatches, --schedule and --extra-in-flight to `cmd`, filling `overrides`,
+// which must outlive the parsing.
 void AddJobSpecOverrideOptions(CLI::App& cmd, JobSpecOverrides& overrides, const std::string& steps_help);
 
 }  // namespace strait::tools

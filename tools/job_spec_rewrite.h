@@ -20,6 +20,7 @@ struct JobSpecOverrides {
   int global_batch = 0;        // > 0: training.global_batch.
   int microbatches = 0;        // > 0: training.microbatches.
   std::string schedule;        // Non-empty: training.schedule.
+  int extra_in_flight = -1;    // >= 0: training.extra_in_flight.
 };
 
 struct RewrittenJobSpec {

@@ -402,8 +402,10 @@ absl::Status RunSite(const SiteOptions& o) {
   SiteMetrics metrics;
   // Prefetch and send-ahead as deep as the schedule keeps microbatches in flight (+1 for the
   // clipping frame), so a site never buffers more of a neighbour's tensors than its schedule uses.
-  const int window = MaxInFlight(StageSchedule(spec.training.schedule, stages, index,
-                                               spec.training.microbatches)) + 1;
+  const int window =
+      MaxInFlight(StageSchedule(spec.training.schedule, stages, index, spec.training.microbatches,
+                                spec.training.extra_in_flight)) +
+      1;
   const int64_t mb = spec.training.MicrobatchSize();
   const uint64_t max_raw =
       static_cast<uint64_t>(mb) * std::max(stage->input_features(), stage->output_features()) * 4;

@@ -4,12 +4,19 @@
 
 namespace strait::site {
 
-std::vector<ScheduleOp> StageSchedule(Schedule schedule, int stages, int stage, int microbatches) {
+int WarmupForwards(int stages, int stage, int extra_in_flight) {
+  const int crossings = stages - 1 - stage, most = stages - 1;
+  const int share = most == 0 ? 0 : (extra_in_flight * crossings + most - 1) / most;  // Rounded up.
+  return stages - stage - 1 + share;
+}
+
+std::vector<ScheduleOp> StageSchedule(Schedule schedule, int stages, int stage, int microbatches,
+                                      int extra_in_flight) {
   std::vector<ScheduleOp> ops;
   ops.reserve(2 * microbatches);
   const int warmup = schedule == Schedule::kGPipe
                          ? microbatches
-                         : std::min(stages - stage - 1, microbatches);
+                         : std::min(WarmupForwards(stages, stage, extra_in_flight), microbatches);
   int next_forward = 0, next_backward = 0;
   for (; next_forward < warmup; ++next_forward) ops.push_back({ScheduleOp::kForward, next_forward});
   // Steady state: each new forward is followed by the oldest outstanding backward.
@@ -35,10 +42,11 @@ namespace {
 
 // 2bw: see StepOps.
 std::vector<ScheduleOp> StreamStepOps(int stages, int stage, int microbatches, int64_t step,
-                                      int64_t first_step, int64_t last_step) {
+                                      int64_t first_step, int64_t last_step, int extra_in_flight) {
   const int64_t m = microbatches;
   // w < M keeps the held microbatches' indices distinct (the job spec asks for M >= S).
-  const int warmup = std::max(0, std::min(stages - stage - 1, microbatches - 1));
+  const int warmup =
+      std::max(0, std::min(WarmupForwards(stages, stage, extra_in_flight), microbatches - 1));
   std::vector<ScheduleOp> ops;
   auto forward = [&](int64_t n) {
     if (n / m <= last_step) ops.push_back({ScheduleOp::kForward, static_cast<int>(n % m), n / m});
@@ -67,11 +75,13 @@ std::vector<ScheduleOp> StreamStepOps(int stages, int stage, int microbatches, i
 }  // namespace
 
 std::vector<ScheduleOp> StepOps(Schedule schedule, int stages, int stage, int microbatches,
-                                int64_t step, int64_t first_step, int64_t last_step) {
+                                int64_t step, int64_t first_step, int64_t last_step,
+                                int extra_in_flight) {
   if (schedule == Schedule::k2BW) {
-    return StreamStepOps(stages, stage, microbatches, step, first_step, last_step);
+    return StreamStepOps(stages, stage, microbatches, step, first_step, last_step, extra_in_flight);
   }
-  std::vector<ScheduleOp> ops = StageSchedule(schedule, stages, stage, microbatches);
+  std::vector<ScheduleOp> ops =
+      StageSchedule(schedule, stages, stage, microbatches, extra_in_flight);
   for (ScheduleOp& op : ops) op.step = step;
   ops.push_back({ScheduleOp::kClipNorm, 0, step});
   ops.push_back({ScheduleOp::kUpdate, 0, step});

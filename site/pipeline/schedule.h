@@ -39,10 +39,18 @@ struct ScheduleOp {
   }
 };
 
+// Warm-up forwards of stage `stage` of `stages` under 1f1b and 2bw: 1F1B's S - s - 1, plus a
+// share of `extra_in_flight` (training.extra_in_flight) in proportion to the link crossings of the
+// stage's round trip to the last stage and back, 2 (S - 1 - s): stage 0 gets all of it, the last
+// stage none. More warm-up means more microbatches in flight to cover a slow link's round trip;
+// backward passes keep their order, so the results keep their bits.
+int WarmupForwards(int stages, int stage, int extra_in_flight);
+
 // The forwards and backwards of stage `stage` (0-based) of `stages` for one step of
 // `microbatches` microbatches run alone (step 0, with a flush before and after). For 2bw this is
 // the 1f1b order: its steady state runs the same pairs, only across step boundaries (StepOps).
-std::vector<ScheduleOp> StageSchedule(Schedule schedule, int stages, int stage, int microbatches);
+std::vector<ScheduleOp> StageSchedule(Schedule schedule, int stages, int stage, int microbatches,
+                                      int extra_in_flight = 0);
 
 // The most microbatches whose activations the stage holds at once while running `ops`.
 int MaxInFlight(const std::vector<ScheduleOp>& ops);
@@ -56,7 +64,10 @@ int MaxInFlight(const std::vector<ScheduleOp>& ops);
 //     stage; skipped at `first_step`, whose checkpoint holds that update already), and at
 //     `last_step` the final kUpdate of `step`.
 // Concatenating the steps from first_step to last_step gives every forward and backward once.
+// With 2bw the warm-up is at most M - 1 forwards whatever extra_in_flight asks: the microbatches
+// held across a step boundary must have distinct indices within their steps.
 std::vector<ScheduleOp> StepOps(Schedule schedule, int stages, int stage, int microbatches,
-                                int64_t step, int64_t first_step, int64_t last_step);
+                                int64_t step, int64_t first_step, int64_t last_step,
+                                int extra_in_flight = 0);
 
 }  // namespace strait::site

@@ -30,12 +30,12 @@ TEST(ScheduleTest, OneFOneBOfAThreeStagePipeline) {
 
 // Runs every stage's schedule as far as dependencies allow: F(s, m) needs F(s-1, m); B(s, m) needs
 // B(s+1, m). Returns true when all ops complete.
-bool RunsToCompletion(Schedule schedule, int stages, int microbatches) {
+bool RunsToCompletion(Schedule schedule, int stages, int microbatches, int extra = 0) {
   std::vector<std::vector<Op>> ops(stages);
   std::vector<size_t> next(stages, 0);
   std::vector<std::vector<bool>> forward_done(stages, std::vector<bool>(microbatches)),
       backward_done(stages, std::vector<bool>(microbatches));
-  for (int s = 0; s < stages; ++s) ops[s] = StageSchedule(schedule, stages, s, microbatches);
+  for (int s = 0; s < stages; ++s) ops[s] = StageSchedule(schedule, stages, s, microbatches, extra);
   for (bool progress = true; progress;) {
     progress = false;
     for (int s = 0; s < stages; ++s) {
@@ -61,41 +61,60 @@ TEST(ScheduleTest, InvariantsForManyShapes) {
   for (Schedule schedule : {Schedule::k1F1B, Schedule::kGPipe}) {
     for (int stages = 1; stages <= 6; ++stages) {
       for (int microbatches = 1; microbatches <= 9; ++microbatches) {
-        SCOPED_TRACE(testing::Message() << ToString(schedule) << " S=" << stages << " M=" << microbatches);
-        for (int s = 0; s < stages; ++s) {
-          const std::vector<Op> ops = StageSchedule(schedule, stages, s, microbatches);
-          ASSERT_EQ(ops.size(), 2u * microbatches);
-          std::vector<int> forwards, backwards;
-          std::vector<bool> forwarded(microbatches);
-          for (const Op& op : ops) {
-            if (op.kind == Op::kForward) {
-              forwards.push_back(op.microbatch);
-              forwarded[op.microbatch] = true;
-            } else {
-              EXPECT_TRUE(forwarded[op.microbatch]) << "backward before forward";
-              backwards.push_back(op.microbatch);
+        for (int extra : {0, 1, 5}) {
+          SCOPED_TRACE(testing::Message() << ToString(schedule) << " S=" << stages
+                                          << " M=" << microbatches << " extra in flight " << extra);
+          for (int s = 0; s < stages; ++s) {
+            const std::vector<Op> ops = StageSchedule(schedule, stages, s, microbatches, extra);
+            ASSERT_EQ(ops.size(), 2u * microbatches);
+            std::vector<int> forwards, backwards;
+            std::vector<bool> forwarded(microbatches);
+            for (const Op& op : ops) {
+              if (op.kind == Op::kForward) {
+                forwards.push_back(op.microbatch);
+                forwarded[op.microbatch] = true;
+              } else {
+                EXPECT_TRUE(forwarded[op.microbatch]) << "backward before forward";
+                backwards.push_back(op.microbatch);
+              }
             }
+            std::vector<int> in_order(microbatches);
+            for (int m = 0; m < microbatches; ++m) in_order[m] = m;
+            EXPECT_EQ(forwards, in_order);
+            EXPECT_EQ(backwards, in_order);  // gradients accumulate as in single-process training
+            const int in_flight = WarmupForwards(stages, s, extra) + 1;
+            EXPECT_EQ(MaxInFlight(ops), schedule == Schedule::k1F1B
+                                            ? std::min(in_flight, microbatches)
+                                            : microbatches);
           }
-          std::vector<int> in_order(microbatches);
-          for (int m = 0; m < microbatches; ++m) in_order[m] = m;
-          EXPECT_EQ(forwards, in_order);
-          EXPECT_EQ(backwards, in_order);  // gradients accumulate as in single-process training
-          EXPECT_LE(MaxInFlight(ops), schedule == Schedule::k1F1B ? std::min(stages - s, microbatches)
-                                                                  : microbatches);
+          EXPECT_TRUE(RunsToCompletion(schedule, stages, microbatches, extra));
         }
-        EXPECT_TRUE(RunsToCompletion(schedule, stages, microbatches));
       }
     }
   }
 }
 
+TEST(ScheduleTest, ExtraInFlightGoesToStagesInProportionToTheirRoundTrip) {
+  // 4 stages: round trips of 6, 4, 2 and 0 crossings; 6 extra microbatches -> 6, 4, 2, 0.
+  EXPECT_EQ(WarmupForwards(4, 0, 6), 3 + 6);
+  EXPECT_EQ(WarmupForwards(4, 1, 6), 2 + 4);
+  EXPECT_EQ(WarmupForwards(4, 2, 6), 1 + 2);
+  EXPECT_EQ(WarmupForwards(4, 3, 6), 0);
+  // Shares round up, so every stage with a round trip gets at least one.
+  EXPECT_EQ(WarmupForwards(3, 1, 1), 1 + 1);
+  EXPECT_EQ(WarmupForwards(1, 0, 8), 0);  // One stage: nothing to wait for.
+  for (int stages = 1; stages <= 5; ++stages) {
+    for (int s = 0; s < stages; ++s) EXPECT_EQ(WarmupForwards(stages, s, 0), stages - s - 1);
+  }
+}
+
 // The ops of steps first_step .. last_step concatenated (what a runner resumed at first_step runs).
 std::vector<Op> RunOps(Schedule schedule, int stages, int stage, int microbatches,
-                       int64_t first_step, int64_t last_step) {
+                       int64_t first_step, int64_t last_step, int extra = 0) {
   std::vector<Op> ops;
   for (int64_t t = first_step; t <= last_step; ++t) {
     const std::vector<Op> step =
-        StepOps(schedule, stages, stage, microbatches, t, first_step, last_step);
+        StepOps(schedule, stages, stage, microbatches, t, first_step, last_step, extra);
     ops.insert(ops.end(), step.begin(), step.end());
   }
   return ops;
@@ -133,13 +152,13 @@ TEST(ScheduleTest, TwoBwStreamOfAThreeStagePipeline) {
 // needs stage s-1's (the scale travels down; stage 0 makes it from its own norm). Returns true
 // when every op completes.
 bool StreamRunsToCompletion(Schedule schedule, int stages, int microbatches, int64_t first_step,
-                            int64_t last_step) {
+                            int64_t last_step, int extra = 0) {
   using Key = std::tuple<int, int64_t, int>;  // (kind, step, microbatch)
   std::vector<std::vector<Op>> ops(stages);
   std::vector<size_t> next(stages, 0);
   std::vector<std::set<Key>> done(stages);
   for (int s = 0; s < stages; ++s) {
-    ops[s] = RunOps(schedule, stages, s, microbatches, first_step, last_step);
+    ops[s] = RunOps(schedule, stages, s, microbatches, first_step, last_step, extra);
   }
   auto has = [&](int s, Op::Kind kind, int64_t step, int m) {
     return done[s].count({kind, step, m}) > 0;
@@ -180,62 +199,66 @@ TEST(ScheduleTest, TwoBwStreamInvariantsForManyShapes) {
   for (int stages = 1; stages <= 5; ++stages) {
     for (int microbatches = stages; microbatches <= 7; ++microbatches) {
       for (int64_t first_step : {0, 3}) {
-        const int64_t last_step = first_step + 4;
-        SCOPED_TRACE(testing::Message()
-                     << "S=" << stages << " M=" << microbatches << " from step " << first_step);
-        for (int s = 0; s < stages; ++s) {
-          const std::vector<Op> ops =
-              RunOps(Schedule::k2BW, stages, s, microbatches, first_step, last_step);
-          // Forwards and backwards each in global microbatch order, every one exactly once.
-          int64_t next_forward = first_step * microbatches, next_backward = next_forward;
-          // The weight versions a Stage would hold (site/nn/stage.h): the newest L_k and L_{k-1}.
-          int64_t newest = first_step, updates_seen = 0;
-          std::map<int64_t, int64_t> held;  // global microbatch -> weights of its forward
-          std::set<int64_t> norms;
-          int most_held = 0;
-          for (const Op& op : ops) {
-            const int64_t n = op.step * microbatches + op.microbatch;
-            switch (op.kind) {
-              case Op::kForward:
-                ASSERT_EQ(n, next_forward++);
-                // The weights of its step are held: the newest, or the previous one (only
-                // right after a resume, for the resumed step itself).
-                ASSERT_TRUE(StepWeights(Schedule::k2BW, op.step) == newest ||
-                            (op.step == first_step && first_step > 0 &&
-                             StepWeights(Schedule::k2BW, op.step) == newest - 1))
-                    << "forward of step " << op.step << " with newest L_" << newest;
-                held[n] = StepWeights(Schedule::k2BW, op.step);
-                most_held = std::max(most_held, static_cast<int>(held.size()));
-                break;
-              case Op::kBackward:
-                ASSERT_EQ(n, next_backward++);
-                ASSERT_EQ(held.count(n), 1u) << "backward before forward";
-                ASSERT_GE(held[n], std::max<int64_t>(newest - 1, 0)) << "its weights were dropped";
-                held.erase(n);
-                break;
-              case Op::kClipNorm:
-                // After the step's last backward.
-                ASSERT_EQ(next_backward, (op.step + 1) * microbatches);
-                norms.insert(op.step);
-                break;
-              case Op::kUpdate:
-                ASSERT_EQ(op.step, newest) << "updates in order, each once";
-                ASSERT_EQ(norms.count(op.step), 1u) << "update before its norm";
-                // No microbatch still computes with L_{newest-1}, which the update drops.
-                for (const auto& [m, weights] : held) ASSERT_EQ(weights, newest) << m;
-                ++newest;
-                ++updates_seen;
-                break;
+        for (int extra : {0, 2}) {
+          const int64_t last_step = first_step + 4;
+          SCOPED_TRACE(testing::Message()
+                       << "S=" << stages << " M=" << microbatches << " from step " << first_step
+                       << " extra in flight " << extra);
+          for (int s = 0; s < stages; ++s) {
+            const std::vector<Op> ops =
+                RunOps(Schedule::k2BW, stages, s, microbatches, first_step, last_step, extra);
+            // Forwards and backwards each in global microbatch order, every one exactly once.
+            int64_t next_forward = first_step * microbatches, next_backward = next_forward;
+            // The weight versions a Stage would hold (site/nn/stage.h): the newest L_k and L_{k-1}.
+            int64_t newest = first_step, updates_seen = 0;
+            std::map<int64_t, int64_t> held;  // global microbatch -> weights of its forward
+            std::set<int64_t> norms;
+            int most_held = 0;
+            for (const Op& op : ops) {
+              const int64_t n = op.step * microbatches + op.microbatch;
+              switch (op.kind) {
+                case Op::kForward:
+                  ASSERT_EQ(n, next_forward++);
+                  // The weights of its step are held: the newest, or the previous one (only
+                  // right after a resume, for the resumed step itself).
+                  ASSERT_TRUE(StepWeights(Schedule::k2BW, op.step) == newest ||
+                              (op.step == first_step && first_step > 0 &&
+                               StepWeights(Schedule::k2BW, op.step) == newest - 1))
+                      << "forward of step " << op.step << " with newest L_" << newest;
+                  held[n] = StepWeights(Schedule::k2BW, op.step);
+                  most_held = std::max(most_held, static_cast<int>(held.size()));
+                  break;
+                case Op::kBackward:
+                  ASSERT_EQ(n, next_backward++);
+                  ASSERT_EQ(held.count(n), 1u) << "backward before forward";
+                  ASSERT_GE(held[n], std::max<int64_t>(newest - 1, 0))
+                      << "its weights were dropped";
+                  held.erase(n);
+                  break;
+                case Op::kClipNorm:
+                  // After the step's last backward.
+                  ASSERT_EQ(next_backward, (op.step + 1) * microbatches);
+                  norms.insert(op.step);
+                  break;
+                case Op::kUpdate:
+                  ASSERT_EQ(op.step, newest) << "updates in order, each once";
+                  ASSERT_EQ(norms.count(op.step), 1u) << "update before its norm";
+                  // No microbatch still computes with L_{newest-1}, which the update drops.
+                  for (const auto& [m, weights] : held) ASSERT_EQ(weights, newest) << m;
+                  ++newest;
+                  ++updates_seen;
+                  break;
+              }
             }
+            EXPECT_EQ(next_forward, (last_step + 1) * microbatches);
+            EXPECT_EQ(next_backward, next_forward);
+            EXPECT_EQ(newest, last_step + 1);  // The run ends with L_T.
+            EXPECT_EQ(updates_seen, last_step + 1 - first_step);
+            EXPECT_LE(most_held, std::min(WarmupForwards(stages, s, extra) + 1, microbatches));
           }
-          EXPECT_EQ(next_forward, (last_step + 1) * microbatches);
-          EXPECT_EQ(next_backward, next_forward);
-          EXPECT_EQ(newest, last_step + 1);  // The run ends with L_T.
-          EXPECT_EQ(updates_seen, last_step + 1 - first_step);
-          EXPECT_LE(most_held, stages - s);
+          EXPECT_TRUE(StreamRunsToCompletion(Schedule::k2BW, stages, microbatches, first_step,
+                                             last_step, extra));
         }
-        EXPECT_TRUE(
-            StreamRunsToCompletion(Schedule::k2BW, stages, microbatches, first_step, last_step));
       }
     }
   }

@@ -37,7 +37,7 @@ links:
 
 JobSpec Spec(const std::string& schedule, const std::string& chain) {
   std::string text = kJob;
-  text.replace(text.find("SCHEDULE"), 8, schedule);
+  text.replace(text.find("SCHEDULE"), 8, schedule);  // May add keys: "2bw, extra_in_flight: 2".
   for (size_t at; (at = text.find("CHAIN")) != std::string::npos;) text.replace(at, 5, chain);
   absl::StatusOr<JobSpec> spec = ParseJobSpec(text, "runner-test.yaml", "/");
   EXPECT_TRUE(spec.ok()) << spec.status();
@@ -198,7 +198,10 @@ INSTANTIATE_TEST_SUITE_P(SchedulesAndChains, SiteRunnerTest,
                          ::testing::Values(std::make_tuple("1f1b", "none"),
                                            std::make_tuple("gpipe", "shuffle+zstd"),
                                            std::make_tuple("2bw", "none"),
-                                           std::make_tuple("2bw", "shuffle+zstd")));
+                                           std::make_tuple("2bw", "shuffle+zstd"),
+                                           // More microbatches in flight keep the bits.
+                                           std::make_tuple("1f1b, extra_in_flight: 2", "none"),
+                                           std::make_tuple("2bw, extra_in_flight: 2", "none")));
 INSTANTIATE_TEST_SUITE_P(Schedules, SiteRunnerWorkersTest, ::testing::Values("1f1b", "2bw"));
 
 // A 2bw federation stopped between steps and resumed from the checkpoints its sites take then (the
