@@ -400,12 +400,17 @@ absl::Status RunSite(const SiteOptions& o) {
   if (link_out && link_out->encryption) peers.push_back(spec.sites[index + 1].id);
 
   SiteMetrics metrics;
-  // Prefetch and send-ahead as deep as the schedule keeps microbatches in flight (+1 for the
-  // clipping frame), so a site never buffers more of a neighbour's tensors than its schedule uses.
-  const int window =
-      MaxInFlight(StageSchedule(spec.training.schedule, stages, index, spec.training.microbatches,
-                                spec.training.extra_in_flight)) +
-      1;
+  // Prefetch and send-ahead as deep as any stage keeps microbatches in flight (+1 for the clipping
+  // frame): a link carries as many frames at once as its deeper producer or consumer holds (stage 0
+  // may hold many more than the last stage with extra_in_flight), and a shallower window would
+  // allow only that many frames per link round trip. The gateway's memory budget still bounds what
+  // is stored.
+  int window = 0;
+  for (int s = 0; s < stages; ++s) {
+    window = std::max(window, MaxInFlight(StageSchedule(spec.training.schedule, stages, s,
+                                                        spec.training.microbatches,
+                                                        spec.training.extra_in_flight)) + 1);
+  }
   const int64_t mb = spec.training.MicrobatchSize();
   const uint64_t max_raw =
       static_cast<uint64_t>(mb) * std::max(stage->input_features(), stage->output_features()) * 4;
