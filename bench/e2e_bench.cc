@@ -97,7 +97,7 @@ absl::StatusOr<FederationRun> RunFederation(LocalFederation& fed, const JobSpec&
       run.wire_bytes += wire;
       const size_t b = link.value("boundary", 0);
       if (b >= boundaries || frames <= 0) continue;
-      (link.value("direction", "") == "FORWARD" ? run.forward_frame_bytes : run.backward_frame_bytes)[b] =
+      (link.value("direction", "") == "forward" ? run.forward_frame_bytes : run.backward_frame_bytes)[b] =
           wire / frames;
     }
   }
@@ -255,10 +255,11 @@ int RunWan(const E2eOptions& o) {
                   o.wan.c_str(), wan::Describe(*profile).c_str(), spec.name.c_str(),
                   static_cast<long long>(steps), t.global_batch, t.microbatches, ToString(t.schedule),
                   spec.sites.size());
-      std::printf("%-26s %-10s %9s %9s %9s %9s %-9s %10s  %s\n", "chain (forward/backward)", "link",
-                  "samples/s", "step ms", "bound ms", "achieved", "bound by", "wire MiB", "wait");
-      std::printf("%-26s %-10s %9s %9s %9s %9s %-9s %10s  %s\n", "", "", "", "", "", "/bound", "",
-                  "per step", "per site");
+      std::printf("%-30s %-10s %9s %9s %9s %9s %9s %-9s %10s  %s\n", "chain (forward/backward)",
+                  "link", "samples/s", "step ms", "bound ms", "link ms", "achieved", "bound by",
+                  "wire MiB", "wait");
+      std::printf("%-30s %-10s %9s %9s %9s %9s %9s %-9s %10s  %s\n", "", "", "", "", "", "(bytes)",
+                  "/bound", "", "per step", "per site");
       header = true;
     }
     for (bool emulated : {false, true}) {
@@ -277,9 +278,10 @@ int RunWan(const E2eOptions& o) {
       std::string waits;
       for (const SiteFigures& s : run->sites) waits += absl::StrFormat("%s%.2f", waits.empty() ? "" : " ", s.WaitFraction());
       if (!o.json) {
-        std::printf("%-26s %-10s %9.0f %9.1f %9.1f %8.2fx %-9s %10.3f  %s\n", chain_name.c_str(),
-                    emulated ? o.wan.c_str() : "loopback", run->samples_per_second, 1e3 * step_s,
-                    1e3 * bound.step_s, step_s / std::max(bound.step_s, 1e-12), bound.limited_by.c_str(),
+        std::printf("%-30s %-10s %9.0f %9.1f %9.1f %9.1f %8.2fx %-9s %10.3f  %s\n",
+                    chain_name.c_str(), emulated ? o.wan.c_str() : "loopback",
+                    run->samples_per_second, 1e3 * step_s, 1e3 * bound.step_s, 1e3 * bound.bandwidth_s,
+                    step_s / std::max(bound.step_s, 1e-12), bound.limited_by.c_str(),
                     run->wire_bytes / steps / (1 << 20), waits.c_str());
         std::fflush(stdout);
       }
@@ -321,8 +323,9 @@ int RunWan(const E2eOptions& o) {
     return 0;
   }
   std::printf("\nachieved/bound: measured step time over the lower bound that the run's own compute and "
-              "the links allow (docs/benchmarks.md); wait: fraction of each site's training time spent "
-              "waiting for frames.\n");
+              "the links allow (docs/benchmarks.md); link ms: the busiest link's bytes per step over its "
+              "rate (part of the bound); wait: fraction of each site's training time spent waiting for "
+              "frames.\n");
   return 0;
 }
 
