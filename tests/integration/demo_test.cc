@@ -114,6 +114,21 @@ TEST(DemoTest, AWorkDirectoryRunResumesFromItsCheckpoints) {
   EXPECT_EQ(Demo(dir, {"--resume", "--no-dashboard"}, std::chrono::seconds(60)).exit_code, 2);
 }
 
+TEST(DemoTest, EverySiteCanReachTheGatewayThroughAnEmulatedWan) {
+  TempDir dir;
+  DemoRun run = Demo(dir, {"--steps", "4", "--wan", "region", "--schedule", "2bw", "--no-dashboard"},
+                     std::chrono::seconds(600));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  for (const char* expected : {"through its own emulated link (region: 1 Gbit/s, 15 ms one-way)",
+                               "dc-c    | step      4/4", "test accuracy"}) {
+    EXPECT_NE(run.output.find(expected), std::string::npos) << "missing '" << expected << "' in\n"
+                                                           << run.output;
+  }
+  DemoRun bad = Demo(dir, {"--wan", "moon"}, std::chrono::seconds(60));
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("metro"), std::string::npos) << bad.output;  // The names it knows.
+}
+
 TEST(DemoTest, BadCodecIsRefusedBeforeAnythingStarts) {
   TempDir dir;
   DemoRun run = Demo(dir, {"--codec", "int8+zstd:99", "--no-dashboard"}, std::chrono::seconds(60));
