@@ -85,6 +85,9 @@ struct OptimizerSpec {
   double beta2 = 0.999;         // AdamW only.
   double eps = 1e-8;            // AdamW only.
   double weight_decay = 0.0;
+  // Linear learning-rate warm-up: update k (from 1) uses lr * min(1, k / warmup_steps); 0 = none.
+  // Damps the first updates, which one-step-stale gradients (schedule 2bw) make unstable.
+  int64_t warmup_steps = 0;
 };
 
 struct CheckpointSpec {

@@ -21,7 +21,9 @@ Optimizer::Optimizer(const OptimizerSpec& spec, int64_t n, Backend* backend, Dev
       state_(std::move(state)) {}
 
 void Optimizer::Step(int64_t step, float grad_scale, float* params, const float* grads) {
-  const float lr = static_cast<float>(spec_.lr), wd = static_cast<float>(spec_.weight_decay);
+  const double warmup =
+      spec_.warmup_steps > 0 ? std::min(1.0, static_cast<double>(step) / spec_.warmup_steps) : 1.0;
+  const float lr = static_cast<float>(spec_.lr * warmup), wd = static_cast<float>(spec_.weight_decay);
   if (spec_.kind == OptimizerKind::kSgd) {
     backend_->SgdUpdate(n_, lr, static_cast<float>(spec_.momentum), wd, grad_scale, params, grads,
                         state_.f32());

@@ -35,7 +35,7 @@ training:
   global_batch: 64
   microbatches: 8
   schedule: gpipe
-  optimizer: {name: sgd, lr: 0.05, momentum: 0.8, weight_decay: 0.0001}
+  optimizer: {name: sgd, lr: 0.05, momentum: 0.8, weight_decay: 0.0001, warmup_steps: 20}
   grad_clip: 2.5
   checkpoint: {every: 10, dir: ckpt, keep: 2}
 sites:
@@ -78,6 +78,7 @@ TEST(JobSpecTest, ParsesEveryKey) {
   EXPECT_EQ(spec->training.optimizer.kind, OptimizerKind::kSgd);
   EXPECT_DOUBLE_EQ(spec->training.optimizer.lr, 0.05);
   EXPECT_DOUBLE_EQ(spec->training.optimizer.momentum, 0.8);
+  EXPECT_EQ(spec->training.optimizer.warmup_steps, 20);
   EXPECT_DOUBLE_EQ(spec->training.grad_clip, 2.5);
   EXPECT_EQ(spec->training.checkpoint.every, 10);
   EXPECT_EQ(spec->training.checkpoint.dir, "/fed/conf/ckpt");

@@ -313,3 +313,34 @@ TEST(StageTest, WeightVersionContractErrors) {
 
 }  // namespace
 }  // namespace strait
+
+namespace strait {
+namespace {
+
+// optimizer.warmup_steps: update k moves the parameters by lr * min(1, k / warmup) * gradient (SGD
+// without momentum, so the step is exactly that).
+TEST(OptimizerTest, LearningRateWarmsUpLinearly) {
+  auto backend = CreateCpuBackend(1);
+  OptimizerSpec spec;
+  spec.kind = OptimizerKind::kSgd;
+  spec.lr = 0.5;
+  spec.momentum = 0.0;
+  spec.warmup_steps = 4;
+  auto optimizer = *Optimizer::Create(spec, 1, backend.get());
+  float* param = static_cast<float*>(*backend->Allocate(sizeof(float)));
+  float* grad = static_cast<float*>(*backend->Allocate(sizeof(float)));
+  const float one = 1.0f;
+  backend->CopyToDevice(grad, &one, sizeof(float));
+  float before = 0.0f, after = 0.0f;
+  for (int64_t k = 1; k <= 6; ++k) {
+    backend->CopyToHost(&before, param, sizeof(float));
+    optimizer->Step(k, 1.0f, param, grad);
+    backend->CopyToHost(&after, param, sizeof(float));
+    EXPECT_FLOAT_EQ(before - after, 0.5f * std::min(1.0f, k / 4.0f)) << "update " << k;
+  }
+  backend->Free(param);
+  backend->Free(grad);
+}
+
+}  // namespace
+}  // namespace strait
