@@ -62,11 +62,16 @@ nlohmann::json Metrics(const std::string& dir) {
 
 const auto kLimit = std::chrono::seconds(3600);
 
+std::vector<std::string> SiteIds(const JobSpec& spec) {
+  std::vector<std::string> ids;
+  for (const SiteSpec& s : spec.sites) ids.push_back(s.id);
+  return ids;
+}
+
 // One federated run of `spec` in `fed`, every site behind an emulated link when `wan` is set.
 absl::StatusOr<FederationRun> RunFederation(LocalFederation& fed, const JobSpec& spec,
                                             const std::optional<wan::LinkProfile>& wan) {
-  std::vector<std::string> ids;
-  for (const SiteSpec& s : spec.sites) ids.push_back(s.id);
+  const std::vector<std::string> ids = SiteIds(spec);
   std::string error;
   if (!fed.StartGateway({"--log-level", "warn"}, &error)) {
     return absl::InternalError("the gateway did not start:\n" + error);
@@ -136,12 +141,6 @@ absl::StatusOr<double> RunReference(LocalFederation& fed) {
                                                ReadFile(fed.dir().File("reference.log"))));
   }
   return Metrics(fed.ReferenceDir()).value("samples_per_second", 0.0);
-}
-
-std::vector<std::string> SiteIds(const JobSpec& spec) {
-  std::vector<std::string> ids;
-  for (const SiteSpec& s : spec.sites) ids.push_back(s.id);
-  return ids;
 }
 
 void PrintTimeSplit(const std::vector<SiteFigures>& sites) {
@@ -352,7 +351,8 @@ void AddBenchE2eCommand(CLI::App& bench, int* exit_code) {
                   "Job spec (default: configs/fashion-mlp-3site.yaml of this source tree)")
       ->type_name("FILE");
   AddJobSpecOverrideOptions(*cmd, o->overrides, "Steps per run (default 150)");
-  cmd->add_option("--rounds", o->rounds, "Rounds of (strait train, federation); the best ratio counts")
+  cmd->add_option("--rounds", o->rounds,
+                  "Rounds of (strait train, federation); the best ratio counts (without --wan)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--wan", o->wan,
