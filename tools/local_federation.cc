@@ -111,11 +111,6 @@ absl::Status LocalFederation::EmulateWan(const wan::LinkProfile& profile) {
   return absl::OkStatus();
 }
 
-wan::LinkEmulator* LocalFederation::wan_link(const std::string& site) const {
-  auto it = wan_links_.find(site);
-  return it == wan_links_.end() ? nullptr : it->second.get();
-}
-
 void LocalFederation::StartSite(const std::string& site, const std::vector<std::string>& extra_args,
                                 const std::string& gateway) {
   std::string dial = gateway;

@@ -69,8 +69,6 @@ class LocalFederation {
   // own dial it. The links stay across restarts of the sites and of the gateway (which keeps its
   // port). Call after StartGateway. Errors: the emulator's (a profile it refuses, no port).
   absl::Status EmulateWan(const wan::LinkProfile& profile);
-  // The emulated link of `site` (null before it started or without EmulateWan).
-  wan::LinkEmulator* wan_link(const std::string& site) const;
 
   // Starts strait-site for `site` (--out <dir>/out/<site>) with `extra_args`, dialling the gateway
   // at `gateway` (default: its emulated link, or where the gateway listens; a fault test may put a
