@@ -311,12 +311,6 @@ TEST(StageTest, WeightVersionContractErrors) {
   EXPECT_EQ(two->weights_version(), 4);
 }
 
-}  // namespace
-}  // namespace strait
-
-namespace strait {
-namespace {
-
 // optimizer.warmup_steps: update k moves the parameters by lr * min(1, k / warmup) * gradient (SGD
 // without momentum, so the step is exactly that).
 TEST(OptimizerTest, LearningRateWarmsUpLinearly) {
