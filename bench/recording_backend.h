@@ -81,6 +81,9 @@ class RecordingBackend final : public Backend {
   void Axpy(int64_t n, float alpha, const float* x, float* y) override {
     inner_->Axpy(n, alpha, x, y);
   }
+  void Axpby(int64_t n, float alpha, const float* x, float beta, float* y) override {
+    inner_->Axpby(n, alpha, x, beta, y);
+  }
   void Copy2D(int64_t rows, int cols, const float* src, int64_t ld_src, float* dst,
               int64_t ld_dst) override {
     inner_->Copy2D(rows, cols, src, ld_src, dst, ld_dst);

@@ -107,6 +107,9 @@ struct TrainingSpec {
   // back; later stages get a share in proportion to their round trip (site/pipeline/schedule.h).
   // Costs that many more microbatches of activations held; the results stay the same bits.
   int extra_in_flight = 0;
+  // 2bw only: forward weights extrapolated this many updates along the last one (site/nn/stage.h);
+  // 0 = PipeDream-2BW's plain one-step-stale weights.
+  double lookahead = 2.0;
   OptimizerSpec optimizer;
   double grad_clip = 0.0;       // Clip by global norm across all stages; 0 = off.
   CheckpointSpec checkpoint;

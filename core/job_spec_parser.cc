@@ -289,6 +289,12 @@ class JobSpecParser {
                  {{"1f1b", Schedule::k1F1B}, {"gpipe", Schedule::kGPipe}, {"2bw", Schedule::k2BW}},
                  &t.schedule));
     STRAIT_RETURN_IF_ERROR(map.Int("extra_in_flight", 0, 1 << 16, &t.extra_in_flight));
+    STRAIT_RETURN_IF_ERROR(map.Double("lookahead", 0.0, 16.0, &t.lookahead));
+    if (map.Has("lookahead") && t.schedule != Schedule::k2BW && t.lookahead != 0.0) {
+      return map.ErrorAt("lookahead",
+                         absl::StrCat("applies to schedule 2bw only (this job's schedule is ",
+                                      ToString(t.schedule), "); remove it or set it to 0"));
+    }
     STRAIT_RETURN_IF_ERROR(ParseOptimizer(map));
     STRAIT_RETURN_IF_ERROR(map.Double("grad_clip", 0.0, 1e12, &t.grad_clip));
     STRAIT_RETURN_IF_ERROR(ParseCheckpoint(map));

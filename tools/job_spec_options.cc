@@ -22,6 +22,10 @@ void AddJobSpecOverrideOptions(CLI::App& cmd, JobSpecOverrides& o, const std::st
          "Microbatches stage 0 keeps in flight beyond the schedule's own, to cover slow links "
          "(training.extra_in_flight)")
       ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--lookahead", o.lookahead,
+                 "2bw: updates to extrapolate the forward weights by; 0 = plain PipeDream-2BW "
+                 "(training.lookahead)")
+      ->check(CLI::Range(0.0, 16.0));
 }
 
 }  // namespace strait::tools

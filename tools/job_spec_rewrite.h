@@ -21,6 +21,7 @@ struct JobSpecOverrides {
   int microbatches = 0;        // > 0: training.microbatches.
   std::string schedule;        // Non-empty: training.schedule.
   int extra_in_flight = -1;    // >= 0: training.extra_in_flight.
+  double lookahead = -1;       // >= 0: training.lookahead.
 };
 
 struct RewrittenJobSpec {

@@ -101,6 +101,10 @@ class Backend {
 
   // y += alpha * x.
   virtual void Axpy(int64_t n, float alpha, const float* x /*[n]*/, float* y /*[n]*/) = 0;
+  // y = alpha * x + beta * y, each product rounded (no fused multiply-add), so every backend
+  // gives the same bits.
+  virtual void Axpby(int64_t n, float alpha, const float* x /*[n]*/, float beta,
+                     float* y /*[n]*/) = 0;
   // dst[r * ld_dst + c] = src[r * ld_src + c]; ld_src 0 repeats the one source row.
   virtual void Copy2D(int64_t rows, int cols, const float* src, int64_t ld_src, float* dst,
                       int64_t ld_dst) = 0;

@@ -10,7 +10,7 @@ namespace strait::collective {
 
 absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Create(
     const ModelSpec& model, LayerRange range, const OptimizerSpec& optimizer, int max_batch,
-    DeviceKind device, int workers, int threads_per_worker, int weight_versions) {
+    DeviceKind device, int workers, int threads_per_worker, int weight_versions, float lookahead) {
   if (max_batch < 1 || workers < 1 || threads_per_worker < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("replica group of ", workers, " workers with ", threads_per_worker,
@@ -26,8 +26,9 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Create(
   STRAIT_RETURN_IF_ERROR(g->OnWorkers([&](int w) -> absl::Status {
     Worker& worker = g->workers_[w];
     STRAIT_ASSIGN_OR_RETURN(worker.backend, CreateBackend(device, {threads_per_worker, w}));
-    STRAIT_ASSIGN_OR_RETURN(worker.stage, Stage::Create(model, range, optimizer, worker_batch,
-                                                        worker.backend.get(), weight_versions));
+    STRAIT_ASSIGN_OR_RETURN(
+        worker.stage, Stage::Create(model, range, optimizer, worker_batch, worker.backend.get(),
+                                    weight_versions, lookahead));
     return absl::OkStatus();
   }));
   if (workers == 1) return g;
@@ -256,6 +257,10 @@ absl::StatusOr<std::vector<float>> ReplicaGroup::PreviousParams() const {
   return FromWorker0<std::vector<float>>([](const Stage& s) { return s.PreviousParams(); });
 }
 
+absl::StatusOr<std::vector<float>> ReplicaGroup::LookaheadParams() const {
+  return FromWorker0<std::vector<float>>([](const Stage& s) { return s.LookaheadParams(); });
+}
+
 absl::StatusOr<std::vector<float>> ReplicaGroup::Grads(int64_t step) const {
   return FromWorker0<std::vector<float>>([step](const Stage& s) { return s.Grads(step); });
 }
@@ -269,9 +274,11 @@ absl::Status ReplicaGroup::SetParams(absl::Span<const float> params) {
 }
 
 absl::Status ReplicaGroup::RestoreWeights(int64_t version, absl::Span<const float> newest,
-                                          absl::Span<const float> previous) {
-  return OnWorkers(
-      [&](int w) { return workers_[w].stage->RestoreWeights(version, newest, previous); });
+                                          absl::Span<const float> previous,
+                                          absl::Span<const float> lookahead) {
+  return OnWorkers([&](int w) {
+    return workers_[w].stage->RestoreWeights(version, newest, previous, lookahead);
+  });
 }
 
 absl::Status ReplicaGroup::SetOptimizerState(absl::Span<const float> state) {

@@ -41,10 +41,11 @@ class ReplicaGroup {
   // Layers `range` of `model` on `workers` >= 1 workers of kind `device`, microbatches of at most
   // `max_batch` samples (what Forward takes; each worker's stage is sized for its share). Makes
   // the backends (CUDA: devices 0 .. workers-1; errors when there are fewer) and the all-reducer
-  // (one per gradient arena). weight_versions: as Stage::Create.
+  // (one per gradient arena). weight_versions, lookahead: as Stage::Create.
   static absl::StatusOr<std::unique_ptr<ReplicaGroup>> Create(
       const ModelSpec& model, LayerRange range, const OptimizerSpec& optimizer, int max_batch,
-      DeviceKind device, int workers, int threads_per_worker, int weight_versions = 1);
+      DeviceKind device, int workers, int threads_per_worker, int weight_versions = 1,
+      float lookahead = 0.0f);
   ~ReplicaGroup();
   ReplicaGroup(const ReplicaGroup&) = delete;
   ReplicaGroup& operator=(const ReplicaGroup&) = delete;
@@ -59,6 +60,7 @@ class ReplicaGroup {
   int workers() const { return static_cast<int>(workers_.size()); }
   uint64_t Fingerprint() const { return stage(0).Fingerprint(); }
   int weight_versions() const { return stage(0).weight_versions(); }
+  float lookahead() const { return stage(0).lookahead(); }
   int64_t weights_version() const { return stage(0).weights_version(); }
   // The workers' backends, e.g. "cpu (1 threads), cpu (1 threads)".
   std::string device_names() const;
@@ -90,11 +92,13 @@ class ReplicaGroup {
   // Replica 0's arenas (every replica holds the same); the setters write every replica.
   absl::StatusOr<std::vector<float>> Params() const;
   absl::StatusOr<std::vector<float>> PreviousParams() const;
+  absl::StatusOr<std::vector<float>> LookaheadParams() const;
   absl::StatusOr<std::vector<float>> Grads(int64_t step = 0) const;
   absl::StatusOr<std::vector<float>> OptimizerState() const;
   absl::Status SetParams(absl::Span<const float> params);
   absl::Status RestoreWeights(int64_t version, absl::Span<const float> newest,
-                              absl::Span<const float> previous);
+                              absl::Span<const float> previous,
+                              absl::Span<const float> lookahead = {});
   absl::Status SetOptimizerState(absl::Span<const float> state);
 
  private:

@@ -276,7 +276,8 @@ absl::Status RunSite(const SiteOptions& o) {
   auto build_stage = [&] {
     return collective::ReplicaGroup::Create(
         spec.model, site.layers, spec.training.optimizer, spec.training.MicrobatchSize(),
-        site.device, site.workers, o.threads, WeightVersions(spec.training.schedule));
+        site.device, site.workers, o.threads, WeightVersions(spec.training.schedule),
+        Lookahead(spec.training));
   };
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<collective::ReplicaGroup> stage, build_stage());
   spdlog::info("{} worker(s): {}", site.workers, stage->device_names());

@@ -17,7 +17,7 @@ namespace {
 
 constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'I', 'T', 'C', 'K'};
 constexpr uint32_t kVersion = 1;            // One weight version.
-constexpr uint32_t kVersionTwoWeights = 2;  // Adds the weight-version count and previous params.
+constexpr uint32_t kVersionTwoWeights = 2;  // Adds the weight-array count, previous (+ lookahead).
 constexpr size_t kHeaderBytes = 8 + 4 + 4 + 8 + 8 + 4 + 4 + 8 + 8 + 8 + 8;
 constexpr size_t kHeaderBytesV2 = kHeaderBytes + 4;
 
@@ -88,14 +88,16 @@ uint32_t Crc32c(const void* data, size_t size, uint32_t crc) {
 absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) {
   const bool two = s.weight_versions == 2;
   if ((s.weight_versions != 1 && !two) ||
-      s.previous_params.size() != (two ? s.params.size() : size_t{0})) {
+      s.previous_params.size() != (two ? s.params.size() : size_t{0}) ||
+      (!s.lookahead_params.empty() && (!two || s.lookahead_params.size() != s.params.size()))) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint of ", s.weight_versions, " weight versions with ", s.params.size(),
-                     " params and ", s.previous_params.size(), " previous params"));
+                     " params, ", s.previous_params.size(), " previous and ",
+                     s.lookahead_params.size(), " lookahead params"));
   }
+  const uint32_t arrays = two ? (s.lookahead_params.empty() ? 2 : 3) : 1;
   std::string data;
-  data.reserve(kHeaderBytesV2 +
-               4 * (s.params.size() + s.previous_params.size() + s.optimizer_state.size()) + 4);
+  data.reserve(kHeaderBytesV2 + 4 * (arrays * s.params.size() + s.optimizer_state.size()) + 4);
   data.append(kMagic, sizeof(kMagic));
   Put<uint32_t>(data, two ? kVersionTwoWeights : kVersion);
   Put<uint32_t>(data, s.optimizer_kind);
@@ -107,10 +109,10 @@ absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) 
   Put<uint64_t>(data, s.data_seed);
   Put<uint64_t>(data, s.params.size());
   Put<uint64_t>(data, s.optimizer_state.size());
-  if (two) Put<uint32_t>(data, s.weight_versions);
-  data.append(reinterpret_cast<const char*>(s.params.data()), 4 * s.params.size());
-  data.append(reinterpret_cast<const char*>(s.previous_params.data()),
-              4 * s.previous_params.size());
+  if (two) Put<uint32_t>(data, arrays);
+  for (const std::vector<float>* w : {&s.params, &s.previous_params, &s.lookahead_params}) {
+    data.append(reinterpret_cast<const char*>(w->data()), 4 * w->size());
+  }
   data.append(reinterpret_cast<const char*>(s.optimizer_state.data()),
               4 * s.optimizer_state.size());
   Put<uint32_t>(data, Crc32c(data.data(), data.size()));
@@ -172,13 +174,14 @@ absl::StatusOr<CheckpointState> ParseCheckpoint(const std::string& data) {
   s.init_seed = r.Get<uint64_t>();
   s.data_seed = r.Get<uint64_t>();
   const uint64_t params = r.Get<uint64_t>(), state = r.Get<uint64_t>();
+  uint64_t versions = 1;  // weight arrays
   if (version == kVersionTwoWeights) {
-    s.weight_versions = r.Get<uint32_t>();
-    if (s.weight_versions != 2) {
-      return bad(absl::StrCat("format version 2 with ", s.weight_versions, " weight versions"));
+    versions = r.Get<uint32_t>();
+    if (versions != 2 && versions != 3) {
+      return bad(absl::StrCat("format version 2 with ", versions, " weight arrays (2 or 3)"));
     }
+    s.weight_versions = 2;
   }
-  const uint64_t versions = s.weight_versions;
   const uint64_t payload = (data.size() - header - 4) / 4;
   if (params > payload / versions || state > payload - versions * params ||
       header + 4 * (versions * params + state) + 4 != data.size()) {
@@ -189,7 +192,8 @@ absl::StatusOr<CheckpointState> ParseCheckpoint(const std::string& data) {
   std::memcpy(&stored, data.data() + data.size() - 4, 4);
   if (Crc32c(data.data(), data.size() - 4) != stored) return bad("checksum mismatch (corrupt)");
   r.Floats(&s.params, params);
-  if (s.weight_versions == 2) r.Floats(&s.previous_params, params);
+  if (versions >= 2) r.Floats(&s.previous_params, params);
+  if (versions == 3) r.Floats(&s.lookahead_params, params);
   r.Floats(&s.optimizer_state, state);
   return s;
 }

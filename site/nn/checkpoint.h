@@ -5,9 +5,10 @@
 //   | i32 first layer | i32 end layer | u64 init seed | u64 data seed | u64 param floats
 //   | u64 optimizer-state floats | params (f32) | optimizer state (f32) | u32 CRC32C of all before.
 // Version 2 (two weight versions: schedule 2bw) inserts after the optimizer-state count
-//   | u32 weight versions (2)
-// and after the params (the newest weights L_step) the previous version L_{step-1}:
-//   | previous params (f32, param floats of them).
+//   | u32 weight arrays (2, or 3 with lookahead)
+// and after the params (the newest weights L_step) what microbatches of L_{step-1} compute with
+// (L_{step-1}, or P_{step-1} with lookahead: site/nn/stage.h), then with lookahead P_step:
+//   | previous params (f32, param floats of them) [| lookahead params (f32, as many)].
 // Files of one weight version are always written as version 1, byte for byte as before.
 // The RNG state is the pair of seeds: every random number is keyed by (seed, step, ...), so
 // (seeds, step) is the whole state. Writes are atomic: a temporary file in the same directory is
@@ -32,7 +33,8 @@ struct CheckpointState {
   uint64_t data_seed = 0;
   uint32_t weight_versions = 1;        // 2: a 2bw run's, with previous_params.
   std::vector<float> params;           // The newest weights, L_step.
-  std::vector<float> previous_params;  // weight_versions == 2: L_{step-1}; else empty.
+  std::vector<float> previous_params;  // weight_versions == 2: Stage::PreviousParams; else empty.
+  std::vector<float> lookahead_params;  // 2bw with lookahead: Stage::LookaheadParams; else empty.
   std::vector<float> optimizer_state;
 };
 

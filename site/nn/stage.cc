@@ -46,20 +46,31 @@ absl::StatusOr<DeviceBuffer> Floats(Backend* backend, int64_t n) {
 
 int WeightVersions(Schedule schedule) { return schedule == Schedule::k2BW ? 2 : 1; }
 
+float Lookahead(const TrainingSpec& training) {
+  return training.schedule == Schedule::k2BW ? static_cast<float>(training.lookahead) : 0.0f;
+}
+
 int64_t StepWeights(Schedule schedule, int64_t step) {
   return schedule == Schedule::k2BW ? std::max<int64_t>(step - 1, 0) : step;
 }
 
 absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSpec& model, LayerRange range,
                                                      const OptimizerSpec& optimizer, int max_batch,
-                                                     Backend* backend, int weight_versions) {
+                                                     Backend* backend, int weight_versions,
+                                                     float lookahead) {
   if (max_batch < 1) return absl::InvalidArgumentError("max_batch must be at least 1");
   if (weight_versions != 1 && weight_versions != 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("a stage holds 1 or 2 weight versions, not ", weight_versions));
   }
+  if (!(lookahead >= 0.0f && lookahead <= 1e6f) || (lookahead > 0.0f && weight_versions != 2)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lookahead ", lookahead, " with ", weight_versions,
+                     " weight version(s): it must be >= 0, and > 0 only with two versions (2bw)"));
+  }
   std::unique_ptr<Stage> s(new Stage());
   s->weight_versions_ = weight_versions;
+  s->lookahead_ = lookahead;
   s->backend_ = backend;
   s->range_ = range;
   s->num_model_layers_ = model.NumLayers();
@@ -79,10 +90,12 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSpec& model, Lay
   }
   s->fingerprint_ = fp;
   for (int v = 0; v < weight_versions; ++v) {
-    STRAIT_ASSIGN_OR_RETURN(DeviceBuffer params, Floats(backend, s->param_count_));
     STRAIT_ASSIGN_OR_RETURN(DeviceBuffer grads, Floats(backend, s->param_count_));
-    s->params_.push_back(std::move(params));
     s->grads_.push_back(std::move(grads));
+  }
+  for (int v = 0; v < weight_versions + (lookahead > 0.0f ? 1 : 0); ++v) {
+    STRAIT_ASSIGN_OR_RETURN(DeviceBuffer params, Floats(backend, s->param_count_));
+    s->params_.push_back(std::move(params));
   }
   std::vector<float> init(s->param_count_);
   std::vector<std::vector<int64_t>> param_offsets;  // [layer][param]
@@ -97,7 +110,7 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSpec& model, Lay
     }
   }
   s->layer_offsets_.push_back(offset);
-  for (int slot = 0; slot < weight_versions; ++slot) {
+  for (size_t slot = 0; slot < s->params_.size(); ++slot) {
     for (int arena = 0; arena < weight_versions; ++arena) {
       std::vector<LayerParams>& views = s->views_.emplace_back();
       for (const std::vector<int64_t>& layer : param_offsets) {
@@ -109,7 +122,7 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSpec& model, Lay
       }
     }
   }
-  // Every version starts as L_0 (steps 0 and 1 of 2bw both use it).
+  // Every version starts as L_0 (steps 0 and 1 of 2bw both use it; P_0 = L_0).
   for (const DeviceBuffer& params : s->params_) {
     backend->CopyToDevice(params.f32(), init.data(), sizeof(float) * init.size());
   }
@@ -171,8 +184,11 @@ absl::StatusOr<Stage::Microbatch*> Stage::Find(int microbatch, const char* what)
 }
 
 absl::StatusOr<int> Stage::WeightsSlot(int64_t version, const char* what) const {
+  const bool held =
+      version == newest_ || (weight_versions_ == 2 && version == std::max<int64_t>(newest_ - 1, 0));
+  if (held && lookahead_ > 0.0f) return LookaheadSlot(version);
   if (version == newest_) return 0;
-  if (weight_versions_ == 2 && version == std::max<int64_t>(newest_ - 1, 0)) return 1;
+  if (held) return 1;
   return absl::FailedPreconditionError(absl::StrCat(
       what, " with weights L_", version, ", which this stage does not hold (newest: L_", newest_,
       weight_versions_ == 2 ? absl::StrCat(", previous: L_", std::max<int64_t>(newest_ - 1, 0))
@@ -313,9 +329,15 @@ absl::Status Stage::OptimizerStep(int64_t step, float grad_scale) {
             " still uses weights L_", mb->weights, ", which it would overwrite"));
       }
     }
-    backend_->CopyOnDevice(params_[1].f32(), params_[0].f32(), sizeof(float) * param_count_);
+    // The arena of L_{step-2} (or P_{step-2}) takes L_{step-1}, the weights before this update.
+    float* kept = params_[lookahead_ > 0.0f ? LookaheadSlot(step) : 1].f32();
+    backend_->CopyOnDevice(kept, params_[0].f32(), sizeof(float) * param_count_);
   }
   optimizer_->Step(step, grad_scale, params_[0].f32(), grad_arena(step - 1));
+  if (lookahead_ > 0.0f) {  // P_step = (1 + c) L_step - c L_{step-1}
+    backend_->Axpby(param_count_, 1.0f + lookahead_, params_[0].f32(), -lookahead_,
+                    params_[LookaheadSlot(step)].f32());
+  }
   newest_ = step;
   return backend_->Sync();
 }
@@ -334,7 +356,15 @@ absl::StatusOr<std::vector<float>> Stage::PreviousParams() const {
   if (weight_versions_ != 2) {
     return absl::FailedPreconditionError("PreviousParams of a stage with one weight version");
   }
-  return ToHost(params_[1].f32(), param_count_);
+  STRAIT_ASSIGN_OR_RETURN(const int slot,
+                          WeightsSlot(std::max<int64_t>(newest_ - 1, 0), "PreviousParams"));
+  return ToHost(params_[slot].f32(), param_count_);
+}
+absl::StatusOr<std::vector<float>> Stage::LookaheadParams() const {
+  if (lookahead_ <= 0.0f) {
+    return absl::FailedPreconditionError("LookaheadParams of a stage without lookahead");
+  }
+  return ToHost(params_[LookaheadSlot(newest_)].f32(), param_count_);
 }
 absl::StatusOr<std::vector<float>> Stage::Grads(int64_t step) const {
   return ToHost(grad_arena(step), param_count_);
@@ -353,19 +383,27 @@ absl::Status Stage::SetParams(absl::Span<const float> params) {
 }
 
 absl::Status Stage::RestoreWeights(int64_t version, absl::Span<const float> newest,
-                                   absl::Span<const float> previous) {
+                                   absl::Span<const float> previous,
+                                   absl::Span<const float> lookahead) {
   const size_t want_previous = weight_versions_ == 2 ? static_cast<size_t>(param_count_) : 0;
-  if (version < 0 || previous.size() != want_previous) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("RestoreWeights: version ", version, " with ", previous.size(),
-                     " floats of previous weights for a stage of ", weight_versions_,
-                     " weight version(s) of ", param_count_, " floats"));
+  const size_t want_lookahead = lookahead_ > 0.0f ? static_cast<size_t>(param_count_) : 0;
+  if (version < 0 || previous.size() != want_previous || lookahead.size() != want_lookahead) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RestoreWeights: version ", version, " with ", previous.size(),
+        " floats of previous weights and ", lookahead.size(),
+        " of lookahead weights for a stage of ", weight_versions_, " weight version(s) of ",
+        param_count_, " floats", lookahead_ > 0.0f ? " with lookahead" : ""));
   }
   STRAIT_RETURN_IF_ERROR(SetParams(newest));
-  if (weight_versions_ == 2) {
-    backend_->CopyToDevice(params_[1].f32(), previous.data(), sizeof(float) * previous.size());
-  }
   newest_ = version;
+  if (weight_versions_ == 2) {
+    const int slot = *WeightsSlot(std::max<int64_t>(version - 1, 0), "RestoreWeights");
+    backend_->CopyToDevice(params_[slot].f32(), previous.data(), sizeof(float) * previous.size());
+  }
+  if (lookahead_ > 0.0f) {  // after `previous`: at version 0 both are P_0 = L_0
+    backend_->CopyToDevice(params_[LookaheadSlot(version)].f32(), lookahead.data(),
+                           sizeof(float) * lookahead.size());
+  }
   return backend_->Sync();
 }
 

@@ -21,6 +21,13 @@
 // L_{t+1} keeps L_t as the previous version first. Backward uses the version its Forward used
 // (recorded per microbatch) and adds into its step's arena.
 //
+// 2bw with lookahead c > 0 (Create's `lookahead`): microbatches of version k compute with weights
+// extrapolated along the last update, P_k = L_k + c (L_k - L_{k-1}) (P_0 = L_0), instead of L_k:
+// a one-step-stale gradient taken where the weights are headed is nearer the fresh one than a
+// gradient at L_{k-1} (docs/config.md "Schedules" has the measurements). The stage then keeps the
+// newest L_k (which updates apply to) and P_k, P_{k-1} for the microbatches in flight: three
+// weight arrays. The update that makes L_{k+1} writes P_{k+1} over P_{k-1}.
+//
 // Everything random is keyed, not sequential (init: (init_seed, layer, param); dropout:
 // (init_seed, step, microbatch, layer)), so any split and any schedule give the same bits.
 //
@@ -45,6 +52,8 @@ namespace strait {
 
 // Weight versions a stage holds under `schedule`: 2 for 2bw, 1 otherwise.
 int WeightVersions(Schedule schedule);
+// The lookahead a stage of `training` extrapolates its forward weights by (2bw only; 0 otherwise).
+float Lookahead(const TrainingSpec& training);
 
 // The weight version k (of L_k, the weights after k updates) that training step `step` computes
 // with under `schedule`: `step` (1f1b, gpipe: the newest), max(step - 1, 0) for 2bw.
@@ -63,11 +72,13 @@ class Stage {
   // Layers `range` of `model`, microbatches of at most `max_batch` samples, on `backend` (which
   // must outlive the stage). Parameters are initialised (InitParameter) and gradients zeroed.
   // weight_versions (WeightVersions(schedule)): 2 allocates a second parameter arena and a second
-  // gradient arena for 2bw; 1 otherwise.
+  // gradient arena for 2bw; 1 otherwise. lookahead (2bw only, >= 0): see above; > 0 allocates a
+  // third parameter arena.
   static absl::StatusOr<std::unique_ptr<Stage>> Create(const ModelSpec& model, LayerRange range,
                                                        const OptimizerSpec& optimizer,
                                                        int max_batch, Backend* backend,
-                                                       int weight_versions = 1);
+                                                       int weight_versions = 1,
+                                                       float lookahead = 0.0f);
   ~Stage();
 
   LayerRange range() const { return range_; }
@@ -78,6 +89,7 @@ class Stage {
   int64_t param_count() const { return param_count_; }
   int max_batch() const { return max_batch_; }
   int weight_versions() const { return weight_versions_; }
+  float lookahead() const { return lookahead_; }
   // k of the newest weights L_k: the updates applied (counting those of a restored checkpoint).
   int64_t weights_version() const { return newest_; }
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
@@ -133,18 +145,23 @@ class Stage {
   float* grad_arena(int64_t step = 0) const { return grads_[GradArena(step)].f32(); }
 
   // Host copies of the arenas, parameters in layout order (layer by layer, param by param).
-  // Params: the newest weights; PreviousParams: with two versions, L_{k-1} for the newest L_k
-  // (L_0 while k = 0), FailedPrecondition with one. Grads: the gradient of step `step`.
+  // Params: the newest weights L_k; PreviousParams: with two versions, what microbatches of
+  // L_{k-1} compute with (L_{k-1}, or P_{k-1} with lookahead; L_0 while k = 0), FailedPrecondition
+  // with one; LookaheadParams: with lookahead, P_k, FailedPrecondition without. Grads: the gradient
+  // of step `step`.
   absl::StatusOr<std::vector<float>> Params() const;
   absl::StatusOr<std::vector<float>> PreviousParams() const;
+  absl::StatusOr<std::vector<float>> LookaheadParams() const;
   absl::StatusOr<std::vector<float>> Grads(int64_t step = 0) const;
   absl::StatusOr<std::vector<float>> OptimizerState() const;
   // Overwrites the newest weights (the version number stays).
   absl::Status SetParams(absl::Span<const float> params);
   // Restores the weights of a checkpoint taken after `version` updates: the newest L_version and,
-  // with two versions, `previous` = L_{version-1} (empty with one version).
+  // with two versions, `previous` and `lookahead` as PreviousParams and LookaheadParams returned
+  // them (empty where those fail).
   absl::Status RestoreWeights(int64_t version, absl::Span<const float> newest,
-                              absl::Span<const float> previous);
+                              absl::Span<const float> previous,
+                              absl::Span<const float> lookahead = {});
   absl::Status SetOptimizerState(absl::Span<const float> state);
 
   // Hash of the family and the layouts (names, shapes) of this stage's layers: checkpoints of a
@@ -160,8 +177,10 @@ class Stage {
   int GradArena(int64_t step) const {
     return static_cast<int>((step % weight_versions_ + weight_versions_) % weight_versions_);
   }
-  // The parameter arena holding L_version (0: newest, 1: previous), or FailedPrecondition.
+  // The parameter arena that microbatches of L_version compute with (without lookahead 0: the
+  // newest, 1: the previous; with it 1 + version % 2), or FailedPrecondition.
   absl::StatusOr<int> WeightsSlot(int64_t version, const char* what) const;
+  int LookaheadSlot(int64_t version) const { return 1 + static_cast<int>(version % 2); }
   // Per-layer views of parameter arena `slot` with gradient arena `arena`.
   const std::vector<LayerParams>& Views(int slot, int arena) const {
     return views_[slot * weight_versions_ + arena];
@@ -176,11 +195,13 @@ class Stage {
   uint64_t fingerprint_ = 0;
   std::vector<std::unique_ptr<Layer>> layers_;
   int weight_versions_ = 1;
+  float lookahead_ = 0.0f;
   int64_t newest_ = 0;                           // k of the newest weights L_k.
   std::vector<std::vector<LayerParams>> views_;  // [slot * weight_versions_ + arena]
   std::vector<int64_t> layer_offsets_;           // Layer k's params start at [k]; [size] = total.
   int64_t param_count_ = 0;
-  // [0]: the newest weights; [1] (2bw): the previous version. Gradient arenas by step parity.
+  // [0]: the newest weights; [1] (2bw): the previous version, or with lookahead [1 + k % 2]: P_k.
+  // Gradient arenas by step parity.
   std::vector<DeviceBuffer> params_, grads_;
   std::unique_ptr<Optimizer> optimizer_;
   // Per microbatch: activations a_0 (input) .. a_k (output) and each layer's saved floats.

@@ -17,7 +17,8 @@ namespace strait {
 // Writes the parameters and optimizer state of `stage` after `step` steps of `spec` to `path`
 // (atomically). With two weight versions (2bw) the stage must have just made L_step (its
 // weights_version() is `step`: FailedPrecondition otherwise), and the file holds L_step and
-// L_{step-1}: what a run resumed at step `step` computes with. Blocks on disk I/O.
+// what a run resumed at step `step` computes with (L_{step-1}; with lookahead P_{step-1} and
+// P_step). Blocks on disk I/O.
 template <class StageT>
 absl::Status SaveStageCheckpoint(const std::string& path, const JobSpec& spec, const StageT& stage,
                                  int64_t step) {
@@ -30,6 +31,9 @@ absl::Status SaveStageCheckpoint(const std::string& path, const JobSpec& spec, c
     }
     s.weight_versions = 2;
     STRAIT_ASSIGN_OR_RETURN(s.previous_params, stage.PreviousParams());
+    if (stage.lookahead() > 0.0f) {
+      STRAIT_ASSIGN_OR_RETURN(s.lookahead_params, stage.LookaheadParams());
+    }
   }
   s.step = step;
   s.optimizer_kind = static_cast<uint32_t>(spec.training.optimizer.kind);
@@ -74,7 +78,13 @@ absl::StatusOr<int64_t> LoadStageCheckpoint(const std::string& path, const JobSp
         versions(s.weight_versions), "), and this job's schedule ",
         ToString(spec.training.schedule), " keeps ", versions(stage.weight_versions())));
   }
-  STRAIT_RETURN_IF_ERROR(stage.RestoreWeights(s.step, s.params, s.previous_params));
+  if (s.lookahead_params.empty() != (stage.lookahead() <= 0.0f)) {
+    return mismatch(absl::StrCat(
+        "it was written by a 2bw run ", s.lookahead_params.empty() ? "without" : "with",
+        " lookahead, and this job's training.lookahead is ", stage.lookahead()));
+  }
+  STRAIT_RETURN_IF_ERROR(
+      stage.RestoreWeights(s.step, s.params, s.previous_params, s.lookahead_params));
   STRAIT_RETURN_IF_ERROR(stage.SetOptimizerState(s.optimizer_state));
   return s.step;
 }

@@ -307,6 +307,15 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void Axpby(int64_t n, float alpha, const float* x, float beta, float* y) override {
+    pool_.ParallelFor(n, kGrainFloats, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const float ax = alpha * x[i], by = beta * y[i];
+        y[i] = ax + by;
+      }
+    });
+  }
+
   void Copy2D(int64_t rows, int cols, const float* src, int64_t ld_src, float* dst,
               int64_t ld_dst) override {
     for (int64_t r = 0; r < rows; ++r) {

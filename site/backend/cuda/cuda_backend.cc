@@ -150,6 +150,9 @@ class CudaBackend final : public Backend {
   void Axpy(int64_t n, float alpha, const float* x, float* y) override {
     Check(STRAIT_CUDA_STATUS(cuda::Axpy(stream_, n, alpha, x, y)));
   }
+  void Axpby(int64_t n, float alpha, const float* x, float beta, float* y) override {
+    Check(STRAIT_CUDA_STATUS(cuda::Axpby(stream_, n, alpha, x, beta, y)));
+  }
   void Copy2D(int64_t rows, int cols, const float* src, int64_t ld_src, float* dst,
               int64_t ld_dst) override {
     Check(STRAIT_CUDA_STATUS(cuda::Copy2D(stream_, rows, cols, src, ld_src, dst, ld_dst)));

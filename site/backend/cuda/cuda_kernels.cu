@@ -186,6 +186,11 @@ __global__ void AxpyKernel(int64_t n, float alpha, const float* x, float* y) {
   GRID_STRIDE(i, n) y[i] += alpha * x[i];
 }
 
+// Rounded products and sum, as the CPU backend computes it (nvcc would fuse them otherwise).
+__global__ void AxpbyKernel(int64_t n, float alpha, const float* x, float beta, float* y) {
+  GRID_STRIDE(i, n) y[i] = __fadd_rn(__fmul_rn(alpha, x[i]), __fmul_rn(beta, y[i]));
+}
+
 __global__ void Copy2DKernel(int64_t rows, int cols, const float* src, int64_t ld_src, float* dst,
                              int64_t ld_dst) {
   GRID_STRIDE(i, rows * cols) {
@@ -347,6 +352,9 @@ cudaError_t Dropout(cudaStream_t s, int64_t n, float p, uint64_t key, int64_t of
 }
 cudaError_t Axpy(cudaStream_t s, int64_t n, float alpha, const float* x, float* y) {
   return Launch(s, AxpyKernel, n, n, alpha, x, y);
+}
+cudaError_t Axpby(cudaStream_t s, int64_t n, float alpha, const float* x, float beta, float* y) {
+  return Launch(s, AxpbyKernel, n, n, alpha, x, beta, y);
 }
 cudaError_t Copy2D(cudaStream_t s, int64_t rows, int cols, const float* src, int64_t ld_src,
                    float* dst, int64_t ld_dst) {

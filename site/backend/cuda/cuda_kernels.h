@@ -37,6 +37,7 @@ cudaError_t CrossEntropy(cudaStream_t s, int64_t rows, int classes, const float*
 cudaError_t Dropout(cudaStream_t s, int64_t n, float p, uint64_t key, int64_t offset,
                     const float* x, float* y);
 cudaError_t Axpy(cudaStream_t s, int64_t n, float alpha, const float* x, float* y);
+cudaError_t Axpby(cudaStream_t s, int64_t n, float alpha, const float* x, float beta, float* y);
 cudaError_t Copy2D(cudaStream_t s, int64_t rows, int cols, const float* src, int64_t ld_src,
                    float* dst, int64_t ld_dst);
 cudaError_t ExtractPatches(cudaStream_t s, int n, int channels, int height, int width, int p,

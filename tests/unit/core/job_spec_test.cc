@@ -120,6 +120,22 @@ sites: [{id: only, layers: [0, 3]}]
   EXPECT_TRUE(spec->links.empty());  // one site: no boundary
 }
 
+TEST(JobSpecTest, LookaheadDefaultsToTwoAndAppliesTo2bw) {
+  const std::string base =
+      "name: la\nmodel: {family: mlp, input: 784, hidden: [4], classes: 10}\n"
+      "sites: [{id: only, layers: [0, 2]}]\n";
+  absl::StatusOr<JobSpec> spec =
+      ParseJobSpec(base + "training: {steps: 3, schedule: 2bw}\n", "la.yaml", "/x");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_DOUBLE_EQ(spec->training.lookahead, 2.0);
+  spec =
+      ParseJobSpec(base + "training: {steps: 3, schedule: 2bw, lookahead: 0.5}\n", "la.yaml", "/x");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_DOUBLE_EQ(spec->training.lookahead, 0.5);
+  // 0 is accepted with any schedule (lookahead: none); tests/data/bad_specs has the error.
+  EXPECT_TRUE(ParseJobSpec(base + "training: {steps: 3, lookahead: 0}\n", "la.yaml", "/x").ok());
+}
+
 TEST(JobSpecTest, LinksDefaultToLosslessAndEncrypted) {
   absl::StatusOr<JobSpec> spec = ParseJobSpec(R"(
 name: three

@@ -170,6 +170,9 @@ TEST_F(BackendOpsTest, ElementwiseAndRowOps) {
   cpu_->Axpy(n, 0.5f, x.cpu(), d.cpu());
   dev_->Axpy(n, 0.5f, x.dev(), d.dev());
   d.Expect("axpy", 0, 0);
+  cpu_->Axpby(n, 3.0f, x.cpu(), -2.0f, d.cpu());
+  dev_->Axpby(n, 3.0f, x.dev(), -2.0f, d.dev());
+  d.Expect("axpby", 0, 0);
   cpu_->Copy2D(rows - 1, 7, x.cpu() + 3, cols, d.cpu() + 1, 9);
   dev_->Copy2D(rows - 1, 7, x.dev() + 3, cols, d.dev() + 1, 9);
   cpu_->Copy2D(4, 5, x.cpu(), 0, d.cpu() + 2000, 11);

@@ -73,7 +73,8 @@ std::vector<std::unique_ptr<SiteUnderTest>> Federation(
     auto site = std::make_unique<SiteUnderTest>();
     site->stage = *collective::ReplicaGroup::Create(
         spec.model, spec.sites[i].layers, spec.training.optimizer, spec.training.MicrobatchSize(),
-        DeviceKind::kCpu, workers[i], 1, WeightVersions(spec.training.schedule));
+        DeviceKind::kCpu, workers[i], 1, WeightVersions(spec.training.schedule),
+        Lookahead(spec.training));
     if (!checkpoints.empty()) {
       absl::StatusOr<int64_t> loaded = LoadStageCheckpoint(checkpoints[i], spec, *site->stage);
       EXPECT_TRUE(loaded.ok()) << loaded.status();
@@ -199,6 +200,7 @@ INSTANTIATE_TEST_SUITE_P(SchedulesAndChains, SiteRunnerTest,
                                            std::make_tuple("gpipe", "shuffle+zstd"),
                                            std::make_tuple("2bw", "none"),
                                            std::make_tuple("2bw", "shuffle+zstd"),
+                                           std::make_tuple("2bw, lookahead: 0", "none"),
                                            // More microbatches in flight keep the bits.
                                            std::make_tuple("1f1b, extra_in_flight: 2", "none"),
                                            std::make_tuple("2bw, extra_in_flight: 2", "none")));

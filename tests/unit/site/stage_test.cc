@@ -255,6 +255,68 @@ TEST(StageTest, TwoWeightVersionsFollowTheTwoBwSemantics) {
   EXPECT_NE(*two_again->Params(), *flushed->Params());
 }
 
+// 2bw with lookahead c: step t computes g_t at P_{t-1} = L_{t-1} + c (L_{t-1} - L_{t-2}) (P_0 =
+// L_0) and L_{t+1} = Opt(L_t, clip(g_t)). The same hand-written reference, computing P on the host
+// with each product rounded as Backend::Axpby does; the checkpoint arrays restore a stage mid-run.
+TEST(StageTest, LookaheadComputesWithTheExtrapolatedWeights) {
+  auto backend = CreateCpuBackend(2);
+  OptimizerSpec o;
+  o.kind = OptimizerKind::kAdamW;
+  o.lr = 0.01;
+  const float c = 2.0f;
+  const ModelSpec model = Mlp();
+  auto two = *Stage::Create(model, {0, 5}, o, 6, backend.get(), 2, c);
+  auto manual = *Stage::Create(model, {0, 5}, o, 6, backend.get(), 1);
+  EXPECT_EQ(two->lookahead(), c);
+  auto predict = [c](const std::vector<float>& newest, const std::vector<float>& previous) {
+    std::vector<float> p(newest.size());
+    for (size_t i = 0; i < p.size(); ++i) {
+      const float a = (1.0f + c) * newest[i], b = -c * previous[i];
+      p[i] = a + b;
+    }
+    return p;
+  };
+  std::vector<float> newest = *manual->Params();    // L_t
+  std::vector<float> uses = newest, next = newest;  // P_{t-1} (what step t computes with), P_t
+  for (int64_t t = 0; t < 5; ++t) {
+    SCOPED_TRACE(testing::Message() << "step " << t);
+    float scale_two = 0, scale_manual = 0;
+    const double loss_two = Accumulate(*two, t, 3, 6, StepWeights(Schedule::k2BW, t), &scale_two);
+    ASSERT_TRUE(manual->SetParams(uses).ok());
+    const double loss_manual = Accumulate(*manual, t, 3, 6, kNewestWeights, &scale_manual);
+    ASSERT_EQ(loss_two, loss_manual);
+    ASSERT_EQ(*two->Grads(t), *manual->Grads());
+    ASSERT_TRUE(two->OptimizerStep(t + 1, scale_two).ok());
+    ASSERT_TRUE(manual->SetParams(newest).ok());
+    ASSERT_TRUE(manual->OptimizerStep(t + 1, scale_manual).ok());
+    const std::vector<float> previous = newest;
+    newest = *manual->Params();
+    uses = next;
+    next = predict(newest, previous);
+    ASSERT_EQ(*two->Params(), newest);
+    ASSERT_EQ(*two->PreviousParams(), uses);
+    ASSERT_EQ(*two->LookaheadParams(), next);
+  }
+  // Restored from its arrays, a fresh stage goes on with the same bits.
+  auto restored = *Stage::Create(model, {0, 5}, o, 6, backend.get(), 2, c);
+  ASSERT_TRUE(restored
+                  ->RestoreWeights(two->weights_version(), *two->Params(), *two->PreviousParams(),
+                                   *two->LookaheadParams())
+                  .ok());
+  ASSERT_TRUE(restored->SetOptimizerState(*two->OptimizerState()).ok());
+  EXPECT_EQ(restored->RestoreWeights(5, *two->Params(), *two->PreviousParams()).code(),
+            absl::StatusCode::kInvalidArgument);  // the lookahead array is missing
+  for (auto* stage : {two.get(), restored.get()}) {
+    float scale = 0;
+    Accumulate(*stage, 5, 3, 6, StepWeights(Schedule::k2BW, 5), &scale);
+    ASSERT_TRUE(stage->OptimizerStep(6, scale).ok());
+  }
+  EXPECT_EQ(*restored->Params(), *two->Params());
+  EXPECT_EQ(*restored->LookaheadParams(), *two->LookaheadParams());
+  EXPECT_EQ(Stage::Create(model, {0, 5}, o, 6, backend.get(), 1, c).status().code(),
+            absl::StatusCode::kInvalidArgument);  // lookahead needs two versions
+}
+
 // A microbatch keeps the weights of its Forward when an update comes in between (2bw: step t+1's
 // first forwards run before the update of g_{t-1}), and its gradient goes to its step's arena.
 TEST(StageTest, BackwardUsesTheWeightsOfItsForwardAcrossAnUpdate) {

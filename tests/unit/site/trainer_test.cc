@@ -189,11 +189,15 @@ TEST_F(TrainerTest, TwoBwLearnsAndIsOneUpdateStale) {
 }
 
 TEST_F(TrainerTest, TwoBwSaveLoadContinueEqualsUninterrupted) {
-  for (OptimizerKind opt : {OptimizerKind::kAdamW, OptimizerKind::kSgd}) {
+  for (auto [opt, lookahead] : {std::pair{OptimizerKind::kAdamW, 2.0},
+                                {OptimizerKind::kSgd, 2.0},
+                                {OptimizerKind::kAdamW, 0.0}}) {
+    SCOPED_TRACE(testing::Message() << "lookahead " << lookahead);
     JobSpec spec = SyntheticJob(ModelFamily::kMlp);
     spec.model.mlp.dropout = 0.2f;
     spec.training.optimizer.kind = opt;
     spec.training.schedule = Schedule::k2BW;
+    spec.training.lookahead = lookahead;
     auto straight = MakeTrainer(spec);
     std::vector<double> losses;
     for (int i = 0; i < 6; ++i) losses.push_back(straight->Step()->loss);
@@ -205,8 +209,12 @@ TEST_F(TrainerTest, TwoBwSaveLoadContinueEqualsUninterrupted) {
     ASSERT_TRUE(state.ok()) << state.status();
     EXPECT_EQ(state->weight_versions, 2u);
     EXPECT_EQ(state->params, *first->stage().Params());                   // L_3
-    EXPECT_EQ(state->previous_params, *first->stage().PreviousParams());  // L_2
+    EXPECT_EQ(state->previous_params, *first->stage().PreviousParams());  // L_2 or P_2
     EXPECT_NE(state->params, state->previous_params);
+    EXPECT_EQ(state->lookahead_params.empty(), lookahead == 0.0);
+    if (lookahead > 0.0) {
+      EXPECT_EQ(state->lookahead_params, *first->stage().LookaheadParams());
+    }
     first.reset();
     auto resumed = MakeTrainer(spec);
     ASSERT_TRUE(resumed->LoadCheckpoint(Path("ck")).ok());
@@ -257,10 +265,22 @@ TEST_F(TrainerTest, CheckpointsDoNotCrossBetweenTwoBwAndOneFOneB) {
     EXPECT_EQ(ParseCheckpoint(bytes.substr(0, len)).status().code(), absl::StatusCode::kDataLoss)
         << len;
   }
-  std::string versions = bytes;
-  versions[8 + 4 + 4 + 8 + 8 + 4 + 4 + 8 + 8 + 8 + 8] = 3;  // the weight-version count
-  EXPECT_THAT(std::string(ParseCheckpoint(versions).status().message()),
-              ::testing::HasSubstr("weight versions"));
+  std::string arrays = bytes;
+  arrays[8 + 4 + 4 + 8 + 8 + 4 + 4 + 8 + 8 + 8 + 8] = 4;  // the weight-array count
+  EXPECT_THAT(std::string(ParseCheckpoint(arrays).status().message()),
+              ::testing::HasSubstr("weight arrays"));
+  arrays[8 + 4 + 4 + 8 + 8 + 4 + 4 + 8 + 8 + 8 + 8] = 2;  // a lookahead run's file holds 3
+  EXPECT_THAT(std::string(ParseCheckpoint(arrays).status().message()),
+              ::testing::HasSubstr("truncated or padded"));
+
+  // 2bw with and without lookahead compute with different weights: no crossing either.
+  JobSpec plain = two_bw;
+  plain.training.lookahead = 0.0;
+  s = MakeTrainer(plain)->LoadCheckpoint(Path("2bw"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::HasSubstr("written by a 2bw run with lookahead, and this job's "
+                                   "training.lookahead is 0"));
 }
 
 // The fuzz corpus seed was written by an independent Python encoder of the documented format.
@@ -284,6 +304,19 @@ TEST(CheckpointTest, ReadsTheDocumentedFormatVersionTwo) {
   EXPECT_EQ(s->weight_versions, 2u);
   EXPECT_EQ(s->params, (std::vector<float>{0.5f, -1.25f, 2.0f}));
   EXPECT_EQ(s->previous_params, (std::vector<float>{0.25f, -1.0f, 1.5f}));
+  EXPECT_EQ(s->optimizer_state, (std::vector<float>{0.0f, 0.125f, 0.25f, 0.375f, 0.5f, 0.625f}));
+}
+
+// Version 2 with the third weight array of lookahead, written by the same independent encoder.
+TEST(CheckpointTest, ReadsTheDocumentedFormatWithLookahead) {
+  auto s = ReadCheckpoint(STRAIT_SOURCE_DIR
+                          "/tests/fuzz/corpus/checkpoint_fuzzer/small-2bw-lookahead.ckpt");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->step, 9);
+  EXPECT_EQ(s->weight_versions, 2u);
+  EXPECT_EQ(s->params, (std::vector<float>{0.5f, -1.25f, 2.0f}));
+  EXPECT_EQ(s->previous_params, (std::vector<float>{0.25f, -1.0f, 1.5f}));
+  EXPECT_EQ(s->lookahead_params, (std::vector<float>{1.0f, -1.75f, 3.0f}));
   EXPECT_EQ(s->optimizer_state, (std::vector<float>{0.0f, 0.125f, 0.25f, 0.375f, 0.5f, 0.625f}));
 }
 
