@@ -101,8 +101,9 @@ class Stage {
   // index of input's first sample in the whole microbatch when this stage is one of several
   // replicas that each take some of its rows (site/collective); dropout masks are offset by it so
   // that they do not depend on the split. 0 (whole microbatch) everywhere else. weights: the
-  // version k of L_k to compute with (StepWeights), which the stage must hold: the newest or,
-  // with two versions, the previous one (FailedPrecondition otherwise); kNewestWeights: the newest.
+  // version k to compute with (StepWeights): L_k, or P_k with lookahead. The stage must hold it:
+  // the newest or, with two versions, the previous one (FailedPrecondition otherwise);
+  // kNewestWeights: the newest.
   absl::Status Forward(int64_t step, int microbatch, int n, const float* input, float* output,
                        bool training = true, int64_t first_row = 0,
                        int64_t weights = kNewestWeights);
