@@ -51,6 +51,7 @@ class Reader {
   }
   void Floats(std::vector<float>* out, uint64_t n) {
     out->resize(n);
+    if (n == 0) return;  // memcpy to an empty vector's null data() is undefined
     std::memcpy(out->data(), data_.data() + pos_, sizeof(float) * n);
     pos_ += sizeof(float) * n;
   }
