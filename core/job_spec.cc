@@ -23,7 +23,13 @@ const char* ToString(Schedule v) {
   return "?";
 }
 const char* ToString(OptimizerKind v) { return v == OptimizerKind::kSgd ? "sgd" : "adamw"; }
+const char* ToString(LrDecay v) { return v == LrDecay::kCosine ? "cosine" : "none"; }
 const char* ToString(DeviceKind v) { return v == DeviceKind::kCpu ? "cpu" : "cuda"; }
+
+OptimizerSpec WithDecayHorizon(OptimizerSpec optimizer, int64_t total_steps) {
+  if (optimizer.decay_steps == 0) optimizer.decay_steps = total_steps;
+  return optimizer;
+}
 
 int ModelSpec::NumLayers() const {
   return family == ModelFamily::kMlp ? static_cast<int>(mlp.hidden.size()) + 1 : vit.depth + 2;

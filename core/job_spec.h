@@ -24,6 +24,7 @@ enum class DatasetKind { kFashionMnist, kSynthetic };
 // computes its gradient with the weights of one update before (L_{t-1}; see site/nn/stage.h).
 enum class Schedule { k1F1B, kGPipe, k2BW };
 enum class OptimizerKind { kSgd, kAdamW };
+enum class LrDecay { kNone, kCosine };
 enum class DeviceKind { kCpu, kCuda };
 
 const char* ToString(ModelFamily v);
@@ -31,6 +32,7 @@ const char* ToString(Activation v);
 const char* ToString(DatasetKind v);
 const char* ToString(Schedule v);
 const char* ToString(OptimizerKind v);
+const char* ToString(LrDecay v);
 const char* ToString(DeviceKind v);
 
 // Multi-layer perceptron: input -> hidden[0] -> ... -> hidden[n-1] -> classes. Layer i (< n) is
@@ -88,7 +90,15 @@ struct OptimizerSpec {
   // Linear learning-rate warm-up: update k (from 1) uses lr * min(1, k / warmup_steps); 0 = none.
   // Damps the first updates, which one-step-stale gradients (schedule 2bw) make unstable.
   int64_t warmup_steps = 0;
+  // Learning-rate decay: cosine multiplies update k's lr by (1 + cos(pi min(1, (k-1) /
+  // decay_steps))) / 2. decay_steps 0 = the whole run (WithDecayHorizon fills it in where the run's
+  // length is known).
+  LrDecay decay = LrDecay::kNone;
+  int64_t decay_steps = 0;
 };
+
+// `optimizer` with decay_steps set to total_steps where it is 0 (what the run's optimizer uses).
+OptimizerSpec WithDecayHorizon(OptimizerSpec optimizer, int64_t total_steps);
 
 struct CheckpointSpec {
   int every = 0;                // Steps between coordinated checkpoints; 0 = off.

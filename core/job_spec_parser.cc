@@ -225,6 +225,9 @@ class JobSpecParser {
     STRAIT_RETURN_IF_ERROR(map.Double("lr", 1e-12, 100.0, &o.lr));
     STRAIT_RETURN_IF_ERROR(map.Double("weight_decay", 0.0, 10.0, &o.weight_decay));
     STRAIT_RETURN_IF_ERROR(map.Int("warmup_steps", int64_t{0}, int64_t{1} << 40, &o.warmup_steps));
+    STRAIT_RETURN_IF_ERROR(
+        map.Enum("decay", {{"none", LrDecay::kNone}, {"cosine", LrDecay::kCosine}}, &o.decay));
+    STRAIT_RETURN_IF_ERROR(map.Int("decay_steps", int64_t{0}, int64_t{1} << 40, &o.decay_steps));
     const bool sgd = o.kind == OptimizerKind::kSgd;
     for (absl::string_view key : sgd ? std::vector<absl::string_view>{"betas", "eps"}
                                     : std::vector<absl::string_view>{"momentum"}) {

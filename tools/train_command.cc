@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/job_spec.h"
 #include "core/logging.h"
@@ -59,9 +60,14 @@ int RunTrain(const TrainOptions& o) {
   std::printf("strait train: %s, %s model, %d layers, %lld parameters on %s\n", spec->name.c_str(),
               ToString(spec->model.family), spec->model.NumLayers(),
               static_cast<long long>(t.stage().param_count()), backend_name.c_str());
-  std::printf("%lld steps (%lld per epoch), global batch %d = %d x %d, %s lr %g\n",
+  std::printf("%lld steps (%lld per epoch), global batch %d = %d x %d, %s lr %g%s\n",
               static_cast<long long>(total), static_cast<long long>(per_epoch), ts.global_batch,
-              ts.microbatches, ts.MicrobatchSize(), ToString(ts.optimizer.kind), ts.optimizer.lr);
+              ts.microbatches, ts.MicrobatchSize(), ToString(ts.optimizer.kind), ts.optimizer.lr,
+              ts.optimizer.decay == LrDecay::kCosine
+                  ? absl::StrCat(", cosine decay over ",
+                                 WithDecayHorizon(ts.optimizer, total).decay_steps, " steps")
+                        .c_str()
+                  : "");
   std::fflush(stdout);
 
   nlohmann::json metrics = {{"config", o.config},

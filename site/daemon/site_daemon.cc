@@ -272,12 +272,17 @@ absl::Status RunSite(const SiteOptions& o) {
   if (!spec.tls.deny_list.empty()) {
     STRAIT_ASSIGN_OR_RETURN(deny_list, crypto::DenyList::Load(spec.tls.deny_list));
   }
+  int64_t total = spec.training.steps;
+  if (total == 0) {
+    STRAIT_ASSIGN_OR_RETURN(int64_t train_size, DatasetSize(spec.data, Split::kTrain));
+    total = int64_t{spec.training.epochs} * (train_size / spec.training.global_batch);
+  }
+  const OptimizerSpec optimizer = WithDecayHorizon(spec.training.optimizer, total);
   // The stage (rebuilt for every generation) and, with --resume, the checkpoint it can resume from.
   auto build_stage = [&] {
     return collective::ReplicaGroup::Create(
-        spec.model, site.layers, spec.training.optimizer, spec.training.MicrobatchSize(),
-        site.device, site.workers, o.threads, WeightVersions(spec.training.schedule),
-        Lookahead(spec.training));
+        spec.model, site.layers, optimizer, spec.training.MicrobatchSize(), site.device,
+        site.workers, o.threads, WeightVersions(spec.training.schedule), Lookahead(spec.training));
   };
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<collective::ReplicaGroup> stage, build_stage());
   spdlog::info("{} worker(s): {}", site.workers, stage->device_names());
@@ -415,12 +420,6 @@ absl::Status RunSite(const SiteOptions& o) {
   const int64_t mb = spec.training.MicrobatchSize();
   const uint64_t max_raw =
       static_cast<uint64_t>(mb) * std::max(stage->input_features(), stage->output_features()) * 4;
-
-  int64_t total = spec.training.steps;
-  if (total == 0) {
-    STRAIT_ASSIGN_OR_RETURN(int64_t train_size, DatasetSize(spec.data, Split::kTrain));
-    total = int64_t{spec.training.epochs} * (train_size / spec.training.global_batch);
-  }
 
   std::vector<double> losses;  // losses[i]: the loss of step losses_from + i (last stage).
   int64_t losses_from = -1;

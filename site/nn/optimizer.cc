@@ -23,7 +23,14 @@ Optimizer::Optimizer(const OptimizerSpec& spec, int64_t n, Backend* backend, Dev
 void Optimizer::Step(int64_t step, float grad_scale, float* params, const float* grads) {
   const double warmup =
       spec_.warmup_steps > 0 ? std::min(1.0, static_cast<double>(step) / spec_.warmup_steps) : 1.0;
-  const float lr = static_cast<float>(spec_.lr * warmup), wd = static_cast<float>(spec_.weight_decay);
+  double decay = 1.0;
+  if (spec_.decay == LrDecay::kCosine && spec_.decay_steps > 0) {
+    const double progress =
+        std::min(1.0, static_cast<double>(step - 1) / static_cast<double>(spec_.decay_steps));
+    decay = 0.5 * (1.0 + std::cos(3.14159265358979323846 * progress));
+  }
+  const float lr = static_cast<float>(spec_.lr * warmup * decay),
+              wd = static_cast<float>(spec_.weight_decay);
   if (spec_.kind == OptimizerKind::kSgd) {
     backend_->SgdUpdate(n_, lr, static_cast<float>(spec_.momentum), wd, grad_scale, params, grads,
                         state_.f32());

@@ -23,9 +23,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
       new Trainer(spec, std::move(train), std::move(test), std::move(backend)));
   const LayerRange all{0, spec.model.NumLayers()};
   STRAIT_ASSIGN_OR_RETURN(
-      t->stage_, Stage::Create(spec.model, all, spec.training.optimizer,
-                               spec.training.MicrobatchSize(), t->backend_.get(),
-                               WeightVersions(spec.training.schedule), Lookahead(spec.training)));
+      t->stage_,
+      Stage::Create(spec.model, all, WithDecayHorizon(spec.training.optimizer, t->total_steps()),
+                    spec.training.MicrobatchSize(), t->backend_.get(),
+                    WeightVersions(spec.training.schedule), Lookahead(spec.training)));
   return t;
 }
 

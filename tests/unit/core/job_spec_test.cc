@@ -35,7 +35,8 @@ training:
   global_batch: 64
   microbatches: 8
   schedule: gpipe
-  optimizer: {name: sgd, lr: 0.05, momentum: 0.8, weight_decay: 0.0001, warmup_steps: 20}
+  optimizer: {name: sgd, lr: 0.05, momentum: 0.8, weight_decay: 0.0001, warmup_steps: 20,
+              decay: cosine, decay_steps: 300}
   grad_clip: 2.5
   checkpoint: {every: 10, dir: ckpt, keep: 2}
 sites:
@@ -79,6 +80,8 @@ TEST(JobSpecTest, ParsesEveryKey) {
   EXPECT_DOUBLE_EQ(spec->training.optimizer.lr, 0.05);
   EXPECT_DOUBLE_EQ(spec->training.optimizer.momentum, 0.8);
   EXPECT_EQ(spec->training.optimizer.warmup_steps, 20);
+  EXPECT_EQ(spec->training.optimizer.decay, LrDecay::kCosine);
+  EXPECT_EQ(spec->training.optimizer.decay_steps, 300);
   EXPECT_DOUBLE_EQ(spec->training.grad_clip, 2.5);
   EXPECT_EQ(spec->training.checkpoint.every, 10);
   EXPECT_EQ(spec->training.checkpoint.dir, "/fed/conf/ckpt");

@@ -4,13 +4,14 @@
 // altered on the way is refused, counted, and stops the consumer.
 #include "site/pipeline/site_runner.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstring>
 #include <thread>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
+#include "absl/strings/match.h"
 #include "core/job_spec.h"
 #include "site/backend/cpu/cpu_backend.h"
 #include "site/collective/replica_group.h"
@@ -35,12 +36,18 @@ links:
   - {between: [b, c], forward: CHAIN, backward: CHAIN}
 )";
 
-JobSpec Spec(const std::string& schedule, const std::string& chain) {
+// schedule may add training keys ("2bw, extra_in_flight: 2") and end in " +cosine" (the
+// optimizer's cosine learning-rate decay).
+JobSpec Spec(std::string schedule, const std::string& chain) {
+  const std::string kCosine = " +cosine";
+  const bool cosine = absl::EndsWith(schedule, kCosine);
+  if (cosine) schedule.resize(schedule.size() - kCosine.size());
   std::string text = kJob;
-  text.replace(text.find("SCHEDULE"), 8, schedule);  // May add keys: "2bw, extra_in_flight: 2".
+  text.replace(text.find("SCHEDULE"), 8, schedule);
   for (size_t at; (at = text.find("CHAIN")) != std::string::npos;) text.replace(at, 5, chain);
   absl::StatusOr<JobSpec> spec = ParseJobSpec(text, "runner-test.yaml", "/");
   EXPECT_TRUE(spec.ok()) << spec.status();
+  if (cosine) spec->training.optimizer.decay = LrDecay::kCosine;
   return *spec;
 }
 
@@ -72,9 +79,10 @@ std::vector<std::unique_ptr<SiteUnderTest>> Federation(
   for (int i = 0; i < stages; ++i) {
     auto site = std::make_unique<SiteUnderTest>();
     site->stage = *collective::ReplicaGroup::Create(
-        spec.model, spec.sites[i].layers, spec.training.optimizer, spec.training.MicrobatchSize(),
-        DeviceKind::kCpu, workers[i], 1, WeightVersions(spec.training.schedule),
-        Lookahead(spec.training));
+        spec.model, spec.sites[i].layers,
+        WithDecayHorizon(spec.training.optimizer, spec.training.steps),
+        spec.training.MicrobatchSize(), DeviceKind::kCpu, workers[i], 1,
+        WeightVersions(spec.training.schedule), Lookahead(spec.training));
     if (!checkpoints.empty()) {
       absl::StatusOr<int64_t> loaded = LoadStageCheckpoint(checkpoints[i], spec, *site->stage);
       EXPECT_TRUE(loaded.ok()) << loaded.status();
@@ -201,6 +209,8 @@ INSTANTIATE_TEST_SUITE_P(SchedulesAndChains, SiteRunnerTest,
                                            std::make_tuple("2bw", "none"),
                                            std::make_tuple("2bw", "shuffle+zstd"),
                                            std::make_tuple("2bw, lookahead: 0", "none"),
+                                           std::make_tuple("1f1b +cosine", "none"),
+                                           std::make_tuple("2bw +cosine", "none"),
                                            // More microbatches in flight keep the bits.
                                            std::make_tuple("1f1b, extra_in_flight: 2", "none"),
                                            std::make_tuple("2bw, extra_in_flight: 2", "none")));

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -14,6 +15,8 @@
 
 namespace strait {
 namespace {
+
+constexpr float kPi = 3.14159265358979f;
 
 ModelSpec Mlp() {
   ModelSpec m;
@@ -375,27 +378,61 @@ TEST(StageTest, WeightVersionContractErrors) {
 
 // optimizer.warmup_steps: update k moves the parameters by lr * min(1, k / warmup) * gradient (SGD
 // without momentum, so the step is exactly that).
-TEST(OptimizerTest, LearningRateWarmsUpLinearly) {
+// The step SGD without momentum takes on a gradient of 1 at updates 1 .. `updates`: its lr.
+std::vector<float> LearningRates(const OptimizerSpec& spec, int updates) {
   auto backend = CreateCpuBackend(1);
-  OptimizerSpec spec;
-  spec.kind = OptimizerKind::kSgd;
-  spec.lr = 0.5;
-  spec.momentum = 0.0;
-  spec.warmup_steps = 4;
   auto optimizer = *Optimizer::Create(spec, 1, backend.get());
   float* param = static_cast<float*>(*backend->Allocate(sizeof(float)));
   float* grad = static_cast<float*>(*backend->Allocate(sizeof(float)));
   const float one = 1.0f;
   backend->CopyToDevice(grad, &one, sizeof(float));
+  std::vector<float> rates;
   float before = 0.0f, after = 0.0f;
-  for (int64_t k = 1; k <= 6; ++k) {
+  for (int64_t k = 1; k <= updates; ++k) {
     backend->CopyToHost(&before, param, sizeof(float));
     optimizer->Step(k, 1.0f, param, grad);
     backend->CopyToHost(&after, param, sizeof(float));
-    EXPECT_FLOAT_EQ(before - after, 0.5f * std::min(1.0f, k / 4.0f)) << "update " << k;
+    rates.push_back(before - after);
   }
   backend->Free(param);
   backend->Free(grad);
+  return rates;
+}
+
+OptimizerSpec PlainSgd() {
+  OptimizerSpec spec;
+  spec.kind = OptimizerKind::kSgd;
+  spec.lr = 0.5;
+  spec.momentum = 0.0;
+  return spec;
+}
+
+TEST(OptimizerTest, LearningRateWarmsUpLinearly) {
+  OptimizerSpec spec = PlainSgd();
+  spec.warmup_steps = 4;
+  const std::vector<float> rates = LearningRates(spec, 6);
+  for (int k = 1; k <= 6; ++k) {
+    EXPECT_FLOAT_EQ(rates[k - 1], 0.5f * std::min(1.0f, k / 4.0f)) << "update " << k;
+  }
+}
+
+// optimizer.decay cosine: update k uses lr (1 + cos(pi min(1, (k-1) / decay_steps))) / 2, after the
+// warm-up factor; decay_steps 0 is filled in with the run's length.
+TEST(OptimizerTest, LearningRateDecaysAlongACosine) {
+  OptimizerSpec spec = PlainSgd();
+  spec.decay = LrDecay::kCosine;
+  spec.warmup_steps = 2;
+  const std::vector<float> rates = LearningRates(WithDecayHorizon(spec, 4), 6);
+  const float expected[6] = {0.5f * 0.5f, 0.5f * 0.5f * (1 + std::cos(kPi / 4)),
+                             0.5f * 0.5f, 0.5f * 0.5f * (1 + std::cos(3 * kPi / 4)),
+                             0.0f,        0.0f};
+  for (int k = 1; k <= 6; ++k) {
+    EXPECT_NEAR(rates[k - 1], expected[k - 1], 1e-6f) << "update " << k;
+  }
+  spec.decay_steps = 8;  // an explicit horizon stays
+  EXPECT_EQ(WithDecayHorizon(spec, 4).decay_steps, 8);
+  spec.decay = LrDecay::kNone;
+  EXPECT_EQ(LearningRates(WithDecayHorizon(spec, 4), 6).back(), 0.5f);
 }
 
 }  // namespace
