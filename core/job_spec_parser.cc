@@ -100,6 +100,12 @@ class JobSpecParser {
     STRAIT_RETURN_IF_ERROR(CheckHostPort(map, "listen", g.listen));
     STRAIT_RETURN_IF_ERROR(map.Bytes("memory_budget", 1 << 20, &g.memory_budget));
     STRAIT_RETURN_IF_ERROR(map.Seconds("heartbeat_timeout", 0.1, &g.heartbeat_timeout_s));
+    STRAIT_RETURN_IF_ERROR(map.Bytes("chunk_size", 1 << 10, &g.chunk_size));
+    if (g.chunk_size > kMaxChunkBytes) {
+      return map.ErrorAt("chunk_size", absl::StrCat("expected at most 1MiB (the largest chunk the "
+                                                    "protocol carries), found ",
+                                                    g.chunk_size, " bytes"));
+    }
     return map.Finish();
   }
 

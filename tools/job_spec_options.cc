@@ -26,6 +26,11 @@ void AddJobSpecOverrideOptions(CLI::App& cmd, JobSpecOverrides& o, const std::st
                  "2bw: updates to extrapolate the forward weights by; 0 = plain PipeDream-2BW "
                  "(training.lookahead)")
       ->check(CLI::Range(0.0, 16.0));
+  cmd.add_option(
+         "--chunk-size", o.chunk_size,
+         "Largest piece a frame is pushed in, e.g. 32KiB; the gateway forwards each piece as "
+         "it arrives (gateway.chunk_size)")
+      ->type_name("SIZE");
 }
 
 }  // namespace strait::tools

@@ -46,9 +46,15 @@ class ExchangeSession::PullTracker {
     std::lock_guard<std::mutex> lock(mu_);
     return waiting_.size();
   }
-  std::map<uint64_t, uint64_t> TakeWaiting() {
+  // The session closed: returns the pulls still waiting; no pull starts again from now on.
+  std::map<uint64_t, uint64_t> Close() {
     std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
     return std::exchange(waiting_, {});
+  }
+  bool closed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return closed_;
   }
 
  private:
@@ -56,6 +62,7 @@ class ExchangeSession::PullTracker {
   uint64_t next_ticket_ = 0;
   std::map<uint64_t, uint64_t> waiting_;  // ticket -> mailbox pull id
   std::set<uint64_t> finished_early_;
+  bool closed_ = false;
 };
 
 // Lets a reservation granted after the stream closed find out, and return its bytes.
@@ -247,6 +254,7 @@ bool ExchangeSession::OnPush(v1::PushChunk chunk, std::function<void()> resume) 
   uint64_t granted_bytes = 0;
   bool offered = false;
   if (chunk.chunk().index() == 0) {
+    core_.MaybeTamper(chunk);
     std::lock_guard<std::mutex> lock(liveness_->mu);
     if (auto it = offers_.find(transfer_id); it != offers_.end()) {
       offered = true;
@@ -263,91 +271,106 @@ bool ExchangeSession::OnPush(v1::PushChunk chunk, std::function<void()> resume) 
     SendPushAck(transfer_id, chunk.header().key(), status);
     return true;
   }
-  uint64_t dropped_bytes = 0;
-  absl::StatusOr<FrameAssembler::Event> event = assembler_.Add(std::move(chunk), &dropped_bytes);
+  std::shared_ptr<StoredFrame> dropped;
+  absl::StatusOr<FrameAssembler::Event> event = assembler_.Add(std::move(chunk), &dropped);
   if (!event.ok()) {
-    core_.mailbox().Release(dropped_bytes + granted_bytes);
+    // A transfer that had started is stored (Publish): the mailbox frees its bytes.
+    if (dropped != nullptr) core_.mailbox().Abandon(dropped);
+    core_.mailbox().Release(granted_bytes);
     Reject("malformed", event.status());
     return true;
   }
-  if (event->started) {
-    const v1::TensorKey key = event->header->key();
-    absl::Status allowed = CheckPush(core_.spec(), stage_, key);
-    if (allowed.ok() && offered && event->header->wire_bytes() != granted_bytes) {
-      allowed = absl::InvalidArgumentError(absl::StrCat(
-          "transfer ", transfer_id, " has ", event->header->wire_bytes(),
-          " wire bytes; its offer had ", granted_bytes));
-    }
-    if (!allowed.ok()) {
-      refuse(transfer_id);
-      core_.mailbox().Release(granted_bytes);
-      core_.federation().CountRejected(
-          allowed.code() == absl::StatusCode::kPermissionDenied ? "unauthorized" : "malformed",
-          absl::StrCat("push from ", site_id_, ": ", allowed.message()));
-      SendPushAck(transfer_id, key, allowed);
-      return true;
-    }
-    FramePtr complete = event->completed ? event->frame : nullptr;
-    const uint64_t bytes = event->header->wire_bytes();
-    // Admission, credit protocol: the offer's grant or the stream's standing credit reserved the
-    // frame's bytes before the site sent its body.
-    bool funded = offered;
-    if (!funded) {
-      std::lock_guard<std::mutex> lock(liveness_->mu);
-      if (credit_ >= bytes) {
-        credit_ -= bytes;
-        core_.mailbox().UseCredit(bytes);
-        TopUpCreditLocked();
-        funded = true;
-      }
-    }
-    if (funded) {
-      if (complete) StoreFrame(complete, transfer_id);
-      return true;
-    }
-    // Admission, a producer without credit: reserve the frame's bytes before reading its body. When
-    // the budget is full the stream stops being read until an ack frees space (flow control, not an
-    // error); gRPC then holds what the site sent meanwhile.
-    auto granted = [this, &mailbox = core_.mailbox(), liveness = liveness_, complete, transfer_id,
-                    bytes, resume] {
-      std::lock_guard<std::mutex> lock(liveness->mu);
-      if (!liveness->open) {
-        mailbox.Release(bytes);  // The mailbox outlives every session; `this` may be gone.
-        return;
-      }
-      unreserved_transfer_.reset();
-      if (complete) StoreFrame(complete, transfer_id);
-      resume();
-    };
-    // Held across Reserve so that `granted` (which takes it) cannot run before this stream's state
-    // says it is waiting.
-    std::lock_guard<std::mutex> lock(liveness_->mu);
-    absl::StatusOr<bool> reserved = core_.mailbox().Reserve(bytes, granted);
-    if (!reserved.ok()) {
-      refuse(transfer_id);
-      core_.federation().CountRejected("over_budget", std::string(reserved.status().message()));
-      SendPushAck(transfer_id, key, reserved.status());
-      return true;
-    }
-    if (!*reserved) {
-      // `granted` stores (if complete) and resumes; until then the transfer holds no reservation.
-      if (!complete) unreserved_transfer_ = transfer_id;
-      return false;
-    }
-    if (complete) StoreFrame(complete, transfer_id);
+  std::shared_ptr<StoredFrame> frame = event->frame;
+  if (!event->started) {
+    if (event->completed) Completed(*frame, transfer_id);
     return true;
   }
-  if (event->completed) StoreFrame(event->frame, transfer_id);
+  const v1::TensorKey& key = frame->header.key();
+  absl::Status allowed = CheckPush(core_.spec(), stage_, key);
+  if (allowed.ok() && offered && frame->wire_bytes() != granted_bytes) {
+    allowed = absl::InvalidArgumentError(
+        absl::StrCat("transfer ", transfer_id, " has ", frame->wire_bytes(),
+                     " wire bytes; its offer had ", granted_bytes));
+  }
+  if (!allowed.ok()) {
+    refuse(transfer_id);
+    core_.mailbox().Release(granted_bytes);
+    core_.federation().CountRejected(
+        allowed.code() == absl::StatusCode::kPermissionDenied ? "unauthorized" : "malformed",
+        absl::StrCat("push from ", site_id_, ": ", allowed.message()));
+    SendPushAck(transfer_id, key, allowed);
+    return true;
+  }
+  const uint64_t bytes = frame->wire_bytes();
+  // Admission, credit protocol: the offer's grant or the stream's standing credit reserved the
+  // frame's bytes before the site sent its body.
+  bool funded = offered;
+  if (!funded) {
+    std::lock_guard<std::mutex> lock(liveness_->mu);
+    if (credit_ >= bytes) {
+      credit_ -= bytes;
+      core_.mailbox().UseCredit(bytes);
+      TopUpCreditLocked();
+      funded = true;
+    }
+  }
+  if (funded) {
+    Publish(frame, transfer_id);
+    return true;
+  }
+  // Admission, a producer without credit: reserve the frame's bytes before reading its body. When
+  // the budget is full the stream stops being read until an ack frees space (flow control, not an
+  // error); gRPC then holds what the site sent meanwhile.
+  auto granted = [this, &mailbox = core_.mailbox(), liveness = liveness_, frame, transfer_id, bytes,
+                  resume] {
+    std::lock_guard<std::mutex> lock(liveness->mu);
+    if (!liveness->open) {
+      mailbox.Release(bytes);  // The mailbox outlives every session; `this` may be gone.
+      return;
+    }
+    unreserved_transfer_.reset();
+    Publish(frame, transfer_id);
+    resume();
+  };
+  // Held across Reserve so that `granted` (which takes it) cannot run before this stream's state
+  // says it is waiting.
+  std::lock_guard<std::mutex> lock(liveness_->mu);
+  absl::StatusOr<bool> reserved = core_.mailbox().Reserve(bytes, granted);
+  if (!reserved.ok()) {
+    refuse(transfer_id);
+    core_.federation().CountRejected("over_budget", std::string(reserved.status().message()));
+    SendPushAck(transfer_id, key, reserved.status());
+    return true;
+  }
+  if (!*reserved) {
+    // `granted` publishes and resumes; until then the transfer holds no reservation.
+    unreserved_transfer_ = transfer_id;
+    return false;
+  }
+  Publish(frame, transfer_id);
   return true;
 }
 
-void ExchangeSession::StoreFrame(FramePtr frame, uint64_t transfer_id) {
-  frame = core_.MaybeTamper(std::move(frame));
-  const v1::TensorKey key = frame->header.key();
+void ExchangeSession::Publish(const std::shared_ptr<StoredFrame>& frame, uint64_t transfer_id) {
   if (core_.mailbox().Store(frame) == Mailbox::StoreResult::kStored) {
-    core_.federation().CountPushed(frame->header);
+    if (frame->complete()) Completed(*frame, transfer_id);
+    return;
   }
-  SendPushAck(transfer_id, key, absl::OkStatus());
+  // Held already, or of a purged generation: the gateway needs none of it. The producer may drop
+  // its copy now; the rest of the body, if any is still coming, is dropped quietly.
+  if (!frame->complete()) {
+    assembler_.Drop(transfer_id);
+    if (refused_transfers_.size() >= kMaxRefusedTransfers) refused_transfers_.clear();
+    refused_transfers_.insert(transfer_id);
+  }
+  SendPushAck(transfer_id, frame->header.key(), absl::OkStatus());
+}
+
+void ExchangeSession::Completed(const StoredFrame& frame, uint64_t transfer_id) {
+  // A frame the mailbox broke off meanwhile (a rollback purged it, or a newer push of its key
+  // replaced it) is not counted; its producer may still drop its copy.
+  if (frame.complete()) core_.federation().CountPushed(frame.header);
+  SendPushAck(transfer_id, frame.header.key(), absl::OkStatus());
 }
 
 void ExchangeSession::OnPull(const v1::Pull& pull) {
@@ -367,22 +390,33 @@ void ExchangeSession::OnPull(const v1::Pull& pull) {
   }
   const auto timeout = pull.timeout_ms() > 0 ? std::chrono::milliseconds(pull.timeout_ms())
                                              : core_.options().default_pull_timeout;
-  // The callback may outlive this session (it runs when the frame arrives): it holds only shared
-  // state, never `this`.
-  const uint64_t ticket = pulls_->NewTicket();
-  auto done = [channel = channel_, pulls = pulls_, &federation = core_.federation(),
-               pull_id = pull.pull_id(), ticket](absl::StatusOr<FramePtr> frame) {
+  StartPull(core_, channel_, pulls_, MailboxKey::From(pull.key()), pull.pull_id(),
+            Mailbox::Clock::now() + timeout);
+}
+
+void ExchangeSession::StartPull(GatewayCore& core, std::shared_ptr<SiteChannel> channel,
+                                std::shared_ptr<PullTracker> pulls, MailboxKey key,
+                                uint64_t pull_id, Mailbox::Clock::time_point deadline) {
+  // The callback may outlive the session (it runs when the frame arrives): it holds only shared
+  // state, never the session.
+  const uint64_t ticket = pulls->NewTicket();
+  auto done = [&core, channel, pulls, key, pull_id, deadline,
+               ticket](absl::StatusOr<FramePtr> frame) {
     pulls->Finished(ticket);
     if (!frame.ok()) {
       channel->Send(DeliverError(pull_id, frame.status()));
       return;
     }
-    federation.CountDelivered((*frame)->header, Federation::Clock::now() - (*frame)->stored_at);
-    channel->SendFrame(pull_id, *frame);
+    core.federation().CountDelivered((*frame)->header,
+                                     Federation::Clock::now() - (*frame)->created_at);
+    // Should the frame break off mid-delivery, the site is told to restart and the same pull waits
+    // for the producer's next push of the key.
+    channel->SendFrame(pull_id, *frame, [&core, channel, pulls, key, pull_id, deadline] {
+      if (!pulls->closed()) StartPull(core, channel, pulls, key, pull_id, deadline);
+    });
   };
-  const uint64_t mailbox_id = core_.mailbox().Pull(MailboxKey::From(pull.key()),
-                                                   Mailbox::Clock::now() + timeout, std::move(done));
-  pulls_->Started(ticket, mailbox_id);
+  const uint64_t mailbox_id = core.mailbox().Pull(key, deadline, std::move(done));
+  pulls->Started(ticket, mailbox_id);
 }
 
 void ExchangeSession::OnAck(const v1::Ack& ack) {
@@ -413,10 +447,14 @@ void ExchangeSession::Close() {
     offers_.clear();
     credit = std::exchange(credit_, 0);
   }
-  // Outside liveness_->mu: returning memory runs other streams' grants.
+  // Outside liveness_->mu: returning memory runs other streams' grants. Every open transfer but an
+  // unreserved one (dropped above) is stored: the mailbox frees its bytes.
   core_.mailbox().ReleaseCredit(credit);
-  core_.mailbox().Release(assembler_.OpenBytes() + granted_bytes);
-  for (const auto& [ticket, id] : pulls_->TakeWaiting()) core_.mailbox().CancelPull(id);
+  core_.mailbox().Release(granted_bytes);
+  for (const std::shared_ptr<StoredFrame>& frame : assembler_.DropAll()) {
+    core_.mailbox().Abandon(frame);
+  }
+  for (const auto& [ticket, id] : pulls_->Close()) core_.mailbox().CancelPull(id);
   if (stage_ >= 0 && !push_only_) {
     core_.federation().Detach(stage_, channel_.get(), Federation::Clock::now());
   }

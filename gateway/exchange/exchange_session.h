@@ -1,12 +1,13 @@
 // The gateway's handling of one site's Exchange stream, message by message (DESIGN.md §4, §5):
 // Hello binds the stream to the site's current epoch; pushes are reassembled, authorized, admitted
-// under the memory budget (standing credit, a grant per offered frame, or, for producers that do not
-// follow the credit protocol, by not reading on until memory frees: gateway.proto, Hello) and stored; pulls are authorized and served when the frame is there; acks
-// free the mailbox; heartbeats and reports feed the federation's view. Every malformed or
+// under the memory budget (standing credit, a grant per offered frame, or, for producers that do
+// not follow the credit protocol, by not reading on until memory frees: gateway.proto, Hello) and
+// stored from their first chunk on; pulls are authorized and served as the frame's chunks arrive;
+// acks free the mailbox; heartbeats and reports feed the federation's view. Every malformed or
 // unauthorized message is answered with an error, counted, and the stream stays usable.
 //
-// Not thread-safe: the owner feeds one message at a time (gRPC's reactor does). Replies go out through
-// the SiteChannel, from this thread or from whichever thread completes a pull.
+// Not thread-safe: the owner feeds one message at a time (gRPC's reactor does). Replies go out
+// through the SiteChannel, from this thread or from whichever thread completes a pull.
 #pragma once
 
 #include <cstdint>
@@ -53,8 +54,17 @@ class ExchangeSession {
   void SendPushGrant(uint64_t transfer_id);
   void OnPull(const v1::Pull& pull);
   void OnAck(const v1::Ack& ack);
-  // Stores a complete frame whose bytes are reserved and acknowledges it to the producer.
-  void StoreFrame(FramePtr frame, uint64_t transfer_id);
+  // Stores a frame whose bytes are reserved, from its first chunk on (its deliveries start at
+  // once); acknowledges it to the producer when it is complete, or at once when the mailbox holds
+  // its key.
+  void Publish(const std::shared_ptr<StoredFrame>& frame, uint64_t transfer_id);
+  // The last chunk of a stored frame arrived: acknowledges it to the producer.
+  void Completed(const StoredFrame& frame, uint64_t transfer_id);
+  // Serves pull `pull_id` of `key` from the mailbox; a delivery whose frame breaks off starts it
+  // again. Static: its callbacks outlive the session and hold only shared state.
+  static void StartPull(GatewayCore& core, std::shared_ptr<SiteChannel> channel,
+                        std::shared_ptr<PullTracker> pulls, MailboxKey key, uint64_t pull_id,
+                        Mailbox::Clock::time_point deadline);
   void SendError(absl::Status status);
   void SendPushAck(uint64_t transfer_id, const v1::TensorKey& key, const absl::Status& status);
   void Reject(const std::string& reason, const absl::Status& status);

@@ -48,19 +48,16 @@ void GatewayCore::Housekeeping() {
   }
 }
 
-FramePtr GatewayCore::MaybeTamper(FramePtr frame) {
+void GatewayCore::MaybeTamper(v1::PushChunk& first_chunk) {
   if (options_.test_tamper_frame == 0 ||
-      frames_stored_.fetch_add(1) + 1 != options_.test_tamper_frame) {
-    return frame;
+      frames_pushed_.fetch_add(1) + 1 != options_.test_tamper_frame) {
+    return;
   }
-  auto altered = std::make_shared<StoredFrame>(*frame);
-  for (std::string& chunk : altered->chunks) {
-    if (chunk.empty()) continue;
-    chunk[chunk.size() / 2] ^= 0x01;
-    spdlog::warn("test fault injection: flipped a byte of {}", TensorKeyToString(frame->header.key()));
-    break;
-  }
-  return altered;
+  std::string& data = *first_chunk.mutable_chunk()->mutable_data();
+  if (data.empty()) return;
+  data[data.size() / 2] ^= 0x01;
+  spdlog::warn("test fault injection: flipped a byte of {}",
+               TensorKeyToString(first_chunk.header().key()));
 }
 
 }  // namespace strait::gateway

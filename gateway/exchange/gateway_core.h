@@ -13,6 +13,7 @@
 #include "core/job_spec.h"
 #include "gateway/mailbox/mailbox.h"
 #include "gateway/membership/federation.h"
+#include "strait/v1/gateway.pb.h"
 
 namespace strait::gateway {
 
@@ -28,8 +29,9 @@ struct GatewayOptions {
   // without waiting for grants. All streams' credit together never exceeds the memory budget minus
   // one largest frame (see Mailbox).
   uint64_t push_credit_bytes = 0;
-  // Test-only fault injection (hidden flag --test-tamper-frame): flips one byte in the body of the
-  // N-th frame stored (1-based; 0 = off), so tests can prove that sites refuse altered frames.
+  // Test-only fault injection (hidden flag --test-tamper-frame): flips one byte in the first chunk
+  // of the N-th frame pushed (1-based; 0 = off), so tests can prove that sites refuse altered
+  // frames.
   uint64_t test_tamper_frame = 0;
 };
 
@@ -44,9 +46,9 @@ class GatewayCore {
   const GatewayOptions& options() const { return options_; }
   // Standing credit per push stream: options().push_credit_bytes or its default.
   uint64_t push_credit_bytes() const;
-  // `frame`, or a copy with one body byte flipped when it is the frame test_tamper_frame names.
-  // Thread-safe.
-  FramePtr MaybeTamper(FramePtr frame);
+  // Flips a byte of `first_chunk` (chunk 0 of a push) when it starts the frame test_tamper_frame
+  // names. Thread-safe.
+  void MaybeTamper(v1::PushChunk& first_chunk);
   Mailbox& mailbox() { return mailbox_; }
   Federation& federation() { return federation_; }
   v1::FederationState Snapshot() const;
@@ -56,7 +58,7 @@ class GatewayCore {
 
   const JobSpec& spec_;
   const GatewayOptions options_;
-  std::atomic<uint64_t> frames_stored_{0};
+  std::atomic<uint64_t> frames_pushed_{0};
   Mailbox mailbox_;
   Federation federation_;
   std::mutex mu_;

@@ -11,16 +11,16 @@ FrameAssembler::FrameAssembler(const JobSpec& spec, uint64_t max_frame_bytes,
     : spec_(spec), max_frame_bytes_(max_frame_bytes), max_open_transfers_(max_open_transfers) {}
 
 absl::StatusOr<FrameAssembler::Event> FrameAssembler::Add(v1::PushChunk chunk,
-                                                          uint64_t* dropped_bytes) {
+                                                          std::shared_ptr<StoredFrame>* dropped) {
   const uint64_t id = chunk.transfer_id();
-  *dropped_bytes = 0;
+  dropped->reset();
   // Every error drops the transfer (so a broken transfer never lingers) and reports its bytes, unless
   // this very chunk started it: the caller reserves a transfer's bytes only after Add reports it
   // started, so there is nothing to release yet.
   bool started_now = false;
   auto fail = [&](std::string message) {
-    const uint64_t bytes = Drop(id);
-    *dropped_bytes = started_now ? 0 : bytes;
+    std::shared_ptr<StoredFrame> frame = Drop(id);
+    if (!started_now) *dropped = std::move(frame);
     return absl::InvalidArgumentError(absl::StrCat("transfer ", id, ": ", message));
   };
   std::string* data = chunk.mutable_chunk()->mutable_data();
@@ -39,8 +39,7 @@ absl::StatusOr<FrameAssembler::Event> FrameAssembler::Add(v1::PushChunk chunk,
       return fail(absl::StrCat("more than ", max_open_transfers_, " incomplete transfers on one stream"));
     }
     Partial partial;
-    partial.frame = std::make_unique<StoredFrame>();
-    partial.frame->header = std::move(*chunk.mutable_header());
+    partial.frame = std::make_shared<StoredFrame>(std::move(*chunk.mutable_header()));
     it = open_.emplace(id, std::move(partial)).first;
     started_now = true;
     event.started = true;
@@ -60,33 +59,37 @@ absl::StatusOr<FrameAssembler::Event> FrameAssembler::Add(v1::PushChunk chunk,
   if (partial.received > wire_bytes) {
     return fail(absl::StrCat("sent more than its ", wire_bytes, " wire bytes"));
   }
-  partial.frame->chunks.push_back(std::move(*data));
-  event.header = &partial.frame->header;
-  if (partial.frame->chunks.size() < partial.frame->header.chunk_count()) return event;
-
-  if (partial.received != wire_bytes) {
+  const bool last = partial.next_index == partial.frame->chunk_count();
+  // Checked before the last chunk joins the frame: a reader must never see a complete frame of the
+  // wrong size.
+  if (last && partial.received != wire_bytes) {
     return fail(absl::StrCat("ended after ", partial.received, " of ", wire_bytes, " wire bytes"));
   }
-  partial.frame->stored_at = std::chrono::steady_clock::now();
+  partial.frame->AddChunk(std::move(*data));
+  event.frame = partial.frame;
+  if (!last) return event;
   event.completed = true;
-  event.frame = std::move(partial.frame);
-  event.header = &event.frame->header;
   open_.erase(it);
   return event;
 }
 
-uint64_t FrameAssembler::Drop(uint64_t transfer_id) {
+std::shared_ptr<StoredFrame> FrameAssembler::Drop(uint64_t transfer_id) {
   auto it = open_.find(transfer_id);
-  if (it == open_.end()) return 0;
-  uint64_t bytes = it->second.frame->header.wire_bytes();
+  if (it == open_.end()) return nullptr;
+  std::shared_ptr<StoredFrame> frame = std::move(it->second.frame);
   open_.erase(it);
-  return bytes;
+  frame->BreakOff();
+  return frame;
 }
 
-uint64_t FrameAssembler::OpenBytes() const {
-  uint64_t bytes = 0;
-  for (const auto& [id, partial] : open_) bytes += partial.frame->header.wire_bytes();
-  return bytes;
+std::vector<std::shared_ptr<StoredFrame>> FrameAssembler::DropAll() {
+  std::vector<std::shared_ptr<StoredFrame>> frames;
+  for (auto& [id, partial] : open_) {
+    partial.frame->BreakOff();
+    frames.push_back(std::move(partial.frame));
+  }
+  open_.clear();
+  return frames;
 }
 
 }  // namespace strait::gateway

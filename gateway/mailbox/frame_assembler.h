@@ -1,6 +1,8 @@
 // Reassembles the frames a producer pushes chunk by chunk on its Exchange stream, checking every
 // message: a transfer starts with chunk 0 carrying a valid header, chunks arrive in order, none is
 // larger than kMaxChunkBytes, the bytes never exceed and finally equal the header's wire_bytes.
+// Each chunk is added to the transfer's frame as it arrives (the frame may be delivered while it
+// grows: stored_frame.h); a transfer that fails or is dropped breaks its frame off.
 //
 // One assembler per stream; not thread-safe (a stream's messages are handled one at a time).
 #pragma once
@@ -8,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/job_spec.h"
@@ -24,23 +27,21 @@ class FrameAssembler {
   // What one chunk did. A one-chunk frame both starts and completes.
   struct Event {
     uint64_t transfer_id = 0;
-    bool started = false;    // Chunk 0 arrived: reserve header->wire_bytes() before reading on.
-    bool completed = false;  // The last chunk arrived: `frame` holds the whole frame.
-    const v1::FrameHeader* header = nullptr;  // The transfer's header (owned by the assembler or,
-                                              // once completed, by `frame`).
-    FramePtr frame;
+    bool started = false;    // Chunk 0 arrived: reserve frame->wire_bytes() before reading on.
+    bool completed = false;  // The last chunk arrived: `frame` is complete.
+    std::shared_ptr<StoredFrame> frame;  // The transfer's frame, with this chunk added.
   };
 
-  // Adds one pushed chunk. On error the transfer it belongs to is dropped, and *dropped_bytes is set
-  // to the wire bytes of that transfer if it had started with an earlier chunk (the caller releases
-  // its reservation), else 0 (also when this chunk 0 started it and broke it at once: no reservation
-  // was made for it yet).
-  absl::StatusOr<Event> Add(v1::PushChunk chunk, uint64_t* dropped_bytes);
+  // Adds one pushed chunk. On error the transfer it belongs to is dropped (its frame broken off),
+  // and *dropped is set to that frame if the transfer had started with an earlier chunk (the caller
+  // frees its bytes), else null (also when this chunk 0 started it and broke it at once: no
+  // reservation was made for it yet).
+  absl::StatusOr<Event> Add(v1::PushChunk chunk, std::shared_ptr<StoredFrame>* dropped);
 
-  // Forgets an incomplete transfer; returns its header's wire_bytes (0 when unknown).
-  uint64_t Drop(uint64_t transfer_id);
-  // Wire bytes of all incomplete transfers (to release when the stream ends).
-  uint64_t OpenBytes() const;
+  // Forgets an incomplete transfer and breaks its frame off; returns the frame (null when unknown).
+  std::shared_ptr<StoredFrame> Drop(uint64_t transfer_id);
+  // Forgets every incomplete transfer (the stream ended), breaking their frames off; returns them.
+  std::vector<std::shared_ptr<StoredFrame>> DropAll();
   // Whether `transfer_id` has started and is not complete.
   bool IsOpen(uint64_t transfer_id) const { return open_.count(transfer_id) > 0; }
   // Number of incomplete transfers.
@@ -48,7 +49,7 @@ class FrameAssembler {
 
  private:
   struct Partial {
-    std::unique_ptr<StoredFrame> frame;
+    std::shared_ptr<StoredFrame> frame;
     uint32_t next_index = 1;
     uint64_t received = 0;
   };

@@ -76,7 +76,10 @@ void Mailbox::ReleaseCredit(uint64_t bytes) {
 
 bool Mailbox::Holds(const MailboxKey& key) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return key.generation < min_generation_ || frames_.count(key) > 0 || acked_.count(key) > 0;
+  if (key.generation < min_generation_ || acked_.count(key) > 0) return true;
+  auto it = frames_.find(key);
+  // A frame still arriving may yet break off: a new push of its key must not be turned away.
+  return it != frames_.end() && it->second->complete();
 }
 
 Mailbox::StoreResult Mailbox::Store(FramePtr frame) {
@@ -90,12 +93,16 @@ Mailbox::StoreResult Mailbox::Store(FramePtr frame) {
       reserved_ -= std::min(frame->wire_bytes(), reserved_);
       GrantReservationsLocked(completions);
       result = StoreResult::kStale;
-    } else if (frames_.count(key) > 0 || acked_.count(key) > 0) {
+    } else if (acked_.count(key) > 0 || (frames_.count(key) > 0 && frames_.at(key)->complete())) {
       ++duplicates_;
       reserved_ -= std::min(frame->wire_bytes(), reserved_);
       GrantReservationsLocked(completions);
       result = StoreResult::kDuplicate;
     } else {
+      if (auto old = frames_.find(key); old != frames_.end()) {
+        EraseFrameLocked(old, completions);  // Still arriving: the new push replaces it.
+        GrantReservationsLocked(completions);
+      }
       frames_.emplace(key, frame);
       stored_bytes_ += frame->wire_bytes();
       newest_step_ = std::max(newest_step_, key.step);
@@ -113,6 +120,20 @@ Mailbox::StoreResult Mailbox::Store(FramePtr frame) {
   return result;
 }
 
+void Mailbox::Abandon(const FramePtr& frame) {
+  std::vector<Completion> completions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = frames_.find(MailboxKey::From(frame->header.key()));
+    if (it != frames_.end() && it->second == frame) {
+      EraseFrameLocked(it, completions);
+      GrantReservationsLocked(completions);
+    }
+  }
+  frame->BreakOff();
+  RunAll(completions);
+}
+
 uint64_t Mailbox::Pull(const MailboxKey& key, Clock::time_point deadline, PullDone done) {
   FramePtr frame;
   uint64_t id;
@@ -121,8 +142,9 @@ uint64_t Mailbox::Pull(const MailboxKey& key, Clock::time_point deadline, PullDo
     id = next_pull_id_++;
     if (key.generation < min_generation_) {
       frame = nullptr;
-    } else if (auto it = frames_.find(key); it != frames_.end()) {
-      frame = it->second;
+    } else if (auto it = frames_.find(key); it != frames_.end() && !it->second->broken()) {
+      frame =
+          it->second;  // Broken off (its producer's session forgets it next): wait for the next.
     } else {
       waiters_.emplace(id, Waiter{key, deadline, std::move(done)});
       return id;
@@ -169,12 +191,12 @@ absl::Status Mailbox::Ack(const MailboxKey& key) {
       if (acked_.count(key) > 0) return absl::OkStatus();
       return absl::NotFoundError("acknowledged a key the gateway does not hold");
     }
-    const uint64_t bytes = it->second->wire_bytes();
-    frames_.erase(it);
+    if (!it->second->complete()) {
+      return absl::FailedPreconditionError("acknowledged a frame whose chunks are still arriving");
+    }
+    EraseFrameLocked(it, completions);
     acked_.insert(key);
     TrimAckedLocked();
-    stored_bytes_ -= bytes;
-    reserved_ -= std::min(bytes, reserved_);
     GrantReservationsLocked(completions);
   }
   RunAll(completions);
@@ -188,9 +210,7 @@ void Mailbox::PurgeGenerationsBelow(uint32_t generation) {
     min_generation_ = std::max(min_generation_, generation);
     newest_step_ = 0;  // The new generation may replay earlier steps.
     for (auto it = frames_.begin(); it != frames_.end() && it->first.generation < generation;) {
-      stored_bytes_ -= it->second->wire_bytes();
-      reserved_ -= std::min(it->second->wire_bytes(), reserved_);
-      it = frames_.erase(it);
+      it = EraseFrameLocked(it, completions);
     }
     acked_.erase(acked_.begin(), acked_.lower_bound(MailboxKey{.generation = generation}));
     for (auto it = waiters_.begin(); it != waiters_.end();) {
@@ -220,6 +240,15 @@ void Mailbox::GrantReservationsLocked(std::vector<Completion>& out) {
     out.push_back(std::move(reservations_.front().granted));
     reservations_.pop_front();
   }
+}
+
+std::map<MailboxKey, FramePtr>::iterator Mailbox::EraseFrameLocked(
+    std::map<MailboxKey, FramePtr>::iterator it, std::vector<Completion>& out) {
+  const FramePtr& frame = it->second;
+  stored_bytes_ -= frame->wire_bytes();
+  reserved_ -= std::min(frame->wire_bytes(), reserved_);
+  if (!frame->complete()) out.push_back([frame] { frame->BreakOff(); });
+  return frames_.erase(it);
 }
 
 void Mailbox::TrimAckedLocked() {

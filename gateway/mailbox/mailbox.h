@@ -1,16 +1,18 @@
 // The gateway's parameter-server store: frames pushed by key, pulled by key (DESIGN.md §4, §7).
 //
-// A push stores a complete frame until its consumer acknowledges it; a pull of a key not pushed yet
-// waits until the frame arrives, the pull's deadline passes, or the key's generation is purged. Pushes
-// are idempotent: a key already stored or already acknowledged is not stored again. Memory is bounded:
-// a frame's bytes are reserved before its body is sent (an offer's grant, or standing credit) or at
-// least before it is read, and when the budget is full the reservation waits (the producer's offer
-// is not granted, or the caller stops reading from that producer) until an acknowledgement or a
-// purge frees space.
+// A push stores its frame from its first chunk on (frames stream through: stored_frame.h) until its
+// consumer acknowledges it; a pull of a key not pushed yet waits until the frame's first chunk
+// arrives, the pull's deadline passes, or the key's generation is purged. Pushes are idempotent: a
+// key whose frame is held complete or was acknowledged is not stored again, while a frame still
+// arriving is replaced by a new push of its key (its producer pushes again after a reconnect; the
+// old transfer is dead or about to be). Memory is bounded: a frame's bytes are reserved before its
+// body is sent (an offer's grant, or standing credit) or at least before it is read, and when the
+// budget is full the reservation waits (the producer's offer is not granted, or the caller stops
+// reading from that producer) until an acknowledgement or a purge frees space.
 //
 // Thread-safe. Callbacks (pull completions, reservation grants) never run under the mailbox's lock;
-// they run on the thread whose call satisfied them (Store, Ack, Purge, ExpirePulls, or the caller of
-// Pull / Reserve itself), so they must be quick and must not block.
+// they run on the thread whose call satisfied them (Store, Ack, Purge, ExpirePulls, or the caller
+// of Pull / Reserve itself), so they must be quick and must not block.
 #pragma once
 
 #include <chrono>
@@ -57,31 +59,37 @@ class Mailbox {
   // Returns unused credit (its stream ended); grants waiting reservations that now fit.
   void ReleaseCredit(uint64_t bytes);
 
-  // True when a push of `key` would be dropped: stored or acknowledged already (a duplicate), or of a
-  // purged generation (stale).
+  // True when a push of `key` would be dropped: held complete or acknowledged already (a
+  // duplicate), or of a purged generation (stale).
   bool Holds(const MailboxKey& key) const;
 
   enum class StoreResult { kStored, kDuplicate, kStale };
-  // Stores a complete frame whose wire_bytes were reserved; takes over the reservation. A duplicate
-  // (key stored or acknowledged already) or a frame of a purged generation (stale) is dropped and its
-  // reservation released. A waiting pull of the key is served at once.
+  // Stores a frame, complete or with its first chunks (the rest follow into the same frame), whose
+  // wire_bytes were reserved; takes over the reservation. A duplicate (Holds) or a frame of a
+  // purged generation (stale) is dropped and its reservation released. A frame of the same key
+  // still arriving is replaced and broken off. Waiting pulls of the key are served at once.
   StoreResult Store(FramePtr frame);
+  // The transfer of a stored frame failed before it was complete: forgets the frame unless it was
+  // replaced or dropped already, frees its bytes, and breaks it off (its deliveries restart).
+  void Abandon(const FramePtr& frame);
 
-  // Serves the frame of `key` through `done`, now (frame present) or later (when it is stored); or
-  // with DEADLINE_EXCEEDED once `deadline` has passed (see ExpirePulls), or ABORTED when the key's
-  // generation is (or was already) purged. Returns an id for CancelPull.
+  // Serves the frame of `key` through `done`, now (frame present, complete or still arriving) or
+  // later (when it is stored); or with DEADLINE_EXCEEDED once `deadline` has passed (see
+  // ExpirePulls), or ABORTED when the key's generation is (or was already) purged. Returns an id
+  // for CancelPull.
   uint64_t Pull(const MailboxKey& key, Clock::time_point deadline, PullDone done);
   // Drops a waiting pull without calling it (its stream went away). No-op for finished pulls.
   void CancelPull(uint64_t pull_id);
   // Completes waiting pulls whose deadline is before `now` with DEADLINE_EXCEEDED.
   void ExpirePulls(Clock::time_point now);
 
-  // The consumer has the frame: forget it and free its bytes. NOT_FOUND when the key is not stored.
+  // The consumer has the frame: forget it and free its bytes. NOT_FOUND when the key is not stored,
+  // FAILED_PRECONDITION when its frame is still arriving (nobody can have opened it yet).
   absl::Status Ack(const MailboxKey& key);
 
-  // Drops every stored frame, remembered acknowledgement and waiting pull (ABORTED) of generations
-  // below `generation` (a rollback started a new one), freeing their bytes. Later pushes and pulls
-  // of those generations are refused as stale.
+  // Drops every stored frame (breaking off those still arriving), remembered acknowledgement and
+  // waiting pull (ABORTED) of generations below `generation` (a rollback started a new one),
+  // freeing their bytes. Later pushes and pulls of those generations are refused as stale.
   void PurgeGenerationsBelow(uint32_t generation);
 
   struct Stats {
@@ -111,6 +119,10 @@ class Mailbox {
   // Grants queued reservations in arrival order while they fit. Called with mu_ held; appends the
   // grant callbacks to `out` to run after unlocking.
   void GrantReservationsLocked(std::vector<Completion>& out);
+  // Forgets the stored frame at `it` and frees its bytes; a frame still arriving is broken off by a
+  // completion appended to `out`. Called with mu_ held.
+  std::map<MailboxKey, FramePtr>::iterator EraseFrameLocked(
+      std::map<MailboxKey, FramePtr>::iterator it, std::vector<Completion>& out);
   // Forgets acknowledged keys far behind the newest step (their pushes can no longer be retried).
   void TrimAckedLocked();
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "absl/status/status.h"
 #include "gateway/mailbox/stored_frame.h"
@@ -15,9 +16,12 @@ class SiteChannel {
   virtual ~SiteChannel() = default;
   // Queues a message for the site. Never blocks; thread-safe; never calls back into the caller.
   virtual void Send(v1::GatewayMessage message) = 0;
-  // Queues `frame` as Deliver messages answering `pull_id` (header with chunk 0). The frame is
-  // shared, not copied, until each chunk is written. Thread-safe; never blocks.
-  virtual void SendFrame(uint64_t pull_id, FramePtr frame) = 0;
+  // Queues `frame` as Deliver messages answering `pull_id` (header with chunk 0), each chunk as
+  // soon as it is there (the frame may still be arriving). The frame is shared, not copied, until
+  // each chunk is written. Should it break off first, tells the site to restart the pull
+  // (Deliver.restart, after the chunks already written) and then calls `pull_again`. Thread-safe;
+  // never blocks.
+  virtual void SendFrame(uint64_t pull_id, FramePtr frame, std::function<void()> pull_again) = 0;
   // Ends the stream with `status` once queued messages are written. Thread-safe; idempotent.
   virtual void Close(absl::Status status) = 0;
 };

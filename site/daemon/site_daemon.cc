@@ -319,6 +319,7 @@ absl::Status RunSite(const SiteOptions& o) {
 
   GatewayClient::Options client_options;
   client_options.address = spec.gateway.address;
+  client_options.chunk_bytes = spec.gateway.chunk_size;
   if (o.insecure) {
     client_options.credentials = grpc::InsecureChannelCredentials();
     client_options.insecure_site_id = o.site_id;

@@ -2,12 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "core/frame_header.h"
 
 namespace strait::site {
 namespace {
-
-constexpr size_t kChunkBytes = 1 << 20;  // DESIGN.md §4: chunks of at most 1 MiB.
 
 absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
@@ -27,8 +28,8 @@ absl::StatusOr<std::unique_ptr<GatewayClient>> GatewayClient::Connect(Options op
 
 absl::Status GatewayClient::Start(const v1::JoinRequest& join) {
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(static_cast<int>(kChunkBytes + (64 << 10)));
-  args.SetMaxSendMessageSize(static_cast<int>(kChunkBytes + (64 << 10)));
+  args.SetMaxReceiveMessageSize(static_cast<int>(kMaxChunkBytes + (64 << 10)));
+  args.SetMaxSendMessageSize(static_cast<int>(kMaxChunkBytes + (64 << 10)));
   stub_ = v1::Gateway::NewStub(grpc::CreateCustomChannel(options_.address, options_.credentials, args));
 
   auto identify = [this](grpc::ClientContext& context) {
@@ -72,7 +73,11 @@ GatewayClient::~GatewayClient() { (void)Close(); }
 std::future<absl::Status> GatewayClient::Push(v1::FrameHeader header, std::string body) {
   std::promise<absl::Status> promise;
   std::future<absl::Status> future = promise.get_future();
-  const uint32_t chunks = static_cast<uint32_t>(std::max<size_t>(1, (body.size() + kChunkBytes - 1) / kChunkBytes));
+  // Equal pieces of at most chunk_bytes: the gateway forwards each as it arrives.
+  const size_t chunk_limit = std::clamp<size_t>(options_.chunk_bytes, 1, kMaxChunkBytes);
+  const uint32_t chunks =
+      static_cast<uint32_t>(std::max<size_t>(1, (body.size() + chunk_limit - 1) / chunk_limit));
+  const size_t piece = std::max<size_t>(1, (body.size() + chunks - 1) / chunks);
   header.set_wire_bytes(body.size());
   header.set_chunk_count(chunks);
   uint64_t transfer_id;
@@ -120,7 +125,7 @@ std::future<absl::Status> GatewayClient::Push(v1::FrameHeader header, std::strin
     push.set_transfer_id(transfer_id);
     if (i == 0) *push.mutable_header() = header;
     push.mutable_chunk()->set_index(i);
-    push.mutable_chunk()->set_data(body.substr(i * kChunkBytes, kChunkBytes));
+    push.mutable_chunk()->set_data(body.substr(std::min(body.size(), i * piece), piece));
     if (!push_->Write(message)) break;  // The reader fails the pending push when the stream ends.
   }
   return future;
@@ -220,6 +225,12 @@ void GatewayClient::HandleDeliver(v1::Deliver& deliver) {
   };
   if (deliver.status_code() != 0) {
     return fail(absl::Status(static_cast<absl::StatusCode>(deliver.status_code()), deliver.status_message()));
+  }
+  if (deliver.restart()) {
+    // The producer's push broke off mid-frame; the gateway delivers its next push from chunk 0.
+    pending.frame = ReceivedFrame{};
+    pending.next_chunk = 0;
+    return;
   }
   if (deliver.chunk().index() != pending.next_chunk) {
     return fail(absl::DataLossError(absl::StrCat("delivery of pull ", deliver.pull_id(), " skipped from chunk ",

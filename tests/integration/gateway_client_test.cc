@@ -194,6 +194,56 @@ TEST_P(GatewayClientTest, PendingPullsFailWhenTheGatewayGoesAway) {
   EXPECT_EQ(pulled.get().status().code(), absl::StatusCode::kUnavailable);
 }
 
+// A push that breaks off mid-frame (here: its producer skips a chunk): the gateway has streamed
+// part of the frame to the consumer and tells it to restart; the pull then completes with the frame
+// as its producer pushes it again, whole and intact.
+TEST_P(GatewayClientTest, APullRestartsWhenItsFrameBreaksOffMidDelivery) {
+  if (tls()) GTEST_SKIP() << "the raw producer below speaks plaintext";
+  auto b = Connect(Join("b"));
+  ASSERT_TRUE(b.ok()) << b.status();
+  const v1::TensorKey key = Key(0, 0, v1::FORWARD);
+  auto pulled = (*b)->Pull(key, std::chrono::seconds(60));
+  std::string activation(96 << 10, '\0');
+  for (size_t i = 0; i < activation.size(); ++i) activation[i] = static_cast<char>(i * 13);
+
+  auto stub =
+      v1::Gateway::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext join_context;
+  join_context.AddMetadata("x-strait-site", "a");
+  v1::JoinReply reply;
+  ASSERT_TRUE(stub->Join(&join_context, Join("a"), &reply).ok());
+  grpc::ClientContext context;
+  context.AddMetadata("x-strait-site", "a");
+  auto stream = stub->Exchange(&context);
+  v1::SiteMessage message;
+  message.mutable_hello()->set_epoch(reply.epoch());
+  ASSERT_TRUE(stream->Write(message));
+  // Transfer `id`'s chunk `index` of 3 (32 KiB each), carrying `data`.
+  auto push = [&](uint64_t id, uint32_t index, std::string data) {
+    v1::SiteMessage m;
+    m.mutable_push()->set_transfer_id(id);
+    if (index == 0) {
+      v1::FrameHeader& header = *m.mutable_push()->mutable_header();
+      header = Header(key, activation.size() / 4);
+      header.set_wire_bytes(activation.size());
+      header.set_chunk_count(3);
+    }
+    m.mutable_push()->mutable_chunk()->set_index(index);
+    m.mutable_push()->mutable_chunk()->set_data(std::move(data));
+    return stream->Write(m);
+  };
+  ASSERT_TRUE(push(1, 0, std::string(32 << 10, 'x')));          // not what the good push sends
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // chunk 0 reaches the consumer
+  ASSERT_TRUE(push(1, 2, std::string(32 << 10, 'x')));  // skips chunk 1: the transfer is dropped
+  for (uint32_t i = 0; i < 3; ++i)
+    ASSERT_TRUE(push(2, i, activation.substr(i * (32 << 10), 32 << 10)));
+  ASSERT_EQ(pulled.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  absl::StatusOr<ReceivedFrame> frame = pulled.get();
+  ASSERT_TRUE(frame.ok()) << frame.status() << gateway_->LogTail();
+  EXPECT_TRUE(frame->body == activation);
+  context.TryCancel();
+}
+
 TEST_P(GatewayClientTest, ACertificateOfAnotherFederationCannotJoin) {
   if (!tls()) GTEST_SKIP() << "plaintext has no certificates";
   const std::string other = dir_.File("other");

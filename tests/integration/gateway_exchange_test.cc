@@ -49,7 +49,8 @@ v1::TensorKey Key(uint32_t microbatch, uint32_t boundary, v1::Direction directio
 // One site's view of the gateway: joined, with an open Exchange stream.
 class TestSite {
  public:
-  TestSite(const std::string& address, const std::string& id, uint32_t stage) : id_(id) {
+  TestSite(const std::string& address, const std::string& id, uint32_t stage, uint32_t epoch = 1)
+      : id_(id) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(8 << 20);
     args.SetMaxSendMessageSize(8 << 20);
@@ -62,29 +63,36 @@ class TestSite {
     request.set_device("cpu");
     request.set_workers(1);
     request.mutable_key()->set_site_id(id);
-    request.mutable_key()->set_epoch(1);
+    request.mutable_key()->set_epoch(epoch);
     grpc::ClientContext context;
     context.AddMetadata("x-strait-site", id);
     join_status_ = stub_->Join(&context, request, &reply_);
     if (!join_status_.ok()) return;
     stream_context_.AddMetadata("x-strait-site", id);
+    // A reply that never comes fails the test instead of hanging it.
+    stream_context_.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(2));
     stream_ = stub_->Exchange(&stream_context_);
     v1::SiteMessage hello;
-    hello.mutable_hello()->set_epoch(1);
+    hello.mutable_hello()->set_epoch(epoch);
     stream_->Write(hello);
   }
 
-  ~TestSite() {
+  ~TestSite() { Cancel(); }
+
+  // Breaks the stream off, as a crash or a cut link would.
+  void Cancel() {
     if (stream_ && !finished_) stream_context_.TryCancel();
+    finished_ = true;
   }
 
   const grpc::Status& join_status() const { return join_status_; }
 
-  // Pushes `body` under `key` in chunks of at most 1 MiB.
+  // Pushes `body` under `key` in chunks of at most 1 MiB; only the chunks from `first` to before
+  // `end` (all by default).
   void Push(uint64_t transfer, const v1::TensorKey& key, const std::string& body,
-            size_t chunk_size = kChunk) {
+            size_t chunk_size = kChunk, uint32_t first = 0, uint32_t end = UINT32_MAX) {
     const uint32_t chunks = std::max<size_t>(1, (body.size() + chunk_size - 1) / chunk_size);
-    for (uint32_t i = 0; i < chunks; ++i) {
+    for (uint32_t i = first; i < std::min(chunks, end); ++i) {
       v1::SiteMessage m;
       v1::PushChunk& push = *m.mutable_push();
       push.set_transfer_id(transfer);
@@ -121,6 +129,13 @@ class TestSite {
     EXPECT_TRUE(stream_->Read(&m)) << id_ << ": stream ended";  // then m is empty
     return m;
   }
+  // The next Deliver message (controls, e.g. a neighbour's new key, are skipped).
+  v1::Deliver ReadDeliver() {
+    for (;;) {
+      v1::GatewayMessage m = Read();
+      if (m.has_deliver() || m.kind_case() == v1::GatewayMessage::KIND_NOT_SET) return m.deliver();
+    }
+  }
   // Reads Deliver messages of one frame and returns its body (or the error status).
   std::string ReadFrame(int* status_code) {
     std::string body;
@@ -130,6 +145,10 @@ class TestSite {
       if (!m.has_deliver()) continue;
       *status_code = m.deliver().status_code();
       if (*status_code != 0) return "";
+      if (m.deliver().restart()) {
+        body.clear();
+        continue;
+      }
       body += m.deliver().chunk().data();
       uint32_t chunks = m.deliver().chunk().index() == 0 ? m.deliver().header().chunk_count()
                                                          : expected_chunks_;
@@ -231,6 +250,40 @@ TEST_F(GatewayExchangeTest, SixteenMebibyteFrameTravelsInChunksAndIsAcknowledged
   ASSERT_EQ(state.links_size(), 1);
   EXPECT_EQ(state.links(0).wire_bytes(), 16u << 20);
   EXPECT_EQ(state.view().sites(0).state(), v1::SITE_JOINED);
+  a.Finish();
+  b.Finish();
+}
+
+// Frames stream through the gateway: the consumer gets a frame's first chunk before its producer
+// has sent the second, and when the producer dies mid-frame the consumer is told to restart and
+// gets the frame whole from the producer's next push.
+TEST_F(GatewayExchangeTest, FramesStreamThroughAndRestartWhenTheProducerDiesMidFrame) {
+  StartGateway("128MiB");
+  TestSite b(address_, "b", 1);
+  const std::string body = Pattern(3 << 10, 's');
+  const v1::TensorKey key = Key(0, 0, v1::FORWARD);
+  b.Pull(1, key);
+  {
+    TestSite a(address_, "a", 0);
+    a.Push(1, key, body, 1 << 10, 0, 1);  // chunk 0 of 3 only
+    v1::Deliver first = b.ReadDeliver();
+    EXPECT_EQ(first.chunk().index(), 0u);
+    EXPECT_EQ(first.header().chunk_count(), 3u);
+    EXPECT_TRUE(first.chunk().data() == body.substr(0, 1 << 10));
+    a.Push(1, key, body, 1 << 10, 1, 2);  // chunk 1: forwarded as it arrives
+    EXPECT_EQ(b.ReadDeliver().chunk().index(), 1u);
+    a.Cancel();
+  }
+  v1::Deliver restart = b.ReadDeliver();
+  EXPECT_TRUE(restart.restart());
+  EXPECT_EQ(restart.pull_id(), 1u);
+  TestSite a(address_, "a", 0, /*epoch=*/2);
+  a.Push(2, key, body, 1 << 10);
+  EXPECT_EQ(a.ReadPushAck().status_code(), 0);
+  int status = -1;
+  EXPECT_TRUE(b.ReadFrame(&status) == body);
+  EXPECT_EQ(status, 0);
+  b.Ack(key);
   a.Finish();
   b.Finish();
 }

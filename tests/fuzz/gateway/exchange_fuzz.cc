@@ -1,23 +1,28 @@
 // Feeds arbitrary sequences of Exchange messages from three sites into the gateway's session logic
 // (the code behind every gRPC stream): it must answer errors, never crash, leak reservations or
-// standing credit, or exceed its memory budget. Offers and credit (gateway.proto, Hello) are fed like
-// any other message; a grant is a message to the site, so it needs no simulation here. Membership
-// events are fed too, so that the recovery paths run: a site's stream ends (the others are paused),
-// a site joins again with a new epoch and a checkpoint offer (a rollback to a new generation follows
-// once every site is attached, and the mailbox purges older generations), heartbeats expire.
+// standing credit, or exceed its memory budget. Offers and credit (gateway.proto, Hello) are fed
+// like any other message; a grant is a message to the site, so it needs no simulation here.
+// Membership events are fed too, so that the recovery paths run: a site's stream ends (the others
+// are paused), a site joins again with a new epoch and a checkpoint offer (a rollback to a new
+// generation follows once every site is attached, and the mailbox purges older generations),
+// heartbeats expire. Frames stream through (a pull is served from a push's first chunk); a delivery
+// whose frame breaks off pulls again, as the gRPC outbox does.
 //
-// Input: records of [selector: 1 byte][argument: 2 bytes little-endian][payload]. selector % 3 is the
-// site; selector / 3 % 8 is the event: 0-5 its stream carries the SiteMessage in the next `argument`
-// bytes; 6 its stream ends and it joins again (argument: the checkpoint step it offers; 0 = none) and
-// says Hello on a new stream; 7 its stream ends without a rejoin, or (when argument is odd) every
-// site's heartbeat is checked two hours later. The older corpus seeds use selectors 0-2 only.
+// Input: records of [selector: 1 byte][argument: 2 bytes little-endian][payload]. selector % 3 is
+// the site; selector / 3 % 8 is the event: 0-5 its stream carries the SiteMessage in the next
+// `argument` bytes; 6 its stream ends and it joins again (argument: the checkpoint step it offers;
+// 0 = none) and says Hello on a new stream; 7 its stream ends without a rejoin, or (when argument
+// is odd) every site's heartbeat is checked two hours later. The older corpus seeds use selectors
+// 0-2 only.
+#include <spdlog/spdlog.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
-
-#include <spdlog/spdlog.h>
 
 #include "gateway/exchange/exchange_session.h"
 
@@ -25,11 +30,33 @@ namespace {
 
 enum Event { kRejoin = 6, kStreamEndsOrSilence = 7 };
 
-class NullChannel : public strait::gateway::SiteChannel {
+// Writes nothing, but pulls again for delivered frames that broke off, as the gRPC outbox does.
+class PullAgainChannel : public strait::gateway::SiteChannel {
  public:
   void Send(strait::v1::GatewayMessage) override {}
-  void SendFrame(uint64_t, strait::gateway::FramePtr) override {}
+  void SendFrame(uint64_t, strait::gateway::FramePtr frame,
+                 std::function<void()> pull_again) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    deliveries_.emplace_back(std::move(frame), std::move(pull_again));
+  }
   void Close(absl::Status) override {}
+
+  // Pulls again for each delivery whose frame broke off; forgets complete ones.
+  void Poll() {
+    std::vector<std::function<void()>> again;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto it = deliveries_.begin(); it != deliveries_.end();) {
+        if (it->first->broken()) again.push_back(std::move(it->second));
+        it = it->first->broken() || it->first->complete() ? deliveries_.erase(it) : std::next(it);
+      }
+    }
+    for (auto& pull_again : again) pull_again();
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<strait::gateway::FramePtr, std::function<void()>>> deliveries_;
 };
 
 const strait::JobSpec& Spec() {
@@ -77,8 +104,9 @@ struct Harness {
 
   void NewStream(int i) {
     if (sessions[i] != nullptr) sessions[i]->Close();
-    sessions[i] = std::make_unique<strait::gateway::ExchangeSession>(
-        core, Spec().sites[i].id, std::make_shared<NullChannel>());
+    channels.push_back(std::make_shared<PullAgainChannel>());
+    sessions[i] = std::make_unique<strait::gateway::ExchangeSession>(core, Spec().sites[i].id,
+                                                                     channels.back());
     paused[i] = false;
   }
 
@@ -97,6 +125,7 @@ struct Harness {
   strait::gateway::Federation::Clock::time_point now = strait::gateway::Federation::Clock::now();
   std::vector<uint32_t> epochs;
   std::vector<std::unique_ptr<strait::gateway::ExchangeSession>> sessions;
+  std::vector<std::shared_ptr<PullAgainChannel>> channels;  // Of every stream so far.
   std::vector<bool> paused;
 };
 
@@ -138,6 +167,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       at += argument;
       if (parsed) harness.Feed(site, std::move(message));
     }
+    for (auto& channel : harness.channels) channel->Poll();
     if (harness.core.mailbox().GetStats().reserved_bytes > Spec().gateway.memory_budget) std::abort();
   }
   for (auto& session : harness.sessions) session->Close();

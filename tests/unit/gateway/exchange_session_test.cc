@@ -33,6 +33,18 @@ v1::SiteMessage PushMsg(uint64_t transfer, const v1::TensorKey& key, std::string
   return m;
 }
 
+// Chunk `index` of a frame of `chunks` chunks of 10 bytes under `key` (header with chunk 0).
+v1::SiteMessage ChunkMsg(uint64_t transfer, const v1::TensorKey& key, uint32_t index,
+                         uint32_t chunks) {
+  v1::SiteMessage m;
+  v1::PushChunk& push = *m.mutable_push();
+  push.set_transfer_id(transfer);
+  if (index == 0) *push.mutable_header() = Header(key, 10ull * chunks, chunks);
+  push.mutable_chunk()->set_index(index);
+  push.mutable_chunk()->set_data(std::string(10, static_cast<char>('0' + index)));
+  return m;
+}
+
 v1::SiteMessage OfferMsg(uint64_t transfer, const v1::TensorKey& key, uint64_t wire_bytes) {
   v1::SiteMessage m;
   m.mutable_offer()->set_transfer_id(transfer);
@@ -150,7 +162,7 @@ TEST_F(ExchangeSessionTest, ForwardActivationTravelsFromProducerToConsumer) {
   EXPECT_EQ(LastPushAck(*a_out).status_code(), 0);
   ASSERT_EQ(b_out->frames().size(), 1u);
   EXPECT_EQ(b_out->frames()[0].first, 7u);
-  EXPECT_EQ(b_out->frames()[0].second->chunks[0], "sealed-bytes");
+  EXPECT_EQ(b_out->frames()[0].second->chunk(0), "sealed-bytes");
   EXPECT_TRUE(b->Handle(AckMsg(key), [] {}));
   EXPECT_EQ(core_->mailbox().GetStats().stored_frames, 0u);
   v1::FederationState state = core_->Snapshot();
@@ -158,6 +170,57 @@ TEST_F(ExchangeSessionTest, ForwardActivationTravelsFromProducerToConsumer) {
   EXPECT_EQ(state.links(0).frames(), 1u);
   EXPECT_EQ(state.links(0).raw_bytes(), 24u);
   EXPECT_EQ(state.links(0).wire_bytes(), 12u);
+}
+
+TEST_F(ExchangeSessionTest, FramesStreamToTheConsumerAndRestartWhenTheirProducerDies) {
+  std::shared_ptr<FakeChannel> a_out, b_out;
+  auto a = Open(0, a_out);
+  auto b = Open(1, b_out);
+  const v1::TensorKey key = Key(0, 0, 0, v1::FORWARD);
+  EXPECT_TRUE(b->Handle(PullMsg(7, key), [] {}));
+  EXPECT_TRUE(a->Handle(ChunkMsg(1, key, 0, 3), [] {}));
+  EXPECT_TRUE(a->Handle(ChunkMsg(1, key, 1, 3), [] {}));
+  // The consumer has the frame before its last chunk arrived; the producer has no ack yet.
+  ASSERT_EQ(b_out->frames().size(), 1u);
+  FramePtr first = b_out->frames()[0].second;
+  EXPECT_EQ(first->available(), 2u);
+  EXPECT_FALSE(LastPushAck(*a_out).has_key());
+  // The producer's stream dies mid-frame: the frame breaks off and its bytes are freed.
+  a->Close();
+  EXPECT_TRUE(first->broken());
+  EXPECT_EQ(core_->mailbox().GetStats().reserved_bytes, 0u);
+  // The consumer's delivery pulls again (the real channel does so after telling the site to
+  // restart): the pull waits for the producer's next push of the key, which arrives whole.
+  b_out->pull_again(0)();
+  EXPECT_EQ(core_->mailbox().GetStats().waiting_pulls, 1u);
+  std::shared_ptr<FakeChannel> a2_out;
+  auto a2 = Open(0, a2_out, /*epoch=*/2);
+  for (uint32_t i = 0; i < 3; ++i) EXPECT_TRUE(a2->Handle(ChunkMsg(1, key, i, 3), [] {}));
+  EXPECT_EQ(LastPushAck(*a2_out).status_code(), 0);
+  ASSERT_EQ(b_out->frames().size(), 2u);
+  EXPECT_EQ(b_out->frames()[1].first, 7u);  // the same pull
+  EXPECT_TRUE(b_out->frames()[1].second->complete());
+  EXPECT_EQ(b_out->frames()[1].second->chunk(2), std::string(10, '2'));
+  EXPECT_TRUE(b->Handle(AckMsg(key), [] {}));
+  EXPECT_EQ(core_->mailbox().GetStats().reserved_bytes, 0u);
+  EXPECT_EQ(core_->Snapshot().links(0).frames(), 1u);  // the broken push is not counted
+}
+
+TEST_F(ExchangeSessionTest, APushOfAKeyHeldWholeIsAcknowledgedAtItsFirstChunk) {
+  std::shared_ptr<FakeChannel> a_out, b_out;
+  auto a = Open(0, a_out);
+  auto b = Open(1, b_out);
+  const v1::TensorKey key = Key(0, 0, 0, v1::FORWARD);
+  for (uint32_t i = 0; i < 3; ++i) EXPECT_TRUE(a->Handle(ChunkMsg(1, key, i, 3), [] {}));
+  // A retry after a reconnect: acknowledged at once; the rest of its body is dropped quietly.
+  EXPECT_TRUE(a->Handle(ChunkMsg(2, key, 0, 3), [] {}));
+  EXPECT_EQ(LastPushAck(*a_out).transfer_id(), 2u);
+  EXPECT_EQ(LastPushAck(*a_out).status_code(), 0);
+  EXPECT_TRUE(a->Handle(ChunkMsg(2, key, 1, 3), [] {}));
+  EXPECT_TRUE(a->Handle(ChunkMsg(2, key, 2, 3), [] {}));
+  EXPECT_EQ(core_->Snapshot().rejected_frames(), 0u);
+  EXPECT_EQ(core_->mailbox().GetStats().reserved_bytes, 30u);
+  EXPECT_EQ(core_->mailbox().GetStats().duplicates, 1u);
 }
 
 TEST_F(ExchangeSessionTest, MessagesBeforeHelloAreRefusedButTheStreamStaysUsable) {

@@ -21,27 +21,39 @@ v1::PushChunk Chunk(uint64_t transfer, uint32_t index, std::string data,
   return chunk;
 }
 
+// The chunks a reader can see now.
+std::vector<std::string> Chunks(const StoredFrame& frame) {
+  std::vector<std::string> chunks;
+  for (uint32_t i = 0; i < frame.available(); ++i) chunks.push_back(frame.chunk(i));
+  return chunks;
+}
+
 class FrameAssemblerTest : public ::testing::Test {
  protected:
   JobSpec spec_ = testing::ThreeSiteSpec();
   FrameAssembler assembler_{spec_, 64 << 20};
-  uint64_t dropped_ = 0;
+  std::shared_ptr<StoredFrame> dropped_;
 };
 
-TEST_F(FrameAssemblerTest, AssemblesChunksInOrder) {
+TEST_F(FrameAssemblerTest, AssemblesChunksInOrderVisibleAsTheyArrive) {
   v1::FrameHeader header = Header(Key(1, 0, 0, v1::FORWARD), 7, 3);
   auto e0 = assembler_.Add(Chunk(9, 0, "abc", &header), &dropped_);
   ASSERT_TRUE(e0.ok()) << e0.status();
   EXPECT_TRUE(e0->started);
   EXPECT_FALSE(e0->completed);
-  EXPECT_EQ(e0->header->wire_bytes(), 7u);
-  EXPECT_EQ(assembler_.OpenBytes(), 7u);
-  ASSERT_TRUE(assembler_.Add(Chunk(9, 1, "de"), &dropped_).ok());
+  EXPECT_EQ(e0->frame->wire_bytes(), 7u);
+  EXPECT_EQ(Chunks(*e0->frame), (std::vector<std::string>{"abc"}));  // before the rest arrives
+  EXPECT_FALSE(e0->frame->complete());
+  EXPECT_EQ(assembler_.open_transfers(), 1u);
+  auto e1 = assembler_.Add(Chunk(9, 1, "de"), &dropped_);
+  ASSERT_TRUE(e1.ok());
+  EXPECT_EQ(e1->frame, e0->frame);  // one frame, growing
   auto e2 = assembler_.Add(Chunk(9, 2, "fg"), &dropped_);
   ASSERT_TRUE(e2.ok()) << e2.status();
   EXPECT_TRUE(e2->completed);
-  EXPECT_EQ(e2->frame->chunks, (std::vector<std::string>{"abc", "de", "fg"}));
-  EXPECT_EQ(assembler_.OpenBytes(), 0u);
+  EXPECT_TRUE(e2->frame->complete());
+  EXPECT_EQ(Chunks(*e2->frame), (std::vector<std::string>{"abc", "de", "fg"}));
+  EXPECT_EQ(assembler_.open_transfers(), 0u);
 }
 
 TEST_F(FrameAssemblerTest, OneChunkFrameStartsAndCompletes) {
@@ -49,7 +61,7 @@ TEST_F(FrameAssemblerTest, OneChunkFrameStartsAndCompletes) {
   auto e = assembler_.Add(Chunk(1, 0, "wxyz", &header), &dropped_);
   ASSERT_TRUE(e.ok());
   EXPECT_TRUE(e->started && e->completed);
-  EXPECT_EQ(e->header, &e->frame->header);
+  EXPECT_TRUE(e->frame->complete());
 }
 
 TEST_F(FrameAssemblerTest, InterleavedTransfersStaySeparate) {
@@ -60,15 +72,15 @@ TEST_F(FrameAssemblerTest, InterleavedTransfersStaySeparate) {
   auto eb = assembler_.Add(Chunk(2, 1, "B"), &dropped_);
   auto ea = assembler_.Add(Chunk(1, 1, "A"), &dropped_);
   ASSERT_TRUE(ea.ok() && eb.ok());
-  EXPECT_EQ(ea->frame->chunks, (std::vector<std::string>{"a", "A"}));
-  EXPECT_EQ(eb->frame->chunks, (std::vector<std::string>{"b", "B"}));
+  EXPECT_EQ(Chunks(*ea->frame), (std::vector<std::string>{"a", "A"}));
+  EXPECT_EQ(Chunks(*eb->frame), (std::vector<std::string>{"b", "B"}));
 }
 
 struct BadCase {
   const char* name;
   std::vector<v1::PushChunk> chunks;  // the last one must fail
   const char* reason;
-  uint64_t dropped;                   // bytes of a started transfer to release
+  bool dropped;  // a transfer started by an earlier chunk is handed back
 };
 
 TEST_F(FrameAssemblerTest, RejectsMalformedSequencesAndReportsWhatToRelease) {
@@ -83,21 +95,23 @@ TEST_F(FrameAssemblerTest, RejectsMalformedSequencesAndReportsWhatToRelease) {
   v1::FrameHeader bad_boundary = Header(Key(1, 0, 5, v1::FORWARD), 10, 1);
   const std::string oversize(kMaxChunkBytes + 1, 'x');
   const std::vector<BadCase> cases = {
-      {"no header", {Chunk(1, 0, "x")}, "first chunk has no header", 0},
-      {"chunk before start", {Chunk(1, 1, "x")}, "chunk 1 before chunk 0", 0},
-      {"bad dtype", {Chunk(1, 0, "x", &bad_dtype)}, "dtype", 0},
-      {"raw bytes mismatch", {Chunk(1, 0, "x", &bad_raw)}, "raw_bytes 25", 0},
-      {"zero chunks", {Chunk(1, 0, "x", &bad_chunks)}, "chunk_count 0", 0},
-      {"frame over limit", {Chunk(1, 0, "x", &huge)}, "exceeds the limit", 0},
-      {"unknown boundary", {Chunk(1, 0, "x", &bad_boundary)}, "boundary 5", 0},
-      {"oversize chunk", {Chunk(1, 0, oversize, &ok2)}, "at most 1048576", 0},
-      {"skipped chunk", {Chunk(1, 0, "abc", &ok2), Chunk(1, 2, "x")}, "expected chunk 1", 10},
-      {"started twice", {Chunk(1, 0, "abc", &ok2), Chunk(1, 0, "x", &ok2)}, "started twice", 10},
-      {"header on later chunk", {Chunk(1, 0, "abc", &ok2), Chunk(1, 1, "x", &ok2)},
-       "only the first chunk", 10},
+      {"no header", {Chunk(1, 0, "x")}, "first chunk has no header", false},
+      {"chunk before start", {Chunk(1, 1, "x")}, "chunk 1 before chunk 0", false},
+      {"bad dtype", {Chunk(1, 0, "x", &bad_dtype)}, "dtype", false},
+      {"raw bytes mismatch", {Chunk(1, 0, "x", &bad_raw)}, "raw_bytes 25", false},
+      {"zero chunks", {Chunk(1, 0, "x", &bad_chunks)}, "chunk_count 0", false},
+      {"frame over limit", {Chunk(1, 0, "x", &huge)}, "exceeds the limit", false},
+      {"unknown boundary", {Chunk(1, 0, "x", &bad_boundary)}, "boundary 5", false},
+      {"oversize chunk", {Chunk(1, 0, oversize, &ok2)}, "at most 1048576", false},
+      {"skipped chunk", {Chunk(1, 0, "abc", &ok2), Chunk(1, 2, "x")}, "expected chunk 1", true},
+      {"started twice", {Chunk(1, 0, "abc", &ok2), Chunk(1, 0, "x", &ok2)}, "started twice", true},
+      {"header on later chunk",
+       {Chunk(1, 0, "abc", &ok2), Chunk(1, 1, "x", &ok2)},
+       "only the first chunk",
+       true},
       // Started and broken by the same chunk: nothing was reserved for it yet.
-      {"too many bytes", {Chunk(1, 0, "abcdefghijk", &ok2)}, "more than its 10", 0},
-      {"too few bytes", {Chunk(1, 0, "abc", &ok2), Chunk(1, 1, "de")}, "ended after 5 of 10", 10},
+      {"too many bytes", {Chunk(1, 0, "abcdefghijk", &ok2)}, "more than its 10", false},
+      {"too few bytes", {Chunk(1, 0, "abc", &ok2), Chunk(1, 1, "de")}, "ended after 5 of 10", true},
   };
   for (const BadCase& c : cases) {
     SCOPED_TRACE(c.name);
@@ -106,8 +120,14 @@ TEST_F(FrameAssemblerTest, RejectsMalformedSequencesAndReportsWhatToRelease) {
     auto result = assembler.Add(c.chunks.back(), &dropped_);
     ASSERT_FALSE(result.ok());
     EXPECT_NE(result.status().message().find(c.reason), absl::string_view::npos) << result.status();
-    EXPECT_EQ(dropped_, c.dropped);
-    EXPECT_EQ(assembler.OpenBytes(), 0u);  // the broken transfer is gone
+    EXPECT_EQ(dropped_ != nullptr, c.dropped);
+    if (dropped_ != nullptr) {
+      EXPECT_TRUE(dropped_->broken());  // its readers stop waiting
+      // The last chunk of "too few bytes" never joins the frame: no reader sees a short frame
+      // whole.
+      EXPECT_FALSE(dropped_->complete());
+    }
+    EXPECT_EQ(assembler.open_transfers(), 0u);  // the broken transfer is gone
   }
 }
 
@@ -118,8 +138,15 @@ TEST_F(FrameAssemblerTest, BoundsIncompleteTransfers) {
   ASSERT_TRUE(assembler.Add(Chunk(2, 0, "a", &header), &dropped_).ok());
   auto third = assembler.Add(Chunk(3, 0, "a", &header), &dropped_);
   EXPECT_FALSE(third.ok());
-  EXPECT_EQ(assembler.Drop(1), 10u);
-  EXPECT_EQ(assembler.OpenBytes(), 10u);
+  std::shared_ptr<StoredFrame> first = assembler.Drop(1);
+  ASSERT_NE(first, nullptr);
+  EXPECT_TRUE(first->broken());
+  EXPECT_EQ(assembler.Drop(1), nullptr);
+  EXPECT_EQ(assembler.open_transfers(), 1u);
+  std::vector<std::shared_ptr<StoredFrame>> rest = assembler.DropAll();
+  ASSERT_EQ(rest.size(), 1u);
+  EXPECT_TRUE(rest[0]->broken());
+  EXPECT_EQ(assembler.open_transfers(), 0u);
 }
 
 }  // namespace

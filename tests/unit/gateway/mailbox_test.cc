@@ -7,6 +7,7 @@
 namespace strait::gateway {
 namespace {
 
+using testing::ArrivingFrame;
 using testing::Frame;
 using testing::Key;
 using Clock = Mailbox::Clock;
@@ -195,6 +196,100 @@ TEST(MailboxTest, HoldsKnowsStoredAndAcknowledgedKeys) {
   EXPECT_TRUE(mailbox.Holds(MailboxKey::From(key)));
   ASSERT_TRUE(mailbox.Ack(MailboxKey::From(key)).ok());
   EXPECT_TRUE(mailbox.Holds(MailboxKey::From(key)));  // a retried push would be a duplicate
+}
+
+// Frames stream through: a pull is served from a frame's first chunk on.
+TEST(MailboxTest, APullIsServedByAFrameStillArriving) {
+  Mailbox mailbox(1000);
+  const v1::TensorKey key = Key(1, 0, 0, v1::FORWARD);
+  FramePtr got;
+  mailbox.Pull(MailboxKey::From(key), kFar, [&](absl::StatusOr<FramePtr> f) { got = *f; });
+  auto frame = ArrivingFrame(key, 3);
+  ASSERT_TRUE(*mailbox.Reserve(frame->wire_bytes(), [] {}));
+  frame->AddChunk("0123456789");
+  EXPECT_EQ(mailbox.Store(frame), Mailbox::StoreResult::kStored);
+  ASSERT_EQ(got, frame);  // served before the rest of the frame arrived
+  EXPECT_EQ(got->available(), 1u);
+  // Nobody can have opened it yet: an ack is refused, and a retried push is not a duplicate.
+  EXPECT_EQ(mailbox.Ack(MailboxKey::From(key)).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(mailbox.Holds(MailboxKey::From(key)));
+  frame->AddChunk("0123456789");
+  frame->AddChunk("0123456789");
+  EXPECT_TRUE(mailbox.Holds(MailboxKey::From(key)));
+  EXPECT_TRUE(mailbox.Ack(MailboxKey::From(key)).ok());
+  EXPECT_EQ(mailbox.GetStats().reserved_bytes, 0u);
+}
+
+TEST(MailboxTest, AnAbandonedFrameIsForgottenBrokenOffAndItsBytesFreed) {
+  Mailbox mailbox(1000);
+  const v1::TensorKey key = Key(1, 0, 0, v1::FORWARD);
+  auto frame = ArrivingFrame(key, 3);
+  ASSERT_TRUE(*mailbox.Reserve(30, [] {}));
+  frame->AddChunk("0123456789");
+  mailbox.Store(frame);
+  mailbox.Abandon(frame);
+  EXPECT_TRUE(frame->broken());
+  EXPECT_EQ(mailbox.GetStats().stored_frames, 0u);
+  EXPECT_EQ(mailbox.GetStats().reserved_bytes, 0u);
+  mailbox.Abandon(frame);  // twice: nothing more to free
+  EXPECT_EQ(mailbox.GetStats().reserved_bytes, 0u);
+  // A pull now waits for the producer's next push.
+  FramePtr got;
+  mailbox.Pull(MailboxKey::From(key), kFar, [&](absl::StatusOr<FramePtr> f) { got = *f; });
+  EXPECT_EQ(got, nullptr);
+  Push(mailbox, key, 30);
+  ASSERT_NE(got, nullptr);
+  EXPECT_TRUE(got->complete());
+}
+
+TEST(MailboxTest, AFrameBrokenOffIsNotServedEvenBeforeItsSessionAbandonsIt) {
+  Mailbox mailbox(1000);
+  const v1::TensorKey key = Key(1, 0, 0, v1::FORWARD);
+  auto frame = ArrivingFrame(key, 3);
+  ASSERT_TRUE(*mailbox.Reserve(30, [] {}));
+  mailbox.Store(frame);
+  frame->BreakOff();  // its transfer failed; the session calls Abandon right after
+  int calls = 0;
+  mailbox.Pull(MailboxKey::From(key), kFar, [&](absl::StatusOr<FramePtr>) { ++calls; });
+  EXPECT_EQ(calls, 0);  // a delivery that restarts must not get the same broken frame again
+  mailbox.Abandon(frame);
+  Push(mailbox, key, 30);
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(MailboxTest, ANewPushReplacesAFrameStillArrivingAndTheOldTransferFreesNothing) {
+  Mailbox mailbox(1000);
+  const v1::TensorKey key = Key(1, 0, 0, v1::FORWARD);
+  auto old_frame = ArrivingFrame(key, 3);
+  ASSERT_TRUE(*mailbox.Reserve(30, [] {}));
+  mailbox.Store(old_frame);
+  // The producer reconnected and pushes the key again: the new frame wins, the old one breaks off.
+  ASSERT_TRUE(*mailbox.Reserve(30, [] {}));
+  auto new_frame = ArrivingFrame(key, 3);
+  EXPECT_EQ(mailbox.Store(new_frame), Mailbox::StoreResult::kStored);
+  EXPECT_TRUE(old_frame->broken());
+  EXPECT_EQ(mailbox.GetStats().stored_frames, 1u);
+  EXPECT_EQ(mailbox.GetStats().reserved_bytes, 30u);
+  mailbox.Abandon(old_frame);  // the old stream ends later: the new frame stays
+  EXPECT_EQ(mailbox.GetStats().stored_frames, 1u);
+  EXPECT_EQ(mailbox.GetStats().reserved_bytes, 30u);
+  EXPECT_FALSE(new_frame->broken());
+  // A broken frame is never served: a pull gets the one that replaced it.
+  FramePtr got;
+  mailbox.Pull(MailboxKey::From(key), kFar, [&](absl::StatusOr<FramePtr> f) { got = *f; });
+  EXPECT_EQ(got, new_frame);
+}
+
+TEST(MailboxTest, PurgeBreaksOffFramesStillArriving) {
+  Mailbox mailbox(1000);
+  auto frame = ArrivingFrame(Key(1, 0, 0, v1::FORWARD, /*generation=*/0), 2);
+  ASSERT_TRUE(*mailbox.Reserve(20, [] {}));
+  mailbox.Store(frame);
+  mailbox.PurgeGenerationsBelow(1);
+  EXPECT_TRUE(frame->broken());
+  EXPECT_EQ(mailbox.GetStats().reserved_bytes, 0u);
+  mailbox.Abandon(frame);
+  EXPECT_EQ(mailbox.GetStats().reserved_bytes, 0u);
 }
 
 }  // namespace

@@ -35,10 +35,12 @@ v1::FrameHeader Header(const v1::TensorKey& key, uint64_t wire_bytes, uint32_t c
 }
 
 FramePtr Frame(const v1::TensorKey& key, uint64_t wire_bytes) {
-  auto frame = std::make_shared<StoredFrame>();
-  frame->header = Header(key, wire_bytes);
-  frame->chunks.push_back(std::string(wire_bytes, 'x'));
-  return frame;
+  return std::make_shared<StoredFrame>(Header(key, wire_bytes),
+                                       std::vector<std::string>{std::string(wire_bytes, 'x')});
+}
+
+std::shared_ptr<StoredFrame> ArrivingFrame(const v1::TensorKey& key, uint32_t chunks) {
+  return std::make_shared<StoredFrame>(Header(key, 10ull * chunks, chunks));
 }
 
 }  // namespace strait::gateway::testing
