@@ -15,6 +15,7 @@ void AddWanCommand(CLI::App& app, int* exit_code);
 // Benchmarks: `bench` is the `strait bench` subcommand.
 void AddBenchCryptoCommand(CLI::App& bench, int* exit_code);
 void AddBenchRelayCommand(CLI::App& bench, int* exit_code);
+void AddBenchStreamCommand(CLI::App& bench, int* exit_code);
 void AddBenchEngineCommand(CLI::App& bench, int* exit_code);
 void AddBenchCodecsCommand(CLI::App& bench, int* exit_code);
 void AddBenchCollectiveCommand(CLI::App& bench, int* exit_code);

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   bench->require_subcommand(1);
   strait::tools::AddBenchCryptoCommand(*bench, &exit_code);
   strait::tools::AddBenchRelayCommand(*bench, &exit_code);
+  strait::tools::AddBenchStreamCommand(*bench, &exit_code);
   strait::tools::AddBenchEngineCommand(*bench, &exit_code);
   strait::tools::AddBenchCodecsCommand(*bench, &exit_code);
   strait::tools::AddBenchCollectiveCommand(*bench, &exit_code);

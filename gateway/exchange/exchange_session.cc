@@ -245,11 +245,6 @@ void ExchangeSession::SendPushGrant(uint64_t transfer_id) {
 bool ExchangeSession::OnPush(v1::PushChunk chunk, std::function<void()> resume) {
   const uint64_t transfer_id = chunk.transfer_id();
   if (refused_transfers_.count(transfer_id) > 0) return true;
-  auto refuse = [this](uint64_t id) {
-    assembler_.Drop(id);
-    if (refused_transfers_.size() >= kMaxRefusedTransfers) refused_transfers_.clear();
-    refused_transfers_.insert(id);
-  };
   // Chunk 0 of an offered frame takes over the offer's reservation.
   uint64_t granted_bytes = 0;
   bool offered = false;
@@ -263,7 +258,7 @@ bool ExchangeSession::OnPush(v1::PushChunk chunk, std::function<void()> resume) 
     }
   }
   if (offered && granted_bytes == 0) {
-    refuse(transfer_id);
+    DropTransfer(transfer_id);
     const absl::Status status = absl::FailedPreconditionError(absl::StrCat(
         "transfer ", transfer_id, ": body pushed before the gateway granted its offer"));
     core_.federation().CountRejected("malformed",
@@ -293,7 +288,7 @@ bool ExchangeSession::OnPush(v1::PushChunk chunk, std::function<void()> resume) 
                      " wire bytes; its offer had ", granted_bytes));
   }
   if (!allowed.ok()) {
-    refuse(transfer_id);
+    DropTransfer(transfer_id);
     core_.mailbox().Release(granted_bytes);
     core_.federation().CountRejected(
         allowed.code() == absl::StatusCode::kPermissionDenied ? "unauthorized" : "malformed",
@@ -337,7 +332,7 @@ bool ExchangeSession::OnPush(v1::PushChunk chunk, std::function<void()> resume) 
   std::lock_guard<std::mutex> lock(liveness_->mu);
   absl::StatusOr<bool> reserved = core_.mailbox().Reserve(bytes, granted);
   if (!reserved.ok()) {
-    refuse(transfer_id);
+    DropTransfer(transfer_id);
     core_.federation().CountRejected("over_budget", std::string(reserved.status().message()));
     SendPushAck(transfer_id, key, reserved.status());
     return true;
@@ -358,12 +353,14 @@ void ExchangeSession::Publish(const std::shared_ptr<StoredFrame>& frame, uint64_
   }
   // Held already, or of a purged generation: the gateway needs none of it. The producer may drop
   // its copy now; the rest of the body, if any is still coming, is dropped quietly.
-  if (!frame->complete()) {
-    assembler_.Drop(transfer_id);
-    if (refused_transfers_.size() >= kMaxRefusedTransfers) refused_transfers_.clear();
-    refused_transfers_.insert(transfer_id);
-  }
+  if (!frame->complete()) DropTransfer(transfer_id);
   SendPushAck(transfer_id, frame->header.key(), absl::OkStatus());
+}
+
+void ExchangeSession::DropTransfer(uint64_t transfer_id) {
+  assembler_.Drop(transfer_id);
+  if (refused_transfers_.size() >= kMaxRefusedTransfers) refused_transfers_.clear();
+  refused_transfers_.insert(transfer_id);
 }
 
 void ExchangeSession::Completed(const StoredFrame& frame, uint64_t transfer_id) {

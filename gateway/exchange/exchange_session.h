@@ -58,6 +58,8 @@ class ExchangeSession {
   // once); acknowledges it to the producer when it is complete, or at once when the mailbox holds
   // its key.
   void Publish(const std::shared_ptr<StoredFrame>& frame, uint64_t transfer_id);
+  // Forgets a transfer that is not stored; its later chunks are dropped quietly.
+  void DropTransfer(uint64_t transfer_id);
   // The last chunk of a stored frame arrived: acknowledges it to the producer.
   void Completed(const StoredFrame& frame, uint64_t transfer_id);
   // Serves pull `pull_id` of `key` from the mailbox; a delivery whose frame breaks off starts it
