@@ -8,21 +8,19 @@
 // (steady clock, shared by processes on one machine), so both figures are end to end.
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <deque>
 #include <filesystem>
 #include <fstream>
 #include <future>
-#include <thread>
-
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/relay_job.h"
 #include "bench/rpc/relay_sink.h"
-#include "core/job_spec.h"
-#include "core/join_request.h"
 #include "crypto/certificates.h"
 #include "gateway/rpc/tls_credentials.h"
 #include "site/rpc/gateway_client.h"
@@ -33,19 +31,7 @@
 namespace strait::tools {
 namespace {
 
-constexpr char kFederation[] = "relay-bench";
 constexpr int kPullWindow = 8;
-
-// Boundary 0 carries up to 16 MiB per microbatch (16 samples x 262144 floats).
-constexpr char kSpec[] = R"(name: relay-bench
-gateway: {memory_budget: 512MiB}
-model: {family: mlp, input: 16, hidden: [262144, 8], classes: 4}
-data: {dataset: synthetic}
-training: {steps: 1, global_batch: 64, microbatches: 4}
-sites:
-  - {id: a, layers: [0, 1]}
-  - {id: b, layers: [1, 3]}
-)";
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -53,20 +39,8 @@ int64_t NowNs() {
       .count();
 }
 
-v1::TensorKey FrameKey(uint64_t i) {
-  v1::TensorKey key;
-  key.set_job(kFederation);
-  key.set_step(i / 4);
-  key.set_microbatch(static_cast<uint32_t>(i % 4));
-  key.set_boundary(0);
-  key.set_direction(v1::FORWARD);
-  return key;
-}
-
-v1::JoinRequest JoinFor(const std::string& id) {
-  static const JobSpec spec = *ParseJobSpec(kSpec, "relay-bench.yaml", "/");
-  return JoinRequestFor(spec, spec.SiteIndex(id), UnsignedKey(id, 1));
-}
+using bench::RelayFrameKey;
+using bench::RelayJoin;
 
 // Client credentials of site `id`: insecure (a header names the site) or its certificate.
 absl::StatusOr<site::GatewayClient::Options> ClientOptions(const std::string& address,
@@ -113,7 +87,7 @@ int RunSink(const SinkFlags& flags) {
   if (!sink.ok()) return std::fprintf(stderr, "%s\n", std::string(sink.status().message()).c_str()), 1;
   auto options = ClientOptions(flags.gateway, flags.tls_dir, "b");
   if (!options.ok()) return 1;
-  auto client = site::GatewayClient::Connect(*options, JoinFor("b"));
+  auto client = site::GatewayClient::Connect(*options, RelayJoin("b"));
   if (!client.ok()) return std::fprintf(stderr, "%s\n", std::string(client.status().message()).c_str()), 1;
   AppendResult(flags.ready_file, absl::StrCat("direct=", (*sink)->port()));
 
@@ -122,7 +96,7 @@ int RunSink(const SinkFlags& flags) {
   uint64_t next = 0;
   for (uint64_t done = 0; done < flags.frames; ++done) {
     while (next < flags.frames && window.size() < kPullWindow) {
-      window.push_back((*client)->Pull(FrameKey(next++), std::chrono::seconds(120)));
+      window.push_back((*client)->Pull(RelayFrameKey(next++), std::chrono::seconds(120)));
     }
     absl::StatusOr<site::ReceivedFrame> frame = window.front().get();
     window.pop_front();
@@ -149,7 +123,7 @@ absl::StatusOr<int64_t> PushAll(site::GatewayClient& client, uint64_t frames, ui
   const int64_t start = NowNs();
   for (uint64_t i = 0; i < frames; ++i) {
     v1::FrameHeader header;
-    *header.mutable_key() = FrameKey(i);
+    *header.mutable_key() = RelayFrameKey(i);
     header.set_dtype(v1::FLOAT32);
     header.add_shape(static_cast<int64_t>(bytes / 4));
     header.set_raw_bytes(bytes / 4 * 4);
@@ -194,7 +168,7 @@ absl::StatusOr<Measurement> Measure(const std::string& dir, const std::string& t
 
   auto options = ClientOptions(address, tls_dir, "a");
   if (!options.ok()) return options.status();
-  auto client = site::GatewayClient::Connect(*options, JoinFor("a"));
+  auto client = site::GatewayClient::Connect(*options, RelayJoin("a"));
   if (!client.ok()) return client.status();
   absl::StatusOr<int64_t> start = PushAll(**client, m.frames, bytes);
   if (!start.ok()) return start.status();
@@ -204,7 +178,7 @@ absl::StatusOr<Measurement> Measure(const std::string& dir, const std::string& t
   (void)(*client)->Close();
 
   auto direct_options = ClientOptions("127.0.0.1:" + sink_ready["direct"], tls_dir, "a");
-  auto direct = site::GatewayClient::Connect(*direct_options, JoinFor("a"));
+  auto direct = site::GatewayClient::Connect(*direct_options, RelayJoin("a"));
   if (!direct.ok()) return direct.status();
   start = PushAll(**direct, m.frames, bytes);
   if (!start.ok()) return start.status();
@@ -218,7 +192,8 @@ absl::StatusOr<Measurement> Measure(const std::string& dir, const std::string& t
 absl::Status MakeCertificates(const std::string& dir) {
   const std::string strait = FindStraitExecutable("strait");
   for (const std::vector<std::string>& args :
-       {std::vector<std::string>{strait, "certs", "init", "--dir", dir, "--name", kFederation},
+       {std::vector<std::string>{strait, "certs", "init", "--dir", dir, "--name",
+                                 bench::kRelayFederation},
         {strait, "certs", "issue", "--dir", dir, "--gateway", "127.0.0.1"},
         {strait, "certs", "issue", "--dir", dir, "--site", "a"},
         {strait, "certs", "issue", "--dir", dir, "--site", "b"}}) {
@@ -230,7 +205,7 @@ absl::Status MakeCertificates(const std::string& dir) {
 
 int RunRelay(bool json, uint64_t total_mib) {
   TempDir dir;
-  std::ofstream(dir.File("fed.yaml")) << kSpec;
+  std::ofstream(dir.File("fed.yaml")) << bench::kRelayJobSpec;
   const std::string tls_dir = dir.File("certs");
   std::filesystem::create_directories(tls_dir);
   if (absl::Status s = MakeCertificates(tls_dir); !s.ok()) {

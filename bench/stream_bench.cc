@@ -3,10 +3,10 @@
 // link (issue 9: chunks streamed through the gateway, not store-and-forward). Each frame is sent
 // whole (one chunk: the gateway can forward nothing before all of it has arrived, as a
 // store-and-forward gateway would) and in pieces of --chunk-size (the gateway forwards each piece
-// as it arrives), one frame at a time, beside what the link model predicts for both:
-//   whole:    2 d + 2 x / r          (the frame serialized on the producer's link, then on the
-//   consumer's) streamed: 2 d + x / r + c / r    (the last piece's second link behind the first)
-// with d the one-way delay, r the rate, x the frame's bytes and c the largest piece.
+// as it arrives), one frame at a time, beside what the link model predicts for both, with d the
+// one-way delay, r the rate, x the frame's bytes and c the largest piece:
+//   - whole, 2d + 2x/r: serialized on the producer's link, stored, serialized on the consumer's;
+//   - in pieces, 2d + x/r + c/r: the consumer's link one piece behind the producer's.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -15,9 +15,8 @@
 #include <thread>
 
 #include "absl/strings/str_format.h"
+#include "bench/relay_job.h"
 #include "core/frame_header.h"
-#include "core/job_spec.h"
-#include "core/join_request.h"
 #include "site/rpc/gateway_client.h"
 #include "tools/command.h"
 #include "tools/subprocess.h"
@@ -27,17 +26,6 @@
 namespace strait::tools {
 namespace {
 
-constexpr char kFederation[] = "stream-bench";
-// Boundary 0 carries up to 16 MiB per microbatch (16 samples x 262144 floats).
-constexpr char kSpec[] = R"(name: stream-bench
-gateway: {memory_budget: 256MiB}
-model: {family: mlp, input: 16, hidden: [262144, 8], classes: 4}
-data: {dataset: synthetic}
-training: {steps: 1, global_batch: 64, microbatches: 4}
-sites:
-  - {id: a, layers: [0, 1]}
-  - {id: b, layers: [1, 3]}
-)";
 constexpr uint64_t kFrameSizes[] = {128 << 10, 512 << 10, 1 << 20};
 constexpr int kWarmUpFrames = 4;  // Let gRPC's flow-control windows grow to the link's BDP first.
 
@@ -48,26 +36,15 @@ struct Row {
   double model_ms = 0;
 };
 
-v1::TensorKey FrameKey(uint64_t i) {
-  v1::TensorKey key;
-  key.set_job(kFederation);
-  key.set_step(i);
-  key.set_boundary(0);
-  key.set_direction(v1::FORWARD);
-  return key;
-}
-
 absl::StatusOr<std::unique_ptr<site::GatewayClient>> Connect(const std::string& address,
                                                              const std::string& id,
                                                              size_t chunk_bytes) {
-  static const JobSpec spec = *ParseJobSpec(kSpec, "stream-bench.yaml", "/");
   site::GatewayClient::Options options;
   options.address = address;
   options.credentials = grpc::InsecureChannelCredentials();
   options.insecure_site_id = id;
   options.chunk_bytes = chunk_bytes;
-  return site::GatewayClient::Connect(options,
-                                      JoinRequestFor(spec, spec.SiteIndex(id), UnsignedKey(id, 1)));
+  return site::GatewayClient::Connect(options, bench::RelayJoin(id));
 }
 
 // Milliseconds from the push of frame `index` (`bytes` long) to the end of its pull, which was
@@ -75,7 +52,7 @@ absl::StatusOr<std::unique_ptr<site::GatewayClient>> Connect(const std::string& 
 absl::StatusOr<double> TimeOneFrame(site::GatewayClient& producer, site::GatewayClient& consumer,
                                     const wan::LinkProfile& profile, uint64_t index,
                                     uint64_t bytes) {
-  const v1::TensorKey key = FrameKey(index);
+  const v1::TensorKey key = bench::RelayFrameKey(index);
   auto pulled = consumer.Pull(key, std::chrono::seconds(120));
   // The pull crosses the consumer's link first.
   std::this_thread::sleep_for(2 * profile.one_way_delay + std::chrono::milliseconds(50));
@@ -154,7 +131,7 @@ int RunStream(const std::string& profile_name, uint64_t chunk_bytes, int runs, b
     return 2;
   }
   TempDir dir;
-  std::ofstream(dir.File("fed.yaml")) << kSpec;
+  std::ofstream(dir.File("fed.yaml")) << bench::kRelayJobSpec;
   std::vector<Row> rows;
   int tag = 0;
   for (uint64_t pieces : {uint64_t{kMaxChunkBytes}, chunk_bytes}) {
