@@ -408,8 +408,13 @@ void ExchangeSession::StartPull(GatewayCore& core, std::shared_ptr<SiteChannel> 
                                      Federation::Clock::now() - (*frame)->created_at);
     // Should the frame break off mid-delivery, the site is told to restart and the same pull waits
     // for the producer's next push of the key.
-    channel->SendFrame(pull_id, *frame, [&core, channel, pulls, key, pull_id, deadline] {
-      if (!pulls->closed()) StartPull(core, channel, pulls, key, pull_id, deadline);
+    // Weak: the channel holds this callback while the frame is delivered.
+    std::weak_ptr<SiteChannel> weak_channel = channel;
+    channel->SendFrame(pull_id, *frame, [&core, weak_channel, pulls, key, pull_id, deadline] {
+      std::shared_ptr<SiteChannel> channel = weak_channel.lock();
+      if (channel != nullptr && !pulls->closed()) {
+        StartPull(core, channel, pulls, key, pull_id, deadline);
+      }
     });
   };
   const uint64_t mailbox_id = core.mailbox().Pull(key, deadline, std::move(done));
