@@ -88,19 +88,20 @@ Mailbox::StoreResult Mailbox::Store(FramePtr frame) {
   StoreResult result = StoreResult::kStored;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    auto held = frames_.find(key);
     if (key.generation < min_generation_) {
       // Pushed before a rollback that purged its generation: nobody will ever pull it.
       reserved_ -= std::min(frame->wire_bytes(), reserved_);
       GrantReservationsLocked(completions);
       result = StoreResult::kStale;
-    } else if (acked_.count(key) > 0 || (frames_.count(key) > 0 && frames_.at(key)->complete())) {
+    } else if (acked_.count(key) > 0 || (held != frames_.end() && held->second->complete())) {
       ++duplicates_;
       reserved_ -= std::min(frame->wire_bytes(), reserved_);
       GrantReservationsLocked(completions);
       result = StoreResult::kDuplicate;
     } else {
-      if (auto old = frames_.find(key); old != frames_.end()) {
-        EraseFrameLocked(old, completions);  // Still arriving: the new push replaces it.
+      if (held != frames_.end()) {
+        EraseFrameLocked(held, completions);  // Still arriving: the new push replaces it.
         GrantReservationsLocked(completions);
       }
       frames_.emplace(key, frame);
