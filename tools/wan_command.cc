@@ -82,8 +82,10 @@ absl::StatusOr<wan::LinkProfile> ProfileFromOptions(const WanOptions& o) {
 }
 
 std::string FinalStats(const wan::LinkEmulator::Stats& s) {
-  return absl::StrFormat("strait wan: %d bytes up, %d bytes down, %d connections", s.bytes_up,
-                         s.bytes_down, s.connections);
+  return absl::StrFormat(
+      "strait wan: %d bytes up, %d bytes down, %d connections%s", s.bytes_up, s.bytes_down,
+      s.connections,
+      s.failed_dials == 0 ? "" : absl::StrFormat(", %d could not reach --forward", s.failed_dials));
 }
 
 int RunWan(const WanOptions& o) {
@@ -135,7 +137,8 @@ int RunWan(const WanOptions& o) {
   }
   std::fflush(stdout);
 
-  uint64_t reported = 0;  // bytes both ways at the last --verbose line
+  uint64_t reported = 0;      // bytes both ways at the last --verbose line
+  uint64_t failed_dials = 0;  // at the last warning
   while (true) {
     pollfd ready{g_signal_pipe[0], POLLIN, 0};
     unsigned char signal = 0;
@@ -147,7 +150,15 @@ int RunWan(const WanOptions& o) {
     } else if (signal == SIGUSR2) {
       (*link)->Restore();
       std::printf("strait wan: link restored (SIGUSR2)\n");
-    } else if (signal == 0 && o.verbose) {  // Ten seconds passed.
+    }
+    if (const uint64_t failed = (*link)->stats().failed_dials; failed != failed_dials) {
+      std::fprintf(stderr,
+                   "strait wan: %llu connection(s) could not reach %s (refused, or no answer "
+                   "within 10 s): is it up and reachable from here?\n",
+                   static_cast<unsigned long long>(failed - failed_dials), o.forward.c_str());
+      failed_dials = failed;
+    }
+    if (signal == 0 && o.verbose) {  // Ten seconds passed.
       const wan::LinkEmulator::Stats s = (*link)->stats();
       if (s.bytes_up + s.bytes_down != reported) {
         reported = s.bytes_up + s.bytes_down;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "tools/subprocess.h"
+#include "tools/wan/control_server.h"
 #include "tools/wan/link_emulator.h"
 #include "tools/wan/link_profile.h"
 
@@ -366,6 +367,28 @@ TEST(WanLinkTest, RejectsBadAddresses) {
   if (v6.ok()) {  // Where the machine has IPv6 loopback.
     EXPECT_THAT((*v6)->address(), ::testing::StartsWith("[::1]:"));
   }
+}
+
+TEST(WanLinkTest, ADialThatFailsClosesTheClientAndIsCounted) {
+  // A port bound but not listening: the forward dial is refused, and no one else can take it.
+  const int reserved = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(reserved, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  socklen_t size = sizeof(a);
+  getsockname(reserved, reinterpret_cast<sockaddr*>(&a), &size);
+  absl::StatusOr<std::unique_ptr<LinkEmulator>> link = LinkEmulator::Start(
+      "127.0.0.1:0", "127.0.0.1:" + std::to_string(ntohs(a.sin_port)), Custom(0, milliseconds(1)));
+  ASSERT_TRUE(link.ok()) << link.status();
+  const int fd = Dial((*link)->port(), std::chrono::seconds(5));
+  ASSERT_GE(fd, 0);
+  EXPECT_TRUE(ClosedByPeer(fd));
+  EXPECT_TRUE(Eventually([&] { return (*link)->stats().failed_dials == 1; }));
+  EXPECT_EQ((*link)->stats().connections, 0u);
+  EXPECT_THAT(StatsJson((*link)->stats()), ::testing::HasSubstr(R"("failed_dials":1)"));
+  close(fd);
+  close(reserved);
 }
 
 // One line of the control protocol: sends `command`, returns the answer without its newline.

@@ -55,8 +55,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
 std::string StatsJson(const LinkEmulator::Stats& s) {
   return absl::StrFormat(
-      R"({"bytes_up":%d,"bytes_down":%d,"connections":%d,"open_connections":%d,"state":"%s"})",
-      s.bytes_up, s.bytes_down, s.connections, s.open_connections, StateName(s.state));
+      R"({"bytes_up":%d,"bytes_down":%d,"connections":%d,"open_connections":%d,"failed_dials":%d,)"
+      R"("state":"%s"})",
+      s.bytes_up, s.bytes_down, s.connections, s.open_connections, s.failed_dials,
+      StateName(s.state));
 }
 
 std::string HandleControlLine(LinkEmulator& link, std::string_view line) {

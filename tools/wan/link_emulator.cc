@@ -34,6 +34,9 @@ constexpr size_t kSmallPiece = 8 << 10;
 // One async_write gathers at most this much of what is due.
 constexpr size_t kMaxBatchBytes = 4 << 20;
 constexpr size_t kMaxBatchPieces = 128;
+// A forward address that drops SYNs would otherwise hold the client's connection for the kernel's
+// SYN retries (about two minutes).
+constexpr std::chrono::seconds kDialTimeout{10};
 
 class Connection;
 
@@ -54,7 +57,7 @@ struct Link {
   tcp::resolver::results_type forward;
 
   std::atomic<LinkEmulator::State> requested_state{LinkEmulator::State::kUp};
-  std::atomic<uint64_t> bytes_up{0}, bytes_down{0}, accepted{0}, open{0};
+  std::atomic<uint64_t> bytes_up{0}, bytes_down{0}, accepted{0}, open{0}, failed_dials{0};
 };
 
 // One forwarded connection: two sockets and a pipe each way.
@@ -64,18 +67,30 @@ class Connection : public std::enable_shared_from_this<Connection> {
       : link_(link),
         client_(std::move(client)),
         server_(client_.get_executor()),
+        dial_timer_(client_.get_executor()),
         up_(&client_, &server_, &link->up, &link->bytes_up, client_.get_executor()),
         down_(&server_, &client_, &link->down, &link->bytes_down, client_.get_executor()) {
     link_->connections.insert(this);
   }
   ~Connection() { link_->connections.erase(this); }
 
-  // Dials the forward address, then starts both pipes.
+  // Dials the forward address, then starts both pipes. A dial that fails or does not finish
+  // within kDialTimeout closes the client's connection and is counted in failed_dials.
   void Start() {
+    dial_timer_.expires_after(kDialTimeout);
+    dial_timer_.async_wait([self = shared_from_this()](error_code ec) {
+      if (ec || self->closed_ || self->counted_) return;
+      self->link_->failed_dials.fetch_add(1);
+      self->Close();  // async_connect then ends with operation_aborted.
+    });
     asio::async_connect(server_, link_->forward,
                         [self = shared_from_this()](error_code ec, const tcp::endpoint&) {
-                          if (self->closed_) return;
-                          if (ec) return self->Close();
+                          self->dial_timer_.cancel();
+                          if (self->closed_) return;  // Timed out, cut, or stopping.
+                          if (ec) {
+                            self->link_->failed_dials.fetch_add(1);
+                            return self->Close();
+                          }
                           self->link_->accepted.fetch_add(1);
                           self->link_->open.fetch_add(1);
                           self->counted_ = true;
@@ -93,6 +108,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (closed_) return;
     closed_ = true;
     if (counted_) link_->open.fetch_sub(1);
+    dial_timer_.cancel();
     for (Pipe* p : {&up_, &down_}) {
       p->read_timer.cancel();
       p->write_timer.cancel();
@@ -241,6 +257,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Link* const link_;
   tcp::socket client_;
   tcp::socket server_;
+  asio::steady_timer dial_timer_;
   Pipe up_;
   Pipe down_;
   bool closed_ = false;
@@ -366,6 +383,7 @@ LinkEmulator::Stats LinkEmulator::stats() const {
   s.bytes_down = link.bytes_down.load(std::memory_order_relaxed);
   s.connections = link.accepted.load();
   s.open_connections = link.open.load();
+  s.failed_dials = link.failed_dials.load();
   s.state = link.requested_state.load();
   return s;
 }

@@ -45,8 +45,9 @@ class LinkEmulator {
  public:
   // Listens on `listen` ("HOST:PORT", "[::1]:PORT"; port 0 picks a free one) and forwards each
   // accepted connection to `forward` ("HOST:PORT", resolved once here) through the link `profile`.
-  // A connection whose forward dial fails is closed. Errors: InvalidArgument for a malformed
-  // address or profile, Unavailable when `listen` cannot be bound.
+  // A connection whose forward dial fails, or takes over 10 s, is closed (Stats::failed_dials).
+  // Errors: InvalidArgument for a malformed address or profile, Unavailable when `listen` cannot be
+  // bound.
   static absl::StatusOr<std::unique_ptr<LinkEmulator>> Start(const std::string& listen,
                                                              const std::string& forward,
                                                              LinkProfile profile);
@@ -82,6 +83,7 @@ class LinkEmulator {
     uint64_t bytes_down = 0;
     uint64_t connections = 0;  // Accepted and forwarded, in all (not those refused while cut).
     uint64_t open_connections = 0;
+    uint64_t failed_dials = 0;  // Accepted, but `forward` refused them or did not answer in time.
     State state = State::kUp;  // As last requested.
   };
   Stats stats() const;
