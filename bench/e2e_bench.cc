@@ -254,11 +254,11 @@ int RunWan(const E2eOptions& o) {
                   o.wan.c_str(), wan::Describe(*profile).c_str(), spec.name.c_str(),
                   static_cast<long long>(steps), t.global_batch, t.microbatches, ToString(t.schedule),
                   spec.sites.size());
-      std::printf("%-30s %-10s %9s %9s %9s %9s %9s %-9s %10s  %s\n", "chain (forward/backward)",
-                  "link", "samples/s", "step ms", "bound ms", "link ms", "achieved", "bound by",
-                  "wire MiB", "wait");
-      std::printf("%-30s %-10s %9s %9s %9s %9s %9s %-9s %10s  %s\n", "", "", "", "", "", "(bytes)",
-                  "/bound", "", "per step", "per site");
+      std::printf("%-30s %-10s %9s %9s %9s %9s %9s %-9s %9s %9s %10s  %s\n",
+                  "chain (forward/backward)", "link", "samples/s", "step ms", "bound ms", "link ms",
+                  "achieved", "bound by", "queued", "achieved", "wire MiB", "wait");
+      std::printf("%-30s %-10s %9s %9s %9s %9s %9s %-9s %9s %9s %10s  %s\n", "", "", "", "", "",
+                  "(bytes)", "/bound", "", "links ms", "/queued", "per step", "per site");
       header = true;
     }
     for (bool emulated : {false, true}) {
@@ -277,11 +277,13 @@ int RunWan(const E2eOptions& o) {
       std::string waits;
       for (const SiteFigures& s : run->sites) waits += absl::StrFormat("%s%.2f", waits.empty() ? "" : " ", s.WaitFraction());
       if (!o.json) {
-        std::printf("%-30s %-10s %9.0f %9.1f %9.1f %9.1f %8.2fx %-9s %10.3f  %s\n",
+        std::printf("%-30s %-10s %9.0f %9.1f %9.1f %9.1f %8.2fx %-9s %9.1f %8.2fx %10.3f  %s\n",
                     chain_name.c_str(), emulated ? o.wan.c_str() : "loopback",
-                    run->samples_per_second, 1e3 * step_s, 1e3 * bound.step_s, 1e3 * bound.bandwidth_s,
-                    step_s / std::max(bound.step_s, 1e-12), bound.limited_by.c_str(),
-                    run->wire_bytes / steps / (1 << 20), waits.c_str());
+                    run->samples_per_second, 1e3 * step_s, 1e3 * bound.step_s,
+                    1e3 * bound.bandwidth_s, step_s / std::max(bound.step_s, 1e-12),
+                    bound.limited_by.c_str(), 1e3 * bound.queued_s,
+                    step_s / std::max(bound.queued_s, 1e-12), run->wire_bytes / steps / (1 << 20),
+                    waits.c_str());
         std::fflush(stdout);
       }
       nlohmann::json entry = {{"chain", chain.name},
@@ -297,8 +299,11 @@ int RunWan(const E2eOptions& o) {
                                 {"path_transfer_s", bound.path_transfer_s},
                                 {"crossings", bound.crossings},
                                 {"bandwidth_s", bound.bandwidth_s},
-                                {"limited_by", bound.limited_by}}},
+                                {"limited_by", bound.limited_by},
+                                {"queued_s", bound.queued_s},
+                                {"queued_wait_s", bound.queued_wait_s}}},
                               {"achieved_over_bound", step_s / std::max(bound.step_s, 1e-12)},
+                              {"achieved_over_queued", step_s / std::max(bound.queued_s, 1e-12)},
                               {"raw_bytes_per_step", run->raw_bytes / steps},
                               {"wire_bytes_per_step", run->wire_bytes / steps}};
       for (const SiteFigures& s : run->sites) {

@@ -11,6 +11,14 @@
 //     back before each stage's update;
 //   * the busiest link direction: the bytes a site sends (or receives) per step over its rate.
 // Codec, crypto and gRPC costs are deliberately absent: they are what achieved/bound exposes.
+//
+// Beside the bound, a model that is not one: the same op stream with each link direction carrying
+// one frame at a time, in the order the frames reach it (a site's frames in the order its stage
+// produced them; a consumer's link in the order they reached the gateway). It shows how much of
+// what separates a run from the bound is frames queueing behind each other on a busy link, which
+// the bound's two limits each leave out (the path sees every frame alone on its links, the busiest
+// link ignores when its frames are produced). A different order of frames on a link could beat it,
+// so it does not replace the bound.
 #pragma once
 
 #include <string>
@@ -50,6 +58,8 @@ struct StepBound {
   int crossings = 0;            // Stage-to-stage crossings on the critical path per step.
   double bandwidth_s = 0;       // Busiest link direction: its bytes per step over its rate.
   std::string limited_by;       // "compute", "latency", "transfer" (frames on the path), "bandwidth".
+  double queued_s = 0;          // The period with links that queue frames (above): >= path_s.
+  double queued_wait_s = 0;     // The part of queued_s's path spent waiting for a busy link.
 };
 
 // The bound for `input`. Requires stages.size() == links.size() >= 1, frame byte vectors of

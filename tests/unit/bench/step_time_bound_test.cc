@@ -87,5 +87,51 @@ TEST(StepTimeBound, TwoBwHasNoFlush) {
   EXPECT_EQ(stream.limited_by, "latency");
 }
 
+TEST(StepTimeBound, QueuedLinksAreTheBoundWhenFramesNeverMeet) {
+  // One microbatch: one frame at a time on every link.
+  BoundInput in = Uniform(2, 1, {.forward_s = 1, .backward_s = 2},
+                          {.one_way_delay_s = 10, .bytes_per_second = 1e6}, 1e6);
+  const StepBound one = StepTimeLowerBound(in);
+  EXPECT_DOUBLE_EQ(one.queued_s, one.path_s);
+  EXPECT_DOUBLE_EQ(one.queued_wait_s, 0);
+  // Unlimited links: frames take no time on them, so nothing queues.
+  BoundInput fast = Uniform(3, 8, {.forward_s = 1, .backward_s = 2}, {.one_way_delay_s = 10}, 1e6);
+  const StepBound free = StepTimeLowerBound(fast);
+  EXPECT_DOUBLE_EQ(free.queued_s, free.path_s);
+}
+
+TEST(StepTimeBound, FramesQueueBehindEachOtherOnABusyLink) {
+  // Two stages, no compute, no delay, 1 MB frames over 1 MB/s links. Alone on the links both
+  // forward frames arrive at 1 s and both backward frames at 2 s: path 2 s, and each link carries
+  // 2 MB per step each way: bandwidth 2 s. Queued, the second forward frame waits for the first
+  // (arrives at 2 s), so its backward frame arrives at 3 s.
+  BoundInput in = Uniform(2, 2, {}, {.bytes_per_second = 1e6}, 1e6);
+  const StepBound b = StepTimeLowerBound(in);
+  EXPECT_DOUBLE_EQ(b.path_s, 2);
+  EXPECT_DOUBLE_EQ(b.bandwidth_s, 2);
+  EXPECT_DOUBLE_EQ(b.step_s, 2);
+  EXPECT_DOUBLE_EQ(b.queued_s, 3);
+  EXPECT_DOUBLE_EQ(b.queued_wait_s, 1);
+  // Slower compute spreads the frames out: with 1 s per pass they never meet.
+  in.stages.assign(2, {.forward_s = 1, .backward_s = 1});
+  const StepBound spread = StepTimeLowerBound(in);
+  EXPECT_DOUBLE_EQ(spread.queued_s, spread.path_s);
+}
+
+TEST(StepTimeBound, QueuedModelNeverBeatsTheBound) {
+  for (Schedule schedule : {Schedule::kGPipe, Schedule::k1F1B, Schedule::k2BW}) {
+    for (int extra : {0, 4}) {
+      BoundInput in = Uniform(3, 8, {.forward_s = 0.002, .backward_s = 0.004, .update_s = 0.01},
+                              {.one_way_delay_s = 0.075, .bytes_per_second = 12.5e6}, 128 << 10);
+      in.schedule = schedule;
+      in.extra_in_flight = extra;
+      in.clip = true;
+      const StepBound b = StepTimeLowerBound(in);
+      EXPECT_GE(b.queued_s, b.path_s - 1e-9) << ToString(schedule) << " extra " << extra;
+      EXPECT_GE(b.queued_s, b.bandwidth_s - 1e-9) << ToString(schedule) << " extra " << extra;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strait::bench
