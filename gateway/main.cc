@@ -1,21 +1,22 @@
 // strait-gateway: routes sealed activations and gradients between the sites of a federation
 // (DESIGN.md §1): the gRPC Gateway service over mutual TLS, the mailbox, membership and metrics.
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
-#include <CLI/CLI.hpp>
-#include <grpcpp/grpcpp.h>
-#include <spdlog/spdlog.h>
-
+#include "core/command_line.h"
 #include "core/frame_header.h"
 #include "core/job_spec.h"
 #include "core/logging.h"
 #include "core/version.h"
-#include "gateway/exchange/gateway_core.h"
 #include "crypto/deny_list.h"
+#include "gateway/exchange/gateway_core.h"
 #include "gateway/http/dashboard_server.h"
 #include "gateway/rpc/gateway_service.h"
 #include "gateway/rpc/tls_credentials.h"
@@ -51,7 +52,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   uint64_t test_tamper_frame = 0;  // Hidden: fault injection for the end-to-end security test.
   app.add_option("--test-tamper-frame", test_tamper_frame)->group("");
-  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> code = strait::ParseCommandLine(app, argc, argv)) return *code;
   if (absl::Status s = strait::SetupLogging("gateway", log_level); !s.ok()) return Fail(std::string(s.message()), 2);
 
   absl::StatusOr<strait::JobSpec> spec = strait::LoadJobSpec(config);

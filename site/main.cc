@@ -1,11 +1,11 @@
 // strait-site: one datacenter's daemon; trains the block of layers the job spec assigns to it
 // (site/daemon/site_daemon.h).
+#include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
 #include <string>
 
-#include <CLI/CLI.hpp>
-
+#include "core/command_line.h"
 #include "core/logging.h"
 #include "core/version.h"
 #include "site/daemon/site_daemon.h"
@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> code = strait::ParseCommandLine(app, argc, argv)) return *code;
   if (absl::Status s = strait::SetupLogging("site " + o.site_id, log_level); !s.ok()) {
     std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
     return 2;

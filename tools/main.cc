@@ -1,6 +1,7 @@
 // `strait`: the operator's tool (demo, config check, certs, train, wan, bench).
 #include <CLI/CLI.hpp>
 
+#include "core/command_line.h"
 #include "core/version.h"
 #include "tools/command.h"
 
@@ -27,6 +28,6 @@ int main(int argc, char** argv) {
   strait::tools::AddBenchCollectiveCommand(*bench, &exit_code);
   strait::tools::AddBenchE2eCommand(*bench, &exit_code);
 
-  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> code = strait::ParseCommandLine(app, argc, argv)) return *code;
   return exit_code;
 }

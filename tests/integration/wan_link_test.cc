@@ -480,7 +480,9 @@ TEST(WanLinkTest, StraitWanRejectsBadInput) {
         Case{{"--forward", "127.0.0.1:1", "--profile", "moon"}, "unknown link profile"},
         Case{{"--forward", "127.0.0.1:1", "--profile", "metro", "--rate", "1gbit"}, "not both"},
         Case{{"--forward", "127.0.0.1:1", "--rate", "fast"}, "e.g. 500kbit"},
-        Case{{"--forward", "127.0.0.1:1", "--delay", "5"}, "e.g. 300us"}}) {
+        Case{{"--forward", "127.0.0.1:1", "--delay", "5"}, "e.g. 300us"},
+        // A malformed command line is a usage error too (not CLI11's own codes, 105 and up).
+        Case{{"--forward", "127.0.0.1:1", "--bogus"}, "--bogus"}}) {
     std::vector<std::string> argv = {strait, "wan"};
     argv.insert(argv.end(), c.args.begin(), c.args.end());
     Process p(argv, dir.File("bad" + std::to_string(run++) + ".log"));
