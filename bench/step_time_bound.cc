@@ -133,41 +133,33 @@ class PathSimulator {
     arrived_[frame.to][frame.key] = path;
   }
 
-  const Event* Arrived(int s, site::ScheduleOp::Kind kind, int64_t step, int m) const {
-    auto it = arrived_[s].find({kind, step, m});
-    return it == arrived_[s].end() ? nullptr : &it->second;
-  }
-
   // Runs `op` on stage s if what it waits for has arrived; false when it must wait.
   bool TryOp(int s, const site::ScheduleOp& op) {
     using Op = site::ScheduleOp;
-    Event ready = stage_free_[s];
-    const Event* input = nullptr;
+    const Key key{op.kind, op.step, op.microbatch};
+    // What the op waits for from a neighbour: its input frame; with clipping, the sum of squares
+    // (last -> first) and the scale (first -> last, relayed by each stage before its update).
+    bool waits = false;
     switch (op.kind) {
       case Op::kForward:
-        if (s > 0 && (input = Arrived(s, Op::kForward, op.step, op.microbatch)) == nullptr)
-          return false;
+        waits = s > 0;
         break;
       case Op::kBackward:
-        if (s + 1 < stages_ &&
-            (input = Arrived(s, Op::kBackward, op.step, op.microbatch)) == nullptr) {
-          return false;
-        }
+        waits = s + 1 < stages_;
         break;
-      case Op::kClipNorm:  // The sum of squares travels last -> first.
-        if (in_.clip && s + 1 < stages_ &&
-            (input = Arrived(s, Op::kClipNorm, op.step, 0)) == nullptr) {
-          return false;
-        }
+      case Op::kClipNorm:
+        waits = in_.clip && s + 1 < stages_;
         break;
-      case Op::kUpdate:  // The scale travels first -> last, relayed by each stage before its
-                         // update.
-        if (in_.clip && s > 0 && (input = Arrived(s, Op::kUpdate, op.step, 0)) == nullptr)
-          return false;
+      case Op::kUpdate:
+        waits = in_.clip && s > 0;
         break;
     }
-    if (input != nullptr) ready = Later(ready, *input);
-    const Key key{op.kind, op.step, op.microbatch};
+    Event ready = stage_free_[s];
+    if (waits) {
+      auto input = arrived_[s].find(key);
+      if (input == arrived_[s].end()) return false;
+      ready = Later(ready, input->second);
+    }
     switch (op.kind) {
       case Op::kForward:
         ready.time += in_.stages[s].forward_s;
@@ -178,10 +170,10 @@ class PathSimulator {
         if (s > 0) Send(ready, s, s - 1, in_.backward_frame_bytes[s - 1], key);
         break;
       case Op::kClipNorm:
-        if (in_.clip && s > 0) Send(ready, s, s - 1, 0, {op.kind, op.step, 0});
+        if (in_.clip && s > 0) Send(ready, s, s - 1, 0, key);
         break;
       case Op::kUpdate:
-        if (in_.clip && s + 1 < stages_) Send(ready, s, s + 1, 0, {op.kind, op.step, 0});
+        if (in_.clip && s + 1 < stages_) Send(ready, s, s + 1, 0, key);
         ready.time += in_.stages[s].update_s;
         update_end_[{s, op.step}] = ready;
         break;
