@@ -447,7 +447,7 @@ TEST(WanLinkTest, StraitWanProcess) {
   close(again);
   // Counted as each write completes, which may be a moment after the client read the bytes.
   const std::regex expected(R"(\{"bytes_up":32,"bytes_down":32,"connections":2,)"
-                            R"("open_connections":[01],"state":"up"\})");
+                            R"("open_connections":[01],"failed_dials":0,"state":"up"\})");
   std::string stats;
   for (int i = 0; i < 100 && !std::regex_match(stats = Control(control, "stats"), expected); ++i) {
     std::this_thread::sleep_for(milliseconds(20));
