@@ -26,7 +26,6 @@
 namespace strait::tools {
 namespace {
 
-constexpr uint64_t kFrameSizes[] = {128 << 10, 512 << 10, 1 << 20};
 constexpr int kWarmUpFrames = 4;  // Let gRPC's flow-control windows grow to the link's BDP first.
 
 struct Row {
@@ -74,7 +73,8 @@ absl::StatusOr<double> TimeOneFrame(site::GatewayClient& producer, site::Gateway
 // One gateway, two emulated links, a producer pushing in pieces of `chunk_bytes` (whole frames when
 // it is at least the frame size); the median latency per frame size.
 absl::Status MeasurePieces(const TempDir& dir, const wan::LinkProfile& profile,
-                           uint64_t chunk_bytes, int runs, int tag, std::vector<Row>& rows) {
+                           const std::vector<uint64_t>& frame_sizes, uint64_t chunk_bytes, int runs,
+                           int tag, std::vector<Row>& rows) {
   const std::string ready_file = dir.File("gateway" + std::to_string(tag) + ".ready");
   Process gateway({FindStraitExecutable("strait-gateway"), "--config", dir.File("fed.yaml"),
                    "--listen", "127.0.0.1:0", "--ready-file", ready_file, "--insecure",
@@ -95,14 +95,14 @@ absl::Status MeasurePieces(const TempDir& dir, const wan::LinkProfile& profile,
 
   uint64_t index = 0;
   for (int i = 0; i < kWarmUpFrames; ++i) {
-    if (auto ms = TimeOneFrame(**producer, **consumer, profile, index++, kFrameSizes[2]);
+    if (auto ms = TimeOneFrame(**producer, **consumer, profile, index++, kMaxChunkBytes);
         !ms.ok()) {
       return ms.status();
     }
   }
   const double rate = profile.rate_bits_per_second / 8;  // bytes per second
   const double delay_ms = std::chrono::duration<double, std::milli>(profile.one_way_delay).count();
-  for (uint64_t bytes : kFrameSizes) {
+  for (uint64_t bytes : frame_sizes) {
     std::vector<double> samples;
     for (int r = 0; r < runs; ++r) {
       absl::StatusOr<double> ms = TimeOneFrame(**producer, **consumer, profile, index++, bytes);
@@ -123,7 +123,8 @@ absl::Status MeasurePieces(const TempDir& dir, const wan::LinkProfile& profile,
   return absl::OkStatus();
 }
 
-int RunStream(const std::string& profile_name, uint64_t chunk_bytes, int runs, bool json) {
+int RunStream(const std::string& profile_name, const std::vector<uint64_t>& frame_kib,
+              uint64_t chunk_bytes, int runs, bool json) {
   absl::StatusOr<wan::LinkProfile> profile = wan::NamedProfile(profile_name);
   if (!profile.ok()) {
     std::fprintf(stderr, "strait bench stream: %s\n",
@@ -132,16 +133,25 @@ int RunStream(const std::string& profile_name, uint64_t chunk_bytes, int runs, b
   }
   TempDir dir;
   std::ofstream(dir.File("fed.yaml")) << bench::kRelayJobSpec;
+  // Frames over kMaxChunkBytes cannot be pushed whole (in one piece): timed in pieces only.
+  std::vector<uint64_t> sizes, whole_sizes;
+  for (uint64_t kib : frame_kib) {
+    sizes.push_back(kib << 10);
+    if (sizes.back() <= kMaxChunkBytes) whole_sizes.push_back(sizes.back());
+  }
   std::vector<Row> rows;
   int tag = 0;
   for (uint64_t pieces : {uint64_t{kMaxChunkBytes}, chunk_bytes}) {
+    const std::vector<uint64_t>& measured = pieces == kMaxChunkBytes ? whole_sizes : sizes;
+    if (measured.empty()) continue;
     if (!json) {
       std::fprintf(stderr, "stream: %s, frames %s...\n", wan::Describe(*profile).c_str(),
                    pieces == kMaxChunkBytes
                        ? "whole"
                        : absl::StrFormat("in pieces of %d KiB", pieces >> 10).c_str());
     }
-    if (absl::Status s = MeasurePieces(dir, *profile, pieces, runs, tag++, rows); !s.ok()) {
+    if (absl::Status s = MeasurePieces(dir, *profile, measured, pieces, runs, tag++, rows);
+        !s.ok()) {
       std::fprintf(stderr, "stream bench failed: %s\n", std::string(s.message()).c_str());
       return 1;
     }
@@ -185,6 +195,7 @@ void AddBenchStreamCommand(CLI::App& bench, int* exit_code) {
   auto profile = std::make_shared<std::string>("continent");
   auto chunk = std::make_shared<uint64_t>(32 << 10);
   auto runs = std::make_shared<int>(5);
+  auto frame_kib = std::make_shared<std::vector<uint64_t>>(std::vector<uint64_t>{128, 512, 1024});
   auto json = std::make_shared<bool>(false);
   stream
       ->add_option("--wan", *profile,
@@ -196,8 +207,15 @@ void AddBenchStreamCommand(CLI::App& bench, int* exit_code) {
   stream->add_option("--runs", *runs, "Frames timed per size (the median is printed)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  stream
+      ->add_option("--frame-kib", *frame_kib,
+                   "Frame sizes in KiB, comma-separated; those over 1024 are sent in pieces only "
+                   "(a large frame shows whether gRPC's flow-control windows fill the link)")
+      ->delimiter(',')
+      ->check(CLI::Range(uint64_t{1}, uint64_t{256} << 10))
+      ->capture_default_str();
   stream->add_flag("--json", *json, "Print JSON instead of a table");
-  stream->callback([=] { *exit_code = RunStream(*profile, *chunk, *runs, *json); });
+  stream->callback([=] { *exit_code = RunStream(*profile, *frame_kib, *chunk, *runs, *json); });
 }
 
 }  // namespace strait::tools
