@@ -209,10 +209,11 @@ void AddBenchStreamCommand(CLI::App& bench, int* exit_code) {
       ->capture_default_str();
   stream
       ->add_option("--frame-kib", *frame_kib,
-                   "Frame sizes in KiB, comma-separated; those over 1024 are sent in pieces only "
-                   "(a large frame shows whether gRPC's flow-control windows fill the link)")
+                   "Frame sizes in KiB, comma-separated, at most 16384 (the benchmark job's largest "
+                   "tensor); those over 1024 are sent in pieces only (a large frame shows whether "
+                   "gRPC's flow-control windows fill the link)")
       ->delimiter(',')
-      ->check(CLI::Range(uint64_t{1}, uint64_t{256} << 10))
+      ->check(CLI::Range(uint64_t{1}, uint64_t{16} << 10))
       ->capture_default_str();
   stream->add_flag("--json", *json, "Print JSON instead of a table");
   stream->callback([=] { *exit_code = RunStream(*profile, *frame_kib, *chunk, *runs, *json); });
