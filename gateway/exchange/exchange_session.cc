@@ -266,13 +266,24 @@ bool ExchangeSession::OnPush(v1::PushChunk chunk, std::function<void()> resume) 
     SendPushAck(transfer_id, chunk.header().key(), status);
     return true;
   }
+  // Kept before Add consumes the chunk: a refusal names the frame when it can.
+  v1::TensorKey refused_key = chunk.header().key();
   std::shared_ptr<StoredFrame> dropped;
   absl::StatusOr<FrameAssembler::Event> event = assembler_.Add(std::move(chunk), &dropped);
   if (!event.ok()) {
-    // A transfer that had started is stored (Publish): the mailbox frees its bytes.
-    if (dropped != nullptr) core_.mailbox().Abandon(dropped);
+    if (dropped != nullptr) {
+      refused_key = dropped->header.key();
+      // A transfer that had started is stored (Publish): the mailbox frees its bytes.
+      core_.mailbox().Abandon(dropped);
+    }
     core_.mailbox().Release(granted_bytes);
-    Reject("malformed", event.status());
+    // The whole transfer is refused, once: its producer learns why from the ack, and the rest of
+    // its chunks are dropped quietly (a 16 MiB frame over the limit would otherwise earn 511
+    // errors).
+    DropTransfer(transfer_id);
+    core_.federation().CountRejected(
+        "malformed", absl::StrCat("push from ", site_id_, ": ", event.status().message()));
+    SendPushAck(transfer_id, refused_key, event.status());
     return true;
   }
   std::shared_ptr<StoredFrame> frame = event->frame;

@@ -308,20 +308,53 @@ TEST_F(GatewayExchangeTest, AuthorizationAndMalformedMessagesLeaveTheStreamHealt
   EXPECT_EQ(mallory.join_status().error_code(), grpc::StatusCode::PERMISSION_DENIED);
   c.Push(1, Key(0, 0, v1::FORWARD), "not-yours");  // c does not produce boundary 0
   EXPECT_EQ(c.ReadPushAck().status_code(), static_cast<int>(grpc::StatusCode::PERMISSION_DENIED));
-  a.Push(2, Key(0, 0, v1::FORWARD), std::string(2 << 20, 'x'), 2 << 20);  // chunk over 1 MiB
-  v1::GatewayMessage error = a.Read();
-  EXPECT_TRUE(error.has_error());
-  EXPECT_EQ(error.error().status_code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  // A malformed transfer is refused once, with an ack naming it; its later chunks are dropped
+  // quietly. Any other answer (an error per chunk) shows up below as an ack of the wrong transfer.
+  a.Push(2, Key(0, 0, v1::FORWARD), std::string(3 << 20, 'x'), 2 << 20);  // chunk 0 over 1 MiB
+  v1::PushAck refused = a.ReadPushAck();
+  EXPECT_EQ(refused.transfer_id(), 2u);
+  EXPECT_EQ(refused.status_code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_NE(refused.status_message().find("at most"), std::string::npos)
+      << refused.status_message();
+  v1::SiteMessage oversized;  // A 1 GiB frame, over the limit this job allows: refused at chunk 0.
+  v1::PushChunk& head = *oversized.mutable_push();
+  head.set_transfer_id(3);
+  *head.mutable_header()->mutable_key() = Key(2, 0, v1::FORWARD);
+  head.mutable_header()->set_dtype(v1::FLOAT32);
+  head.mutable_header()->add_shape(1 << 14);
+  head.mutable_header()->add_shape(1 << 14);
+  head.mutable_header()->set_raw_bytes(1ull << 30);
+  head.mutable_header()->set_wire_bytes(1ull << 30);
+  head.mutable_header()->set_chunk_count(1024);
+  head.mutable_chunk()->set_data(std::string(kChunk, 'y'));
+  a.Send(oversized);
+  for (uint32_t i = 1; i < 4; ++i) {
+    v1::SiteMessage next;
+    next.mutable_push()->set_transfer_id(3);
+    next.mutable_push()->mutable_chunk()->set_index(i);
+    next.mutable_push()->mutable_chunk()->set_data(std::string(kChunk, 'y'));
+    a.Send(next);
+  }
+  refused = a.ReadPushAck();
+  EXPECT_EQ(refused.transfer_id(), 3u);
+  EXPECT_NE(refused.status_message().find("exceeds the limit"), std::string::npos)
+      << refused.status_message();
+  EXPECT_EQ(refused.key().microbatch(), 2u);
   v1::SiteMessage bad_chunks;
-  bad_chunks.mutable_push()->set_transfer_id(3);
+  bad_chunks.mutable_push()->set_transfer_id(4);
   bad_chunks.mutable_push()->mutable_chunk()->set_index(4);  // never started
   a.Send(bad_chunks);
-  EXPECT_TRUE(a.Read().has_error());
-  a.Push(4, Key(1, 0, v1::FORWARD), "valid");
-  EXPECT_EQ(a.ReadPushAck().status_code(), 0);
+  refused = a.ReadPushAck();
+  EXPECT_EQ(refused.transfer_id(), 4u);
+  EXPECT_NE(refused.status_message().find("before chunk 0"), std::string::npos)
+      << refused.status_message();
+  a.Push(5, Key(1, 0, v1::FORWARD), "valid");
+  v1::PushAck accepted = a.ReadPushAck();
+  EXPECT_EQ(accepted.transfer_id(), 5u);
+  EXPECT_EQ(accepted.status_code(), 0) << accepted.status_message();
   v1::FederationState state = a.State();
   EXPECT_GE(state.rejected_by_reason().at("unauthorized"), 1u);
-  EXPECT_GE(state.rejected_by_reason().at("malformed"), 2u);
+  EXPECT_EQ(state.rejected_by_reason().at("malformed"), 3u);
 }
 
 TEST_F(GatewayExchangeTest, SmallBudgetBlocksTheProducerUntilTheConsumerDrains) {

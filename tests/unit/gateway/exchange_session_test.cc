@@ -262,8 +262,15 @@ TEST_F(ExchangeSessionTest, MalformedPushIsAnsweredAndCounted) {
   v1::SiteMessage bad = PushMsg(1, Key(0, 0, 0, v1::FORWARD), "x");
   bad.mutable_push()->mutable_header()->set_chunk_count(0);
   EXPECT_TRUE(a->Handle(bad, [] {}));
-  EXPECT_EQ(a_out->messages().back().error().status_code(),
+  EXPECT_EQ(LastPushAck(*a_out).transfer_id(), 1u);
+  EXPECT_EQ(LastPushAck(*a_out).key().microbatch(), 0u);
+  EXPECT_EQ(LastPushAck(*a_out).status_code(),
             static_cast<int>(absl::StatusCode::kInvalidArgument));
+  // The transfer is refused once: the rest of its chunks get no answer of their own.
+  const size_t answered = a_out->messages().size();
+  EXPECT_TRUE(a->Handle(ChunkMsg(1, Key(0, 0, 0, v1::FORWARD), 1, 3), [] {}));
+  EXPECT_TRUE(a->Handle(ChunkMsg(1, Key(0, 0, 0, v1::FORWARD), 2, 3), [] {}));
+  EXPECT_EQ(a_out->messages().size(), answered);
   EXPECT_TRUE(a->Handle(v1::SiteMessage(), [] {}));  // empty message
   EXPECT_EQ(core_->Snapshot().rejected_by_reason().at("malformed"), 2u);
   EXPECT_EQ(core_->mailbox().GetStats().reserved_bytes, 0u);
