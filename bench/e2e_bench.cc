@@ -116,6 +116,7 @@ bench::StepBound Bound(const JobSpec& spec, const FederationRun& run, int64_t st
   bench::BoundInput in;
   in.schedule = spec.training.schedule;
   in.extra_in_flight = spec.training.extra_in_flight;
+  in.update = spec.training.update;
   in.microbatches = m;
   in.clip = spec.training.grad_clip > 0;
   for (const SiteFigures& site : run.sites) {

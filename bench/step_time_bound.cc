@@ -50,8 +50,9 @@ class PathSimulator {
     std::vector<std::vector<site::ScheduleOp>> ops(stages_);
     for (int s = 0; s < stages_; ++s) {
       for (int t = 0; t < run; ++t) {
-        const std::vector<site::ScheduleOp> step = site::StepOps(
-            in_.schedule, stages_, s, in_.microbatches, t, 0, run - 1, in_.extra_in_flight);
+        const std::vector<site::ScheduleOp> step =
+            site::StepOps(in_.schedule, stages_, s, in_.microbatches, t, 0, run - 1,
+                          in_.extra_in_flight, in_.update);
         ops[s].insert(ops[s].end(), step.begin(), step.end());
       }
     }

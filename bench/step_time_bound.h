@@ -42,6 +42,7 @@ struct SiteLink {
 struct BoundInput {
   Schedule schedule = Schedule::k1F1B;
   int extra_in_flight = 0;  // training.extra_in_flight
+  UpdateTiming update = UpdateTiming::kDeferred;  // training.update (2bw)
   int microbatches = 1;
   std::vector<StageCost> stages;  // One per site, in pipeline order.
   std::vector<SiteLink> links;    // Site i's link to the gateway; same size as `stages`.

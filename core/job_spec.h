@@ -23,6 +23,12 @@ enum class DatasetKind { kFashionMnist, kSynthetic };
 // equal single-process gradient accumulation; 2bw (PipeDream-2BW) never flushes, and step t
 // computes its gradient with the weights of one update before (L_{t-1}; see site/nn/stage.h).
 enum class Schedule { k1F1B, kGPipe, k2BW };
+// 2bw: when a stage applies the update of a step's gradient (training.update). Deferred
+// (PipeDream-2BW): right before its first forward of the step after next, so every microbatch of a
+// step computes with the weights of one update before. Eager: as soon as the stage's own last
+// backward of the step is done, so only the microbatches the stage started before then (its
+// warm-up) compute with the older weights (site/pipeline/schedule.h).
+enum class UpdateTiming { kDeferred, kEager };
 enum class OptimizerKind { kSgd, kAdamW };
 enum class LrDecay { kNone, kCosine };
 enum class DeviceKind { kCpu, kCuda };
@@ -31,6 +37,7 @@ const char* ToString(ModelFamily v);
 const char* ToString(Activation v);
 const char* ToString(DatasetKind v);
 const char* ToString(Schedule v);
+const char* ToString(UpdateTiming v);
 const char* ToString(OptimizerKind v);
 const char* ToString(LrDecay v);
 const char* ToString(DeviceKind v);
@@ -120,6 +127,9 @@ struct TrainingSpec {
   // 2bw only: forward weights extrapolated this many updates along the last one (site/nn/stage.h);
   // 0 = PipeDream-2BW's plain one-step-stale weights.
   double lookahead = 2.0;
+  // 2bw only (see UpdateTiming); eager needs grad_clip 0 (a stage cannot wait for the other stages'
+  // norms without stalling) and lookahead 0 (its default under eager).
+  UpdateTiming update = UpdateTiming::kDeferred;
   OptimizerSpec optimizer;
   double grad_clip = 0.0;       // Clip by global norm across all stages; 0 = off.
   CheckpointSpec checkpoint;

@@ -306,8 +306,35 @@ class JobSpecParser {
     }
     STRAIT_RETURN_IF_ERROR(ParseOptimizer(map));
     STRAIT_RETURN_IF_ERROR(map.Double("grad_clip", 0.0, 1e12, &t.grad_clip));
+    STRAIT_RETURN_IF_ERROR(ParseUpdateTiming(map));
     STRAIT_RETURN_IF_ERROR(ParseCheckpoint(map));
     return map.Finish();
+  }
+
+  absl::Status ParseUpdateTiming(YamlMap& map) {
+    TrainingSpec& t = spec_.training;
+    STRAIT_RETURN_IF_ERROR(
+        map.Enum("update", {{"deferred", UpdateTiming::kDeferred}, {"eager", UpdateTiming::kEager}},
+                 &t.update));
+    if (t.update != UpdateTiming::kEager) return absl::OkStatus();
+    if (t.schedule != Schedule::k2BW) {
+      return map.ErrorAt("update", absl::StrCat("eager applies to schedule 2bw only (this job's "
+                                                "schedule is ",
+                                                ToString(t.schedule), "); remove it"));
+    }
+    if (t.grad_clip > 0.0) {
+      return map.ErrorAt("update",
+                         "eager needs grad_clip: 0 (a stage applies its update before the other "
+                         "stages' gradient norms could reach it); remove grad_clip or use "
+                         "update: deferred");
+    }
+    if (map.Has("lookahead") && t.lookahead != 0.0) {
+      return map.ErrorAt("lookahead",
+                         "applies to update: deferred only (eager computes most microbatches with "
+                         "the newest weights); remove it or set it to 0");
+    }
+    t.lookahead = 0.0;
+    return absl::OkStatus();
   }
 
   static int LargestDivisorAtMost(int n, int limit) {

@@ -26,6 +26,11 @@ void AddJobSpecOverrideOptions(CLI::App& cmd, JobSpecOverrides& o, const std::st
                  "2bw: updates to extrapolate the forward weights by; 0 = plain PipeDream-2BW "
                  "(training.lookahead)")
       ->check(CLI::Range(0.0, 16.0));
+  cmd.add_option("--update", o.update,
+                 "2bw: when a stage applies a step's update: deferred (PipeDream-2BW, one step "
+                 "late) or eager (after its own last backward of the step; needs grad_clip 0) "
+                 "(training.update)")
+      ->check(CLI::IsMember({"deferred", "eager"}));
   cmd.add_option(
          "--chunk-size", o.chunk_size,
          "Largest piece a frame is pushed in, e.g. 32KiB; the gateway forwards each piece as "

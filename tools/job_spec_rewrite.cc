@@ -45,6 +45,7 @@ absl::StatusOr<RewrittenJobSpec> RewriteJobSpec(const std::string& path,
   if (!o.schedule.empty()) root["training"]["schedule"] = o.schedule;
   if (o.extra_in_flight >= 0) root["training"]["extra_in_flight"] = o.extra_in_flight;
   if (o.lookahead >= 0) root["training"]["lookahead"] = o.lookahead;
+  if (!o.update.empty()) root["training"]["update"] = o.update;
   if (!o.chunk_size.empty()) root["gateway"]["chunk_size"] = o.chunk_size;
   if (!o.forward_codec.empty() || !o.backward_codec.empty()) {
     // Every boundary gets a link entry (the defaults are lossless), then the overrides.

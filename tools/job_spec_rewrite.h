@@ -22,6 +22,7 @@ struct JobSpecOverrides {
   std::string schedule;        // Non-empty: training.schedule.
   int extra_in_flight = -1;    // >= 0: training.extra_in_flight.
   double lookahead = -1;       // >= 0: training.lookahead.
+  std::string update;          // Non-empty: training.update.
   std::string chunk_size;      // Non-empty: gateway.chunk_size (checked by the job spec loader).
 };
 

@@ -515,7 +515,7 @@ absl::Status RunSite(const SiteOptions& o) {
           }
         }
         // Checkpoint k holds the state right after the update that made L_k: after Step(k - 1)
-        // with 1f1b, after Step(k) with 2bw (SiteRunner::updates()).
+        // with 1f1b and eager 2bw, after Step(k) with deferred 2bw (SiteRunner::updates()).
         if (const int64_t k = runner.updates(); k > saved_through && checkpoints.Due(k)) {
           result = checkpoints.Save(k, *stage);
           if (!result.ok()) break;

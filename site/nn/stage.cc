@@ -16,6 +16,7 @@ struct Stage::Microbatch {
   int64_t step = 0;
   int64_t first_row = 0;
   int64_t weights = 0;  // k of the weights L_k its Forward used; its Backward uses them too.
+  int newer_from_layer = 0;  // Layers from this one on used L_{weights+1} (see Forward).
   bool training = true;
   bool has_loss_grad = false;
   DeviceBuffer activations;  // activation_floats_ floats
@@ -48,10 +49,6 @@ int WeightVersions(Schedule schedule) { return schedule == Schedule::k2BW ? 2 : 
 
 float Lookahead(const TrainingSpec& training) {
   return training.schedule == Schedule::k2BW ? static_cast<float>(training.lookahead) : 0.0f;
-}
-
-int64_t StepWeights(Schedule schedule, int64_t step) {
-  return schedule == Schedule::k2BW ? std::max<int64_t>(step - 1, 0) : step;
 }
 
 absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSpec& model, LayerRange range,
@@ -196,6 +193,17 @@ absl::StatusOr<int> Stage::WeightsSlot(int64_t version, const char* what) const 
       ")"));
 }
 
+absl::StatusOr<Stage::LayerViews> Stage::ViewsOf(int64_t version, int newer_from_layer, int arena,
+                                                 const char* what) const {
+  STRAIT_ASSIGN_OR_RETURN(const int slot, WeightsSlot(version, what));
+  LayerViews views{&Views(slot, arena), &Views(slot, arena), newer_from_layer};
+  if (newer_from_layer < static_cast<int>(layers_.size())) {
+    STRAIT_ASSIGN_OR_RETURN(const int newer, WeightsSlot(version + 1, what));
+    views.newer = &Views(newer, arena);
+  }
+  return views;
+}
+
 PassInfo Stage::Pass(const Microbatch& mb, int layer) const {
   uint64_t key = CombineKey(CombineKey(init_seed_, 0x44524f50 /* "DROP" */), mb.step);
   key = CombineKey(key, static_cast<uint64_t>(mb.index));
@@ -203,7 +211,8 @@ PassInfo Stage::Pass(const Microbatch& mb, int layer) const {
 }
 
 absl::Status Stage::Forward(int64_t step, int microbatch, int n, const float* input, float* output,
-                            bool training, int64_t first_row, int64_t weights) {
+                            bool training, int64_t first_row, int64_t weights,
+                            int newer_from_layer) {
   if (n < 1 || n > max_batch_) {
     return absl::InvalidArgumentError(
         absl::StrCat("microbatch of ", n, " samples; this stage takes 1 to ", max_batch_));
@@ -213,20 +222,22 @@ absl::Status Stage::Forward(int64_t step, int microbatch, int n, const float* in
         absl::StrCat("Forward(microbatch ", microbatch, ") while it is already in flight"));
   }
   if (weights == kNewestWeights) weights = newest_;
-  STRAIT_ASSIGN_OR_RETURN(const int slot, WeightsSlot(weights, "Forward"));
+  newer_from_layer = std::clamp(newer_from_layer, 0, static_cast<int>(layers_.size()));
+  STRAIT_ASSIGN_OR_RETURN(LayerViews views,
+                          ViewsOf(weights, newer_from_layer, GradArena(step), "Forward"));
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Microbatch> mb, TakeMicrobatch());
   mb->index = microbatch;
   mb->n = n;
   mb->step = step;
   mb->first_row = first_row;
   mb->weights = weights;
+  mb->newer_from_layer = newer_from_layer;
   mb->training = training;
   mb->has_loss_grad = false;
   float* acts = mb->activations.f32();
   backend_->CopyToDevice(acts, input, sizeof(float) * n * input_features());
-  const std::vector<LayerParams>& views = Views(slot, GradArena(step));
   for (size_t i = 0; i < layers_.size(); ++i) {
-    layers_[i]->Forward(*backend_, views[i], Pass(*mb, static_cast<int>(i)), n,
+    layers_[i]->Forward(*backend_, views(i), Pass(*mb, static_cast<int>(i)), n,
                         acts + activation_offsets_[i], acts + activation_offsets_[i + 1],
                         mb->saved.f32() + saved_offsets_[i], scratch_.f32());
   }
@@ -269,8 +280,8 @@ absl::StatusOr<LossResult> Stage::Loss(int microbatch, const int32_t* labels, fl
 absl::Status Stage::Backward(int microbatch, const float* grad_output, float* grad_input,
                              const std::function<void(int layer)>& layer_done) {
   STRAIT_ASSIGN_OR_RETURN(Microbatch * mb, Find(microbatch, "Backward"));
-  STRAIT_ASSIGN_OR_RETURN(const int slot, WeightsSlot(mb->weights, "Backward"));
-  const std::vector<LayerParams>& views = Views(slot, GradArena(mb->step));
+  STRAIT_ASSIGN_OR_RETURN(LayerViews views, ViewsOf(mb->weights, mb->newer_from_layer,
+                                                    GradArena(mb->step), "Backward"));
   const int n = mb->n;
   float* dy = grad_a_.f32();
   float* dx = grad_b_.f32();
@@ -285,7 +296,7 @@ absl::Status Stage::Backward(int microbatch, const float* grad_output, float* gr
   float* acts = mb->activations.f32();
   for (size_t k = layers_.size(); k-- > 0;) {
     float* layer_dx = (k > 0 || grad_input != nullptr) ? dx : nullptr;
-    layers_[k]->Backward(*backend_, views[k], Pass(*mb, static_cast<int>(k)), n,
+    layers_[k]->Backward(*backend_, views(k), Pass(*mb, static_cast<int>(k)), n,
                          acts + activation_offsets_[k], acts + activation_offsets_[k + 1], dy,
                          layer_dx, mb->saved.f32() + saved_offsets_[k], scratch_.f32());
     if (layer_done) layer_done(static_cast<int>(k));

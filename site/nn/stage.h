@@ -13,13 +13,13 @@
 //
 // 2bw (PipeDream-2BW; Create with weight_versions = 2): let L_k be the weights after k updates
 // (L_0 the initial ones). Step t computes the gradient g_t of its batch with U_t = L_{max(t-1, 0)}
-// (StepWeights), and the update of g_t is applied to the newest weights: L_{t+1} = Opt(L_t,
-// clip(g_t)), the optimizer's step counter t + 1. So step t+1's microbatches can run (with L_t)
-// while g_t's clipping norm travels between the sites, and a stage holds two weight versions
-// (the newest L_k and the previous L_{k-1}) and two gradient arenas (the gradient of step t in
-// arena t % 2). The same calls as above with the version passed to Forward; the update that makes
-// L_{t+1} keeps L_t as the previous version first. Backward uses the version its Forward used
-// (recorded per microbatch) and adds into its step's arena.
+// (site/pipeline/schedule.h ForwardWeights), and the update of g_t is applied to the newest
+// weights: L_{t+1} = Opt(L_t, clip(g_t)), the optimizer's step counter t + 1. So step t+1's
+// microbatches can run (with L_t) while g_t's clipping norm travels between the sites, and a stage
+// holds two weight versions (the newest L_k and the previous L_{k-1}) and two gradient arenas (the
+// gradient of step t in arena t % 2). The same calls as above with the version passed to Forward;
+// the update that makes L_{t+1} keeps L_t as the previous version first. Backward uses the version
+// its Forward used (recorded per microbatch) and adds into its step's arena.
 //
 // 2bw with lookahead c > 0 (Create's `lookahead`): microbatches of version k compute with weights
 // extrapolated along the last update, P_k = L_k + c (L_k - L_{k-1}) (P_0 = L_0), instead of L_k:
@@ -37,6 +37,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <vector>
@@ -55,12 +56,9 @@ int WeightVersions(Schedule schedule);
 // The lookahead a stage of `training` extrapolates its forward weights by (2bw only; 0 otherwise).
 float Lookahead(const TrainingSpec& training);
 
-// The weight version k (of L_k, the weights after k updates) that training step `step` computes
-// with under `schedule`: `step` (1f1b, gpipe: the newest), max(step - 1, 0) for 2bw.
-int64_t StepWeights(Schedule schedule, int64_t step);
-
 // Forward's default: the newest weights the stage holds.
 inline constexpr int64_t kNewestWeights = -1;
+inline constexpr int kNoLayer = std::numeric_limits<int>::max();
 
 struct LossResult {
   double loss_sum = 0.0;  // Sum over the microbatch's samples of -log p(label).
@@ -101,12 +99,16 @@ class Stage {
   // index of input's first sample in the whole microbatch when this stage is one of several
   // replicas that each take some of its rows (site/collective); dropout masks are offset by it so
   // that they do not depend on the split. 0 (whole microbatch) everywhere else. weights: the
-  // version k to compute with (StepWeights): L_k, or P_k with lookahead. The stage must hold it:
-  // the newest or, with two versions, the previous one (FailedPrecondition otherwise);
-  // kNewestWeights: the newest.
+  // version k to compute with (site/pipeline/schedule.h ForwardWeights): L_k, or P_k with
+  // lookahead. The stage must hold it: the newest or, with two versions, the previous one
+  // (FailedPrecondition otherwise); kNewestWeights: the newest. newer_from_layer: the stage's
+  // layers from this index on compute with version weights + 1 instead (which the stage must hold
+  // too): one Stage of all layers
+  // (`strait train`) reproducing sites whose stages use different versions for one microbatch
+  // (2bw with update eager, site/pipeline/schedule.h ForwardWeights).
   absl::Status Forward(int64_t step, int microbatch, int n, const float* input, float* output,
                        bool training = true, int64_t first_row = 0,
-                       int64_t weights = kNewestWeights);
+                       int64_t weights = kNewestWeights, int newer_from_layer = kNoLayer);
 
   // Last stage only, after Forward(microbatch): softmax cross-entropy of its logits against
   // labels [n] (host); keeps dLoss/dlogits = (softmax - onehot) * grad_scale for Backward, where
@@ -186,6 +188,17 @@ class Stage {
   const std::vector<LayerParams>& Views(int slot, int arena) const {
     return views_[slot * weight_versions_ + arena];
   }
+  // The views a microbatch computes with: `older` for layers before newer_from_layer, else `newer`.
+  struct LayerViews {
+    const std::vector<LayerParams>* older;
+    const std::vector<LayerParams>* newer;
+    int newer_from_layer;
+    const LayerParams& operator()(size_t layer) const {
+      return static_cast<int>(layer) < newer_from_layer ? (*older)[layer] : (*newer)[layer];
+    }
+  };
+  absl::StatusOr<LayerViews> ViewsOf(int64_t version, int newer_from_layer, int arena,
+                                     const char* what) const;
   absl::StatusOr<std::vector<float>> ToHost(const float* src, int64_t n) const;
 
   Backend* backend_ = nullptr;

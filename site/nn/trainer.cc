@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "site/nn/stage_checkpoint.h"
+#include "site/pipeline/schedule.h"
 
 namespace strait {
 
@@ -63,12 +64,12 @@ absl::StatusOr<StepStats> Trainer::Step() {
   StepStats stats;
   stats.step = step_;
   int64_t correct = 0;
-  const int64_t weights = StepWeights(t.schedule, step_);  // 2bw: L_{step-1}, one update stale.
   stage_->ZeroGrad(step_);
   for (int m = 0; m < t.microbatches; ++m) {
     Gather(train_, batch.data() + int64_t{m} * mb, mb);
-    STRAIT_RETURN_IF_ERROR(
-        stage_->Forward(step_, m, mb, inputs_.data(), nullptr, true, 0, weights));
+    const SiteWeights weights = WeightsOfSites(m);
+    STRAIT_RETURN_IF_ERROR(stage_->Forward(step_, m, mb, inputs_.data(), nullptr, true, 0,
+                                           weights.version, weights.newer_from_layer));
     STRAIT_ASSIGN_OR_RETURN(LossResult loss,
                             stage_->Loss(m, labels_.data(), 1.0f / t.global_batch));
     STRAIT_RETURN_IF_ERROR(stage_->Backward(m, nullptr, nullptr));
@@ -86,6 +87,19 @@ absl::StatusOr<StepStats> Trainer::Step() {
   STRAIT_RETURN_IF_ERROR(stage_->OptimizerStep(step_ + 1, scale));
   ++step_;
   return stats;
+}
+
+Trainer::SiteWeights Trainer::WeightsOfSites(int microbatch) const {
+  const int stages = static_cast<int>(spec_.sites.size());
+  SiteWeights weights{site::ForwardWeights(spec_.training, stages, 0, step_, microbatch), kNoLayer};
+  for (int s = 1; s < stages; ++s) {
+    // Later stages never use older weights than earlier ones (their warm-up is no deeper).
+    if (site::ForwardWeights(spec_.training, stages, s, step_, microbatch) > weights.version) {
+      weights.newer_from_layer = spec_.sites[s].layers.start;
+      break;
+    }
+  }
+  return weights;
 }
 
 absl::StatusOr<double> Trainer::TestAccuracy() {

@@ -3,7 +3,9 @@
 // loss scaling, clipping and optimizer step (see Stage), so a federation with lossless codecs
 // reproduces its bits. With schedule 2bw, step t computes with the weights L_{t-1} and updates the
 // newest L_t into L_{t+1} (site/nn/stage.h): the one-step-stale semantics of the federation's 2bw,
-// in one process and without its pipelining.
+// in one process and without its pipelining. With 2bw and update eager each site's layers compute
+// a microbatch with the weights that site's stage uses for it (site/pipeline/schedule.h
+// ForwardWeights), so the split and the warm-up matter here too.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +56,13 @@ class Trainer {
   Trainer(const JobSpec& spec, Dataset train, Dataset test, std::unique_ptr<Backend> backend);
   // Copies the inputs and labels of samples indices[0, n) into inputs_ / labels_.
   void Gather(const Dataset& data, const int64_t* indices, int n);
+  // The weights the sites' stages compute microbatch `microbatch` of this step with: L_version up
+  // to the first layer of the first site that uses L_{version+1} (kNoLayer: none does).
+  struct SiteWeights {
+    int64_t version;
+    int newer_from_layer;
+  };
+  SiteWeights WeightsOfSites(int microbatch) const;
 
   JobSpec spec_;
   Dataset train_, test_;

@@ -38,15 +38,28 @@ int MaxInFlight(const std::vector<ScheduleOp>& ops) {
   return most;
 }
 
+int StreamWarmup(int stages, int stage, int microbatches, int extra_in_flight) {
+  // w < M keeps the held microbatches' indices distinct (the job spec asks for M >= S).
+  return std::max(0, std::min(WarmupForwards(stages, stage, extra_in_flight), microbatches - 1));
+}
+
+int64_t ForwardWeights(const TrainingSpec& training, int stages, int stage, int64_t step,
+                       int microbatch) {
+  if (training.schedule != Schedule::k2BW) return step;
+  if (step == 0) return 0;
+  if (training.update == UpdateTiming::kDeferred) return step - 1;
+  const int warmup = StreamWarmup(stages, stage, training.microbatches, training.extra_in_flight);
+  return microbatch < warmup ? step - 1 : step;
+}
+
 namespace {
 
 // 2bw: see StepOps.
 std::vector<ScheduleOp> StreamStepOps(int stages, int stage, int microbatches, int64_t step,
-                                      int64_t first_step, int64_t last_step, int extra_in_flight) {
+                                      int64_t first_step, int64_t last_step, int extra_in_flight,
+                                      UpdateTiming update) {
   const int64_t m = microbatches;
-  // w < M keeps the held microbatches' indices distinct (the job spec asks for M >= S).
-  const int warmup =
-      std::max(0, std::min(WarmupForwards(stages, stage, extra_in_flight), microbatches - 1));
+  const int warmup = StreamWarmup(stages, stage, microbatches, extra_in_flight);
   std::vector<ScheduleOp> ops;
   auto forward = [&](int64_t n) {
     if (n / m <= last_step) ops.push_back({ScheduleOp::kForward, static_cast<int>(n % m), n / m});
@@ -54,9 +67,10 @@ std::vector<ScheduleOp> StreamStepOps(int stages, int stage, int microbatches, i
   if (step == first_step) {
     for (int j = 0; j < warmup; ++j) forward(step * m + j);
   }
-  // The update of step - 1's gradient makes L_step, which step + 1's forwards use; a run resumed
-  // at first_step starts from the checkpoint made right after the update of first_step - 1.
-  bool updated = step - 1 < first_step;
+  // Deferred: the update of step - 1's gradient makes L_step, which step + 1's forwards use; a run
+  // resumed at first_step starts from the checkpoint made right after the update of
+  // first_step - 1. Eager: each step's update follows its own last backward.
+  bool updated = update == UpdateTiming::kEager || step - 1 < first_step;
   for (int j = 0; j < microbatches; ++j) {
     const int64_t n = step * m + j + warmup;
     if (!updated && n == (step + 1) * m) {
@@ -68,7 +82,9 @@ std::vector<ScheduleOp> StreamStepOps(int stages, int stage, int microbatches, i
   }
   ops.push_back({ScheduleOp::kClipNorm, 0, step});
   if (!updated) ops.push_back({ScheduleOp::kUpdate, 0, step - 1});  // Last stage (w = 0).
-  if (step == last_step) ops.push_back({ScheduleOp::kUpdate, 0, step});
+  if (update == UpdateTiming::kEager || step == last_step) {
+    ops.push_back({ScheduleOp::kUpdate, 0, step});
+  }
   return ops;
 }
 
@@ -76,9 +92,10 @@ std::vector<ScheduleOp> StreamStepOps(int stages, int stage, int microbatches, i
 
 std::vector<ScheduleOp> StepOps(Schedule schedule, int stages, int stage, int microbatches,
                                 int64_t step, int64_t first_step, int64_t last_step,
-                                int extra_in_flight) {
+                                int extra_in_flight, UpdateTiming update) {
   if (schedule == Schedule::k2BW) {
-    return StreamStepOps(stages, stage, microbatches, step, first_step, last_step, extra_in_flight);
+    return StreamStepOps(stages, stage, microbatches, step, first_step, last_step, extra_in_flight,
+                         update);
   }
   std::vector<ScheduleOp> ops =
       StageSchedule(schedule, stages, stage, microbatches, extra_in_flight);

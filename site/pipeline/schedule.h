@@ -16,6 +16,12 @@
 //          time its clipping scale has travelled the chain. At most S - s microbatches held by
 //          stage s, across step boundaries; needs M >= S (the job spec checks it) so that they
 //          have distinct indices within their steps.
+//   2bw with training.update eager: the same stream, but the stage applies the update of step t
+//          right after its own last backward of t (kClipNorm is then a no-op: eager needs
+//          grad_clip 0). Its next forwards compute with L_{t+1}; only the w it ran before that
+//          backward (microbatches 0 .. w-1 of step t+1) compute with L_t (ForwardWeights). The
+//          staleness now depends on the stage and the warm-up, not the step: stage 0 with a deep
+//          warm-up is mostly stale, the last stage (w = 0) never.
 #pragma once
 
 #include <cstdint>
@@ -66,8 +72,20 @@ int MaxInFlight(const std::vector<ScheduleOp>& ops);
 // Concatenating the steps from first_step to last_step gives every forward and backward once.
 // With 2bw the warm-up is at most M - 1 forwards whatever extra_in_flight asks: the microbatches
 // held across a step boundary must have distinct indices within their steps.
+// With update eager (2bw), the kUpdate of `step` comes right after its kClipNorm, in every step.
 std::vector<ScheduleOp> StepOps(Schedule schedule, int stages, int stage, int microbatches,
                                 int64_t step, int64_t first_step, int64_t last_step,
-                                int extra_in_flight = 0);
+                                int extra_in_flight = 0,
+                                UpdateTiming update = UpdateTiming::kDeferred);
+
+// 2bw: the forwards stage `stage` runs ahead of its backwards (WarmupForwards, at most M - 1).
+int StreamWarmup(int stages, int stage, int microbatches, int extra_in_flight);
+
+// The weights L_k (k updates applied) that microbatch `microbatch` of `step` computes with on stage
+// `stage` of `stages`: `step` under 1f1b and gpipe; under 2bw 0 at step 0, then step - 1 with
+// update deferred, and with update eager step - 1 for the stage's first StreamWarmup microbatches
+// of the step (run before the update of step - 1) and `step` for the rest.
+int64_t ForwardWeights(const TrainingSpec& training, int stages, int stage, int64_t step,
+                       int microbatch);
 
 }  // namespace strait::site

@@ -146,7 +146,7 @@ absl::StatusOr<StepResult> SiteRunner::Step() {
   stage_.ZeroGrad(s);  // 2bw: the arena of step s - 2, applied in the previous step.
   for (const ScheduleOp& op :
        StepOps(t.schedule, static_cast<int>(spec_.sites.size()), index_, t.microbatches, s,
-               first_step_, total_steps_ - 1, t.extra_in_flight)) {
+               first_step_, total_steps_ - 1, t.extra_in_flight, t.update)) {
     switch (op.kind) {
       case ScheduleOp::kForward:
         STRAIT_RETURN_IF_ERROR(RunForward(op.step, op.microbatch, tally));
@@ -183,9 +183,10 @@ absl::Status SiteRunner::RunForward(int64_t step, int m, StepTally& tally) {
   std::vector<float> output(last ? 0 : static_cast<size_t>(mb) * stage_.output_features());
   {
     ScopedTimer timer(metrics_, Timer::kCompute, Timer::kForward);
-    STRAIT_RETURN_IF_ERROR(stage_.Forward(step, m, mb, first ? inputs_.data() : input.data(),
-                                          last ? nullptr : output.data(), /*training=*/true,
-                                          StepWeights(t.schedule, step)));
+    STRAIT_RETURN_IF_ERROR(
+        stage_.Forward(step, m, mb, first ? inputs_.data() : input.data(),
+                       last ? nullptr : output.data(), /*training=*/true,
+                       ForwardWeights(t, static_cast<int>(spec_.sites.size()), index_, step, m)));
     if (last) {
       STRAIT_ASSIGN_OR_RETURN(LossResult loss,
                               stage_.Loss(m, labels_.data(), 1.0f / t.global_batch));

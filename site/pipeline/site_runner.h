@@ -70,11 +70,12 @@ class SiteRunner {
              uint32_t generation = 0);
 
   int64_t step() const { return step_; }  // Steps completed.
-  // Optimizer updates applied: the stage holds the weights L_updates(). step() with 1f1b and
-  // gpipe; with 2bw one less (the update of the last completed step's gradient is still to come),
-  // except after the last step. A checkpoint of step updates() taken between steps resumes
-  // bit-identically: with 2bw the stage then holds L_{k-1} and L_k, exactly what a run resumed at
-  // step k needs, and no gradient that the checkpoint lacks is pending.
+  // Optimizer updates applied: the stage holds the weights L_updates(). step() with 1f1b, gpipe
+  // and 2bw with eager updates; with deferred 2bw one less (the update of the last completed
+  // step's gradient is still to come), except after the last step. A checkpoint of step updates()
+  // taken between steps resumes bit-identically: with 2bw the stage then holds L_{k-1} and L_k,
+  // exactly what a run resumed at step k needs, and no gradient that the checkpoint lacks is
+  // pending.
   int64_t updates() const { return updates_; }
 
   // One global step: the schedule's forwards and backwards, clipping, optimizer update(s)

@@ -137,6 +137,17 @@ TEST(JobSpecTest, LookaheadDefaultsToTwoAndAppliesTo2bw) {
   EXPECT_DOUBLE_EQ(spec->training.lookahead, 0.5);
   // 0 is accepted with any schedule (lookahead: none); tests/data/bad_specs has the error.
   EXPECT_TRUE(ParseJobSpec(base + "training: {steps: 3, lookahead: 0}\n", "la.yaml", "/x").ok());
+  EXPECT_EQ(spec->training.update, UpdateTiming::kDeferred);
+  // Eager updates compute with the newest weights: no lookahead unless asked (bad_specs: asked).
+  spec =
+      ParseJobSpec(base + "training: {steps: 3, schedule: 2bw, update: eager}\n", "la.yaml", "/x");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->training.update, UpdateTiming::kEager);
+  EXPECT_DOUBLE_EQ(spec->training.lookahead, 0.0);
+  EXPECT_TRUE(
+      ParseJobSpec(base + "training: {steps: 3, schedule: 2bw, update: eager, lookahead: 0}\n",
+                   "la.yaml", "/x")
+          .ok());
 }
 
 TEST(JobSpecTest, LinksDefaultToLosslessAndEncrypted) {

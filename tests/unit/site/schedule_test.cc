@@ -110,11 +110,12 @@ TEST(ScheduleTest, ExtraInFlightGoesToStagesInProportionToTheirRoundTrip) {
 
 // The ops of steps first_step .. last_step concatenated (what a runner resumed at first_step runs).
 std::vector<Op> RunOps(Schedule schedule, int stages, int stage, int microbatches,
-                       int64_t first_step, int64_t last_step, int extra = 0) {
+                       int64_t first_step, int64_t last_step, int extra = 0,
+                       UpdateTiming update = UpdateTiming::kDeferred) {
   std::vector<Op> ops;
   for (int64_t t = first_step; t <= last_step; ++t) {
     const std::vector<Op> step =
-        StepOps(schedule, stages, stage, microbatches, t, first_step, last_step, extra);
+        StepOps(schedule, stages, stage, microbatches, t, first_step, last_step, extra, update);
     ops.insert(ops.end(), step.begin(), step.end());
   }
   return ops;
@@ -146,19 +147,57 @@ TEST(ScheduleTest, TwoBwStreamOfAThreeStagePipeline) {
   EXPECT_EQ(StepOps(Schedule::k1F1B, 3, 1, 4, 5, 0, 9), one);
 }
 
+TEST(ScheduleTest, TwoBwEagerUpdatesRightAfterTheStepsLastBackward) {
+  // Stage 0 of 3, M = 3 (warm-up 2): the same forwards and backwards as deferred, and the update
+  // of step t right after its own norm, in every step.
+  const std::vector<Op> stage0_step0 = {
+      {Op::kForward, 0, 0},  {Op::kForward, 1, 0},  {Op::kForward, 2, 0}, {Op::kBackward, 0, 0},
+      {Op::kForward, 0, 1},  {Op::kBackward, 1, 0}, {Op::kForward, 1, 1}, {Op::kBackward, 2, 0},
+      {Op::kClipNorm, 0, 0}, {Op::kUpdate, 0, 0}};
+  EXPECT_EQ(StepOps(Schedule::k2BW, 3, 0, 3, 0, 0, 2, 0, UpdateTiming::kEager), stage0_step0);
+  const std::vector<Op> stage0_step1 = {
+      {Op::kForward, 2, 1}, {Op::kBackward, 0, 1}, {Op::kForward, 0, 2},  {Op::kBackward, 1, 1},
+      {Op::kForward, 1, 2}, {Op::kBackward, 2, 1}, {Op::kClipNorm, 0, 1}, {Op::kUpdate, 0, 1}};
+  EXPECT_EQ(StepOps(Schedule::k2BW, 3, 0, 3, 1, 0, 2, 0, UpdateTiming::kEager), stage0_step1);
+  // So microbatches 0 and 1 of step 1 (run before the update of step 0) compute with L_0, the
+  // rest with L_1; the last stage (warm-up 0) always with the newest.
+  TrainingSpec t;
+  t.schedule = Schedule::k2BW;
+  t.microbatches = 3;
+  t.update = UpdateTiming::kEager;
+  EXPECT_EQ(ForwardWeights(t, 3, 0, 1, 0), 0);
+  EXPECT_EQ(ForwardWeights(t, 3, 0, 1, 1), 0);
+  EXPECT_EQ(ForwardWeights(t, 3, 0, 1, 2), 1);
+  EXPECT_EQ(ForwardWeights(t, 3, 1, 1, 0), 0);
+  EXPECT_EQ(ForwardWeights(t, 3, 1, 1, 1), 1);
+  EXPECT_EQ(ForwardWeights(t, 3, 2, 1, 0), 1);
+  EXPECT_EQ(ForwardWeights(t, 3, 0, 0, 2), 0);
+  t.extra_in_flight = 4;  // Stage 0 warms up min(2 + 4, M - 1) = 2, stage 1 min(1 + 2, 2) = 2.
+  EXPECT_EQ(ForwardWeights(t, 3, 1, 5, 1), 4);
+  t.update = UpdateTiming::kDeferred;  // Every microbatch one update behind.
+  EXPECT_EQ(ForwardWeights(t, 3, 2, 5, 2), 4);
+  EXPECT_EQ(ForwardWeights(t, 3, 0, 0, 0), 0);
+  t.schedule = Schedule::k1F1B;
+  EXPECT_EQ(ForwardWeights(t, 3, 0, 5, 0), 5);
+}
+
 // Every stage's whole run (steps first_step .. last_step) against each other's dependencies:
 // F(s, t, m) needs F(s-1, t, m); B(s, t, m) needs B(s+1, t, m); the clipping norm of step t on
 // stage s needs stage s+1's (the sum of squares travels up), and the update of t on stage s > 0
 // needs stage s-1's (the scale travels down; stage 0 makes it from its own norm). Returns true
 // when every op completes.
+// Eager updates need no clipping (the job spec checks it): their norms and updates wait for nothing
+// on other stages.
 bool StreamRunsToCompletion(Schedule schedule, int stages, int microbatches, int64_t first_step,
-                            int64_t last_step, int extra = 0) {
+                            int64_t last_step, int extra = 0,
+                            UpdateTiming update = UpdateTiming::kDeferred) {
+  const bool clipping = update == UpdateTiming::kDeferred;
   using Key = std::tuple<int, int64_t, int>;  // (kind, step, microbatch)
   std::vector<std::vector<Op>> ops(stages);
   std::vector<size_t> next(stages, 0);
   std::vector<std::set<Key>> done(stages);
   for (int s = 0; s < stages; ++s) {
-    ops[s] = RunOps(schedule, stages, s, microbatches, first_step, last_step, extra);
+    ops[s] = RunOps(schedule, stages, s, microbatches, first_step, last_step, extra, update);
   }
   auto has = [&](int s, Op::Kind kind, int64_t step, int m) {
     return done[s].count({kind, step, m}) > 0;
@@ -177,10 +216,11 @@ bool StreamRunsToCompletion(Schedule schedule, int stages, int microbatches, int
           ready = s + 1 == stages || has(s + 1, Op::kBackward, op.step, op.microbatch);
           break;
         case Op::kClipNorm:
-          ready = s + 1 == stages || has(s + 1, Op::kClipNorm, op.step, 0);
+          ready = !clipping || s + 1 == stages || has(s + 1, Op::kClipNorm, op.step, 0);
           break;
         case Op::kUpdate:
-          ready = s == 0 ? has(0, Op::kClipNorm, op.step, 0) : has(s - 1, Op::kUpdate, op.step, 0);
+          ready = !clipping || (s == 0 ? has(0, Op::kClipNorm, op.step, 0)
+                                       : has(s - 1, Op::kUpdate, op.step, 0));
           break;
       }
       if (!ready) continue;
@@ -199,14 +239,21 @@ TEST(ScheduleTest, TwoBwStreamInvariantsForManyShapes) {
   for (int stages = 1; stages <= 5; ++stages) {
     for (int microbatches = stages; microbatches <= 7; ++microbatches) {
       for (int64_t first_step : {0, 3}) {
-        for (int extra : {0, 2}) {
+        for (auto [extra, update] :
+             {std::pair{0, UpdateTiming::kDeferred}, std::pair{2, UpdateTiming::kDeferred},
+              std::pair{0, UpdateTiming::kEager}, std::pair{2, UpdateTiming::kEager}}) {
           const int64_t last_step = first_step + 4;
           SCOPED_TRACE(testing::Message()
                        << "S=" << stages << " M=" << microbatches << " from step " << first_step
-                       << " extra in flight " << extra);
+                       << " extra in flight " << extra << " update " << ToString(update));
+          TrainingSpec training;
+          training.schedule = Schedule::k2BW;
+          training.microbatches = microbatches;
+          training.extra_in_flight = extra;
+          training.update = update;
           for (int s = 0; s < stages; ++s) {
-            const std::vector<Op> ops =
-                RunOps(Schedule::k2BW, stages, s, microbatches, first_step, last_step, extra);
+            const std::vector<Op> ops = RunOps(Schedule::k2BW, stages, s, microbatches, first_step,
+                                               last_step, extra, update);
             // Forwards and backwards each in global microbatch order, every one exactly once.
             int64_t next_forward = first_step * microbatches, next_backward = next_forward;
             // The weight versions a Stage would hold (site/nn/stage.h): the newest L_k and L_{k-1}.
@@ -214,6 +261,7 @@ TEST(ScheduleTest, TwoBwStreamInvariantsForManyShapes) {
             std::map<int64_t, int64_t> held;  // global microbatch -> weights of its forward
             std::set<int64_t> norms;
             int most_held = 0;
+            int64_t weights = 0;
             for (const Op& op : ops) {
               const int64_t n = op.step * microbatches + op.microbatch;
               switch (op.kind) {
@@ -221,11 +269,12 @@ TEST(ScheduleTest, TwoBwStreamInvariantsForManyShapes) {
                   ASSERT_EQ(n, next_forward++);
                   // The weights of its step are held: the newest, or the previous one (only
                   // right after a resume, for the resumed step itself).
-                  ASSERT_TRUE(StepWeights(Schedule::k2BW, op.step) == newest ||
-                              (op.step == first_step && first_step > 0 &&
-                               StepWeights(Schedule::k2BW, op.step) == newest - 1))
+                  // Eager: always the newest, but for the resumed step's warm-up.
+                  weights = ForwardWeights(training, stages, s, op.step, op.microbatch);
+                  ASSERT_TRUE(weights == newest ||
+                              (op.step == first_step && first_step > 0 && weights == newest - 1))
                       << "forward of step " << op.step << " with newest L_" << newest;
-                  held[n] = StepWeights(Schedule::k2BW, op.step);
+                  held[n] = weights;
                   most_held = std::max(most_held, static_cast<int>(held.size()));
                   break;
                 case Op::kBackward:
@@ -257,7 +306,7 @@ TEST(ScheduleTest, TwoBwStreamInvariantsForManyShapes) {
             EXPECT_LE(most_held, std::min(WarmupForwards(stages, s, extra) + 1, microbatches));
           }
           EXPECT_TRUE(StreamRunsToCompletion(Schedule::k2BW, stages, microbatches, first_step,
-                                             last_step, extra));
+                                             last_step, extra, update));
         }
       }
     }

@@ -37,13 +37,15 @@ links:
 )";
 
 // schedule may add training keys ("2bw, extra_in_flight: 2") and end in " +cosine" (the
-// optimizer's cosine learning-rate decay).
+// optimizer's cosine learning-rate decay); with "update: eager" the job does not clip (eager
+// needs it off).
 JobSpec Spec(std::string schedule, const std::string& chain) {
   const std::string kCosine = " +cosine";
   const bool cosine = absl::EndsWith(schedule, kCosine);
   if (cosine) schedule.resize(schedule.size() - kCosine.size());
   std::string text = kJob;
   text.replace(text.find("SCHEDULE"), 8, schedule);
+  if (absl::StrContains(schedule, "eager")) text.replace(text.find("0.3"), 3, "0");
   for (size_t at; (at = text.find("CHAIN")) != std::string::npos;) text.replace(at, 5, chain);
   absl::StatusOr<JobSpec> spec = ParseJobSpec(text, "runner-test.yaml", "/");
   EXPECT_TRUE(spec.ok()) << spec.status();
@@ -180,6 +182,21 @@ std::vector<float> AllParams(std::vector<std::unique_ptr<SiteUnderTest>>& sites)
   return all;
 }
 
+// Eager updates are their own semantics: neither the deferred one-step-stale run nor a
+// synchronous one (which the tests above could not tell apart if both sides ignored the option).
+TEST(SiteRunnerEagerTest, TrainsDifferentBitsThanDeferredAndThanSynchronous) {
+  auto params = [](const std::string& schedule) {
+    JobSpec spec = Spec(schedule, "none");
+    spec.training.grad_clip = 0.0;
+    auto trainer = *Trainer::Create(spec, CreateCpuBackend(1));
+    for (int64_t s = 0; s < spec.training.steps; ++s) EXPECT_TRUE(trainer->Step().ok());
+    return *trainer->stage().Params();
+  };
+  const std::vector<float> eager = params("2bw, update: eager");
+  EXPECT_NE(eager, params("2bw, lookahead: 0"));
+  EXPECT_NE(eager, params("1f1b"));
+}
+
 class SiteRunnerWorkersTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SiteRunnerWorkersTest, MixedWorkerCountsMatchOneWorkerUpToFloatOrder) {
@@ -203,24 +220,30 @@ TEST_P(SiteRunnerWorkersTest, MixedWorkerCountsMatchOneWorkerUpToFloatOrder) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(SchedulesAndChains, SiteRunnerTest,
-                         ::testing::Values(std::make_tuple("1f1b", "none"),
-                                           std::make_tuple("gpipe", "shuffle+zstd"),
-                                           std::make_tuple("2bw", "none"),
-                                           std::make_tuple("2bw", "shuffle+zstd"),
-                                           std::make_tuple("2bw, lookahead: 0", "none"),
-                                           std::make_tuple("1f1b +cosine", "none"),
-                                           std::make_tuple("2bw +cosine", "none"),
-                                           // More microbatches in flight keep the bits.
-                                           std::make_tuple("1f1b, extra_in_flight: 2", "none"),
-                                           std::make_tuple("2bw, extra_in_flight: 2", "none")));
+INSTANTIATE_TEST_SUITE_P(
+    SchedulesAndChains, SiteRunnerTest,
+    ::testing::Values(std::make_tuple("1f1b", "none"), std::make_tuple("gpipe", "shuffle+zstd"),
+                      std::make_tuple("2bw", "none"), std::make_tuple("2bw", "shuffle+zstd"),
+                      std::make_tuple("2bw, lookahead: 0", "none"),
+                      std::make_tuple("1f1b +cosine", "none"),
+                      std::make_tuple("2bw +cosine", "none"),
+                      // More microbatches in flight keep the bits.
+                      std::make_tuple("1f1b, extra_in_flight: 2", "none"),
+                      std::make_tuple("2bw, extra_in_flight: 2", "none"),
+                      // Eager: the sites' stages use different weights for
+                      // one microbatch, and strait train follows them.
+                      std::make_tuple("2bw, update: eager", "none"),
+                      std::make_tuple("2bw, update: eager, extra_in_flight: 1", "shuffle+zstd")));
 INSTANTIATE_TEST_SUITE_P(Schedules, SiteRunnerWorkersTest, ::testing::Values("1f1b", "2bw"));
 
 // A 2bw federation stopped between steps and resumed from the checkpoints its sites take then (the
 // state right after the update that made L_k: SiteRunner::updates()) trains the same bits as an
 // uninterrupted run. The stopped run's frames of the next step are left behind, as in a rollback.
-TEST(SiteRunnerTwoBwTest, ResumedFromCheckpointsEqualsUninterrupted) {
-  const JobSpec spec = Spec("2bw", "none");
+class SiteRunnerTwoBwTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SiteRunnerTwoBwTest, ResumedFromCheckpointsEqualsUninterrupted) {
+  const JobSpec spec = Spec(GetParam(), "none");
+  const bool eager = spec.training.update == UpdateTiming::kEager;
   const std::string dir = ::testing::TempDir();
   std::vector<std::string> paths;
   int64_t at = -1;
@@ -233,7 +256,7 @@ TEST(SiteRunnerTwoBwTest, ResumedFromCheckpointsEqualsUninterrupted) {
       ASSERT_TRUE(sites[i]->status.ok()) << sites[i]->status;
       ASSERT_EQ(sites[i]->runner->step(), 4);
       at = sites[i]->runner->updates();
-      ASSERT_EQ(at, 3);  // Step 3's gradient is still to be applied.
+      ASSERT_EQ(at, eager ? 4 : 3);  // Deferred: step 3's gradient is still to be applied.
       paths.push_back(dir + "/runner-2bw-" + std::to_string(i) + ".ckpt");
       ASSERT_TRUE(SaveStageCheckpoint(paths.back(), spec, *sites[i]->stage, at).ok());
     }
@@ -251,6 +274,9 @@ TEST(SiteRunnerTwoBwTest, ResumedFromCheckpointsEqualsUninterrupted) {
   EXPECT_EQ(*resumed.back()->accuracy, *trainer->TestAccuracy());
   EXPECT_EQ(gateway.stored(), 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Updates, SiteRunnerTwoBwTest,
+                         ::testing::Values("2bw", "2bw, update: eager, extra_in_flight: 1"));
 
 TEST(SiteRunnerSecurityTest, AnAlteredFrameIsRefusedAndStopsTheConsumer) {
   const JobSpec spec = Spec("1f1b", "none");

@@ -67,6 +67,13 @@ TEST(JobSpecRewriteTest, BatchAndScheduleOverride) {
   EXPECT_EQ(spec.training.global_batch, 1024);
   EXPECT_EQ(spec.training.microbatches, 32);
   EXPECT_EQ(spec.training.schedule, Schedule::kGPipe);
+  o.schedule = "2bw";
+  o.update = "eager";
+  spec = Reload(*RewriteJobSpec(kConfig, o));
+  EXPECT_EQ(spec.training.update, UpdateTiming::kEager);
+  o.schedule = "gpipe";
+  EXPECT_FALSE(RewriteJobSpec(kConfig, o).ok());  // eager is for 2bw only
+  o.update.clear();
 
   // The loader's checks still apply: a batch that microbatches do not divide is refused.
   o.global_batch = 1000;
