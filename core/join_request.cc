@@ -1,5 +1,7 @@
 #include "core/join_request.h"
 
+#include "core/job_agreement.h"
+
 namespace strait {
 
 v1::JoinRequest JoinRequestFor(const JobSpec& spec, int stage, v1::SignedKey key) {
@@ -10,6 +12,7 @@ v1::JoinRequest JoinRequestFor(const JobSpec& spec, int stage, v1::SignedKey key
   join.mutable_layers()->set_end(site.layers.end);
   join.set_device(ToString(site.device));
   join.set_workers(site.workers);
+  join.set_agreed_job(AgreedJobText(spec));
   *join.mutable_key() = std::move(key);
   return join;
 }

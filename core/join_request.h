@@ -7,8 +7,9 @@
 
 namespace strait {
 
-// Federation, layer range, device and workers of `spec.sites[stage]`, with `key` (its site_id must be
-// the site's id and its epoch the join's). `stage` must be a valid index.
+// Federation, layer range, device and workers of `spec.sites[stage]` and the job's AgreedJobText,
+// with `key` (its site_id must be the site's id and its epoch the join's). `stage` must be a valid
+// index. The caller sets total_steps (it needs the data set's size when the job counts epochs).
 v1::JoinRequest JoinRequestFor(const JobSpec& spec, int stage, v1::SignedKey key);
 
 // A key carrying only the site id and epoch (for --insecure tests and tools that seal nothing).

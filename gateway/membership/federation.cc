@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/job_agreement.h"
 
 namespace strait::gateway {
 namespace {
@@ -45,7 +46,10 @@ v1::GatewayMessage RollbackMessage(uint64_t step, uint32_t generation) {
 
 Federation::Federation(const JobSpec& spec, bool insecure,
                        std::function<void(uint32_t)> new_generation)
-    : spec_(spec), insecure_(insecure), new_generation_(std::move(new_generation)) {
+    : spec_(spec),
+      agreed_job_(AgreedJobText(spec)),
+      insecure_(insecure),
+      new_generation_(std::move(new_generation)) {
   for (const SiteSpec& s : spec.sites) {
     Site site;
     site.info.set_id(s.id);
@@ -86,6 +90,12 @@ absl::StatusOr<v1::JoinReply> Federation::Join(const std::string& site_id,
         ", ", expected.layers.end, ") on ", ToString(expected.device), " x", expected.workers,
         ": the site and the gateway load different job specs"));
   }
+  if (!request.agreed_job().empty() && request.agreed_job() != agreed_job_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("site '", site_id, "' loads a job spec that differs from the gateway's: ",
+                     FirstDisagreement(agreed_job_, request.agreed_job(), "the gateway's"),
+                     "; give every site and the gateway the same file"));
+  }
   if (request.key().site_id() != site_id) {
     return absl::PermissionDeniedError(absl::StrCat("site '", site_id, "' presented a key signed for '",
                                                     request.key().site_id(), "'"));
@@ -100,6 +110,20 @@ absl::StatusOr<v1::JoinReply> Federation::Join(const std::string& site_id,
       return absl::FailedPreconditionError(absl::StrCat("site '", site_id, "' joined with epoch ",
                                                         request.key().epoch(), "; its last epoch was ",
                                                         site.info.epoch(), ", a rejoin needs a newer one"));
+    }
+    // Sites of the run under way (joined, training or down, not the one joining) fix its length.
+    for (const Site& other : sites_) {
+      const v1::SiteState state = other.info.state();
+      if (&other == &site || request.total_steps() == 0 || other.total_steps == 0 ||
+          state == v1::SITE_ABSENT || state == v1::SITE_DONE) {
+        continue;
+      }
+      if (other.total_steps != request.total_steps()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("site '", site_id, "' trains ", request.total_steps(), " steps; site '",
+                         other.info.id(), "' of the run under way trains ", other.total_steps,
+                         ": start every strait-site with the same --steps (or none)"));
+      }
     }
     if (site.channel != nullptr) {
       actions.push_back({site.channel, std::nullopt,
@@ -118,6 +142,7 @@ absl::StatusOr<v1::JoinReply> Federation::Join(const std::string& site_id,
       }
     }
     ++site.joins;
+    site.total_steps = request.total_steps();
     site.key = request.key();
     site.info.set_epoch(request.key().epoch());
     site.info.set_state(v1::SITE_JOINED);

@@ -78,6 +78,7 @@ class Federation {
     Clock::time_point last_seen{};
     v1::SiteReport last_report;
     uint64_t joins = 0;
+    uint64_t total_steps = 0;  // As its last join said (0: not said).
   };
   struct Link {
     uint64_t frames = 0, raw_bytes = 0, wire_bytes = 0, delivered = 0;
@@ -98,6 +99,7 @@ class Federation {
   Link& LinkLocked(const v1::TensorKey& key);
 
   const JobSpec& spec_;
+  const std::string agreed_job_;  // AgreedJobText(spec_): what a joining site must send.
   const bool insecure_;
   const Clock::time_point started_ = Clock::now();
   mutable std::mutex mu_;

@@ -347,6 +347,7 @@ absl::Status RunSite(const SiteOptions& o) {
       own_key = security->own_key();
     }
     v1::JoinRequest join = JoinRequestFor(spec, index, own_key);
+    join.set_total_steps(static_cast<uint64_t>(total));
     {
       std::lock_guard<std::mutex> lock(progress.mu);
       if (progress.checkpoint) {

@@ -6,17 +6,18 @@
 //   Lossy: int8+zstd forward / bf16 backward for a full epoch stays within 0.5 points of accuracy.
 //   Security: a certificate of another CA cannot join; a frame altered inside the gateway is refused
 //     by the receiving site, counted, and stops it with a clear error.
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "site/rpc/tls_credentials.h"
@@ -188,6 +189,23 @@ TEST(SecurityTest, ACertificateOfAnotherCaCannotJoin) {
   fed.StartSite("dc-a", {"--cert", other + "/dc-a.pem", "--key", other + "/dc-a.key"});
   EXPECT_EQ(fed.WaitSite("dc-a", seconds(120)), 1) << fed.SiteLog("dc-a");
   EXPECT_THAT(fed.SiteLog("dc-a"), ::testing::HasSubstr("joining the gateway"));
+}
+
+// A site started with another step count than the run it would join is refused with the reason.
+TEST(AgreementTest, ASiteThatWouldTrainAnotherNumberOfStepsCannotJoin) {
+  LocalFederation fed(JobYaml({}), kSites);
+  std::string error;
+  ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
+  fed.StartSite("dc-a", {"--steps", "1000"});
+  // dc-a joins first (else dc-a would be the one refused).
+  for (int i = 0; i < 600 && !absl::StrContains(fed.gateway().LogTail(), "site dc-a joined"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  fed.StartSite("dc-b");
+  EXPECT_EQ(fed.WaitSite("dc-b", seconds(120)), 1) << fed.SiteLog("dc-b");
+  EXPECT_THAT(fed.SiteLog("dc-b"),
+              ::testing::HasSubstr("site 'dc-a' of the run under way trains 1000: start every "
+                                   "strait-site with the same --steps"));
 }
 
 // GetState over mutual TLS with site dc-a's certificate.

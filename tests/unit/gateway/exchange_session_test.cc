@@ -434,6 +434,30 @@ TEST_F(ExchangeSessionTest, JoinChecksClaimsAgainstTheJobSpec) {
                 .status()
                 .code(),
             absl::StatusCode::kFailedPrecondition);  // b claims a's layers
+  // A site whose copy of the job spec trains something else is refused, the difference named.
+  JobSpec other_lr = spec_;
+  other_lr.training.optimizer.lr = 0.5;
+  absl::Status refused = core_->federation()
+                             .Join("a", JoinRequestFor(other_lr, 0, 1), Federation::Clock::now())
+                             .status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("training.optimizer.lr: 0.5 (the gateway's: "),
+            std::string::npos)
+      << refused;
+  // The sites of one run train as many steps: the first to join sets it.
+  v1::JoinRequest a = JoinRequestFor(spec_, 0, 1), b = JoinRequestFor(spec_, 1, 1);
+  a.set_total_steps(100);
+  b.set_total_steps(200);
+  ASSERT_TRUE(core_->federation().Join("a", a, Federation::Clock::now()).ok());
+  refused = core_->federation().Join("b", b, Federation::Clock::now()).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(
+      refused.message().find("site 'b' trains 200 steps; site 'a' of the run under way trains "
+                             "100: start every strait-site with the same --steps"),
+      std::string::npos)
+      << refused;
+  b.set_total_steps(100);
+  EXPECT_TRUE(core_->federation().Join("b", b, Federation::Clock::now()).ok());
 }
 
 TEST_F(ExchangeSessionTest, PushStreamCarriesOnlyPushesAndDoesNotReplaceThePrimary) {

@@ -1,0 +1,64 @@
+#include "core/job_agreement.h"
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_replace.h"
+
+namespace strait {
+namespace {
+
+constexpr char kSpec[] = R"(name: agree
+gateway: {address: 127.0.0.1:7443}
+model: {family: mlp, input: 784, hidden: [32], classes: 10}
+data: {dataset: synthetic, seed: 3}
+training:
+  steps: 10
+  global_batch: 32
+  microbatches: 4
+  schedule: 2bw
+  optimizer: {name: adamw, lr: 0.001}
+  checkpoint: {dir: ckpt}
+sites:
+  - {id: a, layers: [0, 1]}
+  - {id: b, layers: [1, 2]}
+)";
+
+JobSpec Parse(const std::string& text) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(text, "agree.yaml", "/x");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+TEST(JobAgreementTest, WhatMayDifferBetweenTheFilesOfOneFederationDoesNotCount) {
+  const std::string ours = AgreedJobText(Parse(kSpec));
+  // Another gateway address (a site behind a WAN emulator), checkpoint directory and step count.
+  const std::string theirs = AgreedJobText(Parse(absl::StrReplaceAll(
+      kSpec, {{"7443", "9000"}, {"dir: ckpt", "dir: elsewhere"}, {"steps: 10", "epochs: 2"}})));
+  EXPECT_EQ(ours, theirs);
+  EXPECT_EQ(FirstDisagreement(ours, theirs, "ours"), "");
+}
+
+TEST(JobAgreementTest, TheFirstDifferenceIsNamedWithBothValues) {
+  const std::string ours = AgreedJobText(Parse(kSpec));
+  EXPECT_EQ(
+      FirstDisagreement(
+          ours, AgreedJobText(Parse(absl::StrReplaceAll(kSpec, {{"lr: 0.001", "lr: 0.002"}}))),
+          "ours"),
+      "training.optimizer.lr: 0.002 (ours: 0.001)");
+  EXPECT_EQ(FirstDisagreement(ours,
+                              AgreedJobText(Parse(absl::StrReplaceAll(
+                                  kSpec, {{"schedule: 2bw", "schedule: 2bw\n  update: eager"}}))),
+                              "ours"),
+            "training.update: eager (ours: deferred)");
+  EXPECT_EQ(
+      FirstDisagreement(
+          ours,
+          AgreedJobText(Parse(absl::StrReplaceAll(kSpec, {{"hidden: [32]", "hidden: [33]"}}))),
+          "ours"),
+      "model.layer0: fc0+relu [784] -> [33] weight[33, 784] bias[33] (ours: fc0+relu [784] -> "
+      "[32] weight[32, 784] bias[32])");
+  EXPECT_EQ(FirstDisagreement("x: 1\n", "x: 1\ny: 2\n", "ours"), "y: 2 (ours: (nothing))");
+}
+
+}  // namespace
+}  // namespace strait
