@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
                "Plaintext gRPC to a gateway started with --insecure (tests only); links stay "
                "sealed when the job spec encrypts them");
   app.add_option("--steps", o.steps,
-                 "Train this many steps instead of the job spec's (every site must agree)")
+                 "Train this many steps instead of the job spec's (every site of a run must give the "
+                 "same; the gateway refuses a site that does not)")
       ->check(CLI::PositiveNumber);
   app.add_option("--threads", o.threads, "Compute threads per worker")
       ->capture_default_str()
