@@ -122,7 +122,8 @@ absl::StatusOr<v1::JoinReply> Federation::Join(const std::string& site_id,
         return absl::FailedPreconditionError(
             absl::StrCat("site '", site_id, "' trains ", request.total_steps(), " steps; site '",
                          other.info.id(), "' of the run under way trains ", other.total_steps,
-                         ": start every strait-site with the same --steps (or none)"));
+                         ": start every strait-site with the same --steps (or none); a new run "
+                         "of another length needs the gateway restarted"));
       }
     }
     if (site.channel != nullptr) {
