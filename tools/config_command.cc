@@ -37,16 +37,14 @@ void PrintSplit(const JobSpec& spec) {
   std::printf("federation %s: %s model, %zu layers, %s parameters (%s as fp32)\n", spec.name.c_str(),
               std::string(ToString(spec.model.family)).c_str(), layers.size(), Thousands(total).c_str(),
               HumanBytes(4.0 * total).c_str());
-  std::printf(
-      "training: %s, global batch %d = %d microbatches x %d, schedule %s, %s lr %g\n",
-      t.steps > 0 ? absl::StrCat(t.steps, " steps").c_str()
-                  : absl::StrCat(t.epochs, " epochs").c_str(),
-      t.global_batch, t.microbatches, t.MicrobatchSize(),
-      absl::StrCat(ToString(t.schedule), t.schedule == Schedule::k2BW
-                                             ? absl::StrCat(" (", ToString(t.update), " updates)")
-                                             : "")
-          .c_str(),
-      std::string(ToString(t.optimizer.kind)).c_str(), t.optimizer.lr);
+  const std::string schedule = t.schedule == Schedule::k2BW
+                                   ? absl::StrCat("2bw (", ToString(t.update), " updates)")
+                                   : ToString(t.schedule);
+  std::printf("training: %s, global batch %d = %d microbatches x %d, schedule %s, %s lr %g\n",
+              t.steps > 0 ? absl::StrCat(t.steps, " steps").c_str()
+                          : absl::StrCat(t.epochs, " epochs").c_str(),
+              t.global_batch, t.microbatches, t.MicrobatchSize(), schedule.c_str(),
+              std::string(ToString(t.optimizer.kind)).c_str(), t.optimizer.lr);
   std::printf("data: %s (%s), gateway %s, dashboard http://%s\n",
               std::string(ToString(spec.data.kind)).c_str(), spec.data.path.c_str(),
               spec.gateway.address.c_str(), spec.dashboard.address.c_str());

@@ -154,8 +154,9 @@ int RunWan(const WanOptions& o) {
     if (const uint64_t failed = (*link)->stats().failed_dials; failed != failed_dials) {
       std::fprintf(stderr,
                    "strait wan: %llu connection(s) could not reach %s (refused, or no answer "
-                   "within 10 s): is it up and reachable from here?\n",
-                   static_cast<unsigned long long>(failed - failed_dials), o.forward.c_str());
+                   "within %lld s): is it up and reachable from here?\n",
+                   static_cast<unsigned long long>(failed - failed_dials), o.forward.c_str(),
+                   static_cast<long long>(wan::LinkEmulator::kDialTimeout.count()));
       failed_dials = failed;
     }
     if (signal == 0 && o.verbose) {  // Ten seconds passed.

@@ -258,12 +258,10 @@ bool ExchangeSession::OnPush(v1::PushChunk chunk, std::function<void()> resume) 
     }
   }
   if (offered && granted_bytes == 0) {
-    DropTransfer(transfer_id);
-    const absl::Status status = absl::FailedPreconditionError(absl::StrCat(
-        "transfer ", transfer_id, ": body pushed before the gateway granted its offer"));
-    core_.federation().CountRejected("malformed",
-                                     absl::StrCat("push from ", site_id_, ": ", status.message()));
-    SendPushAck(transfer_id, chunk.header().key(), status);
+    RefusePush(
+        transfer_id, chunk.header().key(), "malformed",
+        absl::FailedPreconditionError(absl::StrCat(
+            "transfer ", transfer_id, ": body pushed before the gateway granted its offer")));
     return true;
   }
   // Kept before Add consumes the chunk: a refusal names the frame when it can.
@@ -280,10 +278,7 @@ bool ExchangeSession::OnPush(v1::PushChunk chunk, std::function<void()> resume) 
     // The whole transfer is refused, once: its producer learns why from the ack, and the rest of
     // its chunks are dropped quietly (a 16 MiB frame over the limit would otherwise earn 511
     // errors).
-    DropTransfer(transfer_id);
-    core_.federation().CountRejected(
-        "malformed", absl::StrCat("push from ", site_id_, ": ", event.status().message()));
-    SendPushAck(transfer_id, refused_key, event.status());
+    RefusePush(transfer_id, refused_key, "malformed", event.status());
     return true;
   }
   std::shared_ptr<StoredFrame> frame = event->frame;
@@ -299,12 +294,10 @@ bool ExchangeSession::OnPush(v1::PushChunk chunk, std::function<void()> resume) 
                      " wire bytes; its offer had ", granted_bytes));
   }
   if (!allowed.ok()) {
-    DropTransfer(transfer_id);
     core_.mailbox().Release(granted_bytes);
-    core_.federation().CountRejected(
-        allowed.code() == absl::StatusCode::kPermissionDenied ? "unauthorized" : "malformed",
-        absl::StrCat("push from ", site_id_, ": ", allowed.message()));
-    SendPushAck(transfer_id, key, allowed);
+    RefusePush(transfer_id, key,
+               allowed.code() == absl::StatusCode::kPermissionDenied ? "unauthorized" : "malformed",
+               allowed);
     return true;
   }
   const uint64_t bytes = frame->wire_bytes();
@@ -366,6 +359,14 @@ void ExchangeSession::Publish(const std::shared_ptr<StoredFrame>& frame, uint64_
   // its copy now; the rest of the body, if any is still coming, is dropped quietly.
   if (!frame->complete()) DropTransfer(transfer_id);
   SendPushAck(transfer_id, frame->header.key(), absl::OkStatus());
+}
+
+void ExchangeSession::RefusePush(uint64_t transfer_id, const v1::TensorKey& key,
+                                 const std::string& reason, const absl::Status& status) {
+  DropTransfer(transfer_id);
+  core_.federation().CountRejected(reason,
+                                   absl::StrCat("push from ", site_id_, ": ", status.message()));
+  SendPushAck(transfer_id, key, status);
 }
 
 void ExchangeSession::DropTransfer(uint64_t transfer_id) {

@@ -60,6 +60,9 @@ class ExchangeSession {
   void Publish(const std::shared_ptr<StoredFrame>& frame, uint64_t transfer_id);
   // Forgets a transfer that is not stored; its later chunks are dropped quietly.
   void DropTransfer(uint64_t transfer_id);
+  // Refuses a whole transfer: drops it, counts it under `reason` and tells its producer `status`.
+  void RefusePush(uint64_t transfer_id, const v1::TensorKey& key, const std::string& reason,
+                  const absl::Status& status);
   // The last chunk of a stored frame arrived: acknowledges it to the producer.
   void Completed(const StoredFrame& frame, uint64_t transfer_id);
   // Serves pull `pull_id` of `key` from the mailbox; a delivery whose frame breaks off starts it

@@ -34,9 +34,6 @@ constexpr size_t kSmallPiece = 8 << 10;
 // One async_write gathers at most this much of what is due.
 constexpr size_t kMaxBatchBytes = 4 << 20;
 constexpr size_t kMaxBatchPieces = 128;
-// A forward address that drops SYNs would otherwise hold the client's connection for the kernel's
-// SYN retries (about two minutes).
-constexpr std::chrono::seconds kDialTimeout{10};
 
 class Connection;
 
@@ -75,9 +72,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   ~Connection() { link_->connections.erase(this); }
 
   // Dials the forward address, then starts both pipes. A dial that fails or does not finish
-  // within kDialTimeout closes the client's connection and is counted in failed_dials.
+  // within LinkEmulator::kDialTimeout closes the client's connection and is counted in
+  // failed_dials.
   void Start() {
-    dial_timer_.expires_after(kDialTimeout);
+    dial_timer_.expires_after(LinkEmulator::kDialTimeout);
     dial_timer_.async_wait([self = shared_from_this()](error_code ec) {
       if (ec || self->closed_ || self->counted_) return;
       self->link_->failed_dials.fetch_add(1);

@@ -32,6 +32,7 @@
 // return).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -43,9 +44,14 @@ namespace strait::tools::wan {
 
 class LinkEmulator {
  public:
+  // A forward address that drops SYNs would otherwise hold the client's connection for the
+  // kernel's SYN retries (about two minutes).
+  static constexpr std::chrono::seconds kDialTimeout{10};
+
   // Listens on `listen` ("HOST:PORT", "[::1]:PORT"; port 0 picks a free one) and forwards each
   // accepted connection to `forward` ("HOST:PORT", resolved once here) through the link `profile`.
-  // A connection whose forward dial fails, or takes over 10 s, is closed (Stats::failed_dials).
+  // A connection whose forward dial fails, or takes over kDialTimeout, is closed
+  // (Stats::failed_dials).
   // Errors: InvalidArgument for a malformed address or profile, Unavailable when `listen` cannot be
   // bound.
   static absl::StatusOr<std::unique_ptr<LinkEmulator>> Start(const std::string& listen,
