@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -37,6 +38,7 @@ struct WanOptions {
   std::string jitter;
   std::string loss_burst;
   std::string control;
+  std::string dial_timeout = "10s";
   bool verbose = false;
 };
 
@@ -112,8 +114,16 @@ int RunWan(const WanOptions& o) {
   action.sa_flags = SA_RESTART;
   for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGUSR2}) sigaction(s, &action, nullptr);
 
+  absl::StatusOr<std::chrono::microseconds> dial_timeout = wan::ParseDuration(o.dial_timeout);
+  if (!dial_timeout.ok() || dial_timeout->count() <= 0) {
+    std::fprintf(stderr, "strait wan: --dial-timeout %s: %s\n", o.dial_timeout.c_str(),
+                 dial_timeout.ok() ? "must be positive, e.g. 10s"
+                                   : std::string(dial_timeout.status().message()).c_str());
+    return 2;
+  }
+  const auto dial_ms = std::chrono::ceil<std::chrono::milliseconds>(*dial_timeout);
   absl::StatusOr<std::unique_ptr<wan::LinkEmulator>> link =
-      wan::LinkEmulator::Start(o.listen, o.forward, *profile);
+      wan::LinkEmulator::Start(o.listen, o.forward, *profile, dial_ms);
   if (!link.ok()) {
     std::fprintf(stderr, "strait wan: %s\n", std::string(link.status().message()).c_str());
     return link.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
@@ -154,9 +164,9 @@ int RunWan(const WanOptions& o) {
     if (const uint64_t failed = (*link)->stats().failed_dials; failed != failed_dials) {
       std::fprintf(stderr,
                    "strait wan: %llu connection(s) could not reach %s (refused, or no answer "
-                   "within %lld s): is it up and reachable from here?\n",
+                   "within --dial-timeout %s): is it up and reachable from here?\n",
                    static_cast<unsigned long long>(failed - failed_dials), o.forward.c_str(),
-                   static_cast<long long>(wan::LinkEmulator::kDialTimeout.count()));
+                   o.dial_timeout.c_str());
       failed_dials = failed;
     }
     if (signal == 0 && o.verbose) {  // Ten seconds passed.
@@ -211,6 +221,11 @@ void AddWanCommand(CLI::App& app, int* exit_code) {
          "--control", o->control,
          "Control socket (a line protocol: cut, stall, restore, stats); keep it on loopback")
       ->type_name("HOST:PORT");
+  cmd->add_option("--dial-timeout", o->dial_timeout,
+                  "How long a connection may wait for --forward to answer before it is closed "
+                  "(counted as could not reach)")
+      ->capture_default_str()
+      ->type_name("DURATION");
   cmd->add_flag("--verbose", o->verbose, "Print the byte counts every 10 s while traffic flows");
   cmd->callback([o, exit_code] { *exit_code = RunWan(*o); });
 }

@@ -391,6 +391,38 @@ TEST(WanLinkTest, ADialThatFailsClosesTheClientAndIsCounted) {
   close(reserved);
 }
 
+TEST(WanLinkTest, ADialThatGetsNoAnswerTimesOutClosesTheClientAndIsCounted) {
+  // A listener whose accept queue is full: Linux drops further SYNs, so a dial to it neither
+  // succeeds nor fails until the kernel gives up (minutes), as with a blackholed gateway.
+  const int full = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(full, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(full, 0), 0);
+  socklen_t size = sizeof(a);
+  getsockname(full, reinterpret_cast<sockaddr*>(&a), &size);
+  const int queued = Dial(ntohs(a.sin_port));  // Fills the queue of one; never accepted.
+  ASSERT_GE(queued, 0);
+  const std::string forward = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+
+  EXPECT_EQ(
+      LinkEmulator::Start("127.0.0.1:0", forward, Custom(0, {}), milliseconds(0)).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<std::unique_ptr<LinkEmulator>> link =
+      LinkEmulator::Start("127.0.0.1:0", forward, Custom(0, {}), milliseconds(300));
+  ASSERT_TRUE(link.ok()) << link.status();
+  const int fd = Dial((*link)->port(), std::chrono::seconds(5));
+  ASSERT_GE(fd, 0);
+  // Closed by the dial timeout (300 ms), well before this read's own 5 s timeout.
+  EXPECT_TRUE(ClosedByPeer(fd));
+  EXPECT_TRUE(Eventually([&] { return (*link)->stats().failed_dials == 1; }));
+  EXPECT_EQ((*link)->stats().connections, 0u);
+  close(fd);
+  close(queued);
+  close(full);
+}
+
 // One line of the control protocol: sends `command`, returns the answer without its newline.
 std::string Control(int fd, const std::string& command) {
   const std::string line = command + "\n";
@@ -481,6 +513,10 @@ TEST(WanLinkTest, StraitWanRejectsBadInput) {
         Case{{"--forward", "127.0.0.1:1", "--profile", "metro", "--rate", "1gbit"}, "not both"},
         Case{{"--forward", "127.0.0.1:1", "--rate", "fast"}, "e.g. 500kbit"},
         Case{{"--forward", "127.0.0.1:1", "--delay", "5"}, "e.g. 300us"},
+        Case{{"--forward", "127.0.0.1:1", "--profile", "metro", "--dial-timeout", "0"},
+             "must be positive"},
+        Case{{"--forward", "127.0.0.1:1", "--profile", "metro", "--dial-timeout", "soon"},
+             "--dial-timeout soon"},
         // A malformed command line is a usage error too (not CLI11's own codes, 105 and up).
         Case{{"--forward", "127.0.0.1:1", "--bogus"}, "--bogus"}}) {
     std::vector<std::string> argv = {strait, "wan"};

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "tools/wan/address.h"
 #include "tools/wan/link_model.h"
@@ -40,12 +41,14 @@ class Connection;
 // Everything the I/O thread shares between connections. Members are touched on the I/O thread
 // only, except the atomics.
 struct Link {
-  Link(LinkProfile p, uint64_t seed)
+  Link(LinkProfile p, std::chrono::milliseconds dial, uint64_t seed)
       : profile(std::move(p)),
+        dial_timeout(dial),
         up(profile, seed, Clock::now()),
         down(profile, seed ^ 0x9e3779b97f4a7c15ULL, Clock::now()) {}
 
   const LinkProfile profile;
+  const std::chrono::milliseconds dial_timeout;
   DirectionModel up;    // client -> server
   DirectionModel down;  // server -> client
   LinkEmulator::State state = LinkEmulator::State::kUp;
@@ -72,10 +75,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   ~Connection() { link_->connections.erase(this); }
 
   // Dials the forward address, then starts both pipes. A dial that fails or does not finish
-  // within LinkEmulator::kDialTimeout closes the client's connection and is counted in
+  // within the link's dial timeout closes the client's connection and is counted in
   // failed_dials.
   void Start() {
-    dial_timer_.expires_after(LinkEmulator::kDialTimeout);
+    dial_timer_.expires_after(link_->dial_timeout);
     dial_timer_.async_wait([self = shared_from_this()](error_code ec) {
       if (ec || self->closed_ || self->counted_) return;
       self->link_->failed_dials.fetch_add(1);
@@ -267,7 +270,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 // Member order matters for destruction: the io_context (whose pending handlers own the
 // connections) goes before the Link they point to.
 struct LinkEmulator::Impl {
-  Impl(LinkProfile profile, uint64_t seed) : link(std::move(profile), seed) {}
+  Impl(LinkProfile profile, std::chrono::milliseconds dial_timeout, uint64_t seed)
+      : link(std::move(profile), dial_timeout, seed) {}
 
   void Accept() {
     acceptor.async_accept([this](error_code ec, tcp::socket socket) {
@@ -320,17 +324,21 @@ struct LinkEmulator::Impl {
   std::thread thread;
 };
 
-absl::StatusOr<std::unique_ptr<LinkEmulator>> LinkEmulator::Start(const std::string& listen,
-                                                                  const std::string& forward,
-                                                                  LinkProfile profile) {
+absl::StatusOr<std::unique_ptr<LinkEmulator>> LinkEmulator::Start(
+    const std::string& listen, const std::string& forward, LinkProfile profile,
+    std::chrono::milliseconds dial_timeout) {
   if (profile.rate_bits_per_second < 0 || profile.one_way_delay.count() < 0 ||
       profile.jitter.count() < 0 || profile.loss_burst.mean_interval.count() < 0 ||
       profile.loss_burst.duration.count() < 0) {
     return absl::InvalidArgumentError("link profile '" + profile.name +
                                       "' has a negative rate, delay, jitter or loss burst");
   }
+  if (dial_timeout.count() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a dial timeout of ", dial_timeout.count(), " ms: it must be positive"));
+  }
   STRAIT_ASSIGN_OR_RETURN(auto forward_to, SplitHostPort(forward));
-  auto impl = std::make_unique<Impl>(std::move(profile), std::random_device{}());
+  auto impl = std::make_unique<Impl>(std::move(profile), dial_timeout, std::random_device{}());
 
   error_code ec;
   tcp::resolver resolver(impl->io);

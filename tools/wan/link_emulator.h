@@ -44,19 +44,19 @@ namespace strait::tools::wan {
 
 class LinkEmulator {
  public:
-  // A forward address that drops SYNs would otherwise hold the client's connection for the
-  // kernel's SYN retries (about two minutes).
-  static constexpr std::chrono::seconds kDialTimeout{10};
+  // Start's default dial timeout. A forward address that drops SYNs would otherwise hold the
+  // client's connection for the kernel's SYN retries (about two minutes).
+  static constexpr std::chrono::milliseconds kDialTimeout{10'000};
 
   // Listens on `listen` ("HOST:PORT", "[::1]:PORT"; port 0 picks a free one) and forwards each
   // accepted connection to `forward` ("HOST:PORT", resolved once here) through the link `profile`.
-  // A connection whose forward dial fails, or takes over kDialTimeout, is closed
+  // A connection whose forward dial fails, or takes over `dial_timeout`, is closed
   // (Stats::failed_dials).
-  // Errors: InvalidArgument for a malformed address or profile, Unavailable when `listen` cannot be
-  // bound.
-  static absl::StatusOr<std::unique_ptr<LinkEmulator>> Start(const std::string& listen,
-                                                             const std::string& forward,
-                                                             LinkProfile profile);
+  // Errors: InvalidArgument for a malformed address or profile or a dial timeout <= 0, Unavailable
+  // when `listen` cannot be bound.
+  static absl::StatusOr<std::unique_ptr<LinkEmulator>> Start(
+      const std::string& listen, const std::string& forward, LinkProfile profile,
+      std::chrono::milliseconds dial_timeout = kDialTimeout);
 
   // Closes the listener and every connection (bytes still in the emulated pipe are dropped) and
   // joins the I/O thread.
