@@ -369,17 +369,29 @@ TEST(WanLinkTest, RejectsBadAddresses) {
   }
 }
 
-TEST(WanLinkTest, ADialThatFailsClosesTheClientAndIsCounted) {
-  // A port bound but not listening: the forward dial is refused, and no one else can take it.
-  const int reserved = socket(AF_INET, SOCK_STREAM, 0);
+// A TCP socket bound to a free port of 127.0.0.1 (-1 on failure); its port in *port.
+int BoundLoopbackSocket(int* port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(reserved, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
   socklen_t size = sizeof(a);
-  getsockname(reserved, reinterpret_cast<sockaddr*>(&a), &size);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &size) != 0) {
+    close(fd);
+    return -1;
+  }
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+TEST(WanLinkTest, ADialThatFailsClosesTheClientAndIsCounted) {
+  // A port bound but not listening: the forward dial is refused, and no one else can take it.
+  int port = 0;
+  const int reserved = BoundLoopbackSocket(&port);
+  ASSERT_GE(reserved, 0);
   absl::StatusOr<std::unique_ptr<LinkEmulator>> link = LinkEmulator::Start(
-      "127.0.0.1:0", "127.0.0.1:" + std::to_string(ntohs(a.sin_port)), Custom(0, milliseconds(1)));
+      "127.0.0.1:0", "127.0.0.1:" + std::to_string(port), Custom(0, milliseconds(1)));
   ASSERT_TRUE(link.ok()) << link.status();
   const int fd = Dial((*link)->port(), std::chrono::seconds(5));
   ASSERT_GE(fd, 0);
@@ -394,17 +406,13 @@ TEST(WanLinkTest, ADialThatFailsClosesTheClientAndIsCounted) {
 TEST(WanLinkTest, ADialThatGetsNoAnswerTimesOutClosesTheClientAndIsCounted) {
   // A listener whose accept queue is full: Linux drops further SYNs, so a dial to it neither
   // succeeds nor fails until the kernel gives up (minutes), as with a blackholed gateway.
-  const int full = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(full, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  int port = 0;
+  const int full = BoundLoopbackSocket(&port);
+  ASSERT_GE(full, 0);
   ASSERT_EQ(listen(full, 0), 0);
-  socklen_t size = sizeof(a);
-  getsockname(full, reinterpret_cast<sockaddr*>(&a), &size);
-  const int queued = Dial(ntohs(a.sin_port));  // Fills the queue of one; never accepted.
+  const int queued = Dial(port);  // Fills the queue of one; never accepted.
   ASSERT_GE(queued, 0);
-  const std::string forward = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  const std::string forward = "127.0.0.1:" + std::to_string(port);
 
   EXPECT_EQ(
       LinkEmulator::Start("127.0.0.1:0", forward, Custom(0, {}), milliseconds(0)).status().code(),
