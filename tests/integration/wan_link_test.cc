@@ -385,6 +385,17 @@ int BoundLoopbackSocket(int* port) {
   return fd;
 }
 
+// Dials `link` once: the emulator must close the client (within the client's 5 s read timeout)
+// and count a failed dial, not a connection.
+void ExpectAConnectionClosedAsAFailedDial(const LinkEmulator& link) {
+  const int fd = Dial(link.port(), std::chrono::seconds(5));
+  ASSERT_GE(fd, 0);
+  EXPECT_TRUE(ClosedByPeer(fd));
+  EXPECT_TRUE(Eventually([&] { return link.stats().failed_dials == 1; }));
+  EXPECT_EQ(link.stats().connections, 0u);
+  close(fd);
+}
+
 TEST(WanLinkTest, ADialThatFailsClosesTheClientAndIsCounted) {
   // A port bound but not listening: the forward dial is refused, and no one else can take it.
   int port = 0;
@@ -393,13 +404,8 @@ TEST(WanLinkTest, ADialThatFailsClosesTheClientAndIsCounted) {
   absl::StatusOr<std::unique_ptr<LinkEmulator>> link = LinkEmulator::Start(
       "127.0.0.1:0", "127.0.0.1:" + std::to_string(port), Custom(0, milliseconds(1)));
   ASSERT_TRUE(link.ok()) << link.status();
-  const int fd = Dial((*link)->port(), std::chrono::seconds(5));
-  ASSERT_GE(fd, 0);
-  EXPECT_TRUE(ClosedByPeer(fd));
-  EXPECT_TRUE(Eventually([&] { return (*link)->stats().failed_dials == 1; }));
-  EXPECT_EQ((*link)->stats().connections, 0u);
+  ExpectAConnectionClosedAsAFailedDial(**link);
   EXPECT_THAT(StatsJson((*link)->stats()), ::testing::HasSubstr(R"("failed_dials":1)"));
-  close(fd);
   close(reserved);
 }
 
@@ -420,13 +426,8 @@ TEST(WanLinkTest, ADialThatGetsNoAnswerTimesOutClosesTheClientAndIsCounted) {
   absl::StatusOr<std::unique_ptr<LinkEmulator>> link =
       LinkEmulator::Start("127.0.0.1:0", forward, Custom(0, {}), milliseconds(300));
   ASSERT_TRUE(link.ok()) << link.status();
-  const int fd = Dial((*link)->port(), std::chrono::seconds(5));
-  ASSERT_GE(fd, 0);
-  // Closed by the dial timeout (300 ms), well before this read's own 5 s timeout.
-  EXPECT_TRUE(ClosedByPeer(fd));
-  EXPECT_TRUE(Eventually([&] { return (*link)->stats().failed_dials == 1; }));
-  EXPECT_EQ((*link)->stats().connections, 0u);
-  close(fd);
+  // Closed by the dial timeout (300 ms), well before the client's 5 s read timeout.
+  ExpectAConnectionClosedAsAFailedDial(**link);
   close(queued);
   close(full);
 }
