@@ -102,6 +102,13 @@ int RunWan(const WanOptions& o) {
     std::fprintf(stderr, "strait wan: %s\n", std::string(profile.status().message()).c_str());
     return 2;
   }
+  absl::StatusOr<std::chrono::microseconds> dial_timeout = wan::ParseDuration(o.dial_timeout);
+  if (!dial_timeout.ok() || dial_timeout->count() <= 0) {
+    std::fprintf(stderr, "strait wan: --dial-timeout %s: %s\n", o.dial_timeout.c_str(),
+                 dial_timeout.ok() ? "must be positive, e.g. 10s"
+                                   : std::string(dial_timeout.status().message()).c_str());
+    return 2;
+  }
   // Signals may land on any thread (libraries linked into `strait` start threads of their own
   // before main), so a handler passes them to the loop below through a pipe.
   if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
@@ -114,16 +121,9 @@ int RunWan(const WanOptions& o) {
   action.sa_flags = SA_RESTART;
   for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGUSR2}) sigaction(s, &action, nullptr);
 
-  absl::StatusOr<std::chrono::microseconds> dial_timeout = wan::ParseDuration(o.dial_timeout);
-  if (!dial_timeout.ok() || dial_timeout->count() <= 0) {
-    std::fprintf(stderr, "strait wan: --dial-timeout %s: %s\n", o.dial_timeout.c_str(),
-                 dial_timeout.ok() ? "must be positive, e.g. 10s"
-                                   : std::string(dial_timeout.status().message()).c_str());
-    return 2;
-  }
-  const auto dial_ms = std::chrono::ceil<std::chrono::milliseconds>(*dial_timeout);
-  absl::StatusOr<std::unique_ptr<wan::LinkEmulator>> link =
-      wan::LinkEmulator::Start(o.listen, o.forward, *profile, dial_ms);
+  absl::StatusOr<std::unique_ptr<wan::LinkEmulator>> link = wan::LinkEmulator::Start(
+      o.listen, o.forward, *profile,
+      std::chrono::ceil<std::chrono::milliseconds>(*dial_timeout));
   if (!link.ok()) {
     std::fprintf(stderr, "strait wan: %s\n", std::string(link.status().message()).c_str());
     return link.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
