@@ -423,6 +423,17 @@ TEST(WanLinkTest, ADialThatGetsNoAnswerTimesOutClosesTheClientAndIsCounted) {
   EXPECT_EQ(
       LinkEmulator::Start("127.0.0.1:0", forward, Custom(0, {}), milliseconds(0)).status().code(),
       absl::StatusCode::kInvalidArgument);
+  {  // With a long timeout the dial just hangs: the client stays open and nothing is counted.
+    absl::StatusOr<std::unique_ptr<LinkEmulator>> patient =
+        LinkEmulator::Start("127.0.0.1:0", forward, Custom(0, {}), std::chrono::minutes(1));
+    ASSERT_TRUE(patient.ok()) << patient.status();
+    const int fd = Dial((*patient)->port(), std::chrono::seconds(1));
+    ASSERT_GE(fd, 0);
+    EXPECT_FALSE(ClosedByPeer(fd));  // The read timed out after 1 s.
+    EXPECT_EQ((*patient)->stats().failed_dials, 0u);
+    EXPECT_EQ((*patient)->stats().connections, 0u);
+    close(fd);
+  }
   absl::StatusOr<std::unique_ptr<LinkEmulator>> link =
       LinkEmulator::Start("127.0.0.1:0", forward, Custom(0, {}), milliseconds(300));
   ASSERT_TRUE(link.ok()) << link.status();
