@@ -7,22 +7,24 @@
 // step against raw fp32, and how each site spent its training time (compute, wait, codec, crypto).
 //
 // With --wan PROFILE, for the lossless chain and a compressed one, the federation runs on plain
-// loopback and then with every site behind its own emulated link (tools/wan), and each run is set
-// against the lower bound on step time that its measured compute and the links allow
-// (bench/step_time_bound.h): achieved/bound says how much of the step is overhead that physics does
-// not demand.
+// loopback, then with every site behind its own emulated link with no delay and no rate limit
+// ("pass-through": the emulators' CPU without the link's physics), then behind links of the
+// profile (tools/wan), and each run is set against the lower bound on step time that its measured
+// compute and the links allow (bench/step_time_bound.h): achieved/bound says how much of the step
+// is overhead that physics does not demand.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_format.h"
 #include "bench/step_time_bound.h"
+#include "core/cpu_time.h"
 #include "core/job_spec.h"
 #include "tools/command.h"
 #include "tools/job_spec_options.h"
@@ -44,6 +46,7 @@ struct E2eOptions {
 struct SiteFigures {
   std::string id;
   double train_seconds = 0;
+  double train_cpu_seconds = 0;
   nlohmann::json time;  // compute_s, wait_s, encode_s, decode_s, seal_s, open_s, forward_s, ...
   double WaitFraction() const { return time.value("wait_s", 0.0) / std::max(train_seconds, 1e-9); }
 };
@@ -52,6 +55,9 @@ struct FederationRun {
   double samples_per_second = 0;         // The last stage's.
   double raw_bytes = 0, wire_bytes = 0;  // Sent across every boundary, both directions, all steps.
   std::vector<SiteFigures> sites;
+  // CPU seconds of the sites' training loops, the gateway and this process (the emulators'
+  // threads).
+  double cpu_seconds = 0, gateway_cpu_seconds = 0, emulator_cpu_seconds = 0;
   // Wire bytes of one frame across each boundary (mean over the run), for the bound.
   std::vector<double> forward_frame_bytes, backward_frame_bytes;
 };
@@ -76,6 +82,7 @@ absl::StatusOr<FederationRun> RunFederation(LocalFederation& fed, const JobSpec&
   if (!fed.StartGateway({"--log-level", "warn"}, &error)) {
     return absl::InternalError("the gateway did not start:\n" + error);
   }
+  const double own_cpu_before = ProcessCpuSeconds();
   if (wan) {
     if (absl::Status s = fed.EmulateWan(*wan); !s.ok()) return s;
   }
@@ -87,6 +94,9 @@ absl::StatusOr<FederationRun> RunFederation(LocalFederation& fed, const JobSpec&
     }
   }
   FederationRun run;
+  run.gateway_cpu_seconds = fed.gateway().CpuSeconds();
+  run.emulator_cpu_seconds = ProcessCpuSeconds() - own_cpu_before;
+  run.cpu_seconds = run.gateway_cpu_seconds + run.emulator_cpu_seconds;
   const size_t boundaries = ids.size() - 1;
   run.forward_frame_bytes.assign(boundaries, 0);
   run.backward_frame_bytes.assign(boundaries, 0);
@@ -94,7 +104,9 @@ absl::StatusOr<FederationRun> RunFederation(LocalFederation& fed, const JobSpec&
     nlohmann::json m = Metrics(fed.OutDir(id));
     if (m.is_discarded()) return absl::InternalError("site " + id + " wrote no metrics.json");
     if (id == ids.back()) run.samples_per_second = m.value("samples_per_second", 0.0);
-    run.sites.push_back({id, m.value("train_seconds", 0.0), m["time"]});
+    run.sites.push_back(
+        {id, m.value("train_seconds", 0.0), m.value("train_cpu_seconds", 0.0), m["time"]});
+    run.cpu_seconds += run.sites.back().train_cpu_seconds;
     for (const auto& link : m["links"]) {
       if (!link.value("sent", false)) continue;  // Counted once, by the sender.
       const double wire = link.value("wire_bytes", 0.0), frames = link.value("frames", 0.0);
@@ -218,6 +230,8 @@ int RunAgainstTrain(const E2eOptions& o, const std::string& yaml, const JobSpec&
   return 0;
 }
 
+enum class LinkKind { kLoopback, kPassThrough, kProfile };
+
 // Loopback against the WAN profile, for the lossless chain and a compressed one.
 int RunWan(const E2eOptions& o) {
   absl::StatusOr<wan::LinkProfile> profile = wan::NamedProfile(o.wan);
@@ -239,7 +253,9 @@ int RunWan(const E2eOptions& o) {
     compressed.overrides.backward_codec = "bf16";
   }
   const int64_t steps = o.overrides.steps;
+  const double cores = std::max(1u, std::thread::hardware_concurrency());
   nlohmann::json runs = nlohmann::json::array();
+  std::string summary;
   bool header = false;
   for (const Chain& chain : {lossless, compressed}) {
     absl::StatusOr<RewrittenJobSpec> rewritten = RewriteJobSpec(o.config, chain.overrides);
@@ -255,16 +271,22 @@ int RunWan(const E2eOptions& o) {
                   o.wan.c_str(), wan::Describe(*profile).c_str(), spec.name.c_str(),
                   static_cast<long long>(steps), t.global_batch, t.microbatches, ToString(t.schedule),
                   spec.sites.size());
-      std::printf("%-30s %-10s %9s %9s %9s %9s %9s %-9s %9s %9s %10s  %s\n",
+      std::printf("%-30s %-12s %9s %9s %9s %9s %9s %-9s %9s %9s %10s %9s %6s  %s\n",
                   "chain (forward/backward)", "link", "samples/s", "step ms", "bound ms", "link ms",
-                  "achieved", "bound by", "queued", "achieved", "wire MiB", "wait");
-      std::printf("%-30s %-10s %9s %9s %9s %9s %9s %-9s %9s %9s %10s  %s\n", "", "", "", "", "",
-                  "(bytes)", "/bound", "", "links ms", "/queued", "per step", "per site");
+                  "achieved", "bound by", "queued", "achieved", "wire MiB", "cpu ms", "cores",
+                  "wait");
+      std::printf("%-30s %-12s %9s %9s %9s %9s %9s %-9s %9s %9s %10s %9s %6s  %s\n", "", "", "", "",
+                  "", "(bytes)", "/bound", "", "links ms", "/queued", "per step", "per step",
+                  "busy", "per site");
       header = true;
     }
-    for (bool emulated : {false, true}) {
+    // Samples/s on loopback and through pass-through emulators, for the summary lines.
+    double loopback_sps = 0, passthrough_sps = 0;
+    for (LinkKind kind : {LinkKind::kLoopback, LinkKind::kPassThrough, LinkKind::kProfile}) {
       std::optional<wan::LinkProfile> link;
-      if (emulated) link = *profile;
+      if (kind == LinkKind::kPassThrough) link = wan::LinkProfile{.name = "pass-through"};
+      if (kind == LinkKind::kProfile) link = *profile;
+      const std::string link_name = kind == LinkKind::kLoopback ? "loopback" : link->name;
       LocalFederation fed(rewritten->yaml, SiteIds(spec));
       absl::StatusOr<FederationRun> run = RunFederation(fed, spec, link);
       if (!run.ok()) {
@@ -273,24 +295,28 @@ int RunWan(const E2eOptions& o) {
       }
       const bench::StepBound bound = Bound(spec, *run, steps, link);
       const double step_s = t.global_batch / std::max(run->samples_per_second, 1e-9);
+      const double cpu_per_step_s = run->cpu_seconds / static_cast<double>(steps);
+      // The share of this machine's cores the federation kept busy: near 1, the step is as short as
+      // its CPU work allows here, whatever the links and the schedule.
+      const double cores_busy = cpu_per_step_s / (step_s * cores);
       const std::string chain_name =
           absl::StrFormat("%s %s/%s", chain.name, spec.links[0].forward, spec.links[0].backward);
       std::string waits;
       for (const SiteFigures& s : run->sites) waits += absl::StrFormat("%s%.2f", waits.empty() ? "" : " ", s.WaitFraction());
       if (!o.json) {
-        std::printf("%-30s %-10s %9.0f %9.1f %9.1f %9.1f %8.2fx %-9s %9.1f %8.2fx %10.3f  %s\n",
-                    chain_name.c_str(), emulated ? o.wan.c_str() : "loopback",
-                    run->samples_per_second, 1e3 * step_s, 1e3 * bound.step_s,
-                    1e3 * bound.bandwidth_s, step_s / std::max(bound.step_s, 1e-12),
-                    bound.limited_by.c_str(), 1e3 * bound.queued_s,
-                    step_s / std::max(bound.queued_s, 1e-12), run->wire_bytes / steps / (1 << 20),
-                    waits.c_str());
+        std::printf(
+            "%-30s %-12s %9.0f %9.1f %9.1f %9.1f %8.2fx %-9s %9.1f %8.2fx %10.3f %9.1f %6.2f  %s\n",
+            chain_name.c_str(), link_name.c_str(), run->samples_per_second, 1e3 * step_s,
+            1e3 * bound.step_s, 1e3 * bound.bandwidth_s, step_s / std::max(bound.step_s, 1e-12),
+            bound.limited_by.c_str(), 1e3 * bound.queued_s,
+            step_s / std::max(bound.queued_s, 1e-12), run->wire_bytes / steps / (1 << 20),
+            1e3 * cpu_per_step_s, cores_busy, waits.c_str());
         std::fflush(stdout);
       }
       nlohmann::json entry = {{"chain", chain.name},
                               {"forward_codec", spec.links[0].forward},
                               {"backward_codec", spec.links[0].backward},
-                              {"link", emulated ? o.wan : "loopback"},
+                              {"link", link_name},
                               {"samples_per_second", run->samples_per_second},
                               {"step_s", step_s},
                               {"bound",
@@ -306,14 +332,28 @@ int RunWan(const E2eOptions& o) {
                               {"achieved_over_bound", step_s / std::max(bound.step_s, 1e-12)},
                               {"achieved_over_queued", step_s / std::max(bound.queued_s, 1e-12)},
                               {"raw_bytes_per_step", run->raw_bytes / steps},
-                              {"wire_bytes_per_step", run->wire_bytes / steps}};
+                              {"wire_bytes_per_step", run->wire_bytes / steps},
+                              {"cpu_s_per_step", cpu_per_step_s},
+                              {"gateway_cpu_s", run->gateway_cpu_seconds},
+                              {"emulator_cpu_s", run->emulator_cpu_seconds},
+                              {"cores_busy", cores_busy}};
       for (const SiteFigures& s : run->sites) {
         entry["sites"].push_back({{"site", s.id},
                                   {"train_seconds", s.train_seconds},
+                                  {"train_cpu_seconds", s.train_cpu_seconds},
                                   {"wait_fraction", s.WaitFraction()},
                                   {"time", s.time}});
       }
       runs.push_back(entry);
+      if (kind == LinkKind::kLoopback) loopback_sps = run->samples_per_second;
+      if (kind == LinkKind::kPassThrough) passthrough_sps = run->samples_per_second;
+      if (kind == LinkKind::kProfile) {
+        summary +=
+            absl::StrFormat("%s: %s %.0f samples/s = %.0f%% of loopback, %.0f%% of pass-through\n",
+                            chain.name, o.wan, run->samples_per_second,
+                            100 * run->samples_per_second / std::max(loopback_sps, 1e-9),
+                            100 * run->samples_per_second / std::max(passthrough_sps, 1e-9));
+      }
     }
   }
   if (o.json) {
@@ -327,10 +367,19 @@ int RunWan(const E2eOptions& o) {
     std::printf("%s\n", out.dump(1).c_str());
     return 0;
   }
-  std::printf("\nachieved/bound: measured step time over the lower bound that the run's own compute and "
-              "the links allow (docs/benchmarks.md); link ms: the busiest link's bytes per step over its "
-              "rate (part of the bound); wait: fraction of each site's training time spent waiting for "
-              "frames.\n");
+  std::printf("\n%s", summary.c_str());
+  std::printf(
+      "\nachieved/bound: measured step time over the lower bound that the run's own compute and "
+      "the links allow (docs/benchmarks.md); link ms: the busiest link's bytes per step over its "
+      "rate (part of the bound); wait: fraction of each site's training time spent waiting for "
+      "frames; cpu ms: CPU time per step of the sites' training loops, the gateway and the "
+      "emulators; cores busy: "
+      "that over the step time and this machine's %u cores (near 1: the step is as short as "
+      "its CPU work allows here); pass-through: every site behind an emulator with no delay and no "
+      "rate limit "
+      "(the emulators' CPU, which shares this machine's cores with the sites, without the "
+      "link).\n",
+      static_cast<unsigned>(cores));
   return 0;
 }
 
@@ -361,10 +410,12 @@ void AddBenchE2eCommand(CLI::App& bench, int* exit_code) {
                   "Rounds of (strait train, federation); the best ratio counts (without --wan)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--wan", o->wan,
-                  "Emulated link profile between every site and the gateway (metro, region, continent, "
-                  "satellite): runs the lossless and a compressed chain (--codec..., default int8+zstd "
-                  "forward, bf16 backward) on loopback and through the profile")
+  cmd->add_option(
+         "--wan", o->wan,
+         "Emulated link profile between every site and the gateway (metro, region, continent, "
+         "satellite): runs the lossless and a compressed chain (--codec..., default int8+zstd "
+         "forward, bf16 backward) on loopback, through pass-through emulators (no delay, no rate "
+         "limit) and through the profile")
       ->type_name("PROFILE");
   cmd->add_flag("--json", o->json, "Print JSON instead of a table");
   cmd->callback([o, exit_code] { *exit_code = RunE2e(*o); });

@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
+#include <string>
 #include <thread>
 
 namespace strait::tools {
@@ -81,6 +83,21 @@ bool Process::Running() {
   if (r == 0) return true;
   if (r == pid_) exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return false;
+}
+
+double Process::CpuSeconds() const {
+  std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Fields after the command name (which may hold spaces, so it is skipped up to its last ')'):
+  // state is field 3; utime and stime, in clock ticks, fields 14 and 15.
+  const size_t name_end = stat.rfind(')');
+  if (pid_ <= 0 || exit_code_ != -1 || name_end == std::string::npos) return 0.0;
+  std::istringstream fields(stat.substr(name_end + 1));
+  std::string skipped;
+  for (int field = 3; field <= 13; ++field) fields >> skipped;
+  unsigned long long user = 0, system = 0;
+  if (!(fields >> user >> system)) return 0.0;
+  return static_cast<double>(user + system) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 void Process::Kill(int signal) {

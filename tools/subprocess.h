@@ -55,6 +55,9 @@ class Process {
   // Waits for the exit; returns the exit code, or 128 + signal, or -1 on timeout.
   int Wait(std::chrono::seconds timeout);
   bool Running();
+  // User plus system CPU seconds of the running process so far (Linux /proc); 0 once Wait() or
+  // Running() saw it exit.
+  double CpuSeconds() const;
   pid_t pid() const { return pid_; }
   // The last `bytes` of the log (for failure messages).
   std::string LogTail(size_t bytes = 4000) const;

@@ -1,5 +1,7 @@
 #include "site/daemon/site_daemon.h"
 
+#include <spdlog/spdlog.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -9,17 +11,16 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/join_request.h"
+#include "core/cpu_time.h"
 #include "core/job_spec.h"
+#include "core/join_request.h"
 #include "core/logging.h"
 #include "core/status.h"
 #include "crypto/certificates.h"
@@ -426,6 +427,7 @@ absl::Status RunSite(const SiteOptions& o) {
   std::vector<double> losses;  // losses[i]: the loss of step losses_from + i (last stage).
   int64_t losses_from = -1;
   double train_seconds = 0.0;
+  double train_cpu_seconds = 0.0;  // This process's CPU time (all threads) over the same loops.
   std::optional<double> accuracy;
   absl::Status result;
   int64_t steps_done = 0;
@@ -494,6 +496,7 @@ absl::Status RunSite(const SiteOptions& o) {
       // other sites to join and for the gateway's start.
       const auto start = Clock::now();
       const double trained_before = train_seconds;
+      const double cpu_at_start = ProcessCpuSeconds();
       auto window_start = start;
       int64_t window_steps = 0;
       int64_t saved_through = from;  // Newest checkpoint of this pass (or the one it resumed from).
@@ -550,6 +553,7 @@ absl::Status RunSite(const SiteOptions& o) {
         }
       }
       train_seconds = trained_before + Seconds(start, Clock::now());
+      train_cpu_seconds += ProcessCpuSeconds() - cpu_at_start;
       if (result.ok() && o.evaluate) {
         absl::StatusOr<std::optional<double>> evaluated = runner.Evaluate();
         if (evaluated.ok()) {
@@ -591,6 +595,7 @@ absl::Status RunSite(const SiteOptions& o) {
                               {"steps", total},
                               {"samples_per_second", samples_per_second},
                               {"train_seconds", train_seconds},
+                              {"train_cpu_seconds", train_cpu_seconds},
                               {"links", LinksJson(totals.links)},
                               {"rejected_frames", totals.rejected_frames},
                               {"time",

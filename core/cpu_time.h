@@ -1,0 +1,10 @@
+// CPU time used by this process: beside wall time, how much of the machine's cores a piece of work
+// took (the benchmarks compare it with what the cores can give).
+#pragma once
+
+namespace strait {
+
+// User plus system CPU seconds of every thread of this process so far.
+double ProcessCpuSeconds();
+
+}  // namespace strait
