@@ -12,15 +12,16 @@
 // profile (tools/wan), and each run is set against the lower bound on step time that its measured
 // compute and the links allow (bench/step_time_bound.h): achieved/bound says how much of the step
 // is overhead that physics does not demand.
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_format.h"
 #include "bench/step_time_bound.h"

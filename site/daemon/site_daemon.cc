@@ -1,7 +1,5 @@
 #include "site/daemon/site_daemon.h"
 
-#include <spdlog/spdlog.h>
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -11,10 +9,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <thread>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"

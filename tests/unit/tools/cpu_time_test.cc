@@ -1,14 +1,13 @@
 // CPU time of this process (core/cpu_time.h) and of a child (Process::CpuSeconds), which
 // `strait bench e2e` adds up to tell how busy the federation kept the machine's cores.
-#include "core/cpu_time.h"
-
-#include <gtest/gtest.h>
-
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <thread>
 
+#include <gtest/gtest.h>
+
+#include "core/cpu_time.h"
 #include "tools/subprocess.h"
 
 namespace strait::tools {
