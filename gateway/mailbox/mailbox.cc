@@ -1,5 +1,7 @@
 #include "gateway/mailbox/mailbox.h"
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 
 namespace strait::gateway {
@@ -8,6 +10,14 @@ namespace {
 // A producer retries only pushes that were in flight when its stream broke, all within the last
 // few steps; acknowledgements older than this many steps behind the newest are forgotten.
 constexpr uint64_t kAckedStepWindow = 16;
+
+// The smallest key of `step` in `generation`.
+MailboxKey FirstKeyOf(uint32_t generation, uint64_t step) {
+  return {.step = step,
+          .direction = std::numeric_limits<int>::min(),
+          .generation = generation,
+          .purpose = std::numeric_limits<int>::min()};
+}
 
 void RunAll(std::vector<std::function<void()>>& completions) {
   for (auto& completion : completions) completion();
@@ -255,8 +265,13 @@ std::map<MailboxKey, FramePtr>::iterator Mailbox::EraseFrameLocked(
 void Mailbox::TrimAckedLocked() {
   if (newest_step_ < kAckedStepWindow) return;
   const uint64_t oldest_kept = newest_step_ - kAckedStepWindow;
+  // Keys sort by generation, then step: each generation's old steps are a prefix of its keys, so
+  // this runs once per acknowledgement without walking the thousands of keys it keeps.
   for (auto it = acked_.begin(); it != acked_.end();) {
-    it = it->step < oldest_kept ? acked_.erase(it) : std::next(it);
+    const uint32_t generation = it->generation;
+    acked_.erase(it, acked_.lower_bound(FirstKeyOf(generation, oldest_kept)));
+    if (generation == std::numeric_limits<uint32_t>::max()) break;
+    it = acked_.lower_bound(FirstKeyOf(generation + 1, 0));
   }
 }
 

@@ -198,6 +198,26 @@ TEST(MailboxTest, HoldsKnowsStoredAndAcknowledgedKeys) {
   EXPECT_TRUE(mailbox.Holds(MailboxKey::From(key)));  // a retried push would be a duplicate
 }
 
+TEST(MailboxTest, AcknowledgedKeysFarBehindTheNewestStepAreForgottenInEveryGeneration) {
+  Mailbox mailbox(1 << 20);
+  auto push_and_ack = [&](uint64_t step, uint32_t generation) {
+    const v1::TensorKey key = Key(step, 0, 0, v1::FORWARD, generation);
+    Push(mailbox, key, 10);
+    ASSERT_TRUE(mailbox.Ack(MailboxKey::From(key)).ok());
+  };
+  push_and_ack(0, 1);
+  push_and_ack(5, 1);
+  for (uint64_t step = 0; step <= 20; ++step) push_and_ack(step, 2);
+  // 16 steps behind step 20 are kept: step 4 and later, in both generations.
+  for (uint32_t generation : {1u, 2u}) {
+    EXPECT_FALSE(mailbox.Holds(MailboxKey::From(Key(0, 0, 0, v1::FORWARD, generation))));
+    EXPECT_TRUE(mailbox.Holds(MailboxKey::From(Key(5, 0, 0, v1::FORWARD, generation))));
+  }
+  EXPECT_FALSE(mailbox.Holds(MailboxKey::From(Key(3, 0, 0, v1::FORWARD, 2))));
+  EXPECT_TRUE(mailbox.Holds(MailboxKey::From(Key(4, 0, 0, v1::FORWARD, 2))));
+  EXPECT_TRUE(mailbox.Holds(MailboxKey::From(Key(20, 0, 0, v1::FORWARD, 2))));
+}
+
 // Frames stream through: a pull is served from a frame's first chunk on.
 TEST(MailboxTest, APullIsServedByAFrameStillArriving) {
   Mailbox mailbox(1000);
