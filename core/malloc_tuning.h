@@ -7,10 +7,10 @@ namespace strait {
 // glibc's defaults map every block of 128 KiB or more afresh and trim a heap as soon as 128 KiB at
 // its top are free (raising both limits only as larger mapped blocks are freed), so a process that
 // allocates and frees frames, chunks and link buffers of tens to hundreds of KiB many times a
-// second pays page faults and TLB shootdowns for many of them. With the limits set to where glibc's own adjustment ends (blocks up to 32 MiB from the
-// heap, trimming beyond 64 MiB free) the link emulator spends a third less CPU per step at
-// `region` (docs/benchmarks.md, "What separates the runs from the bound"). Call first thing in
-// main(), before any thread starts.
+// second pays page faults and TLB shootdowns for many of them. With the limits set to where
+// glibc's own adjustment ends (blocks up to 32 MiB from the heap, trimming beyond 64 MiB free) the
+// link emulators spend a third less CPU per step at `region` (docs/benchmarks.md, "The machine's
+// cores"). Call first thing in main(), before any thread starts.
 void KeepFreedMemoryForReuse();
 
 }  // namespace strait
