@@ -56,9 +56,15 @@ struct FederationRun {
   double samples_per_second = 0;         // The last stage's.
   double raw_bytes = 0, wire_bytes = 0;  // Sent across every boundary, both directions, all steps.
   std::vector<SiteFigures> sites;
-  // CPU seconds of the sites' training loops, the gateway and this process (the emulators'
-  // threads).
-  double cpu_seconds = 0, gateway_cpu_seconds = 0, emulator_cpu_seconds = 0;
+  // CPU seconds of the gateway and of this process during the run (the emulators' threads, and
+  // its own few ms of waiting for the sites).
+  double gateway_cpu_seconds = 0, emulator_cpu_seconds = 0;
+  // With the sites' training loops: all the CPU the federation spent.
+  double CpuSeconds() const {
+    double sum = gateway_cpu_seconds + emulator_cpu_seconds;
+    for (const SiteFigures& s : sites) sum += s.train_cpu_seconds;
+    return sum;
+  }
   // Wire bytes of one frame across each boundary (mean over the run), for the bound.
   std::vector<double> forward_frame_bytes, backward_frame_bytes;
 };
@@ -97,7 +103,6 @@ absl::StatusOr<FederationRun> RunFederation(LocalFederation& fed, const JobSpec&
   FederationRun run;
   run.gateway_cpu_seconds = fed.gateway().CpuSeconds();
   run.emulator_cpu_seconds = ProcessCpuSeconds() - own_cpu_before;
-  run.cpu_seconds = run.gateway_cpu_seconds + run.emulator_cpu_seconds;
   const size_t boundaries = ids.size() - 1;
   run.forward_frame_bytes.assign(boundaries, 0);
   run.backward_frame_bytes.assign(boundaries, 0);
@@ -107,7 +112,6 @@ absl::StatusOr<FederationRun> RunFederation(LocalFederation& fed, const JobSpec&
     if (id == ids.back()) run.samples_per_second = m.value("samples_per_second", 0.0);
     run.sites.push_back(
         {id, m.value("train_seconds", 0.0), m.value("train_cpu_seconds", 0.0), m["time"]});
-    run.cpu_seconds += run.sites.back().train_cpu_seconds;
     for (const auto& link : m["links"]) {
       if (!link.value("sent", false)) continue;  // Counted once, by the sender.
       const double wire = link.value("wire_bytes", 0.0), frames = link.value("frames", 0.0);
@@ -296,7 +300,7 @@ int RunWan(const E2eOptions& o) {
       }
       const bench::StepBound bound = Bound(spec, *run, steps, link);
       const double step_s = t.global_batch / std::max(run->samples_per_second, 1e-9);
-      const double cpu_per_step_s = run->cpu_seconds / static_cast<double>(steps);
+      const double cpu_per_step_s = run->CpuSeconds() / static_cast<double>(steps);
       // The share of this machine's cores the federation kept busy: near 1, the step is as short as
       // its CPU work allows here, whatever the links and the schedule.
       const double cores_busy = cpu_per_step_s / (step_s * cores);
@@ -374,12 +378,10 @@ int RunWan(const E2eOptions& o) {
       "the links allow (docs/benchmarks.md); link ms: the busiest link's bytes per step over its "
       "rate (part of the bound); wait: fraction of each site's training time spent waiting for "
       "frames; cpu ms: CPU time per step of the sites' training loops, the gateway and the "
-      "emulators; cores busy: "
-      "that over the step time and this machine's %u cores (near 1: the step is as short as "
-      "its CPU work allows here); pass-through: every site behind an emulator with no delay and no "
-      "rate limit "
-      "(the emulators' CPU, which shares this machine's cores with the sites, without the "
-      "link).\n",
+      "emulators; cores busy: that over the step time and this machine's %u cores (near 1: the "
+      "step is as short as its CPU work allows here); pass-through: every site behind an emulator "
+      "with no delay and no rate limit (the emulators' CPU, which shares this machine's cores "
+      "with the sites, without the link).\n",
       static_cast<unsigned>(cores));
   return 0;
 }

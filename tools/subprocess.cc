@@ -86,12 +86,13 @@ bool Process::Running() {
 }
 
 double Process::CpuSeconds() const {
+  if (pid_ <= 0 || exit_code_ != -1) return 0.0;
   std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
   std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   // Fields after the command name (which may hold spaces, so it is skipped up to its last ')'):
   // state is field 3; utime and stime, in clock ticks, fields 14 and 15.
   const size_t name_end = stat.rfind(')');
-  if (pid_ <= 0 || exit_code_ != -1 || name_end == std::string::npos) return 0.0;
+  if (name_end == std::string::npos) return 0.0;
   std::istringstream fields(stat.substr(name_end + 1));
   std::string skipped;
   for (int field = 3; field <= 13; ++field) fields >> skipped;
