@@ -53,7 +53,10 @@ struct SiteFigures {
 };
 
 struct FederationRun {
-  double samples_per_second = 0;         // The last stage's.
+  double samples_per_second = 0;  // The last stage's, over its whole run.
+  // The last stage's from the end of its first step to the end of its last: the steady state,
+  // without the pipeline's fill and drain (what the bound is a bound on).
+  double steady_samples_per_second = 0;
   double raw_bytes = 0, wire_bytes = 0;  // Sent across every boundary, both directions, all steps.
   std::vector<SiteFigures> sites;
   // CPU seconds of the gateway and of this process during the run (the emulators' threads, and
@@ -109,7 +112,10 @@ absl::StatusOr<FederationRun> RunFederation(LocalFederation& fed, const JobSpec&
   for (const std::string& id : ids) {
     nlohmann::json m = Metrics(fed.OutDir(id));
     if (m.is_discarded()) return absl::InternalError("site " + id + " wrote no metrics.json");
-    if (id == ids.back()) run.samples_per_second = m.value("samples_per_second", 0.0);
+    if (id == ids.back()) {
+      run.samples_per_second = m.value("samples_per_second", 0.0);
+      run.steady_samples_per_second = m.value("steady_samples_per_second", run.samples_per_second);
+    }
     run.sites.push_back(
         {id, m.value("train_seconds", 0.0), m.value("train_cpu_seconds", 0.0), m["time"]});
     for (const auto& link : m["links"]) {
@@ -299,7 +305,7 @@ int RunWan(const E2eOptions& o) {
         return 1;
       }
       const bench::StepBound bound = Bound(spec, *run, steps, link);
-      const double step_s = t.global_batch / std::max(run->samples_per_second, 1e-9);
+      const double step_s = t.global_batch / std::max(run->steady_samples_per_second, 1e-9);
       const double cpu_per_step_s = run->CpuSeconds() / static_cast<double>(steps);
       // The share of this machine's cores the federation kept busy: near 1, the step is as short as
       // its CPU work allows here, whatever the links and the schedule.
@@ -311,7 +317,7 @@ int RunWan(const E2eOptions& o) {
       if (!o.json) {
         std::printf(
             "%-30s %-12s %9.0f %9.1f %9.1f %9.1f %8.2fx %-9s %9.1f %8.2fx %10.3f %9.1f %6.2f  %s\n",
-            chain_name.c_str(), link_name.c_str(), run->samples_per_second, 1e3 * step_s,
+            chain_name.c_str(), link_name.c_str(), run->steady_samples_per_second, 1e3 * step_s,
             1e3 * bound.step_s, 1e3 * bound.bandwidth_s, step_s / std::max(bound.step_s, 1e-12),
             bound.limited_by.c_str(), 1e3 * bound.queued_s,
             step_s / std::max(bound.queued_s, 1e-12), run->wire_bytes / steps / (1 << 20),
@@ -322,7 +328,8 @@ int RunWan(const E2eOptions& o) {
                               {"forward_codec", spec.links[0].forward},
                               {"backward_codec", spec.links[0].backward},
                               {"link", link_name},
-                              {"samples_per_second", run->samples_per_second},
+                              {"samples_per_second", run->steady_samples_per_second},
+                              {"whole_run_samples_per_second", run->samples_per_second},
                               {"step_s", step_s},
                               {"bound",
                                {{"step_s", bound.step_s},
@@ -331,6 +338,7 @@ int RunWan(const E2eOptions& o) {
                                 {"path_transfer_s", bound.path_transfer_s},
                                 {"crossings", bound.crossings},
                                 {"bandwidth_s", bound.bandwidth_s},
+                                {"link_s", bound.link_s},
                                 {"limited_by", bound.limited_by},
                                 {"queued_s", bound.queued_s},
                                 {"queued_wait_s", bound.queued_wait_s}}},
@@ -350,14 +358,14 @@ int RunWan(const E2eOptions& o) {
                                   {"time", s.time}});
       }
       runs.push_back(entry);
-      if (kind == LinkKind::kLoopback) loopback_sps = run->samples_per_second;
-      if (kind == LinkKind::kPassThrough) passthrough_sps = run->samples_per_second;
+      if (kind == LinkKind::kLoopback) loopback_sps = run->steady_samples_per_second;
+      if (kind == LinkKind::kPassThrough) passthrough_sps = run->steady_samples_per_second;
       if (kind == LinkKind::kProfile) {
         summary +=
             absl::StrFormat("%s: %s %.0f samples/s = %.0f%% of loopback, %.0f%% of pass-through\n",
-                            chain.name, o.wan, run->samples_per_second,
-                            100 * run->samples_per_second / std::max(loopback_sps, 1e-9),
-                            100 * run->samples_per_second / std::max(passthrough_sps, 1e-9));
+                            chain.name, o.wan, run->steady_samples_per_second,
+                            100 * run->steady_samples_per_second / std::max(loopback_sps, 1e-9),
+                            100 * run->steady_samples_per_second / std::max(passthrough_sps, 1e-9));
       }
     }
   }
@@ -374,10 +382,12 @@ int RunWan(const E2eOptions& o) {
   }
   std::printf("\n%s", summary.c_str());
   std::printf(
-      "\nachieved/bound: measured step time over the lower bound that the run's own compute and "
-      "the links allow (docs/benchmarks.md); link ms: the busiest link's bytes per step over its "
-      "rate (part of the bound); wait: fraction of each site's training time spent waiting for "
-      "frames; cpu ms: CPU time per step of the sites' training loops, the gateway and the "
+      "\nsamples/s and step ms: the last stage's, from the end of its first step to the end of its "
+      "last (the steady state: no pipeline fill or drain); achieved/bound: that step time over the "
+      "lower bound that the run's own compute and the links allow (docs/benchmarks.md); link ms: "
+      "the busiest link's bytes per step over its rate (part of the bound); wait: fraction of each "
+      "site's training time spent waiting for frames; cpu ms: CPU time per step of the sites' "
+      "training loops, the gateway and the "
       "emulators; cores busy: that over the step time and this machine's %u cores (near 1: the "
       "step is as short as its CPU work allows here); pass-through: every site behind an emulator "
       "with no delay and no rate limit (the emulators' CPU, which shares this machine's cores "

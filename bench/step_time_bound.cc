@@ -213,6 +213,174 @@ Event SteadyPeriod(const BoundInput& in, Links links) {
           .crossings = static_cast<int>((b.crossings - a.crossings) / n + 0.5)};
 }
 
+// The busiest link of a flushed schedule (1f1b, gpipe), with the latency it cannot overlap: every
+// frame of step t exists after stage 0 finished its update of step t - 1 (all of the step's work
+// follows stage 0's first forward) and comes before the end of stage 0's update of step t (every
+// frame leads to one of stage 0's backward passes). So a link direction carries its bytes of the
+// step between the earliest moment any of its frames can start, `head`, and the latest moment
+// from which the rest of the step still fits, `tail` before the step's end:
+// period >= head + bytes / rate + tail. Head and tail are longest paths in the one-step dependency
+// graph (ops and crossings as in the path, each frame alone on its links); a stage's ops of the
+// previous step are left out, which can only shorten them. With 2bw the steps overlap, and only
+// the bytes over the rate remain.
+class FlushedStep {
+ public:
+  explicit FlushedStep(const BoundInput& in)
+      : in_(in), stages_(static_cast<int>(in.stages.size())) {
+    for (int s = 0; s < stages_; ++s) {
+      for (const site::ScheduleOp& op : site::StepOps(in.schedule, stages_, s, in.microbatches, 0,
+                                                      0, 0, in.extra_in_flight, in.update)) {
+        index_[{s, op.kind, op.microbatch}] = static_cast<int>(nodes_.size());
+        nodes_.push_back({s, op, Duration(s, op)});
+      }
+    }
+    out_.resize(nodes_.size());
+    for (int v = 0; v < static_cast<int>(nodes_.size()); ++v) {
+      if (v > 0 && nodes_[v - 1].stage == nodes_[v].stage) {
+        out_[v - 1].push_back({v, nodes_[v - 1].duration, -1, 0});
+      }
+      AddInput(v);
+    }
+    Order();
+  }
+
+  double LinkBound() const {
+    // Earliest start of each op after the step starts, and the longest path from its start to the
+    // end of stage 0's update.
+    const int n = static_cast<int>(nodes_.size());
+    constexpr double kNever = -1e300;
+    std::vector<double> earliest(n, kNever), rest(n, kNever);
+    earliest[0] = 0;  // Stage 0's first forward, which every op of the step follows.
+    for (int u : order_) {
+      if (earliest[u] == kNever) continue;
+      for (const Edge& e : out_[u]) {
+        earliest[e.to] = std::max(earliest[e.to], earliest[u] + e.weight);
+      }
+    }
+    const int last = index_.at({0, site::ScheduleOp::kUpdate, 0});
+    rest[last] = nodes_[last].duration;
+    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+      for (const Edge& e : out_[*it]) {
+        if (rest[e.to] != kNever) rest[*it] = std::max(rest[*it], e.weight + rest[e.to]);
+      }
+    }
+    struct Direction {
+      double bytes = 0, head = 1e300, tail = 1e300;
+    };
+    std::vector<Direction> up(stages_), down(stages_);
+    for (int u = 0; u < n; ++u) {
+      for (const Edge& e : out_[u]) {
+        const bool counted = e.from_stage >= 0 && e.bytes > 0;  // A frame, not a 0-byte message.
+        if (!counted || earliest[u] == kNever || rest[e.to] == kNever) continue;
+        const int a = e.from_stage, b = nodes_[e.to].stage;
+        const double sent = earliest[u] + nodes_[u].duration;
+        const double da = in_.links[a].one_way_delay_s, db = in_.links[b].one_way_delay_s;
+        up[a].bytes += e.bytes;
+        up[a].head = std::min(up[a].head, sent);
+        up[a].tail = std::min(up[a].tail, da + db + rest[e.to]);
+        down[b].bytes += e.bytes;
+        down[b].head = std::min(down[b].head, sent + da);
+        down[b].tail = std::min(down[b].tail, db + rest[e.to]);
+      }
+    }
+    double bound = 0;
+    for (int s = 0; s < stages_; ++s) {
+      if (in_.links[s].bytes_per_second <= 0) continue;
+      for (const Direction& d : {up[s], down[s]}) {
+        if (d.bytes <= 0) continue;
+        bound = std::max(bound, d.head + d.bytes / in_.links[s].bytes_per_second + d.tail);
+      }
+    }
+    return bound;
+  }
+
+ private:
+  struct Node {
+    int stage;
+    site::ScheduleOp op;
+    double duration;
+  };
+  // `to` starts at least `weight` after `from` starts; a crossing from `from_stage` (-1: the same
+  // stage) carrying `bytes`.
+  struct Edge {
+    int to;
+    double weight;
+    int from_stage;
+    double bytes;
+  };
+
+  double Duration(int s, const site::ScheduleOp& op) const {
+    switch (op.kind) {
+      case site::ScheduleOp::kForward:
+        return in_.stages[s].forward_s;
+      case site::ScheduleOp::kBackward:
+        return in_.stages[s].backward_s;
+      case site::ScheduleOp::kClipNorm:
+        return 0;
+      case site::ScheduleOp::kUpdate:
+        return in_.stages[s].update_s;
+    }
+    return 0;
+  }
+
+  // The message op v waits for, as in PathSimulator::TryOp (the scale leaves at its sender's
+  // update's start).
+  void AddInput(int v) {
+    using Op = site::ScheduleOp;
+    const int s = nodes_[v].stage;
+    const Op& op = nodes_[v].op;
+    int from = -1;
+    double bytes = 0;
+    if (op.kind == Op::kForward && s > 0) {
+      from = s - 1;
+      bytes = in_.forward_frame_bytes[s - 1];
+    } else if (op.kind == Op::kBackward && s + 1 < stages_) {
+      from = s + 1;
+      bytes = in_.backward_frame_bytes[s];
+    } else if (op.kind == Op::kClipNorm && in_.clip && s + 1 < stages_) {
+      from = s + 1;
+    } else if (op.kind == Op::kUpdate && in_.clip && s > 0) {
+      from = s - 1;
+    }
+    if (from < 0) return;
+    const int u = index_.at({from, op.kind, op.microbatch});
+    const SiteLink& x = in_.links[from];
+    const SiteLink& y = in_.links[s];
+    const double crossing =
+        x.one_way_delay_s + y.one_way_delay_s + bytes / std::min(Rate(x), Rate(y));
+    const double leaves = op.kind == Op::kUpdate ? 0 : nodes_[u].duration;
+    out_[u].push_back({v, leaves + crossing, from, bytes});
+  }
+
+  // Topological order (Kahn).
+  void Order() {
+    const int n = static_cast<int>(nodes_.size());
+    std::vector<int> inputs(n, 0);
+    for (int u = 0; u < n; ++u) {
+      for (const Edge& e : out_[u]) ++inputs[e.to];
+    }
+    std::vector<int> ready;
+    for (int u = 0; u < n; ++u) {
+      if (inputs[u] == 0) ready.push_back(u);
+    }
+    while (!ready.empty()) {
+      const int u = ready.back();
+      ready.pop_back();
+      order_.push_back(u);
+      for (const Edge& e : out_[u]) {
+        if (--inputs[e.to] == 0) ready.push_back(e.to);
+      }
+    }
+  }
+
+  const BoundInput& in_;
+  const int stages_;
+  std::vector<Node> nodes_;
+  std::vector<std::vector<Edge>> out_;
+  std::map<std::tuple<int, int, int>, int> index_;  // (stage, kind, microbatch) -> node
+  std::vector<int> order_;
+};
+
 }  // namespace
 
 StepBound StepTimeLowerBound(const BoundInput& in) {
@@ -242,10 +410,13 @@ StepBound StepTimeLowerBound(const BoundInput& in) {
     if (rate > 0) bound.bandwidth_s = std::max(bound.bandwidth_s, std::max(up, down) * in.microbatches / rate);
   }
 
-  bound.step_s = std::max(bound.path_s, bound.bandwidth_s);
+  bound.link_s = in.schedule == Schedule::k2BW
+                     ? bound.bandwidth_s
+                     : std::max(bound.bandwidth_s, FlushedStep(in).LinkBound());
+  bound.step_s = std::max(bound.path_s, bound.link_s);
   const double compute = bound.path_s - bound.path_delay_s - bound.path_transfer_s;
-  if (bound.bandwidth_s >= bound.path_s) {
-    bound.limited_by = "bandwidth";
+  if (bound.link_s >= bound.path_s) {
+    bound.limited_by = bound.link_s > bound.bandwidth_s ? "link" : "bandwidth";
   } else if (bound.path_delay_s >= std::max(compute, bound.path_transfer_s)) {
     bound.limited_by = "latency";
   } else if (bound.path_transfer_s >= compute) {

@@ -9,7 +9,9 @@
 //     plus the frame's bytes over the slower link (sent once: a frame streamed through the
 //     gateway); with clipping, the norm travels from the last stage to the first and the scale
 //     back before each stage's update;
-//   * the busiest link direction: the bytes a site sends (or receives) per step over its rate.
+//   * the busiest link direction: the bytes a site sends (or receives) per step over its rate;
+//     with a flush (1f1b, gpipe) plus the latency before its first frame of a step can exist and
+//     after its last one, which no frame of the step can overlap.
 // Codec, crypto and gRPC costs are deliberately absent: they are what achieved/bound exposes.
 //
 // Beside the bound, a model that is not one: the same op stream with each link direction carrying
@@ -52,13 +54,16 @@ struct BoundInput {
 };
 
 struct StepBound {
-  double step_s = 0;            // max(path_s, bandwidth_s): no schedule of these ops runs faster.
+  double step_s = 0;            // max(path_s, link_s): no schedule of these ops runs faster.
   double path_s = 0;            // Critical path per step, in the steady state.
   double path_delay_s = 0;      // The part of path_s spent in one-way link delays.
   double path_transfer_s = 0;   // The part of path_s spent serializing frames at link rate.
   int crossings = 0;            // Stage-to-stage crossings on the critical path per step.
   double bandwidth_s = 0;       // Busiest link direction: its bytes per step over its rate.
-  std::string limited_by;       // "compute", "latency", "transfer" (frames on the path), "bandwidth".
+  double link_s = 0;            // Busiest link direction, with the latency it cannot overlap.
+  // "compute", "latency", "transfer" (frames on the path), "bandwidth" (link_s, its bytes alone),
+  // "link" (link_s, its bytes and the latency around them).
+  std::string limited_by;
   double queued_s = 0;          // The period with links that queue frames (above): >= path_s.
   double queued_wait_s = 0;     // The part of queued_s's path spent waiting for a busy link.
 };

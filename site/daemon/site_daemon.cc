@@ -431,6 +431,11 @@ absl::Status RunSite(const SiteOptions& o) {
   std::optional<double> accuracy;
   absl::Status result;
   int64_t steps_done = 0;
+  // The steady state, for benchmarks: from the end of the first step to the end of the last, so
+  // that neither the pipeline's fill (in the first step) nor its drain (the stages end their last
+  // step at different times) counts in the period.
+  std::optional<Clock::time_point> first_step_end;
+  Clock::time_point last_step_end;
   {
     Reporter reporter(
         [&](const v1::SiteReport& report) {
@@ -509,6 +514,8 @@ absl::Status RunSite(const SiteOptions& o) {
         }
         ++steps_done;
         const auto now = Clock::now();
+        if (!first_step_end) first_step_end = now;
+        last_step_end = now;
         ++window_steps;
         if (step->loss) losses.push_back(*step->loss);
         if (runner.step() == from + 1) {
@@ -578,6 +585,10 @@ absl::Status RunSite(const SiteOptions& o) {
   }
   const double samples_per_second =
       steps_done * spec.training.global_batch / std::max(train_seconds, 1e-9);
+  const double steady_samples_per_second =
+      steps_done >= 2 ? (steps_done - 1) * spec.training.global_batch /
+                            std::max(Seconds(*first_step_end, last_step_end), 1e-9)
+                      : samples_per_second;
   if (accuracy) {
     std::printf("test accuracy %.2f%% after %lld steps; %.0f samples/s\n", 100 * *accuracy,
                 static_cast<long long>(total), samples_per_second);
@@ -594,6 +605,7 @@ absl::Status RunSite(const SiteOptions& o) {
                               {"stage", index},
                               {"steps", total},
                               {"samples_per_second", samples_per_second},
+                              {"steady_samples_per_second", steady_samples_per_second},
                               {"train_seconds", train_seconds},
                               {"train_cpu_seconds", train_cpu_seconds},
                               {"links", LinksJson(totals.links)},

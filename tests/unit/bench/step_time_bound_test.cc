@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 namespace strait::bench {
 namespace {
 
@@ -104,31 +106,68 @@ TEST(StepTimeBound, FramesQueueBehindEachOtherOnABusyLink) {
   // Two stages, no compute, no delay, 1 MB frames over 1 MB/s links. Alone on the links both
   // forward frames arrive at 1 s and both backward frames at 2 s: path 2 s, and each link carries
   // 2 MB per step each way: bandwidth 2 s. Queued, the second forward frame waits for the first
-  // (arrives at 2 s), so its backward frame arrives at 3 s.
+  // (arrives at 2 s), so its backward frame arrives at 3 s. The flush makes that a bound: stage 0's
+  // link sends both forward frames (2 s), and after the last of them a backward frame still has to
+  // come back (1 s).
   BoundInput in = Uniform(2, 2, {}, {.bytes_per_second = 1e6}, 1e6);
   const StepBound b = StepTimeLowerBound(in);
   EXPECT_DOUBLE_EQ(b.path_s, 2);
   EXPECT_DOUBLE_EQ(b.bandwidth_s, 2);
-  EXPECT_DOUBLE_EQ(b.step_s, 2);
+  EXPECT_DOUBLE_EQ(b.link_s, 3);
+  EXPECT_DOUBLE_EQ(b.step_s, 3);
+  EXPECT_EQ(b.limited_by, "link");
   EXPECT_DOUBLE_EQ(b.queued_s, 3);
   EXPECT_DOUBLE_EQ(b.queued_wait_s, 1);
+  // 2bw has no flush: the next step's frames fill the link meanwhile.
+  in.schedule = Schedule::k2BW;
+  EXPECT_DOUBLE_EQ(StepTimeLowerBound(in).link_s, 2);
   // Slower compute spreads the frames out: with 1 s per pass they never meet.
+  in.schedule = Schedule::k1F1B;
   in.stages.assign(2, {.forward_s = 1, .backward_s = 1});
   const StepBound spread = StepTimeLowerBound(in);
   EXPECT_DOUBLE_EQ(spread.queued_s, spread.path_s);
 }
 
+TEST(StepTimeBound, AFlushedLinkCannotOverlapTheStepsLatency) {
+  // Two stages, 1 s one-way delays, no compute, two 1 MB frames each way on 1 MB/s links. Stage
+  // 0's uplink is busy 2 s; its first frame can leave at 0, and after its last one leaves, the
+  // frame crosses (2 s of delay) and its backward frame comes back (2 s of delay, 1 s of bytes):
+  // 2 + 5 = 7 s. The path sees every frame alone: 6 s.
+  BoundInput in = Uniform(2, 2, {}, {.one_way_delay_s = 1, .bytes_per_second = 1e6}, 1e6);
+  const StepBound b = StepTimeLowerBound(in);
+  EXPECT_DOUBLE_EQ(b.path_s, 6);
+  EXPECT_DOUBLE_EQ(b.link_s, 7);
+  EXPECT_DOUBLE_EQ(b.queued_s, 7);
+  // Compute before the first frame and after the last backward one adds to it: stage 0's forward
+  // (head) and backward and update (tail); stage 1's forward and backward come after the last
+  // forward frame.
+  in.stages.assign(2, {.forward_s = 0.1, .backward_s = 0.2, .update_s = 0.5});
+  EXPECT_DOUBLE_EQ(StepTimeLowerBound(in).link_s, 0.1 + 2 + (2 + 0.1 + 0.2 + 3 + 0.2 + 0.5));
+}
+
+// The queued model runs the schedule on links that carry one frame at a time: an execution the
+// links allow, so no lower bound may exceed it.
 TEST(StepTimeBound, QueuedModelNeverBeatsTheBound) {
   for (Schedule schedule : {Schedule::kGPipe, Schedule::k1F1B, Schedule::k2BW}) {
-    for (int extra : {0, 4}) {
-      BoundInput in = Uniform(3, 8, {.forward_s = 0.002, .backward_s = 0.004, .update_s = 0.01},
-                              {.one_way_delay_s = 0.075, .bytes_per_second = 12.5e6}, 128 << 10);
-      in.schedule = schedule;
-      in.extra_in_flight = extra;
-      in.clip = true;
-      const StepBound b = StepTimeLowerBound(in);
-      EXPECT_GE(b.queued_s, b.path_s - 1e-9) << ToString(schedule) << " extra " << extra;
-      EXPECT_GE(b.queued_s, b.bandwidth_s - 1e-9) << ToString(schedule) << " extra " << extra;
+    for (int extra : {0, 4, 40}) {
+      for (bool slow_middle : {false, true}) {
+        BoundInput in = Uniform(3, 8, {.forward_s = 0.002, .backward_s = 0.004, .update_s = 0.01},
+                                {.one_way_delay_s = 0.075, .bytes_per_second = 12.5e6}, 128 << 10);
+        in.schedule = schedule;
+        in.extra_in_flight = extra;
+        in.clip = extra != 4;
+        if (slow_middle) {
+          in.links[1] = {.one_way_delay_s = 0.3, .bytes_per_second = 2.5e6};
+          in.stages[2].backward_s = 0.02;
+          in.backward_frame_bytes[0] = 32 << 10;
+        }
+        const StepBound b = StepTimeLowerBound(in);
+        const std::string where = std::string(ToString(schedule)) + " extra " +
+                                  std::to_string(extra) + (slow_middle ? " slow middle" : "");
+        EXPECT_GE(b.queued_s, b.path_s - 1e-9) << where;
+        EXPECT_GE(b.queued_s, b.link_s - 1e-9) << where;
+        EXPECT_GE(b.link_s, b.bandwidth_s) << where;
+      }
     }
   }
 }
