@@ -387,11 +387,10 @@ int RunWan(const E2eOptions& o) {
       "lower bound that the run's own compute and the links allow (docs/benchmarks.md); link ms: "
       "the busiest link's bytes per step over its rate (part of the bound); wait: fraction of each "
       "site's training time spent waiting for frames; cpu ms: CPU time per step of the sites' "
-      "training loops, the gateway and the "
-      "emulators; cores busy: that over the step time and this machine's %u cores (near 1: the "
-      "step is as short as its CPU work allows here); pass-through: every site behind an emulator "
-      "with no delay and no rate limit (the emulators' CPU, which shares this machine's cores "
-      "with the sites, without the link).\n",
+      "training loops, the gateway and the emulators; cores busy: that over the step time and "
+      "this machine's %u cores (near 1: the step is as short as its CPU work allows here); "
+      "pass-through: every site behind an emulator with no delay and no rate limit (the "
+      "emulators' CPU, which shares this machine's cores with the sites, without the link).\n",
       static_cast<unsigned>(cores));
   return 0;
 }
