@@ -17,7 +17,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -264,7 +263,7 @@ int RunWan(const E2eOptions& o) {
     compressed.overrides.backward_codec = "bf16";
   }
   const int64_t steps = o.overrides.steps;
-  const double cores = std::max(1u, std::thread::hardware_concurrency());
+  const double cores = UsableCores();
   nlohmann::json runs = nlohmann::json::array();
   std::string summary;
   bool header = false;
@@ -388,7 +387,8 @@ int RunWan(const E2eOptions& o) {
       "the busiest link's bytes per step over its rate (part of the bound); wait: fraction of each "
       "site's training time spent waiting for frames; cpu ms: CPU time per step of the sites' "
       "training loops, the gateway and the emulators; cores busy: that over the step time and "
-      "this machine's %u cores (near 1: the step is as short as its CPU work allows here); "
+      "the %u cores this process may use (near 1: the step is as short as its CPU work allows "
+      "here); "
       "pass-through: every site behind an emulator with no delay and no rate limit (the "
       "emulators' CPU, which shares this machine's cores with the sites, without the link).\n",
       static_cast<unsigned>(cores));

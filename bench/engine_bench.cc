@@ -11,10 +11,10 @@
 #include <cstdio>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "bench/recording_backend.h"
+#include "core/cpu_time.h"
 #include "core/job_spec.h"
 #include "site/backend/backend_factory.h"
 #include "site/backend/counter_rng.h"
@@ -66,9 +66,7 @@ int RunEngineBench(const EngineBenchOptions& o) {
     return Fail(absl::InvalidArgumentError("--batch must be a multiple of the microbatches"));
   }
   const int n = o.batch / microbatches;
-  const int threads = o.threads > 0
-                          ? o.threads
-                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int threads = o.threads > 0 ? o.threads : UsableCores();
   auto inner =
       CreateBackend(o.device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu, {threads, 0});
   if (!inner.ok()) return Fail(inner.status());

@@ -7,4 +7,8 @@ namespace strait {
 // User plus system CPU seconds of every thread of this process so far.
 double ProcessCpuSeconds();
 
+// The cores the calling thread may run on (its affinity mask, as `taskset` or a container's cpuset
+// set it), at least 1; the machine's count when the mask cannot be read.
+int UsableCores();
+
 }  // namespace strait

@@ -6,11 +6,11 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/cpu_time.h"
 #include "core/job_spec.h"
 #include "core/logging.h"
 #include "site/backend/backend_factory.h"
@@ -41,9 +41,7 @@ int RunTrain(const TrainOptions& o) {
     spec->training.steps = o.steps;
     spec->training.epochs = 0;
   }
-  const int threads = o.threads > 0
-                          ? o.threads
-                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int threads = o.threads > 0 ? o.threads : UsableCores();
   const DeviceKind device = o.device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu;
   auto backend = CreateBackend(device, {threads, 0});
   if (!backend.ok()) return Fail(backend.status(), 1);

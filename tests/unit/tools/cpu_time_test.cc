@@ -1,5 +1,9 @@
 // CPU time of this process (core/cpu_time.h) and of a child (Process::CpuSeconds), which
-// `strait bench e2e` adds up to tell how busy the federation kept the machine's cores.
+// `strait bench e2e` adds up to tell how busy the federation kept the cores it may use
+// (UsableCores).
+#include <sched.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -32,6 +36,23 @@ TEST(CpuTimeTest, ThisProcessCountsTheCpuItSpends) {
   // A loaded machine gives the spinning thread less than its wall time, never more (one thread).
   EXPECT_GT(spent, 0.05);
   EXPECT_LT(spent, 1.0);
+}
+
+TEST(CpuTimeTest, UsableCoresFollowTheAffinityMask) {
+  const int all = UsableCores();
+  EXPECT_GE(all, 1);
+  EXPECT_LE(all, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  cpu_set_t saved;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(saved), &saved), 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &saved)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  EXPECT_EQ(UsableCores(), 1);  // As under `taskset -c N`.
+  ASSERT_EQ(sched_setaffinity(0, sizeof(saved), &saved), 0);
+  EXPECT_EQ(UsableCores(), all);
 }
 
 TEST(CpuTimeTest, ABusyChildCountsItsCpuAndASleepingOneDoesNot) {
