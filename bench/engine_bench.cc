@@ -154,7 +154,7 @@ void AddBenchEngineCommand(CLI::App& bench, int* exit_code) {
   cmd->add_option("--microbatches", o->microbatches, "Microbatches per step (default: the spec's)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--device", o->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")
+  cmd->add_option("--threads", o->threads, "CPU threads (default: the cores it may run on)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--steps", o->steps, "Timed steps per round")->check(CLI::PositiveNumber);
   cmd->add_option("--rounds", o->rounds, "Rounds (the best round counts)")

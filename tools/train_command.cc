@@ -24,7 +24,7 @@ struct TrainOptions {
   std::string config;
   int64_t steps = 0;  // 0: the job spec's steps or epochs
   std::string device = "cpu";
-  int threads = 0;  // 0: all cores
+  int threads = 0;  // 0: the cores this process may run on
   std::string out = "train-out";
   int log_every = 50;
 };
@@ -158,7 +158,7 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
   train->add_option("--device", o->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   train
       ->add_option("--threads", o->threads,
-                   "CPU threads (default: all cores); fixed = deterministic")
+                   "CPU threads (default: the cores it may run on); fixed = deterministic")
       ->check(CLI::NonNegativeNumber);
   train->add_option("--out", o->out, "Output directory")->type_name("DIR");
   train->add_option("--log-every", o->log_every, "Steps between progress lines")
