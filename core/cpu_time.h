@@ -1,5 +1,5 @@
-// CPU time used by this process: beside wall time, how much of the machine's cores a piece of work
-// took (the benchmarks compare it with what the cores can give).
+// CPU time used by this process, and the cores it may use: beside wall time, how much of the
+// machine a piece of work took (the benchmarks compare it with what the cores can give).
 #pragma once
 
 namespace strait {
