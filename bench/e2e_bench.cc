@@ -304,7 +304,8 @@ int RunWan(const E2eOptions& o) {
         return 1;
       }
       const bench::StepBound bound = Bound(spec, *run, steps, link);
-      const double step_s = t.global_batch / std::max(run->steady_samples_per_second, 1e-9);
+      const double sps = run->steady_samples_per_second;
+      const double step_s = t.global_batch / std::max(sps, 1e-9);
       const double cpu_per_step_s = run->CpuSeconds() / static_cast<double>(steps);
       // The share of this machine's cores the federation kept busy: near 1, the step is as short as
       // its CPU work allows here, whatever the links and the schedule.
@@ -316,8 +317,8 @@ int RunWan(const E2eOptions& o) {
       if (!o.json) {
         std::printf(
             "%-30s %-12s %9.0f %9.1f %9.1f %9.1f %8.2fx %-9s %9.1f %8.2fx %10.3f %9.1f %6.2f  %s\n",
-            chain_name.c_str(), link_name.c_str(), run->steady_samples_per_second, 1e3 * step_s,
-            1e3 * bound.step_s, 1e3 * bound.bandwidth_s, step_s / std::max(bound.step_s, 1e-12),
+            chain_name.c_str(), link_name.c_str(), sps, 1e3 * step_s, 1e3 * bound.step_s,
+            1e3 * bound.bandwidth_s, step_s / std::max(bound.step_s, 1e-12),
             bound.limited_by.c_str(), 1e3 * bound.queued_s,
             step_s / std::max(bound.queued_s, 1e-12), run->wire_bytes / steps / (1 << 20),
             1e3 * cpu_per_step_s, cores_busy, waits.c_str());
@@ -327,7 +328,7 @@ int RunWan(const E2eOptions& o) {
                               {"forward_codec", spec.links[0].forward},
                               {"backward_codec", spec.links[0].backward},
                               {"link", link_name},
-                              {"samples_per_second", run->steady_samples_per_second},
+                              {"samples_per_second", sps},
                               {"whole_run_samples_per_second", run->samples_per_second},
                               {"step_s", step_s},
                               {"bound",
@@ -357,14 +358,13 @@ int RunWan(const E2eOptions& o) {
                                   {"time", s.time}});
       }
       runs.push_back(entry);
-      if (kind == LinkKind::kLoopback) loopback_sps = run->steady_samples_per_second;
-      if (kind == LinkKind::kPassThrough) passthrough_sps = run->steady_samples_per_second;
+      if (kind == LinkKind::kLoopback) loopback_sps = sps;
+      if (kind == LinkKind::kPassThrough) passthrough_sps = sps;
       if (kind == LinkKind::kProfile) {
         summary +=
             absl::StrFormat("%s: %s %.0f samples/s = %.0f%% of loopback, %.0f%% of pass-through\n",
-                            chain.name, o.wan, run->steady_samples_per_second,
-                            100 * run->steady_samples_per_second / std::max(loopback_sps, 1e-9),
-                            100 * run->steady_samples_per_second / std::max(passthrough_sps, 1e-9));
+                            chain.name, o.wan, sps, 100 * sps / std::max(loopback_sps, 1e-9),
+                            100 * sps / std::max(passthrough_sps, 1e-9));
       }
     }
   }
@@ -388,8 +388,7 @@ int RunWan(const E2eOptions& o) {
       "site's training time spent waiting for frames; cpu ms: CPU time per step of the sites' "
       "training loops, the gateway and the emulators; cores busy: that over the step time and "
       "the %u cores this process may use (near 1: the step is as short as its CPU work allows "
-      "here); "
-      "pass-through: every site behind an emulator with no delay and no rate limit (the "
+      "here); pass-through: every site behind an emulator with no delay and no rate limit (the "
       "emulators' CPU, which shares this machine's cores with the sites, without the link).\n",
       static_cast<unsigned>(cores));
   return 0;

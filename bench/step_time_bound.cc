@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <functional>
 #include <map>
+#include <optional>
 #include <queue>
 #include <tuple>
 #include <utility>
@@ -24,6 +25,44 @@ Event Later(const Event& a, const Event& b) { return a.time >= b.time ? a : b; }
 
 double Rate(const SiteLink& link) {
   return link.bytes_per_second > 0 ? link.bytes_per_second : 1e300;
+}
+
+// A message from stage a to stage b alone on the links: both one-way delays (site -> gateway ->
+// site), and its bytes serialized once at the slower rate (the gateway streams).
+struct Crossing {
+  double delay_s, transfer_s;
+};
+Crossing CrossingOf(const BoundInput& in, int a, int b, double bytes) {
+  const SiteLink& x = in.links[a];
+  const SiteLink& y = in.links[b];
+  return {x.one_way_delay_s + y.one_way_delay_s, bytes / std::min(Rate(x), Rate(y))};
+}
+
+// The message an op of stage s waits for from a neighbour: its input frame; with clipping, the sum
+// of squares (last -> first, 0 bytes) and the scale (first -> last, relayed by each stage before
+// its update). Nothing for the first forward, the last backward and, without clipping, the rest.
+struct Input {
+  int from;
+  double bytes;
+};
+std::optional<Input> InputOf(const BoundInput& in, int s, const site::ScheduleOp& op) {
+  using Op = site::ScheduleOp;
+  const int stages = static_cast<int>(in.stages.size());
+  switch (op.kind) {
+    case Op::kForward:
+      if (s > 0) return Input{s - 1, in.forward_frame_bytes[s - 1]};
+      break;
+    case Op::kBackward:
+      if (s + 1 < stages) return Input{s + 1, in.backward_frame_bytes[s]};
+      break;
+    case Op::kClipNorm:
+      if (in.clip && s + 1 < stages) return Input{s + 1, 0};
+      break;
+    case Op::kUpdate:
+      if (in.clip && s > 0) return Input{s - 1, 0};
+      break;
+  }
+  return std::nullopt;
 }
 
 // How the links carry frames.
@@ -97,14 +136,11 @@ class PathSimulator {
   // The message of the op `key` done at stage a (`done`), `bytes` long, for stage b.
   void Send(const Event& done, int a, int b, double bytes, Key key) {
     const SiteLink& x = in_.links[a];
-    const SiteLink& y = in_.links[b];
-    // Alone on the links: both delays, and the bytes serialized once (streamed by the gateway).
-    const double delay = x.one_way_delay_s + y.one_way_delay_s;
-    const double transfer = bytes / std::min(Rate(x), Rate(y));
+    const Crossing crossing = CrossingOf(in_, a, b, bytes);
     Event path = done;
-    path.time += delay + transfer;
-    path.delay_s += delay;
-    path.transfer_s += transfer;
+    path.time += crossing.delay_s + crossing.transfer_s;
+    path.delay_s += crossing.delay_s;
+    path.transfer_s += crossing.transfer_s;
     ++path.crossings;
     if (links_ == Links::kFree || bytes == 0) {
       arrived_[b][key] = path;
@@ -138,23 +174,7 @@ class PathSimulator {
   bool TryOp(int s, const site::ScheduleOp& op) {
     using Op = site::ScheduleOp;
     const Key key{op.kind, op.step, op.microbatch};
-    // What the op waits for from a neighbour: its input frame; with clipping, the sum of squares
-    // (last -> first) and the scale (first -> last, relayed by each stage before its update).
-    bool waits = false;
-    switch (op.kind) {
-      case Op::kForward:
-        waits = s > 0;
-        break;
-      case Op::kBackward:
-        waits = s + 1 < stages_;
-        break;
-      case Op::kClipNorm:
-        waits = in_.clip && s + 1 < stages_;
-        break;
-      case Op::kUpdate:
-        waits = in_.clip && s > 0;
-        break;
-    }
+    const bool waits = InputOf(in_, s, op).has_value();
     Event ready = stage_free_[s];
     if (waits) {
       auto input = arrived_[s].find(key);
@@ -323,33 +343,18 @@ class FlushedStep {
     return 0;
   }
 
-  // The message op v waits for, as in PathSimulator::TryOp (the scale leaves at its sender's
-  // update's start).
+  // The edge from the op that sends v's input (InputOf; the scale leaves at its sender's update's
+  // start, the rest at their sender's end).
   void AddInput(int v) {
-    using Op = site::ScheduleOp;
     const int s = nodes_[v].stage;
-    const Op& op = nodes_[v].op;
-    int from = -1;
-    double bytes = 0;
-    if (op.kind == Op::kForward && s > 0) {
-      from = s - 1;
-      bytes = in_.forward_frame_bytes[s - 1];
-    } else if (op.kind == Op::kBackward && s + 1 < stages_) {
-      from = s + 1;
-      bytes = in_.backward_frame_bytes[s];
-    } else if (op.kind == Op::kClipNorm && in_.clip && s + 1 < stages_) {
-      from = s + 1;
-    } else if (op.kind == Op::kUpdate && in_.clip && s > 0) {
-      from = s - 1;
-    }
-    if (from < 0) return;
-    const int u = index_.at({from, op.kind, op.microbatch});
-    const SiteLink& x = in_.links[from];
-    const SiteLink& y = in_.links[s];
-    const double crossing =
-        x.one_way_delay_s + y.one_way_delay_s + bytes / std::min(Rate(x), Rate(y));
-    const double leaves = op.kind == Op::kUpdate ? 0 : nodes_[u].duration;
-    out_[u].push_back({v, leaves + crossing, from, bytes});
+    const site::ScheduleOp& op = nodes_[v].op;
+    const std::optional<Input> input = InputOf(in_, s, op);
+    if (!input) return;
+    const int u = index_.at({input->from, op.kind, op.microbatch});
+    const Crossing crossing = CrossingOf(in_, input->from, s, input->bytes);
+    const double leaves = op.kind == site::ScheduleOp::kUpdate ? 0 : nodes_[u].duration;
+    out_[u].push_back(
+        {v, leaves + crossing.delay_s + crossing.transfer_s, input->from, input->bytes});
   }
 
   // Topological order (Kahn).
