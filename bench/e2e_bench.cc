@@ -58,8 +58,7 @@ struct FederationRun {
   double steady_samples_per_second = 0;
   double raw_bytes = 0, wire_bytes = 0;  // Sent across every boundary, both directions, all steps.
   std::vector<SiteFigures> sites;
-  // CPU seconds of the gateway and of this process during the run (the emulators' threads, and
-  // its own few ms of waiting for the sites).
+  // CPU seconds of the gateway and of the emulators' threads during the run.
   double gateway_cpu_seconds = 0, emulator_cpu_seconds = 0;
   // With the sites' training loops: all the CPU the federation spent.
   double CpuSeconds() const {
@@ -91,7 +90,6 @@ absl::StatusOr<FederationRun> RunFederation(LocalFederation& fed, const JobSpec&
   if (!fed.StartGateway({"--log-level", "warn"}, &error)) {
     return absl::InternalError("the gateway did not start:\n" + error);
   }
-  const double own_cpu_before = ProcessCpuSeconds();
   if (wan) {
     if (absl::Status s = fed.EmulateWan(*wan); !s.ok()) return s;
   }
@@ -104,7 +102,7 @@ absl::StatusOr<FederationRun> RunFederation(LocalFederation& fed, const JobSpec&
   }
   FederationRun run;
   run.gateway_cpu_seconds = fed.gateway().CpuSeconds();
-  run.emulator_cpu_seconds = ProcessCpuSeconds() - own_cpu_before;
+  run.emulator_cpu_seconds = fed.WanCpuSeconds();
   const size_t boundaries = ids.size() - 1;
   run.forward_frame_bytes.assign(boundaries, 0);
   run.backward_frame_bytes.assign(boundaries, 0);

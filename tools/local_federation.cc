@@ -111,6 +111,12 @@ absl::Status LocalFederation::EmulateWan(const wan::LinkProfile& profile) {
   return absl::OkStatus();
 }
 
+double LocalFederation::WanCpuSeconds() const {
+  double sum = 0;
+  for (const auto& [site, link] : wan_links_) sum += link->CpuSeconds();
+  return sum;
+}
+
 void LocalFederation::StartSite(const std::string& site, const std::vector<std::string>& extra_args,
                                 const std::string& gateway) {
   std::string dial = gateway;

@@ -69,6 +69,8 @@ class LocalFederation {
   // own dial it. The links stay across restarts of the sites and of the gateway (which keeps its
   // port). Call after StartGateway. Errors: the emulator's (a profile it refuses, no port).
   absl::Status EmulateWan(const wan::LinkProfile& profile);
+  // CPU seconds the emulated links' threads have used so far (0 without them).
+  double WanCpuSeconds() const;
 
   // Starts strait-site for `site` (--out <dir>/out/<site>) with `extra_args`, dialling the gateway
   // at `gateway` (default: its emulated link, or where the gateway listens; a fault test may put a

@@ -259,6 +259,7 @@ void ExpectRate(double rate, size_t bytes) {
               measured / 1e6, bytes >> 20);
   EXPECT_NEAR(measured, rate, 0.1 * rate);
   EXPECT_TRUE(recording.data == payload);
+  EXPECT_GT(link->CpuSeconds(), 0.0) << "forwarding MiBs took no CPU time on the link's thread";
 }
 
 TEST(WanLinkTest, RateIsTheOneAskedFor50Mbit) { ExpectRate(50e6, 8 << 20); }

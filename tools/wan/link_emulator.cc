@@ -9,6 +9,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <deque>
+#include <pthread.h>
 #include <random>
 #include <thread>
 #include <unordered_set>
@@ -392,6 +393,16 @@ LinkEmulator::Stats LinkEmulator::stats() const {
   s.failed_dials = link.failed_dials.load();
   s.state = link.requested_state.load();
   return s;
+}
+
+double LinkEmulator::CpuSeconds() const {
+  clockid_t clock;
+  timespec t{};
+  if (pthread_getcpuclockid(impl_->thread.native_handle(), &clock) != 0 ||
+      clock_gettime(clock, &t) != 0) {
+    return 0;
+  }
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
 }
 
 const char* StateName(LinkEmulator::State state) {

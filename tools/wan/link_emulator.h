@@ -94,6 +94,10 @@ class LinkEmulator {
   };
   Stats stats() const;
 
+  // User plus system CPU seconds of the emulator's I/O thread so far: what emulating the link
+  // costs, including the kernel's work on the forwarded bytes.
+  double CpuSeconds() const;
+
  private:
   struct Impl;
   explicit LinkEmulator(std::unique_ptr<Impl> impl);
