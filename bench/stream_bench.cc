@@ -193,7 +193,7 @@ void AddBenchStreamCommand(CLI::App& bench, int* exit_code) {
       "One frame's push-to-pull time through a real gateway over two emulated links: "
       "sent whole (store-and-forward) beside sent in pieces the gateway streams on");
   auto profile = std::make_shared<std::string>("continent");
-  auto chunk = std::make_shared<uint64_t>(32 << 10);
+  auto chunk = std::make_shared<uint64_t>(site::GatewayClient::Options{}.chunk_bytes);
   auto runs = std::make_shared<int>(5);
   auto frame_kib = std::make_shared<std::vector<uint64_t>>(std::vector<uint64_t>{128, 512, 1024});
   auto json = std::make_shared<bool>(false);

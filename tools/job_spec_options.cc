@@ -33,7 +33,7 @@ void AddJobSpecOverrideOptions(CLI::App& cmd, JobSpecOverrides& o, const std::st
       ->check(CLI::IsMember({"deferred", "eager"}));
   cmd.add_option(
          "--chunk-size", o.chunk_size,
-         "Largest piece a frame is pushed in, e.g. 32KiB; the gateway forwards each piece as "
+         "Largest piece a frame is pushed in (default 128KiB); the gateway forwards each piece as "
          "it arrives (gateway.chunk_size)")
       ->type_name("SIZE");
 }

@@ -33,7 +33,7 @@ class GatewayClient final : public GatewayLink {
     uint64_t max_frame_bytes = 1ull << 30;  // Deliveries larger than this are refused.
     // Frames are pushed in pieces of at most this many bytes (<= kMaxChunkBytes); the gateway
     // forwards each piece as it arrives (gateway.proto, Deliver). JobSpec gateway.chunk_size.
-    size_t chunk_bytes = 32 << 10;
+    size_t chunk_bytes = 128 << 10;
     // Control handler from the start (a neighbour's key may arrive right after the Join); OnControl
     // replaces it.
     std::function<void(const v1::Control&)> on_control;
