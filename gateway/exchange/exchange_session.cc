@@ -155,6 +155,9 @@ void ExchangeSession::OnHello(const v1::Hello& hello) {
 void ExchangeSession::TopUpCreditLocked() {
   const uint64_t target = core_.push_credit_bytes();
   if (!wants_credit_ || credit_ >= target) return;
+  // Not after every frame: each top-up is a message (and a wake-up at the site), and a credit that
+  // still funds a largest frame and has lost less than a quarter loses the site no round trip.
+  if (credit_ >= core_.options().max_frame_bytes && target - credit_ < target / 4) return;
   const uint64_t want = target - credit_;
   // Never less than one largest frame at a time from nothing: smaller credit could fund no frame and
   // would only sit idle in the budget.

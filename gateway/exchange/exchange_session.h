@@ -49,7 +49,8 @@ class ExchangeSession {
   bool OnPush(v1::PushChunk chunk, std::function<void()> resume);
   void OnOffer(const v1::PushOffer& offer);
   // Tops the stream's standing credit up towards GatewayCore::push_credit_bytes() from spare budget
-  // and tells the site. Requires liveness_->mu held and the stream open.
+  // and tells the site, once the credit has fallen by a quarter or below one largest frame.
+  // Requires liveness_->mu held and the stream open.
   void TopUpCreditLocked();
   void SendPushGrant(uint64_t transfer_id);
   void OnPull(const v1::Pull& pull);

@@ -383,6 +383,29 @@ TEST_F(ExchangeSessionTest, StandingCreditFundsPushesWithoutARoundTripAndReturns
   EXPECT_EQ(core_->mailbox().GetStats().reserved_bytes, 0u);
 }
 
+TEST_F(ExchangeSessionTest, StandingCreditIsToppedUpOnceAQuarterIsUsedNotAfterEveryFrame) {
+  UseCreditOptions(/*max_frame_bytes=*/100, /*push_credit_bytes=*/400);
+  std::shared_ptr<FakeChannel> a_out, a_push_out;
+  auto a = Open(0, a_out);
+  auto a_push = OpenPushStream(0, /*credit=*/true, a_push_out);
+  EXPECT_EQ(CreditGranted(*a_push_out), 400u);
+  auto credit_messages = [&] {
+    size_t n = 0;
+    for (const v1::GatewayMessage& m : a_push_out->messages()) n += m.has_push_credit();
+    return n;
+  };
+  // 50 of 400 used, 350 left (more than a largest frame): no top-up yet.
+  EXPECT_TRUE(a_push->Handle(PushMsg(1, Key(0, 0, 0, v1::FORWARD), std::string(50, 'x')), [] {}));
+  EXPECT_EQ(LastPushAck(*a_push_out).status_code(), 0);
+  EXPECT_EQ(credit_messages(), 1u);
+  // 100 used, a quarter: topped up to 400 again in one message.
+  EXPECT_TRUE(a_push->Handle(PushMsg(2, Key(0, 1, 0, v1::FORWARD), std::string(50, 'y')), [] {}));
+  EXPECT_EQ(LastPushAck(*a_push_out).status_code(), 0);
+  EXPECT_EQ(credit_messages(), 2u);
+  EXPECT_EQ(CreditGranted(*a_push_out), 500u);
+  EXPECT_EQ(core_->mailbox().GetStats().credit_bytes, 400u);
+}
+
 TEST_F(ExchangeSessionTest, ClosingReturnsReservationsAndCancelsPulls) {
   std::shared_ptr<FakeChannel> a_out, b_out;
   auto a = Open(0, a_out);
