@@ -49,6 +49,8 @@ class FrameReceiver {
     std::future<absl::StatusOr<ReceivedFrame>> frame;  // Valid once its pull is issued.
   };
   void Run();
+  // Issues pulls for announced frames while fewer than `window_` are in flight. Requires mu_.
+  void PullAheadLocked();
   void Fail(const absl::Status& status);  // Requires mu_.
 
   GatewayLink& link_;

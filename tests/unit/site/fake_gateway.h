@@ -40,6 +40,10 @@ class FakeGateway {
     std::lock_guard<std::mutex> lock(mu_);
     return frames_.size();
   }
+  size_t pulls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pulls_;
+  }
 
  private:
   std::future<absl::Status> Push(ReceivedFrame frame) {
@@ -58,6 +62,7 @@ class FakeGateway {
   }
   std::future<absl::StatusOr<ReceivedFrame>> Pull(const v1::TensorKey& key) {
     std::lock_guard<std::mutex> lock(mu_);
+    ++pulls_;
     std::promise<absl::StatusOr<ReceivedFrame>> promise;
     auto future = promise.get_future();
     auto it = frames_.find(key.SerializeAsString());
@@ -74,6 +79,7 @@ class FakeGateway {
   }
 
   std::mutex mu_;
+  size_t pulls_ = 0;
   std::map<std::string, ReceivedFrame> frames_;
   std::map<std::string, std::vector<std::promise<absl::StatusOr<ReceivedFrame>>>> waiting_;
 };

@@ -311,5 +311,23 @@ TEST(SiteRunnerSecurityTest, AnAlteredFrameIsRefusedAndStopsTheConsumer) {
   EXPECT_EQ(refused, 1);
 }
 
+TEST(FrameReceiverTest, AnnouncedFramesArePulledAtOnceWhileAnOlderOneIsAwaited) {
+  FakeGateway gateway;
+  FakeGateway::Link link(gateway);
+  SiteMetrics metrics;
+  FrameReceiver receiver(
+      link, std::make_unique<FrameDecoder>(*crypto::Opener::Create(DirectionKey(0)), 1 << 20),
+      "dc-a", 0, v1::FORWARD, metrics, /*window=*/3);
+  // None of these frames ever arrives, so the receiver keeps waiting for the first; each
+  // announcement is still pulled before Expect returns, up to the window.
+  for (int step = 0; step < 4; ++step) {
+    v1::TensorKey key;
+    key.set_step(step);
+    receiver.Expect(key, {1});
+    EXPECT_EQ(gateway.pulls(), static_cast<size_t>(std::min(step + 1, 3)));
+  }
+  receiver.Stop(absl::CancelledError("test over"));
+}
+
 }  // namespace
 }  // namespace strait::site
