@@ -17,6 +17,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "core/job_spec.h"
 #include "site/pipeline/gateway_link.h"
 #include "strait/v1/gateway.grpc.pb.h"
 
@@ -33,7 +34,7 @@ class GatewayClient final : public GatewayLink {
     uint64_t max_frame_bytes = 1ull << 30;  // Deliveries larger than this are refused.
     // Frames are pushed in pieces of at most this many bytes (<= kMaxChunkBytes); the gateway
     // forwards each piece as it arrives (gateway.proto, Deliver). JobSpec gateway.chunk_size.
-    size_t chunk_bytes = 128 << 10;
+    size_t chunk_bytes = GatewaySpec{}.chunk_size;
     // Control handler from the start (a neighbour's key may arrive right after the Join); OnControl
     // replaces it.
     std::function<void(const v1::Control&)> on_control;
