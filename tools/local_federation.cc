@@ -102,9 +102,10 @@ bool LocalFederation::RestartGateway(std::string* error) {
 }
 
 absl::Status LocalFederation::EmulateWan(const wan::LinkProfile& profile) {
+  if (wan_thread_ == nullptr) wan_thread_ = std::make_shared<wan::EmulatorThread>();
   for (const std::string& site : site_ids_) {
-    absl::StatusOr<std::unique_ptr<wan::LinkEmulator>> link =
-        wan::LinkEmulator::Start("127.0.0.1:0", gateway_address_, profile);
+    absl::StatusOr<std::unique_ptr<wan::LinkEmulator>> link = wan::LinkEmulator::Start(
+        "127.0.0.1:0", gateway_address_, profile, wan::LinkEmulator::kDialTimeout, wan_thread_);
     if (!link.ok()) return link.status();
     wan_links_[site] = *std::move(link);
   }
@@ -112,9 +113,7 @@ absl::Status LocalFederation::EmulateWan(const wan::LinkProfile& profile) {
 }
 
 double LocalFederation::WanCpuSeconds() const {
-  double sum = 0;
-  for (const auto& [site, link] : wan_links_) sum += link->CpuSeconds();
-  return sum;
+  return wan_thread_ == nullptr ? 0 : wan_thread_->CpuSeconds();
 }
 
 void LocalFederation::StartSite(const std::string& site, const std::vector<std::string>& extra_args,

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "crypto/certificates.h"
 #include "tools/subprocess.h"
+#include "tools/wan/emulator_thread.h"
 #include "tools/wan/link_emulator.h"
 #include "tools/wan/link_profile.h"
 
@@ -65,11 +66,12 @@ class LocalFederation {
   Process& gateway() { return *gateway_; }
 
   // Puts an emulated link with `profile` between every site and the gateway (`strait wan`'s
-  // emulator, on a thread of this process): sites started from now on without a `gateway` of their
-  // own dial it. The links stay across restarts of the sites and of the gateway (which keeps its
-  // port). Call after StartGateway. Errors: the emulator's (a profile it refuses, no port).
+  // emulator; all the links on one thread of this process): sites started from now on without a
+  // `gateway` of their own dial it. The links stay across restarts of the sites and of the gateway
+  // (which keeps its port). Call after StartGateway. Errors: the emulator's (a profile it refuses,
+  // no port).
   absl::Status EmulateWan(const wan::LinkProfile& profile);
-  // CPU seconds the emulated links' threads have used so far (0 without them).
+  // CPU seconds the emulated links' thread has used so far (0 without them).
   double WanCpuSeconds() const;
 
   // Starts strait-site for `site` (--out <dir>/out/<site>) with `extra_args`, dialling the gateway
@@ -101,6 +103,7 @@ class LocalFederation {
   std::vector<std::string> gateway_args_;
   std::string dashboard_port_;
   std::vector<std::string> site_ids_;
+  std::shared_ptr<wan::EmulatorThread> wan_thread_;  // All the links run on it.
   std::map<std::string, std::unique_ptr<wan::LinkEmulator>> wan_links_;  // Outlive the sites.
   std::map<std::string, std::unique_ptr<Process>> sites_;
 };

@@ -1,7 +1,8 @@
 // `strait wan`'s link emulator on loopback: the delay and rate it delivers are within 10% of what
 // was asked (the issue's own acceptance check, hence the timed assertions; medians and transfers
 // long enough to be robust on a loaded 2-core machine), cut / stall / restore, byte order and
-// integrity under jitter, half-close, and the `strait wan` process with its control socket.
+// integrity under jitter, half-close, links sharing a thread, and the `strait wan` process with its
+// control socket.
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -26,6 +27,7 @@
 
 #include "tools/subprocess.h"
 #include "tools/wan/control_server.h"
+#include "tools/wan/emulator_thread.h"
 #include "tools/wan/link_emulator.h"
 #include "tools/wan/link_profile.h"
 
@@ -356,6 +358,33 @@ TEST(WanLinkTest, JitterKeepsOrderAndIntegrity) {
     return s.open_connections == 0 && s.bytes_up == payload.size() &&
            s.bytes_down == payload.size();
   }));
+}
+
+// Links on one shared thread (as a federation's are in `strait bench e2e`) forward independently,
+// and destroying one closes its listener and its connections at once while the others carry on.
+TEST(WanLinkTest, LinksSharingAThreadForwardAndCloseIndependently) {
+  TestServer echo(Echo);
+  auto thread = std::make_shared<EmulatorThread>();
+  absl::StatusOr<std::unique_ptr<LinkEmulator>> a =
+      LinkEmulator::Start("127.0.0.1:0", echo.address(), Custom(0, milliseconds(2)),
+                          LinkEmulator::kDialTimeout, thread);
+  absl::StatusOr<std::unique_ptr<LinkEmulator>> b =
+      LinkEmulator::Start("127.0.0.1:0", echo.address(), Custom(0, milliseconds(5)),
+                          LinkEmulator::kDialTimeout, thread);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const int to_a = Dial((*a)->port(), std::chrono::seconds(5));
+  const int to_b = Dial((*b)->port(), std::chrono::seconds(5));
+  EXPECT_TRUE(Echoes(to_a));
+  EXPECT_TRUE(Echoes(to_b));
+
+  const int port_a = (*a)->port();
+  a->reset();  // With its connection open.
+  EXPECT_TRUE(ClosedByPeer(to_a));
+  EXPECT_EQ(Dial(port_a), -1) << "the listener of a destroyed link still accepts";
+  EXPECT_TRUE(Echoes(to_b));
+  EXPECT_GT(thread->CpuSeconds(), 0.0);
+  close(to_a);
+  close(to_b);
 }
 
 TEST(WanLinkTest, RejectsBadAddresses) {

@@ -9,9 +9,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <deque>
-#include <pthread.h>
+#include <future>
 #include <random>
-#include <thread>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -19,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "tools/wan/address.h"
+#include "tools/wan/emulator_thread.h"
 #include "tools/wan/link_model.h"
 
 namespace strait::tools::wan {
@@ -40,7 +40,8 @@ constexpr size_t kMaxBatchPieces = 128;
 class Connection;
 
 // Everything the I/O thread shares between connections. Members are touched on the I/O thread
-// only, except the atomics.
+// only, except the atomics. Held by every connection: an emulator's handlers may still run, with
+// operation_aborted, on a shared thread after the emulator is gone.
 struct Link {
   Link(LinkProfile p, std::chrono::milliseconds dial, uint64_t seed)
       : profile(std::move(p)),
@@ -64,13 +65,13 @@ struct Link {
 // One forwarded connection: two sockets and a pipe each way.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(Link* link, tcp::socket client)
-      : link_(link),
+  Connection(std::shared_ptr<Link> link, tcp::socket client)
+      : link_(std::move(link)),
         client_(std::move(client)),
         server_(client_.get_executor()),
         dial_timer_(client_.get_executor()),
-        up_(&client_, &server_, &link->up, &link->bytes_up, client_.get_executor()),
-        down_(&server_, &client_, &link->down, &link->bytes_down, client_.get_executor()) {
+        up_(&client_, &server_, &link_->up, &link_->bytes_up, client_.get_executor()),
+        down_(&server_, &client_, &link_->down, &link_->bytes_down, client_.get_executor()) {
     link_->connections.insert(this);
   }
   ~Connection() { link_->connections.erase(this); }
@@ -256,7 +257,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     });
   }
 
-  Link* const link_;
+  const std::shared_ptr<Link> link_;
   tcp::socket client_;
   tcp::socket server_;
   asio::steady_timer dial_timer_;
@@ -268,32 +269,37 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
 }  // namespace
 
-// Member order matters for destruction: the io_context (whose pending handlers own the
-// connections) goes before the Link they point to.
-struct LinkEmulator::Impl {
-  Impl(LinkProfile profile, std::chrono::milliseconds dial_timeout, uint64_t seed)
-      : link(std::move(profile), dial_timeout, seed) {}
+// Owned by the emulator and by its pending handlers, which may outlive it on a shared thread; the
+// last of them destroys it, on the I/O thread or in ~LinkEmulator, before the io_context.
+struct LinkEmulator::Impl : std::enable_shared_from_this<Impl> {
+  Impl(LinkProfile profile, std::chrono::milliseconds dial_timeout, uint64_t seed,
+       asio::io_context& io)
+      : shared_link(std::make_shared<Link>(std::move(profile), dial_timeout, seed)), io(io) {}
 
   void Accept() {
-    acceptor.async_accept([this](error_code ec, tcp::socket socket) {
-      if (link.stopping) return;
-      if (ec) {
-        // E.g. out of file descriptors: retry a little later instead of spinning.
-        accept_backoff.expires_after(std::chrono::milliseconds(50));
-        accept_backoff.async_wait([this](error_code) {
-          if (!link.stopping) Accept();
-        });
-        return;
-      }
-      if (link.state == State::kCut) {
-        error_code ignored;  // The link is down: refused at once.
-        socket.shutdown(tcp::socket::shutdown_both, ignored);
-        socket.close(ignored);
-      } else {
-        std::make_shared<Connection>(&link, std::move(socket))->Start();
-      }
-      Accept();
+    acceptor.async_accept([self = shared_from_this()](error_code ec, tcp::socket socket) {
+      self->OnAccept(ec, std::move(socket));
     });
+  }
+
+  void OnAccept(error_code ec, tcp::socket socket) {
+    if (link.stopping) return;
+    if (ec) {
+      // E.g. out of file descriptors: retry a little later instead of spinning.
+      accept_backoff.expires_after(std::chrono::milliseconds(50));
+      accept_backoff.async_wait([self = shared_from_this()](error_code) {
+        if (!self->link.stopping) self->Accept();
+      });
+      return;
+    }
+    if (link.state == State::kCut) {
+      error_code ignored;  // The link is down: refused at once.
+      socket.shutdown(tcp::socket::shutdown_both, ignored);
+      socket.close(ignored);
+    } else {
+      std::make_shared<Connection>(shared_link, std::move(socket))->Start();
+    }
+    Accept();
   }
 
   // On the I/O thread.
@@ -304,7 +310,7 @@ struct LinkEmulator::Impl {
 
   void SetState(State state) {
     link.requested_state.store(state);
-    asio::post(io, [this, state] {
+    asio::post(io, [this, self = shared_from_this(), state] {
       const State before = link.state;
       link.state = state;
       if (state == State::kCut) CloseAll();
@@ -316,18 +322,27 @@ struct LinkEmulator::Impl {
     });
   }
 
-  Link link;
+  // Closes the listener and every connection; on the I/O thread.
+  void Stop() {
+    link.stopping = true;
+    error_code ignored;
+    acceptor.close(ignored);
+    accept_backoff.cancel();
+    CloseAll();
+  }
+
+  const std::shared_ptr<Link> shared_link;  // Also held by every connection.
+  Link& link = *shared_link;
+  asio::io_context& io;
   std::string address;
   int port = 0;
-  asio::io_context io{1};
   tcp::acceptor acceptor{io};
   asio::steady_timer accept_backoff{io};
-  std::thread thread;
 };
 
 absl::StatusOr<std::unique_ptr<LinkEmulator>> LinkEmulator::Start(
     const std::string& listen, const std::string& forward, LinkProfile profile,
-    std::chrono::milliseconds dial_timeout) {
+    std::chrono::milliseconds dial_timeout, std::shared_ptr<EmulatorThread> thread) {
   if (profile.rate_bits_per_second < 0 || profile.one_way_delay.count() < 0 ||
       profile.jitter.count() < 0 || profile.loss_burst.mean_interval.count() < 0 ||
       profile.loss_burst.duration.count() < 0) {
@@ -339,7 +354,9 @@ absl::StatusOr<std::unique_ptr<LinkEmulator>> LinkEmulator::Start(
         absl::StrCat("a dial timeout of ", dial_timeout.count(), " ms: it must be positive"));
   }
   STRAIT_ASSIGN_OR_RETURN(auto forward_to, SplitHostPort(forward));
-  auto impl = std::make_unique<Impl>(std::move(profile), dial_timeout, std::random_device{}());
+  if (thread == nullptr) thread = std::make_shared<EmulatorThread>();
+  auto impl = std::make_shared<Impl>(std::move(profile), dial_timeout, std::random_device{}(),
+                                     thread->io());
 
   error_code ec;
   tcp::resolver resolver(impl->io);
@@ -356,23 +373,25 @@ absl::StatusOr<std::unique_ptr<LinkEmulator>> LinkEmulator::Start(
   impl->address = EndpointString(bound);
 
   impl->Accept();
-  Impl* raw = impl.get();
-  impl->thread = std::thread([raw] { raw->io.run(); });
-  return std::unique_ptr<LinkEmulator>(new LinkEmulator(std::move(impl)));
+  return std::unique_ptr<LinkEmulator>(new LinkEmulator(std::move(thread), std::move(impl)));
 }
 
-LinkEmulator::LinkEmulator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+LinkEmulator::LinkEmulator(std::shared_ptr<EmulatorThread> thread, std::shared_ptr<Impl> impl)
+    : thread_(std::move(thread)), impl_(std::move(impl)) {}
 
 LinkEmulator::~LinkEmulator() {
-  // Everything closes on the I/O thread; run() returns once the last handler has finished.
-  asio::post(impl_->io, [impl = impl_.get()] {
-    impl->link.stopping = true;
-    error_code ignored;
-    impl->acceptor.close(ignored);
-    impl->accept_backoff.cancel();
-    impl->CloseAll();
+  // Everything closes on the I/O thread; wait for that, so that the port is closed when this
+  // returns. The handlers it aborts still hold the Impl; they run on the thread, which a last
+  // owner's reset() below lets finish them before it is joined.
+  auto closed = std::make_shared<std::promise<void>>();
+  std::future<void> done = closed->get_future();
+  asio::post(impl_->io, [impl = impl_, closed] {
+    impl->Stop();
+    closed->set_value();
   });
-  impl_->thread.join();
+  done.wait();
+  impl_.reset();
+  thread_.reset();
 }
 
 std::string LinkEmulator::address() const { return impl_->address; }
@@ -395,15 +414,7 @@ LinkEmulator::Stats LinkEmulator::stats() const {
   return s;
 }
 
-double LinkEmulator::CpuSeconds() const {
-  clockid_t clock;
-  timespec t{};
-  if (pthread_getcpuclockid(impl_->thread.native_handle(), &clock) != 0 ||
-      clock_gettime(clock, &t) != 0) {
-    return 0;
-  }
-  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
-}
+double LinkEmulator::CpuSeconds() const { return thread_->CpuSeconds(); }
 
 const char* StateName(LinkEmulator::State state) {
   switch (state) {

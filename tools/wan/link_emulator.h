@@ -27,9 +27,9 @@
 //  * A half-close (FIN) is passed on after the bytes before it are delivered; an error or reset on
 //    either side closes both sides of that connection.
 //
-// Threading: Start() runs an I/O thread of its own; every public method is thread-safe and never
-// blocks on the network (Cut/Stall/Restore take effect on the I/O thread shortly after they
-// return).
+// Threading: the emulator runs on an EmulatorThread, its own or one shared with other emulators;
+// every public method is thread-safe and never blocks on the network (Cut/Stall/Restore take effect
+// on the I/O thread shortly after they return).
 #pragma once
 
 #include <chrono>
@@ -42,6 +42,8 @@
 
 namespace strait::tools::wan {
 
+class EmulatorThread;
+
 class LinkEmulator {
  public:
   // Start's default dial timeout. A forward address that drops SYNs would otherwise hold the
@@ -51,15 +53,16 @@ class LinkEmulator {
   // Listens on `listen` ("HOST:PORT", "[::1]:PORT"; port 0 picks a free one) and forwards each
   // accepted connection to `forward` ("HOST:PORT", resolved once here) through the link `profile`.
   // A connection whose forward dial fails, or takes over `dial_timeout`, is closed
-  // (Stats::failed_dials).
+  // (Stats::failed_dials). Runs on `thread`, or on a thread of its own when it is null.
   // Errors: InvalidArgument for a malformed address or profile or a dial timeout <= 0, Unavailable
   // when `listen` cannot be bound.
   static absl::StatusOr<std::unique_ptr<LinkEmulator>> Start(
       const std::string& listen, const std::string& forward, LinkProfile profile,
-      std::chrono::milliseconds dial_timeout = kDialTimeout);
+      std::chrono::milliseconds dial_timeout = kDialTimeout,
+      std::shared_ptr<EmulatorThread> thread = nullptr);
 
-  // Closes the listener and every connection (bytes still in the emulated pipe are dropped) and
-  // joins the I/O thread.
+  // Closes the listener and every connection (bytes still in the emulated pipe are dropped) before
+  // it returns; joins the I/O thread when it was the thread's last user. Not from the I/O thread.
   ~LinkEmulator();
 
   LinkEmulator(const LinkEmulator&) = delete;
@@ -94,14 +97,15 @@ class LinkEmulator {
   };
   Stats stats() const;
 
-  // User plus system CPU seconds of the emulator's I/O thread so far: what emulating the link
-  // costs, including the kernel's work on the forwarded bytes.
+  // EmulatorThread::CpuSeconds of the emulator's I/O thread: what emulating the link costs, or on
+  // a shared thread, all the links on it.
   double CpuSeconds() const;
 
  private:
   struct Impl;
-  explicit LinkEmulator(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  LinkEmulator(std::shared_ptr<EmulatorThread> thread, std::shared_ptr<Impl> impl);
+  std::shared_ptr<EmulatorThread> thread_;  // Declared first: outlives impl_.
+  std::shared_ptr<Impl> impl_;
 };
 
 // "up", "cut" or "stalled".
