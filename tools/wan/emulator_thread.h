@@ -1,8 +1,8 @@
 // The I/O thread link emulators run on. Each LinkEmulator runs on one; several may share one, as
 // `strait bench e2e` and `strait demo` do with a federation's links: one wake-up then serves
 // whichever links have bytes to read or due, and the emulators add one thread to the machine's
-// scheduler, not one per site (on the 2-core machine the benchmarks run on, that is most of what
-// emulating the links costs the stages; docs/benchmarks.md).
+// scheduler, not one per site (on a machine of few cores, waking threads costs more than moving the
+// bytes; docs/benchmarks.md, "One thread for a federation's links").
 //
 //   auto thread = std::make_shared<EmulatorThread>();
 //   auto a = LinkEmulator::Start("127.0.0.1:0", gateway, profile, kDialTimeout, thread);
