@@ -15,6 +15,7 @@
 #include "core/job_spec.h"
 #include "core/logging.h"
 #include "core/malloc_tuning.h"
+#include "core/mutex_tuning.h"
 #include "core/version.h"
 #include "crypto/deny_list.h"
 #include "gateway/exchange/gateway_core.h"
@@ -36,6 +37,7 @@ int Fail(const std::string& message, int code = 1) {
 
 int main(int argc, char** argv) {
   strait::KeepFreedMemoryForReuse();
+  strait::SkipMutexDeadlockDetection();
   CLI::App app{"strait-gateway: routes sealed activations and gradients between the sites of a "
                "federation and serves its dashboard."};
   app.set_version_flag("--version", "strait-gateway " STRAIT_VERSION);

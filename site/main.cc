@@ -8,11 +8,13 @@
 #include "core/command_line.h"
 #include "core/logging.h"
 #include "core/malloc_tuning.h"
+#include "core/mutex_tuning.h"
 #include "core/version.h"
 #include "site/daemon/site_daemon.h"
 
 int main(int argc, char** argv) {
   strait::KeepFreedMemoryForReuse();
+  strait::SkipMutexDeadlockDetection();
   CLI::App app{"strait-site: trains one site's block of layers, exchanging activations and "
                "gradients with its neighbours through the gateway."};
   app.set_version_flag("--version", "strait-site " STRAIT_VERSION);

@@ -3,11 +3,13 @@
 
 #include "core/command_line.h"
 #include "core/malloc_tuning.h"
+#include "core/mutex_tuning.h"
 #include "core/version.h"
 #include "tools/command.h"
 
 int main(int argc, char** argv) {
   strait::KeepFreedMemoryForReuse();
+  strait::SkipMutexDeadlockDetection();
   CLI::App app{"strait: train one neural network across several datacenters.\n"
                "Operator tool: check job specs, run the demo federation, train a reference, emulate a WAN link, benchmark."};
   app.set_version_flag("--version", "strait " STRAIT_VERSION);

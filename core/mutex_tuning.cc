@@ -1,0 +1,11 @@
+#include "core/mutex_tuning.h"
+
+#include "absl/synchronization/mutex.h"
+
+namespace strait {
+
+void SkipMutexDeadlockDetection() {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+}
+
+}  // namespace strait
