@@ -274,7 +274,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 struct LinkEmulator::Impl : std::enable_shared_from_this<Impl> {
   Impl(LinkProfile profile, std::chrono::milliseconds dial_timeout, uint64_t seed,
        asio::io_context& io)
-      : shared_link(std::make_shared<Link>(std::move(profile), dial_timeout, seed)), io(io) {}
+      : link(std::make_shared<Link>(std::move(profile), dial_timeout, seed)), io(io) {}
 
   void Accept() {
     acceptor.async_accept([self = shared_from_this()](error_code ec, tcp::socket socket) {
@@ -283,40 +283,40 @@ struct LinkEmulator::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void OnAccept(error_code ec, tcp::socket socket) {
-    if (link.stopping) return;
+    if (link->stopping) return;
     if (ec) {
       // E.g. out of file descriptors: retry a little later instead of spinning.
       accept_backoff.expires_after(std::chrono::milliseconds(50));
       accept_backoff.async_wait([self = shared_from_this()](error_code) {
-        if (!self->link.stopping) self->Accept();
+        if (!self->link->stopping) self->Accept();
       });
       return;
     }
-    if (link.state == State::kCut) {
+    if (link->state == State::kCut) {
       error_code ignored;  // The link is down: refused at once.
       socket.shutdown(tcp::socket::shutdown_both, ignored);
       socket.close(ignored);
     } else {
-      std::make_shared<Connection>(shared_link, std::move(socket))->Start();
+      std::make_shared<Connection>(link, std::move(socket))->Start();
     }
     Accept();
   }
 
   // On the I/O thread.
   void CloseAll() {
-    std::vector<Connection*> open(link.connections.begin(), link.connections.end());
+    std::vector<Connection*> open(link->connections.begin(), link->connections.end());
     for (Connection* c : open) c->Close();
   }
 
   void SetState(State state) {
-    link.requested_state.store(state);
+    link->requested_state.store(state);
     asio::post(io, [this, self = shared_from_this(), state] {
-      const State before = link.state;
-      link.state = state;
+      const State before = link->state;
+      link->state = state;
       if (state == State::kCut) CloseAll();
       if (state == State::kUp && before == State::kStalled) {
-        const Clock::time_point not_before = Clock::now() + link.profile.one_way_delay;
-        std::vector<Connection*> open(link.connections.begin(), link.connections.end());
+        const Clock::time_point not_before = Clock::now() + link->profile.one_way_delay;
+        std::vector<Connection*> open(link->connections.begin(), link->connections.end());
         for (Connection* c : open) c->Resume(not_before);
       }
     });
@@ -324,15 +324,14 @@ struct LinkEmulator::Impl : std::enable_shared_from_this<Impl> {
 
   // Closes the listener and every connection; on the I/O thread.
   void Stop() {
-    link.stopping = true;
+    link->stopping = true;
     error_code ignored;
     acceptor.close(ignored);
     accept_backoff.cancel();
     CloseAll();
   }
 
-  const std::shared_ptr<Link> shared_link;  // Also held by every connection.
-  Link& link = *shared_link;
+  const std::shared_ptr<Link> link;  // Also held by every connection.
   asio::io_context& io;
   std::string address;
   int port = 0;
@@ -360,9 +359,9 @@ absl::StatusOr<std::unique_ptr<LinkEmulator>> LinkEmulator::Start(
 
   error_code ec;
   tcp::resolver resolver(impl->io);
-  impl->link.forward =
+  impl->link->forward =
       resolver.resolve(forward_to.first, forward_to.second, tcp::resolver::numeric_service, ec);
-  if (ec || impl->link.forward.empty()) {
+  if (ec || impl->link->forward.empty()) {
     return absl::InvalidArgumentError("forward address '" + forward +
                                       "' does not resolve: " + ec.message());
   }
@@ -396,14 +395,14 @@ LinkEmulator::~LinkEmulator() {
 
 std::string LinkEmulator::address() const { return impl_->address; }
 int LinkEmulator::port() const { return impl_->port; }
-const LinkProfile& LinkEmulator::profile() const { return impl_->link.profile; }
+const LinkProfile& LinkEmulator::profile() const { return impl_->link->profile; }
 
 void LinkEmulator::Cut() { impl_->SetState(State::kCut); }
 void LinkEmulator::Stall() { impl_->SetState(State::kStalled); }
 void LinkEmulator::Restore() { impl_->SetState(State::kUp); }
 
 LinkEmulator::Stats LinkEmulator::stats() const {
-  const Link& link = impl_->link;
+  const Link& link = *impl_->link;
   Stats s;
   s.bytes_up = link.bytes_up.load(std::memory_order_relaxed);
   s.bytes_down = link.bytes_down.load(std::memory_order_relaxed);
