@@ -110,10 +110,7 @@ absl::Status MeasurePieces(const TempDir& dir, const wan::LinkProfile& profile,
       samples.push_back(*ms);
     }
     std::sort(samples.begin(), samples.end());
-    Row row{.frame_bytes = bytes, .piece_bytes = std::min<uint64_t>(bytes, chunk_bytes)};
-    // The client cuts a frame into equal pieces of at most chunk_bytes.
-    const uint64_t pieces = (bytes + row.piece_bytes - 1) / row.piece_bytes;
-    row.piece_bytes = (bytes + pieces - 1) / pieces;
+    Row row{.frame_bytes = bytes, .piece_bytes = CutIntoPieces(bytes, chunk_bytes).bytes};
     row.measured_ms = samples[samples.size() / 2];
     row.model_ms = 2 * delay_ms + 1e3 * static_cast<double>(bytes + row.piece_bytes) / rate;
     rows.push_back(row);

@@ -1,5 +1,7 @@
 #include "core/frame_header.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "core/model_layout.h"
 #include "core/status.h"
@@ -17,6 +19,14 @@ uint64_t MaxFrameWireBytes(const JobSpec& spec) {
   }
   // zstd's worst case is well under 1/128 extra; headers and the tag fit in 64 KiB.
   return largest + largest / 128 + (64 << 10);
+}
+
+FramePieces CutIntoPieces(uint64_t wire_bytes, uint64_t chunk_bytes) {
+  const uint64_t chunk = std::clamp<uint64_t>(chunk_bytes, 1, kMaxChunkBytes);
+  const uint64_t limit = std::min(kMaxChunkBytes, chunk + chunk / 64);
+  const uint64_t count = std::max<uint64_t>(1, (wire_bytes + limit - 1) / limit);
+  return {.count = static_cast<uint32_t>(count),
+          .bytes = std::max<uint64_t>(1, (wire_bytes + count - 1) / count)};
 }
 
 absl::Status ValidateFrameHeader(const v1::FrameHeader& header, const JobSpec& spec,

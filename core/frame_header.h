@@ -13,6 +13,16 @@ namespace strait {
 // Largest body piece in one FrameChunk message (DESIGN.md §4).
 inline constexpr uint64_t kMaxChunkBytes = 1 << 20;
 
+// How a producer cuts a frame of `wire_bytes` into pieces for `chunk_bytes` (gateway.chunk_size):
+// equal pieces, as few as hold it with up to 1/64 more than chunk_bytes each (never more than
+// kMaxChunkBytes). The slack carries the codec header and the AEAD tag, so that a tensor of exactly
+// chunk_bytes (models are made of power-of-two sizes) goes in one piece, not in two halves.
+struct FramePieces {
+  uint32_t count = 1;
+  uint64_t bytes = 0;  // Of each piece but the last, which may be shorter.
+};
+FramePieces CutIntoPieces(uint64_t wire_bytes, uint64_t chunk_bytes);
+
 // The most wire bytes one frame of this job can have: the largest tensor crossing a boundary (one
 // microbatch of activations, fp32) plus the worst case a lossless codec adds, the codec header and
 // the AEAD tag. The gateway refuses larger frames, and its memory budget must hold at least one.

@@ -141,7 +141,7 @@ struct GatewaySpec {
   std::string listen;                      // Where the gateway listens; defaults to address.
   uint64_t memory_budget = 512ull << 20;   // Bytes of frames the mailbox may hold.
   double heartbeat_timeout_s = 10.0;       // A site silent this long is marked down.
-  // Sites push frames in pieces of at most this size; the gateway forwards each piece as it
+  // Sites push frames in pieces of this size (CutIntoPieces); the gateway forwards each piece as it
   // arrives, so a frame crosses the gateway one piece behind its producer (smaller: sooner, but
   // more messages, each with its own CPU cost in gRPC, the gateway and both sites).
   uint64_t chunk_size = 128ull << 10;

@@ -33,8 +33,9 @@ void AddJobSpecOverrideOptions(CLI::App& cmd, JobSpecOverrides& o, const std::st
       ->check(CLI::IsMember({"deferred", "eager"}));
   cmd.add_option(
          "--chunk-size", o.chunk_size,
-         "Largest piece a frame is pushed in (default 128KiB); the gateway forwards each piece as "
-         "it arrives (gateway.chunk_size)")
+         "Size of the pieces a frame is pushed in (default 128KiB; a piece may be 1/64 larger "
+         "to hold the codec header and tag); the gateway forwards each piece as it arrives "
+         "(gateway.chunk_size)")
       ->type_name("SIZE");
 }
 

@@ -73,13 +73,10 @@ GatewayClient::~GatewayClient() { (void)Close(); }
 std::future<absl::Status> GatewayClient::Push(v1::FrameHeader header, std::string body) {
   std::promise<absl::Status> promise;
   std::future<absl::Status> future = promise.get_future();
-  // Equal pieces of at most chunk_bytes: the gateway forwards each as it arrives.
-  const size_t chunk_limit = std::clamp<size_t>(options_.chunk_bytes, 1, kMaxChunkBytes);
-  const uint32_t chunks =
-      static_cast<uint32_t>(std::max<size_t>(1, (body.size() + chunk_limit - 1) / chunk_limit));
-  const size_t piece = std::max<size_t>(1, (body.size() + chunks - 1) / chunks);
+  // The gateway forwards each piece as it arrives.
+  const FramePieces pieces = CutIntoPieces(body.size(), options_.chunk_bytes);
   header.set_wire_bytes(body.size());
-  header.set_chunk_count(chunks);
+  header.set_chunk_count(pieces.count);
   uint64_t transfer_id;
   bool funded;
   {
@@ -119,13 +116,13 @@ std::future<absl::Status> GatewayClient::Push(v1::FrameHeader header, std::strin
     if (!granted) return future;
   }
   std::lock_guard<std::mutex> write_lock(push_write_mu_);
-  for (uint32_t i = 0; i < chunks; ++i) {
+  for (uint32_t i = 0; i < pieces.count; ++i) {
     v1::SiteMessage message;
     v1::PushChunk& push = *message.mutable_push();
     push.set_transfer_id(transfer_id);
     if (i == 0) *push.mutable_header() = header;
     push.mutable_chunk()->set_index(i);
-    push.mutable_chunk()->set_data(body.substr(std::min(body.size(), i * piece), piece));
+    push.mutable_chunk()->set_data(body.substr(std::min<size_t>(body.size(), i * pieces.bytes), pieces.bytes));
     if (!push_->Write(message)) break;  // The reader fails the pending push when the stream ends.
   }
   return future;

@@ -32,8 +32,8 @@ class GatewayClient final : public GatewayLink {
     std::chrono::milliseconds heartbeat{1000};
     std::chrono::seconds join_timeout{10};
     uint64_t max_frame_bytes = 1ull << 30;  // Deliveries larger than this are refused.
-    // Frames are pushed in pieces of at most this many bytes (<= kMaxChunkBytes); the gateway
-    // forwards each piece as it arrives (gateway.proto, Deliver). JobSpec gateway.chunk_size.
+    // Frames are pushed in pieces of about this many bytes (CutIntoPieces); the gateway forwards
+    // each piece as it arrives (gateway.proto, Deliver). JobSpec gateway.chunk_size.
     size_t chunk_bytes = GatewaySpec{}.chunk_size;
     // Control handler from the start (a neighbour's key may arrive right after the Join); OnControl
     // replaces it.
