@@ -431,9 +431,9 @@ absl::Status RunSite(const SiteOptions& o) {
   std::optional<double> accuracy;
   absl::Status result;
   int64_t steps_done = 0;
-  // The steady state, for benchmarks: from the end of the first step to the end of the last, so
-  // that neither the pipeline's fill (in the first step) nor its drain (the stages end their last
-  // step at different times) counts in the period.
+  // The steady state, for benchmarks: from the end of the first step to the end of the last, less
+  // that step's drain (StepResult::drain_s), so that neither the pipeline's fill (in the first
+  // step) nor its drain (the stages end their last step at different times) counts in the period.
   std::optional<Clock::time_point> first_step_end;
   Clock::time_point last_step_end;
   {
@@ -515,7 +515,8 @@ absl::Status RunSite(const SiteOptions& o) {
         ++steps_done;
         const auto now = Clock::now();
         if (!first_step_end) first_step_end = now;
-        last_step_end = now;
+        last_step_end = now - std::chrono::duration_cast<Clock::duration>(
+                                  std::chrono::duration<double>(step->drain_s));
         ++window_steps;
         if (step->loss) losses.push_back(*step->loss);
         if (runner.step() == from + 1) {

@@ -157,9 +157,18 @@ absl::StatusOr<StepResult> SiteRunner::Step() {
       case ScheduleOp::kClipNorm:
         STRAIT_RETURN_IF_ERROR(SendNorm(op.step));
         break;
-      case ScheduleOp::kUpdate:
+      case ScheduleOp::kUpdate: {
+        // Deferred 2bw updates step s's gradient in Step(s) only as the run's last op.
+        const bool drain = t.schedule == Schedule::k2BW && t.update == UpdateTiming::kDeferred &&
+                           op.step == s;
+        const auto start = std::chrono::steady_clock::now();
         STRAIT_RETURN_IF_ERROR(Update(op.step));
+        if (drain) {
+          result.drain_s =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        }
         break;
+      }
     }
   }
   if (stage_.is_last()) {  // Warm-up 0: every forward of step s ran in Step(s).

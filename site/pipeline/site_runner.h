@@ -56,6 +56,10 @@ struct StepResult {
   int64_t step = 0;               // The step just taken (0-based).
   std::optional<double> loss;     // Mean cross-entropy over the global batch (last stage).
   std::optional<double> accuracy; // Fraction of the batch classified correctly (last stage).
+  // Of the step's time, the part that is the pipeline's drain rather than its steady state: with
+  // deferred 2bw, the last step's update of its own gradient (with clipping it waits for a scale
+  // that travels the whole chain and back). 0 in every other step.
+  double drain_s = 0;
 };
 
 class SiteRunner {
