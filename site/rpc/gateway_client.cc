@@ -122,7 +122,8 @@ std::future<absl::Status> GatewayClient::Push(v1::FrameHeader header, std::strin
     push.set_transfer_id(transfer_id);
     if (i == 0) *push.mutable_header() = header;
     push.mutable_chunk()->set_index(i);
-    push.mutable_chunk()->set_data(body.substr(std::min<size_t>(body.size(), i * pieces.bytes), pieces.bytes));
+    push.mutable_chunk()->set_data(
+        body.substr(std::min<size_t>(body.size(), i * pieces.bytes), pieces.bytes));
     if (!push_->Write(message)) break;  // The reader fails the pending push when the stream ends.
   }
   return future;
