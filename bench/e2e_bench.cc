@@ -12,15 +12,14 @@
 // profile (tools/wan), and each run is set against the lower bound on step time that its measured
 // compute and the links allow (bench/step_time_bound.h): achieved/bound says how much of the step
 // is overhead that physics does not demand.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_format.h"
 #include "bench/step_time_bound.h"
@@ -71,7 +70,8 @@ struct FederationRun {
 };
 
 nlohmann::json Metrics(const std::string& dir) {
-  return nlohmann::json::parse(ReadFile(dir + "/metrics.json"), nullptr, /*allow_exceptions=*/false);
+  return nlohmann::json::parse(ReadFile(dir + "/metrics.json"), nullptr,
+                               /*allow_exceptions=*/false);
 }
 
 const auto kLimit = std::chrono::seconds(3600);
@@ -122,8 +122,8 @@ absl::StatusOr<FederationRun> RunFederation(LocalFederation& fed, const JobSpec&
       run.wire_bytes += wire;
       const size_t b = link.value("boundary", 0);
       if (b >= boundaries || frames <= 0) continue;
-      (link.value("direction", "") == "forward" ? run.forward_frame_bytes : run.backward_frame_bytes)[b] =
-          wire / frames;
+      (link.value("direction", "") == "forward" ? run.forward_frame_bytes
+                                                : run.backward_frame_bytes)[b] = wire / frames;
     }
   }
   return run;
@@ -141,9 +141,10 @@ bench::StepBound Bound(const JobSpec& spec, const FederationRun& run, int64_t st
   in.clip = spec.training.grad_clip > 0;
   for (const SiteFigures& site : run.sites) {
     const double per_microbatch = 1.0 / (static_cast<double>(steps) * m);
-    in.stages.push_back({.forward_s = site.time.value("forward_s", 0.0) * per_microbatch,
-                         .backward_s = site.time.value("backward_s", 0.0) * per_microbatch,
-                         .update_s = site.time.value("update_s", 0.0) / static_cast<double>(steps)});
+    in.stages.push_back(
+        {.forward_s = site.time.value("forward_s", 0.0) * per_microbatch,
+         .backward_s = site.time.value("backward_s", 0.0) * per_microbatch,
+         .update_s = site.time.value("update_s", 0.0) / static_cast<double>(steps)});
     bench::SiteLink link;
     if (wan) {
       link.one_way_delay_s = std::chrono::duration<double>(wan->one_way_delay).count();
@@ -157,7 +158,8 @@ bench::StepBound Bound(const JobSpec& spec, const FederationRun& run, int64_t st
 }
 
 absl::StatusOr<double> RunReference(LocalFederation& fed) {
-  if (int code = fed.RunReference({"--threads", "1", "--log-every", "1000000"}, kLimit); code != 0) {
+  if (int code = fed.RunReference({"--threads", "1", "--log-every", "1000000"}, kLimit);
+      code != 0) {
     return absl::InternalError(absl::StrFormat("strait train exited with %d:\n%s", code,
                                                ReadFile(fed.dir().File("reference.log"))));
   }
@@ -165,12 +167,14 @@ absl::StatusOr<double> RunReference(LocalFederation& fed) {
 }
 
 void PrintTimeSplit(const std::vector<SiteFigures>& sites) {
-  std::printf("%-8s %8s %8s %8s %8s %8s %8s\n", "site", "compute", "wait", "encode", "decode", "seal",
-              "open");
+  std::printf("%-8s %8s %8s %8s %8s %8s %8s\n", "site", "compute", "wait", "encode", "decode",
+              "seal", "open");
   for (const SiteFigures& s : sites) {
-    auto f = [&](const char* key) { return s.time.value(key, 0.0) / std::max(s.train_seconds, 1e-9); };
-    std::printf("%-8s %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f\n", s.id.c_str(), f("compute_s"), f("wait_s"),
-                f("encode_s"), f("decode_s"), f("seal_s"), f("open_s"));
+    auto f = [&](const char* key) {
+      return s.time.value(key, 0.0) / std::max(s.train_seconds, 1e-9);
+    };
+    std::printf("%-8s %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f\n", s.id.c_str(), f("compute_s"),
+                f("wait_s"), f("encode_s"), f("decode_s"), f("seal_s"), f("open_s"));
   }
 }
 
@@ -178,12 +182,14 @@ void PrintTimeSplit(const std::vector<SiteFigures>& sites) {
 int RunAgainstTrain(const E2eOptions& o, const std::string& yaml, const JobSpec& spec) {
   const TrainingSpec& t = spec.training;
   if (!o.json) {
-    std::printf("strait bench e2e: %s, %lld steps of %d samples (%d microbatches, %s), %zu sites, "
-                "links %s / %s, one compute thread per process\n",
-                spec.name.c_str(), static_cast<long long>(o.overrides.steps), t.global_batch, t.microbatches,
-                ToString(t.schedule), spec.sites.size(), spec.links[0].forward.c_str(),
-                spec.links[0].backward.c_str());
-    std::printf("%-6s %18s %22s %8s\n", "round", "strait train sam/s", "federation samples/s", "ratio");
+    std::printf(
+        "strait bench e2e: %s, %lld steps of %d samples (%d microbatches, %s), %zu sites, "
+        "links %s / %s, one compute thread per process\n",
+        spec.name.c_str(), static_cast<long long>(o.overrides.steps), t.global_batch,
+        t.microbatches, ToString(t.schedule), spec.sites.size(), spec.links[0].forward.c_str(),
+        spec.links[0].backward.c_str());
+    std::printf("%-6s %18s %22s %8s\n", "round", "strait train sam/s", "federation samples/s",
+                "ratio");
     std::fflush(stdout);
   }
   struct Round {
@@ -208,11 +214,15 @@ int RunAgainstTrain(const E2eOptions& o, const std::string& yaml, const JobSpec&
     rounds.push_back({*train, *std::move(run)});
   }
   // The round with the best federation figure stands for the run (least disturbed by the machine).
-  auto ratio = [](const Round& r) { return r.fed.samples_per_second / std::max(r.train_sps, 1e-9); };
-  const Round& best = *std::max_element(rounds.begin(), rounds.end(),
-                                         [&](const Round& a, const Round& b) { return ratio(a) < ratio(b); });
+  auto ratio = [](const Round& r) {
+    return r.fed.samples_per_second / std::max(r.train_sps, 1e-9);
+  };
+  const Round& best =
+      *std::max_element(rounds.begin(), rounds.end(),
+                        [&](const Round& a, const Round& b) { return ratio(a) < ratio(b); });
   const double steps = static_cast<double>(o.overrides.steps);
-  const double raw_per_step = best.fed.raw_bytes / steps, wire_per_step = best.fed.wire_bytes / steps;
+  const double raw_per_step = best.fed.raw_bytes / steps,
+               wire_per_step = best.fed.wire_bytes / steps;
   if (o.json) {
     nlohmann::json out = {{"config", o.config},
                           {"steps", o.overrides.steps},
@@ -224,15 +234,17 @@ int RunAgainstTrain(const E2eOptions& o, const std::string& yaml, const JobSpec&
                           {"raw_bytes_per_step", raw_per_step},
                           {"wire_bytes_per_step", wire_per_step}};
     for (const SiteFigures& s : best.fed.sites) {
-      out["sites"].push_back({{"site", s.id}, {"train_seconds", s.train_seconds}, {"time", s.time}});
+      out["sites"].push_back(
+          {{"site", s.id}, {"train_seconds", s.train_seconds}, {"time", s.time}});
     }
     std::printf("%s\n", out.dump(1).c_str());
     return 0;
   }
   std::printf("\nfederation / strait train: %.2fx (best of %zu)\n", ratio(best), rounds.size());
-  std::printf("bytes per step across all boundaries: wire %.3f MiB, raw fp32 %.3f MiB (raw/wire %.2fx)\n",
-              wire_per_step / (1 << 20), raw_per_step / (1 << 20),
-              raw_per_step / std::max(wire_per_step, 1.0));
+  std::printf(
+      "bytes per step across all boundaries: wire %.3f MiB, raw fp32 %.3f MiB (raw/wire %.2fx)\n",
+      wire_per_step / (1 << 20), raw_per_step / (1 << 20),
+      raw_per_step / std::max(wire_per_step, 1.0));
   std::printf("\nwhere each site's training time went (fractions of its wall time):\n");
   PrintTimeSplit(best.fed.sites);
   return 0;
@@ -244,7 +256,8 @@ enum class LinkKind { kLoopback, kPassThrough, kProfile };
 int RunWan(const E2eOptions& o) {
   absl::StatusOr<wan::LinkProfile> profile = wan::NamedProfile(o.wan);
   if (!profile.ok()) {
-    std::fprintf(stderr, "strait bench e2e: --wan: %s\n", std::string(profile.status().message()).c_str());
+    std::fprintf(stderr, "strait bench e2e: --wan: %s\n",
+                 std::string(profile.status().message()).c_str());
     return 2;
   }
   struct Chain {
@@ -268,17 +281,19 @@ int RunWan(const E2eOptions& o) {
   for (const Chain& chain : {lossless, compressed}) {
     absl::StatusOr<RewrittenJobSpec> rewritten = RewriteJobSpec(o.config, chain.overrides);
     if (!rewritten.ok()) {
-      std::fprintf(stderr, "strait bench e2e: %s\n", std::string(rewritten.status().message()).c_str());
+      std::fprintf(stderr, "strait bench e2e: %s\n",
+                   std::string(rewritten.status().message()).c_str());
       return 2;
     }
     const JobSpec& spec = rewritten->spec;
     const TrainingSpec& t = spec.training;
     if (!o.json && !header) {
-      std::printf("strait bench e2e --wan %s: %s; %s, %lld steps of %d samples in %d microbatches, %s, "
-                  "%zu sites, one compute thread per process\n",
-                  o.wan.c_str(), wan::Describe(*profile).c_str(), spec.name.c_str(),
-                  static_cast<long long>(steps), t.global_batch, t.microbatches, ToString(t.schedule),
-                  spec.sites.size());
+      std::printf(
+          "strait bench e2e --wan %s: %s; %s, %lld steps of %d samples in %d microbatches, %s, "
+          "%zu sites, one compute thread per process\n",
+          o.wan.c_str(), wan::Describe(*profile).c_str(), spec.name.c_str(),
+          static_cast<long long>(steps), t.global_batch, t.microbatches, ToString(t.schedule),
+          spec.sites.size());
       std::printf("%-30s %-12s %9s %9s %9s %9s %9s %-9s %9s %9s %10s %9s %6s  %s\n",
                   "chain (forward/backward)", "link", "samples/s", "step ms", "bound ms", "link ms",
                   "achieved", "bound by", "queued", "achieved", "wire MiB", "cpu ms", "cores",
@@ -311,7 +326,8 @@ int RunWan(const E2eOptions& o) {
       const std::string chain_name =
           absl::StrFormat("%s %s/%s", chain.name, spec.links[0].forward, spec.links[0].backward);
       std::string waits;
-      for (const SiteFigures& s : run->sites) waits += absl::StrFormat("%s%.2f", waits.empty() ? "" : " ", s.WaitFraction());
+      for (const SiteFigures& s : run->sites)
+        waits += absl::StrFormat("%s%.2f", waits.empty() ? "" : " ", s.WaitFraction());
       if (!o.json) {
         std::printf(
             "%-30s %-12s %9.0f %9.1f %9.1f %9.1f %8.2fx %-9s %9.1f %8.2fx %10.3f %9.1f %6.2f  %s\n",
@@ -367,13 +383,14 @@ int RunWan(const E2eOptions& o) {
     }
   }
   if (o.json) {
-    nlohmann::json out = {{"config", o.config},
-                          {"steps", steps},
-                          {"wan", {{"profile", o.wan},
-                                   {"rate_bits_per_second", profile->rate_bits_per_second},
-                                   {"one_way_delay_s",
-                                    std::chrono::duration<double>(profile->one_way_delay).count()}}},
-                          {"runs", runs}};
+    nlohmann::json out = {
+        {"config", o.config},
+        {"steps", steps},
+        {"wan",
+         {{"profile", o.wan},
+          {"rate_bits_per_second", profile->rate_bits_per_second},
+          {"one_way_delay_s", std::chrono::duration<double>(profile->one_way_delay).count()}}},
+        {"runs", runs}};
     std::printf("%s\n", out.dump(1).c_str());
     return 0;
   }
@@ -397,7 +414,8 @@ int RunE2e(E2eOptions o) {
   if (!o.wan.empty()) return RunWan(o);
   absl::StatusOr<RewrittenJobSpec> rewritten = RewriteJobSpec(o.config, o.overrides);
   if (!rewritten.ok()) {
-    std::fprintf(stderr, "strait bench e2e: %s\n", std::string(rewritten.status().message()).c_str());
+    std::fprintf(stderr, "strait bench e2e: %s\n",
+                 std::string(rewritten.status().message()).c_str());
     return 2;
   }
   return RunAgainstTrain(o, rewritten->yaml, rewritten->spec);
@@ -408,9 +426,10 @@ int RunE2e(E2eOptions o) {
 void AddBenchE2eCommand(CLI::App& bench, int* exit_code) {
   auto o = std::make_shared<E2eOptions>();
   CLI::App* cmd = bench.add_subcommand(
-      "e2e", "Federated samples/s (gateway, sites, codecs, crypto on loopback) beside strait train "
-             "on the same job spec, one compute thread per process; with --wan, on loopback beside "
-             "emulated WAN links, against the lower bound on step time");
+      "e2e",
+      "Federated samples/s (gateway, sites, codecs, crypto on loopback) beside strait train "
+      "on the same job spec, one compute thread per process; with --wan, on loopback beside "
+      "emulated WAN links, against the lower bound on step time");
   cmd->add_option("-c,--config", o->config,
                   "Job spec (default: configs/fashion-mlp-3site.yaml of this source tree)")
       ->type_name("FILE");

@@ -2,10 +2,10 @@
 // the same two processes, plaintext and with mutual TLS (issue: gateway relay >= 50% of direct).
 //
 // The bench process is the producer (site "a"). For each transport and frame size it starts a real
-// `strait-gateway` and a consumer process (`strait bench relay-sink`, site "b") that pulls every frame
-// through the gateway and also serves a direct sink. The producer pushes the same frames (1) through
-// the gateway and (2) straight to the sink; the consumer stamps the moment the last frame arrived
-// (steady clock, shared by processes on one machine), so both figures are end to end.
+// `strait-gateway` and a consumer process (`strait bench relay-sink`, site "b") that pulls every
+// frame through the gateway and also serves a direct sink. The producer pushes the same frames (1)
+// through the gateway and (2) straight to the sink; the consumer stamps the moment the last frame
+// arrived (steady clock, shared by processes on one machine), so both figures are end to end.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -74,21 +74,25 @@ struct SinkFlags {
 int RunSink(const SinkFlags& flags) {
   std::shared_ptr<grpc::ServerCredentials> server_credentials = grpc::InsecureServerCredentials();
   if (!flags.tls_dir.empty()) {
-    auto material = crypto::LoadTlsMaterial(flags.tls_dir + "/ca.pem", flags.tls_dir + "/gateway.pem",
-                                            flags.tls_dir + "/gateway.key");
-    if (!material.ok()) return std::fprintf(stderr, "%s\n", std::string(material.status().message()).c_str()), 1;
-    auto credentials = gateway::MakeGatewayServerCredentials(*material, std::make_shared<gateway::RevocationList>());
+    auto material = crypto::LoadTlsMaterial(
+        flags.tls_dir + "/ca.pem", flags.tls_dir + "/gateway.pem", flags.tls_dir + "/gateway.key");
+    if (!material.ok())
+      return std::fprintf(stderr, "%s\n", std::string(material.status().message()).c_str()), 1;
+    auto credentials = gateway::MakeGatewayServerCredentials(
+        *material, std::make_shared<gateway::RevocationList>());
     if (!credentials.ok()) return 1;
     server_credentials = *credentials;
   }
   auto sink = bench::RelaySink::Start(server_credentials, [&](uint64_t n) {
     if (n == flags.frames) AppendResult(flags.result_file, absl::StrCat("direct_done=", NowNs()));
   });
-  if (!sink.ok()) return std::fprintf(stderr, "%s\n", std::string(sink.status().message()).c_str()), 1;
+  if (!sink.ok())
+    return std::fprintf(stderr, "%s\n", std::string(sink.status().message()).c_str()), 1;
   auto options = ClientOptions(flags.gateway, flags.tls_dir, "b");
   if (!options.ok()) return 1;
   auto client = site::GatewayClient::Connect(*options, RelayJoin("b"));
-  if (!client.ok()) return std::fprintf(stderr, "%s\n", std::string(client.status().message()).c_str()), 1;
+  if (!client.ok())
+    return std::fprintf(stderr, "%s\n", std::string(client.status().message()).c_str()), 1;
   AppendResult(flags.ready_file, absl::StrCat("direct=", (*sink)->port()));
 
   // Pull every frame through the gateway, kPullWindow at a time, acknowledging each.
@@ -100,7 +104,8 @@ int RunSink(const SinkFlags& flags) {
     }
     absl::StatusOr<site::ReceivedFrame> frame = window.front().get();
     window.pop_front();
-    if (!frame.ok()) return std::fprintf(stderr, "pull: %s\n", std::string(frame.status().message()).c_str()), 1;
+    if (!frame.ok())
+      return std::fprintf(stderr, "pull: %s\n", std::string(frame.status().message()).c_str()), 1;
     (*client)->Ack(frame->header.key());
   }
   AppendResult(flags.result_file, absl::StrCat("gateway_done=", NowNs()));
@@ -135,36 +140,54 @@ absl::StatusOr<int64_t> PushAll(site::GatewayClient& client, uint64_t frames, ui
   return start;
 }
 
-absl::StatusOr<int64_t> WaitForResult(Process& sink, const std::string& file, const std::string& key) {
+absl::StatusOr<int64_t> WaitForResult(Process& sink, const std::string& file,
+                                      const std::string& key) {
   auto values = sink.WaitForReadyFile(file, {key}, std::chrono::seconds(300));
-  if (values.empty()) return absl::DeadlineExceededError("the consumer did not finish:\n" + sink.LogTail());
+  if (values.empty())
+    return absl::DeadlineExceededError("the consumer did not finish:\n" + sink.LogTail());
   return std::stoll(values[key]);
 }
 
-absl::StatusOr<Measurement> Measure(const std::string& dir, const std::string& tls_dir, uint64_t bytes,
-                                    uint64_t total_bytes, int run) {
+absl::StatusOr<Measurement> Measure(const std::string& dir, const std::string& tls_dir,
+                                    uint64_t bytes, uint64_t total_bytes, int run) {
   Measurement m;
   m.transport = tls_dir.empty() ? "plaintext" : "mutual TLS";
   m.frame_bytes = bytes;
   m.frames = std::max<uint64_t>(8, total_bytes / bytes);
   const std::string tag = absl::StrCat(dir, "/run", run);
-  std::vector<std::string> gateway_args = {FindStraitExecutable("strait-gateway"), "--config",
-                                           dir + "/fed.yaml", "--listen", "127.0.0.1:0",
-                                           "--ready-file", tag + ".gateway", "--log-level", "warn",
+  std::vector<std::string> gateway_args = {FindStraitExecutable("strait-gateway"),
+                                           "--config",
+                                           dir + "/fed.yaml",
+                                           "--listen",
+                                           "127.0.0.1:0",
+                                           "--ready-file",
+                                           tag + ".gateway",
+                                           "--log-level",
+                                           "warn",
                                            "--no-dashboard"};
   if (tls_dir.empty()) gateway_args.push_back("--insecure");
   Process gateway(gateway_args, tag + ".gateway.log");
   auto ready = gateway.WaitForReadyFile(tag + ".gateway", {"grpc"}, std::chrono::seconds(30));
-  if (ready.empty()) return absl::UnavailableError("the gateway did not start:\n" + gateway.LogTail());
+  if (ready.empty())
+    return absl::UnavailableError("the gateway did not start:\n" + gateway.LogTail());
   const std::string address = "127.0.0.1:" + ready["grpc"];
 
-  std::vector<std::string> sink_args = {FindStraitExecutable("strait"), "bench", "relay-sink",
-                                        "--gateway", address, "--frames", std::to_string(m.frames),
-                                        "--ready-file", tag + ".sink", "--result-file", tag + ".result"};
+  std::vector<std::string> sink_args = {FindStraitExecutable("strait"),
+                                        "bench",
+                                        "relay-sink",
+                                        "--gateway",
+                                        address,
+                                        "--frames",
+                                        std::to_string(m.frames),
+                                        "--ready-file",
+                                        tag + ".sink",
+                                        "--result-file",
+                                        tag + ".result"};
   if (!tls_dir.empty()) sink_args.insert(sink_args.end(), {"--tls-dir", tls_dir});
   Process sink(sink_args, tag + ".sink.log");
   auto sink_ready = sink.WaitForReadyFile(tag + ".sink", {"direct"}, std::chrono::seconds(30));
-  if (sink_ready.empty()) return absl::UnavailableError("the consumer did not start:\n" + sink.LogTail());
+  if (sink_ready.empty())
+    return absl::UnavailableError("the consumer did not start:\n" + sink.LogTail());
 
   auto options = ClientOptions(address, tls_dir, "a");
   if (!options.ok()) return options.status();
@@ -198,7 +221,8 @@ absl::Status MakeCertificates(const std::string& dir) {
         {strait, "certs", "issue", "--dir", dir, "--site", "a"},
         {strait, "certs", "issue", "--dir", dir, "--site", "b"}}) {
     Process certs(args, dir + "/certs.log");
-    if (certs.Wait(std::chrono::seconds(60)) != 0) return absl::InternalError("strait certs failed:\n" + certs.LogTail());
+    if (certs.Wait(std::chrono::seconds(60)) != 0)
+      return absl::InternalError("strait certs failed:\n" + certs.LogTail());
   }
   return absl::OkStatus();
 }
@@ -217,7 +241,8 @@ int RunRelay(bool json, uint64_t total_mib) {
   for (const std::string& transport : {std::string(), tls_dir}) {
     for (uint64_t bytes : {uint64_t{1} << 20, uint64_t{16} << 20}) {
       if (!json) {
-        std::fprintf(stderr, "relay: %s, %llu MiB frames...\n", transport.empty() ? "plaintext" : "mutual TLS",
+        std::fprintf(stderr, "relay: %s, %llu MiB frames...\n",
+                     transport.empty() ? "plaintext" : "mutual TLS",
                      static_cast<unsigned long long>(bytes >> 20));
       }
       absl::StatusOr<Measurement> m = Measure(dir.path(), transport, bytes, total_mib << 20, run++);
@@ -231,8 +256,11 @@ int RunRelay(bool json, uint64_t total_mib) {
   if (json) {
     nlohmann::json out = nlohmann::json::array();
     for (const Measurement& m : results) {
-      out.push_back({{"transport", m.transport}, {"frame_bytes", m.frame_bytes}, {"frames", m.frames},
-                     {"gateway_gb_per_s", m.gateway_gbps}, {"direct_gb_per_s", m.direct_gbps},
+      out.push_back({{"transport", m.transport},
+                     {"frame_bytes", m.frame_bytes},
+                     {"frames", m.frames},
+                     {"gateway_gb_per_s", m.gateway_gbps},
+                     {"direct_gb_per_s", m.direct_gbps},
                      {"ratio", m.gateway_gbps / m.direct_gbps}});
     }
     std::printf("%s\n", out.dump(2).c_str());
@@ -242,8 +270,9 @@ int RunRelay(bool json, uint64_t total_mib) {
               "direct GB/s", "ratio");
   for (const Measurement& m : results) {
     std::printf("%-11s %4llu MiB %7llu %16.2f %15.2f %6.0f%%\n", m.transport.c_str(),
-                static_cast<unsigned long long>(m.frame_bytes >> 20), static_cast<unsigned long long>(m.frames),
-                m.gateway_gbps, m.direct_gbps, 100 * m.gateway_gbps / m.direct_gbps);
+                static_cast<unsigned long long>(m.frame_bytes >> 20),
+                static_cast<unsigned long long>(m.frames), m.gateway_gbps, m.direct_gbps,
+                100 * m.gateway_gbps / m.direct_gbps);
   }
   return 0;
 }
@@ -252,8 +281,9 @@ int RunRelay(bool json, uint64_t total_mib) {
 
 void AddBenchRelayCommand(CLI::App& bench, int* exit_code) {
   CLI::App* relay = bench.add_subcommand(
-      "relay", "Frames through a real gateway vs a direct gRPC stream between the same two processes, "
-               "plaintext and mutual TLS, 1 MiB and 16 MiB frames");
+      "relay",
+      "Frames through a real gateway vs a direct gRPC stream between the same two processes, "
+      "plaintext and mutual TLS, 1 MiB and 16 MiB frames");
   auto json = std::make_shared<bool>(false);
   auto mib = std::make_shared<uint64_t>(256);
   relay->add_flag("--json", *json, "Print JSON instead of a table");

@@ -412,7 +412,8 @@ StepBound StepTimeLowerBound(const BoundInput& in) {
       down += in.forward_frame_bytes[s - 1];
     }
     const double rate = in.links[s].bytes_per_second;
-    if (rate > 0) bound.bandwidth_s = std::max(bound.bandwidth_s, std::max(up, down) * in.microbatches / rate);
+    if (rate > 0)
+      bound.bandwidth_s = std::max(bound.bandwidth_s, std::max(up, down) * in.microbatches / rate);
   }
 
   bound.link_s = in.schedule == Schedule::k2BW

@@ -43,7 +43,7 @@ struct SiteLink {
 
 struct BoundInput {
   Schedule schedule = Schedule::k1F1B;
-  int extra_in_flight = 0;  // training.extra_in_flight
+  int extra_in_flight = 0;                        // training.extra_in_flight
   UpdateTiming update = UpdateTiming::kDeferred;  // training.update (2bw)
   int microbatches = 1;
   std::vector<StageCost> stages;  // One per site, in pipeline order.
@@ -54,18 +54,18 @@ struct BoundInput {
 };
 
 struct StepBound {
-  double step_s = 0;            // max(path_s, link_s): no schedule of these ops runs faster.
-  double path_s = 0;            // Critical path per step, in the steady state.
-  double path_delay_s = 0;      // The part of path_s spent in one-way link delays.
-  double path_transfer_s = 0;   // The part of path_s spent serializing frames at link rate.
-  int crossings = 0;            // Stage-to-stage crossings on the critical path per step.
-  double bandwidth_s = 0;       // Busiest link direction: its bytes per step over its rate.
-  double link_s = 0;            // Busiest link direction, with the latency it cannot overlap.
+  double step_s = 0;           // max(path_s, link_s): no schedule of these ops runs faster.
+  double path_s = 0;           // Critical path per step, in the steady state.
+  double path_delay_s = 0;     // The part of path_s spent in one-way link delays.
+  double path_transfer_s = 0;  // The part of path_s spent serializing frames at link rate.
+  int crossings = 0;           // Stage-to-stage crossings on the critical path per step.
+  double bandwidth_s = 0;      // Busiest link direction: its bytes per step over its rate.
+  double link_s = 0;           // Busiest link direction, with the latency it cannot overlap.
   // "compute", "latency", "transfer" (frames on the path), "bandwidth" (link_s, its bytes alone),
   // "link" (link_s, its bytes and the latency around them).
   std::string limited_by;
-  double queued_s = 0;          // The period with links that queue frames (above): >= path_s.
-  double queued_wait_s = 0;     // The part of queued_s's path spent waiting for a busy link.
+  double queued_s = 0;       // The period with links that queue frames (above): >= path_s.
+  double queued_wait_s = 0;  // The part of queued_s's path spent waiting for a busy link.
 };
 
 // The bound for `input`. Requires stages.size() == links.size() >= 1, frame byte vectors of

@@ -205,10 +205,11 @@ void AddBenchStreamCommand(CLI::App& bench, int* exit_code) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   stream
-      ->add_option("--frame-kib", *frame_kib,
-                   "Frame sizes in KiB, comma-separated, at most 16384 (the benchmark job's largest "
-                   "tensor); those over 1024 are sent in pieces only (a large frame shows whether "
-                   "gRPC's flow-control windows fill the link)")
+      ->add_option(
+          "--frame-kib", *frame_kib,
+          "Frame sizes in KiB, comma-separated, at most 16384 (the benchmark job's largest "
+          "tensor); those over 1024 are sent in pieces only (a large frame shows whether "
+          "gRPC's flow-control windows fill the link)")
       ->delimiter(',')
       ->check(CLI::Range(uint64_t{1}, uint64_t{16} << 10))
       ->capture_default_str();

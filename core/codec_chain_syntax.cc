@@ -15,8 +15,8 @@ bool IsValueStage(absl::string_view name) {
 }
 
 absl::Status StageError(const CodecStageSyntax& stage, absl::string_view message) {
-  return absl::InvalidArgumentError(absl::StrCat("codec stage '", stage.name,
-                                                 stage.params.empty() ? "" : ":...", "': ", message));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "codec stage '", stage.name, stage.params.empty() ? "" : ":...", "': ", message));
 }
 
 absl::Status CheckQuantizer(const CodecStageSyntax& stage) {
@@ -27,13 +27,13 @@ absl::Status CheckQuantizer(const CodecStageSyntax& stage) {
       seen_sr = true;
     } else if (absl::SimpleAtoi(p, &block) && !seen_block) {
       if (block < 2 || block > 65536 || block % 2 != 0) {
-        return StageError(stage, absl::StrCat("block size must be an even number in [2, 65536], found ",
-                                              p));
+        return StageError(
+            stage, absl::StrCat("block size must be an even number in [2, 65536], found ", p));
       }
       seen_block = true;
     } else {
-      return StageError(stage, absl::StrCat("unexpected parameter '", p,
-                                            "'; expected a block size and/or 'sr'"));
+      return StageError(
+          stage, absl::StrCat("unexpected parameter '", p, "'; expected a block size and/or 'sr'"));
     }
   }
   return absl::OkStatus();
@@ -74,15 +74,15 @@ absl::Status CheckNoParams(const CodecStageSyntax& stage) {
 absl::StatusOr<std::vector<CodecStageSyntax>> ParseCodecChainSyntax(absl::string_view chain) {
   std::vector<CodecStageSyntax> stages;
   if (chain.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("empty codec chain; expected stages joined by '+' from: ",
-                                                   kStages));
+    return absl::InvalidArgumentError(
+        absl::StrCat("empty codec chain; expected stages joined by '+' from: ", kStages));
   }
   for (absl::string_view text : absl::StrSplit(chain, '+')) {
     std::vector<std::string> parts = absl::StrSplit(text, ':');
     CodecStageSyntax stage{parts[0], {parts.begin() + 1, parts.end()}};
     if (stage.name.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("empty stage in codec chain '", chain, "'; stages are joined by a single '+'"));
+      return absl::InvalidArgumentError(absl::StrCat("empty stage in codec chain '", chain,
+                                                     "'; stages are joined by a single '+'"));
     }
     absl::Status s;
     if (stage.name == "int8" || stage.name == "int4") {

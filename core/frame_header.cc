@@ -14,8 +14,8 @@ uint64_t MaxFrameWireBytes(const JobSpec& spec) {
   uint64_t largest = 0;
   for (size_t s = 0; s + 1 < spec.sites.size(); ++s) {
     const LayerLayout& last = layers[spec.sites[s].layers.end - 1];
-    largest = std::max<uint64_t>(largest, NumElements(last.out_shape) * spec.training.MicrobatchSize() *
-                                              sizeof(float));
+    largest = std::max<uint64_t>(
+        largest, NumElements(last.out_shape) * spec.training.MicrobatchSize() * sizeof(float));
   }
   // zstd's worst case is well under 1/128 extra; headers and the tag fit in 64 KiB.
   return largest + largest / 128 + (64 << 10);
@@ -34,8 +34,8 @@ absl::Status ValidateFrameHeader(const v1::FrameHeader& header, const JobSpec& s
   if (!header.has_key()) return absl::InvalidArgumentError("frame header has no key");
   STRAIT_RETURN_IF_ERROR(ValidateTensorKey(header.key(), spec));
   if (header.dtype() != v1::FLOAT32) {
-    return absl::InvalidArgumentError(absl::StrCat("frame header has dtype ", header.dtype(),
-                                                   "; expected FLOAT32"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("frame header has dtype ", header.dtype(), "; expected FLOAT32"));
   }
   if (header.shape_size() < 1 || header.shape_size() > 8) {
     return absl::InvalidArgumentError(
@@ -53,19 +53,21 @@ absl::Status ValidateFrameHeader(const v1::FrameHeader& header, const JobSpec& s
     }
   }
   if (header.raw_bytes() != elements * sizeof(float)) {
-    return absl::InvalidArgumentError(absl::StrCat("frame header says raw_bytes ", header.raw_bytes(),
-                                                   " but its shape holds ", elements * sizeof(float)));
+    return absl::InvalidArgumentError(absl::StrCat("frame header says raw_bytes ",
+                                                   header.raw_bytes(), " but its shape holds ",
+                                                   elements * sizeof(float)));
   }
   if (header.wire_bytes() > max_frame_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("frame of ", header.wire_bytes(),
-                                                   " wire bytes exceeds the limit of ", max_frame_bytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "frame of ", header.wire_bytes(), " wire bytes exceeds the limit of ", max_frame_bytes));
   }
-  const uint64_t min_chunks = std::max<uint64_t>(1, (header.wire_bytes() + kMaxChunkBytes - 1) / kMaxChunkBytes);
+  const uint64_t min_chunks =
+      std::max<uint64_t>(1, (header.wire_bytes() + kMaxChunkBytes - 1) / kMaxChunkBytes);
   const uint64_t max_chunks = std::max<uint64_t>(1, header.wire_bytes());
   if (header.chunk_count() < min_chunks || header.chunk_count() > max_chunks) {
-    return absl::InvalidArgumentError(absl::StrCat("frame header has chunk_count ", header.chunk_count(),
-                                                   " for ", header.wire_bytes(), " wire bytes; expected ",
-                                                   min_chunks, " to ", max_chunks));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "frame header has chunk_count ", header.chunk_count(), " for ", header.wire_bytes(),
+        " wire bytes; expected ", min_chunks, " to ", max_chunks));
   }
   return absl::OkStatus();
 }

@@ -3,7 +3,6 @@
 #include <fstream>
 #include <sstream>
 
-
 namespace strait {
 
 const char* ToString(ModelFamily v) { return v == ModelFamily::kMlp ? "mlp" : "vit"; }
@@ -40,15 +39,14 @@ int ModelSpec::InputFeatures() const {
   return family == ModelFamily::kMlp ? mlp.input : vit.channels * vit.height * vit.width;
 }
 
-int ModelSpec::Classes() const {
-  return family == ModelFamily::kMlp ? mlp.classes : vit.classes;
-}
+int ModelSpec::Classes() const { return family == ModelFamily::kMlp ? mlp.classes : vit.classes; }
 
 namespace {
 
 std::string ReplaceSite(std::string pattern, absl::string_view site_id) {
   const std::string kSite = "{site}", id(site_id);
-  for (size_t at = pattern.find(kSite); at != std::string::npos; at = pattern.find(kSite, at + id.size())) {
+  for (size_t at = pattern.find(kSite); at != std::string::npos;
+       at = pattern.find(kSite, at + id.size())) {
     pattern.replace(at, kSite.size(), id);
   }
   return pattern;
@@ -60,7 +58,9 @@ std::string TlsSpec::SiteCert(absl::string_view site_id) const {
   return ReplaceSite(site_cert, site_id);
 }
 
-std::string TlsSpec::SiteKey(absl::string_view site_id) const { return ReplaceSite(site_key, site_id); }
+std::string TlsSpec::SiteKey(absl::string_view site_id) const {
+  return ReplaceSite(site_key, site_id);
+}
 
 int JobSpec::SiteIndex(absl::string_view id) const {
   for (size_t i = 0; i < sites.size(); ++i) {
@@ -72,8 +72,7 @@ int JobSpec::SiteIndex(absl::string_view id) const {
 absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::NotFoundError("cannot open job spec '" + path +
-                               "': no such file or not readable");
+    return absl::NotFoundError("cannot open job spec '" + path + "': no such file or not readable");
   }
   std::stringstream text;
   text << in.rdbuf();

@@ -3,7 +3,8 @@
 // Every process of a federation (gateway, each site, `strait train`) loads the same file, so the
 // structs here are the single source of truth for the split of layers, the data order, the training
 // hyper-parameters and the links' codecs. LoadJobSpec validates everything it can without touching
-// the network or the data; errors name file:line:column, the key, what was expected and what was found.
+// the network or the data; errors name file:line:column, the key, what was expected and what was
+// found.
 #pragma once
 
 #include <cstdint>
@@ -11,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace strait {
 
@@ -53,25 +54,25 @@ struct MlpSpec {
 };
 
 // Vision transformer: layer 0 is the patch embedding (+ class token + position embedding), layers
-// 1..depth are pre-LN transformer blocks, layer depth+1 is the head (LayerNorm + Linear on the class
-// token). So it has depth + 2 layers.
+// 1..depth are pre-LN transformer blocks, layer depth+1 is the head (LayerNorm + Linear on the
+// class token). So it has depth + 2 layers.
 struct VitSpec {
   int channels = 1;
   int height = 28;
   int width = 28;
-  int patch = 7;       // Square patches; must divide height and width.
-  int dim = 64;        // Embedding width; must be divisible by heads.
-  int depth = 4;       // Number of transformer blocks.
+  int patch = 7;  // Square patches; must divide height and width.
+  int dim = 64;   // Embedding width; must be divisible by heads.
+  int depth = 4;  // Number of transformer blocks.
   int heads = 4;
-  int mlp_dim = 256;   // Hidden width of each block's MLP.
+  int mlp_dim = 256;  // Hidden width of each block's MLP.
   int classes = 10;
   float dropout = 0.0f;
 };
 
 struct ModelSpec {
   ModelFamily family = ModelFamily::kMlp;
-  MlpSpec mlp;   // Valid when family == kMlp.
-  VitSpec vit;   // Valid when family == kVit.
+  MlpSpec mlp;             // Valid when family == kMlp.
+  VitSpec vit;             // Valid when family == kVit.
   uint64_t init_seed = 1;  // Parameter initialisation; identical whatever the split.
   int NumLayers() const;
   int InputFeatures() const;  // Per-sample input size in floats (784 for 28x28 images).
@@ -81,18 +82,18 @@ struct ModelSpec {
 struct DataSpec {
   DatasetKind kind = DatasetKind::kFashionMnist;
   std::string path = "/usr/share/datasets/fashion-mnist";  // Absolute (resolved against the file).
-  uint64_t seed = 1;            // Sample order (epoch shuffling); shared by first and last stage.
-  int synthetic_train = 4096;   // Sizes of the generated data set (kind: synthetic only).
+  uint64_t seed = 1;           // Sample order (epoch shuffling); shared by first and last stage.
+  int synthetic_train = 4096;  // Sizes of the generated data set (kind: synthetic only).
   int synthetic_test = 1024;
 };
 
 struct OptimizerSpec {
   OptimizerKind kind = OptimizerKind::kAdamW;
   double lr = 1e-3;
-  double momentum = 0.9;        // SGD only.
-  double beta1 = 0.9;           // AdamW only.
-  double beta2 = 0.999;         // AdamW only.
-  double eps = 1e-8;            // AdamW only.
+  double momentum = 0.9;  // SGD only.
+  double beta1 = 0.9;     // AdamW only.
+  double beta2 = 0.999;   // AdamW only.
+  double eps = 1e-8;      // AdamW only.
   double weight_decay = 0.0;
   // Linear learning-rate warm-up: update k (from 1) uses lr * min(1, k / warmup_steps); 0 = none.
   // Damps the first updates, which one-step-stale gradients (schedule 2bw) make unstable.
@@ -108,16 +109,17 @@ struct OptimizerSpec {
 OptimizerSpec WithDecayHorizon(OptimizerSpec optimizer, int64_t total_steps);
 
 struct CheckpointSpec {
-  int every = 0;                // Steps between coordinated checkpoints; 0 = off.
-  std::string dir = "checkpoints";  // Absolute (resolved against the file); each site writes dir/<id>/.
-  int keep = 3;                 // Newest checkpoints kept per site.
+  int every = 0;  // Steps between coordinated checkpoints; 0 = off.
+  std::string dir =
+      "checkpoints";  // Absolute (resolved against the file); each site writes dir/<id>/.
+  int keep = 3;       // Newest checkpoints kept per site.
 };
 
 struct TrainingSpec {
-  int64_t steps = 0;            // Exactly one of steps / epochs is set (the other is 0).
+  int64_t steps = 0;  // Exactly one of steps / epochs is set (the other is 0).
   int epochs = 0;
   int global_batch = 128;
-  int microbatches = 4;         // global_batch % microbatches == 0.
+  int microbatches = 4;  // global_batch % microbatches == 0.
   Schedule schedule = Schedule::k1F1B;
   // Microbatches stage 0 keeps in flight beyond the schedule's own S (1f1b, 2bw), so that it keeps
   // computing while its activations travel a slow link to the last stage and their gradients come
@@ -131,7 +133,7 @@ struct TrainingSpec {
   // norms without stalling) and lookahead 0 (its default under eager).
   UpdateTiming update = UpdateTiming::kDeferred;
   OptimizerSpec optimizer;
-  double grad_clip = 0.0;       // Clip by global norm across all stages; 0 = off.
+  double grad_clip = 0.0;  // Clip by global norm across all stages; 0 = off.
   CheckpointSpec checkpoint;
   int MicrobatchSize() const { return global_batch / microbatches; }
 };
@@ -160,7 +162,7 @@ struct TlsSpec {
   std::string gateway_key = "certs/gateway.key";
   std::string site_cert = "certs/{site}.pem";
   std::string site_key = "certs/{site}.key";
-  std::string deny_list;                   // Optional: revoked certificate serials, one per line.
+  std::string deny_list;  // Optional: revoked certificate serials, one per line.
   std::string SiteCert(absl::string_view site_id) const;
   std::string SiteKey(absl::string_view site_id) const;
 };
@@ -188,8 +190,8 @@ struct LinkSpec {
 };
 
 struct JobSpec {
-  std::string source_path;   // The file it was loaded from ("<string>" when parsed from text).
-  std::string name;          // Federation name: part of every tensor key and key-derivation label.
+  std::string source_path;  // The file it was loaded from ("<string>" when parsed from text).
+  std::string name;         // Federation name: part of every tensor key and key-derivation label.
   GatewaySpec gateway;
   DashboardSpec dashboard;
   TlsSpec tls;
@@ -208,7 +210,8 @@ struct JobSpec {
 absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view yaml_text, absl::string_view file_name,
                                      absl::string_view base_dir);
 
-// Reads `path` and parses it with ParseJobSpec (relative paths resolve against the file's directory).
+// Reads `path` and parses it with ParseJobSpec (relative paths resolve against the file's
+// directory).
 absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path);
 
 }  // namespace strait

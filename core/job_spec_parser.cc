@@ -1,5 +1,6 @@
-// ParseJobSpec: YAML text -> validated JobSpec. Section by section, each reading its keys with YamlMap
-// (which rejects unknown keys), then the checks that span sections (layer split, batch, data vs model).
+// ParseJobSpec: YAML text -> validated JobSpec. Section by section, each reading its keys with
+// YamlMap (which rejects unknown keys), then the checks that span sections (layer split, batch,
+// data vs model).
 #include <filesystem>
 #include <regex>
 #include <set>
@@ -14,7 +15,7 @@
 namespace strait {
 namespace {
 
-constexpr int kMaxWidth = 1 << 20;       // Largest layer width / class count accepted.
+constexpr int kMaxWidth = 1 << 20;  // Largest layer width / class count accepted.
 constexpr int kMaxSites = 64;
 constexpr int kMaxWorkers = 1024;
 constexpr int kMaxDepth = 1024;
@@ -29,14 +30,14 @@ class JobSpecParser {
     try {
       root = YAML::Load(std::string(text));
     } catch (const YAML::Exception& e) {
-      return absl::InvalidArgumentError(absl::StrCat(file_, ":", e.mark.line + 1, ":",
-                                                     e.mark.column + 1, ": YAML syntax error: ",
-                                                     e.msg));
+      return absl::InvalidArgumentError(absl::StrCat(
+          file_, ":", e.mark.line + 1, ":", e.mark.column + 1, ": YAML syntax error: ", e.msg));
     }
     if (!root.IsMap()) {
       return YamlError(file_, root, "",
                        "a job spec is a mapping with keys name, gateway, model, data, training, "
-                       "sites, ...; found " + DescribeYamlNode(root));
+                       "sites, ...; found " +
+                           DescribeYamlNode(root));
     }
     spec_.source_path = file_;
     YamlMap map(file_, root, "");
@@ -72,19 +73,22 @@ class JobSpecParser {
     static const std::regex kHostPort(R"(^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):([0-9]{1,5})$)");
     std::smatch m;
     if (!std::regex_match(value, m, kHostPort) || std::stoi(m[2]) > 65535) {
-      return map.ErrorAt(key, "expected host:port such as 127.0.0.1:7443 or [::1]:7443, found '" +
-                                  value + "'");
+      return map.ErrorAt(
+          key, "expected host:port such as 127.0.0.1:7443 or [::1]:7443, found '" + value + "'");
     }
     return absl::OkStatus();
   }
 
   absl::Status ParseName(YamlMap& map) {
-    if (!map.Has("name")) return map.Missing("name", "the federation's name, e.g. name: fashion-3dc");
+    if (!map.Has("name"))
+      return map.Missing("name", "the federation's name, e.g. name: fashion-3dc");
     STRAIT_RETURN_IF_ERROR(map.String("name", &spec_.name));
     static const std::regex kName("^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$");
     if (!std::regex_match(spec_.name, kName)) {
-      return map.ErrorAt("name", "expected 1-64 letters, digits, '.', '_' or '-' (starting with a "
-                                 "letter or digit), found '" + spec_.name + "'");
+      return map.ErrorAt("name",
+                         "expected 1-64 letters, digits, '.', '_' or '-' (starting with a "
+                         "letter or digit), found '" +
+                             spec_.name + "'");
     }
     return absl::OkStatus();
   }
@@ -123,9 +127,12 @@ class JobSpecParser {
     YamlMap map = Section(root, "tls");
     STRAIT_RETURN_IF_ERROR(map.status());
     TlsSpec& t = spec_.tls;
-    for (auto [key, field] : {std::pair{"ca", &t.ca}, {"gateway_cert", &t.gateway_cert},
-                              {"gateway_key", &t.gateway_key}, {"site_cert", &t.site_cert},
-                              {"site_key", &t.site_key}, {"deny_list", &t.deny_list}}) {
+    for (auto [key, field] : {std::pair{"ca", &t.ca},
+                              {"gateway_cert", &t.gateway_cert},
+                              {"gateway_key", &t.gateway_key},
+                              {"site_cert", &t.site_cert},
+                              {"site_key", &t.site_key},
+                              {"deny_list", &t.deny_list}}) {
       STRAIT_RETURN_IF_ERROR(map.String(key, field));
       *field = Resolve(*field);
     }
@@ -135,16 +142,19 @@ class JobSpecParser {
   absl::Status ParseModel(YamlMap& root) {
     YamlMap map = Section(root, "model");
     STRAIT_RETURN_IF_ERROR(map.status());
-    if (!map.node().IsDefined()) return root.Missing("model", "a mapping with 'family: mlp' or 'family: vit'");
+    if (!map.node().IsDefined())
+      return root.Missing("model", "a mapping with 'family: mlp' or 'family: vit'");
     ModelSpec& m = spec_.model;
-    STRAIT_RETURN_IF_ERROR(map.Enum("family", {{"mlp", ModelFamily::kMlp}, {"vit", ModelFamily::kVit}},
+    STRAIT_RETURN_IF_ERROR(map.Enum("family",
+                                    {{"mlp", ModelFamily::kMlp}, {"vit", ModelFamily::kVit}},
                                     &m.family, /*required=*/true));
     int64_t seed = static_cast<int64_t>(m.init_seed);
     STRAIT_RETURN_IF_ERROR(map.Int("init_seed", int64_t{0}, INT64_MAX, &seed));
     m.init_seed = static_cast<uint64_t>(seed);
 
     const std::vector<absl::string_view> mlp_keys = {"input", "hidden", "activation"};
-    const std::vector<absl::string_view> vit_keys = {"image", "patch", "dim", "depth", "heads", "mlp_dim"};
+    const std::vector<absl::string_view> vit_keys = {"image", "patch", "dim",
+                                                     "depth", "heads", "mlp_dim"};
     const auto& other = m.family == ModelFamily::kMlp ? vit_keys : mlp_keys;
     for (absl::string_view key : other) {
       if (map.Has(key)) {
@@ -156,9 +166,11 @@ class JobSpecParser {
     if (m.family == ModelFamily::kMlp) {
       MlpSpec& mlp = m.mlp;
       STRAIT_RETURN_IF_ERROR(map.Int("input", 1, kMaxWidth, &mlp.input));
-      STRAIT_RETURN_IF_ERROR(map.IntList("hidden", 1, kMaxWidth, 0, &mlp.hidden, /*required=*/true));
+      STRAIT_RETURN_IF_ERROR(
+          map.IntList("hidden", 1, kMaxWidth, 0, &mlp.hidden, /*required=*/true));
       STRAIT_RETURN_IF_ERROR(map.Int("classes", 2, kMaxWidth, &mlp.classes));
-      STRAIT_RETURN_IF_ERROR(map.Enum("activation", {{"relu", Activation::kRelu}, {"gelu", Activation::kGelu}},
+      STRAIT_RETURN_IF_ERROR(map.Enum("activation",
+                                      {{"relu", Activation::kRelu}, {"gelu", Activation::kGelu}},
                                       &mlp.activation));
       STRAIT_RETURN_IF_ERROR(map.Float("dropout", 0.0, 0.95, &mlp.dropout));
     } else {
@@ -168,18 +180,20 @@ class JobSpecParser {
       v.channels = image[0], v.height = image[1], v.width = image[2];
       STRAIT_RETURN_IF_ERROR(map.Int("patch", 1, 4096, &v.patch, /*required=*/true));
       if (v.height % v.patch != 0 || v.width % v.patch != 0) {
-        return map.ErrorAt("patch", absl::StrCat("patch size ", v.patch, " must divide the image height ",
-                                                 v.height, " and width ", v.width));
+        return map.ErrorAt("patch",
+                           absl::StrCat("patch size ", v.patch, " must divide the image height ",
+                                        v.height, " and width ", v.width));
       }
       if (int64_t patches = int64_t{v.height / v.patch} * (v.width / v.patch); patches > 65536) {
-        return map.ErrorAt("patch", absl::StrCat("patch size ", v.patch, " cuts the image into ", patches,
-                                                 " patches; at most 65536 are supported"));
+        return map.ErrorAt("patch", absl::StrCat("patch size ", v.patch, " cuts the image into ",
+                                                 patches, " patches; at most 65536 are supported"));
       }
       STRAIT_RETURN_IF_ERROR(map.Int("dim", 1, 65536, &v.dim, /*required=*/true));
       STRAIT_RETURN_IF_ERROR(map.Int("depth", 1, kMaxDepth, &v.depth, /*required=*/true));
       STRAIT_RETURN_IF_ERROR(map.Int("heads", 1, 1024, &v.heads, /*required=*/true));
       if (v.dim % v.heads != 0) {
-        return map.ErrorAt("heads", absl::StrCat("dim ", v.dim, " must be divisible by heads ", v.heads));
+        return map.ErrorAt("heads",
+                           absl::StrCat("dim ", v.dim, " must be divisible by heads ", v.heads));
       }
       v.mlp_dim = 4 * v.dim;
       STRAIT_RETURN_IF_ERROR(map.Int("mlp_dim", 1, kMaxWidth, &v.mlp_dim));
@@ -193,9 +207,10 @@ class JobSpecParser {
     YamlMap map = Section(root, "data");
     STRAIT_RETURN_IF_ERROR(map.status());
     DataSpec& d = spec_.data;
-    STRAIT_RETURN_IF_ERROR(map.Enum("dataset", {{"fashion-mnist", DatasetKind::kFashionMnist},
-                                                {"synthetic", DatasetKind::kSynthetic}},
-                                    &d.kind));
+    STRAIT_RETURN_IF_ERROR(map.Enum(
+        "dataset",
+        {{"fashion-mnist", DatasetKind::kFashionMnist}, {"synthetic", DatasetKind::kSynthetic}},
+        &d.kind));
     STRAIT_RETURN_IF_ERROR(map.String("path", &d.path));
     d.path = Resolve(d.path);
     int64_t seed = static_cast<int64_t>(d.seed);
@@ -213,9 +228,11 @@ class JobSpecParser {
       const ModelSpec& m = spec_.model;
       if (m.InputFeatures() != 784 || m.Classes() != 10 ||
           (m.family == ModelFamily::kVit && m.vit.channels != 1)) {
-        return map.ErrorAt("dataset", absl::StrCat(
-            "fashion-mnist has 28x28x1 inputs (784 features) and 10 classes; the model takes ",
-            m.InputFeatures(), " features and ", m.Classes(), " classes"));
+        return map.ErrorAt(
+            "dataset",
+            absl::StrCat(
+                "fashion-mnist has 28x28x1 inputs (784 features) and 10 classes; the model takes ",
+                m.InputFeatures(), " features and ", m.Classes(), " classes"));
       }
     }
     return map.Finish();
@@ -225,8 +242,8 @@ class JobSpecParser {
     YamlMap map = Section(training, "optimizer");
     STRAIT_RETURN_IF_ERROR(map.status());
     OptimizerSpec& o = spec_.training.optimizer;
-    STRAIT_RETURN_IF_ERROR(map.Enum("name", {{"sgd", OptimizerKind::kSgd}, {"adamw", OptimizerKind::kAdamW}},
-                                    &o.kind));
+    STRAIT_RETURN_IF_ERROR(map.Enum(
+        "name", {{"sgd", OptimizerKind::kSgd}, {"adamw", OptimizerKind::kAdamW}}, &o.kind));
     if (o.kind == OptimizerKind::kSgd) o.lr = 0.01;
     STRAIT_RETURN_IF_ERROR(map.Double("lr", 1e-12, 100.0, &o.lr));
     STRAIT_RETURN_IF_ERROR(map.Double("weight_decay", 0.0, 10.0, &o.weight_decay));
@@ -236,9 +253,10 @@ class JobSpecParser {
     STRAIT_RETURN_IF_ERROR(map.Int("decay_steps", int64_t{0}, int64_t{1} << 40, &o.decay_steps));
     const bool sgd = o.kind == OptimizerKind::kSgd;
     for (absl::string_view key : sgd ? std::vector<absl::string_view>{"betas", "eps"}
-                                    : std::vector<absl::string_view>{"momentum"}) {
-      if (map.Has(key)) return map.ErrorAt(key, absl::StrCat("not an option of ", ToString(o.kind), " (it belongs to ",
-                                                                  sgd ? "adamw" : "sgd", ")"));
+                                     : std::vector<absl::string_view>{"momentum"}) {
+      if (map.Has(key))
+        return map.ErrorAt(key, absl::StrCat("not an option of ", ToString(o.kind),
+                                             " (it belongs to ", sgd ? "adamw" : "sgd", ")"));
       map.Allow(key);
     }
     if (sgd) {
@@ -247,10 +265,13 @@ class JobSpecParser {
       YAML::Node betas = map.Get("betas");
       if (betas.IsDefined() && !betas.IsNull()) {
         double b1 = 0, b2 = 0;
-        if (!betas.IsSequence() || betas.size() != 2 || !YAML::convert<double>::decode(betas[0], b1) ||
-            !YAML::convert<double>::decode(betas[1], b2) || b1 < 0 || b1 >= 1 || b2 < 0 || b2 >= 1) {
-          return map.ErrorAt("betas", "expected two numbers in [0, 1) such as [0.9, 0.999], found " +
-                                          DescribeYamlNode(betas));
+        if (!betas.IsSequence() || betas.size() != 2 ||
+            !YAML::convert<double>::decode(betas[0], b1) ||
+            !YAML::convert<double>::decode(betas[1], b2) || b1 < 0 || b1 >= 1 || b2 < 0 ||
+            b2 >= 1) {
+          return map.ErrorAt("betas",
+                             "expected two numbers in [0, 1) such as [0.9, 0.999], found " +
+                                 DescribeYamlNode(betas));
         }
         o.beta1 = b1, o.beta2 = b2;
       }
@@ -274,7 +295,8 @@ class JobSpecParser {
     YamlMap map = Section(root, "training");
     STRAIT_RETURN_IF_ERROR(map.status());
     if (!map.node().IsDefined()) {
-      return root.Missing("training", "a mapping with steps or epochs, global_batch and microbatches");
+      return root.Missing("training",
+                          "a mapping with steps or epochs, global_batch and microbatches");
     }
     TrainingSpec& t = spec_.training;
     STRAIT_RETURN_IF_ERROR(map.Int("steps", int64_t{1}, int64_t{1} << 40, &t.steps));
@@ -288,10 +310,11 @@ class JobSpecParser {
     STRAIT_RETURN_IF_ERROR(map.Int("global_batch", 1, 1 << 24, &t.global_batch));
     STRAIT_RETURN_IF_ERROR(map.Int("microbatches", 1, 1 << 16, &t.microbatches));
     if (t.global_batch % t.microbatches != 0) {
-      return map.ErrorAt("microbatches", absl::StrCat("global_batch ", t.global_batch,
-                                                      " is not divisible by microbatches ", t.microbatches,
-                                                      "; choose a divisor such as ",
-                                                      LargestDivisorAtMost(t.global_batch, t.microbatches)));
+      return map.ErrorAt(
+          "microbatches",
+          absl::StrCat("global_batch ", t.global_batch, " is not divisible by microbatches ",
+                       t.microbatches, "; choose a divisor such as ",
+                       LargestDivisorAtMost(t.global_batch, t.microbatches)));
     }
     STRAIT_RETURN_IF_ERROR(
         map.Enum("schedule",
@@ -350,10 +373,12 @@ class JobSpecParser {
       return root.Missing("sites", "a list of sites, each with id and layers: [start, end)");
     }
     if (!sites.IsSequence() || sites.size() == 0) {
-      return root.ErrorAt("sites", "expected a non-empty list of sites, found " + DescribeYamlNode(sites));
+      return root.ErrorAt("sites",
+                          "expected a non-empty list of sites, found " + DescribeYamlNode(sites));
     }
     if (sites.size() > kMaxSites) {
-      return root.ErrorAt("sites", absl::StrCat("at most ", kMaxSites, " sites, found ", sites.size()));
+      return root.ErrorAt("sites",
+                          absl::StrCat("at most ", kMaxSites, " sites, found ", sites.size()));
     }
     const int num_layers = spec_.model.NumLayers();
     std::vector<YAML::Node> layer_nodes;
@@ -361,30 +386,34 @@ class JobSpecParser {
       YamlMap map(file_, sites[i], absl::StrCat("sites[", i, "]"));
       STRAIT_RETURN_IF_ERROR(map.status());
       if (!sites[i].IsMap()) {
-        return YamlError(file_, sites[i], map.path(), "expected a mapping with id and layers, found nothing");
+        return YamlError(file_, sites[i], map.path(),
+                         "expected a mapping with id and layers, found nothing");
       }
       SiteSpec site;
       STRAIT_RETURN_IF_ERROR(map.String("id", &site.id, /*required=*/true));
       static const std::regex kId("^[a-z0-9][a-z0-9._-]{0,62}$");
       if (!std::regex_match(site.id, kId)) {
-        return map.ErrorAt("id", "expected 1-63 lower-case letters, digits, '.', '_' or '-' (it names "
-                                 "the site's certificate and files), found '" + site.id + "'");
+        return map.ErrorAt("id",
+                           "expected 1-63 lower-case letters, digits, '.', '_' or '-' (it names "
+                           "the site's certificate and files), found '" +
+                               site.id + "'");
       }
       if (int other = spec_.SiteIndex(site.id); other >= 0) {
-        return map.ErrorAt("id", absl::StrCat("duplicate site id '", site.id, "' (also sites[", other,
-                                              "]); site ids must be unique"));
+        return map.ErrorAt("id", absl::StrCat("duplicate site id '", site.id, "' (also sites[",
+                                              other, "]); site ids must be unique"));
       }
       std::vector<int> range;
       STRAIT_RETURN_IF_ERROR(map.IntList("layers", 0, 1 << 20, 2, &range, /*required=*/true));
       site.layers = {range[0], range[1]};
       layer_nodes.push_back(map.Get("layers"));
-      STRAIT_RETURN_IF_ERROR(map.Enum("device", {{"cpu", DeviceKind::kCpu}, {"cuda", DeviceKind::kCuda}},
-                                      &site.device));
+      STRAIT_RETURN_IF_ERROR(map.Enum(
+          "device", {{"cpu", DeviceKind::kCpu}, {"cuda", DeviceKind::kCuda}}, &site.device));
       STRAIT_RETURN_IF_ERROR(map.Int("workers", 1, kMaxWorkers, &site.workers));
       if (site.workers > spec_.training.MicrobatchSize()) {
-        return map.ErrorAt("workers", absl::StrCat(site.workers, " workers cannot share a microbatch of ",
-                                                   spec_.training.MicrobatchSize(),
-                                                   " samples; use at most that many workers"));
+        return map.ErrorAt("workers",
+                           absl::StrCat(site.workers, " workers cannot share a microbatch of ",
+                                        spec_.training.MicrobatchSize(),
+                                        " samples; use at most that many workers"));
       }
       STRAIT_RETURN_IF_ERROR(map.Finish());
       spec_.sites.push_back(std::move(site));
@@ -402,8 +431,9 @@ class JobSpecParser {
       const LayerRange& r = spec_.sites[i].layers;
       std::string path = absl::StrCat("sites[", i, "].layers");
       if (r.start >= r.end) {
-        return YamlError(file_, nodes[i], path,
-                         absl::StrCat("range ", range(r), " is empty; a site needs at least one layer"));
+        return YamlError(
+            file_, nodes[i], path,
+            absl::StrCat("range ", range(r), " is empty; a site needs at least one layer"));
       }
       if (r.end > num_layers) {
         return YamlError(file_, nodes[i], path,
@@ -417,15 +447,15 @@ class JobSpecParser {
       }
       if (r.start > expected_start) {
         return YamlError(file_, nodes[i], path,
-                         absl::StrCat("range ", range(r), " leaves layers [", expected_start, ", ", r.start,
-                                      ") to no site; ", rule));
+                         absl::StrCat("range ", range(r), " leaves layers [", expected_start, ", ",
+                                      r.start, ") to no site; ", rule));
       }
     }
     if (spec_.sites.back().layers.end != num_layers) {
-      return YamlError(file_, nodes.back(), absl::StrCat("sites[", spec_.sites.size() - 1, "].layers"),
-                       absl::StrCat("range ", range(spec_.sites.back().layers), " leaves layers [",
-                                    spec_.sites.back().layers.end, ", ", num_layers, ") to no site; ",
-                                    rule));
+      return YamlError(
+          file_, nodes.back(), absl::StrCat("sites[", spec_.sites.size() - 1, "].layers"),
+          absl::StrCat("range ", range(spec_.sites.back().layers), " leaves layers [",
+                       spec_.sites.back().layers.end, ", ", num_layers, ") to no site; ", rule));
     }
     return absl::OkStatus();
   }
@@ -437,8 +467,9 @@ class JobSpecParser {
     YAML::Node links = root.Get("links");
     if (!links.IsDefined() || links.IsNull()) return absl::OkStatus();
     if (!links.IsSequence()) {
-      return root.ErrorAt("links", "expected a list of links, each with between: [site, next site], found " +
-                                       DescribeYamlNode(links));
+      return root.ErrorAt("links",
+                          "expected a list of links, each with between: [site, next site], found " +
+                              DescribeYamlNode(links));
     }
     std::vector<bool> seen(boundaries, false);
     for (size_t i = 0; i < links.size(); ++i) {
@@ -447,21 +478,24 @@ class JobSpecParser {
       YAML::Node between = map.Get("between");
       if (!between.IsDefined()) return map.Missing("between", "[site id, id of the next site]");
       std::string a, b;
-      if (!between.IsSequence() || between.size() != 2 || !between[0].IsScalar() || !between[1].IsScalar()) {
+      if (!between.IsSequence() || between.size() != 2 || !between[0].IsScalar() ||
+          !between[1].IsScalar()) {
         return map.ErrorAt("between", "expected two site ids such as [dc-a, dc-b], found " +
                                           DescribeYamlNode(between));
       }
       a = between[0].Scalar(), b = between[1].Scalar();
       int ia = spec_.SiteIndex(a), ib = spec_.SiteIndex(b);
       if (ia < 0 || ib < 0) {
-        return map.ErrorAt("between", absl::StrCat("unknown site '", ia < 0 ? a : b, "'; sites are ",
-                                                   SiteList()));
+        return map.ErrorAt(
+            "between", absl::StrCat("unknown site '", ia < 0 ? a : b, "'; sites are ", SiteList()));
       }
       if (ib != ia + 1) {
-        return map.ErrorAt("between", absl::StrCat("sites '", a, "' and '", b,
-                                                   "' are not neighbours in stage order; a link joins "
-                                                   "sites[i] and sites[i+1], e.g. [",
-                                                   spec_.sites[0].id, ", ", spec_.sites[1 % spec_.sites.size()].id, "]"));
+        return map.ErrorAt(
+            "between",
+            absl::StrCat("sites '", a, "' and '", b,
+                         "' are not neighbours in stage order; a link joins "
+                         "sites[i] and sites[i+1], e.g. [",
+                         spec_.sites[0].id, ", ", spec_.sites[1 % spec_.sites.size()].id, "]"));
       }
       if (seen[ia]) {
         return map.ErrorAt("between", absl::StrCat("a second link between '", a, "' and '", b,
@@ -469,7 +503,8 @@ class JobSpecParser {
       }
       seen[ia] = true;
       LinkSpec& link = spec_.links[ia];
-      for (auto [key, chain] : {std::pair{"forward", &link.forward}, {"backward", &link.backward}}) {
+      for (auto [key, chain] :
+           {std::pair{"forward", &link.forward}, {"backward", &link.backward}}) {
         STRAIT_RETURN_IF_ERROR(map.String(key, chain));
         if (auto parsed = ParseCodecChainSyntax(*chain); !parsed.ok()) {
           return map.ErrorAt(key, std::string(parsed.status().message()));
@@ -503,10 +538,13 @@ class JobSpecParser {
     const uint64_t frame = MaxFrameWireBytes(spec_);
     if (spec_.gateway.memory_budget >= frame) return absl::OkStatus();
     YamlMap gateway = Section(root, "gateway");
-    return gateway.ErrorAt("memory_budget", absl::StrCat(
-        "a budget of ", spec_.gateway.memory_budget, " bytes cannot hold one frame of this job (up to ",
-        frame, " bytes: one microbatch of activations plus codec and sealing overhead); raise it to at "
-        "least ", (frame + (1 << 20) - 1) >> 20, "MiB"));
+    return gateway.ErrorAt("memory_budget",
+                           absl::StrCat("a budget of ", spec_.gateway.memory_budget,
+                                        " bytes cannot hold one frame of this job (up to ", frame,
+                                        " bytes: one microbatch of activations plus codec and "
+                                        "sealing overhead); raise it to at "
+                                        "least ",
+                                        (frame + (1 << 20) - 1) >> 20, "MiB"));
   }
 
   std::string SiteList() const {

@@ -1,5 +1,5 @@
-// The JoinRequest a site sends (proto strait.v1.JoinRequest), built from the job spec so that what a
-// site claims always matches what the gateway checks it against.
+// The JoinRequest a site sends (proto strait.v1.JoinRequest), built from the job spec so that what
+// a site claims always matches what the gateway checks it against.
 #pragma once
 
 #include "core/job_spec.h"

@@ -1,9 +1,9 @@
 #include "core/logging.h"
 
-#include "absl/strings/str_format.h"
-
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+
+#include "absl/strings/str_format.h"
 
 namespace strait {
 

@@ -26,7 +26,8 @@ std::vector<LayerLayout> MlpLayout(const MlpSpec& mlp) {
     int64_t out = last ? mlp.classes : mlp.hidden[i];
     LayerLayout layer;
     layer.index = static_cast<int>(i);
-    layer.name = last ? absl::StrCat("fc", i) : absl::StrCat("fc", i, "+", ToString(mlp.activation));
+    layer.name =
+        last ? absl::StrCat("fc", i) : absl::StrCat("fc", i, "+", ToString(mlp.activation));
     layer.in_shape = {in};
     layer.out_shape = {out};
     AddLinear(layer, "", in, out);

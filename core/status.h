@@ -1,17 +1,17 @@
 // Status helpers used across Strait (DESIGN.md §9: leveldb-style Status returns, absl types).
 //
-// Header-only and depending on abseil alone, so that the leaf libraries (crypto, compression) may use
-// it too without depending on the rest of core.
+// Header-only and depending on abseil alone, so that the leaf libraries (crypto, compression) may
+// use it too without depending on the rest of core.
 #pragma once
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 // Returns from the enclosing function when `expr` (an absl::Status) is not OK.
-#define STRAIT_RETURN_IF_ERROR(expr)                  \
-  do {                                                \
-    ::absl::Status strait_status_ = (expr);           \
-    if (!strait_status_.ok()) return strait_status_;  \
+#define STRAIT_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::absl::Status strait_status_ = (expr);          \
+    if (!strait_status_.ok()) return strait_status_; \
   } while (0)
 
 #define STRAIT_STATUS_CONCAT_INNER(a, b) a##b

@@ -14,12 +14,12 @@ int ConsumerStage(const v1::TensorKey& key) {
 
 absl::Status ValidateTensorKey(const v1::TensorKey& key, const JobSpec& spec) {
   if (key.job() != spec.name) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor key names job '", key.job(), "'; this federation is '", spec.name, "'"));
+    return absl::InvalidArgumentError(absl::StrCat("tensor key names job '", key.job(),
+                                                   "'; this federation is '", spec.name, "'"));
   }
   if (key.direction() != v1::FORWARD && key.direction() != v1::BACKWARD) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor key has direction ", key.direction(), "; expected FORWARD or BACKWARD"));
+    return absl::InvalidArgumentError(absl::StrCat("tensor key has direction ", key.direction(),
+                                                   "; expected FORWARD or BACKWARD"));
   }
   if (key.boundary() + 1 >= spec.sites.size()) {
     return absl::InvalidArgumentError(absl::StrCat("tensor key has boundary ", key.boundary(),
@@ -59,8 +59,8 @@ std::string TensorKeyToString(const v1::TensorKey& key) {
                         : key.purpose() == v1::CLIP ? "/clip"
                         : key.purpose() == v1::EVAL ? "/eval"
                                                     : "/purpose?";
-  return absl::StrCat(key.job(), "/s", key.step(), "/m", key.microbatch(), "/b", key.boundary(), "/",
-                      direction, "/g", key.generation(), purpose);
+  return absl::StrCat(key.job(), "/s", key.step(), "/m", key.microbatch(), "/b", key.boundary(),
+                      "/", direction, "/g", key.generation(), purpose);
 }
 
 }  // namespace strait

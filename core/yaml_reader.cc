@@ -47,16 +47,15 @@ absl::Status YamlError(absl::string_view file, const YAML::Node& node, absl::str
     line = node.Mark().line + 1;
     column = node.Mark().column + 1;
   }
-  return absl::InvalidArgumentError(absl::StrCat(file, ":", line, ":", column, ": ",
-                                                 path.empty() ? "" : absl::StrCat(path, ": "),
-                                                 message));
+  return absl::InvalidArgumentError(absl::StrCat(
+      file, ":", line, ":", column, ": ", path.empty() ? "" : absl::StrCat(path, ": "), message));
 }
 
 YamlMap::YamlMap(absl::string_view file, YAML::Node node, std::string path)
     : file_(file), node_(std::move(node)), path_(std::move(path)) {
   if (node_.IsDefined() && !node_.IsNull() && !node_.IsMap()) {
-    status_ = YamlError(file_, node_, path_, "expected a mapping (key: value lines), found " +
-                                                 DescribeYamlNode(node_));
+    status_ = YamlError(file_, node_, path_,
+                        "expected a mapping (key: value lines), found " + DescribeYamlNode(node_));
   }
 }
 
@@ -118,8 +117,8 @@ absl::Status YamlMap::Int(absl::string_view key, int64_t min, int64_t max, int64
     return ErrorAt(key, "expected an integer, found " + DescribeYamlNode(child));
   }
   if (value < min || value > max) {
-    return ErrorAt(key, absl::StrCat("expected an integer in [", min, ", ", max, "], found ",
-                                     value));
+    return ErrorAt(key,
+                   absl::StrCat("expected an integer in [", min, ", ", max, "], found ", value));
   }
   *out = value;
   return absl::OkStatus();
@@ -144,8 +143,8 @@ absl::Status YamlMap::Double(absl::string_view key, double min, double max, doub
     return ErrorAt(key, "expected a number, found " + DescribeYamlNode(child));
   }
   if (value < min || value > max) {
-    return ErrorAt(key, absl::StrCat("expected a number in [", min, ", ", max, "], found ",
-                                     child.Scalar()));
+    return ErrorAt(
+        key, absl::StrCat("expected a number in [", min, ", ", max, "], found ", child.Scalar()));
   }
   *out = value;
   return absl::OkStatus();
@@ -180,13 +179,19 @@ absl::Status YamlMap::Bytes(absl::string_view key, uint64_t min, uint64_t* out, 
   double number = 0;
   std::string unit;
   if (!child.IsScalar() || !SplitNumberUnit(child.Scalar(), &number, &unit)) {
-    return ErrorAt(key, "expected a size such as 1048576, 64KiB or 512MiB, found " +
-                            DescribeYamlNode(child));
+    return ErrorAt(
+        key, "expected a size such as 1048576, 64KiB or 512MiB, found " + DescribeYamlNode(child));
   }
-  static const std::pair<absl::string_view, double> kUnits[] = {
-      {"", 1},          {"B", 1},           {"KB", 1e3},        {"MB", 1e6},
-      {"GB", 1e9},      {"KiB", 1024.0},    {"MiB", 1048576.0}, {"GiB", 1073741824.0},
-      {"TB", 1e12},     {"TiB", 1099511627776.0}};
+  static const std::pair<absl::string_view, double> kUnits[] = {{"", 1},
+                                                                {"B", 1},
+                                                                {"KB", 1e3},
+                                                                {"MB", 1e6},
+                                                                {"GB", 1e9},
+                                                                {"KiB", 1024.0},
+                                                                {"MiB", 1048576.0},
+                                                                {"GiB", 1073741824.0},
+                                                                {"TB", 1e12},
+                                                                {"TiB", 1099511627776.0}};
   for (const auto& [name, scale] : kUnits) {
     if (unit != name) continue;
     double bytes = number * scale;
@@ -197,8 +202,8 @@ absl::Status YamlMap::Bytes(absl::string_view key, uint64_t min, uint64_t* out, 
     *out = static_cast<uint64_t>(bytes);
     return absl::OkStatus();
   }
-  return ErrorAt(key, "unknown size unit '" + unit +
-                          "'; expected B, KB, MB, GB, TB, KiB, MiB, GiB or TiB");
+  return ErrorAt(
+      key, "unknown size unit '" + unit + "'; expected B, KB, MB, GB, TB, KiB, MiB, GiB or TiB");
 }
 
 absl::Status YamlMap::Seconds(absl::string_view key, double min, double* out, bool required) {
@@ -209,8 +214,8 @@ absl::Status YamlMap::Seconds(absl::string_view key, double min, double* out, bo
   double number = 0;
   std::string unit;
   if (!child.IsScalar() || !SplitNumberUnit(child.Scalar(), &number, &unit)) {
-    return ErrorAt(key, "expected a duration such as 500ms, 10s or 2m, found " +
-                            DescribeYamlNode(child));
+    return ErrorAt(
+        key, "expected a duration such as 500ms, 10s or 2m, found " + DescribeYamlNode(child));
   }
   double scale = 0;
   if (unit.empty() || unit == "s") scale = 1;
@@ -235,9 +240,9 @@ absl::Status YamlMap::IntList(absl::string_view key, int min, int max, size_t le
   }
   if (!child.IsSequence() || (length > 0 && child.size() != length) ||
       (length == 0 && child.size() == 0)) {
-    return ErrorAt(key, absl::StrCat("expected ", expected, " such as [",
-                                     length == 2 ? "0, 2" : "1024, 1024", "], found ",
-                                     DescribeYamlNode(child)));
+    return ErrorAt(
+        key, absl::StrCat("expected ", expected, " such as [", length == 2 ? "0, 2" : "1024, 1024",
+                          "], found ", DescribeYamlNode(child)));
   }
   std::vector<int> values;
   for (size_t i = 0; i < child.size(); ++i) {
@@ -245,11 +250,13 @@ absl::Status YamlMap::IntList(absl::string_view key, int min, int max, size_t le
     int64_t value = 0;
     std::string item_path = absl::StrCat(PathOf(key), "[", i, "]");
     if (!item.IsScalar() || !absl::SimpleAtoi(item.Scalar(), &value)) {
-      return YamlError(file_, item, item_path, "expected an integer, found " + DescribeYamlNode(item));
+      return YamlError(file_, item, item_path,
+                       "expected an integer, found " + DescribeYamlNode(item));
     }
     if (value < min || value > max) {
-      return YamlError(file_, item, item_path,
-                       absl::StrCat("expected an integer in [", min, ", ", max, "], found ", value));
+      return YamlError(
+          file_, item, item_path,
+          absl::StrCat("expected an integer in [", min, ", ", max, "], found ", value));
     }
     values.push_back(static_cast<int>(value));
   }

@@ -4,6 +4,8 @@
 // column 1-based and pointing at the offending value (or at the mapping when a key is missing).
 #pragma once
 
+#include <yaml-cpp/yaml.h>
+
 #include <cstdint>
 #include <initializer_list>
 #include <set>
@@ -12,10 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include <yaml-cpp/yaml.h>
-
-#include "absl/strings/string_view.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace strait {
 
@@ -24,7 +24,8 @@ namespace strait {
 absl::Status YamlError(absl::string_view file, const YAML::Node& node, absl::string_view path,
                        absl::string_view message);
 
-// How a node shows up in "found ..." text: the scalar in quotes, or "a mapping", "a list", "nothing".
+// How a node shows up in "found ..." text: the scalar in quotes, or "a mapping", "a list",
+// "nothing".
 std::string DescribeYamlNode(const YAML::Node& node);
 
 // Reads the keys of one YAML mapping. Remembers which keys were read so that Finish() can reject
@@ -72,8 +73,9 @@ class YamlMap {
 
   // One of a fixed set of names.
   template <typename E>
-  absl::Status Enum(absl::string_view key, std::initializer_list<std::pair<absl::string_view, E>> names,
-                    E* out, bool required = false) {
+  absl::Status Enum(absl::string_view key,
+                    std::initializer_list<std::pair<absl::string_view, E>> names, E* out,
+                    bool required = false) {
     std::string text;
     if (absl::Status s = String(key, &text, required); !s.ok() || !Has(key)) return s;
     std::string expected;

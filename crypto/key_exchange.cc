@@ -216,7 +216,8 @@ absl::StatusOr<LinkKeys> DeriveLinkKeys(absl::string_view federation, const Link
   STRAIT_ASSIGN_OR_RETURN(auto secret, mine.SharedSecret(peer.public_key));
   LinkKeys keys;
   absl::Status status = DeriveDirection(federation, self, peer, generation, secret, &keys.send);
-  if (status.ok()) status = DeriveDirection(federation, peer, self, generation, secret, &keys.receive);
+  if (status.ok())
+    status = DeriveDirection(federation, peer, self, generation, secret, &keys.receive);
   OPENSSL_cleanse(secret.data(), secret.size());
   STRAIT_RETURN_IF_ERROR(status);
   return keys;

@@ -38,13 +38,17 @@ int Fail(const std::string& message, int code = 1) {
 int main(int argc, char** argv) {
   strait::KeepFreedMemoryForReuse();
   strait::SkipMutexDeadlockDetection();
-  CLI::App app{"strait-gateway: routes sealed activations and gradients between the sites of a "
-               "federation and serves its dashboard."};
+  CLI::App app{
+      "strait-gateway: routes sealed activations and gradients between the sites of a "
+      "federation and serves its dashboard."};
   app.set_version_flag("--version", "strait-gateway " STRAIT_VERSION);
   std::string config, listen, dashboard_address, ready_file, log_level = "info";
   bool insecure = false, no_dashboard = false;
-  app.add_option("-c,--config", config, "Job spec (federation YAML)")->required()->type_name("FILE");
-  app.add_option("--listen", listen, "Override gateway.listen (host:port; port 0 picks a free one)");
+  app.add_option("-c,--config", config, "Job spec (federation YAML)")
+      ->required()
+      ->type_name("FILE");
+  app.add_option("--listen", listen,
+                 "Override gateway.listen (host:port; port 0 picks a free one)");
   app.add_option("--dashboard", dashboard_address,
                  "Override dashboard.address (host:port; port 0 picks a free one)");
   app.add_flag("--no-dashboard", no_dashboard, "Serve no dashboard, /metrics or /api/state");
@@ -57,7 +61,8 @@ int main(int argc, char** argv) {
   uint64_t test_tamper_frame = 0;  // Hidden: fault injection for the end-to-end security test.
   app.add_option("--test-tamper-frame", test_tamper_frame)->group("");
   if (std::optional<int> code = strait::ParseCommandLine(app, argc, argv)) return *code;
-  if (absl::Status s = strait::SetupLogging("gateway", log_level); !s.ok()) return Fail(std::string(s.message()), 2);
+  if (absl::Status s = strait::SetupLogging("gateway", log_level); !s.ok())
+    return Fail(std::string(s.message()), 2);
 
   absl::StatusOr<strait::JobSpec> spec = strait::LoadJobSpec(config);
   if (!spec.ok()) return Fail(std::string(spec.status().message()), 2);
@@ -85,8 +90,9 @@ int main(int argc, char** argv) {
   std::shared_ptr<grpc::ServerCredentials> credentials;
   strait::gateway::PeerIdentity identity;
   if (insecure) {
-    spdlog::warn("INSECURE: plaintext gRPC, no certificates; sites are not authenticated. Never use "
-                 "--insecure outside a test on one machine.");
+    spdlog::warn(
+        "INSECURE: plaintext gRPC, no certificates; sites are not authenticated. Never use "
+        "--insecure outside a test on one machine.");
     credentials = grpc::InsecureServerCredentials();
     identity = strait::gateway::ClaimedIdentity;
   } else {
@@ -94,7 +100,9 @@ int main(int argc, char** argv) {
         spec->tls.ca, spec->tls.gateway_cert, spec->tls.gateway_key);
     if (!material.ok()) {
       return Fail(std::string(material.status().message()) +
-                  "\n(make certificates with `strait certs init` and `strait certs issue --gateway HOST`)", 2);
+                      "\n(make certificates with `strait certs init` and `strait certs issue "
+                      "--gateway HOST`)",
+                  2);
     }
     absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> tls =
         strait::gateway::MakeGatewayServerCredentials(*material, revoked);
@@ -136,18 +144,22 @@ int main(int argc, char** argv) {
       std::ifstream in(spec->dashboard.token_file);
       std::getline(in, dashboard_options.token);
       if (dashboard_options.token.empty()) {
-        return Fail("dashboard.token_file " + spec->dashboard.token_file + " is missing or empty", 2);
+        return Fail("dashboard.token_file " + spec->dashboard.token_file + " is missing or empty",
+                    2);
       }
     }
-    auto started = strait::gateway::DashboardServer::Start(dashboard_options, [&core] { return core.Snapshot(); });
+    auto started = strait::gateway::DashboardServer::Start(dashboard_options,
+                                                           [&core] { return core.Snapshot(); });
     if (!started.ok()) return Fail("dashboard: " + std::string(started.status().message()));
     dashboard = *std::move(started);
-    spdlog::info("dashboard: http://{}:{}/{}", spec->dashboard.address.substr(0, spec->dashboard.address.rfind(':')),
+    spdlog::info("dashboard: http://{}:{}/{}",
+                 spec->dashboard.address.substr(0, spec->dashboard.address.rfind(':')),
                  dashboard->port(), dashboard_options.token.empty() ? "" : " (token required)");
   }
   if (!ready_file.empty()) {
     // Written whole, then renamed, so a reader never sees half a line.
-    std::ofstream(ready_file + ".tmp") << "grpc=" << port << "\nhttp=" << (dashboard ? dashboard->port() : 0) << "\n";
+    std::ofstream(ready_file + ".tmp")
+        << "grpc=" << port << "\nhttp=" << (dashboard ? dashboard->port() : 0) << "\n";
     std::rename((ready_file + ".tmp").c_str(), ready_file.c_str());
   }
 
@@ -156,7 +168,8 @@ int main(int argc, char** argv) {
   for (int tick = 0; !g_stop; ++tick) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (tick % 20 == 0) {
-      if (absl::Status s = reload_deny_list(); !s.ok()) spdlog::error("keeping the old deny list: {}", std::string(s.message()));
+      if (absl::Status s = reload_deny_list(); !s.ok())
+        spdlog::error("keeping the old deny list: {}", std::string(s.message()));
     }
   }
   spdlog::info("stopping");

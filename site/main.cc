@@ -15,11 +15,14 @@
 int main(int argc, char** argv) {
   strait::KeepFreedMemoryForReuse();
   strait::SkipMutexDeadlockDetection();
-  CLI::App app{"strait-site: trains one site's block of layers, exchanging activations and "
-               "gradients with its neighbours through the gateway."};
+  CLI::App app{
+      "strait-site: trains one site's block of layers, exchanging activations and "
+      "gradients with its neighbours through the gateway."};
   app.set_version_flag("--version", "strait-site " STRAIT_VERSION);
   strait::site::SiteOptions o;
-  app.add_option("-c,--config", o.config, "Job spec (federation YAML)")->required()->type_name("FILE");
+  app.add_option("-c,--config", o.config, "Job spec (federation YAML)")
+      ->required()
+      ->type_name("FILE");
   app.add_option("-s,--site", o.site_id, "This site's id (one of the job spec's sites)")
       ->required()
       ->type_name("ID");
@@ -32,21 +35,24 @@ int main(int argc, char** argv) {
   app.add_flag("--insecure", o.insecure,
                "Plaintext gRPC to a gateway started with --insecure (tests only); links stay "
                "sealed when the job spec encrypts them");
-  app.add_option("--steps", o.steps,
-                 "Train this many steps instead of the job spec's (every site of a run must give the "
-                 "same; the gateway refuses a site that does not)")
+  app.add_option(
+         "--steps", o.steps,
+         "Train this many steps instead of the job spec's (every site of a run must give the "
+         "same; the gateway refuses a site that does not)")
       ->check(CLI::PositiveNumber);
   app.add_option("--threads", o.threads, "Compute threads per worker")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--out", o.out, "Write final.ckpt and metrics.json to this directory")
       ->type_name("DIR");
-  app.add_flag("--resume", o.resume,
-               "Resume from this site's newest intact checkpoint (training.checkpoint.dir/<site>/); "
-               "the federation resumes from the newest step every site holds");
-  app.add_option("--reconnect-timeout", o.reconnect_timeout_s,
-                 "Seconds to keep trying to join again after losing the gateway (a gateway restart, a "
-                 "broken link) before exiting with the checkpoint intact")
+  app.add_flag(
+      "--resume", o.resume,
+      "Resume from this site's newest intact checkpoint (training.checkpoint.dir/<site>/); "
+      "the federation resumes from the newest step every site holds");
+  app.add_option(
+         "--reconnect-timeout", o.reconnect_timeout_s,
+         "Seconds to keep trying to join again after losing the gateway (a gateway restart, a "
+         "broken link) before exiting with the checkpoint intact")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_flag("!--no-eval", o.evaluate, "Skip the test-set evaluation after the last step");

@@ -34,9 +34,9 @@ void PrintSplit(const JobSpec& spec) {
   int64_t total = 0;
   for (const LayerLayout& l : layers) total += l.param_count;
   const TrainingSpec& t = spec.training;
-  std::printf("federation %s: %s model, %zu layers, %s parameters (%s as fp32)\n", spec.name.c_str(),
-              std::string(ToString(spec.model.family)).c_str(), layers.size(), Thousands(total).c_str(),
-              HumanBytes(4.0 * total).c_str());
+  std::printf("federation %s: %s model, %zu layers, %s parameters (%s as fp32)\n",
+              spec.name.c_str(), std::string(ToString(spec.model.family)).c_str(), layers.size(),
+              Thousands(total).c_str(), HumanBytes(4.0 * total).c_str());
   const std::string schedule = t.schedule == Schedule::k2BW
                                    ? absl::StrCat("2bw (", ToString(t.update), " updates)")
                                    : ToString(t.schedule);
@@ -66,11 +66,12 @@ void PrintSplit(const JobSpec& spec) {
       const LinkSpec& link = spec.links[s];
       std::vector<int64_t> shape = layers[site.layers.end - 1].out_shape;
       shape.insert(shape.begin(), t.MicrobatchSize());
-      std::printf("  -> boundary %zu to %s: %s fp32 = %s per microbatch each way; forward %s, backward "
-                  "%s, %s\n",
-                  s, spec.sites[s + 1].id.c_str(), ShapeToString(shape).c_str(),
-                  HumanBytes(4.0 * NumElements(shape)).c_str(), link.forward.c_str(),
-                  link.backward.c_str(), link.encryption ? "encrypted" : "NOT encrypted");
+      std::printf(
+          "  -> boundary %zu to %s: %s fp32 = %s per microbatch each way; forward %s, backward "
+          "%s, %s\n",
+          s, spec.sites[s + 1].id.c_str(), ShapeToString(shape).c_str(),
+          HumanBytes(4.0 * NumElements(shape)).c_str(), link.forward.c_str(), link.backward.c_str(),
+          link.encryption ? "encrypted" : "NOT encrypted");
     }
   }
 }
@@ -97,8 +98,9 @@ void AddConfigCommand(CLI::App& app, int* exit_code) {
   CLI::App* config = app.add_subcommand("config", "Work with job specs (federation YAML files)");
   config->require_subcommand(1);
   CLI::App* check = config->add_subcommand(
-      "check", "Validate job specs; print each site's layers, shapes, parameter counts and the bytes "
-               "that cross each boundary. Exit code 2 when a file is invalid.");
+      "check",
+      "Validate job specs; print each site's layers, shapes, parameter counts and the bytes "
+      "that cross each boundary. Exit code 2 when a file is invalid.");
   auto files = std::make_shared<std::vector<std::string>>();
   auto quiet = std::make_shared<bool>(false);
   check->add_option("files", *files, "Job spec files")->required()->type_name("FILE");

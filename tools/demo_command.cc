@@ -1,15 +1,14 @@
 // `strait demo`: a whole federation on this machine. Certificates in a work directory, the gateway
 // and one strait-site process per site on free loopback ports, their progress on one screen, and a
 // summary (test accuracy, samples/s, bytes on the wire against raw fp32) at the end.
+#include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <thread>
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
@@ -41,7 +40,8 @@ std::string Mib(double bytes) { return absl::StrFormat("%.1f MiB", bytes / (1 <<
 struct Follower {
   std::string name;
   LogFollower log;
-  bool progress_lines;  // false: its "step ..." lines are left out (the last stage's carry the loss)
+  bool
+      progress_lines;  // false: its "step ..." lines are left out (the last stage's carry the loss)
 };
 
 void Forward(std::vector<Follower>& followers, size_t width) {
@@ -62,8 +62,9 @@ void PrintSummary(const JobSpec& spec, LocalFederation& fed, double wall_seconds
   int64_t steps = 0;
   std::printf("\nstrait demo: done in %.0f s\n", wall_seconds);
   for (const SiteSpec& site : spec.sites) {
-    nlohmann::json m = nlohmann::json::parse(ReadFile(fed.OutDir(site.id) + "/metrics.json"), nullptr,
-                                             /*allow_exceptions=*/false);
+    nlohmann::json m =
+        nlohmann::json::parse(ReadFile(fed.OutDir(site.id) + "/metrics.json"), nullptr,
+                              /*allow_exceptions=*/false);
     if (m.is_discarded()) continue;
     if (m.contains("test_accuracy")) accuracy = m["test_accuracy"].get<double>();
     if (site.id == spec.sites.back().id) {
@@ -90,7 +91,8 @@ void PrintSummary(const JobSpec& spec, LocalFederation& fed, double wall_seconds
 int RunDemo(DemoOptions o) {
   if (o.config.empty()) o.config = DefaultJobSpec();
   if (o.config.empty()) {
-    std::fprintf(stderr, "strait demo: no default job spec next to this build; pass --config FILE\n");
+    std::fprintf(stderr,
+                 "strait demo: no default job spec next to this build; pass --config FILE\n");
     return 2;
   }
   const Executables exe = Executables::Find();
@@ -112,7 +114,8 @@ int RunDemo(DemoOptions o) {
   if (!o.wan.empty()) {
     absl::StatusOr<wan::LinkProfile> profile = wan::NamedProfile(o.wan);
     if (!profile.ok()) {
-      std::fprintf(stderr, "strait demo: --wan: %s\n", std::string(profile.status().message()).c_str());
+      std::fprintf(stderr, "strait demo: --wan: %s\n",
+                   std::string(profile.status().message()).c_str());
       return 2;
     }
     wan_profile = *profile;
@@ -144,7 +147,8 @@ int RunDemo(DemoOptions o) {
 
   auto fail = [&](const std::string& who, const std::string& what, const std::string& log_tail) {
     fed.KeepDirectory();
-    std::fprintf(stderr, "\nstrait demo: %s %s; the end of its log:\n%s\nstrait demo: logs kept in %s\n",
+    std::fprintf(stderr,
+                 "\nstrait demo: %s %s; the end of its log:\n%s\nstrait demo: logs kept in %s\n",
                  who.c_str(), what.c_str(), log_tail.c_str(), fed.dir().path().c_str());
     return 1;
   };
@@ -163,7 +167,8 @@ int RunDemo(DemoOptions o) {
     // The host the dashboard binds to (a wildcard address is reached through loopback).
     std::string host = o.dashboard.substr(0, o.dashboard.rfind(':'));
     if (host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
-    std::printf("strait demo: dashboard at http://%s:%s/\n", host.c_str(), fed.dashboard_port().c_str());
+    std::printf("strait demo: dashboard at http://%s:%s/\n", host.c_str(),
+                fed.dashboard_port().c_str());
   }
   std::fflush(stdout);
 
@@ -188,7 +193,8 @@ int RunDemo(DemoOptions o) {
     for (const std::string& id : ids) {
       if (finished.count(id) || fed.site(id).Running()) continue;
       const int code = fed.site(id).Wait(std::chrono::seconds(0));
-      if (code != 0) return fail("site " + id, absl::StrFormat("exited with code %d", code), fed.SiteLog(id));
+      if (code != 0)
+        return fail("site " + id, absl::StrFormat("exited with code %d", code), fed.SiteLog(id));
       finished.insert(id);
     }
   }
@@ -214,7 +220,8 @@ void AddDemoCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("-c,--config", o->config,
                   "Job spec (default: configs/fashion-mlp-3site.yaml of this source tree)")
       ->type_name("FILE");
-  AddJobSpecOverrideOptions(*cmd, o->overrides, "Train this many steps instead of the job spec's epochs");
+  AddJobSpecOverrideOptions(*cmd, o->overrides,
+                            "Train this many steps instead of the job spec's epochs");
   cmd->add_flag("--no-dashboard", o->no_dashboard, "Serve no dashboard");
   cmd->add_option("--dashboard", o->dashboard, "Dashboard address (port 0 picks a free one)")
       ->capture_default_str()
@@ -225,9 +232,10 @@ void AddDemoCommand(CLI::App& app, int* exit_code) {
       ->type_name("DIR");
   cmd->add_flag("--resume", o->resume,
                 "Resume the run of --workdir from the newest checkpoint every site holds");
-  cmd->add_option("--wan", o->wan,
-                  "Put an emulated WAN link (profile metro, region, continent or satellite) between "
-                  "every site and the gateway")
+  cmd->add_option(
+         "--wan", o->wan,
+         "Put an emulated WAN link (profile metro, region, continent or satellite) between "
+         "every site and the gateway")
       ->type_name("PROFILE");
   cmd->callback([o, exit_code] { *exit_code = RunDemo(*o); });
 }

@@ -7,9 +7,11 @@ void AddJobSpecOverrideOptions(CLI::App& cmd, JobSpecOverrides& o, const std::st
   cmd.add_option("--codec", o.codec,
                  "Codec chain of every link, both directions (e.g. int8+zstd, bf16, shuffle+zstd)")
       ->type_name("CHAIN");
-  cmd.add_option("--forward-codec", o.forward_codec, "Codec chain for activations (overrides --codec)")
+  cmd.add_option("--forward-codec", o.forward_codec,
+                 "Codec chain for activations (overrides --codec)")
       ->type_name("CHAIN");
-  cmd.add_option("--backward-codec", o.backward_codec, "Codec chain for gradients (overrides --codec)")
+  cmd.add_option("--backward-codec", o.backward_codec,
+                 "Codec chain for gradients (overrides --codec)")
       ->type_name("CHAIN");
   cmd.add_option("--global-batch", o.global_batch, "Samples per step (training.global_batch)")
       ->check(CLI::PositiveNumber);

@@ -1,9 +1,8 @@
 // The command-line options of `strait demo` and `strait bench e2e` that override a job spec.
 #pragma once
 
-#include <string>
-
 #include <CLI/CLI.hpp>
+#include <string>
 
 #include "tools/job_spec_rewrite.h"
 
@@ -14,6 +13,7 @@ namespace strait::tools {
 // --chunk-size to
 // `cmd`, filling `overrides`,
 // which must outlive the parsing.
-void AddJobSpecOverrideOptions(CLI::App& cmd, JobSpecOverrides& overrides, const std::string& steps_help);
+void AddJobSpecOverrideOptions(CLI::App& cmd, JobSpecOverrides& overrides,
+                               const std::string& steps_help);
 
 }  // namespace strait::tools

@@ -13,7 +13,8 @@ absl::Status CheckChain(const char* option, const std::string& chain) {
   if (chain.empty()) return absl::OkStatus();
   absl::StatusOr<std::vector<CodecStageSyntax>> parsed = ParseCodecChainSyntax(chain);
   if (parsed.ok()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(option, " '", chain, "': ", parsed.status().message()));
+  return absl::InvalidArgumentError(
+      absl::StrCat(option, " '", chain, "': ", parsed.status().message()));
 }
 
 }  // namespace

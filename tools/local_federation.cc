@@ -20,7 +20,8 @@ absl::StatusOr<crypto::CertifiedKey> MakeCertificates(const std::string& dir,
   absl::StatusOr<crypto::CertifiedKey> ca = crypto::CreateCa(federation);
   if (!ca.ok()) return ca.status();
   write("ca", *ca);
-  absl::StatusOr<crypto::CertifiedKey> gateway = crypto::IssueGatewayCertificate(*ca, {"127.0.0.1"});
+  absl::StatusOr<crypto::CertifiedKey> gateway =
+      crypto::IssueGatewayCertificate(*ca, {"127.0.0.1"});
   if (!gateway.ok()) return gateway.status();
   write("gateway", *gateway);
   for (const std::string& site : sites) {
@@ -73,8 +74,12 @@ bool LocalFederation::StartGateway(const std::vector<std::string>& extra_args, s
     return false;
   }
   gateway_args_ = extra_args;
-  std::vector<std::string> args = {executables_.gateway, "-c",  config(), "--listen",
-                                   "127.0.0.1:" + gateway_port_, "--ready-file",
+  std::vector<std::string> args = {executables_.gateway,
+                                   "-c",
+                                   config(),
+                                   "--listen",
+                                   "127.0.0.1:" + gateway_port_,
+                                   "--ready-file",
                                    dir_.File("gateway.ready")};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   const bool dashboard = std::find(args.begin(), args.end(), "--dashboard") != args.end();
@@ -85,7 +90,8 @@ bool LocalFederation::StartGateway(const std::vector<std::string>& extra_args, s
   gateway_ = std::make_unique<Process>(args, GatewayLogFile());
   std::vector<std::string> keys = {"grpc"};
   if (dashboard) keys.push_back("http");
-  auto ready = gateway_->WaitForReadyFile(dir_.File("gateway.ready"), keys, std::chrono::seconds(60));
+  auto ready =
+      gateway_->WaitForReadyFile(dir_.File("gateway.ready"), keys, std::chrono::seconds(60));
   if (ready.empty()) {
     *error = gateway_->LogTail();
     return false;
@@ -120,8 +126,8 @@ void LocalFederation::StartSite(const std::string& site, const std::vector<std::
                                 const std::string& gateway) {
   std::string dial = gateway;
   if (dial.empty()) dial = wan_links_.count(site) ? wan_links_[site]->address() : gateway_address_;
-  std::vector<std::string> args = {executables_.site, "-c", config(), "--site", site, "--gateway",
-                                   dial, "--out", OutDir(site)};
+  std::vector<std::string> args = {executables_.site, "-c", config(), "--site",    site,
+                                   "--gateway",       dial, "--out",  OutDir(site)};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   sites_[site] = std::make_unique<Process>(args, SiteLogFile(site));
 }
@@ -165,7 +171,8 @@ std::vector<std::string> LogFollower::NewLines() {
   offset_ += text.size();
   partial_ += text;
   size_t start = 0;
-  for (size_t newline; (newline = partial_.find('\n', start)) != std::string::npos; start = newline + 1) {
+  for (size_t newline; (newline = partial_.find('\n', start)) != std::string::npos;
+       start = newline + 1) {
     lines.push_back(partial_.substr(start, newline - start));
   }
   partial_.erase(0, start);

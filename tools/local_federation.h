@@ -20,8 +20,8 @@
 namespace strait::tools {
 
 // Writes a federation CA, the gateway's certificate (127.0.0.1) and certificates for `sites` into
-// `dir` as ca.pem, gateway.pem/.key and <site>.pem/.key (the job spec's default names under certs/).
-// `federation` names the CA. Returns the CA.
+// `dir` as ca.pem, gateway.pem/.key and <site>.pem/.key (the job spec's default names under
+// certs/). `federation` names the CA. Returns the CA.
 absl::StatusOr<crypto::CertifiedKey> MakeCertificates(const std::string& dir,
                                                       const std::vector<std::string>& sites,
                                                       const std::string& federation = "test");
@@ -37,14 +37,15 @@ struct Executables {
 
 class LocalFederation {
  public:
-  // A fresh work directory with certs/ for `sites` and `yaml` written as fed.yaml (relative paths in
-  // `yaml` resolve against that directory). Certificate errors surface in StartGateway.
+  // A fresh work directory with certs/ for `sites` and `yaml` written as fed.yaml (relative paths
+  // in `yaml` resolve against that directory). Certificate errors surface in StartGateway.
   LocalFederation(const std::string& yaml, const std::vector<std::string>& sites,
                   Executables executables = Executables::Find());
   // The same in `workdir`, which is kept; its certificates are reused when certs/ca.pem exists.
   LocalFederation(const std::string& yaml, const std::vector<std::string>& sites,
                   Executables executables, const std::string& workdir);
-  // Stops the sites, then the gateway; removes the work directory unless KeepDirectory() was called.
+  // Stops the sites, then the gateway; removes the work directory unless KeepDirectory() was
+  // called.
   ~LocalFederation();
   LocalFederation(const LocalFederation&) = delete;
   LocalFederation& operator=(const LocalFederation&) = delete;
@@ -103,7 +104,7 @@ class LocalFederation {
   std::vector<std::string> gateway_args_;
   std::string dashboard_port_;
   std::vector<std::string> site_ids_;
-  std::shared_ptr<wan::EmulatorThread> wan_thread_;  // All the links run on it.
+  std::shared_ptr<wan::EmulatorThread> wan_thread_;                      // All the links run on it.
   std::map<std::string, std::unique_ptr<wan::LinkEmulator>> wan_links_;  // Outlive the sites.
   std::map<std::string, std::unique_ptr<Process>> sites_;
 };

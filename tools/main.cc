@@ -10,8 +10,10 @@
 int main(int argc, char** argv) {
   strait::KeepFreedMemoryForReuse();
   strait::SkipMutexDeadlockDetection();
-  CLI::App app{"strait: train one neural network across several datacenters.\n"
-               "Operator tool: check job specs, run the demo federation, train a reference, emulate a WAN link, benchmark."};
+  CLI::App app{
+      "strait: train one neural network across several datacenters.\n"
+      "Operator tool: check job specs, run the demo federation, train a reference, emulate a WAN "
+      "link, benchmark."};
   app.set_version_flag("--version", "strait " STRAIT_VERSION);
   app.require_subcommand(1);
   int exit_code = 0;

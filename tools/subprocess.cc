@@ -46,7 +46,8 @@ std::string FindStraitExecutable(const std::string& name) {
   return "";
 }
 
-Process::Process(std::vector<std::string> argv, std::string log_file) : log_file_(std::move(log_file)) {
+Process::Process(std::vector<std::string> argv, std::string log_file)
+    : log_file_(std::move(log_file)) {
   pid_ = fork();
   if (pid_ == 0) {
     // Dies with its parent even when the parent cannot run destructors (a crashed test, kill -9).

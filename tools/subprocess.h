@@ -37,8 +37,9 @@ std::string FindStraitExecutable(const std::string& name);
 
 class Process {
  public:
-  // Starts `argv[0]` (a path) with the arguments; stdout and stderr go to `log_file`. The child gets
-  // SIGTERM if the thread that made the Process exits, so make Processes on long-lived threads.
+  // Starts `argv[0]` (a path) with the arguments; stdout and stderr go to `log_file`. The child
+  // gets SIGTERM if the thread that made the Process exits, so make Processes on long-lived
+  // threads.
   Process(std::vector<std::string> argv, std::string log_file);
   // Stops the process if it still runs.
   ~Process();

@@ -122,8 +122,7 @@ int RunWan(const WanOptions& o) {
   for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGUSR2}) sigaction(s, &action, nullptr);
 
   absl::StatusOr<std::unique_ptr<wan::LinkEmulator>> link = wan::LinkEmulator::Start(
-      o.listen, o.forward, *profile,
-      std::chrono::ceil<std::chrono::milliseconds>(*dial_timeout));
+      o.listen, o.forward, *profile, std::chrono::ceil<std::chrono::milliseconds>(*dial_timeout));
   if (!link.ok()) {
     std::fprintf(stderr, "strait wan: %s\n", std::string(link.status().message()).c_str());
     return link.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;

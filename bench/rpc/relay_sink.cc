@@ -8,13 +8,15 @@ class RelaySink::Service final : public v1::Gateway::Service {
  public:
   explicit Service(std::function<void(uint64_t)> on_frames) : on_frames_(std::move(on_frames)) {}
 
-  grpc::Status Join(grpc::ServerContext*, const v1::JoinRequest* request, v1::JoinReply* reply) override {
+  grpc::Status Join(grpc::ServerContext*, const v1::JoinRequest* request,
+                    v1::JoinReply* reply) override {
     reply->set_epoch(request->key().epoch());
     return grpc::Status::OK;
   }
 
-  grpc::Status Exchange(grpc::ServerContext*,
-                        grpc::ServerReaderWriter<v1::GatewayMessage, v1::SiteMessage>* stream) override {
+  grpc::Status Exchange(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<v1::GatewayMessage, v1::SiteMessage>* stream) override {
     v1::SiteMessage message;
     uint32_t chunks_left = 0;
     while (stream->Read(&message)) {

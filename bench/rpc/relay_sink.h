@@ -4,12 +4,12 @@
 // measurements differ only by the gateway in between.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 
@@ -20,7 +20,8 @@ class RelaySink {
   // Serves on 127.0.0.1 (port 0: a free one) with `credentials`; calls `on_frames(n)` (on a gRPC
   // thread) each time a frame completes, with the count so far.
   static absl::StatusOr<std::unique_ptr<RelaySink>> Start(
-      std::shared_ptr<grpc::ServerCredentials> credentials, std::function<void(uint64_t)> on_frames);
+      std::shared_ptr<grpc::ServerCredentials> credentials,
+      std::function<void(uint64_t)> on_frames);
   ~RelaySink();
   int port() const { return port_; }
 

@@ -25,8 +25,8 @@ v1::GatewayMessage DeliverError(uint64_t pull_id, const absl::Status& status) {
 }  // namespace
 
 // Pulls still waiting in the mailbox, so Close can cancel them. Shared with the pull callbacks,
-// which run on other threads, possibly before Mailbox::Pull has returned the mailbox's id: each pull
-// is known by a session-local ticket from before the call.
+// which run on other threads, possibly before Mailbox::Pull has returned the mailbox's id: each
+// pull is known by a session-local ticket from before the call.
 class ExchangeSession::PullTracker {
  public:
   uint64_t NewTicket() {
@@ -159,8 +159,8 @@ void ExchangeSession::TopUpCreditLocked() {
   // still funds a largest frame and has lost less than a quarter loses the site no round trip.
   if (credit_ >= core_.options().max_frame_bytes && target - credit_ < target / 4) return;
   const uint64_t want = target - credit_;
-  // Never less than one largest frame at a time from nothing: smaller credit could fund no frame and
-  // would only sit idle in the budget.
+  // Never less than one largest frame at a time from nothing: smaller credit could fund no frame
+  // and would only sit idle in the budget.
   const uint64_t granted =
       core_.mailbox().GrantCredit(want, std::min(want, core_.options().max_frame_bytes));
   if (granted == 0) return;
@@ -178,8 +178,8 @@ void ExchangeSession::OnOffer(const v1::PushOffer& offer) {
     std::lock_guard<std::mutex> lock(liveness_->mu);
     if (offers_.count(transfer_id) > 0 || assembler_.IsOpen(transfer_id)) {
       // Answering with a PushAck would end the transfer that is already open under this id.
-      Reject("malformed", absl::InvalidArgumentError(
-                              absl::StrCat("transfer ", transfer_id, " offered twice")));
+      Reject("malformed",
+             absl::InvalidArgumentError(absl::StrCat("transfer ", transfer_id, " offered twice")));
       return;
     }
     open_transfers = offers_.size() + assembler_.open_transfers();
@@ -192,8 +192,8 @@ void ExchangeSession::OnOffer(const v1::PushOffer& offer) {
                      " offered or incomplete transfers on one stream"));
   }
   if (!valid.ok()) {
-    core_.federation().CountRejected(
-        "malformed", absl::StrCat("offer from ", site_id_, ": ", valid.message()));
+    core_.federation().CountRejected("malformed",
+                                     absl::StrCat("offer from ", site_id_, ": ", valid.message()));
     SendPushAck(transfer_id, key, valid);
     return;
   }

@@ -19,15 +19,15 @@ namespace strait::gateway {
 
 struct GatewayOptions {
   bool insecure = false;
-  uint64_t max_frame_bytes = 256ull << 20;          // Largest frame accepted on a push.
+  uint64_t max_frame_bytes = 256ull << 20;  // Largest frame accepted on a push.
   std::chrono::milliseconds default_pull_timeout{30000};
   std::chrono::milliseconds housekeeping_interval{100};
   size_t max_open_transfers_per_stream = 16;
   size_t max_pulls_per_stream = 1024;
   // Standing credit a push stream that asks for it may hold (gateway.proto, Hello); 0 = one largest
-  // frame plus 16 MiB, so that a producer keeps a link of up to ~850 Mbit/s at 150 ms round trip busy
-  // without waiting for grants. All streams' credit together never exceeds the memory budget minus
-  // one largest frame (see Mailbox).
+  // frame plus 16 MiB, so that a producer keeps a link of up to ~850 Mbit/s at 150 ms round trip
+  // busy without waiting for grants. All streams' credit together never exceeds the memory budget
+  // minus one largest frame (see Mailbox).
   uint64_t push_credit_bytes = 0;
   // Test-only fault injection (hidden flag --test-tamper-frame): flips one byte in the first chunk
   // of the N-th frame pushed (1-based; 0 = off), so tests can prove that sites refuse altered

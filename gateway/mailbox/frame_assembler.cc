@@ -14,9 +14,9 @@ absl::StatusOr<FrameAssembler::Event> FrameAssembler::Add(v1::PushChunk chunk,
                                                           std::shared_ptr<StoredFrame>* dropped) {
   const uint64_t id = chunk.transfer_id();
   dropped->reset();
-  // Every error drops the transfer (so a broken transfer never lingers) and reports its bytes, unless
-  // this very chunk started it: the caller reserves a transfer's bytes only after Add reports it
-  // started, so there is nothing to release yet.
+  // Every error drops the transfer (so a broken transfer never lingers) and reports its bytes,
+  // unless this very chunk started it: the caller reserves a transfer's bytes only after Add
+  // reports it started, so there is nothing to release yet.
   bool started_now = false;
   auto fail = [&](std::string message) {
     std::shared_ptr<StoredFrame> frame = Drop(id);
@@ -36,7 +36,8 @@ absl::StatusOr<FrameAssembler::Event> FrameAssembler::Add(v1::PushChunk chunk,
       return fail(std::string(s.message()));
     }
     if (open_.size() >= max_open_transfers_) {
-      return fail(absl::StrCat("more than ", max_open_transfers_, " incomplete transfers on one stream"));
+      return fail(
+          absl::StrCat("more than ", max_open_transfers_, " incomplete transfers on one stream"));
     }
     Partial partial;
     partial.frame = std::make_shared<StoredFrame>(std::move(*chunk.mutable_header()));
@@ -44,7 +45,8 @@ absl::StatusOr<FrameAssembler::Event> FrameAssembler::Add(v1::PushChunk chunk,
     started_now = true;
     event.started = true;
   } else {
-    if (it == open_.end()) return fail(absl::StrCat("chunk ", chunk.chunk().index(), " before chunk 0"));
+    if (it == open_.end())
+      return fail(absl::StrCat("chunk ", chunk.chunk().index(), " before chunk 0"));
     if (chunk.has_header()) return fail("only the first chunk carries a header");
     if (chunk.chunk().index() != it->second.next_index) {
       return fail(absl::StrCat("chunk ", chunk.chunk().index(), " arrived; expected chunk ",

@@ -21,7 +21,8 @@ namespace strait::gateway {
 
 class FrameAssembler {
  public:
-  // `spec` must outlive the assembler. At most `max_open_transfers` frames may be incomplete at once.
+  // `spec` must outlive the assembler. At most `max_open_transfers` frames may be incomplete at
+  // once.
   FrameAssembler(const JobSpec& spec, uint64_t max_frame_bytes, size_t max_open_transfers = 8);
 
   // What one chunk did. A one-chunk frame both starts and completes.

@@ -241,8 +241,8 @@ void Mailbox::PurgeGenerationsBelow(uint32_t generation) {
 
 Mailbox::Stats Mailbox::GetStats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return {frames_.size(), stored_bytes_, reserved_, credit_, budget_, waiters_.size(),
-          reservations_.size(), duplicates_};
+  return {frames_.size(),  stored_bytes_,        reserved_,  credit_, budget_,
+          waiters_.size(), reservations_.size(), duplicates_};
 }
 
 void Mailbox::GrantReservationsLocked(std::vector<Completion>& out) {

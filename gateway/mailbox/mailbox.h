@@ -35,26 +35,27 @@ class Mailbox {
   using PullDone = std::function<void(absl::StatusOr<FramePtr>)>;
 
   // `budget_bytes`: the most frame bytes held or reserved at once, standing credit included.
-  // `credit_limit_bytes`: the most of it that may be standing credit at once (see GrantCredit); keep
-  // at least one largest frame out of it, so that a frame waiting for a reservation is granted once
-  // the stored frames are acknowledged, however much credit idle producers hold.
+  // `credit_limit_bytes`: the most of it that may be standing credit at once (see GrantCredit);
+  // keep at least one largest frame out of it, so that a frame waiting for a reservation is granted
+  // once the stored frames are acknowledged, however much credit idle producers hold.
   explicit Mailbox(uint64_t budget_bytes, uint64_t credit_limit_bytes = 0);
   ~Mailbox();
 
   // Reserves `bytes` for a frame about to be received. Returns true when reserved now. Otherwise
-  // returns false and calls `granted` once, later, when the reservation has been made. A frame larger
-  // than the whole budget can never fit: RESOURCE_EXHAUSTED (and `granted` is dropped).
+  // returns false and calls `granted` once, later, when the reservation has been made. A frame
+  // larger than the whole budget can never fit: RESOURCE_EXHAUSTED (and `granted` is dropped).
   absl::StatusOr<bool> Reserve(uint64_t bytes, std::function<void()> granted);
   // Returns a reservation that will not be stored (the transfer broke off).
   void Release(uint64_t bytes);
 
-  // Standing credit: bytes reserved for a producer's frames before it names them, so that with spare
-  // budget a push needs no round trip (gateway.proto, Hello). Reserves and returns between `min_bytes`
-  // and `want_bytes`, or 0: only while no reservation is waiting (credit never overtakes a frame
-  // waiting for memory), within the budget and within the credit limit. Never calls back.
+  // Standing credit: bytes reserved for a producer's frames before it names them, so that with
+  // spare budget a push needs no round trip (gateway.proto, Hello). Reserves and returns between
+  // `min_bytes` and `want_bytes`, or 0: only while no reservation is waiting (credit never
+  // overtakes a frame waiting for memory), within the budget and within the credit limit. Never
+  // calls back.
   uint64_t GrantCredit(uint64_t want_bytes, uint64_t min_bytes);
-  // `bytes` of granted credit now fund a frame: they become an ordinary reservation (Store or Release
-  // it as usual). Never calls back.
+  // `bytes` of granted credit now fund a frame: they become an ordinary reservation (Store or
+  // Release it as usual). Never calls back.
   void UseCredit(uint64_t bytes);
   // Returns unused credit (its stream ended); grants waiting reservations that now fit.
   void ReleaseCredit(uint64_t bytes);
@@ -94,13 +95,13 @@ class Mailbox {
 
   struct Stats {
     uint64_t stored_frames = 0;
-    uint64_t stored_bytes = 0;     // Bytes of stored frames.
-    uint64_t reserved_bytes = 0;   // Stored plus reserved for frames in transit plus credit.
-    uint64_t credit_bytes = 0;     // Standing credit granted and not yet used or returned.
+    uint64_t stored_bytes = 0;    // Bytes of stored frames.
+    uint64_t reserved_bytes = 0;  // Stored plus reserved for frames in transit plus credit.
+    uint64_t credit_bytes = 0;    // Standing credit granted and not yet used or returned.
     uint64_t budget_bytes = 0;
     uint64_t waiting_pulls = 0;
     uint64_t waiting_reservations = 0;
-    uint64_t duplicates = 0;       // Pushes dropped as duplicates since start.
+    uint64_t duplicates = 0;  // Pushes dropped as duplicates since start.
   };
   Stats GetStats() const;
 
@@ -135,11 +136,11 @@ class Mailbox {
   uint64_t duplicates_ = 0;
   uint64_t next_pull_id_ = 1;
   uint64_t newest_step_ = 0;
-  uint32_t min_generation_ = 0;             // Generations below it were purged.
+  uint32_t min_generation_ = 0;  // Generations below it were purged.
   std::map<MailboxKey, FramePtr> frames_;
-  std::set<MailboxKey> acked_;               // Keys delivered and acknowledged.
-  std::map<uint64_t, Waiter> waiters_;       // By pull id.
-  std::deque<Reservation> reservations_;     // Waiting for budget, first come first served.
+  std::set<MailboxKey> acked_;            // Keys delivered and acknowledged.
+  std::map<uint64_t, Waiter> waiters_;    // By pull id.
+  std::deque<Reservation> reservations_;  // Waiting for budget, first come first served.
 };
 
 }  // namespace strait::gateway

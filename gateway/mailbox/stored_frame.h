@@ -31,15 +31,18 @@ struct MailboxKey {
   uint64_t step = 0;
   uint32_t microbatch = 0;
   uint32_t boundary = 0;
-  int direction = 0;      // v1::Direction
+  int direction = 0;  // v1::Direction
   uint32_t generation = 0;
-  int purpose = 0;        // v1::Purpose
+  int purpose = 0;  // v1::Purpose
 
   static MailboxKey From(const v1::TensorKey& key) {
-    return {key.step(), key.microbatch(), key.boundary(), static_cast<int>(key.direction()),
+    return {key.step(),       key.microbatch(),
+            key.boundary(),   static_cast<int>(key.direction()),
             key.generation(), static_cast<int>(key.purpose())};
   }
-  auto Tuple() const { return std::tie(generation, step, purpose, microbatch, boundary, direction); }
+  auto Tuple() const {
+    return std::tie(generation, step, purpose, microbatch, boundary, direction);
+  }
   bool operator<(const MailboxKey& o) const { return Tuple() < o.Tuple(); }
   bool operator==(const MailboxKey& o) const { return Tuple() == o.Tuple(); }
 };

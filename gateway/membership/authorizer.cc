@@ -11,9 +11,9 @@ absl::Status CheckRole(const JobSpec& spec, int site, const v1::TensorKey& key, 
                        const char* action, const char* role) {
   STRAIT_RETURN_IF_ERROR(ValidateTensorKey(key, spec));
   if (owner != site) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "site '", spec.sites[site].id, "' may not ", action, " ", TensorKeyToString(key), ": its ",
-        role, " is '", spec.sites[owner].id, "'"));
+    return absl::PermissionDeniedError(absl::StrCat("site '", spec.sites[site].id, "' may not ",
+                                                    action, " ", TensorKeyToString(key), ": its ",
+                                                    role, " is '", spec.sites[owner].id, "'"));
   }
   return absl::OkStatus();
 }
@@ -23,8 +23,8 @@ absl::Status CheckRole(const JobSpec& spec, int site, const v1::TensorKey& key, 
 absl::StatusOr<int> StageOfSite(const JobSpec& spec, const std::string& site_id) {
   int index = spec.SiteIndex(site_id);
   if (index < 0) {
-    return absl::PermissionDeniedError(absl::StrCat("'", site_id, "' is not a site of federation '",
-                                                    spec.name, "'"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("'", site_id, "' is not a site of federation '", spec.name, "'"));
   }
   return index;
 }

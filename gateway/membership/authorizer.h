@@ -15,7 +15,8 @@ namespace strait::gateway {
 absl::StatusOr<int> StageOfSite(const JobSpec& spec, const std::string& site_id);
 
 // OK when the key is valid for the job and its producer (CheckPush) or consumer (CheckPull) is the
-// stage `site`; INVALID_ARGUMENT for a malformed key, PERMISSION_DENIED naming both sides otherwise.
+// stage `site`; INVALID_ARGUMENT for a malformed key, PERMISSION_DENIED naming both sides
+// otherwise.
 absl::Status CheckPush(const JobSpec& spec, int site, const v1::TensorKey& key);
 absl::Status CheckPull(const JobSpec& spec, int site, const v1::TensorKey& key);
 

@@ -76,19 +76,20 @@ absl::StatusOr<v1::JoinReply> Federation::Join(const std::string& site_id,
   }
   const SiteSpec& expected = spec_.sites[index];
   if (request.federation() != spec_.name) {
-    return absl::FailedPreconditionError(absl::StrCat("site '", site_id, "' asked to join federation '",
-                                                      request.federation(), "'; this gateway serves '",
-                                                      spec_.name, "'"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("site '", site_id, "' asked to join federation '", request.federation(),
+                     "'; this gateway serves '", spec_.name, "'"));
   }
   if (request.layers().start() != static_cast<uint32_t>(expected.layers.start) ||
       request.layers().end() != static_cast<uint32_t>(expected.layers.end) ||
       request.device() != ToString(expected.device) ||
       request.workers() != static_cast<uint32_t>(expected.workers)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "site '", site_id, "' claims layers [", request.layers().start(), ", ", request.layers().end(),
-        ") on ", request.device(), " x", request.workers(), "; the job spec says [", expected.layers.start,
-        ", ", expected.layers.end, ") on ", ToString(expected.device), " x", expected.workers,
-        ": the site and the gateway load different job specs"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("site '", site_id, "' claims layers [", request.layers().start(), ", ",
+                     request.layers().end(), ") on ", request.device(), " x", request.workers(),
+                     "; the job spec says [", expected.layers.start, ", ", expected.layers.end,
+                     ") on ", ToString(expected.device), " x", expected.workers,
+                     ": the site and the gateway load different job specs"));
   }
   if (!request.agreed_job().empty() && request.agreed_job() != agreed_job_) {
     return absl::FailedPreconditionError(
@@ -97,8 +98,8 @@ absl::StatusOr<v1::JoinReply> Federation::Join(const std::string& site_id,
                      "; give every site and the gateway the same file"));
   }
   if (request.key().site_id() != site_id) {
-    return absl::PermissionDeniedError(absl::StrCat("site '", site_id, "' presented a key signed for '",
-                                                    request.key().site_id(), "'"));
+    return absl::PermissionDeniedError(absl::StrCat(
+        "site '", site_id, "' presented a key signed for '", request.key().site_id(), "'"));
   }
 
   v1::JoinReply reply;
@@ -107,9 +108,9 @@ absl::StatusOr<v1::JoinReply> Federation::Join(const std::string& site_id,
     std::lock_guard<std::mutex> lock(mu_);
     Site& site = sites_[index];
     if (site.joins > 0 && request.key().epoch() <= site.info.epoch()) {
-      return absl::FailedPreconditionError(absl::StrCat("site '", site_id, "' joined with epoch ",
-                                                        request.key().epoch(), "; its last epoch was ",
-                                                        site.info.epoch(), ", a rejoin needs a newer one"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("site '", site_id, "' joined with epoch ", request.key().epoch(),
+                       "; its last epoch was ", site.info.epoch(), ", a rejoin needs a newer one"));
     }
     // Sites of the run under way (joined, training or down, not the one joining) fix its length.
     for (const Site& other : sites_) {
@@ -132,8 +133,8 @@ absl::StatusOr<v1::JoinReply> Federation::Join(const std::string& site_id,
       site.channel = nullptr;
     }
     if (site.joins > 0) {
-      AlertLocked(v1::Alert::WARNING, absl::StrCat("site ", site_id, " rejoined (epoch ",
-                                                   request.key().epoch(), ")"));
+      AlertLocked(v1::Alert::WARNING,
+                  absl::StrCat("site ", site_id, " rejoined (epoch ", request.key().epoch(), ")"));
       rejoined_at_ = now;
       rejoined_site_ = site_id;
       // Back before its old stream's end was noticed (a fast restart): the same as a failure.
@@ -171,18 +172,21 @@ absl::StatusOr<v1::JoinReply> Federation::Join(const std::string& site_id,
 }
 
 absl::StatusOr<int> Federation::Attach(const std::string& site_id, uint32_t epoch,
-                                       std::shared_ptr<SiteChannel> channel, Clock::time_point now) {
+                                       std::shared_ptr<SiteChannel> channel,
+                                       Clock::time_point now) {
   const int index = spec_.SiteIndex(site_id);
   std::vector<Action> actions;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (index < 0) return absl::PermissionDeniedError(absl::StrCat("'", site_id, "' is not a site"));
+    if (index < 0)
+      return absl::PermissionDeniedError(absl::StrCat("'", site_id, "' is not a site"));
     Site& site = sites_[index];
     if (site.joins == 0 || epoch != site.info.epoch()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "stream of site '", site_id, "' said hello with epoch ", epoch, "; ",
-          site.joins == 0 ? std::string("the site has not joined")
-                          : absl::StrCat("its current epoch is ", site.info.epoch(), ": join again")));
+          site.joins == 0
+              ? std::string("the site has not joined")
+              : absl::StrCat("its current epoch is ", site.info.epoch(), ": join again")));
     }
     site.last_seen = now;
     if (channel == nullptr) return index;  // A push stream.
@@ -192,11 +196,13 @@ absl::StatusOr<int> Federation::Attach(const std::string& site_id, uint32_t epoc
     }
     site.channel = channel;
     if (site.info.state() == v1::SITE_DOWN) site.info.set_state(v1::SITE_JOINED);
-    // Neighbours may have (re)joined between this site's Join and its Hello: send their current keys
-    // on the new stream so that no key update falls in between. Sites ignore keys they already have.
+    // Neighbours may have (re)joined between this site's Join and its Hello: send their current
+    // keys on the new stream so that no key update falls in between. Sites ignore keys they already
+    // have.
     for (int neighbour : {index - 1, index + 1}) {
       if (neighbour < 0 || neighbour >= static_cast<int>(sites_.size())) continue;
-      if (sites_[neighbour].key) actions.push_back({channel, ControlMessage(*sites_[neighbour].key), {}});
+      if (sites_[neighbour].key)
+        actions.push_back({channel, ControlMessage(*sites_[neighbour].key), {}});
     }
     MaybeStartLocked(actions);
   }
@@ -260,13 +266,16 @@ void Federation::CheckHeartbeats(Clock::time_point now) {
         std::chrono::duration<double>(spec_.gateway.heartbeat_timeout_s));
     for (size_t i = 0; i < sites_.size(); ++i) {
       Site& site = sites_[i];
-      const bool alive = site.info.state() == v1::SITE_JOINED || site.info.state() == v1::SITE_TRAINING;
+      const bool alive =
+          site.info.state() == v1::SITE_JOINED || site.info.state() == v1::SITE_TRAINING;
       if (alive && now - site.last_seen > timeout) {
         MarkDownLocked(static_cast<int>(i),
-                       absl::StrCat("silent for over ", spec_.gateway.heartbeat_timeout_s, " s"), actions);
+                       absl::StrCat("silent for over ", spec_.gateway.heartbeat_timeout_s, " s"),
+                       actions);
         if (site.channel != nullptr) {
-          actions.push_back({site.channel, std::nullopt,
-                             absl::UnavailableError("heartbeat timeout: the gateway heard nothing")});
+          actions.push_back(
+              {site.channel, std::nullopt,
+               absl::UnavailableError("heartbeat timeout: the gateway heard nothing")});
           site.channel = nullptr;
         }
       }
@@ -300,7 +309,8 @@ void Federation::CountDelivered(const v1::FrameHeader& header, Clock::duration p
   link.latency_ms_sum += std::chrono::duration<double, std::milli>(push_to_pull).count();
 }
 
-v1::FederationState Federation::Snapshot(const Mailbox::Stats& mailbox, Clock::time_point now) const {
+v1::FederationState Federation::Snapshot(const Mailbox::Stats& mailbox,
+                                         Clock::time_point now) const {
   v1::FederationState state;
   std::lock_guard<std::mutex> lock(mu_);
   v1::FederationView& view = *state.mutable_view();
@@ -378,8 +388,9 @@ void Federation::MarkDownLocked(int index, const std::string& why, std::vector<A
   start_pending_ = true;
   for (size_t i = 0; i < sites_.size(); ++i) {
     if (static_cast<int>(i) != index && sites_[i].channel != nullptr) {
-      actions.push_back(
-          {sites_[i].channel, PauseMessage(absl::StrCat("site ", site.info.id(), " is down: ", why)), {}});
+      actions.push_back({sites_[i].channel,
+                         PauseMessage(absl::StrCat("site ", site.info.id(), " is down: ", why)),
+                         {}});
     }
   }
 }
@@ -397,15 +408,16 @@ void Federation::MaybeStartLocked(std::vector<Action>& actions) {
   // A rollback makes the frames of earlier generations useless. (The first start has none to drop;
   // tools that exchange frames without training, such as benchmarks, use generation 0.)
   if (new_generation_ && generation > 1) {
-    actions.push_back({nullptr, std::nullopt, {}, [this, generation] { new_generation_(generation); }});
+    actions.push_back(
+        {nullptr, std::nullopt, {}, [this, generation] { new_generation_(generation); }});
   }
   for (Site& site : sites_) {
     site.info.set_step(step);
     actions.push_back({site.channel, RollbackMessage(step, generation), {}});
   }
   if (generation > 1 || step > 0) {
-    AlertLocked(v1::Alert::WARNING,
-                absl::StrCat("rolled back to the checkpoint of step ", step, " (generation ", generation, ")"));
+    AlertLocked(v1::Alert::WARNING, absl::StrCat("rolled back to the checkpoint of step ", step,
+                                                 " (generation ", generation, ")"));
   }
   spdlog::info("training {} at step {} (generation {})", generation == 1 ? "starts" : "restarts",
                step, generation);

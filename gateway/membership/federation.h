@@ -3,11 +3,11 @@
 // report, and what crossed each link. Produces the FederationState that GetState, /api/state and
 // /metrics show.
 //
-// Start and rollback (DESIGN.md §7): sites train only after the gateway's Rollback{step, generation}
-// control. It is sent once every site is joined with its stream attached: at the start, and again
-// after a site went down (the others are told to Pause) and came back. `step` is the newest
-// checkpoint every site holds (0: the initial parameters); `generation` grows with each one, and the
-// mailbox forgets every frame of older generations before the sites hear of the new one.
+// Start and rollback (DESIGN.md §7): sites train only after the gateway's Rollback{step,
+// generation} control. It is sent once every site is joined with its stream attached: at the start,
+// and again after a site went down (the others are told to Pause) and came back. `step` is the
+// newest checkpoint every site holds (0: the initial parameters); `generation` grows with each one,
+// and the mailbox forgets every frame of older generations before the sites hear of the new one.
 //
 // Thread-safe (one mutex). Calls into SiteChannel (Send/Close) happen after the lock is released.
 #pragma once
@@ -84,7 +84,7 @@ class Federation {
     uint64_t frames = 0, raw_bytes = 0, wire_bytes = 0, delivered = 0;
     double latency_ms_sum = 0;
   };
-  struct Action {  // Deferred until the lock is released, in order.
+  struct Action {                          // Deferred until the lock is released, in order.
     std::shared_ptr<SiteChannel> channel;  // Null for a `call`.
     std::optional<v1::GatewayMessage> message;
     absl::Status close;

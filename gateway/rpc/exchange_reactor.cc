@@ -41,7 +41,7 @@ class ExchangeReactor::Outbox : public SiteChannel, public std::enable_shared_fr
     writing_ = false;
     if (!ok) queue_.clear();  // The stream broke: nothing more will be written.
     if (reactor_ == nullptr) return;
-    StartNextLocked(lock);    // With an empty queue this finishes a closing stream.
+    StartNextLocked(lock);  // With an empty queue this finishes a closing stream.
   }
 
   // The reactor is going away: drop everything from now on.

@@ -2,10 +2,10 @@
 // feeds each message to an ExchangeSession and writes the session's replies in order.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "gateway/exchange/exchange_session.h"
 #include "strait/v1/gateway.grpc.pb.h"

@@ -19,8 +19,9 @@ absl::StatusOr<std::string> ClaimedIdentity(const grpc::CallbackServerContext& c
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("x-strait-site");
   if (it == metadata.end()) {
-    return absl::UnauthenticatedError("insecure gateway: the client must name its site in the "
-                                      "x-strait-site header");
+    return absl::UnauthenticatedError(
+        "insecure gateway: the client must name its site in the "
+        "x-strait-site header");
   }
   return std::string(it->second.data(), it->second.size());
 }
@@ -38,7 +39,8 @@ grpc::ServerUnaryReactor* GatewayService::Join(grpc::CallbackServerContext* cont
     reactor->Finish(ToGrpcStatus(peer.status()));
     return reactor;
   }
-  absl::StatusOr<v1::JoinReply> joined = core_.federation().Join(*peer, *request, Federation::Clock::now());
+  absl::StatusOr<v1::JoinReply> joined =
+      core_.federation().Join(*peer, *request, Federation::Clock::now());
   if (!joined.ok()) {
     core_.federation().CountRejected("join_refused", std::string(joined.status().message()));
     reactor->Finish(ToGrpcStatus(joined.status()));

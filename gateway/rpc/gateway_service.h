@@ -3,10 +3,10 @@
 // function the server is built with (the verified TLS certificate; a header with --insecure).
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <functional>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "gateway/exchange/gateway_core.h"
@@ -25,8 +25,8 @@ class GatewayService final : public v1::Gateway::CallbackService {
   // `core` must outlive the service.
   GatewayService(GatewayCore& core, PeerIdentity identity);
 
-  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context, const v1::JoinRequest* request,
-                                 v1::JoinReply* reply) override;
+  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,
+                                 const v1::JoinRequest* request, v1::JoinReply* reply) override;
   grpc::ServerBidiReactor<v1::SiteMessage, v1::GatewayMessage>* Exchange(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* GetState(grpc::CallbackServerContext* context,

@@ -1,9 +1,9 @@
 // absl::Status <-> grpc::Status (the codes are the same numbers).
 #pragma once
 
-#include <string>
-
 #include <grpcpp/grpcpp.h>
+
+#include <string>
 
 #include "absl/status/status.h"
 

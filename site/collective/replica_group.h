@@ -122,9 +122,9 @@ class ReplicaGroup {
   absl::StatusOr<T> FromWorker0(const std::function<absl::StatusOr<T>(const Stage&)>& fn) const;
 
   std::vector<Worker> workers_;
-  std::unique_ptr<WorkerPool> pool_;     // W > 1 only
+  std::unique_ptr<WorkerPool> pool_;                   // W > 1 only
   std::vector<std::unique_ptr<AllReducer>> reducers_;  // W > 1 only: one per gradient arena
-  std::vector<int> layer_bucket_;        // stage layer -> bucket (-1: no parameters)
+  std::vector<int> layer_bucket_;                      // stage layer -> bucket (-1: no parameters)
   int num_buckets_ = 0;
   DeviceKind device_ = DeviceKind::kCpu;
   int max_batch_ = 0;

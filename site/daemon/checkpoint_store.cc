@@ -1,10 +1,10 @@
 #include "site/daemon/checkpoint_store.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-
-#include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -30,12 +30,15 @@ bool CheckpointStore::Due(int64_t step) const {
 absl::Status CheckpointStore::Save(int64_t step, const collective::ReplicaGroup& stage) {
   std::error_code error;
   std::filesystem::create_directories(dir_, error);
-  if (error) return absl::InternalError(absl::StrCat("cannot create checkpoint dir ", dir_, ": ", error.message()));
+  if (error)
+    return absl::InternalError(
+        absl::StrCat("cannot create checkpoint dir ", dir_, ": ", error.message()));
   STRAIT_RETURN_IF_ERROR(SaveStageCheckpoint(PathFor(step), spec_, stage, step));
   std::vector<int64_t> steps = Steps();
   for (size_t i = 0; i + keep_ < steps.size(); ++i) {
     std::filesystem::remove(PathFor(steps[i]), error);
-    if (error) spdlog::warn("cannot remove old checkpoint {}: {}", PathFor(steps[i]), error.message());
+    if (error)
+      spdlog::warn("cannot remove old checkpoint {}: {}", PathFor(steps[i]), error.message());
   }
   return absl::OkStatus();
 }
@@ -62,8 +65,9 @@ absl::StatusOr<int64_t> CheckpointStore::NewestValid(const collective::ReplicaGr
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     absl::StatusOr<CheckpointState> state = ReadCheckpoint(PathFor(*it));
     absl::Status problem = state.status();
-    if (state.ok() && (state->fingerprint != stage.Fingerprint() || state->step != *it ||
-                       state->data_seed != spec_.data.seed || state->init_seed != spec_.model.init_seed)) {
+    if (state.ok() &&
+        (state->fingerprint != stage.Fingerprint() || state->step != *it ||
+         state->data_seed != spec_.data.seed || state->init_seed != spec_.model.init_seed)) {
       problem = absl::FailedPreconditionError("it belongs to another job, split or step");
     } else if (state.ok() && static_cast<int>(state->weight_versions) != stage.weight_versions()) {
       problem = absl::FailedPreconditionError(
@@ -80,11 +84,12 @@ absl::StatusOr<int64_t> CheckpointStore::NewestValid(const collective::ReplicaGr
 absl::Status CheckpointStore::Load(int64_t step, collective::ReplicaGroup& stage) const {
   absl::StatusOr<int64_t> loaded = LoadStageCheckpoint(PathFor(step), spec_, stage);
   if (!loaded.ok()) {
-    return absl::Status(loaded.status().code(),
-                        absl::StrCat("cannot roll back to step ", step, ": ", loaded.status().message()));
+    return absl::Status(loaded.status().code(), absl::StrCat("cannot roll back to step ", step,
+                                                             ": ", loaded.status().message()));
   }
   if (*loaded != step) {
-    return absl::DataLossError(absl::StrCat(PathFor(step), " holds step ", *loaded, ", not ", step));
+    return absl::DataLossError(
+        absl::StrCat(PathFor(step), " holds step ", *loaded, ", not ", step));
   }
   return absl::OkStatus();
 }

@@ -1,6 +1,7 @@
-// One site's coordinated checkpoints (DESIGN.md §7): <checkpoint.dir>/<site id>/step-<N>.ckpt, written
-// atomically every `checkpoint.every` steps, the newest `checkpoint.keep` kept (at least two: sites
-// can be one checkpoint apart, and the federation rolls back to the newest step they all hold).
+// One site's coordinated checkpoints (DESIGN.md §7): <checkpoint.dir>/<site id>/step-<N>.ckpt,
+// written atomically every `checkpoint.every` steps, the newest `checkpoint.keep` kept (at least
+// two: sites can be one checkpoint apart, and the federation rolls back to the newest step they all
+// hold).
 //
 // Not thread-safe: the site's training thread owns it.
 #pragma once
@@ -33,7 +34,8 @@ class CheckpointStore {
   std::vector<int64_t> Steps() const;
 
   // The newest checkpoint that reads back intact (checksum, lengths) and belongs to this stage of
-  // this job; each one refused on the way is logged with its reason and skipped. NotFound when none.
+  // this job; each one refused on the way is logged with its reason and skipped. NotFound when
+  // none.
   absl::StatusOr<int64_t> NewestValid(const collective::ReplicaGroup& stage) const;
 
   // Restores `stage` from the checkpoint of `step`. An error names the file and what is wrong.

@@ -1,5 +1,7 @@
 #include "site/daemon/site_daemon.h"
 
+#include <spdlog/spdlog.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -9,12 +11,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <thread>
-
-#include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -59,8 +59,8 @@ struct Progress {
 // site completed its job, so the end of its stream is not taken for a failure.
 class Reporter {
  public:
-  Reporter(std::function<void(const v1::SiteReport&)> send, SiteMetrics& metrics, Progress& progress,
-           double interval_s)
+  Reporter(std::function<void(const v1::SiteReport&)> send, SiteMetrics& metrics,
+           Progress& progress, double interval_s)
       : send_(std::move(send)), metrics_(metrics), progress_(progress), interval_(interval_s) {
     thread_ = std::thread([this] { Run(); });
   }
@@ -87,7 +87,8 @@ class Reporter {
   void Run() {
     std::unique_lock<std::mutex> lock(mu_);
     while (true) {
-      cv_.wait_for(lock, std::chrono::duration<double>(interval_), [this] { return stop_ || soon_; });
+      cv_.wait_for(lock, std::chrono::duration<double>(interval_),
+                   [this] { return stop_ || soon_; });
       if (stop_) return;
       soon_ = false;
       lock.unlock();
@@ -149,8 +150,9 @@ absl::StatusOr<crypto::TlsMaterial> LoadSiteTls(const SiteOptions& o, const JobS
   const std::string key = o.key.empty() ? spec.tls.SiteKey(o.site_id) : o.key;
   absl::StatusOr<crypto::TlsMaterial> material = crypto::LoadTlsMaterial(ca, cert, key);
   if (!material.ok()) {
-    return Invalid(absl::StrCat(material.status().message(),
-                                " (make certificates with `strait certs`, or pass --cert/--key/--ca)"));
+    return Invalid(
+        absl::StrCat(material.status().message(),
+                     " (make certificates with `strait certs`, or pass --cert/--key/--ca)"));
   }
   return material;
 }
@@ -216,21 +218,24 @@ absl::StatusOr<StageLinks> BuildLinks(const JobSpec& spec, int index, GatewayCli
   const int stages = static_cast<int>(spec.sites.size());
   const LinkSpec* link_in = index == 0 ? nullptr : &spec.links[index - 1];
   const LinkSpec* link_out = index == stages - 1 ? nullptr : &spec.links[index];
-  auto crypto_with = [&](const LinkSpec& link, int peer) -> absl::StatusOr<LinkSecurity::LinkCrypto> {
+  auto crypto_with = [&](const LinkSpec& link,
+                         int peer) -> absl::StatusOr<LinkSecurity::LinkCrypto> {
     if (!link.encryption) return LinkSecurity::LinkCrypto{};
     const std::string& id = spec.sites[peer].id;
     absl::StatusOr<LinkSecurity::LinkCrypto> c =
         security->Derive(id, peer_keys[id], link.rotate_bytes, generation);
     if (!c.ok()) {
-      return absl::Status(c.status().code(), absl::StrCat("the key of neighbour ", id,
-                                                          " does not verify: ", c.status().message()));
+      return absl::Status(
+          c.status().code(),
+          absl::StrCat("the key of neighbour ", id, " does not verify: ", c.status().message()));
     }
     return c;
   };
   StageLinks links;
   if (link_in) {
     STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c, crypto_with(*link_in, index - 1));
-    STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create(link_in->backward, std::move(c.sealer)));
+    STRAIT_ASSIGN_OR_RETURN(auto encoder,
+                            FrameEncoder::Create(link_in->backward, std::move(c.sealer)));
     links.backward_out = std::make_unique<FrameSender>(client, std::move(encoder), index - 1,
                                                        v1::BACKWARD, metrics, window);
     links.forward_in = std::make_unique<FrameReceiver>(
@@ -239,7 +244,8 @@ absl::StatusOr<StageLinks> BuildLinks(const JobSpec& spec, int index, GatewayCli
   }
   if (link_out) {
     STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c, crypto_with(*link_out, index + 1));
-    STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create(link_out->forward, std::move(c.sealer)));
+    STRAIT_ASSIGN_OR_RETURN(auto encoder,
+                            FrameEncoder::Create(link_out->forward, std::move(c.sealer)));
     links.forward_out = std::make_unique<FrameSender>(client, std::move(encoder), index,
                                                       v1::FORWARD, metrics, window);
     links.backward_in = std::make_unique<FrameReceiver>(
@@ -260,7 +266,7 @@ absl::Status RunSite(const SiteOptions& o) {
   const SiteSpec& site = spec.sites[index];
   const bool first = index == 0, last = index == stages - 1;
   const LinkSpec* link_in = first ? nullptr : &spec.links[index - 1];  // With the previous stage.
-  const LinkSpec* link_out = last ? nullptr : &spec.links[index];     // With the next stage.
+  const LinkSpec* link_out = last ? nullptr : &spec.links[index];      // With the next stage.
   const bool sealed = (link_in && link_in->encryption) || (link_out && link_out->encryption);
   if (o.threads < 1) return Invalid("--threads must be at least 1");
 
@@ -292,11 +298,13 @@ absl::Status RunSite(const SiteOptions& o) {
   if (o.resume) {
     absl::StatusOr<int64_t> newest = checkpoints.NewestValid(*stage);
     if (newest.ok()) {
-      spdlog::info("can resume from {} (the federation resumes from the newest step every site has)",
-                   checkpoints.PathFor(*newest));
+      spdlog::info(
+          "can resume from {} (the federation resumes from the newest step every site has)",
+          checkpoints.PathFor(*newest));
       progress.checkpoint = *newest;
     } else {
-      spdlog::warn("--resume: {}; starting from the initial parameters", std::string(newest.status().message()));
+      spdlog::warn("--resume: {}; starting from the initial parameters",
+                   std::string(newest.status().message()));
     }
   }
 
@@ -337,14 +345,15 @@ absl::Status RunSite(const SiteOptions& o) {
   std::unique_ptr<GatewayClient> client;
   uint32_t epoch = 0;
   auto join_gateway = [&]() -> absl::Status {
-    const auto now_s = static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::seconds>(
-                                                 std::chrono::system_clock::now().time_since_epoch())
-                                                 .count());
+    const auto now_s =
+        static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::seconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count());
     epoch = std::max(now_s, epoch + 1);
     v1::SignedKey own_key = UnsignedKey(o.site_id, epoch);
     if (tls) {
-      STRAIT_ASSIGN_OR_RETURN(security, LinkSecurity::Create(spec.name, epoch, tls->own, tls->ca_pem,
-                                                             deny_list));
+      STRAIT_ASSIGN_OR_RETURN(
+          security, LinkSecurity::Create(spec.name, epoch, tls->own, tls->ca_pem, deny_list));
       own_key = security->own_key();
     }
     v1::JoinRequest join = JoinRequestFor(spec, index, own_key);
@@ -394,9 +403,10 @@ absl::Status RunSite(const SiteOptions& o) {
     return absl::UnavailableError(absl::StrCat(
         "lost the gateway at ", spec.gateway.address, " and could not join it again within ",
         o.reconnect_timeout_s, " s (", last.message(), "). ",
-        checkpoint ? absl::StrCat("The checkpoint of step ", *checkpoint, " is in ", checkpoints.dir(),
-                                  ": start this site again with --resume once the gateway is back")
-                   : std::string("No checkpoint was written: the run starts over")));
+        checkpoint
+            ? absl::StrCat("The checkpoint of step ", *checkpoint, " is in ", checkpoints.dir(),
+                           ": start this site again with --resume once the gateway is back")
+            : std::string("No checkpoint was written: the run starts over")));
   };
 
   spdlog::info("stage {} of {} (layers [{}, {})), joining the gateway at {}", index, stages,
@@ -418,7 +428,8 @@ absl::Status RunSite(const SiteOptions& o) {
   for (int s = 0; s < stages; ++s) {
     window = std::max(window, MaxInFlight(StageSchedule(spec.training.schedule, stages, s,
                                                         spec.training.microbatches,
-                                                        spec.training.extra_in_flight)) + 1);
+                                                        spec.training.extra_in_flight)) +
+                                  1);
   }
   const int64_t mb = spec.training.MicrobatchSize();
   const uint64_t max_raw =
@@ -453,7 +464,8 @@ absl::Status RunSite(const SiteOptions& o) {
         spdlog::info("waiting for the gateway to start training (every site must be joined)");
       });
       if (!begin.ok() && begin.status().code() == absl::StatusCode::kUnavailable) {
-        spdlog::warn("lost the gateway: {}; joining it again", std::string(begin.status().message()));
+        spdlog::warn("lost the gateway: {}; joining it again",
+                     std::string(begin.status().message()));
         result = rejoin_gateway();
         if (!result.ok()) break;
         continue;
@@ -465,25 +477,23 @@ absl::Status RunSite(const SiteOptions& o) {
       const auto from = static_cast<int64_t>(begin->step());
       const uint32_t generation = begin->generation();
       if (from > total) {
-        result = absl::FailedPreconditionError(absl::StrCat(
-            "the federation resumes at step ", from, ", past this job's ", total, " steps"));
+        result = absl::FailedPreconditionError(absl::StrCat("the federation resumes at step ", from,
+                                                            ", past this job's ", total, " steps"));
         break;
       }
       STRAIT_ASSIGN_OR_RETURN(stage, build_stage());
       if (from > 0) STRAIT_RETURN_IF_ERROR(checkpoints.Load(from, *stage));
       spdlog::info("training from {} (generation {})",
-                   from == 0 ? std::string("the initial parameters")
-                             : checkpoints.PathFor(from),
+                   from == 0 ? std::string("the initial parameters") : checkpoints.PathFor(from),
                    generation);
       STRAIT_ASSIGN_OR_RETURN(
-          auto peer_keys,
-          keys.WaitFor(peers, std::chrono::minutes(10), std::chrono::seconds(10),
-                       [](const std::string& missing) {
-                         spdlog::info("waiting for the key of {}", missing);
-                       }));
-      STRAIT_ASSIGN_OR_RETURN(StageLinks links, BuildLinks(spec, index, *client, security.get(),
-                                                           peer_keys, generation, metrics, window,
-                                                           max_raw));
+          auto peer_keys, keys.WaitFor(peers, std::chrono::minutes(10), std::chrono::seconds(10),
+                                       [](const std::string& missing) {
+                                         spdlog::info("waiting for the key of {}", missing);
+                                       }));
+      STRAIT_ASSIGN_OR_RETURN(
+          StageLinks links, BuildLinks(spec, index, *client, security.get(), peer_keys, generation,
+                                       metrics, window, max_raw));
       SiteRunner runner(spec, index, *stage, std::move(links), data, metrics, total, from,
                         generation);
       control.SetActive(&runner);
@@ -545,15 +555,18 @@ absl::Status RunSite(const SiteOptions& o) {
           progress.step = runner.step();
           progress.loss = step->loss;
           progress.samples_per_second = rate;
-          progress.eta_s = (total - runner.step()) * spec.training.global_batch / std::max(rate, 1e-9);
+          progress.eta_s =
+              (total - runner.step()) * spec.training.global_batch / std::max(rate, 1e-9);
         }
-        if (Seconds(window_start, now) >= 2.0 || runner.step() == total || runner.step() == from + 1) {
-          const double window_rate =
-              window_steps * spec.training.global_batch / std::max(Seconds(window_start, now), 1e-9);
+        if (Seconds(window_start, now) >= 2.0 || runner.step() == total ||
+            runner.step() == from + 1) {
+          const double window_rate = window_steps * spec.training.global_batch /
+                                     std::max(Seconds(window_start, now), 1e-9);
           std::printf("step %6lld/%lld%s  %.0f samples/s  ETA %s\n",
                       static_cast<long long>(runner.step()), static_cast<long long>(total),
-                      step->loss ? absl::StrCat("  loss ", absl::StrFormat("%.4f", *step->loss)).c_str()
-                                 : "",
+                      step->loss
+                          ? absl::StrCat("  loss ", absl::StrFormat("%.4f", *step->loss)).c_str()
+                          : "",
                       window_rate, FormatDuration(progress.eta_s).c_str());
           std::fflush(stdout);
           window_start = now;

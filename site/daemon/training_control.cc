@@ -9,8 +9,8 @@ bool TrainingControl::Handle(const v1::Control& control) {
   switch (control.kind_case()) {
     case v1::Control::kRollback:
       start_ = control.rollback();
-      AbortLocked(absl::AbortedError(absl::StrCat("the federation rolls back to step ",
-                                                  control.rollback().step())));
+      AbortLocked(absl::AbortedError(
+          absl::StrCat("the federation rolls back to step ", control.rollback().step())));
       break;
     case v1::Control::kPause:
       AbortLocked(absl::AbortedError("paused: " + control.pause().reason()));

@@ -50,10 +50,10 @@ class TrainingControl {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::optional<v1::Rollback> start_;   // Received, not taken yet.
+  std::optional<v1::Rollback> start_;  // Received, not taken yet.
   absl::Status stopped_;
-  absl::Status disconnected_;           // Non-OK from a lost connection until Reconnected().
-  absl::Status interrupted_;            // Non-OK once the current generation is interrupted.
+  absl::Status disconnected_;  // Non-OK from a lost connection until Reconnected().
+  absl::Status interrupted_;   // Non-OK once the current generation is interrupted.
   SiteRunner* active_ = nullptr;
 };
 

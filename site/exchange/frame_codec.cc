@@ -19,8 +19,8 @@ void PutString(std::string& out, const std::string& s) {
 
 bool SameKey(const v1::TensorKey& a, const v1::TensorKey& b) {
   return a.job() == b.job() && a.step() == b.step() && a.microbatch() == b.microbatch() &&
-         a.boundary() == b.boundary() && a.direction() == b.direction() && a.generation() == b.generation() &&
-         a.purpose() == b.purpose();
+         a.boundary() == b.boundary() && a.direction() == b.direction() &&
+         a.generation() == b.generation() && a.purpose() == b.purpose();
 }
 
 }  // namespace
@@ -45,9 +45,10 @@ std::string FrameAad(const v1::FrameHeader& header) {
   return aad;
 }
 
-absl::StatusOr<std::unique_ptr<FrameEncoder>> FrameEncoder::Create(const std::string& chain,
-                                                                   std::unique_ptr<crypto::Sealer> sealer) {
-  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<compression::CodecChain> codec, compression::CodecChain::Create(chain));
+absl::StatusOr<std::unique_ptr<FrameEncoder>> FrameEncoder::Create(
+    const std::string& chain, std::unique_ptr<crypto::Sealer> sealer) {
+  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<compression::CodecChain> codec,
+                          compression::CodecChain::Create(chain));
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<compression::CodecChain> lossless,
                           compression::CodecChain::Create("none"));
   return std::unique_ptr<FrameEncoder>(
@@ -64,8 +65,8 @@ absl::StatusOr<FrameEncoder::Frame> FrameEncoder::Encode(const v1::TensorKey& ke
     elements *= static_cast<uint64_t>(d);
   }
   if (elements != values.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor of ", values.size(), " values for a shape of ",
-                                                   elements));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor of ", values.size(), " values for a shape of ", elements));
   }
   // Clipping scalars must arrive exactly, whatever the link's chain. Error feedback carries over
   // between the tensors of the same purpose and microbatch slot, step after step.
@@ -92,21 +93,25 @@ absl::StatusOr<FrameEncoder::Frame> FrameEncoder::Encode(const v1::TensorKey& ke
     header.set_key_epoch(sealer_->key_epoch());
     const std::string aad = FrameAad(header);
     auto* bytes = reinterpret_cast<uint8_t*>(frame.body.data());
-    STRAIT_ASSIGN_OR_RETURN(uint64_t sequence,
-                            sealer_->SealInPlace({reinterpret_cast<const uint8_t*>(aad.data()), aad.size()},
-                                                 {bytes, frame.body.size()}, encoded.size()));
+    STRAIT_ASSIGN_OR_RETURN(
+        uint64_t sequence,
+        sealer_->SealInPlace({reinterpret_cast<const uint8_t*>(aad.data()), aad.size()},
+                             {bytes, frame.body.size()}, encoded.size()));
     header.set_sequence(sequence);
-    frame.seal_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - encoded_at).count();
+    frame.seal_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - encoded_at).count();
   }
   return frame;
 }
 
 FrameDecoder::FrameDecoder(std::unique_ptr<crypto::Opener> opener, uint64_t max_raw_bytes)
-    : opener_(std::move(opener)), decoder_(compression::CodecOptions{.max_raw_bytes = max_raw_bytes}) {}
+    : opener_(std::move(opener)),
+      decoder_(compression::CodecOptions{.max_raw_bytes = max_raw_bytes}) {}
 
 absl::StatusOr<std::vector<float>> FrameDecoder::Decode(const v1::TensorKey& expected,
                                                         const std::vector<int64_t>& expected_shape,
-                                                        ReceivedFrame frame, DecodeTimings* timings) {
+                                                        ReceivedFrame frame,
+                                                        DecodeTimings* timings) {
   const v1::FrameHeader& header = frame.header;
   if (!SameKey(header.key(), expected)) {
     return absl::InvalidArgumentError("frame carries another tensor key than the one pulled");
@@ -124,18 +129,21 @@ absl::StatusOr<std::vector<float>> FrameDecoder::Decode(const v1::TensorKey& exp
   const auto start = std::chrono::steady_clock::now();
   if (opener_) {
     const std::string aad = FrameAad(header);
-    STRAIT_ASSIGN_OR_RETURN(size, opener_->OpenInPlace({header.sequence(), header.key_epoch(), header.wire_bytes()},
-                                                       {reinterpret_cast<const uint8_t*>(aad.data()), aad.size()},
-                                                       {bytes, frame.body.size()}));
+    STRAIT_ASSIGN_OR_RETURN(
+        size, opener_->OpenInPlace({header.sequence(), header.key_epoch(), header.wire_bytes()},
+                                   {reinterpret_cast<const uint8_t*>(aad.data()), aad.size()},
+                                   {bytes, frame.body.size()}));
   }
   const auto opened_at = std::chrono::steady_clock::now();
   STRAIT_RETURN_IF_ERROR(decoder_.Decode({bytes, size}, &decoded_));
   if (timings != nullptr) {
     timings->open_s += std::chrono::duration<double>(opened_at - start).count();
-    timings->decode_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - opened_at).count();
+    timings->decode_s +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - opened_at).count();
   }
   if (decoded_.values.size() * sizeof(float) != header.raw_bytes() ||
-      !std::equal(decoded_.shape.begin(), decoded_.shape.end(), header.shape().begin(), header.shape().end(),
+      !std::equal(decoded_.shape.begin(), decoded_.shape.end(), header.shape().begin(),
+                  header.shape().end(),
                   [](uint64_t a, int64_t b) { return a == static_cast<uint64_t>(b); })) {
     return absl::InvalidArgumentError("decoded tensor does not match its frame header");
   }

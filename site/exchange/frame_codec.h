@@ -1,8 +1,8 @@
-// A site's side of one link direction (DESIGN.md §5, §6): a tensor becomes the frame the site pushes
-// (encoded with the link's codec chain, then sealed with the direction's key), and a frame pulled
-// from the gateway becomes a tensor again (opened, then decoded), with every check in between. The
-// AAD binds the whole routing key and header, so a frame that is replayed, moved to another key,
-// relabelled or altered anywhere is refused before it reaches the model.
+// A site's side of one link direction (DESIGN.md §5, §6): a tensor becomes the frame the site
+// pushes (encoded with the link's codec chain, then sealed with the direction's key), and a frame
+// pulled from the gateway becomes a tensor again (opened, then decoded), with every check in
+// between. The AAD binds the whole routing key and header, so a frame that is replayed, moved to
+// another key, relabelled or altered anywhere is refused before it reaches the model.
 #pragma once
 
 #include <cstdint>
@@ -19,16 +19,16 @@
 
 namespace strait::site {
 
-// The bytes both ends authenticate for a frame: a versioned, length-prefixed encoding of the key and
-// of every header field except the transport's (sequence, bound by the nonce; chunk_count).
+// The bytes both ends authenticate for a frame: a versioned, length-prefixed encoding of the key
+// and of every header field except the transport's (sequence, bound by the nonce; chunk_count).
 std::string FrameAad(const v1::FrameHeader& header);
 
 // Encodes and seals tensors of one link direction. Not thread-safe (one per sending thread).
 class FrameEncoder {
  public:
   // `sealer` null: the link is configured with `encryption: false`.
-  static absl::StatusOr<std::unique_ptr<FrameEncoder>> Create(const std::string& chain,
-                                                              std::unique_ptr<crypto::Sealer> sealer);
+  static absl::StatusOr<std::unique_ptr<FrameEncoder>> Create(
+      const std::string& chain, std::unique_ptr<crypto::Sealer> sealer);
 
   struct Frame {
     v1::FrameHeader header;
@@ -60,7 +60,8 @@ struct DecodeTimings {
 // Opens and decodes frames of one link direction. Not thread-safe (one per receiving thread).
 class FrameDecoder {
  public:
-  // `opener` null: the link is configured with `encryption: false` (then sealed frames are refused).
+  // `opener` null: the link is configured with `encryption: false` (then sealed frames are
+  // refused).
   FrameDecoder(std::unique_ptr<crypto::Opener> opener, uint64_t max_raw_bytes);
 
   // Checks that the frame answers `expected` (the key that was pulled) with the `expected_shape`,

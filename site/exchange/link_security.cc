@@ -18,7 +18,8 @@ absl::StatusOr<std::unique_ptr<LinkSecurity>> LinkSecurity::Create(const std::st
                                                                    crypto::DenyList deny_list) {
   STRAIT_ASSIGN_OR_RETURN(crypto::KeySigner signer, crypto::KeySigner::Create(site));
   STRAIT_ASSIGN_OR_RETURN(crypto::EphemeralKey key, crypto::EphemeralKey::Generate());
-  STRAIT_ASSIGN_OR_RETURN(crypto::CertificateVerifier ca, crypto::CertificateVerifier::Create(ca_pem));
+  STRAIT_ASSIGN_OR_RETURN(crypto::CertificateVerifier ca,
+                          crypto::CertificateVerifier::Create(ca_pem));
   STRAIT_ASSIGN_OR_RETURN(crypto::SignedKey signed_key, signer.Sign(federation, epoch, key));
   std::unique_ptr<LinkSecurity> security(
       new LinkSecurity(federation, epoch, std::move(key), std::move(ca), std::move(deny_list)));
@@ -37,10 +38,12 @@ absl::StatusOr<LinkSecurity::LinkCrypto> LinkSecurity::Derive(const std::string&
                                                               uint64_t rotate_bytes,
                                                               uint32_t generation) const {
   const crypto::SignedKey peer_key = FromProto(neighbour);
-  STRAIT_RETURN_IF_ERROR(crypto::VerifySignedKey(federation_, neighbour_id, peer_key, ca_, deny_list_));
+  STRAIT_RETURN_IF_ERROR(
+      crypto::VerifySignedKey(federation_, neighbour_id, peer_key, ca_, deny_list_));
   STRAIT_ASSIGN_OR_RETURN(crypto::LinkEnd peer, crypto::LinkEndOf(peer_key));
   crypto::LinkEnd self{site_id_, epoch_, key_.public_key()};
-  STRAIT_ASSIGN_OR_RETURN(crypto::LinkKeys keys, crypto::DeriveLinkKeys(federation_, self, key_, peer, generation));
+  STRAIT_ASSIGN_OR_RETURN(crypto::LinkKeys keys,
+                          crypto::DeriveLinkKeys(federation_, self, key_, peer, generation));
   LinkCrypto link;
   link.key_epoch = keys.send.key_epoch;
   STRAIT_ASSIGN_OR_RETURN(link.sealer, crypto::Sealer::Create(keys.send, rotate_bytes));

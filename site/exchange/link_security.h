@@ -1,8 +1,8 @@
 // This site's side of the key exchange with its neighbours (DESIGN.md §5): a fresh ephemeral key
 // per join epoch, signed with the site's certificate key for the JoinRequest; each neighbour's
-// signed key (from the JoinReply or a neighbour_key control message) verified against the federation
-// CA, and the link's per-direction Sealer and Opener derived from it. The gateway relays keys but
-// can neither read nor forge what they protect.
+// signed key (from the JoinReply or a neighbour_key control message) verified against the
+// federation CA, and the link's per-direction Sealer and Opener derived from it. The gateway relays
+// keys but can neither read nor forge what they protect.
 #pragma once
 
 #include <cstdint>
@@ -45,7 +45,10 @@ class LinkSecurity {
  private:
   LinkSecurity(std::string federation, uint32_t epoch, crypto::EphemeralKey key,
                crypto::CertificateVerifier ca, crypto::DenyList deny_list)
-      : federation_(std::move(federation)), epoch_(epoch), key_(std::move(key)), ca_(std::move(ca)),
+      : federation_(std::move(federation)),
+        epoch_(epoch),
+        key_(std::move(key)),
+        ca_(std::move(ca)),
         deny_list_(std::move(deny_list)) {}
 
   std::string federation_;

@@ -31,9 +31,9 @@ struct CheckpointState {
   int32_t end_layer = 0;
   uint64_t init_seed = 0;
   uint64_t data_seed = 0;
-  uint32_t weight_versions = 1;        // 2: a 2bw run's, with previous_params.
-  std::vector<float> params;           // The newest weights, L_step.
-  std::vector<float> previous_params;  // weight_versions == 2: Stage::PreviousParams; else empty.
+  uint32_t weight_versions = 1;         // 2: a 2bw run's, with previous_params.
+  std::vector<float> params;            // The newest weights, L_step.
+  std::vector<float> previous_params;   // weight_versions == 2: Stage::PreviousParams; else empty.
   std::vector<float> lookahead_params;  // 2bw with lookahead: Stage::LookaheadParams; else empty.
   std::vector<float> optimizer_state;
 };

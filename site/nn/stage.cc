@@ -15,7 +15,7 @@ struct Stage::Microbatch {
   int n = 0;
   int64_t step = 0;
   int64_t first_row = 0;
-  int64_t weights = 0;  // k of the weights L_k its Forward used; its Backward uses them too.
+  int64_t weights = 0;       // k of the weights L_k its Forward used; its Backward uses them too.
   int newer_from_layer = 0;  // Layers from this one on used L_{weights+1} (see Forward).
   bool training = true;
   bool has_loss_grad = false;

@@ -1,5 +1,5 @@
-// A stage's checkpoint file for a job (site/nn/checkpoint.h format): what `strait train` and each site
-// save and load. Templates over the stage type so that a Stage and a group of replicas of one
+// A stage's checkpoint file for a job (site/nn/checkpoint.h format): what `strait train` and each
+// site save and load. Templates over the stage type so that a Stage and a group of replicas of one
 // (site/collective) share the checks.
 #pragma once
 

@@ -1,9 +1,9 @@
-// The receiving half of one link direction (DESIGN.md §4): the compute thread announces, in the order
-// it will consume them, the tensors it expects; a thread of the receiver keeps pulls for the next
-// `window` of them waiting at the gateway (so a frame is delivered the moment its producer pushes
-// it), opens and decodes each frame as it arrives, acknowledges it, and holds the tensor until Take.
-// A frame that fails to open or decode is counted and stops the receiver with an error: nothing
-// unauthenticated reaches the model.
+// The receiving half of one link direction (DESIGN.md §4): the compute thread announces, in the
+// order it will consume them, the tensors it expects; a thread of the receiver keeps pulls for the
+// next `window` of them waiting at the gateway (so a frame is delivered the moment its producer
+// pushes it), opens and decodes each frame as it arrives, acknowledges it, and holds the tensor
+// until Take. A frame that fails to open or decode is counted and stops the receiver with an error:
+// nothing unauthenticated reaches the model.
 #pragma once
 
 #include <chrono>
@@ -32,7 +32,8 @@ class FrameReceiver {
                 std::chrono::milliseconds pull_timeout = std::chrono::seconds(10));
   ~FrameReceiver();  // Stops the thread; pulls still waiting are abandoned.
 
-  // Announces the next tensor to be taken. `shape`: the exact shape the frame must have. Never blocks.
+  // Announces the next tensor to be taken. `shape`: the exact shape the frame must have. Never
+  // blocks.
   void Expect(const v1::TensorKey& key, std::vector<int64_t> shape);
 
   // Blocks until the tensor of `key` (announced earlier) is decoded and returns it; the receiver's
@@ -64,8 +65,8 @@ class FrameReceiver {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Expected> expected_;                   // Announced, oldest first; the first
-  size_t pulled_ = 0;                               // `pulled_` have pulls in flight.
+  std::deque<Expected> expected_;                    // Announced, oldest first; the first
+  size_t pulled_ = 0;                                // `pulled_` have pulls in flight.
   std::map<std::string, std::vector<float>> ready_;  // Decoded, by key bytes, until taken.
   absl::Status status_;
   bool stopping_ = false;

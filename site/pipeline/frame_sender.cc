@@ -77,9 +77,9 @@ void FrameSender::EncodeAndPush() {
     }
     lock.lock();
     if (!frame.ok()) {
-      Fail(absl::Status(frame.status().code(),
-                        absl::StrCat("encoding ", TensorKeyToString(item.key), ": ",
-                                     frame.status().message())));
+      Fail(absl::Status(
+          frame.status().code(),
+          absl::StrCat("encoding ", TensorKeyToString(item.key), ": ", frame.status().message())));
       continue;
     }
     pushed_.push_back({std::move(acked), item.key});
@@ -103,9 +103,9 @@ void FrameSender::AwaitAcks() {
     absl::Status status = pushed.acked.get();
     lock.lock();
     if (!status.ok()) {
-      Fail(absl::Status(status.code(), absl::StrCat("the gateway refused ",
-                                                    TensorKeyToString(pushed.key), ": ",
-                                                    status.message())));
+      Fail(absl::Status(status.code(),
+                        absl::StrCat("the gateway refused ", TensorKeyToString(pushed.key), ": ",
+                                     status.message())));
     }
     --in_flight_;
     cv_.notify_all();

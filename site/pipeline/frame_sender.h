@@ -1,8 +1,9 @@
 // The sending half of one link direction (DESIGN.md §4): tensors handed over by the compute thread
-// are encoded, sealed and pushed to the gateway on a thread of their own, so that sending microbatch
-// m overlaps computing microbatch m+1. Pushes are acknowledged by the gateway asynchronously; at most
-// `max_pending` tensors are queued or unacknowledged, after which Send blocks (back-pressure from
-// the gateway's memory budget reaches the compute thread instead of growing a queue).
+// are encoded, sealed and pushed to the gateway on a thread of their own, so that sending
+// microbatch m overlaps computing microbatch m+1. Pushes are acknowledged by the gateway
+// asynchronously; at most `max_pending` tensors are queued or unacknowledged, after which Send
+// blocks (back-pressure from the gateway's memory budget reaches the compute thread instead of
+// growing a queue).
 #pragma once
 
 #include <condition_variable>
@@ -32,7 +33,8 @@ class FrameSender {
 
   // Queues a tensor for `key`. Blocks while max_pending tensors are in flight. Returns the first
   // error of an earlier send, if any (then nothing more is sent). Called by one thread.
-  absl::Status Send(const v1::TensorKey& key, std::vector<float> values, std::vector<int64_t> shape);
+  absl::Status Send(const v1::TensorKey& key, std::vector<float> values,
+                    std::vector<int64_t> shape);
 
   // Blocks until the gateway holds every tensor sent so far; the first error, if any.
   absl::Status Flush();
@@ -63,9 +65,9 @@ class FrameSender {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Item> queue_;      // Waiting to be encoded.
-  std::deque<Pushed> pushed_;   // Pushed, waiting for the gateway's acknowledgement.
-  int in_flight_ = 0;           // Queued + being encoded + pushed and not yet acknowledged.
+  std::deque<Item> queue_;     // Waiting to be encoded.
+  std::deque<Pushed> pushed_;  // Pushed, waiting for the gateway's acknowledgement.
+  int in_flight_ = 0;          // Queued + being encoded + pushed and not yet acknowledged.
   absl::Status status_;
   bool stopping_ = false;
   std::thread encoder_thread_, ack_thread_;

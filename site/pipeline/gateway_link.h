@@ -1,6 +1,7 @@
-// What a site's pipeline needs from the gateway (DESIGN.md §4): push a sealed frame by key, pull one
-// by key, acknowledge what it consumed, report progress, and hear the gateway's control messages.
-// The gRPC client (site/rpc/gateway_client.h) implements it; tests may use an in-process fake.
+// What a site's pipeline needs from the gateway (DESIGN.md §4): push a sealed frame by key, pull
+// one by key, acknowledge what it consumed, report progress, and hear the gateway's control
+// messages. The gRPC client (site/rpc/gateway_client.h) implements it; tests may use an in-process
+// fake.
 #pragma once
 
 #include <chrono>

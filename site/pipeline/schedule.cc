@@ -24,7 +24,8 @@ std::vector<ScheduleOp> StageSchedule(Schedule schedule, int stages, int stage, 
     ops.push_back({ScheduleOp::kForward, next_forward});
     ops.push_back({ScheduleOp::kBackward, next_backward++});
   }
-  for (; next_backward < microbatches; ++next_backward) ops.push_back({ScheduleOp::kBackward, next_backward});
+  for (; next_backward < microbatches; ++next_backward)
+    ops.push_back({ScheduleOp::kBackward, next_backward});
   return ops;
 }
 

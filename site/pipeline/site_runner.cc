@@ -82,7 +82,8 @@ void SiteRunner::ExpectStep(int64_t step) {
   const bool clip = spec_.training.grad_clip > 0.0;
   for (int m = 0; m < spec_.training.microbatches; ++m) {
     if (links_.forward_in) {
-      links_.forward_in->Expect(Key(step, m, index_ - 1, v1::FORWARD), {n, stage_.input_features()});
+      links_.forward_in->Expect(Key(step, m, index_ - 1, v1::FORWARD),
+                                {n, stage_.input_features()});
     }
     if (links_.backward_in) {
       links_.backward_in->Expect(Key(step, m, index_, v1::BACKWARD), {n, stage_.output_features()});
@@ -159,8 +160,8 @@ absl::StatusOr<StepResult> SiteRunner::Step() {
         break;
       case ScheduleOp::kUpdate: {
         // Deferred 2bw updates step s's gradient in Step(s) only as the run's last op.
-        const bool drain = t.schedule == Schedule::k2BW && t.update == UpdateTiming::kDeferred &&
-                           op.step == s;
+        const bool drain =
+            t.schedule == Schedule::k2BW && t.update == UpdateTiming::kDeferred && op.step == s;
         const auto start = std::chrono::steady_clock::now();
         STRAIT_RETURN_IF_ERROR(Update(op.step));
         if (drain) {
@@ -233,8 +234,9 @@ absl::Status SiteRunner::SendNorm(int64_t s) {
   if (spec_.training.grad_clip <= 0.0) return absl::OkStatus();
   double downstream = 0.0;
   if (links_.backward_in) {
-    STRAIT_ASSIGN_OR_RETURN(std::vector<float> sum,
-                            Receive(*links_.backward_in, Key(s, 0, index_, v1::BACKWARD, v1::CLIP)));
+    STRAIT_ASSIGN_OR_RETURN(
+        std::vector<float> sum,
+        Receive(*links_.backward_in, Key(s, 0, index_, v1::BACKWARD, v1::CLIP)));
     downstream = FloatsAsDouble(sum);
   }
   double total;
@@ -300,9 +302,9 @@ absl::StatusOr<std::optional<double>> SiteRunner::Evaluate() {
     }
     std::vector<float> input;
     if (!first) {
-      STRAIT_ASSIGN_OR_RETURN(input, Receive(*links_.forward_in,
-                                             Key(step_, static_cast<int>(b), index_ - 1,
-                                                 v1::FORWARD, v1::EVAL)));
+      STRAIT_ASSIGN_OR_RETURN(
+          input, Receive(*links_.forward_in,
+                         Key(step_, static_cast<int>(b), index_ - 1, v1::FORWARD, v1::EVAL)));
     }
     std::vector<float> output(last ? 0 : static_cast<size_t>(n) * stage_.output_features());
     {

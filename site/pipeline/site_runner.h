@@ -1,8 +1,9 @@
-// One site's part of federated training (DESIGN.md §4): runs its stage's forward and backward passes
-// in the order of the pipeline schedule, takes its inputs from the previous stage (or the data set)
-// and its output gradients from the next stage (or the loss), sends what its neighbours need, adds up
-// the global gradient norm across stages, and steps the optimizer: the same arithmetic, in the same
-// order, as `strait train` on the whole model, so lossless links give the same bits.
+// One site's part of federated training (DESIGN.md §4): runs its stage's forward and backward
+// passes in the order of the pipeline schedule, takes its inputs from the previous stage (or the
+// data set) and its output gradients from the next stage (or the loss), sends what its neighbours
+// need, adds up the global gradient norm across stages, and steps the optimizer: the same
+// arithmetic, in the same order, as `strait train` on the whole model, so lossless links give the
+// same bits.
 //
 // Global-norm clipping rides on the links: after a step's last backward pass, stage i receives the
 // sum of squares of stages i+1..S-1, adds its own (GradSumSquares chains last to first) and sends
@@ -26,9 +27,9 @@
 
 #include "absl/status/statusor.h"
 #include "core/job_spec.h"
+#include "site/collective/replica_group.h"
 #include "site/data/dataset.h"
 #include "site/data/sampler.h"
-#include "site/collective/replica_group.h"
 #include "site/pipeline/frame_receiver.h"
 #include "site/pipeline/frame_sender.h"
 #include "site/pipeline/schedule.h"
@@ -53,9 +54,9 @@ struct StageData {
 };
 
 struct StepResult {
-  int64_t step = 0;               // The step just taken (0-based).
-  std::optional<double> loss;     // Mean cross-entropy over the global batch (last stage).
-  std::optional<double> accuracy; // Fraction of the batch classified correctly (last stage).
+  int64_t step = 0;                // The step just taken (0-based).
+  std::optional<double> loss;      // Mean cross-entropy over the global batch (last stage).
+  std::optional<double> accuracy;  // Fraction of the batch classified correctly (last stage).
   // Of the step's time, the part that is the pipeline's drain rather than its steady state: with
   // deferred 2bw, the last step's update of its own gradient (with clipping it waits for a scale
   // that travels the whole chain and back). 0 in every other step.
@@ -64,11 +65,11 @@ struct StepResult {
 
 class SiteRunner {
  public:
-  // Stage `index` of `spec` with `stage` (its workers' replicas, built for its layers and microbatch
-  // size, holding the state after `start_step` steps), links and data as above. `stage`, `metrics`
-  // and `spec` must outlive the runner. `total_steps`: how far the run goes (frames are announced
-  // one step ahead, never beyond it). `generation`: the federation's rollback generation, part of
-  // every tensor key.
+  // Stage `index` of `spec` with `stage` (its workers' replicas, built for its layers and
+  // microbatch size, holding the state after `start_step` steps), links and data as above. `stage`,
+  // `metrics` and `spec` must outlive the runner. `total_steps`: how far the run goes (frames are
+  // announced one step ahead, never beyond it). `generation`: the federation's rollback generation,
+  // part of every tensor key.
   SiteRunner(const JobSpec& spec, int index, collective::ReplicaGroup& stage, StageLinks links,
              StageData data, SiteMetrics& metrics, int64_t total_steps, int64_t start_step = 0,
              uint32_t generation = 0);
@@ -136,7 +137,7 @@ class SiteRunner {
   int64_t step_;
   int64_t updates_;
   std::map<int64_t, float> scales_;  // First stage: clipping scales computed, not yet applied.
-  int64_t expected_through_;  // Last step whose frames were announced to the receivers.
+  int64_t expected_through_;         // Last step whose frames were announced to the receivers.
   std::vector<float> inputs_;
   std::vector<int32_t> labels_;
 };

@@ -30,10 +30,12 @@ absl::Status GatewayClient::Start(const v1::JoinRequest& join) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(static_cast<int>(kMaxChunkBytes + (64 << 10)));
   args.SetMaxSendMessageSize(static_cast<int>(kMaxChunkBytes + (64 << 10)));
-  stub_ = v1::Gateway::NewStub(grpc::CreateCustomChannel(options_.address, options_.credentials, args));
+  stub_ =
+      v1::Gateway::NewStub(grpc::CreateCustomChannel(options_.address, options_.credentials, args));
 
   auto identify = [this](grpc::ClientContext& context) {
-    if (!options_.insecure_site_id.empty()) context.AddMetadata("x-strait-site", options_.insecure_site_id);
+    if (!options_.insecure_site_id.empty())
+      context.AddMetadata("x-strait-site", options_.insecure_site_id);
   };
   grpc::ClientContext join_context;
   identify(join_context);
@@ -41,9 +43,9 @@ absl::Status GatewayClient::Start(const v1::JoinRequest& join) {
   join_context.set_wait_for_ready(true);  // The gateway may still be starting.
   grpc::Status joined = stub_->Join(&join_context, join, &join_reply_);
   if (!joined.ok()) {
-    return absl::Status(FromGrpc(joined).code(),
-                        absl::StrCat("joining the gateway at ", options_.address, ": ",
-                                     joined.error_message()));
+    return absl::Status(
+        FromGrpc(joined).code(),
+        absl::StrCat("joining the gateway at ", options_.address, ": ", joined.error_message()));
   }
 
   identify(primary_context_);
@@ -52,7 +54,8 @@ absl::Status GatewayClient::Start(const v1::JoinRequest& join) {
   push_ = stub_->Exchange(&push_context_);
   v1::SiteMessage hello;
   hello.mutable_hello()->set_epoch(join_reply_.epoch());
-  if (!primary_->Write(hello)) return absl::UnavailableError("the gateway closed the primary stream");
+  if (!primary_->Write(hello))
+    return absl::UnavailableError("the gateway closed the primary stream");
   hello.mutable_hello()->set_push_only(true);
   hello.mutable_hello()->set_credit(true);
   if (!push_->Write(hello)) return absl::UnavailableError("the gateway closed the push stream");
@@ -64,7 +67,8 @@ absl::Status GatewayClient::Start(const v1::JoinRequest& join) {
   // round trip, like the Join) spares the first push an offer and its round trip. Without it (the
   // budget has no room yet, or the answer is late) pushes simply start by offering.
   std::unique_lock<std::mutex> lock(mu_);
-  push_cv_.wait_for(lock, options_.join_timeout, [this] { return credit_answered_ || push_ended_; });
+  push_cv_.wait_for(lock, options_.join_timeout,
+                    [this] { return credit_answered_ || push_ended_; });
   return absl::OkStatus();
 }
 
@@ -209,7 +213,8 @@ void GatewayClient::NotifyDisconnect(const absl::Status& status) {
     if (closed_) return;  // Close() ended the streams: not a loss.
   }
   // Before pending pulls and pushes fail, so that their errors are known to come from the loss.
-  if (options_.on_disconnect && !disconnect_notified_.exchange(true)) options_.on_disconnect(status);
+  if (options_.on_disconnect && !disconnect_notified_.exchange(true))
+    options_.on_disconnect(status);
 }
 
 void GatewayClient::HandleDeliver(v1::Deliver& deliver) {
@@ -222,7 +227,8 @@ void GatewayClient::HandleDeliver(v1::Deliver& deliver) {
     pending_pulls_.erase(it);
   };
   if (deliver.status_code() != 0) {
-    return fail(absl::Status(static_cast<absl::StatusCode>(deliver.status_code()), deliver.status_message()));
+    return fail(absl::Status(static_cast<absl::StatusCode>(deliver.status_code()),
+                             deliver.status_message()));
   }
   if (deliver.restart()) {
     // The producer's push broke off mid-frame; the gateway delivers its next push from chunk 0.
@@ -231,12 +237,14 @@ void GatewayClient::HandleDeliver(v1::Deliver& deliver) {
     return;
   }
   if (deliver.chunk().index() != pending.next_chunk) {
-    return fail(absl::DataLossError(absl::StrCat("delivery of pull ", deliver.pull_id(), " skipped from chunk ",
-                                                 pending.next_chunk, " to ", deliver.chunk().index())));
+    return fail(absl::DataLossError(absl::StrCat("delivery of pull ", deliver.pull_id(),
+                                                 " skipped from chunk ", pending.next_chunk, " to ",
+                                                 deliver.chunk().index())));
   }
   if (pending.next_chunk == 0) {
     pending.frame.header = std::move(*deliver.mutable_header());
-    if (pending.frame.header.wire_bytes() > options_.max_frame_bytes || pending.frame.header.chunk_count() == 0) {
+    if (pending.frame.header.wire_bytes() > options_.max_frame_bytes ||
+        pending.frame.header.chunk_count() == 0) {
       return fail(absl::DataLossError("delivered frame header has an impossible size"));
     }
     pending.frame.body.reserve(pending.frame.header.wire_bytes());
@@ -288,8 +296,9 @@ void GatewayClient::ReadPushAcks() {
     }
     auto it = pending_pushes_.find(message.push_ack().transfer_id());
     if (it == pending_pushes_.end()) continue;
-    it->second.set_value(absl::Status(static_cast<absl::StatusCode>(message.push_ack().status_code()),
-                                      message.push_ack().status_message()));
+    it->second.set_value(
+        absl::Status(static_cast<absl::StatusCode>(message.push_ack().status_code()),
+                     message.push_ack().status_message()));
     pending_pushes_.erase(it);
   }
   {
@@ -307,9 +316,10 @@ void GatewayClient::Heartbeats() {
   while (!heartbeat_cv_.wait_for(lock, options_.heartbeat, [this] { return closed_; })) {
     lock.unlock();
     v1::SiteMessage message;
-    message.mutable_heartbeat()->set_sent_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                      std::chrono::system_clock::now().time_since_epoch())
-                                                      .count());
+    message.mutable_heartbeat()->set_sent_unix_ms(
+        std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::system_clock::now().time_since_epoch())
+            .count());
     WritePrimary(message);
     lock.lock();
   }

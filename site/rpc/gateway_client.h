@@ -1,9 +1,11 @@
 // A site's gRPC connection to the gateway: Join, then two Exchange streams (a primary stream for
 // pulls, acks, heartbeats and reports, and a push stream), each with a reader thread. Pushes follow
-// the credit protocol (gateway.proto, Hello): a frame's body is sent only within the standing credit
-// the gateway granted or after the gateway granted the frame's offer, so a push waiting for memory
-// waits here, in the site, never as bytes parked in the gateway's gRPC buffers.
+// the credit protocol (gateway.proto, Hello): a frame's body is sent only within the standing
+// credit the gateway granted or after the gateway granted the frame's offer, so a push waiting for
+// memory waits here, in the site, never as bytes parked in the gateway's gRPC buffers.
 #pragma once
+
+#include <grpcpp/grpcpp.h>
 
 #include <atomic>
 #include <chrono>
@@ -15,8 +17,6 @@
 #include <string>
 #include <thread>
 
-#include <grpcpp/grpcpp.h>
-
 #include "core/job_spec.h"
 #include "site/pipeline/gateway_link.h"
 #include "strait/v1/gateway.grpc.pb.h"
@@ -26,7 +26,7 @@ namespace strait::site {
 class GatewayClient final : public GatewayLink {
  public:
   struct Options {
-    std::string address;                                   // host:port of the gateway
+    std::string address;                                    // host:port of the gateway
     std::shared_ptr<grpc::ChannelCredentials> credentials;  // mutual TLS (or insecure for tests)
     std::string insecure_site_id;  // With insecure credentials: the id claimed in a header.
     std::chrono::milliseconds heartbeat{1000};
@@ -99,11 +99,11 @@ class GatewayClient final : public GatewayLink {
   std::mutex mu_;  // Guards the pending maps, the handler and closed_.
   std::map<uint64_t, std::promise<absl::Status>> pending_pushes_;
   std::map<uint64_t, PendingPull> pending_pulls_;
-  // Credit protocol state of the push stream (guarded by mu_): standing credit not yet used, and the
-  // offers whose Push call waits for their grant (push_cv_).
+  // Credit protocol state of the push stream (guarded by mu_): standing credit not yet used, and
+  // the offers whose Push call waits for their grant (push_cv_).
   uint64_t push_credit_ = 0;
   std::map<uint64_t, OfferState> offers_;
-  bool push_ended_ = false;  // The push stream's reader stopped: no grant will come.
+  bool push_ended_ = false;       // The push stream's reader stopped: no grant will come.
   bool credit_answered_ = false;  // The gateway's first PushCredit (maybe of 0 bytes) arrived.
   std::condition_variable push_cv_;
   std::function<void(const v1::Control&)> control_handler_;

@@ -20,8 +20,9 @@ void OnSignal(int) { g_stop = 1; }
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Serves the dashboard with a fake federation for the browser test, or (--real) starts a "
-               "real strait-gateway with three test sites pushing traffic through it."};
+  CLI::App app{
+      "Serves the dashboard with a fake federation for the browser test, or (--real) starts a "
+      "real strait-gateway with three test sites pushing traffic through it."};
   strait::gateway::DashboardOptions options;
   bool insecure = false;
   int max_seconds = 300;
@@ -41,7 +42,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<strait::gateway::DashboardServer> fake;
   std::unique_ptr<strait::testing::RealTraffic> traffic;
   if (real) {
-    auto started = strait::testing::RealTraffic::Start(STRAIT_BINARY_DIR "/gateway/strait-gateway", options.token);
+    auto started = strait::testing::RealTraffic::Start(STRAIT_BINARY_DIR "/gateway/strait-gateway",
+                                                       options.token);
     if (!started.ok()) {
       std::fprintf(stderr, "%s\n", started.status().ToString().c_str());
       return 1;

@@ -21,8 +21,8 @@ sites:
   - {id: dc-c, layers: [5, 8], device: cuda, workers: 2}
 )";
 
-
-v1::FrameHeader Header(uint64_t step, uint32_t microbatch, uint32_t boundary, v1::Direction direction) {
+v1::FrameHeader Header(uint64_t step, uint32_t microbatch, uint32_t boundary,
+                       v1::Direction direction) {
   v1::FrameHeader header;
   v1::TensorKey& key = *header.mutable_key();
   key.set_job("fashion-demo");
@@ -48,11 +48,13 @@ absl::StatusOr<std::unique_ptr<RealTraffic>> RealTraffic::Start(const std::strin
   std::ofstream(t.dir_.File("token")) << token << "\n";
   t.gateway_ = std::make_unique<tools::Process>(
       std::vector<std::string>{gateway_binary, "--config", t.dir_.File("fed.yaml"), "--insecure",
-                               "--listen", "127.0.0.1:0", "--dashboard", "127.0.0.1:0", "--ready-file",
-                               t.dir_.File("ready"), "--log-level", "warn"},
+                               "--listen", "127.0.0.1:0", "--dashboard", "127.0.0.1:0",
+                               "--ready-file", t.dir_.File("ready"), "--log-level", "warn"},
       t.dir_.File("gateway.log"));
-  auto ready = t.gateway_->WaitForReadyFile(t.dir_.File("ready"), {"grpc", "http"}, std::chrono::seconds(30));
-  if (ready.empty()) return absl::UnavailableError("the gateway did not start:\n" + t.gateway_->LogTail());
+  auto ready = t.gateway_->WaitForReadyFile(t.dir_.File("ready"), {"grpc", "http"},
+                                            std::chrono::seconds(30));
+  if (ready.empty())
+    return absl::UnavailableError("the gateway did not start:\n" + t.gateway_->LogTail());
   t.http_port_ = std::stoi(ready["http"]);
   absl::StatusOr<JobSpec> spec = LoadJobSpec(t.dir_.File("fed.yaml"));
   if (!spec.ok()) return spec.status();
@@ -62,7 +64,8 @@ absl::StatusOr<std::unique_ptr<RealTraffic>> RealTraffic::Start(const std::strin
     options.address = "127.0.0.1:" + ready["grpc"];
     options.credentials = grpc::InsecureChannelCredentials();
     options.insecure_site_id = id;
-    auto client = site::GatewayClient::Connect(options, JoinRequestFor(*spec, stage, UnsignedKey(id, 1)));
+    auto client =
+        site::GatewayClient::Connect(options, JoinRequestFor(*spec, stage, UnsignedKey(id, 1)));
     if (!client.ok()) return client.status();
     t.sites_.push_back(*std::move(client));
   }
@@ -88,17 +91,21 @@ void RealTraffic::Run() {
     for (uint32_t m = 0; m < 4; ++m) {
       for (uint32_t b = 0; b < 2; ++b) {
         (void)sites_[b]->Push(Header(step, m, b, v1::FORWARD), activation).get();
-        auto frame = sites_[b + 1]->Pull(Header(step, m, b, v1::FORWARD).key(), std::chrono::seconds(5)).get();
+        auto frame = sites_[b + 1]
+                         ->Pull(Header(step, m, b, v1::FORWARD).key(), std::chrono::seconds(5))
+                         .get();
         if (frame.ok()) sites_[b + 1]->Ack(frame->header.key());
       }
       for (int b = 1; b >= 0; --b) {
         (void)sites_[b + 1]->Push(Header(step, m, b, v1::BACKWARD), gradient).get();
-        auto frame = sites_[b]->Pull(Header(step, m, b, v1::BACKWARD).key(), std::chrono::seconds(5)).get();
+        auto frame =
+            sites_[b]->Pull(Header(step, m, b, v1::BACKWARD).key(), std::chrono::seconds(5)).get();
         if (frame.ok()) sites_[b]->Ack(frame->header.key());
       }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // "compute"
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     for (size_t i = 0; i < sites_.size(); ++i) {
       v1::SiteReport report;
       report.set_step(step);

@@ -1,5 +1,5 @@
-// A real strait-gateway process with three test sites pushing, pulling and reporting through it, for
-// the browser test's "real" mode: the dashboard then shows live traffic, not fake snapshots.
+// A real strait-gateway process with three test sites pushing, pulling and reporting through it,
+// for the browser test's "real" mode: the dashboard then shows live traffic, not fake snapshots.
 #pragma once
 
 #include <atomic>
@@ -16,7 +16,8 @@ namespace strait::testing {
 
 class RealTraffic {
  public:
-  // Starts the gateway (insecure, dashboard on a free port, `token` required) and the sites' traffic.
+  // Starts the gateway (insecure, dashboard on a free port, `token` required) and the sites'
+  // traffic.
   static absl::StatusOr<std::unique_ptr<RealTraffic>> Start(const std::string& gateway_binary,
                                                             const std::string& token);
   // Stops the traffic, then the gateway.

@@ -1,6 +1,7 @@
 // `strait demo` end to end, as an operator runs it: real processes, real certificates, loopback.
 // A short run prints progress and the summary; a broken federation exits non-zero with the failing
 // process's log tail; Ctrl-C stops every process and removes the work directory.
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <chrono>
@@ -9,8 +10,6 @@
 #include <regex>
 #include <string>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "tools/local_federation.h"
 #include "tools/subprocess.h"
@@ -53,15 +52,16 @@ bool AnyProcessMentions(const std::string& text) {
 
 TEST(DemoTest, ShortRunPrintsProgressAndSummary) {
   TempDir dir;
-  DemoRun run = Demo(dir, {"--steps", "6", "--forward-codec", "int8+zstd", "--backward-codec", "bf16",
-                       "--no-dashboard"},
-                 std::chrono::seconds(600));
+  DemoRun run = Demo(dir,
+                     {"--steps", "6", "--forward-codec", "int8+zstd", "--backward-codec", "bf16",
+                      "--no-dashboard"},
+                     std::chrono::seconds(600));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   for (const char* expected :
        {"fashion-mlp-3site, 3 sites", "link dc-a -> dc-b: forward int8+zstd, backward bf16, sealed",
         "dc-c    | step      6/6", "test accuracy", "bytes on the wire", "steps 6,"}) {
     EXPECT_NE(run.output.find(expected), std::string::npos) << "missing '" << expected << "' in\n"
-                                                           << run.output;
+                                                            << run.output;
   }
   // Lossy chains put fewer bytes on the wire than raw fp32.
   std::smatch m;
@@ -80,7 +80,7 @@ TEST(DemoTest, AFailingSiteStopsTheDemoWithItsLog) {
                             "path: " + dir.File("no-such-dataset"));
   std::ofstream(dir.File("fed.yaml")) << yaml;
   DemoRun run = Demo(dir, {"--config", dir.File("fed.yaml"), "--steps", "5", "--no-dashboard"},
-                 std::chrono::seconds(300));
+                     std::chrono::seconds(300));
   EXPECT_EQ(run.exit_code, 1) << run.output;
   EXPECT_TRUE(std::regex_search(run.output, std::regex("site dc-[abc] exited with code [12]")))
       << run.output;
@@ -99,13 +99,14 @@ TEST(DemoTest, AWorkDirectoryRunResumesFromItsCheckpoints) {
   yaml = std::regex_replace(yaml, std::regex("every: 200"), "every: 10");
   std::ofstream(dir.File("fed.yaml")) << yaml;
   const std::string work = dir.File("work");
-  DemoRun first = Demo(dir, {"--config", dir.File("fed.yaml"), "--workdir", work, "--steps", "20",
-                             "--no-dashboard"},
-                       std::chrono::seconds(300));
+  DemoRun first = Demo(
+      dir, {"--config", dir.File("fed.yaml"), "--workdir", work, "--steps", "20", "--no-dashboard"},
+      std::chrono::seconds(300));
   ASSERT_EQ(first.exit_code, 0) << first.output;
   EXPECT_TRUE(std::filesystem::exists(work + "/checkpoints/dc-b/step-00000020.ckpt"));
-  DemoRun second = Demo(dir, {"--config", dir.File("fed.yaml"), "--workdir", work, "--steps", "30",
-                              "--no-dashboard", "--resume"},
+  DemoRun second = Demo(dir,
+                        {"--config", dir.File("fed.yaml"), "--workdir", work, "--steps", "30",
+                         "--no-dashboard", "--resume"},
                         std::chrono::seconds(300));
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_NE(second.output.find("training starts at step 20"), std::string::npos) << second.output;
@@ -116,13 +117,14 @@ TEST(DemoTest, AWorkDirectoryRunResumesFromItsCheckpoints) {
 
 TEST(DemoTest, EverySiteCanReachTheGatewayThroughAnEmulatedWan) {
   TempDir dir;
-  DemoRun run = Demo(dir, {"--steps", "4", "--wan", "region", "--schedule", "2bw", "--no-dashboard"},
-                     std::chrono::seconds(600));
+  DemoRun run =
+      Demo(dir, {"--steps", "4", "--wan", "region", "--schedule", "2bw", "--no-dashboard"},
+           std::chrono::seconds(600));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   for (const char* expected : {"through its own emulated link (region: 1 Gbit/s, 15 ms one-way)",
                                "dc-c    | step      4/4", "test accuracy"}) {
     EXPECT_NE(run.output.find(expected), std::string::npos) << "missing '" << expected << "' in\n"
-                                                           << run.output;
+                                                            << run.output;
   }
   DemoRun bad = Demo(dir, {"--wan", "moon"}, std::chrono::seconds(60));
   EXPECT_EQ(bad.exit_code, 2) << bad.output;

@@ -2,11 +2,11 @@
 // strait-gateway process and one strait-site process per site) running this build tree's binaries.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstring>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "site/nn/checkpoint.h"
 #include "tools/local_federation.h"

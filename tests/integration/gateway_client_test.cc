@@ -1,17 +1,18 @@
 // The site's gRPC client against a real gateway process, over mutual TLS with real certificates and
 // over plaintext: frames pushed and pulled through both streams, long polls and timeouts, refusals,
 // control messages, and a clean close.
+#include "site/rpc/gateway_client.h"
+
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "core/join_request.h"
 #include "crypto/certificates.h"
-#include "site/rpc/gateway_client.h"
 #include "site/rpc/tls_credentials.h"
 #include "tests/integration/federation_fixture.h"
 #include "tools/subprocess.h"
@@ -48,7 +49,8 @@ class GatewayClientTest : public ::testing::TestWithParam<bool> {
   void SetUp() override {
     std::filesystem::create_directories(dir_.File("certs"));
     // "z" has a valid certificate of this federation but is not a site of the job.
-    ASSERT_TRUE(strait::testing::MakeCertificates(dir_.File("certs"), {"a", "b", "z"}, "client-test").ok());
+    ASSERT_TRUE(
+        strait::testing::MakeCertificates(dir_.File("certs"), {"a", "b", "z"}, "client-test").ok());
     std::ofstream(dir_.File("fed.yaml")) << R"(name: client-test
 gateway: {memory_budget: 256MiB}
 model: {family: mlp, input: 16, hidden: [1048576, 8], classes: 4}
@@ -58,9 +60,15 @@ sites:
   - {id: a, layers: [0, 1]}
   - {id: b, layers: [1, 3]}
 )";
-    std::vector<std::string> args = {std::string(STRAIT_BINARY_DIR) + "/gateway/strait-gateway", "-c",
-                                     dir_.File("fed.yaml"), "--listen", "127.0.0.1:0", "--ready-file",
-                                     dir_.File("ready"), "--dashboard", "127.0.0.1:0"};
+    std::vector<std::string> args = {std::string(STRAIT_BINARY_DIR) + "/gateway/strait-gateway",
+                                     "-c",
+                                     dir_.File("fed.yaml"),
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--ready-file",
+                                     dir_.File("ready"),
+                                     "--dashboard",
+                                     "127.0.0.1:0"};
     if (!tls()) args.push_back("--insecure");
     spec_ = LoadJobSpec(dir_.File("fed.yaml"));
     ASSERT_TRUE(spec_.ok()) << spec_.status();
@@ -70,7 +78,8 @@ sites:
     address_ = "127.0.0.1:" + ready["grpc"];
   }
 
-  // What site `id` claims when it joins with `epoch` (an unknown id claims the first site's layers).
+  // What site `id` claims when it joins with `epoch` (an unknown id claims the first site's
+  // layers).
   v1::JoinRequest Join(const std::string& id, uint32_t epoch = 1) {
     return JoinRequestFor(*spec_, std::max(0, spec_->SiteIndex(id)), UnsignedKey(id, epoch));
   }
@@ -81,7 +90,8 @@ sites:
     options.address = address_;
     if (tls()) {
       const std::string certs = dir_.File("certs") + "/";
-      auto material = crypto::LoadTlsMaterial(certs + "ca.pem", certs + id + ".pem", certs + id + ".key");
+      auto material =
+          crypto::LoadTlsMaterial(certs + "ca.pem", certs + id + ".pem", certs + id + ".key");
       if (!material.ok()) return material.status();
       options.credentials = MakeSiteChannelCredentials(*material);
     } else {
@@ -105,7 +115,8 @@ TEST_P(GatewayClientTest, FramesTravelBothWays) {
   auto pulled = (*b)->Pull(Key(0, 0, v1::FORWARD), std::chrono::seconds(10));  // before the push
   std::string activation(12 << 20, '\0');
   for (size_t i = 0; i < activation.size(); ++i) activation[i] = static_cast<char>(i * 7);
-  EXPECT_TRUE((*a)->Push(Header(Key(0, 0, v1::FORWARD), activation.size() / 4), activation).get().ok());
+  EXPECT_TRUE(
+      (*a)->Push(Header(Key(0, 0, v1::FORWARD), activation.size() / 4), activation).get().ok());
   absl::StatusOr<ReceivedFrame> frame = pulled.get();
   ASSERT_TRUE(frame.ok()) << frame.status();
   EXPECT_TRUE(frame->body == activation);
@@ -130,8 +141,9 @@ TEST_P(GatewayClientTest, RefusalsAndTimeoutsAreStatuses) {
   // a does not produce BACKWARD tensors of boundary 0.
   EXPECT_EQ((*a)->Push(Header(Key(0, 0, v1::BACKWARD), 1), "xxxx").get().code(),
             absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ((*a)->Pull(Key(1, 0, v1::BACKWARD), std::chrono::milliseconds(100)).get().status().code(),
-            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(
+      (*a)->Pull(Key(1, 0, v1::BACKWARD), std::chrono::milliseconds(100)).get().status().code(),
+      absl::StatusCode::kDeadlineExceeded);
 }
 
 TEST_P(GatewayClientTest, PushesBeyondTheBudgetWaitForTheConsumerAndThenAllArrive) {

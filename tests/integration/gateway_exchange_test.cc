@@ -1,17 +1,16 @@
 // The gateway as a real process on loopback, driven by gRPC clients acting as sites: frames pushed,
-// pulled and acknowledged end to end, long polls, authorization, malformed messages, and back-pressure
-// under a small memory budget.
+// pulled and acknowledged end to end, long polls, authorization, malformed messages, and
+// back-pressure under a small memory budget.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <fstream>
 #include <memory>
 #include <thread>
 
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
-
-#include "tools/subprocess.h"
 #include "strait/v1/gateway.grpc.pb.h"
+#include "tools/subprocess.h"
 
 namespace strait {
 namespace {
@@ -25,8 +24,10 @@ constexpr size_t kChunk = 1 << 20;
 // frames of up to 64 x width bytes are legitimate.
 std::string SpecText(const std::string& budget, int width) {
   return R"(name: relay-test
-gateway: {memory_budget: )" + budget + R"(, heartbeat_timeout: 30s}
-model: {family: mlp, input: 16, hidden: [)" + std::to_string(width) + R"(, 8], classes: 4}
+gateway: {memory_budget: )" +
+         budget + R"(, heartbeat_timeout: 30s}
+model: {family: mlp, input: 16, hidden: [)" +
+         std::to_string(width) + R"(, 8], classes: 4}
 data: {dataset: synthetic}
 training: {steps: 1, global_batch: 64, microbatches: 4}
 sites:
@@ -150,8 +151,8 @@ class TestSite {
         continue;
       }
       body += m.deliver().chunk().data();
-      uint32_t chunks = m.deliver().chunk().index() == 0 ? m.deliver().header().chunk_count()
-                                                         : expected_chunks_;
+      uint32_t chunks =
+          m.deliver().chunk().index() == 0 ? m.deliver().header().chunk_count() : expected_chunks_;
       expected_chunks_ = chunks;
       if (m.deliver().chunk().index() + 1 == chunks) return body;
     }
@@ -201,9 +202,10 @@ class GatewayExchangeTest : public ::testing::Test {
   void StartGateway(const std::string& budget, int width = 1 << 20) {
     std::ofstream(dir_.File("fed.yaml")) << SpecText(budget, width);
     gateway_ = std::make_unique<Process>(
-        std::vector<std::string>{std::string(STRAIT_BINARY_DIR) + "/gateway/strait-gateway", "--config",
-                                 dir_.File("fed.yaml"), "--insecure", "--listen", "127.0.0.1:0",
-                                 "--ready-file", dir_.File("ready"), "--dashboard", "127.0.0.1:0"},
+        std::vector<std::string>{std::string(STRAIT_BINARY_DIR) + "/gateway/strait-gateway",
+                                 "--config", dir_.File("fed.yaml"), "--insecure", "--listen",
+                                 "127.0.0.1:0", "--ready-file", dir_.File("ready"), "--dashboard",
+                                 "127.0.0.1:0"},
         dir_.File("gateway.log"));
     auto ready = gateway_->WaitForReadyFile(dir_.File("ready"), {"grpc"}, std::chrono::seconds(30));
     ASSERT_FALSE(ready.empty()) << gateway_->LogTail();
@@ -291,8 +293,8 @@ TEST_F(GatewayExchangeTest, FramesStreamThroughAndRestartWhenTheProducerDiesMidF
 TEST_F(GatewayExchangeTest, PullWaitsForThePushAndTimesOutWhenNothingComes) {
   StartGateway("128MiB");
   TestSite b(address_, "b", 1), c(address_, "c", 2);
-  c.Pull(5, Key(2, 1, v1::FORWARD));            // waits for b's push
-  b.Pull(6, Key(3, 0, v1::FORWARD), 200);       // nobody pushes this: times out
+  c.Pull(5, Key(2, 1, v1::FORWARD));       // waits for b's push
+  b.Pull(6, Key(3, 0, v1::FORWARD), 200);  // nobody pushes this: times out
   int status = -1;
   b.ReadFrame(&status);
   EXPECT_EQ(status, static_cast<int>(grpc::StatusCode::DEADLINE_EXCEEDED));
@@ -362,7 +364,8 @@ TEST_F(GatewayExchangeTest, SmallBudgetBlocksTheProducerUntilTheConsumerDrains) 
   TestSite a(address_, "a", 0), b(address_, "b", 1);
   constexpr int kFrames = 4;
   std::thread producer([&] {
-    for (int m = 0; m < kFrames; ++m) a.Push(m + 1, Key(m, 0, v1::FORWARD), Pattern(1 << 20, 'a' + m));
+    for (int m = 0; m < kFrames; ++m)
+      a.Push(m + 1, Key(m, 0, v1::FORWARD), Pattern(1 << 20, 'a' + m));
     for (int m = 0; m < kFrames; ++m) EXPECT_EQ(a.ReadPushAck().status_code(), 0);
   });
   // Give the producer time to fill the budget; the gateway must hold no more than it.

@@ -1,18 +1,18 @@
 // 64 producer streams push concurrently through a real gateway whose memory budget holds only 16
 // frames, while one consumer drains: no error, producers wait instead of failing, and every frame
 // arrives exactly once and intact. The producers follow the credit protocol (gateway.proto, Hello):
-// a body is sent only when the gateway has reserved room for it, so a waiting producer parks nothing
-// in the gateway's gRPC buffers, and the gateway's resident memory stays within its budget plus
-// 64 MiB (issue #6), the process's own baseline included. Before the credit protocol the producers'
-// bodies waited in the gateway's HTTP/2 windows: 247-363 MiB peak (docs/benchmarks.md).
+// a body is sent only when the gateway has reserved room for it, so a waiting producer parks
+// nothing in the gateway's gRPC buffers, and the gateway's resident memory stays within its budget
+// plus 64 MiB (issue #6), the process's own baseline included. Before the credit protocol the
+// producers' bodies waited in the gateway's HTTP/2 windows: 247-363 MiB peak (docs/benchmarks.md).
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
 #include <deque>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <thread>
-
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
 
 #include "core/join_request.h"
 #include "site/rpc/gateway_client.h"
@@ -61,9 +61,9 @@ sites:
   - {id: a, layers: [0, 1]}
   - {id: b, layers: [1, 3]}
 )";
-  Process gateway({std::string(STRAIT_BINARY_DIR) + "/gateway/strait-gateway", "-c", dir.File("fed.yaml"),
-                   "--insecure", "--listen", "127.0.0.1:0", "--no-dashboard", "--ready-file",
-                   dir.File("ready"), "--log-level", "warn"},
+  Process gateway({std::string(STRAIT_BINARY_DIR) + "/gateway/strait-gateway", "-c",
+                   dir.File("fed.yaml"), "--insecure", "--listen", "127.0.0.1:0", "--no-dashboard",
+                   "--ready-file", dir.File("ready"), "--log-level", "warn"},
                   dir.File("gateway.log"));
   auto ready = gateway.WaitForReadyFile(dir.File("ready"), {"grpc"}, std::chrono::seconds(30));
   ASSERT_FALSE(ready.empty()) << gateway.LogTail();
@@ -77,7 +77,8 @@ sites:
     options.address = address;
     options.credentials = grpc::InsecureChannelCredentials();
     options.insecure_site_id = id;
-    return site::GatewayClient::Connect(options, JoinRequestFor(*spec, spec->SiteIndex(id), UnsignedKey(id, 1)));
+    return site::GatewayClient::Connect(
+        options, JoinRequestFor(*spec, spec->SiteIndex(id), UnsignedKey(id, 1)));
   };
   auto producer_site = connect("a");
   auto consumer = connect("b");
@@ -88,7 +89,8 @@ sites:
   std::atomic<int> push_errors{0};
   for (int p = 0; p < kProducers; ++p) {
     producers.emplace_back([&, p] {
-      auto stub = v1::Gateway::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      auto stub =
+          v1::Gateway::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
       grpc::ClientContext context;
       context.AddMetadata("x-strait-site", "a");
       auto stream = stub->Exchange(&context);
@@ -115,10 +117,10 @@ sites:
         push.mutable_chunk()->set_data(std::string(kFrameBytes, static_cast<char>(p)));
         if (!stream->Write(m)) ++push_errors;
       };
-      // The credit protocol (gateway.proto, Hello), one offer at a time: a body goes out only within
-      // standing credit or after its offer's grant.
+      // The credit protocol (gateway.proto, Hello), one offer at a time: a body goes out only
+      // within standing credit or after its offer's grant.
       uint64_t credit = 0;
-      int next = 0;  // The first frame not sent yet.
+      int next = 0;          // The first frame not sent yet.
       bool offered = false;  // Frame `next` is offered and waits for its grant.
       for (int acked = 0; acked < kFramesEach;) {
         while (!offered && next < kFramesEach && credit >= kFrameBytes) {
@@ -137,7 +139,8 @@ sites:
         if (reply.has_push_credit()) {
           credit += reply.push_credit().bytes();
         } else if (reply.has_push_grant()) {
-          EXPECT_TRUE(offered && reply.push_grant().transfer_id() == static_cast<uint64_t>(next + 1));
+          EXPECT_TRUE(offered &&
+                      reply.push_grant().transfer_id() == static_cast<uint64_t>(next + 1));
           offered = false;
           push_body(next++);
         } else if (reply.has_push_ack()) {
@@ -156,19 +159,22 @@ sites:
   }
 
   // The consumer asks for every frame at once and acknowledges each as soon as it arrives: frames
-  // are stored in whatever order the producers win memory, so waiting for one particular frame while
-  // the budget is full of others would never end.
+  // are stored in whatever order the producers win memory, so waiting for one particular frame
+  // while the budget is full of others would never end.
   uint64_t peak_rss = 0;
   std::set<uint64_t> delivered;
   std::vector<std::future<absl::StatusOr<site::ReceivedFrame>>> pulls;
   for (int p = 0; p < kProducers; ++p) {
-    for (int f = 0; f < kFramesEach; ++f) pulls.push_back((*consumer)->Pull(Key(p, f), std::chrono::seconds(120)));
+    for (int f = 0; f < kFramesEach; ++f)
+      pulls.push_back((*consumer)->Pull(Key(p, f), std::chrono::seconds(120)));
   }
   std::vector<bool> done(pulls.size(), false);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(200);
-  for (size_t remaining = pulls.size(); remaining > 0 && std::chrono::steady_clock::now() < deadline;) {
+  for (size_t remaining = pulls.size();
+       remaining > 0 && std::chrono::steady_clock::now() < deadline;) {
     for (size_t i = 0; i < pulls.size(); ++i) {
-      if (done[i] || pulls[i].wait_for(std::chrono::seconds(0)) != std::future_status::ready) continue;
+      if (done[i] || pulls[i].wait_for(std::chrono::seconds(0)) != std::future_status::ready)
+        continue;
       done[i] = true;
       --remaining;
       absl::StatusOr<site::ReceivedFrame> frame = pulls[i].get();

@@ -3,17 +3,16 @@
 // 1f1b and 2bw, whose checkpoints hold two weight versions), and a federation resumed over a
 // corrupt and a truncated checkpoint, all end with parameters bit-identical to an uninterrupted
 // `strait train` of the same job (lossless links).
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
 #include <thread>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -27,7 +26,8 @@ using std::chrono::seconds;
 const std::vector<std::string> kSites = {"dc-a", "dc-b", "dc-c"};
 
 std::string JobYaml(int steps, int every, const std::string& schedule = "1f1b") {
-  return absl::StrReplaceAll(R"(name: recovery-test
+  return absl::StrReplaceAll(
+      R"(name: recovery-test
 gateway: {memory_budget: 64MiB, heartbeat_timeout: 5s}
 model: {family: mlp, input: 784, hidden: [128, 128, 128], classes: 10, dropout: 0.1, init_seed: 5}
 data: {dataset: fashion-mnist, seed: 11}
@@ -47,9 +47,7 @@ links:
   - {between: [dc-a, dc-b], forward: zstd, backward: none}
   - {between: [dc-b, dc-c], forward: shuffle+zstd, backward: none}
 )",
-                             {{"STEPS", absl::StrCat(steps)},
-                              {"EVERY", absl::StrCat(every)},
-                              {"SCHEDULE", schedule}});
+      {{"STEPS", absl::StrCat(steps)}, {"EVERY", absl::StrCat(every)}, {"SCHEDULE", schedule}});
 }
 
 std::string CheckpointFile(LocalFederation& fed, const std::string& site, int step) {
@@ -69,7 +67,8 @@ bool WaitForCheckpoint(LocalFederation& fed, const std::string& site, int step) 
 }
 
 nlohmann::json Metrics(const std::string& dir) {
-  return nlohmann::json::parse(ReadFile(dir + "/metrics.json"), nullptr, /*allow_exceptions=*/false);
+  return nlohmann::json::parse(ReadFile(dir + "/metrics.json"), nullptr,
+                               /*allow_exceptions=*/false);
 }
 
 void ExpectLikeReference(LocalFederation& fed, int steps) {
@@ -106,7 +105,8 @@ void KillTheMiddleSiteAndResume(const std::string& schedule) {
   EXPECT_NE(gateway_log.find("training restarts at step"), std::string::npos) << gateway_log;
   const size_t resumed = gateway_log.find("training resumed");
   ASSERT_NE(resumed, std::string::npos) << gateway_log;
-  std::printf("gateway: %s\n", gateway_log.substr(resumed, gateway_log.find('\n', resumed) - resumed).c_str());
+  std::printf("gateway: %s\n",
+              gateway_log.substr(resumed, gateway_log.find('\n', resumed) - resumed).c_str());
   const std::string site_log = ReadFile(fed.SiteLogFile("dc-b"));
   const size_t again = site_log.find("training again from step");
   ASSERT_NE(again, std::string::npos) << site_log;
@@ -201,7 +201,8 @@ TEST(RecoveryTest, ResumeSkipsACorruptAndATruncatedCheckpoint) {
   }
   // dc-b's newest checkpoint gets a flipped byte, dc-a's newest loses its tail.
   {
-    std::fstream f(CheckpointFile(fed, "dc-b", 40), std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(CheckpointFile(fed, "dc-b", 40),
+                   std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(1000);
     char c = 0;
     f.read(&c, 1);

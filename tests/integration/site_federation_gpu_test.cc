@@ -1,11 +1,11 @@
 // A heterogeneous federation (issue #7): the middle site trains on CUDA, its neighbours on CPU, and
 // the result matches the all-CPU single process within 1e-4 relative (float reduction order differs
 // between cuBLAS and OpenBLAS, so bits may not). Exits 77 (skipped) without a CUDA device.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-
-#include <gtest/gtest.h>
 
 #include "site/backend/backend_factory.h"
 #include "tests/integration/federation_fixture.h"

@@ -1,10 +1,11 @@
-// Federated training end to end (issue #7): a real gateway and one strait-site process per site over
-// mutual TLS on loopback, compared with `strait train` on the same job spec.
+// Federated training end to end (issue #7): a real gateway and one strait-site process per site
+// over mutual TLS on loopback, compared with `strait train` on the same job spec.
 //   Fidelity: lossless chains give parameters, optimizer state and per-step losses bit-identical to
 //     the single process, with dropout and global-norm clipping on, for every schedule (2bw: the
 //     stream across steps against `strait train`'s one-step-stale reference).
 //   Lossy: int8+zstd forward / bf16 backward for a full epoch stays within 0.5 points of accuracy.
-//   Security: a certificate of another CA cannot join; a frame altered inside the gateway is refused
+//   Security: a certificate of another CA cannot join; a frame altered inside the gateway is
+//   refused
 //     by the receiving site, counted, and stops it with a clear error.
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
@@ -81,11 +82,13 @@ links:
 }
 
 nlohmann::json Metrics(const std::string& dir) {
-  return nlohmann::json::parse(ReadFile(dir + "/metrics.json"), nullptr, /*allow_exceptions=*/false);
+  return nlohmann::json::parse(ReadFile(dir + "/metrics.json"), nullptr,
+                               /*allow_exceptions=*/false);
 }
 
 // Trains the federation and the single-process reference; both must succeed.
-void TrainBoth(LocalFederation& fed, const std::vector<std::string>& site_args = {"--threads", "1"}) {
+void TrainBoth(LocalFederation& fed,
+               const std::vector<std::string>& site_args = {"--threads", "1"}) {
   std::string error;
   ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
   for (const std::string& site : kSites) fed.StartSite(site, site_args);
@@ -115,16 +118,14 @@ TEST_P(FidelityTest, LosslessLinksTrainTheSameBitsAsOneProcess) {
   EXPECT_GT(last.value("steady_samples_per_second", 0.0), 0) << last.dump();
 }
 
-INSTANTIATE_TEST_SUITE_P(Chains, FidelityTest,
-                         ::testing::Values(std::make_tuple("none", "1f1b"),
-                                           std::make_tuple("zstd", "gpipe"),
-                                           std::make_tuple("shuffle+zstd", "1f1b"),
-                                           std::make_tuple("none", "2bw")),
-                         [](const auto& info) {
-                           std::string name = absl::StrCat(std::get<0>(info.param), "_",
-                                                           std::get<1>(info.param));
-                           return absl::StrReplaceAll(name, {{"+", "_"}});
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Chains, FidelityTest,
+    ::testing::Values(std::make_tuple("none", "1f1b"), std::make_tuple("zstd", "gpipe"),
+                      std::make_tuple("shuffle+zstd", "1f1b"), std::make_tuple("none", "2bw")),
+    [](const auto& info) {
+      std::string name = absl::StrCat(std::get<0>(info.param), "_", std::get<1>(info.param));
+      return absl::StrReplaceAll(name, {{"+", "_"}});
+    });
 
 TEST(LossyLinkTest, Int8ForwardBf16BackwardForAnEpochStaysWithinHalfAPoint) {
   JobOptions o;
@@ -149,7 +150,8 @@ TEST(LossyLinkTest, Int8ForwardBf16BackwardForAnEpochStaysWithinHalfAPoint) {
   const nlohmann::json first = Metrics(fed.OutDir("dc-a"));
   for (const auto& link : first["links"]) {
     if (link["sent"] == true && link["direction"] == "forward") {
-      EXPECT_LT(link["wire_bytes"].get<double>(), link["raw_bytes"].get<double>() / 3) << link.dump();
+      EXPECT_LT(link["wire_bytes"].get<double>(), link["raw_bytes"].get<double>() / 3)
+          << link.dump();
     }
   }
 }
@@ -213,8 +215,7 @@ TEST(AgreementTest, ASiteThatWouldTrainAnotherNumberOfStepsCannotJoin) {
 // GetState over mutual TLS with site dc-a's certificate.
 v1::FederationState GatewayState(LocalFederation& fed) {
   const std::string certs = fed.dir().File("certs") + "/";
-  auto material =
-      crypto::LoadTlsMaterial(certs + "ca.pem", certs + "dc-a.pem", certs + "dc-a.key");
+  auto material = crypto::LoadTlsMaterial(certs + "ca.pem", certs + "dc-a.pem", certs + "dc-a.key");
   EXPECT_TRUE(material.ok()) << material.status();
   auto stub = v1::Gateway::NewStub(
       grpc::CreateChannel(fed.gateway_address(), site::MakeSiteChannelCredentials(*material)));

@@ -9,9 +9,10 @@
 //   auto b = LinkEmulator::Start("127.0.0.1:0", gateway, profile, kDialTimeout, thread);
 #pragma once
 
+#include <pthread.h>
+
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
-#include <pthread.h>
 #include <thread>
 
 namespace strait::tools::wan {

@@ -93,7 +93,7 @@ class LinkEmulator {
     uint64_t connections = 0;  // Accepted and forwarded, in all (not those refused while cut).
     uint64_t open_connections = 0;
     uint64_t failed_dials = 0;  // Accepted, but `forward` refused them or did not answer in time.
-    State state = State::kUp;  // As last requested.
+    State state = State::kUp;   // As last requested.
   };
   Stats stats() const;
 

@@ -168,7 +168,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (parsed) harness.Feed(site, std::move(message));
     }
     for (auto& channel : harness.channels) channel->Poll();
-    if (harness.core.mailbox().GetStats().reserved_bytes > Spec().gateway.memory_budget) std::abort();
+    if (harness.core.mailbox().GetStats().reserved_bytes > Spec().gateway.memory_budget)
+      std::abort();
   }
   for (auto& session : harness.sessions) session->Close();
   const auto stats = harness.core.mailbox().GetStats();

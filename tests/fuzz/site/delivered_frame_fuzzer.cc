@@ -1,7 +1,7 @@
-// Frames a site pulls come from the network through a gateway it does not trust: whatever the header
-// and body, opening and decoding one returns an error or a tensor that matches its header, never a
-// crash. Input: u16 header length | FrameHeader (protobuf) | body. The expected key and shape are
-// taken from the header itself so that the fuzzer gets past those checks into the codec.
+// Frames a site pulls come from the network through a gateway it does not trust: whatever the
+// header and body, opening and decoding one returns an error or a tensor that matches its header,
+// never a crash. Input: u16 header length | FrameHeader (protobuf) | body. The expected key and
+// shape are taken from the header itself so that the fuzzer gets past those checks into the codec.
 #include <cstddef>
 #include <cstdint>
 #include <string>

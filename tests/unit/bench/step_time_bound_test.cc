@@ -7,7 +7,8 @@
 namespace strait::bench {
 namespace {
 
-BoundInput Uniform(int stages, int microbatches, StageCost cost, SiteLink link, double frame_bytes = 0) {
+BoundInput Uniform(int stages, int microbatches, StageCost cost, SiteLink link,
+                   double frame_bytes = 0) {
   BoundInput in;
   in.microbatches = microbatches;
   in.stages.assign(stages, cost);
@@ -19,7 +20,8 @@ BoundInput Uniform(int stages, int microbatches, StageCost cost, SiteLink link, 
 
 TEST(StepTimeBound, OneMicrobatchWalksThePipelineThereAndBack) {
   // F0, cross, F1, B1, cross, B0, update of stage 0; a crossing is two one-way delays.
-  BoundInput in = Uniform(2, 1, {.forward_s = 1, .backward_s = 2, .update_s = 0.5}, {.one_way_delay_s = 10});
+  BoundInput in =
+      Uniform(2, 1, {.forward_s = 1, .backward_s = 2, .update_s = 0.5}, {.one_way_delay_s = 10});
   const StepBound b = StepTimeLowerBound(in);
   EXPECT_DOUBLE_EQ(b.path_s, 1 + 20 + 1 + 2 + 20 + 2 + 0.5);
   EXPECT_DOUBLE_EQ(b.path_delay_s, 40);
@@ -40,13 +42,15 @@ TEST(StepTimeBound, ZeroLatencyPipelineTakesMPlusSMinusOneSlots) {
 }
 
 TEST(StepTimeBound, ClippingsNormTripOverlapsTheNextStepsForwardPass) {
-  BoundInput in = Uniform(2, 1, {.forward_s = 1, .backward_s = 2, .update_s = 0.5}, {.one_way_delay_s = 10});
+  BoundInput in =
+      Uniform(2, 1, {.forward_s = 1, .backward_s = 2, .update_s = 0.5}, {.one_way_delay_s = 10});
   in.clip = true;
   // The scale reaches stage 1 (one more crossing) while stage 0's next forward frame is on its way.
   EXPECT_DOUBLE_EQ(StepTimeLowerBound(in).path_s, 46.5);
   // A long update on stage 1 can only start once the scale arrived: now it is on the critical path.
   in.stages[1].update_s = 5;
-  // The scale leaves stage 0 at 46 and arrives at 66; stage 1 takes its next forward at 71, not 67.5.
+  // The scale leaves stage 0 at 46 and arrives at 66; stage 1 takes its next forward at 71,
+  // not 67.5.
   EXPECT_DOUBLE_EQ(StepTimeLowerBound(in).path_s, 46.5 + 3.5);
   in.clip = false;
   EXPECT_DOUBLE_EQ(StepTimeLowerBound(in).path_s, 46.5);
@@ -54,7 +58,8 @@ TEST(StepTimeBound, ClippingsNormTripOverlapsTheNextStepsForwardPass) {
 
 TEST(StepTimeBound, SlowLinksMakeItBandwidthBound) {
   // 1 MB frames each way over 1 MB/s links: the middle site's link carries 2 MB up per microbatch.
-  BoundInput in = Uniform(3, 4, {.forward_s = 0.01, .backward_s = 0.01}, {.bytes_per_second = 1e6}, 1e6);
+  BoundInput in =
+      Uniform(3, 4, {.forward_s = 0.01, .backward_s = 0.01}, {.bytes_per_second = 1e6}, 1e6);
   const StepBound b = StepTimeLowerBound(in);
   EXPECT_DOUBLE_EQ(b.bandwidth_s, 8.0);
   EXPECT_GE(b.step_s, 8.0);

@@ -1,19 +1,20 @@
 // Every file in tests/data/bad_specs/ is an invalid job spec whose first line is
 //   # expect: LINE:COLUMN: message
 // and loading it must fail with exactly "<path>:LINE:COLUMN: message".
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "core/job_spec.h"
 
 namespace strait {
 namespace {
 
-const std::filesystem::path kDir = std::filesystem::path(STRAIT_SOURCE_DIR) / "tests/data/bad_specs";
+const std::filesystem::path kDir =
+    std::filesystem::path(STRAIT_SOURCE_DIR) / "tests/data/bad_specs";
 
 std::vector<std::string> BadSpecNames() {
   std::vector<std::string> names;

@@ -6,10 +6,26 @@ namespace strait {
 namespace {
 
 TEST(CodecChainSyntaxTest, AcceptsDocumentedChains) {
-  for (const char* chain : {"none", "fp16", "bf16", "int8", "int4", "int8:128", "int4:64:sr",
-                            "int8:sr:512", "topk:0.01", "topk:1", "topk:0.5:ef", "shuffle", "zstd",
-                            "zstd:3", "zstd:-5", "int8+zstd", "bf16+shuffle+zstd:3", "topk:0.01+zstd",
-                            "shuffle+zstd", "fp16+zstd:19"}) {
+  for (const char* chain : {"none",
+                            "fp16",
+                            "bf16",
+                            "int8",
+                            "int4",
+                            "int8:128",
+                            "int4:64:sr",
+                            "int8:sr:512",
+                            "topk:0.01",
+                            "topk:1",
+                            "topk:0.5:ef",
+                            "shuffle",
+                            "zstd",
+                            "zstd:3",
+                            "zstd:-5",
+                            "int8+zstd",
+                            "bf16+shuffle+zstd:3",
+                            "topk:0.01+zstd",
+                            "shuffle+zstd",
+                            "fp16+zstd:19"}) {
     EXPECT_TRUE(ParseCodecChainSyntax(chain).ok()) << chain;
   }
 }

@@ -1,7 +1,7 @@
 // Every example federation in configs/ must load and split the model sensibly.
-#include <filesystem>
-
 #include <gtest/gtest.h>
+
+#include <filesystem>
 
 #include "core/job_spec.h"
 #include "core/model_layout.h"

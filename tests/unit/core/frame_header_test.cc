@@ -47,8 +47,8 @@ TEST(CutIntoPiecesTest, NeverExceedsTheProtocolsLargestChunk) {
 }
 
 TEST(CutIntoPiecesTest, EveryByteIsInExactlyOnePiece) {
-  for (uint64_t chunk : {uint64_t{1}, uint64_t{63}, uint64_t{64}, uint64_t{1000}, uint64_t{32} << 10,
-                         uint64_t{128} << 10, kMaxChunkBytes}) {
+  for (uint64_t chunk : {uint64_t{1}, uint64_t{63}, uint64_t{64}, uint64_t{1000},
+                         uint64_t{32} << 10, uint64_t{128} << 10, kMaxChunkBytes}) {
     for (uint64_t bytes : {uint64_t{0}, uint64_t{1}, uint64_t{65}, uint64_t{999}, uint64_t{1001},
                            uint64_t{131138}, uint64_t{5} << 20, (uint64_t{5} << 20) + 7}) {
       ExpectCovers(bytes, chunk);

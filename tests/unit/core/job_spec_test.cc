@@ -108,7 +108,8 @@ name: tiny
 model: {family: vit, patch: 4, dim: 16, depth: 1, heads: 2}
 training: {steps: 3}
 sites: [{id: only, layers: [0, 3]}]
-)", "tiny.yaml", "/x");
+)",
+                                              "tiny.yaml", "/x");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->gateway.address, "127.0.0.1:7443");
   EXPECT_EQ(spec->gateway.listen, "127.0.0.1:7443");
@@ -162,7 +163,8 @@ sites:
   - {id: c, layers: [2, 3]}
 links:
   - {between: [b, c], forward: bf16}
-)", "three.yaml", "/");
+)",
+                                              "three.yaml", "/");
   ASSERT_TRUE(spec.ok()) << spec.status();
   ASSERT_EQ(spec->links.size(), 2u);
   EXPECT_EQ(spec->links[0].boundary, 0);

@@ -31,16 +31,23 @@ TEST(ModelLayoutTest, MlpLayersAndParameterCounts) {
 TEST(ModelLayoutTest, VitLayersShapesAndParameters) {
   ModelSpec model;
   model.family = ModelFamily::kVit;
-  model.vit = VitSpec{.channels = 1, .height = 28, .width = 28, .patch = 7, .dim = 64, .depth = 4,
-                      .heads = 4, .mlp_dim = 256, .classes = 10};
+  model.vit = VitSpec{.channels = 1,
+                      .height = 28,
+                      .width = 28,
+                      .patch = 7,
+                      .dim = 64,
+                      .depth = 4,
+                      .heads = 4,
+                      .mlp_dim = 256,
+                      .classes = 10};
   std::vector<LayerLayout> layers = BuildModelLayout(model);
   ASSERT_EQ(layers.size(), 6u);
   EXPECT_EQ(layers[0].name, "patch_embed");
   EXPECT_EQ(layers[0].out_shape, (std::vector<int64_t>{17, 64}));  // 16 patches + class token
   EXPECT_EQ(layers[0].param_count, 49 * 64 + 64 + 64 + 17 * 64);
   EXPECT_EQ(layers[1].name, "block0");
-  EXPECT_EQ(layers[1].param_count,
-            2 * 64 + (64 * 192 + 192) + (64 * 64 + 64) + 2 * 64 + (64 * 256 + 256) + (256 * 64 + 64));
+  EXPECT_EQ(layers[1].param_count, 2 * 64 + (64 * 192 + 192) + (64 * 64 + 64) + 2 * 64 +
+                                       (64 * 256 + 256) + (256 * 64 + 64));
   EXPECT_EQ(layers[5].name, "head");
   EXPECT_EQ(layers[5].out_shape, (std::vector<int64_t>{10}));
   EXPECT_EQ(layers[5].param_count, 2 * 64 + 64 * 10 + 10);

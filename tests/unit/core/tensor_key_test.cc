@@ -33,8 +33,8 @@ TEST(TensorKeyTest, ProducerAndConsumer) {
 TEST(TensorKeyTest, Validates) {
   JobSpec spec = ThreeSites();
   EXPECT_TRUE(ValidateTensorKey(Key(1, v1::BACKWARD, 3), spec).ok());
-  EXPECT_FALSE(ValidateTensorKey(Key(2, v1::FORWARD), spec).ok());          // no boundary 2
-  EXPECT_FALSE(ValidateTensorKey(Key(0, v1::FORWARD, 4), spec).ok());       // microbatch 4 of 4
+  EXPECT_FALSE(ValidateTensorKey(Key(2, v1::FORWARD), spec).ok());     // no boundary 2
+  EXPECT_FALSE(ValidateTensorKey(Key(0, v1::FORWARD, 4), spec).ok());  // microbatch 4 of 4
   EXPECT_FALSE(ValidateTensorKey(Key(0, v1::DIRECTION_UNSPECIFIED), spec).ok());
   v1::TensorKey other = Key(0, v1::FORWARD);
   other.set_job("other");
@@ -55,7 +55,8 @@ namespace {
 
 TEST(JoinRequestTest, ClaimsWhatTheJobSpecSays) {
   JobSpec spec = ThreeSites();
-  spec.sites[1] = SiteSpec{.id = "dc-b", .layers = {2, 5}, .device = DeviceKind::kCuda, .workers = 4};
+  spec.sites[1] =
+      SiteSpec{.id = "dc-b", .layers = {2, 5}, .device = DeviceKind::kCuda, .workers = 4};
   v1::JoinRequest join = JoinRequestFor(spec, 1, UnsignedKey("dc-b", 3));
   EXPECT_EQ(join.federation(), "fed");
   EXPECT_EQ(join.layers().start(), 2u);

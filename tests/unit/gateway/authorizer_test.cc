@@ -23,14 +23,18 @@ TEST(AuthorizerTest, WrongProducerOrConsumerIsDeniedWithBothNames) {
   absl::Status s = CheckPush(spec, 0, Key(0, 0, 1, v1::FORWARD));
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(s.message(), "site 'a' may not push fed/s0/m0/b1/fwd/g0: its producer is 'b'");
-  EXPECT_EQ(CheckPull(spec, 1, Key(0, 0, 1, v1::FORWARD)).code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(CheckPull(spec, 0, Key(0, 0, 1, v1::BACKWARD)).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(CheckPull(spec, 1, Key(0, 0, 1, v1::FORWARD)).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(CheckPull(spec, 0, Key(0, 0, 1, v1::BACKWARD)).code(),
+            absl::StatusCode::kPermissionDenied);
 }
 
 TEST(AuthorizerTest, MalformedKeysAreInvalidNotDenied) {
   JobSpec spec = testing::ThreeSiteSpec();
-  EXPECT_EQ(CheckPush(spec, 0, Key(0, 0, 7, v1::FORWARD)).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(CheckPush(spec, 0, Key(0, 9, 0, v1::FORWARD)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckPush(spec, 0, Key(0, 0, 7, v1::FORWARD)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckPush(spec, 0, Key(0, 9, 0, v1::FORWARD)).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(AuthorizerTest, UnknownSiteIsDenied) {

@@ -224,7 +224,8 @@ TEST_F(ExchangeSessionTest, APushOfAKeyHeldWholeIsAcknowledgedAtItsFirstChunk) {
 }
 
 TEST_F(ExchangeSessionTest, MessagesBeforeHelloAreRefusedButTheStreamStaysUsable) {
-  ASSERT_TRUE(core_->federation().Join("a", JoinRequestFor(spec_, 0, 5), Federation::Clock::now()).ok());
+  ASSERT_TRUE(
+      core_->federation().Join("a", JoinRequestFor(spec_, 0, 5), Federation::Clock::now()).ok());
   auto channel = std::make_shared<FakeChannel>();
   ExchangeSession session(*core_, "a", channel);
   EXPECT_TRUE(session.Handle(PushMsg(1, Key(0, 0, 0, v1::FORWARD), "x"), [] {}));
@@ -244,8 +245,10 @@ TEST_F(ExchangeSessionTest, WrongProducerAndWrongConsumerAreDeniedAndCounted) {
   std::shared_ptr<FakeChannel> a_out, c_out;
   auto a = Open(0, a_out);
   auto c = Open(2, c_out);
-  EXPECT_TRUE(c->Handle(PushMsg(1, Key(0, 0, 0, v1::FORWARD), "x"), [] {}));  // c does not produce b0
-  EXPECT_EQ(LastPushAck(*c_out).status_code(), static_cast<int>(absl::StatusCode::kPermissionDenied));
+  EXPECT_TRUE(
+      c->Handle(PushMsg(1, Key(0, 0, 0, v1::FORWARD), "x"), [] {}));  // c does not produce b0
+  EXPECT_EQ(LastPushAck(*c_out).status_code(),
+            static_cast<int>(absl::StatusCode::kPermissionDenied));
   EXPECT_TRUE(c->Handle(PullMsg(3, Key(0, 0, 0, v1::FORWARD)), [] {}));  // nor consume it
   EXPECT_EQ(c_out->messages().back().deliver().status_code(),
             static_cast<int>(absl::StatusCode::kPermissionDenied));
@@ -435,7 +438,8 @@ TEST_F(ExchangeSessionTest, RejoinReplacesTheOldStreamAndTellsNeighboursTheNewKe
   ASSERT_EQ(reply->neighbour_keys_size(), 1);
   EXPECT_EQ(reply->neighbour_keys(0).site_id(), "b");
   // An old epoch cannot join again.
-  EXPECT_EQ(core_->federation().Join("a", JoinRequestFor(spec_, 0, 2), Federation::Clock::now())
+  EXPECT_EQ(core_->federation()
+                .Join("a", JoinRequestFor(spec_, 0, 2), Federation::Clock::now())
                 .status()
                 .code(),
             absl::StatusCode::kFailedPrecondition);
@@ -449,11 +453,13 @@ TEST_F(ExchangeSessionTest, JoinChecksClaimsAgainstTheJobSpec) {
   v1::JoinRequest other_federation = JoinRequestFor(spec_, 0, 1);
   other_federation.set_federation("other");
   EXPECT_FALSE(core_->federation().Join("a", other_federation, Federation::Clock::now()).ok());
-  EXPECT_EQ(core_->federation().Join("mallory", JoinRequestFor(spec_, 0, 1), Federation::Clock::now())
+  EXPECT_EQ(core_->federation()
+                .Join("mallory", JoinRequestFor(spec_, 0, 1), Federation::Clock::now())
                 .status()
                 .code(),
             absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(core_->federation().Join("b", JoinRequestFor(spec_, 0, 1), Federation::Clock::now())
+  EXPECT_EQ(core_->federation()
+                .Join("b", JoinRequestFor(spec_, 0, 1), Federation::Clock::now())
                 .status()
                 .code(),
             absl::StatusCode::kFailedPrecondition);  // b claims a's layers
@@ -500,7 +506,8 @@ TEST_F(ExchangeSessionTest, PushStreamCarriesOnlyPushesAndDoesNotReplaceThePrima
   pusher.Close();  // closing the push stream does not take the site down
   EXPECT_EQ(core_->Snapshot().view().sites(0).state(), v1::SITE_JOINED);
   // Control messages still reach the primary stream.
-  ASSERT_TRUE(core_->federation().Join("b", JoinRequestFor(spec_, 1, 2), Federation::Clock::now()).ok());
+  ASSERT_TRUE(
+      core_->federation().Join("b", JoinRequestFor(spec_, 1, 2), Federation::Clock::now()).ok());
   EXPECT_EQ(a_out->messages().back().control().neighbour_key().site_id(), "b");
 }
 
@@ -593,7 +600,8 @@ TEST_F(ExchangeSessionTest, AFailedSitePausesTheOthersAndItsReturnRollsEveryoneB
   b->Close();
   for (FakeChannel* out : {a_out.get(), c_out.get()}) {
     ASSERT_FALSE(out->messages().empty());
-    EXPECT_TRUE(out->messages().back().control().has_pause()) << out->messages().back().DebugString();
+    EXPECT_TRUE(out->messages().back().control().has_pause())
+        << out->messages().back().DebugString();
   }
   // b comes back with its newest checkpoint: everyone goes back to the newest step all hold.
   auto b2 = Open(1, b_out, /*epoch=*/2, /*checkpoint=*/20);

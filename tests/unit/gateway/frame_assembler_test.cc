@@ -116,7 +116,8 @@ TEST_F(FrameAssemblerTest, RejectsMalformedSequencesAndReportsWhatToRelease) {
   for (const BadCase& c : cases) {
     SCOPED_TRACE(c.name);
     FrameAssembler assembler(spec_, 64 << 20);
-    for (size_t i = 0; i + 1 < c.chunks.size(); ++i) ASSERT_TRUE(assembler.Add(c.chunks[i], &dropped_).ok());
+    for (size_t i = 0; i + 1 < c.chunks.size(); ++i)
+      ASSERT_TRUE(assembler.Add(c.chunks[i], &dropped_).ok());
     auto result = assembler.Add(c.chunks.back(), &dropped_);
     ASSERT_FALSE(result.ok());
     EXPECT_NE(result.status().message().find(c.reason), absl::string_view::npos) << result.status();

@@ -33,12 +33,11 @@ TEST(MailboxTest, PullAfterPushIsServedAtOnce) {
 TEST(MailboxTest, PullBeforePushWaitsAndIsServedWhenItArrives) {
   Mailbox mailbox(1000);
   int calls = 0;
-  mailbox.Pull(MailboxKey::From(Key(1, 2, 1, v1::BACKWARD)), kFar,
-               [&](absl::StatusOr<FramePtr> f) {
-                 ASSERT_TRUE(f.ok());
-                 EXPECT_EQ((*f)->header.key().microbatch(), 2u);
-                 ++calls;
-               });
+  mailbox.Pull(MailboxKey::From(Key(1, 2, 1, v1::BACKWARD)), kFar, [&](absl::StatusOr<FramePtr> f) {
+    ASSERT_TRUE(f.ok());
+    EXPECT_EQ((*f)->header.key().microbatch(), 2u);
+    ++calls;
+  });
   EXPECT_EQ(calls, 0);
   EXPECT_EQ(mailbox.GetStats().waiting_pulls, 1u);
   Push(mailbox, Key(1, 1, 1, v1::BACKWARD), 10);  // another key: still waiting

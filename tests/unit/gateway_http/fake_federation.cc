@@ -70,7 +70,8 @@ v1::FederationState FakeFederationState(double t_s, bool insecure) {
     r.set_rejected_frames(i == 2 ? 1 : 0);
   }
 
-  // 4 microbatches per step, 4 steps/s, 256 x 1024 floats per activation; int8+zstd forward, bf16 backward.
+  // 4 microbatches per step, 4 steps/s, 256 x 1024 floats per activation; int8+zstd forward, bf16
+  // backward.
   for (uint32_t boundary = 0; boundary < 2; ++boundary) {
     for (v1::Direction direction : {v1::FORWARD, v1::BACKWARD}) {
       v1::LinkMetrics& link = *state.add_links();

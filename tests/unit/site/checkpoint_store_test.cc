@@ -1,11 +1,11 @@
-// CheckpointStore: where a site's coordinated checkpoints go, which are kept, and which one --resume
-// may use (DESIGN.md §7).
+// CheckpointStore: where a site's coordinated checkpoints go, which are kept, and which one
+// --resume may use (DESIGN.md §7).
 #include "site/daemon/checkpoint_store.h"
+
+#include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 #include "tools/subprocess.h"
 

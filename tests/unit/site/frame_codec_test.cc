@@ -2,9 +2,9 @@
 // that was altered, replayed, relabelled or sent unsealed on an encrypted link never decodes.
 #include "site/exchange/frame_codec.h"
 
-#include <cstring>
-
 #include <gtest/gtest.h>
+
+#include <cstring>
 
 namespace strait::site {
 namespace {
@@ -77,7 +77,8 @@ TEST(FrameCodecTest, LossyChainRoundTripsWithinItsError) {
   ASSERT_TRUE(frame.ok());
   auto decoded = link.decoder->Decode(Key(1), kShape, Received(*frame));
   ASSERT_TRUE(decoded.ok()) << decoded.status();
-  for (size_t i = 0; i < values.size(); ++i) EXPECT_NEAR((*decoded)[i], values[i], std::abs(values[i]) / 128);
+  for (size_t i = 0; i < values.size(); ++i)
+    EXPECT_NEAR((*decoded)[i], values[i], std::abs(values[i]) / 128);
 }
 
 TEST(FrameCodecTest, AlteredBodyOrHeaderIsTampered) {

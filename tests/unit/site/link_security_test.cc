@@ -34,13 +34,15 @@ TEST_F(LinkSecurityTest, NeighboursDeriveMatchingKeys) {
   EXPECT_EQ(at_a->key_epoch, 8u);
   const std::string aad = "key and header", message = "activations";
   auto sealed = *at_a->sealer->Seal(Bytes(aad), Bytes(message));
-  auto opened = at_b->opener->Open({sealed.sequence, at_a->key_epoch, sealed.body.size()}, Bytes(aad),
-                                   sealed.body);
+  auto opened = at_b->opener->Open({sealed.sequence, at_a->key_epoch, sealed.body.size()},
+                                   Bytes(aad), sealed.body);
   ASSERT_TRUE(opened.ok()) << opened.status();
   EXPECT_EQ(std::string(opened->begin(), opened->end()), message);
   // The other direction has its own key: a's sealed frame does not open with a's own opener.
-  EXPECT_FALSE(at_a->opener->Open({sealed.sequence, at_a->key_epoch, sealed.body.size()}, Bytes(aad),
-                                  sealed.body).ok());
+  EXPECT_FALSE(
+      at_a->opener
+          ->Open({sealed.sequence, at_a->key_epoch, sealed.body.size()}, Bytes(aad), sealed.body)
+          .ok());
 }
 
 TEST_F(LinkSecurityTest, RefusesKeysNotFromTheNeighbour) {

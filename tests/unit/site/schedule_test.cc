@@ -18,14 +18,25 @@ namespace {
 using Op = ScheduleOp;
 
 TEST(ScheduleTest, OneFOneBOfAThreeStagePipeline) {
-  EXPECT_EQ(StageSchedule(Schedule::k1F1B, 3, 0, 4),
-            (std::vector<Op>{{Op::kForward, 0}, {Op::kForward, 1}, {Op::kForward, 2}, {Op::kBackward, 0},
-                             {Op::kForward, 3}, {Op::kBackward, 1}, {Op::kBackward, 2}, {Op::kBackward, 3}}));
-  EXPECT_EQ(StageSchedule(Schedule::k1F1B, 3, 2, 4),
-            (std::vector<Op>{{Op::kForward, 0}, {Op::kBackward, 0}, {Op::kForward, 1}, {Op::kBackward, 1},
-                             {Op::kForward, 2}, {Op::kBackward, 2}, {Op::kForward, 3}, {Op::kBackward, 3}}));
+  EXPECT_EQ(StageSchedule(Schedule::k1F1B, 3, 0, 4), (std::vector<Op>{{Op::kForward, 0},
+                                                                      {Op::kForward, 1},
+                                                                      {Op::kForward, 2},
+                                                                      {Op::kBackward, 0},
+                                                                      {Op::kForward, 3},
+                                                                      {Op::kBackward, 1},
+                                                                      {Op::kBackward, 2},
+                                                                      {Op::kBackward, 3}}));
+  EXPECT_EQ(StageSchedule(Schedule::k1F1B, 3, 2, 4), (std::vector<Op>{{Op::kForward, 0},
+                                                                      {Op::kBackward, 0},
+                                                                      {Op::kForward, 1},
+                                                                      {Op::kBackward, 1},
+                                                                      {Op::kForward, 2},
+                                                                      {Op::kBackward, 2},
+                                                                      {Op::kForward, 3},
+                                                                      {Op::kBackward, 3}}));
   EXPECT_EQ(StageSchedule(Schedule::kGPipe, 3, 1, 2),
-            (std::vector<Op>{{Op::kForward, 0}, {Op::kForward, 1}, {Op::kBackward, 0}, {Op::kBackward, 1}}));
+            (std::vector<Op>{
+                {Op::kForward, 0}, {Op::kForward, 1}, {Op::kBackward, 0}, {Op::kBackward, 1}}));
 }
 
 // Runs every stage's schedule as far as dependencies allow: F(s, m) needs F(s-1, m); B(s, m) needs

@@ -96,19 +96,25 @@ std::vector<std::unique_ptr<SiteUnderTest>> Federation(
     if (i > 0) {
       const LinkSpec& l = spec.links[i - 1];
       links.forward_in = std::make_unique<FrameReceiver>(
-          link, std::make_unique<FrameDecoder>(*crypto::Opener::Create(DirectionKey(2 * (i - 1))), max_raw),
+          link,
+          std::make_unique<FrameDecoder>(*crypto::Opener::Create(DirectionKey(2 * (i - 1))),
+                                         max_raw),
           spec.sites[i - 1].id, i - 1, v1::FORWARD, site->metrics, 3);
       links.backward_out = std::make_unique<FrameSender>(
-          link, *FrameEncoder::Create(l.backward, *crypto::Sealer::Create(DirectionKey(2 * (i - 1) + 1), 1 << 30)),
+          link,
+          *FrameEncoder::Create(l.backward,
+                                *crypto::Sealer::Create(DirectionKey(2 * (i - 1) + 1), 1 << 30)),
           i - 1, v1::BACKWARD, site->metrics, 3);
     }
     if (i + 1 < stages) {
       const LinkSpec& l = spec.links[i];
       links.forward_out = std::make_unique<FrameSender>(
-          link, *FrameEncoder::Create(l.forward, *crypto::Sealer::Create(DirectionKey(2 * i), 1 << 30)),
+          link,
+          *FrameEncoder::Create(l.forward, *crypto::Sealer::Create(DirectionKey(2 * i), 1 << 30)),
           i, v1::FORWARD, site->metrics, 3);
       links.backward_in = std::make_unique<FrameReceiver>(
-          link, std::make_unique<FrameDecoder>(*crypto::Opener::Create(DirectionKey(2 * i + 1)), max_raw),
+          link,
+          std::make_unique<FrameDecoder>(*crypto::Opener::Create(DirectionKey(2 * i + 1)), max_raw),
           spec.sites[i + 1].id, i, v1::BACKWARD, site->metrics, 3);
     }
     StageData data;

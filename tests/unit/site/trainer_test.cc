@@ -173,7 +173,7 @@ TEST_F(TrainerTest, TwoBwLearnsAndIsOneUpdateStale) {
     auto f = flushed->Step();
     ASSERT_TRUE(f.ok()) << f.status();
     if (i == 0) {
-      EXPECT_EQ(s->loss, f->loss);  // Both compute with L_0 ...
+      EXPECT_EQ(s->loss, f->loss);                                  // Both compute with L_0 ...
       EXPECT_EQ(*t->stage().Params(), *flushed->stage().Params());  // ... and make L_1.
       first = s->loss;
     }

@@ -1,12 +1,11 @@
 // The executables' command lines: --help and --version everywhere, `strait config check` output and
 // exit codes (0 valid, 2 invalid with file:line:column on stderr).
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
 #include <string>
-
-#include <gtest/gtest.h>
 
 namespace {
 
@@ -21,7 +20,8 @@ Result RunCommand(const std::string& command) {
   if (pipe == nullptr) return result;
   std::array<char, 4096> buffer;
   size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    result.output.append(buffer.data(), n);
   int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
@@ -42,7 +42,8 @@ TEST(CliTest, EveryExecutableHasHelpAndVersion) {
 }
 
 TEST(CliTest, ConfigCheckPrintsTheSplit) {
-  Result r = RunCommand(kBin + "/tools/strait config check " + kSrc + "/configs/fashion-mlp-3site.yaml");
+  Result r =
+      RunCommand(kBin + "/tools/strait config check " + kSrc + "/configs/fashion-mlp-3site.yaml");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* expected : {"fashion-mlp-3site.yaml: OK", "3,962,890 parameters", "site dc-a",
                                "layers [0, 2)", "fc0+relu", "[784] -> [1024]", "site dc-c",
@@ -64,12 +65,13 @@ TEST(CliTest, ConfigCheckOfABrokenFileExitsTwoWithThePosition) {
 TEST(CliTest, ConfigCheckOfAMissingFileExitsTwo) {
   Result r = RunCommand(kBin + "/tools/strait config check /nonexistent.yaml");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("cannot open job spec '/nonexistent.yaml'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cannot open job spec '/nonexistent.yaml'"), std::string::npos)
+      << r.output;
 }
 
 TEST(CliTest, DaemonsValidateTheirArguments) {
   Result r = RunCommand(kBin + "/site/strait-site --config " + kSrc +
-                 "/configs/fashion-mlp-3site.yaml --site dc-z");
+                        "/configs/fashion-mlp-3site.yaml --site dc-z");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("no site 'dc-z'; the sites are dc-a, dc-b, dc-c"), std::string::npos)
       << r.output;

@@ -1,6 +1,9 @@
 // CPU time of this process (core/cpu_time.h) and of a child (Process::CpuSeconds), which
 // `strait bench e2e` adds up to tell how busy the federation kept the cores it may use
 // (UsableCores).
+#include "core/cpu_time.h"
+
+#include <gtest/gtest.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -9,9 +12,6 @@
 #include <csignal>
 #include <thread>
 
-#include <gtest/gtest.h>
-
-#include "core/cpu_time.h"
 #include "tools/subprocess.h"
 
 namespace strait::tools {

@@ -1,4 +1,5 @@
-// RewriteJobSpec: the job spec `strait demo` and `strait bench e2e` run in their own work directory.
+// RewriteJobSpec: the job spec `strait demo` and `strait bench e2e` run in their own work
+// directory.
 #include "tools/job_spec_rewrite.h"
 
 #include <gtest/gtest.h>
@@ -40,7 +41,7 @@ TEST(JobSpecRewriteTest, WithoutOverridesOnlyPathsChange) {
 TEST(JobSpecRewriteTest, StepsAndCodecsOverride) {
   JobSpecOverrides o;
   o.steps = 12;
-  o.codec = "int8+zstd";  // Both directions...
+  o.codec = "int8+zstd";      // Both directions...
   o.backward_codec = "bf16";  // ...but this one.
   absl::StatusOr<RewrittenJobSpec> yaml = RewriteJobSpec(kConfig, o);
   ASSERT_TRUE(yaml.ok()) << yaml.status();
@@ -91,7 +92,8 @@ TEST(JobSpecRewriteTest, BadInputIsAClearError) {
   absl::StatusOr<RewrittenJobSpec> yaml = RewriteJobSpec(kConfig, o);
   ASSERT_FALSE(yaml.ok());
   EXPECT_EQ(yaml.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(yaml.status().message().find("forward codec 'int9'"), std::string::npos) << yaml.status();
+  EXPECT_NE(yaml.status().message().find("forward codec 'int9'"), std::string::npos)
+      << yaml.status();
 
   absl::StatusOr<RewrittenJobSpec> missing = RewriteJobSpec("/nonexistent/fed.yaml", {});
   ASSERT_FALSE(missing.ok());
