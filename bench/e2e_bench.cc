@@ -410,8 +410,15 @@ int RunWan(const E2eOptions& o) {
 }
 
 int RunE2e(E2eOptions o) {
-  if (o.config.empty()) o.config = DefaultJobSpec();
-  if (!o.wan.empty()) return RunWan(o);
+  const bool default_config = o.config.empty();
+  if (default_config) o.config = DefaultJobSpec();
+  if (!o.wan.empty()) return RunWan(o);  // Runs a lossless and a compressed chain itself.
+  // The default job spec compresses one of its links to show it in `strait demo`; against
+  // `strait train`, its links are lossless unless the command line names codecs.
+  if (default_config && o.overrides.codec.empty() && o.overrides.forward_codec.empty() &&
+      o.overrides.backward_codec.empty()) {
+    o.overrides.codec = "none";
+  }
   absl::StatusOr<RewrittenJobSpec> rewritten = RewriteJobSpec(o.config, o.overrides);
   if (!rewritten.ok()) {
     std::fprintf(stderr, "strait bench e2e: %s\n",

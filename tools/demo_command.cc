@@ -1,6 +1,8 @@
 // `strait demo`: a whole federation on this machine. Certificates in a work directory, the gateway
 // and one strait-site process per site on free loopback ports, their progress on one screen, and a
 // summary (test accuracy, samples/s, bytes on the wire against raw fp32) at the end.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
@@ -29,10 +31,21 @@ struct DemoOptions {
   std::string workdir;  // Empty: a temporary one.
   bool resume = false;
   std::string wan;  // Link profile between each site and the gateway; empty: plain loopback.
+  // After the summary: keep the gateway and its dashboard up until Ctrl-C (when a dashboard is
+  // served and a person is at the terminal), or exit at once.
+  bool exit_when_done = false;
 };
 
 volatile std::sig_atomic_t g_interrupted = 0;
 void OnInterrupt(int) { g_interrupted = 1; }
+
+// The host a browser reaches the dashboard of `address` (HOST:PORT) at: a wildcard address is
+// reached through loopback.
+std::string DashboardHost(const std::string& address) {
+  std::string host = address.substr(0, address.rfind(':'));
+  if (host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
+  return host;
+}
 
 std::string Mib(double bytes) { return absl::StrFormat("%.1f MiB", bytes / (1 << 20)); }
 
@@ -164,10 +177,7 @@ int RunDemo(DemoOptions o) {
                 wan::Describe(*wan_profile).c_str());
   }
   if (!o.no_dashboard) {
-    // The host the dashboard binds to (a wildcard address is reached through loopback).
-    std::string host = o.dashboard.substr(0, o.dashboard.rfind(':'));
-    if (host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
-    std::printf("strait demo: dashboard at http://%s:%s/\n", host.c_str(),
+    std::printf("strait demo: dashboard at http://%s:%s/\n", DashboardHost(o.dashboard).c_str(),
                 fed.dashboard_port().c_str());
   }
   std::fflush(stdout);
@@ -206,6 +216,19 @@ int RunDemo(DemoOptions o) {
     fed.KeepDirectory();
     std::printf("strait demo: work directory kept: %s\n", fed.dir().path().c_str());
   }
+  // The dashboard is worth a look after the run too (loss curve, link ratios), so a person at a
+  // terminal keeps it; scripts and tests (no terminal) get their exit at once.
+  if (!o.no_dashboard && !o.exit_when_done && isatty(STDIN_FILENO)) {
+    std::printf(
+        "strait demo: training is over; the gateway and its dashboard stay up at "
+        "http://%s:%s/ until you press Ctrl-C\n",
+        DashboardHost(o.dashboard).c_str(), fed.dashboard_port().c_str());
+    std::fflush(stdout);
+    while (!g_interrupted && fed.gateway().Running()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    std::printf("\nstrait demo: stopping the gateway\n");
+  }
   return 0;
 }
 
@@ -232,6 +255,9 @@ void AddDemoCommand(CLI::App& app, int* exit_code) {
       ->type_name("DIR");
   cmd->add_flag("--resume", o->resume,
                 "Resume the run of --workdir from the newest checkpoint every site holds");
+  cmd->add_flag("--exit-when-done", o->exit_when_done,
+                "Exit after the summary. Without it, a run with a dashboard started from a "
+                "terminal keeps the gateway and dashboard up until Ctrl-C");
   cmd->add_option(
          "--wan", o->wan,
          "Put an emulated WAN link (profile metro, region, continent or satellite) between "

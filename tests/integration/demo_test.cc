@@ -122,10 +122,22 @@ TEST(DemoTest, EverySiteCanReachTheGatewayThroughAnEmulatedWan) {
            std::chrono::seconds(600));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   for (const char* expected : {"through its own emulated link (region: 1 Gbit/s, 15 ms one-way)",
-                               "dc-c    | step      4/4", "test accuracy"}) {
+                               "dc-c    | step      4/4", "test accuracy",
+                               "link dc-a -> dc-b: forward none, backward none, sealed",
+                               "link dc-b -> dc-c: forward int8+zstd, backward bf16, sealed"}) {
     EXPECT_NE(run.output.find(expected), std::string::npos) << "missing '" << expected << "' in\n"
                                                             << run.output;
   }
+  // The default job spec shows a lossless link beside a compressed one.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(run.output, m,
+                                std::regex(R"(dc-a -> boundary 0 forward .*\((\d+\.\d+)x\))")))
+      << run.output;
+  EXPECT_EQ(m[1].str(), "1.00");
+  ASSERT_TRUE(std::regex_search(run.output, m,
+                                std::regex(R"(dc-b -> boundary 1 forward .*\((\d+\.\d+)x\))")))
+      << run.output;
+  EXPECT_GT(std::stod(m[1].str()), 2.0);
   DemoRun bad = Demo(dir, {"--wan", "moon"}, std::chrono::seconds(60));
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("metro"), std::string::npos) << bad.output;  // The names it knows.
