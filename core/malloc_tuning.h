@@ -9,8 +9,9 @@ namespace strait {
 // allocates and frees frames, chunks and link buffers of tens to hundreds of KiB many times a
 // second pays page faults and TLB shootdowns for many of them. With the limits set to where
 // glibc's own adjustment ends (blocks up to 32 MiB from the heap, trimming beyond 64 MiB free) the
-// link emulators spend a third less CPU per step at `region` (docs/benchmarks.md, "The machine's
-// cores"). Call first thing in main(), before any thread starts.
+// link emulators spend a third less CPU per step at `region` (docs/notes/wan-link-emulator.md,
+// "What the emulators cost, and the malloc fix"). Call first thing in main(), before any thread
+// starts.
 void KeepFreedMemoryForReuse();
 
 }  // namespace strait

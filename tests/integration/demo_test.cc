@@ -2,7 +2,11 @@
 // A short run prints progress and the summary; a broken federation exits non-zero with the failing
 // process's log tail; Ctrl-C stops every process and removes the work directory.
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <pty.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -141,6 +145,84 @@ TEST(DemoTest, EverySiteCanReachTheGatewayThroughAnEmulatedWan) {
   DemoRun bad = Demo(dir, {"--wan", "moon"}, std::chrono::seconds(60));
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("metro"), std::string::npos) << bad.output;  // The names it knows.
+}
+
+// `strait demo` with its terminal on a pseudo-terminal, as a person runs it: its output so far,
+// read until `text` appears, the process exits or `timeout` passes.
+class DemoOnTerminal {
+ public:
+  explicit DemoOnTerminal(std::vector<std::string> args) {
+    args.insert(args.begin(), {kStrait, "demo"});
+    pid_ = forkpty(&terminal_, nullptr, nullptr, nullptr);
+    if (pid_ == 0) {
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+  }
+  ~DemoOnTerminal() {
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (terminal_ >= 0) close(terminal_);
+  }
+  bool started() const { return pid_ > 0; }
+  bool ReadUntil(const std::string& text, std::chrono::seconds timeout) {
+    const auto give_up = std::chrono::steady_clock::now() + timeout;
+    while (output_.find(text) == std::string::npos) {
+      if (std::chrono::steady_clock::now() > give_up) return false;
+      pollfd p{terminal_, POLLIN, 0};
+      if (poll(&p, 1, 200) <= 0) continue;
+      char buffer[4096];
+      const ssize_t n = read(terminal_, buffer, sizeof buffer);
+      if (n <= 0) return output_.find(text) != std::string::npos;  // The demo closed its terminal.
+      output_.append(buffer, static_cast<size_t>(n));
+    }
+    return true;
+  }
+  void Interrupt() { kill(pid_, SIGINT); }
+  // The exit code, or -1 when it does not exit within `timeout`.
+  int Wait(std::chrono::seconds timeout) {
+    const auto give_up = std::chrono::steady_clock::now() + timeout;
+    int status = 0;
+    while (waitpid(pid_, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > give_up) return -1;
+      ReadUntil("\x01never\x01", std::chrono::seconds(0));  // Keep the terminal drained.
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    exited_ = true;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  const std::string& output() const { return output_; }
+
+ private:
+  pid_t pid_ = -1;
+  int terminal_ = -1;
+  bool exited_ = false;
+  std::string output_;
+};
+
+TEST(DemoTest, AtATerminalTheDashboardStaysUpUntilCtrlC) {
+  DemoOnTerminal demo({"--steps", "3"});
+  ASSERT_TRUE(demo.started());
+  ASSERT_TRUE(demo.ReadUntil("until you press Ctrl-C", std::chrono::seconds(600))) << demo.output();
+  std::smatch m;
+  ASSERT_TRUE(
+      std::regex_search(demo.output(), m, std::regex(R"(stay up at http://127\.0\.0\.1:(\d+)/)")))
+      << demo.output();
+  EXPECT_NE(demo.output().find("test accuracy"), std::string::npos) << demo.output();
+  // Still up: the training is over, the demo has not exited.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_EQ(demo.Wait(std::chrono::seconds(0)), -1) << demo.output();
+  demo.Interrupt();
+  EXPECT_EQ(demo.Wait(std::chrono::seconds(60)), 0) << demo.output();
+  const std::string work = WorkDirectory(demo.output());
+  ASSERT_FALSE(work.empty());
+  EXPECT_FALSE(std::filesystem::exists(work)) << "work directory left behind";
+  EXPECT_FALSE(AnyProcessMentions(work)) << "a process of the demo still runs";
 }
 
 TEST(DemoTest, BadCodecIsRefusedBeforeAnythingStarts) {
