@@ -1,7 +1,7 @@
 // A seam for fault-injection tests (DESIGN.md §9: test hooks live in test code): an interceptor
 // given to GatewayCore sees, and may change, the first chunk of every push before the gateway
 // checks it. Production gateways install none; tests build their own gateway executable with one
-// (tests/integration/tamper_gateway_main.cc).
+// (see strait_add_executable in tests/integration/CMakeLists.txt).
 #pragma once
 
 #include "strait/v1/gateway.pb.h"
