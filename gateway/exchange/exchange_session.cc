@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/frame_header.h"
+#include "core/status.h"
 #include "core/tensor_key.h"
 #include "gateway/membership/authorizer.h"
 
@@ -24,30 +25,28 @@ v1::GatewayMessage DeliverError(uint64_t pull_id, const absl::Status& status) {
 
 }  // namespace
 
-// Pulls still waiting in the mailbox, so Close can cancel them. Shared with the pull callbacks,
-// which run on other threads, possibly before Mailbox::Pull has returned the mailbox's id: each
-// pull is known by a session-local ticket from before the call.
+// The session's mailbox pulls still waiting, so Close can cancel them. Shared with the pull
+// callbacks, which run on other threads. A pull is recorded under its mailbox id before it starts
+// (Mailbox::Pull may complete it before returning).
 class ExchangeSession::PullTracker {
  public:
-  uint64_t NewTicket() {
+  // Records pull `id` as waiting. False once the session closed: the pull must not start.
+  bool Add(uint64_t id) {
     std::lock_guard<std::mutex> lock(mu_);
-    return next_ticket_++;
+    if (closed_) return false;
+    waiting_.insert(id);
+    return true;
   }
-  // Mailbox::Pull returned `mailbox_id` for `ticket`.
-  void Started(uint64_t ticket, uint64_t mailbox_id) {
+  void Finished(uint64_t id) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (finished_early_.erase(ticket) == 0) waiting_[ticket] = mailbox_id;
-  }
-  void Finished(uint64_t ticket) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (waiting_.erase(ticket) == 0) finished_early_.insert(ticket);
+    waiting_.erase(id);
   }
   size_t waiting() {
     std::lock_guard<std::mutex> lock(mu_);
     return waiting_.size();
   }
-  // The session closed: returns the pulls still waiting; no pull starts again from now on.
-  std::map<uint64_t, uint64_t> Close() {
+  // The session closed: returns the pulls still waiting; no pull starts from now on.
+  std::set<uint64_t> Close() {
     std::lock_guard<std::mutex> lock(mu_);
     closed_ = true;
     return std::exchange(waiting_, {});
@@ -59,9 +58,7 @@ class ExchangeSession::PullTracker {
 
  private:
   std::mutex mu_;
-  uint64_t next_ticket_ = 0;
-  std::map<uint64_t, uint64_t> waiting_;  // ticket -> mailbox pull id
-  std::set<uint64_t> finished_early_;
+  std::set<uint64_t> waiting_;  // Mailbox pull ids.
   bool closed_ = false;
 };
 
@@ -83,16 +80,16 @@ ExchangeSession::ExchangeSession(GatewayCore& core, std::string site_id,
 
 ExchangeSession::~ExchangeSession() { Close(); }
 
-bool ExchangeSession::Handle(v1::SiteMessage message, std::function<void()> resume) {
-  if (closed_) return false;
+void ExchangeSession::Handle(v1::SiteMessage message) {
+  if (closed_) return;
   if (message.kind_case() == v1::SiteMessage::kHello) {
     OnHello(message.hello());
-    return true;
+    return;
   }
   if (stage_ < 0) {
     Reject("before_hello", absl::FailedPreconditionError(
                                "the first message of an Exchange stream must be a Hello"));
-    return true;
+    return;
   }
   core_.federation().Touch(stage_, Federation::Clock::now());
   if (push_only_ && message.kind_case() != v1::SiteMessage::kPush &&
@@ -100,11 +97,12 @@ bool ExchangeSession::Handle(v1::SiteMessage message, std::function<void()> resu
     Reject("malformed", absl::InvalidArgumentError(
                             "a push stream carries pushes only; send pulls, acks, heartbeats and "
                             "reports on the primary stream"));
-    return true;
+    return;
   }
   switch (message.kind_case()) {
     case v1::SiteMessage::kPush:
-      return OnPush(std::move(*message.mutable_push()), std::move(resume));
+      OnPush(std::move(*message.mutable_push()));
+      break;
     case v1::SiteMessage::kOffer:
       OnOffer(message.offer());
       break;
@@ -122,7 +120,6 @@ bool ExchangeSession::Handle(v1::SiteMessage message, std::function<void()> resu
     default:
       Reject("malformed", absl::InvalidArgumentError("empty or unknown SiteMessage"));
   }
-  return true;
 }
 
 void ExchangeSession::OnHello(const v1::Hello& hello) {
@@ -225,7 +222,9 @@ void ExchangeSession::OnOffer(const v1::PushOffer& offer) {
         }
       }
     }
-    mailbox.Release(bytes);  // Outside liveness->mu: Release runs other streams' grants.
+    // Outside liveness->mu: Release runs other streams' grants. A failure is a bug the mailbox
+    // has counted and logged already.
+    mailbox.Release(bytes).IgnoreError();
   };
   // Held across Reserve so that `granted` cannot run before the offer is recorded.
   std::lock_guard<std::mutex> lock(liveness_->mu);
@@ -245,27 +244,22 @@ void ExchangeSession::SendPushGrant(uint64_t transfer_id) {
   channel_->Send(std::move(message));
 }
 
-bool ExchangeSession::OnPush(v1::PushChunk chunk, std::function<void()> resume) {
+void ExchangeSession::OnPush(v1::PushChunk chunk) {
   const uint64_t transfer_id = chunk.transfer_id();
-  if (refused_transfers_.count(transfer_id) > 0) return true;
+  if (refused_transfers_.count(transfer_id) > 0) return;
   // Chunk 0 of an offered frame takes over the offer's reservation.
-  uint64_t granted_bytes = 0;
-  bool offered = false;
+  std::optional<Offer> offer;
   if (chunk.chunk().index() == 0) {
-    core_.MaybeTamper(chunk);
-    std::lock_guard<std::mutex> lock(liveness_->mu);
-    if (auto it = offers_.find(transfer_id); it != offers_.end()) {
-      offered = true;
-      if (it->second.granted) granted_bytes = it->second.bytes;
-      offers_.erase(it);  // An ungranted offer's reservation is returned when it comes (OnOffer).
-    }
+    if (PushInterceptor* interceptor = core_.push_interceptor()) interceptor->OnFirstChunk(chunk);
+    offer = TakeOffer(transfer_id);
   }
-  if (offered && granted_bytes == 0) {
+  const uint64_t granted_bytes = offer && offer->granted ? offer->bytes : 0;
+  if (offer && !offer->granted) {
     RefusePush(
-        transfer_id, chunk.header().key(), "malformed",
+        transfer_id, chunk.header().key(), "unfunded",
         absl::FailedPreconditionError(absl::StrCat(
             "transfer ", transfer_id, ": body pushed before the gateway granted its offer")));
-    return true;
+    return;
   }
   // Kept before Add consumes the chunk: a refusal names the frame when it can.
   v1::TensorKey refused_key = chunk.header().key();
@@ -277,80 +271,68 @@ bool ExchangeSession::OnPush(v1::PushChunk chunk, std::function<void()> resume) 
       // A transfer that had started is stored (Publish): the mailbox frees its bytes.
       core_.mailbox().Abandon(dropped);
     }
-    core_.mailbox().Release(granted_bytes);
+    // A failure is a bug the mailbox has counted and logged already.
+    core_.mailbox().Release(granted_bytes).IgnoreError();
     // The whole transfer is refused, once: its producer learns why from the ack, and the rest of
     // its chunks are dropped quietly (a 16 MiB frame over the limit would otherwise earn 511
     // errors).
     RefusePush(transfer_id, refused_key, "malformed", event.status());
-    return true;
+    return;
   }
   std::shared_ptr<StoredFrame> frame = event->frame;
   if (!event->started) {
     if (event->completed) Completed(*frame, transfer_id);
-    return true;
+    return;
   }
   const v1::TensorKey& key = frame->header.key();
   absl::Status allowed = CheckPush(core_.spec(), stage_, key);
-  if (allowed.ok() && offered && frame->wire_bytes() != granted_bytes) {
+  if (allowed.ok() && offer && frame->wire_bytes() != granted_bytes) {
     allowed = absl::InvalidArgumentError(
         absl::StrCat("transfer ", transfer_id, " has ", frame->wire_bytes(),
                      " wire bytes; its offer had ", granted_bytes));
   }
   if (!allowed.ok()) {
-    core_.mailbox().Release(granted_bytes);
+    core_.mailbox().Release(granted_bytes).IgnoreError();  // As above.
     RefusePush(transfer_id, key,
                allowed.code() == absl::StatusCode::kPermissionDenied ? "unauthorized" : "malformed",
                allowed);
-    return true;
+    return;
   }
-  const uint64_t bytes = frame->wire_bytes();
-  // Admission, credit protocol: the offer's grant or the stream's standing credit reserved the
-  // frame's bytes before the site sent its body.
-  bool funded = offered;
-  if (!funded) {
-    std::lock_guard<std::mutex> lock(liveness_->mu);
-    if (credit_ >= bytes) {
-      credit_ -= bytes;
-      core_.mailbox().UseCredit(bytes);
-      TopUpCreditLocked();
-      funded = true;
-    }
-  }
-  if (funded) {
-    Publish(frame, transfer_id);
-    return true;
-  }
-  // Admission, a producer without credit: reserve the frame's bytes before reading its body. When
-  // the budget is full the stream stops being read until an ack frees space (flow control, not an
-  // error); gRPC then holds what the site sent meanwhile.
-  auto granted = [this, &mailbox = core_.mailbox(), liveness = liveness_, frame, transfer_id, bytes,
-                  resume] {
-    std::lock_guard<std::mutex> lock(liveness->mu);
-    if (!liveness->open) {
-      mailbox.Release(bytes);  // The mailbox outlives every session; `this` may be gone.
+  // Admission: the offer's grant reserved the frame's bytes, or the stream's standing credit must.
+  if (!offer) {
+    if (absl::Status funded = FundFromCredit(transfer_id, frame->wire_bytes()); !funded.ok()) {
+      RefusePush(transfer_id, key,
+                 funded.code() == absl::StatusCode::kFailedPrecondition ? "unfunded" : "internal",
+                 funded);
       return;
     }
-    unreserved_transfer_.reset();
-    Publish(frame, transfer_id);
-    resume();
-  };
-  // Held across Reserve so that `granted` (which takes it) cannot run before this stream's state
-  // says it is waiting.
-  std::lock_guard<std::mutex> lock(liveness_->mu);
-  absl::StatusOr<bool> reserved = core_.mailbox().Reserve(bytes, granted);
-  if (!reserved.ok()) {
-    DropTransfer(transfer_id);
-    core_.federation().CountRejected("over_budget", std::string(reserved.status().message()));
-    SendPushAck(transfer_id, key, reserved.status());
-    return true;
-  }
-  if (!*reserved) {
-    // `granted` publishes and resumes; until then the transfer holds no reservation.
-    unreserved_transfer_ = transfer_id;
-    return false;
   }
   Publish(frame, transfer_id);
-  return true;
+}
+
+std::optional<ExchangeSession::Offer> ExchangeSession::TakeOffer(uint64_t transfer_id) {
+  std::lock_guard<std::mutex> lock(liveness_->mu);
+  auto it = offers_.find(transfer_id);
+  if (it == offers_.end()) return std::nullopt;
+  const Offer offer = it->second;
+  offers_.erase(it);
+  return offer;
+}
+
+absl::Status ExchangeSession::FundFromCredit(uint64_t transfer_id, uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(liveness_->mu);
+  if (credit_ < bytes) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("transfer ", transfer_id, ": ", bytes,
+                     " wire bytes pushed with neither a grant nor enough "
+                     "standing credit (",
+                     credit_, " bytes); offer the frame first (gateway.proto, Hello)"));
+  }
+  // The mailbox's credit is the sum of every stream's: it cannot be below this stream's.
+  STRAIT_RETURN_IF_ERROR(core_.mailbox().UseCredit(bytes));
+  credit_ -= bytes;
+  TopUpCreditLocked();
+  return absl::OkStatus();
 }
 
 void ExchangeSession::Publish(const std::shared_ptr<StoredFrame>& frame, uint64_t transfer_id) {
@@ -409,12 +391,12 @@ void ExchangeSession::OnPull(const v1::Pull& pull) {
 void ExchangeSession::StartPull(GatewayCore& core, std::shared_ptr<SiteChannel> channel,
                                 std::shared_ptr<PullTracker> pulls, MailboxKey key,
                                 uint64_t pull_id, Mailbox::Clock::time_point deadline) {
+  const uint64_t id = core.mailbox().NewPullId();
+  if (!pulls->Add(id)) return;  // The session closed: nobody would read the frame.
   // The callback may outlive the session (it runs when the frame arrives): it holds only shared
   // state, never the session.
-  const uint64_t ticket = pulls->NewTicket();
-  auto done = [&core, channel, pulls, key, pull_id, deadline,
-               ticket](absl::StatusOr<FramePtr> frame) {
-    pulls->Finished(ticket);
+  auto done = [&core, channel, pulls, key, pull_id, deadline, id](absl::StatusOr<FramePtr> frame) {
+    pulls->Finished(id);
     if (!frame.ok()) {
       channel->Send(DeliverError(pull_id, frame.status()));
       return;
@@ -427,13 +409,17 @@ void ExchangeSession::StartPull(GatewayCore& core, std::shared_ptr<SiteChannel> 
     std::weak_ptr<SiteChannel> weak_channel = channel;
     channel->SendFrame(pull_id, *frame, [&core, weak_channel, pulls, key, pull_id, deadline] {
       std::shared_ptr<SiteChannel> channel = weak_channel.lock();
-      if (channel != nullptr && !pulls->closed()) {
-        StartPull(core, channel, pulls, key, pull_id, deadline);
-      }
+      if (channel != nullptr) StartPull(core, channel, pulls, key, pull_id, deadline);
     });
   };
-  const uint64_t mailbox_id = core.mailbox().Pull(key, deadline, std::move(done));
-  pulls->Started(ticket, mailbox_id);
+  if (absl::Status started = core.mailbox().Pull(id, key, deadline, std::move(done));
+      !started.ok()) {
+    pulls->Finished(id);
+    channel->Send(DeliverError(pull_id, started));
+    return;
+  }
+  // Close may have run on the session's thread since Add, before the mailbox held the pull.
+  if (pulls->closed()) core.mailbox().CancelPull(id);
 }
 
 void ExchangeSession::OnAck(const v1::Ack& ack) {
@@ -457,21 +443,21 @@ void ExchangeSession::Close() {
     // A reservation granted from now on returns its bytes instead of storing (see OnPush, OnOffer).
     std::lock_guard<std::mutex> lock(liveness_->mu);
     liveness_->open = false;
-    if (unreserved_transfer_) assembler_.Drop(*unreserved_transfer_);
     for (const auto& [id, offer] : offers_) {
       if (offer.granted) granted_bytes += offer.bytes;
     }
     offers_.clear();
     credit = std::exchange(credit_, 0);
   }
-  // Outside liveness_->mu: returning memory runs other streams' grants. Every open transfer but an
-  // unreserved one (dropped above) is stored: the mailbox frees its bytes.
-  core_.mailbox().ReleaseCredit(credit);
-  core_.mailbox().Release(granted_bytes);
+  // Outside liveness_->mu: returning memory runs other streams' grants. A failure is a bug the
+  // mailbox has counted and logged already. Every open transfer is stored: the mailbox frees its
+  // bytes.
+  core_.mailbox().ReleaseCredit(credit).IgnoreError();
+  core_.mailbox().Release(granted_bytes).IgnoreError();
   for (const std::shared_ptr<StoredFrame>& frame : assembler_.DropAll()) {
     core_.mailbox().Abandon(frame);
   }
-  for (const auto& [ticket, id] : pulls_->Close()) core_.mailbox().CancelPull(id);
+  for (uint64_t id : pulls_->Close()) core_.mailbox().CancelPull(id);
   if (stage_ >= 0 && !push_only_) {
     core_.federation().Detach(stage_, channel_.get(), Federation::Clock::now());
   }

@@ -1,17 +1,20 @@
 // The gateway's handling of one site's Exchange stream, message by message (DESIGN.md §4, §5):
 // Hello binds the stream to the site's current epoch; pushes are reassembled, authorized, admitted
-// under the memory budget (standing credit, a grant per offered frame, or, for producers that do
-// not follow the credit protocol, by not reading on until memory frees: gateway.proto, Hello) and
-// stored from their first chunk on; pulls are authorized and served as the frame's chunks arrive;
-// acks free the mailbox; heartbeats and reports feed the federation's view. Every malformed or
-// unauthorized message is answered with an error, counted, and the stream stays usable.
+// under the memory budget and stored from their first chunk on; pulls are authorized and served as
+// the frame's chunks arrive; acks free the mailbox; heartbeats and reports feed the federation's
+// view. Every malformed, unauthorized or unfunded message is answered with an error, counted, and
+// the stream stays usable.
+//
+// Admission (gateway.proto, Hello) has one path: a frame's bytes are reserved before its body is
+// sent, by the stream's standing credit or by the grant of its PushOffer. A push funded by neither
+// is refused with FAILED_PRECONDITION and counted as "unfunded"; the gateway never stops reading a
+// stream to wait for memory, so no body ever waits in gRPC's buffers.
 //
 // Not thread-safe: the owner feeds one message at a time (gRPC's reactor does). Replies go out
 // through the SiteChannel, from this thread or from whichever thread completes a pull.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -32,10 +35,8 @@ class ExchangeSession {
   // Calls Close().
   ~ExchangeSession();
 
-  // Handles one message. Returns true when the caller may read the next message now; false when a
-  // push waits for memory, in which case `resume` is called exactly once, from another thread, when
-  // reading may continue (the caller must not read before).
-  bool Handle(v1::SiteMessage message, std::function<void()> resume);
+  // Handles one message; never blocks. The caller may read the next message as soon as it returns.
+  void Handle(v1::SiteMessage message);
 
   // The stream ended: returns memory reserved for incomplete pushes, cancels waiting pulls, and
   // detaches from the federation. Idempotent.
@@ -44,9 +45,20 @@ class ExchangeSession {
  private:
   class PullTracker;
   struct Liveness;
+  // A frame offered (PushOffer) and not yet started: `bytes` are reserved once `granted`.
+  struct Offer {
+    uint64_t bytes = 0;
+    bool granted = false;
+  };
 
   void OnHello(const v1::Hello& hello);
-  bool OnPush(v1::PushChunk chunk, std::function<void()> resume);
+  void OnPush(v1::PushChunk chunk);
+  // Chunk 0 of `transfer_id` arrived: takes its offer (nullopt when it was not offered). The
+  // reservation of an offer not granted yet is returned when it comes (OnOffer's callback).
+  std::optional<Offer> TakeOffer(uint64_t transfer_id);
+  // Funds a frame pushed without an offer from the stream's standing credit. FAILED_PRECONDITION
+  // when the credit left does not cover `bytes`; INTERNAL when the mailbox's accounting disagrees.
+  absl::Status FundFromCredit(uint64_t transfer_id, uint64_t bytes);
   void OnOffer(const v1::PushOffer& offer);
   // Tops the stream's standing credit up towards GatewayCore::push_credit_bytes() from spare budget
   // and tells the site, once the credit has fallen by a quarter or below one largest frame.
@@ -84,15 +96,7 @@ class ExchangeSession {
   std::set<uint64_t> refused_transfers_;  // Their later chunks are dropped quietly.
   std::shared_ptr<PullTracker> pulls_;
   std::shared_ptr<Liveness> liveness_;
-  // A frame offered (PushOffer) and not yet started: `bytes` are reserved once `granted`.
-  struct Offer {
-    uint64_t bytes = 0;
-    bool granted = false;
-  };
-
   // Guarded by liveness_->mu (reservation grants arrive on other threads):
-  // A started transfer still waiting for its reservation (producers without the credit protocol).
-  std::optional<uint64_t> unreserved_transfer_;
   std::map<uint64_t, Offer> offers_;  // By transfer id.
   uint64_t credit_ = 0;               // Standing credit the site holds (reserved in the mailbox).
   bool wants_credit_ = false;         // Set by a push stream's Hello with `credit`.

@@ -1,14 +1,12 @@
 #include "gateway/exchange/gateway_core.h"
 
-#include <spdlog/spdlog.h>
-
-#include "core/tensor_key.h"
-
 namespace strait::gateway {
 
-GatewayCore::GatewayCore(const JobSpec& spec, GatewayOptions options)
+GatewayCore::GatewayCore(const JobSpec& spec, GatewayOptions options,
+                         std::shared_ptr<PushInterceptor> push_interceptor)
     : spec_(spec),
       options_(options),
+      push_interceptor_(std::move(push_interceptor)),
       // Credit may use all of the budget but one largest frame: a frame waiting for a reservation
       // then always fits once the stored frames are acknowledged (no deadlock on idle credit).
       mailbox_(spec.gateway.memory_budget,
@@ -46,18 +44,6 @@ void GatewayCore::Housekeeping() {
     federation_.CheckHeartbeats(now);
     lock.lock();
   }
-}
-
-void GatewayCore::MaybeTamper(v1::PushChunk& first_chunk) {
-  if (options_.test_tamper_frame == 0 ||
-      frames_pushed_.fetch_add(1) + 1 != options_.test_tamper_frame) {
-    return;
-  }
-  std::string& data = *first_chunk.mutable_chunk()->mutable_data();
-  if (data.empty()) return;
-  data[data.size() / 2] ^= 0x01;
-  spdlog::warn("test fault injection: flipped a byte of {}",
-               TensorKeyToString(first_chunk.header().key()));
 }
 
 }  // namespace strait::gateway

@@ -3,14 +3,15 @@
 // logic separate from the wiring), so tests and fuzzers drive it in-process.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 
 #include "core/job_spec.h"
+#include "gateway/exchange/push_interceptor.h"
 #include "gateway/mailbox/mailbox.h"
 #include "gateway/membership/federation.h"
 #include "strait/v1/gateway.pb.h"
@@ -29,16 +30,14 @@ struct GatewayOptions {
   // busy without waiting for grants. All streams' credit together never exceeds the memory budget
   // minus one largest frame (see Mailbox).
   uint64_t push_credit_bytes = 0;
-  // Test-only fault injection (hidden flag --test-tamper-frame): flips one byte in the first chunk
-  // of the N-th frame pushed (1-based; 0 = off), so tests can prove that sites refuse altered
-  // frames.
-  uint64_t test_tamper_frame = 0;
 };
 
 class GatewayCore {
  public:
-  // `spec` must outlive the core. Starts the housekeeping thread.
-  GatewayCore(const JobSpec& spec, GatewayOptions options);
+  // `spec` must outlive the core. `push_interceptor` (tests only; null in production) sees the
+  // first chunk of every push. Starts the housekeeping thread.
+  GatewayCore(const JobSpec& spec, GatewayOptions options,
+              std::shared_ptr<PushInterceptor> push_interceptor = nullptr);
   // Stops the housekeeping thread.
   ~GatewayCore();
 
@@ -46,9 +45,8 @@ class GatewayCore {
   const GatewayOptions& options() const { return options_; }
   // Standing credit per push stream: options().push_credit_bytes or its default.
   uint64_t push_credit_bytes() const;
-  // Flips a byte of `first_chunk` (chunk 0 of a push) when it starts the frame test_tamper_frame
-  // names. Thread-safe.
-  void MaybeTamper(v1::PushChunk& first_chunk);
+  // The interceptor given at construction, or null.
+  PushInterceptor* push_interceptor() const { return push_interceptor_.get(); }
   Mailbox& mailbox() { return mailbox_; }
   Federation& federation() { return federation_; }
   v1::FederationState Snapshot() const;
@@ -58,7 +56,7 @@ class GatewayCore {
 
   const JobSpec& spec_;
   const GatewayOptions options_;
-  std::atomic<uint64_t> frames_pushed_{0};
+  const std::shared_ptr<PushInterceptor> push_interceptor_;
   Mailbox mailbox_;
   Federation federation_;
   std::mutex mu_;

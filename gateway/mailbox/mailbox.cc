@@ -1,5 +1,8 @@
 #include "gateway/mailbox/mailbox.h"
 
+#include <spdlog/spdlog.h>
+
+#include <cassert>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -45,21 +48,29 @@ absl::StatusOr<bool> Mailbox::Reserve(uint64_t bytes, std::function<void()> gran
   return false;
 }
 
-void Mailbox::Release(uint64_t bytes) {
+absl::Status Mailbox::Release(uint64_t bytes) {
   std::vector<Completion> completions;
+  absl::Status released;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    reserved_ -= std::min(bytes, reserved_);
+    released = UnreserveLocked(bytes, /*credit=*/false, "released");
     GrantReservationsLocked(completions);
   }
   RunAll(completions);
+  return released;
 }
 
 uint64_t Mailbox::GrantCredit(uint64_t want_bytes, uint64_t min_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!reservations_.empty() || want_bytes == 0) return 0;
-  const uint64_t room = std::min(budget_ - std::min(reserved_, budget_),
-                                 credit_limit_ - std::min(credit_, credit_limit_));
+  if (reserved_ > budget_ || credit_ > credit_limit_) {
+    // Reserve, GrantCredit and GrantReservationsLocked never let this happen.
+    AccountingErrorLocked(absl::StrCat("reserved ", reserved_, " of a budget of ", budget_,
+                                       ", credit ", credit_, " of a limit of ", credit_limit_))
+        .IgnoreError();  // Counted and logged; no credit is the safe answer.
+    return 0;
+  }
+  const uint64_t room = std::min(budget_ - reserved_, credit_limit_ - credit_);
   const uint64_t granted = std::min(want_bytes, room);
   if (granted == 0 || granted < min_bytes) return 0;
   reserved_ += granted;
@@ -67,21 +78,26 @@ uint64_t Mailbox::GrantCredit(uint64_t want_bytes, uint64_t min_bytes) {
   return granted;
 }
 
-void Mailbox::UseCredit(uint64_t bytes) {
+absl::Status Mailbox::UseCredit(uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
-  credit_ -= std::min(bytes, credit_);
+  if (bytes > credit_) {
+    return AccountingErrorLocked(
+        absl::StrCat("used ", bytes, " bytes of credit; ", credit_, " outstanding"));
+  }
+  credit_ -= bytes;
+  return absl::OkStatus();
 }
 
-void Mailbox::ReleaseCredit(uint64_t bytes) {
+absl::Status Mailbox::ReleaseCredit(uint64_t bytes) {
   std::vector<Completion> completions;
+  absl::Status released;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    bytes = std::min(bytes, credit_);
-    credit_ -= bytes;
-    reserved_ -= std::min(bytes, reserved_);
+    released = UnreserveLocked(bytes, /*credit=*/true, "returned as credit");
     GrantReservationsLocked(completions);
   }
   RunAll(completions);
+  return released;
 }
 
 bool Mailbox::Holds(const MailboxKey& key) const {
@@ -101,12 +117,14 @@ Mailbox::StoreResult Mailbox::Store(FramePtr frame) {
     auto held = frames_.find(key);
     if (key.generation < min_generation_) {
       // Pushed before a rollback that purged its generation: nobody will ever pull it.
-      reserved_ -= std::min(frame->wire_bytes(), reserved_);
+      UnreserveLocked(frame->wire_bytes(), /*credit=*/false, "of a stale frame released")
+          .IgnoreError();  // Counted and logged; the frame is dropped either way.
       GrantReservationsLocked(completions);
       result = StoreResult::kStale;
     } else if (acked_.count(key) > 0 || (held != frames_.end() && held->second->complete())) {
       ++duplicates_;
-      reserved_ -= std::min(frame->wire_bytes(), reserved_);
+      UnreserveLocked(frame->wire_bytes(), /*credit=*/false, "of a duplicate released")
+          .IgnoreError();  // Counted and logged; the frame is dropped either way.
       GrantReservationsLocked(completions);
       result = StoreResult::kDuplicate;
     } else {
@@ -145,20 +163,24 @@ void Mailbox::Abandon(const FramePtr& frame) {
   RunAll(completions);
 }
 
-uint64_t Mailbox::Pull(const MailboxKey& key, Clock::time_point deadline, PullDone done) {
+uint64_t Mailbox::NewPullId() { return next_pull_id_.fetch_add(1, std::memory_order_relaxed); }
+
+absl::Status Mailbox::Pull(uint64_t pull_id, const MailboxKey& key, Clock::time_point deadline,
+                           PullDone done) {
   FramePtr frame;
-  uint64_t id;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    id = next_pull_id_++;
+    if (waiters_.count(pull_id) > 0) {
+      return AccountingErrorLocked(absl::StrCat("pull id ", pull_id, " is in use"));
+    }
     if (key.generation < min_generation_) {
       frame = nullptr;
     } else if (auto it = frames_.find(key); it != frames_.end() && !it->second->broken()) {
       frame =
           it->second;  // Broken off (its producer's session forgets it next): wait for the next.
     } else {
-      waiters_.emplace(id, Waiter{key, deadline, std::move(done)});
-      return id;
+      waiters_.emplace(pull_id, Waiter{key, deadline, std::move(done)});
+      return absl::OkStatus();
     }
   }
   if (frame == nullptr) {
@@ -166,7 +188,7 @@ uint64_t Mailbox::Pull(const MailboxKey& key, Clock::time_point deadline, PullDo
   } else {
     done(frame);
   }
-  return id;
+  return absl::OkStatus();
 }
 
 void Mailbox::CancelPull(uint64_t pull_id) {
@@ -241,8 +263,8 @@ void Mailbox::PurgeGenerationsBelow(uint32_t generation) {
 
 Mailbox::Stats Mailbox::GetStats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return {frames_.size(),  stored_bytes_,        reserved_,  credit_, budget_,
-          waiters_.size(), reservations_.size(), duplicates_};
+  return {frames_.size(),  stored_bytes_,        reserved_,   credit_,           budget_,
+          waiters_.size(), reservations_.size(), duplicates_, accounting_errors_};
 }
 
 void Mailbox::GrantReservationsLocked(std::vector<Completion>& out) {
@@ -256,8 +278,15 @@ void Mailbox::GrantReservationsLocked(std::vector<Completion>& out) {
 std::map<MailboxKey, FramePtr>::iterator Mailbox::EraseFrameLocked(
     std::map<MailboxKey, FramePtr>::iterator it, std::vector<Completion>& out) {
   const FramePtr& frame = it->second;
-  stored_bytes_ -= frame->wire_bytes();
-  reserved_ -= std::min(frame->wire_bytes(), reserved_);
+  if (frame->wire_bytes() > stored_bytes_) {
+    AccountingErrorLocked(absl::StrCat("a stored frame of ", frame->wire_bytes(), " bytes; ",
+                                       stored_bytes_, " stored in all"))
+        .IgnoreError();  // Counted and logged; the frame goes either way.
+  } else {
+    stored_bytes_ -= frame->wire_bytes();
+  }
+  UnreserveLocked(frame->wire_bytes(), /*credit=*/false, "of a stored frame freed")
+      .IgnoreError();  // Counted and logged; the frame goes either way.
   if (!frame->complete()) out.push_back([frame] { frame->BreakOff(); });
   return frames_.erase(it);
 }
@@ -273,6 +302,23 @@ void Mailbox::TrimAckedLocked() {
     if (generation == std::numeric_limits<uint32_t>::max()) break;
     it = acked_.lower_bound(FirstKeyOf(generation + 1, 0));
   }
+}
+
+absl::Status Mailbox::UnreserveLocked(uint64_t bytes, bool credit, const char* what) {
+  if (bytes > reserved_ || (credit && bytes > credit_)) {
+    return AccountingErrorLocked(absl::StrCat(bytes, " bytes ", what, "; ", reserved_,
+                                              " reserved, ", credit_, " of them credit"));
+  }
+  reserved_ -= bytes;
+  if (credit) credit_ -= bytes;
+  return absl::OkStatus();
+}
+
+absl::Status Mailbox::AccountingErrorLocked(const std::string& message) {
+  ++accounting_errors_;
+  spdlog::error("mailbox accounting: {} (a bug; please report it)", message);
+  assert(false && "mailbox accounting invariant broken");
+  return absl::InternalError(absl::StrCat("mailbox accounting: ", message));
 }
 
 }  // namespace strait::gateway

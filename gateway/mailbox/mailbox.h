@@ -6,15 +6,19 @@
 // key whose frame is held complete or was acknowledged is not stored again, while a frame still
 // arriving is replaced by a new push of its key (its producer pushes again after a reconnect; the
 // old transfer is dead or about to be). Memory is bounded: a frame's bytes are reserved before its
-// body is sent (an offer's grant, or standing credit) or at least before it is read, and when the
-// budget is full the reservation waits (the producer's offer is not granted, or the caller stops
-// reading from that producer) until an acknowledgement or a purge frees space.
+// body is sent (an offer's grant, or standing credit), and when the budget is full the reservation
+// waits (the producer's offer is not granted) until an acknowledgement or a purge frees space.
+//
+// Byte accounting is exact: returning more than is reserved, or using more credit than is granted,
+// is a bug in the caller. Such a call changes nothing, returns INTERNAL, is counted
+// (Stats::accounting_errors) and logged, and fails an assert in debug builds.
 //
 // Thread-safe. Callbacks (pull completions, reservation grants) never run under the mailbox's lock;
 // they run on the thread whose call satisfied them (Store, Ack, Purge, ExpirePulls, or the caller
 // of Pull / Reserve itself), so they must be quick and must not block.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -22,6 +26,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -45,8 +50,9 @@ class Mailbox {
   // returns false and calls `granted` once, later, when the reservation has been made. A frame
   // larger than the whole budget can never fit: RESOURCE_EXHAUSTED (and `granted` is dropped).
   absl::StatusOr<bool> Reserve(uint64_t bytes, std::function<void()> granted);
-  // Returns a reservation that will not be stored (the transfer broke off).
-  void Release(uint64_t bytes);
+  // Returns a reservation that will not be stored (the transfer broke off). INTERNAL (and nothing
+  // changes) when fewer than `bytes` are reserved.
+  absl::Status Release(uint64_t bytes);
 
   // Standing credit: bytes reserved for a producer's frames before it names them, so that with
   // spare budget a push needs no round trip (gateway.proto, Hello). Reserves and returns between
@@ -55,10 +61,12 @@ class Mailbox {
   // calls back.
   uint64_t GrantCredit(uint64_t want_bytes, uint64_t min_bytes);
   // `bytes` of granted credit now fund a frame: they become an ordinary reservation (Store or
-  // Release it as usual). Never calls back.
-  void UseCredit(uint64_t bytes);
-  // Returns unused credit (its stream ended); grants waiting reservations that now fit.
-  void ReleaseCredit(uint64_t bytes);
+  // Release it as usual). Never calls back. INTERNAL (and nothing changes) when less than `bytes`
+  // of credit is outstanding.
+  absl::Status UseCredit(uint64_t bytes);
+  // Returns unused credit (its stream ended); grants waiting reservations that now fit. INTERNAL
+  // (and nothing changes) when less than `bytes` of credit is outstanding.
+  absl::Status ReleaseCredit(uint64_t bytes);
 
   // True when a push of `key` would be dropped: held complete or acknowledged already (a
   // duplicate), or of a purged generation (stale).
@@ -74,11 +82,16 @@ class Mailbox {
   // replaced or dropped already, frees its bytes, and breaks it off (its deliveries restart).
   void Abandon(const FramePtr& frame);
 
+  // A pull id no other pull of this mailbox has (for Pull). Thread-safe; never 0.
+  uint64_t NewPullId();
   // Serves the frame of `key` through `done`, now (frame present, complete or still arriving) or
   // later (when it is stored); or with DEADLINE_EXCEEDED once `deadline` has passed (see
-  // ExpirePulls), or ABORTED when the key's generation is (or was already) purged. Returns an id
-  // for CancelPull.
-  uint64_t Pull(const MailboxKey& key, Clock::time_point deadline, PullDone done);
+  // ExpirePulls), or ABORTED when the key's generation is (or was already) purged. `pull_id` comes
+  // from NewPullId and names the pull for CancelPull; the caller records it before calling, since
+  // `done` may run before Pull returns. INTERNAL (and `done` is dropped) when `pull_id` names a
+  // pull still waiting.
+  absl::Status Pull(uint64_t pull_id, const MailboxKey& key, Clock::time_point deadline,
+                    PullDone done);
   // Drops a waiting pull without calling it (its stream went away). No-op for finished pulls.
   void CancelPull(uint64_t pull_id);
   // Completes waiting pulls whose deadline is before `now` with DEADLINE_EXCEEDED.
@@ -101,7 +114,8 @@ class Mailbox {
     uint64_t budget_bytes = 0;
     uint64_t waiting_pulls = 0;
     uint64_t waiting_reservations = 0;
-    uint64_t duplicates = 0;  // Pushes dropped as duplicates since start.
+    uint64_t duplicates = 0;         // Pushes dropped as duplicates since start.
+    uint64_t accounting_errors = 0;  // Broken accounting invariants (bugs) since start.
   };
   Stats GetStats() const;
 
@@ -126,6 +140,12 @@ class Mailbox {
       std::map<MailboxKey, FramePtr>::iterator it, std::vector<Completion>& out);
   // Forgets acknowledged keys far behind the newest step (their pushes can no longer be retried).
   void TrimAckedLocked();
+  // Takes `bytes` off reserved_ (and off credit_ when `credit`), or reports a broken invariant
+  // (AccountingErrorLocked) and changes nothing. Called with mu_ held.
+  absl::Status UnreserveLocked(uint64_t bytes, bool credit, const char* what);
+  // Counts and logs a broken accounting invariant, fails an assert in debug builds, and returns
+  // INTERNAL with `message`. Called with mu_ held.
+  absl::Status AccountingErrorLocked(const std::string& message);
 
   mutable std::mutex mu_;
   const uint64_t budget_;
@@ -134,7 +154,8 @@ class Mailbox {
   uint64_t credit_ = 0;    // Standing credit outstanding (part of reserved_).
   uint64_t stored_bytes_ = 0;
   uint64_t duplicates_ = 0;
-  uint64_t next_pull_id_ = 1;
+  uint64_t accounting_errors_ = 0;
+  std::atomic<uint64_t> next_pull_id_{1};
   uint64_t newest_step_ = 0;
   uint32_t min_generation_ = 0;  // Generations below it were purged.
   std::map<MailboxKey, FramePtr> frames_;

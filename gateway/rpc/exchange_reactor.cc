@@ -154,9 +154,10 @@ void ExchangeReactor::OnReadDone(bool ok) {
     outbox_->Close(absl::OkStatus());
     return;
   }
-  // When the mailbox is full the session returns false and calls the resume callback later; until
-  // then no read is outstanding, which is what stops the producer (gRPC flow control).
-  if (session_->Handle(std::move(incoming_), [this] { ReadNext(); })) ReadNext();
+  // The session never waits for memory (a push without a reservation is refused), so the next read
+  // starts at once.
+  session_->Handle(std::move(incoming_));
+  ReadNext();
 }
 
 void ExchangeReactor::OnWriteDone(bool ok) { outbox_->WriteDone(ok); }

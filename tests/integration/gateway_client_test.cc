@@ -230,23 +230,34 @@ TEST_P(GatewayClientTest, APullRestartsWhenItsFrameBreaksOffMidDelivery) {
   v1::SiteMessage message;
   message.mutable_hello()->set_epoch(reply.epoch());
   ASSERT_TRUE(stream->Write(message));
+  v1::FrameHeader header = Header(key, activation.size() / 4);
+  header.set_wire_bytes(activation.size());
+  header.set_chunk_count(3);
+  // Offers transfer `id` and waits for its grant (the credit protocol: gateway.proto, Hello).
+  auto offer = [&](uint64_t id) {
+    v1::SiteMessage m;
+    m.mutable_offer()->set_transfer_id(id);
+    *m.mutable_offer()->mutable_header() = header;
+    if (!stream->Write(m)) return false;
+    for (v1::GatewayMessage reply; stream->Read(&reply);) {
+      if (reply.has_push_grant() && reply.push_grant().transfer_id() == id) return true;
+    }
+    return false;
+  };
   // Transfer `id`'s chunk `index` of 3 (32 KiB each), carrying `data`.
   auto push = [&](uint64_t id, uint32_t index, std::string data) {
     v1::SiteMessage m;
     m.mutable_push()->set_transfer_id(id);
-    if (index == 0) {
-      v1::FrameHeader& header = *m.mutable_push()->mutable_header();
-      header = Header(key, activation.size() / 4);
-      header.set_wire_bytes(activation.size());
-      header.set_chunk_count(3);
-    }
+    if (index == 0) *m.mutable_push()->mutable_header() = header;
     m.mutable_push()->mutable_chunk()->set_index(index);
     m.mutable_push()->mutable_chunk()->set_data(std::move(data));
     return stream->Write(m);
   };
+  ASSERT_TRUE(offer(1));
   ASSERT_TRUE(push(1, 0, std::string(32 << 10, 'x')));          // not what the good push sends
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // chunk 0 reaches the consumer
   ASSERT_TRUE(push(1, 2, std::string(32 << 10, 'x')));  // skips chunk 1: the transfer is dropped
+  ASSERT_TRUE(offer(2));
   for (uint32_t i = 0; i < 3; ++i)
     ASSERT_TRUE(push(2, i, activation.substr(i * (32 << 10), 32 << 10)));
   ASSERT_EQ(pulled.wait_for(std::chrono::seconds(30)), std::future_status::ready);

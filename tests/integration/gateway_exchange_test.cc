@@ -1,10 +1,15 @@
 // The gateway as a real process on loopback, driven by gRPC clients acting as sites: frames pushed,
-// pulled and acknowledged end to end, long polls, authorization, malformed messages, and
-// back-pressure under a small memory budget.
+// pulled and acknowledged end to end, long polls, authorization, malformed and unfunded messages,
+// and back-pressure under a small memory budget.
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <deque>
 #include <fstream>
 #include <memory>
 #include <thread>
@@ -88,27 +93,46 @@ class TestSite {
 
   const grpc::Status& join_status() const { return join_status_; }
 
-  // Pushes `body` under `key` in chunks of at most 1 MiB; only the chunks from `first` to before
-  // `end` (all by default).
+  // Pushes `body` under `key` in chunks of at most 1 MiB, only the chunks from `first` to before
+  // `end` (all by default), following the credit protocol (gateway.proto, Hello): a transfer that
+  // starts here is offered first and its body sent only after the gateway's grant. An offer
+  // answered by a PushAck instead (refused, or the key is held) sends no body; ReadPushAck returns
+  // that ack.
   void Push(uint64_t transfer, const v1::TensorKey& key, const std::string& body,
             size_t chunk_size = kChunk, uint32_t first = 0, uint32_t end = UINT32_MAX) {
+    if (first == 0 && !Offer(transfer, HeaderOf(key, body, chunk_size))) return;
+    PushUnfunded(transfer, key, body, chunk_size, first, end);
+  }
+  // The same chunks without an offer: as a site that ignores the credit protocol would send them.
+  void PushUnfunded(uint64_t transfer, const v1::TensorKey& key, const std::string& body,
+                    size_t chunk_size = kChunk, uint32_t first = 0, uint32_t end = UINT32_MAX) {
     const uint32_t chunks = std::max<size_t>(1, (body.size() + chunk_size - 1) / chunk_size);
     for (uint32_t i = first; i < std::min(chunks, end); ++i) {
       v1::SiteMessage m;
       v1::PushChunk& push = *m.mutable_push();
       push.set_transfer_id(transfer);
-      if (i == 0) {
-        v1::FrameHeader& h = *push.mutable_header();
-        *h.mutable_key() = key;
-        h.set_dtype(v1::FLOAT32);
-        h.add_shape(static_cast<int64_t>(body.size() / 4));
-        h.set_raw_bytes(body.size() / 4 * 4);
-        h.set_wire_bytes(body.size());
-        h.set_chunk_count(chunks);
-      }
+      if (i == 0) *push.mutable_header() = HeaderOf(key, body, chunk_size);
       push.mutable_chunk()->set_index(i);
       push.mutable_chunk()->set_data(body.substr(i * chunk_size, chunk_size));
       ASSERT_TRUE(stream_->Write(m));
+    }
+  }
+  // Offers a frame and waits for the gateway's answer: true on its grant; false when a PushAck (or
+  // the end of the stream) answered instead. Other messages read meanwhile wait for Read.
+  bool Offer(uint64_t transfer, const v1::FrameHeader& header) {
+    v1::SiteMessage m;
+    m.mutable_offer()->set_transfer_id(transfer);
+    *m.mutable_offer()->mutable_header() = header;
+    Send(m);
+    for (;;) {
+      v1::GatewayMessage reply;
+      if (!stream_->Read(&reply)) {
+        pending_.emplace_back();  // Read reports the end of the stream.
+        return false;
+      }
+      if (reply.has_push_grant() && reply.push_grant().transfer_id() == transfer) return true;
+      pending_.push_back(reply);
+      if (reply.has_push_ack() && reply.push_ack().transfer_id() == transfer) return false;
     }
   }
   void Send(const v1::SiteMessage& m) { ASSERT_TRUE(stream_->Write(m)); }
@@ -127,6 +151,12 @@ class TestSite {
   // Reads the next message (blocking).
   v1::GatewayMessage Read() {
     v1::GatewayMessage m;
+    if (!pending_.empty()) {
+      m = std::move(pending_.front());
+      pending_.pop_front();
+      EXPECT_NE(m.kind_case(), v1::GatewayMessage::KIND_NOT_SET) << id_ << ": stream ended";
+      return m;
+    }
     EXPECT_TRUE(stream_->Read(&m)) << id_ << ": stream ended";  // then m is empty
     return m;
   }
@@ -187,6 +217,18 @@ class TestSite {
   }
 
  private:
+  static v1::FrameHeader HeaderOf(const v1::TensorKey& key, const std::string& body,
+                                  size_t chunk_size) {
+    v1::FrameHeader h;
+    *h.mutable_key() = key;
+    h.set_dtype(v1::FLOAT32);
+    h.add_shape(static_cast<int64_t>(body.size() / 4));
+    h.set_raw_bytes(body.size() / 4 * 4);
+    h.set_wire_bytes(body.size());
+    h.set_chunk_count(std::max<size_t>(1, (body.size() + chunk_size - 1) / chunk_size));
+    return h;
+  }
+
   std::string id_;
   std::unique_ptr<v1::Gateway::Stub> stub_;
   v1::JoinReply reply_;
@@ -195,6 +237,7 @@ class TestSite {
   std::unique_ptr<grpc::ClientReaderWriter<v1::SiteMessage, v1::GatewayMessage>> stream_;
   uint32_t expected_chunks_ = 1;
   bool finished_ = false;
+  std::deque<v1::GatewayMessage> pending_;  // Read while waiting for a grant (Offer).
 };
 
 class GatewayExchangeTest : public ::testing::Test {
@@ -207,9 +250,11 @@ class GatewayExchangeTest : public ::testing::Test {
                                  "127.0.0.1:0", "--ready-file", dir_.File("ready"), "--dashboard",
                                  "127.0.0.1:0"},
         dir_.File("gateway.log"));
-    auto ready = gateway_->WaitForReadyFile(dir_.File("ready"), {"grpc"}, std::chrono::seconds(30));
+    auto ready =
+        gateway_->WaitForReadyFile(dir_.File("ready"), {"grpc", "http"}, std::chrono::seconds(30));
     ASSERT_FALSE(ready.empty()) << gateway_->LogTail();
     address_ = "127.0.0.1:" + ready["grpc"];
+    http_port_ = std::stoi(ready["http"]);
   }
   void TearDown() override {
     if (HasFailure() && gateway_) std::cerr << "gateway log:\n" << gateway_->LogTail() << "\n";
@@ -218,7 +263,32 @@ class GatewayExchangeTest : public ::testing::Test {
   TempDir dir_;
   std::unique_ptr<Process> gateway_;
   std::string address_;
+  int http_port_ = 0;  // The dashboard's: /metrics.
 };
+
+// The body of GET `path` from 127.0.0.1:`port` (the server closes after answering); "" when the
+// connection fails.
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval timeout{.tv_sec = 10, .tv_usec = 0};  // A server that never answers fails the test.
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  std::string response;
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0) {
+    const std::string request =
+        "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+      char buffer[4096];
+      for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) response.append(buffer, n);
+    }
+  }
+  close(fd);
+  const size_t body = response.find("\r\n\r\n");
+  return body == std::string::npos ? "" : response.substr(body + 4);
+}
 
 std::string Pattern(size_t bytes, char seed) {
   std::string s(bytes, '\0');
@@ -312,7 +382,7 @@ TEST_F(GatewayExchangeTest, AuthorizationAndMalformedMessagesLeaveTheStreamHealt
   EXPECT_EQ(c.ReadPushAck().status_code(), static_cast<int>(grpc::StatusCode::PERMISSION_DENIED));
   // A malformed transfer is refused once, with an ack naming it; its later chunks are dropped
   // quietly. Any other answer (an error per chunk) shows up below as an ack of the wrong transfer.
-  a.Push(2, Key(0, 0, v1::FORWARD), std::string(3 << 20, 'x'), 2 << 20);  // chunk 0 over 1 MiB
+  a.PushUnfunded(2, Key(0, 0, v1::FORWARD), std::string(3 << 20, 'x'), 2 << 20);  // chunk 0 > 1 MiB
   v1::PushAck refused = a.ReadPushAck();
   EXPECT_EQ(refused.transfer_id(), 2u);
   EXPECT_EQ(refused.status_code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
@@ -357,6 +427,42 @@ TEST_F(GatewayExchangeTest, AuthorizationAndMalformedMessagesLeaveTheStreamHealt
   v1::FederationState state = a.State();
   EXPECT_GE(state.rejected_by_reason().at("unauthorized"), 1u);
   EXPECT_EQ(state.rejected_by_reason().at("malformed"), 3u);
+}
+
+// Admission has one path (gateway.proto, Hello): a body pushed with neither standing credit nor a
+// grant is refused with FAILED_PRECONDITION, counted (also in /metrics), and the stream goes on.
+TEST_F(GatewayExchangeTest, AnUnfundedPushIsRefusedCountedAndTheStreamStaysUsable) {
+  StartGateway("128MiB");
+  TestSite a(address_, "a", 0), b(address_, "b", 1);
+  const v1::TensorKey key = Key(0, 0, v1::FORWARD);
+  a.PushUnfunded(1, key, std::string(3 << 10, 'u'), 1 << 10);
+  v1::PushAck refused = a.ReadPushAck();
+  EXPECT_EQ(refused.transfer_id(), 1u);
+  EXPECT_EQ(refused.status_code(), static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION));
+  EXPECT_NE(refused.status_message().find("offer the frame first"), std::string::npos)
+      << refused.status_message();
+  // The same frame, offered, travels; the refused transfer's later chunks were dropped quietly.
+  a.Push(2, key, "funded-frame");
+  v1::PushAck accepted = a.ReadPushAck();
+  EXPECT_EQ(accepted.transfer_id(), 2u);
+  EXPECT_EQ(accepted.status_code(), 0) << accepted.status_message();
+  b.Pull(1, key);
+  int status = -1;
+  EXPECT_EQ(b.ReadFrame(&status), "funded-frame");
+  EXPECT_EQ(status, 0);
+  v1::FederationState state = a.State();
+  EXPECT_EQ(state.rejected_by_reason().at("unfunded"), 1u);
+  EXPECT_EQ(state.rejected_by_reason().count("malformed"), 0u);
+  // The dashboard samples once a second: wait for the refusal to show.
+  const std::string line = "strait_gateway_rejected_frames_by_reason_total{reason=\"unfunded\"} 1";
+  std::string metrics;
+  for (int i = 0; i < 100 && metrics.find(line) == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    metrics = HttpGet(http_port_, "/metrics");
+  }
+  EXPECT_NE(metrics.find(line), std::string::npos) << metrics;
+  a.Finish();
+  b.Finish();
 }
 
 TEST_F(GatewayExchangeTest, SmallBudgetBlocksTheProducerUntilTheConsumerDrains) {

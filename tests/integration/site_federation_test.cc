@@ -213,7 +213,7 @@ TEST(AgreementTest, ASiteThatWouldTrainAnotherNumberOfStepsCannotJoin) {
 }
 
 // GetState over mutual TLS with site dc-a's certificate.
-v1::FederationState GatewayState(LocalFederation& fed) {
+v1::FederationState GatewayState(tools::LocalFederation& fed) {
   const std::string certs = fed.dir().File("certs") + "/";
   auto material = crypto::LoadTlsMaterial(certs + "ca.pem", certs + "dc-a.pem", certs + "dc-a.key");
   EXPECT_TRUE(material.ok()) << material.status();
@@ -228,9 +228,12 @@ v1::FederationState GatewayState(LocalFederation& fed) {
 }
 
 TEST(SecurityTest, AFrameAlteredInTheGatewayIsRefusedCountedAndStopsTraining) {
-  LocalFederation fed(JobYaml({}), kSites);
+  // The test gateway (tamper_gateway_main.cc): strait-gateway that flips a byte of the third frame.
+  tools::Executables executables = tools::Executables::InBuildTree(STRAIT_BINARY_DIR);
+  executables.gateway = STRAIT_TAMPER_GATEWAY;
+  tools::LocalFederation fed(JobYaml({}), kSites, executables);
   std::string error;
-  ASSERT_TRUE(fed.StartGateway({"--test-tamper-frame", "3"}, &error)) << error;
+  ASSERT_TRUE(fed.StartGateway({"--tamper-frame", "3"}, &error)) << error;
   for (const std::string& site : kSites) fed.StartSite(site);
   // Whichever site consumes the third frame stored must refuse it and stop; the others then wait
   // for it (recovery is the failure issue's), and the fixture stops them.

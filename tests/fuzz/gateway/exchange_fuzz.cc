@@ -1,7 +1,8 @@
 // Feeds arbitrary sequences of Exchange messages from three sites into the gateway's session logic
 // (the code behind every gRPC stream): it must answer errors, never crash, leak reservations or
-// standing credit, or exceed its memory budget. Offers and credit (gateway.proto, Hello) are fed
-// like any other message; a grant is a message to the site, so it needs no simulation here.
+// standing credit, exceed its memory budget or break the mailbox's byte accounting. Offers and
+// credit (gateway.proto, Hello) are fed like any other message; a grant is a message to the site,
+// so it needs no simulation here, and a push funded by neither is refused.
 // Membership events are fed too, so that the recovery paths run: a site's stream ends (the others
 // are paused), a site joins again with a new epoch and a checkpoint offer (a rollback to a new
 // generation follows once every site is attached, and the mailbox purges older generations),
@@ -79,7 +80,6 @@ struct Harness {
     for (int i = 0; i < 3; ++i) {
       epochs.push_back(0);
       sessions.push_back(nullptr);
-      paused.push_back(false);
       Join(i, 0);
     }
   }
@@ -107,13 +107,9 @@ struct Harness {
     channels.push_back(std::make_shared<PullAgainChannel>());
     sessions[i] = std::make_unique<strait::gateway::ExchangeSession>(core, Spec().sites[i].id,
                                                                      channels.back());
-    paused[i] = false;
   }
 
-  void Feed(int i, strait::v1::SiteMessage message) {
-    if (paused[i]) return;  // A paused stream is not read (flow control).
-    paused[i] = !sessions[i]->Handle(std::move(message), [this, i] { paused[i] = false; });
-  }
+  void Feed(int i, strait::v1::SiteMessage message) { sessions[i]->Handle(std::move(message)); }
 
   void Hello(int i) {
     strait::v1::SiteMessage hello;
@@ -126,7 +122,6 @@ struct Harness {
   std::vector<uint32_t> epochs;
   std::vector<std::unique_ptr<strait::gateway::ExchangeSession>> sessions;
   std::vector<std::shared_ptr<PullAgainChannel>> channels;  // Of every stream so far.
-  std::vector<bool> paused;
 };
 
 }  // namespace
@@ -168,12 +163,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (parsed) harness.Feed(site, std::move(message));
     }
     for (auto& channel : harness.channels) channel->Poll();
-    if (harness.core.mailbox().GetStats().reserved_bytes > Spec().gateway.memory_budget)
-      std::abort();
+    const auto stats = harness.core.mailbox().GetStats();
+    if (stats.reserved_bytes > Spec().gateway.memory_budget) std::abort();
+    if (stats.accounting_errors > 0) std::abort();  // Also an assert in the mailbox (debug).
   }
   for (auto& session : harness.sessions) session->Close();
   const auto stats = harness.core.mailbox().GetStats();
   // Everything reserved must belong to a stored frame once every stream has closed.
-  if (stats.reserved_bytes != stats.stored_bytes) std::abort();
+  if (stats.reserved_bytes != stats.stored_bytes || stats.credit_bytes != 0) std::abort();
+  if (stats.accounting_errors > 0) std::abort();
   return 0;
 }

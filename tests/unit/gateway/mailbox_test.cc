@@ -14,6 +14,12 @@ using Clock = Mailbox::Clock;
 
 const Clock::time_point kFar = Clock::now() + std::chrono::hours(1);
 
+// Starts a pull under a fresh id (pull ids are the caller's: see Mailbox::Pull).
+void StartPull(Mailbox& mailbox, const MailboxKey& key, Clock::time_point deadline,
+               Mailbox::PullDone done) {
+  ASSERT_TRUE(mailbox.Pull(mailbox.NewPullId(), key, deadline, std::move(done)).ok());
+}
+
 // Reserves synchronously (the budget must have room) and stores.
 void Push(Mailbox& mailbox, const v1::TensorKey& key, uint64_t bytes) {
   ASSERT_TRUE(*mailbox.Reserve(bytes, [] {}));
@@ -24,8 +30,8 @@ TEST(MailboxTest, PullAfterPushIsServedAtOnce) {
   Mailbox mailbox(1000);
   Push(mailbox, Key(1, 0, 0, v1::FORWARD), 10);
   FramePtr got;
-  mailbox.Pull(MailboxKey::From(Key(1, 0, 0, v1::FORWARD)), kFar,
-               [&](absl::StatusOr<FramePtr> f) { got = *f; });
+  StartPull(mailbox, MailboxKey::From(Key(1, 0, 0, v1::FORWARD)), kFar,
+            [&](absl::StatusOr<FramePtr> f) { got = *f; });
   ASSERT_NE(got, nullptr);
   EXPECT_EQ(got->wire_bytes(), 10u);
 }
@@ -33,11 +39,12 @@ TEST(MailboxTest, PullAfterPushIsServedAtOnce) {
 TEST(MailboxTest, PullBeforePushWaitsAndIsServedWhenItArrives) {
   Mailbox mailbox(1000);
   int calls = 0;
-  mailbox.Pull(MailboxKey::From(Key(1, 2, 1, v1::BACKWARD)), kFar, [&](absl::StatusOr<FramePtr> f) {
-    ASSERT_TRUE(f.ok());
-    EXPECT_EQ((*f)->header.key().microbatch(), 2u);
-    ++calls;
-  });
+  StartPull(mailbox, MailboxKey::From(Key(1, 2, 1, v1::BACKWARD)), kFar,
+            [&](absl::StatusOr<FramePtr> f) {
+              ASSERT_TRUE(f.ok());
+              EXPECT_EQ((*f)->header.key().microbatch(), 2u);
+              ++calls;
+            });
   EXPECT_EQ(calls, 0);
   EXPECT_EQ(mailbox.GetStats().waiting_pulls, 1u);
   Push(mailbox, Key(1, 1, 1, v1::BACKWARD), 10);  // another key: still waiting
@@ -101,7 +108,7 @@ TEST(MailboxTest, ReleaseReturnsAnAbandonedReservation) {
   ASSERT_TRUE(*mailbox.Reserve(80, [] {}));
   bool granted = false;
   ASSERT_FALSE(*mailbox.Reserve(50, [&] { granted = true; }));
-  mailbox.Release(80);
+  EXPECT_TRUE(mailbox.Release(80).ok());
   EXPECT_TRUE(granted);
   EXPECT_EQ(mailbox.GetStats().reserved_bytes, 50u);
 }
@@ -110,10 +117,10 @@ TEST(MailboxTest, PullsExpireAtTheirDeadline) {
   Mailbox mailbox(100);
   const Clock::time_point now = Clock::now();
   absl::Status early, late;
-  mailbox.Pull(MailboxKey::From(Key(1, 0, 0, v1::FORWARD)), now + std::chrono::seconds(1),
-               [&](absl::StatusOr<FramePtr> f) { early = f.status(); });
-  mailbox.Pull(MailboxKey::From(Key(1, 1, 0, v1::FORWARD)), now + std::chrono::seconds(5),
-               [&](absl::StatusOr<FramePtr> f) { late = f.status(); });
+  StartPull(mailbox, MailboxKey::From(Key(1, 0, 0, v1::FORWARD)), now + std::chrono::seconds(1),
+            [&](absl::StatusOr<FramePtr> f) { early = f.status(); });
+  StartPull(mailbox, MailboxKey::From(Key(1, 1, 0, v1::FORWARD)), now + std::chrono::seconds(5),
+            [&](absl::StatusOr<FramePtr> f) { late = f.status(); });
   mailbox.ExpirePulls(now + std::chrono::seconds(2));
   EXPECT_EQ(early.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_TRUE(late.ok());  // untouched: still waiting
@@ -123,8 +130,11 @@ TEST(MailboxTest, PullsExpireAtTheirDeadline) {
 TEST(MailboxTest, CancelledPullIsNeverCalled) {
   Mailbox mailbox(100);
   bool called = false;
-  uint64_t id = mailbox.Pull(MailboxKey::From(Key(1, 0, 0, v1::FORWARD)), kFar,
-                             [&](absl::StatusOr<FramePtr>) { called = true; });
+  const uint64_t id = mailbox.NewPullId();
+  ASSERT_TRUE(mailbox
+                  .Pull(id, MailboxKey::From(Key(1, 0, 0, v1::FORWARD)), kFar,
+                        [&](absl::StatusOr<FramePtr>) { called = true; })
+                  .ok());
   mailbox.CancelPull(id);
   Push(mailbox, Key(1, 0, 0, v1::FORWARD), 10);
   EXPECT_FALSE(called);
@@ -135,8 +145,8 @@ TEST(MailboxTest, PurgeDropsOldGenerationsAndAbortsTheirPulls) {
   Push(mailbox, Key(5, 0, 0, v1::FORWARD, /*generation=*/0), 100);
   Push(mailbox, Key(5, 1, 0, v1::FORWARD, /*generation=*/1), 100);
   absl::Status aborted;
-  mailbox.Pull(MailboxKey::From(Key(6, 0, 0, v1::FORWARD, 0)), kFar,
-               [&](absl::StatusOr<FramePtr> f) { aborted = f.status(); });
+  StartPull(mailbox, MailboxKey::From(Key(6, 0, 0, v1::FORWARD, 0)), kFar,
+            [&](absl::StatusOr<FramePtr> f) { aborted = f.status(); });
   mailbox.PurgeGenerationsBelow(1);
   EXPECT_EQ(aborted.code(), absl::StatusCode::kAborted);
   Mailbox::Stats stats = mailbox.GetStats();
@@ -158,8 +168,8 @@ TEST(MailboxTest, PushesAndPullsOfAPurgedGenerationAreStale) {
   EXPECT_EQ(mailbox.GetStats().stored_frames, 0u);
   // A pull of it would wait forever: refused at once.
   absl::Status status;
-  mailbox.Pull(MailboxKey::From(Key(3, 0, 0, v1::FORWARD, 1)), kFar,
-               [&](absl::StatusOr<FramePtr> f) { status = f.status(); });
+  StartPull(mailbox, MailboxKey::From(Key(3, 0, 0, v1::FORWARD, 1)), kFar,
+            [&](absl::StatusOr<FramePtr> f) { status = f.status(); });
   EXPECT_EQ(status.code(), absl::StatusCode::kAborted);
   EXPECT_EQ(mailbox.GetStats().waiting_pulls, 0u);
 }
@@ -172,7 +182,7 @@ TEST(MailboxTest, CreditComesFromSpareBudgetWithinItsLimitAndNeverAheadOfAWaitin
   EXPECT_EQ(mailbox.GetStats().credit_bytes, 600u);
   EXPECT_EQ(mailbox.GetStats().reserved_bytes, 600u);
   // Credit funds a frame: it becomes that frame's reservation.
-  mailbox.UseCredit(300);
+  EXPECT_TRUE(mailbox.UseCredit(300).ok());
   EXPECT_EQ(mailbox.Store(Frame(Key(1, 0, 0, v1::FORWARD), 300)), Mailbox::StoreResult::kStored);
   EXPECT_EQ(mailbox.GetStats().credit_bytes, 300u);
   EXPECT_EQ(mailbox.GetStats().reserved_bytes, 600u);
@@ -180,7 +190,7 @@ TEST(MailboxTest, CreditComesFromSpareBudgetWithinItsLimitAndNeverAheadOfAWaitin
   bool granted = false;
   EXPECT_FALSE(*mailbox.Reserve(500, [&] { granted = true; }));
   EXPECT_EQ(mailbox.GrantCredit(100, 1), 0u);
-  mailbox.ReleaseCredit(300);  // its stream ended
+  EXPECT_TRUE(mailbox.ReleaseCredit(300).ok());  // its stream ended
   EXPECT_TRUE(granted);
   EXPECT_EQ(mailbox.GetStats().credit_bytes, 0u);
   EXPECT_EQ(mailbox.GetStats().reserved_bytes, 800u);
@@ -222,7 +232,7 @@ TEST(MailboxTest, APullIsServedByAFrameStillArriving) {
   Mailbox mailbox(1000);
   const v1::TensorKey key = Key(1, 0, 0, v1::FORWARD);
   FramePtr got;
-  mailbox.Pull(MailboxKey::From(key), kFar, [&](absl::StatusOr<FramePtr> f) { got = *f; });
+  StartPull(mailbox, MailboxKey::From(key), kFar, [&](absl::StatusOr<FramePtr> f) { got = *f; });
   auto frame = ArrivingFrame(key, 3);
   ASSERT_TRUE(*mailbox.Reserve(frame->wire_bytes(), [] {}));
   frame->AddChunk("0123456789");
@@ -254,7 +264,7 @@ TEST(MailboxTest, AnAbandonedFrameIsForgottenBrokenOffAndItsBytesFreed) {
   EXPECT_EQ(mailbox.GetStats().reserved_bytes, 0u);
   // A pull now waits for the producer's next push.
   FramePtr got;
-  mailbox.Pull(MailboxKey::From(key), kFar, [&](absl::StatusOr<FramePtr> f) { got = *f; });
+  StartPull(mailbox, MailboxKey::From(key), kFar, [&](absl::StatusOr<FramePtr> f) { got = *f; });
   EXPECT_EQ(got, nullptr);
   Push(mailbox, key, 30);
   ASSERT_NE(got, nullptr);
@@ -269,7 +279,7 @@ TEST(MailboxTest, AFrameBrokenOffIsNotServedEvenBeforeItsSessionAbandonsIt) {
   mailbox.Store(frame);
   frame->BreakOff();  // its transfer failed; the session calls Abandon right after
   int calls = 0;
-  mailbox.Pull(MailboxKey::From(key), kFar, [&](absl::StatusOr<FramePtr>) { ++calls; });
+  StartPull(mailbox, MailboxKey::From(key), kFar, [&](absl::StatusOr<FramePtr>) { ++calls; });
   EXPECT_EQ(calls, 0);  // a delivery that restarts must not get the same broken frame again
   mailbox.Abandon(frame);
   Push(mailbox, key, 30);
@@ -295,7 +305,7 @@ TEST(MailboxTest, ANewPushReplacesAFrameStillArrivingAndTheOldTransferFreesNothi
   EXPECT_FALSE(new_frame->broken());
   // A broken frame is never served: a pull gets the one that replaced it.
   FramePtr got;
-  mailbox.Pull(MailboxKey::From(key), kFar, [&](absl::StatusOr<FramePtr> f) { got = *f; });
+  StartPull(mailbox, MailboxKey::From(key), kFar, [&](absl::StatusOr<FramePtr> f) { got = *f; });
   EXPECT_EQ(got, new_frame);
 }
 
@@ -309,6 +319,59 @@ TEST(MailboxTest, PurgeBreaksOffFramesStillArriving) {
   EXPECT_EQ(mailbox.GetStats().reserved_bytes, 0u);
   mailbox.Abandon(frame);
   EXPECT_EQ(mailbox.GetStats().reserved_bytes, 0u);
+}
+
+// The caller names its pulls, so it can record a pull before the mailbox may complete it (at once,
+// when the frame is there) and cancel it later; an id still waiting cannot be used again.
+TEST(MailboxTest, PullIdsComeFromTheCaller) {
+  Mailbox mailbox(1000);
+  const uint64_t first = mailbox.NewPullId(), second = mailbox.NewPullId();
+  EXPECT_NE(first, second);
+  EXPECT_NE(first, 0u);
+  Push(mailbox, Key(1, 0, 0, v1::FORWARD), 10);
+  FramePtr got;
+  EXPECT_TRUE(mailbox
+                  .Pull(first, MailboxKey::From(Key(1, 0, 0, v1::FORWARD)), kFar,
+                        [&](absl::StatusOr<FramePtr> f) { got = *f; })
+                  .ok());
+  EXPECT_NE(got, nullptr);  // completed before Pull returned
+  EXPECT_TRUE(
+      mailbox.Pull(second, MailboxKey::From(Key(2, 0, 0, v1::FORWARD)), kFar, [](auto) {}).ok());
+  absl::Status reused;
+  EXPECT_DEBUG_DEATH(
+      reused = mailbox.Pull(second, MailboxKey::From(Key(3, 0, 0, v1::FORWARD)), kFar, [](auto) {}),
+      "accounting");
+#ifdef NDEBUG
+  EXPECT_EQ(reused.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(mailbox.GetStats().accounting_errors, 1u);
+#endif
+  EXPECT_EQ(mailbox.GetStats().waiting_pulls, 1u);
+}
+
+// Returning more bytes than are reserved, or more credit than is outstanding, is a bug: an error,
+// counted, and a failed assert in debug builds; the books are left as they were, never clamped.
+TEST(MailboxTest, BrokenAccountingIsAnErrorAndIsNeverClamped) {
+  Mailbox mailbox(1000, /*credit_limit_bytes=*/500);
+  ASSERT_TRUE(*mailbox.Reserve(100, [] {}));
+  ASSERT_EQ(mailbox.GrantCredit(200, 1), 200u);
+  absl::Status released, used, returned;
+  EXPECT_DEBUG_DEATH(released = mailbox.Release(301), "accounting");
+  EXPECT_DEBUG_DEATH(used = mailbox.UseCredit(201), "accounting");
+  EXPECT_DEBUG_DEATH(returned = mailbox.ReleaseCredit(201), "accounting");
+#ifdef NDEBUG
+  EXPECT_EQ(released.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(used.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(returned.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(mailbox.GetStats().accounting_errors, 3u);
+#endif
+  EXPECT_EQ(mailbox.GetStats().reserved_bytes, 300u);
+  EXPECT_EQ(mailbox.GetStats().credit_bytes, 200u);
+  // The exact amounts balance the books.
+  EXPECT_TRUE(mailbox.UseCredit(50).ok());
+  EXPECT_TRUE(mailbox.ReleaseCredit(150).ok());
+  EXPECT_TRUE(mailbox.Release(150).ok());
+  EXPECT_EQ(mailbox.GetStats().reserved_bytes, 0u);
+  EXPECT_EQ(mailbox.GetStats().credit_bytes, 0u);
 }
 
 }  // namespace

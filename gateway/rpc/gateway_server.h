@@ -1,0 +1,58 @@
+// The gateway's gRPC server (DESIGN.md §9: the wiring, apart from the handler logic): the Gateway
+// service (gateway_service.h) on one listening address, over mutual TLS 1.3 (tls_credentials.h) or,
+// for tests on one machine, plaintext. The daemon starts and stops it through this header, which
+// keeps gRPC's types out of everything but gateway/rpc/.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "crypto/certificates.h"
+#include "gateway/exchange/gateway_core.h"
+#include "gateway/rpc/revocation_list.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace strait::gateway {
+
+class GatewayService;
+
+struct GatewayServerOptions {
+  std::string listen;  // host:port; port 0 picks a free one.
+  // Plaintext gRPC; sites name themselves (the x-strait-site header). For tests on one machine.
+  bool insecure = false;
+  crypto::TlsMaterial tls;  // The federation CA and the gateway's certificate; unused if insecure.
+  // Certificates refused at every call; the caller may Replace the list while the server runs.
+  std::shared_ptr<const RevocationList> revoked = std::make_shared<RevocationList>();
+};
+
+class GatewayServer {
+ public:
+  // Serves `core`, which must outlive the server, as `options` say. INVALID_ARGUMENT when the TLS
+  // material is unusable; UNAVAILABLE when the address cannot be listened on.
+  static absl::StatusOr<std::unique_ptr<GatewayServer>> Start(GatewayCore& core,
+                                                              const GatewayServerOptions& options);
+  // Shutdown with a grace of 2 seconds, unless called already.
+  ~GatewayServer();
+  GatewayServer(const GatewayServer&) = delete;
+  GatewayServer& operator=(const GatewayServer&) = delete;
+
+  // The port the server listens on (the one picked when `listen` asked for port 0).
+  int port() const { return port_; }
+  // Stops accepting calls and cancels those still running after `grace`. Blocks until done;
+  // idempotent. Not thread-safe.
+  void Shutdown(std::chrono::milliseconds grace);
+
+ private:
+  GatewayServer();
+
+  std::unique_ptr<GatewayService> service_;
+  std::unique_ptr<grpc::Server> server_;  // Null once shut down.
+  int port_ = 0;
+};
+
+}  // namespace strait::gateway
