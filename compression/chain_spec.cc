@@ -125,7 +125,8 @@ int ShuffleWidthAfter(const ChainSpec& chain, size_t index) {
 }
 
 // Order: [value stage] [shuffle] [zstd], each at most once; "none" alone. `text` is the chain as
-// the message shows it.
+// the message shows it; empty: its canonical text (made only on error: frame headers are checked
+// on every decode, which must not allocate).
 absl::Status CheckOrder(const ChainSpec& chain, absl::string_view text) {
   int previous_rank = -1;
   for (size_t i = 0; i < chain.stages.size(); ++i) {
@@ -137,7 +138,7 @@ absl::Status CheckOrder(const ChainSpec& chain, absl::string_view text) {
     if (rank <= previous_rank) {
       return absl::InvalidArgumentError(absl::StrCat(
           "stage '", StageName(kind), "' cannot follow '", StageName(chain.stages[i - 1].kind),
-          "' in codec chain '", text,
+          "' in codec chain '", text.empty() ? chain.ToString() : std::string(text),
           "'; order is: at most one of fp16/bf16/int8/int4/topk, then shuffle, then zstd"));
     }
     previous_rank = rank;
@@ -194,7 +195,7 @@ absl::Status ValidateChainSpec(const ChainSpec& chain) {
   for (const StageSpec& s : chain.stages) {
     if (StageName(s.kind) == "?") return absl::InvalidArgumentError("unknown codec stage kind");
   }
-  STRAIT_RETURN_IF_ERROR(CheckOrder(chain, chain.ToString()));
+  STRAIT_RETURN_IF_ERROR(CheckOrder(chain, /*text=*/""));
   for (size_t i = 0; i < chain.stages.size(); ++i) {
     const StageSpec& s = chain.stages[i];
     bool ok = true;

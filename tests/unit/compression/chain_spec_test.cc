@@ -222,6 +222,12 @@ TEST(ChainSpecTest, ValidateRejectsOutOfRangeTypedChains) {
   chain = *ParseChainSpec("zstd");
   chain.stages[0].level = 0;
   EXPECT_FALSE(ValidateChainSpec(chain).ok());
+  // A typed chain has no text of its own: the message shows the canonical one.
+  chain = *ParseChainSpec("zstd");
+  chain.stages.push_back(ParseChainSpec("int8")->stages[0]);
+  EXPECT_THAT(std::string(ValidateChainSpec(chain).message()),
+              ::testing::HasSubstr("stage 'int8' cannot follow 'zstd' in codec chain "
+                                   "'zstd:1+int8:256'"));
 }
 
 }  // namespace
