@@ -25,7 +25,7 @@ namespace {
 
 using compression::CodecChain;
 using compression::DecodedTensor;
-using compression::FrameDecoder;
+using compression::TensorDecoder;
 using compression::ResidualStore;
 using Clock = std::chrono::steady_clock;
 
@@ -120,7 +120,7 @@ int Run(bool json, int mib, int repeats, const std::vector<std::string>& chains)
         return 2;
       }
       ResidualStore residuals;
-      FrameDecoder decoder;
+      TensorDecoder decoder;
       DecodedTensor decoded;
       absl::Span<const uint8_t> frame;  // the last Encode's, valid until the chain's next Encode
       Row row{t.name, spec};
