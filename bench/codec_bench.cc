@@ -17,16 +17,16 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "bench/command.h"
 #include "compression/codec_chain.h"
-#include "tools/command.h"
 
-namespace strait::tools {
+namespace strait::bench {
 namespace {
 
 using compression::CodecChain;
 using compression::DecodedTensor;
-using compression::TensorDecoder;
 using compression::ResidualStore;
+using compression::TensorDecoder;
 using Clock = std::chrono::steady_clock;
 
 const char* const kChains[] = {"none",         "fp16",      "bf16",           "bf16+shuffle+zstd",
@@ -212,4 +212,4 @@ void AddBenchCodecsCommand(CLI::App& bench, int* exit_code) {
   cmd->callback([=] { *exit_code = Run(*json, *mib, *repeats, *chains); });
 }
 
-}  // namespace strait::tools
+}  // namespace strait::bench
