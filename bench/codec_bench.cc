@@ -17,16 +17,16 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "bench/command.h"
 #include "compression/codec_chain.h"
-#include "tools/command.h"
 
-namespace strait::tools {
+namespace strait::bench {
 namespace {
 
 using compression::CodecChain;
 using compression::DecodedTensor;
-using compression::FrameDecoder;
 using compression::ResidualStore;
+using compression::TensorDecoder;
 using Clock = std::chrono::steady_clock;
 
 const char* const kChains[] = {"none",         "fp16",      "bf16",           "bf16+shuffle+zstd",
@@ -120,7 +120,7 @@ int Run(bool json, int mib, int repeats, const std::vector<std::string>& chains)
         return 2;
       }
       ResidualStore residuals;
-      FrameDecoder decoder;
+      TensorDecoder decoder;
       DecodedTensor decoded;
       absl::Span<const uint8_t> frame;  // the last Encode's, valid until the chain's next Encode
       Row row{t.name, spec};
@@ -212,4 +212,4 @@ void AddBenchCodecsCommand(CLI::App& bench, int* exit_code) {
   cmd->callback([=] { *exit_code = Run(*json, *mib, *repeats, *chains); });
 }
 
-}  // namespace strait::tools
+}  // namespace strait::bench

@@ -12,15 +12,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/command.h"
 #include "core/job_spec.h"
 #include "core/status.h"
 #include "site/backend/counter_rng.h"
 #include "site/collective/all_reducer.h"
 #include "site/collective/replica_group.h"
 #include "site/collective/worker_pool.h"
-#include "tools/command.h"
 
-namespace strait::tools {
+namespace strait::bench {
 namespace {
 
 using collective::ReplicaGroup;
@@ -206,4 +206,4 @@ void AddBenchCollectiveCommand(CLI::App& bench, int* exit_code) {
   cmd->callback([=] { *exit_code = RunCollectiveBench(*o); });
 }
 
-}  // namespace strait::tools
+}  // namespace strait::bench

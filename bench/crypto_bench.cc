@@ -19,14 +19,14 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "bench/command.h"
 #include "core/status.h"
 #include "crypto/aead.h"
 #include "crypto/certificates.h"
 #include "crypto/key_exchange.h"
 #include "crypto/openssl_check.h"
-#include "tools/command.h"
 
-namespace strait::tools {
+namespace strait::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -257,4 +257,4 @@ void AddBenchCryptoCommand(CLI::App& bench, int* exit_code) {
   });
 }
 
-}  // namespace strait::tools
+}  // namespace strait::bench

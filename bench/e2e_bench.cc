@@ -22,17 +22,28 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "bench/command.h"
 #include "bench/step_time_bound.h"
 #include "core/cpu_time.h"
 #include "core/job_spec.h"
-#include "tools/command.h"
 #include "tools/job_spec_options.h"
 #include "tools/job_spec_rewrite.h"
 #include "tools/local_federation.h"
 #include "tools/wan/link_profile.h"
 
-namespace strait::tools {
+namespace strait::bench {
 namespace {
+
+using tools::AddJobSpecOverrideOptions;
+using tools::DefaultJobSpec;
+using tools::Describe;
+using tools::JobSpecOverrides;
+using tools::LinkProfile;
+using tools::LocalFederation;
+using tools::NamedProfile;
+using tools::ReadFile;
+using tools::RewriteJobSpec;
+using tools::RewrittenJobSpec;
 
 struct E2eOptions {
   std::string config;
@@ -84,7 +95,7 @@ std::vector<std::string> SiteIds(const JobSpec& spec) {
 
 // One federated run of `spec` in `fed`, every site behind an emulated link when `wan` is set.
 absl::StatusOr<FederationRun> RunFederation(LocalFederation& fed, const JobSpec& spec,
-                                            const std::optional<wan::LinkProfile>& wan) {
+                                            const std::optional<LinkProfile>& wan) {
   const std::vector<std::string> ids = SiteIds(spec);
   std::string error;
   if (!fed.StartGateway({"--log-level", "warn"}, &error)) {
@@ -130,10 +141,10 @@ absl::StatusOr<FederationRun> RunFederation(LocalFederation& fed, const JobSpec&
 }
 
 // The bound for `run` of `spec`, its stages' compute as measured in that run.
-bench::StepBound Bound(const JobSpec& spec, const FederationRun& run, int64_t steps,
-                       const std::optional<wan::LinkProfile>& wan) {
+StepBound Bound(const JobSpec& spec, const FederationRun& run, int64_t steps,
+                const std::optional<LinkProfile>& wan) {
   const int m = spec.training.microbatches;
-  bench::BoundInput in;
+  BoundInput in;
   in.schedule = spec.training.schedule;
   in.extra_in_flight = spec.training.extra_in_flight;
   in.update = spec.training.update;
@@ -145,7 +156,7 @@ bench::StepBound Bound(const JobSpec& spec, const FederationRun& run, int64_t st
         {.forward_s = site.time.value("forward_s", 0.0) * per_microbatch,
          .backward_s = site.time.value("backward_s", 0.0) * per_microbatch,
          .update_s = site.time.value("update_s", 0.0) / static_cast<double>(steps)});
-    bench::SiteLink link;
+    SiteLink link;
     if (wan) {
       link.one_way_delay_s = std::chrono::duration<double>(wan->one_way_delay).count();
       link.bytes_per_second = wan->rate_bits_per_second / 8;
@@ -154,7 +165,7 @@ bench::StepBound Bound(const JobSpec& spec, const FederationRun& run, int64_t st
   }
   in.forward_frame_bytes = run.forward_frame_bytes;
   in.backward_frame_bytes = run.backward_frame_bytes;
-  return bench::StepTimeLowerBound(in);
+  return StepTimeLowerBound(in);
 }
 
 absl::StatusOr<double> RunReference(LocalFederation& fed) {
@@ -254,7 +265,7 @@ enum class LinkKind { kLoopback, kPassThrough, kProfile };
 
 // Loopback against the WAN profile, for the lossless chain and a compressed one.
 int RunWan(const E2eOptions& o) {
-  absl::StatusOr<wan::LinkProfile> profile = wan::NamedProfile(o.wan);
+  absl::StatusOr<LinkProfile> profile = NamedProfile(o.wan);
   if (!profile.ok()) {
     std::fprintf(stderr, "strait bench e2e: --wan: %s\n",
                  std::string(profile.status().message()).c_str());
@@ -291,7 +302,7 @@ int RunWan(const E2eOptions& o) {
       std::printf(
           "strait bench e2e --wan %s: %s; %s, %lld steps of %d samples in %d microbatches, %s, "
           "%zu sites, one compute thread per process\n",
-          o.wan.c_str(), wan::Describe(*profile).c_str(), spec.name.c_str(),
+          o.wan.c_str(), Describe(*profile).c_str(), spec.name.c_str(),
           static_cast<long long>(steps), t.global_batch, t.microbatches, ToString(t.schedule),
           spec.sites.size());
       std::printf("%-30s %-12s %9s %9s %9s %9s %9s %-9s %9s %9s %10s %9s %6s  %s\n",
@@ -306,8 +317,8 @@ int RunWan(const E2eOptions& o) {
     // Samples/s on loopback and through pass-through emulators, for the summary lines.
     double loopback_sps = 0, passthrough_sps = 0;
     for (LinkKind kind : {LinkKind::kLoopback, LinkKind::kPassThrough, LinkKind::kProfile}) {
-      std::optional<wan::LinkProfile> link;
-      if (kind == LinkKind::kPassThrough) link = wan::LinkProfile{.name = "pass-through"};
+      std::optional<LinkProfile> link;
+      if (kind == LinkKind::kPassThrough) link = LinkProfile{.name = "pass-through"};
       if (kind == LinkKind::kProfile) link = *profile;
       const std::string link_name = kind == LinkKind::kLoopback ? "loopback" : link->name;
       LocalFederation fed(rewritten->yaml, SiteIds(spec));
@@ -316,7 +327,7 @@ int RunWan(const E2eOptions& o) {
         std::fprintf(stderr, "strait bench e2e: %s\n", std::string(run.status().message()).c_str());
         return 1;
       }
-      const bench::StepBound bound = Bound(spec, *run, steps, link);
+      const StepBound bound = Bound(spec, *run, steps, link);
       const double sps = run->steady_samples_per_second;
       const double step_s = t.global_batch / std::max(sps, 1e-9);
       const double cpu_per_step_s = run->CpuSeconds() / static_cast<double>(steps);
@@ -456,4 +467,4 @@ void AddBenchE2eCommand(CLI::App& bench, int* exit_code) {
   cmd->callback([o, exit_code] { *exit_code = RunE2e(*o); });
 }
 
-}  // namespace strait::tools
+}  // namespace strait::bench

@@ -13,15 +13,15 @@
 #include <string>
 #include <vector>
 
+#include "bench/command.h"
 #include "bench/recording_backend.h"
 #include "core/cpu_time.h"
 #include "core/job_spec.h"
 #include "site/backend/backend_factory.h"
 #include "site/backend/counter_rng.h"
 #include "site/nn/stage.h"
-#include "tools/command.h"
 
-namespace strait::tools {
+namespace strait::bench {
 namespace {
 
 struct EngineBenchOptions {
@@ -162,4 +162,4 @@ void AddBenchEngineCommand(CLI::App& bench, int* exit_code) {
   cmd->callback([=] { *exit_code = RunEngineBench(*o); });
 }
 
-}  // namespace strait::tools
+}  // namespace strait::bench

@@ -7,7 +7,7 @@
 
 #include "core/status.h"
 
-namespace strait {
+namespace strait::bench {
 namespace {
 
 // Floats a strided operand spans: rows x ld for each batch element.
@@ -94,4 +94,4 @@ void GemmReplay::RunPlainOpenBlas(int threads) {
   openblas_set_num_threads(1);
 }
 
-}  // namespace strait
+}  // namespace strait::bench

@@ -9,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "site/backend/backend.h"
 
-namespace strait {
+namespace strait::bench {
 
 struct GemmCall {
   bool trans_a = false, trans_b = false;
@@ -135,4 +135,4 @@ class GemmReplay {
   DeviceBuffer arena_;
 };
 
-}  // namespace strait
+}  // namespace strait::bench

@@ -19,17 +19,21 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/command.h"
 #include "bench/relay_job.h"
 #include "bench/rpc/relay_sink.h"
 #include "crypto/certificates.h"
 #include "gateway/rpc/tls_credentials.h"
 #include "site/rpc/gateway_client.h"
 #include "site/rpc/tls_credentials.h"
-#include "tools/command.h"
 #include "tools/subprocess.h"
 
-namespace strait::tools {
+namespace strait::bench {
 namespace {
+
+using tools::FindStraitExecutable;
+using tools::Process;
+using tools::TempDir;
 
 constexpr int kPullWindow = 8;
 
@@ -38,9 +42,6 @@ int64_t NowNs() {
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
-
-using bench::RelayFrameKey;
-using bench::RelayJoin;
 
 // Client credentials of site `id`: insecure (a header names the site) or its certificate.
 absl::StatusOr<site::GatewayClient::Options> ClientOptions(const std::string& address,
@@ -83,7 +84,7 @@ int RunSink(const SinkFlags& flags) {
     if (!credentials.ok()) return 1;
     server_credentials = *credentials;
   }
-  auto sink = bench::RelaySink::Start(server_credentials, [&](uint64_t n) {
+  auto sink = RelaySink::Start(server_credentials, [&](uint64_t n) {
     if (n == flags.frames) AppendResult(flags.result_file, absl::StrCat("direct_done=", NowNs()));
   });
   if (!sink.ok())
@@ -215,8 +216,7 @@ absl::StatusOr<Measurement> Measure(const std::string& dir, const std::string& t
 absl::Status MakeCertificates(const std::string& dir) {
   const std::string strait = FindStraitExecutable("strait");
   for (const std::vector<std::string>& args :
-       {std::vector<std::string>{strait, "certs", "init", "--dir", dir, "--name",
-                                 bench::kRelayFederation},
+       {std::vector<std::string>{strait, "certs", "init", "--dir", dir, "--name", kRelayFederation},
         {strait, "certs", "issue", "--dir", dir, "--gateway", "127.0.0.1"},
         {strait, "certs", "issue", "--dir", dir, "--site", "a"},
         {strait, "certs", "issue", "--dir", dir, "--site", "b"}}) {
@@ -229,7 +229,7 @@ absl::Status MakeCertificates(const std::string& dir) {
 
 int RunRelay(bool json, uint64_t total_mib) {
   TempDir dir;
-  std::ofstream(dir.File("fed.yaml")) << bench::kRelayJobSpec;
+  std::ofstream(dir.File("fed.yaml")) << kRelayJobSpec;
   const std::string tls_dir = dir.File("certs");
   std::filesystem::create_directories(tls_dir);
   if (absl::Status s = MakeCertificates(tls_dir); !s.ok()) {
@@ -302,4 +302,4 @@ void AddBenchRelayCommand(CLI::App& bench, int* exit_code) {
   sink->callback([=] { *exit_code = RunSink(*flags); });
 }
 
-}  // namespace strait::tools
+}  // namespace strait::bench

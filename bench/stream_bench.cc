@@ -15,16 +15,24 @@
 #include <thread>
 
 #include "absl/strings/str_format.h"
+#include "bench/command.h"
 #include "bench/relay_job.h"
 #include "core/frame_header.h"
 #include "site/rpc/gateway_client.h"
-#include "tools/command.h"
 #include "tools/subprocess.h"
 #include "tools/wan/link_emulator.h"
 #include "tools/wan/link_profile.h"
 
-namespace strait::tools {
+namespace strait::bench {
 namespace {
+
+using tools::Describe;
+using tools::FindStraitExecutable;
+using tools::LinkEmulator;
+using tools::LinkProfile;
+using tools::NamedProfile;
+using tools::Process;
+using tools::TempDir;
 
 constexpr int kWarmUpFrames = 4;  // Let gRPC's flow-control windows grow to the link's BDP first.
 
@@ -43,15 +51,14 @@ absl::StatusOr<std::unique_ptr<site::GatewayClient>> Connect(const std::string& 
   options.credentials = grpc::InsecureChannelCredentials();
   options.insecure_site_id = id;
   options.chunk_bytes = chunk_bytes;
-  return site::GatewayClient::Connect(options, bench::RelayJoin(id));
+  return site::GatewayClient::Connect(options, RelayJoin(id));
 }
 
 // Milliseconds from the push of frame `index` (`bytes` long) to the end of its pull, which was
 // placed at the gateway beforehand.
 absl::StatusOr<double> TimeOneFrame(site::GatewayClient& producer, site::GatewayClient& consumer,
-                                    const wan::LinkProfile& profile, uint64_t index,
-                                    uint64_t bytes) {
-  const v1::TensorKey key = bench::RelayFrameKey(index);
+                                    const LinkProfile& profile, uint64_t index, uint64_t bytes) {
+  const v1::TensorKey key = RelayFrameKey(index);
   auto pulled = consumer.Pull(key, std::chrono::seconds(120));
   // The pull crosses the consumer's link first.
   std::this_thread::sleep_for(2 * profile.one_way_delay + std::chrono::milliseconds(50));
@@ -72,7 +79,7 @@ absl::StatusOr<double> TimeOneFrame(site::GatewayClient& producer, site::Gateway
 
 // One gateway, two emulated links, a producer pushing in pieces of `chunk_bytes` (whole frames when
 // it is at least the frame size); the median latency per frame size.
-absl::Status MeasurePieces(const TempDir& dir, const wan::LinkProfile& profile,
+absl::Status MeasurePieces(const TempDir& dir, const LinkProfile& profile,
                            const std::vector<uint64_t>& frame_sizes, uint64_t chunk_bytes, int runs,
                            int tag, std::vector<Row>& rows) {
   const std::string ready_file = dir.File("gateway" + std::to_string(tag) + ".ready");
@@ -84,8 +91,8 @@ absl::Status MeasurePieces(const TempDir& dir, const wan::LinkProfile& profile,
   if (ready.empty())
     return absl::UnavailableError("the gateway did not start:\n" + gateway.LogTail());
   const std::string address = "127.0.0.1:" + ready["grpc"];
-  auto producer_link = wan::LinkEmulator::Start("127.0.0.1:0", address, profile);
-  auto consumer_link = wan::LinkEmulator::Start("127.0.0.1:0", address, profile);
+  auto producer_link = LinkEmulator::Start("127.0.0.1:0", address, profile);
+  auto consumer_link = LinkEmulator::Start("127.0.0.1:0", address, profile);
   if (!producer_link.ok()) return producer_link.status();
   if (!consumer_link.ok()) return consumer_link.status();
   auto consumer = Connect((*consumer_link)->address(), "b", kMaxChunkBytes);
@@ -122,14 +129,14 @@ absl::Status MeasurePieces(const TempDir& dir, const wan::LinkProfile& profile,
 
 int RunStream(const std::string& profile_name, const std::vector<uint64_t>& frame_kib,
               uint64_t chunk_bytes, int runs, bool json) {
-  absl::StatusOr<wan::LinkProfile> profile = wan::NamedProfile(profile_name);
+  absl::StatusOr<LinkProfile> profile = NamedProfile(profile_name);
   if (!profile.ok()) {
     std::fprintf(stderr, "strait bench stream: %s\n",
                  std::string(profile.status().message()).c_str());
     return 2;
   }
   TempDir dir;
-  std::ofstream(dir.File("fed.yaml")) << bench::kRelayJobSpec;
+  std::ofstream(dir.File("fed.yaml")) << kRelayJobSpec;
   // Frames over kMaxChunkBytes cannot be pushed whole (in one piece): timed in pieces only.
   std::vector<uint64_t> sizes, whole_sizes;
   for (uint64_t kib : frame_kib) {
@@ -142,7 +149,7 @@ int RunStream(const std::string& profile_name, const std::vector<uint64_t>& fram
     const std::vector<uint64_t>& measured = pieces == kMaxChunkBytes ? whole_sizes : sizes;
     if (measured.empty()) continue;
     if (!json) {
-      std::fprintf(stderr, "stream: %s, frames %s...\n", wan::Describe(*profile).c_str(),
+      std::fprintf(stderr, "stream: %s, frames %s...\n", Describe(*profile).c_str(),
                    pieces == kMaxChunkBytes
                        ? "whole"
                        : absl::StrFormat("in pieces of %d KiB", pieces >> 10).c_str());
@@ -166,7 +173,7 @@ int RunStream(const std::string& profile_name, const std::vector<uint64_t>& fram
     return 0;
   }
   std::printf("strait bench stream --wan %s: %s; one frame at a time, push to pull, median of %d\n",
-              profile->name.c_str(), wan::Describe(*profile).c_str(), runs);
+              profile->name.c_str(), Describe(*profile).c_str(), runs);
   std::printf("%-9s %-14s %12s %10s\n", "frame", "sent as", "measured ms", "model ms");
   for (const Row& row : rows) {
     const std::string sent = row.piece_bytes == row.frame_bytes
@@ -217,4 +224,4 @@ void AddBenchStreamCommand(CLI::App& bench, int* exit_code) {
   stream->callback([=] { *exit_code = RunStream(*profile, *frame_kib, *chunk, *runs, *json); });
 }
 
-}  // namespace strait::tools
+}  // namespace strait::bench

@@ -1,8 +1,8 @@
 // fp16 and bf16 casts: 2 bytes per value, round to nearest even, NaN and Inf preserved.
 #include <cstring>
 
+#include "compression/codec_stage.h"
 #include "compression/float_bits.h"
-#include "compression/stage.h"
 #include "compression/vectorize.h"
 
 namespace strait::compression {
@@ -26,7 +26,7 @@ STRAIT_VECTOR_CLONES void UncastLoop(const uint8_t* __restrict x, size_t n, floa
 }
 
 template <uint16_t (*kToBits)(float), float (*kFromBits)(uint16_t)>
-class CastStage final : public Stage {
+class CastStage final : public CodecStage {
  public:
   explicit CastStage(absl::string_view name) : name_(name) {}
 
@@ -56,7 +56,7 @@ class CastStage final : public Stage {
 
 }  // namespace
 
-std::unique_ptr<Stage> MakeCastStage(StageKind kind) {
+std::unique_ptr<CodecStage> MakeCastStage(StageKind kind) {
   if (kind == StageKind::kFp16) {
     return std::make_unique<CastStage<FloatToHalfBits, HalfBitsToFloat>>("fp16");
   }

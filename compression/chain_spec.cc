@@ -1,6 +1,8 @@
 #include "compression/chain_spec.h"
 
 #include <charconv>
+#include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -12,15 +14,19 @@ namespace {
 constexpr absl::string_view kStages =
     "none, fp16, bf16, int8[:BLOCK][:sr], int4[:BLOCK][:sr], topk:R[:ef], shuffle, zstd[:LEVEL]";
 
-absl::Status StageError(absl::string_view name, absl::string_view message) {
-  return absl::InvalidArgumentError(absl::StrCat("codec stage '", name, "': ", message));
+// "codec stage 'int8': ..." when the stage has no parameters, "codec stage 'int8:...': ..." when it
+// has some (the caller shows the whole chain, or the job spec's line and column).
+absl::Status StageError(absl::string_view name, const std::vector<std::string>& params,
+                        absl::string_view message) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("codec stage '", name, params.empty() ? "" : ":...", "': ", message));
 }
 
 bool ValidBlockSize(int block) { return block >= 2 && block <= 65536 && block % 2 == 0; }
 bool ValidFraction(double fraction) { return fraction > 0 && fraction <= 1; }
 bool ValidLevel(int level) { return level != 0 && level >= -7 && level <= 22; }
 
-// The parameter rules mirror core/codec_chain_syntax.cc (same absl number parsers, same limits).
+// int8 | int4 [:BLOCK] [:sr], in any order, each at most once.
 absl::Status ParseQuantizer(absl::string_view name, const std::vector<std::string>& params,
                             StageSpec* stage) {
   bool seen_block = false, seen_sr = false;
@@ -31,35 +37,44 @@ absl::Status ParseQuantizer(absl::string_view name, const std::vector<std::strin
     } else if (absl::SimpleAtoi(p, &block) && !seen_block) {
       if (!ValidBlockSize(block)) {
         return StageError(
-            name, absl::StrCat("block size must be an even number in [2, 65536], found ", p));
+            name, params,
+            absl::StrCat("block size must be an even number in [2, 65536], found ", p));
       }
       seen_block = true;
       stage->block_size = block;
     } else {
       return StageError(
-          name, absl::StrCat("unexpected parameter '", p, "'; expected a block size and/or 'sr'"));
+          name, params,
+          absl::StrCat("unexpected parameter '", p, "'; expected a block size and/or 'sr'"));
     }
   }
   return absl::OkStatus();
 }
 
+// topk:R [:ef]
 absl::Status ParseTopK(const std::vector<std::string>& params, StageSpec* stage) {
   if (params.empty() || !absl::SimpleAtod(params[0], &stage->fraction) ||
       !ValidFraction(stage->fraction)) {
-    return StageError("topk", "needs the kept fraction R in (0, 1], e.g. topk:0.01");
+    return StageError("topk", params, "needs the kept fraction R in (0, 1], e.g. topk:0.01");
   }
-  if (params.size() > 2 || (params.size() == 2 && params[1] != "ef")) {
-    return StageError("topk", "the only option after R is 'ef' (error feedback)");
+  for (size_t i = 1; i < params.size(); ++i) {
+    if (params[i] != "ef" || i > 1) {
+      return StageError("topk", params,
+                        absl::StrCat("unexpected parameter '", params[i],
+                                     "'; the only option is 'ef' (error feedback)"));
+    }
   }
   stage->error_feedback = params.size() == 2;
   return absl::OkStatus();
 }
 
+// zstd [:LEVEL]
 absl::Status ParseZstd(const std::vector<std::string>& params, StageSpec* stage) {
   if (params.empty()) return absl::OkStatus();
   if (params.size() > 1 || !absl::SimpleAtoi(params[0], &stage->level) ||
       !ValidLevel(stage->level)) {
-    return StageError("zstd", "level must be an integer in [-7, 22] other than 0, e.g. zstd:3");
+    return StageError("zstd", params,
+                      "level must be an integer in [-7, 22] other than 0, e.g. zstd:3");
   }
   return absl::OkStatus();
 }
@@ -91,7 +106,7 @@ absl::StatusOr<StageSpec> ParseStage(absl::string_view text, absl::string_view c
   for (StageKind kind :
        {StageKind::kNone, StageKind::kFp16, StageKind::kBf16, StageKind::kShuffle}) {
     if (name == StageName(kind)) {
-      if (!params.empty()) return StageError(name, "takes no parameters");
+      if (!params.empty()) return StageError(name, params, "takes no parameters");
       stage.kind = kind;
       return stage;
     }
@@ -107,6 +122,28 @@ int ShuffleWidthAfter(const ChainSpec& chain, size_t index) {
   StageKind before = chain.stages[index - 1].kind;
   if (before == StageKind::kFp16 || before == StageKind::kBf16) return 2;
   return 1;
+}
+
+// Order: [value stage] [shuffle] [zstd], each at most once; "none" alone. `text` is the chain as
+// the message shows it; empty: its canonical text (made only on error: frame headers are checked
+// on every decode, which must not allocate).
+absl::Status CheckOrder(const ChainSpec& chain, absl::string_view text) {
+  int previous_rank = -1;
+  for (size_t i = 0; i < chain.stages.size(); ++i) {
+    const StageKind kind = chain.stages[i].kind;
+    if (kind == StageKind::kNone && chain.stages.size() > 1) {
+      return absl::InvalidArgumentError("'none' must be the only stage of a codec chain");
+    }
+    const int rank = Rank(kind);
+    if (rank <= previous_rank) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stage '", StageName(kind), "' cannot follow '", StageName(chain.stages[i - 1].kind),
+          "' in codec chain '", text.empty() ? chain.ToString() : std::string(text),
+          "'; order is: at most one of fp16/bf16/int8/int4/topk, then shuffle, then zstd"));
+    }
+    previous_rank = rank;
+  }
+  return absl::OkStatus();
 }
 
 std::string FormatDouble(double value) {
@@ -155,20 +192,12 @@ absl::string_view StageName(StageKind kind) {
 
 absl::Status ValidateChainSpec(const ChainSpec& chain) {
   if (chain.stages.empty()) return absl::InvalidArgumentError("empty codec chain");
-  int previous_rank = -1;
+  for (const StageSpec& s : chain.stages) {
+    if (StageName(s.kind) == "?") return absl::InvalidArgumentError("unknown codec stage kind");
+  }
+  STRAIT_RETURN_IF_ERROR(CheckOrder(chain, /*text=*/""));
   for (size_t i = 0; i < chain.stages.size(); ++i) {
     const StageSpec& s = chain.stages[i];
-    if (StageName(s.kind) == "?") return absl::InvalidArgumentError("unknown codec stage kind");
-    if (s.kind == StageKind::kNone && chain.stages.size() > 1) {
-      return absl::InvalidArgumentError("'none' must be the only stage of a codec chain");
-    }
-    int rank = Rank(s.kind);
-    if (rank <= previous_rank) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "stage '", StageName(s.kind), "' cannot follow '", StageName(chain.stages[i - 1].kind),
-          "'; order is: at most one of fp16/bf16/int8/int4/topk, then shuffle, then zstd"));
-    }
-    previous_rank = rank;
     bool ok = true;
     switch (s.kind) {
       case StageKind::kInt8:
@@ -187,7 +216,10 @@ absl::Status ValidateChainSpec(const ChainSpec& chain) {
       default:
         break;
     }
-    if (!ok) return StageError(StageName(s.kind), "parameter out of range");
+    if (!ok) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("codec stage '", StageName(s.kind), "': parameter out of range"));
+    }
   }
   return absl::OkStatus();
 }
@@ -202,14 +234,11 @@ absl::StatusOr<ChainSpec> ParseChainSpec(absl::string_view text) {
     STRAIT_ASSIGN_OR_RETURN(StageSpec stage, ParseStage(stage_text, text));
     chain.stages.push_back(stage);
   }
+  STRAIT_RETURN_IF_ERROR(CheckOrder(chain, text));
   for (size_t i = 0; i < chain.stages.size(); ++i) {
     if (chain.stages[i].kind == StageKind::kShuffle) {
       chain.stages[i].width = ShuffleWidthAfter(chain, i);
     }
-  }
-  absl::Status status = ValidateChainSpec(chain);
-  if (!status.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(status.message(), " (in '", text, "')"));
   }
   return chain;
 }

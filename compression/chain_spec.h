@@ -1,7 +1,7 @@
 // A codec chain as written in the job spec ("int8+zstd", "topk:0.01:ef+zstd:3"), parsed into typed
-// stages. The grammar is the one core/codec_chain_syntax.h documents; this is compression's own
-// parser (compression depends on nothing else in the project), and a unit test checks that both
-// accept exactly the same strings.
+// stages: the one parser of the grammar (docs/config.md, "Codec chains"). core checks job specs
+// with it, so a bad chain is reported with file:line:column when the spec is loaded; the codecs are
+// built from what it returns. Grammar: chain = stage ("+" stage)*; stage = name (":" param)*.
 //   none               alone: raw fp32
 //   fp16 | bf16        casts, round to nearest even
 //   int8 | int4        per-block absmax quantization; params: block size (even, [2, 65536], default
@@ -66,8 +66,9 @@ struct ChainSpec {
   bool operator==(const ChainSpec&) const = default;
 };
 
-// Parses and checks `text`; the error names the offending stage. Fills StageSpec::width of shuffle
-// from the stage before it (4 after raw fp32, 2 after fp16/bf16, 1 otherwise). Thread-safe.
+// Parses and checks `text`. InvalidArgument names the offending stage and what is allowed, without
+// a file position (a caller reading a file adds it). Fills StageSpec::width of shuffle from the
+// stage before it (4 after raw fp32, 2 after fp16/bf16, 1 otherwise). Thread-safe.
 absl::StatusOr<ChainSpec> ParseChainSpec(absl::string_view text);
 
 // Checks the order rules and parameter ranges of an already typed chain (used on frame headers).

@@ -25,7 +25,7 @@ std::unique_ptr<CodecChain> CodecChain::Create(const ChainSpec& spec, const Code
 
 CodecChain::CodecChain(const ChainSpec& spec, const CodecOptions& options)
     : spec_(spec), options_(options) {
-  for (const StageSpec& stage : spec_.stages) stages_.push_back(MakeStage(stage));
+  for (const StageSpec& stage : spec_.stages) stages_.push_back(MakeCodecStage(stage));
   header_.chain = spec_;
 }
 
@@ -130,7 +130,7 @@ absl::Status CodecChain::DecodeWithHeader(absl::Span<const uint8_t> frame, Decod
   return absl::OkStatus();
 }
 
-absl::Status FrameDecoder::Decode(absl::Span<const uint8_t> frame, DecodedTensor* out) {
+absl::Status TensorDecoder::Decode(absl::Span<const uint8_t> frame, DecodedTensor* out) {
   STRAIT_RETURN_IF_ERROR(ParseFrameHeader(frame, options_.max_raw_bytes, &header_));
   if (chain_ == nullptr || !(chain_->spec() == header_.chain)) {
     chain_ = CodecChain::Create(header_.chain, options_);

@@ -2,7 +2,7 @@
 //
 //   STRAIT_ASSIGN_OR_RETURN(auto chain, CodecChain::Create("int8+zstd"));
 //   STRAIT_ASSIGN_OR_RETURN(absl::Span<const uint8_t> frame, chain->Encode(values, shape));
-//   FrameDecoder decoder;            // on the receiving side, for frames of any chain
+//   TensorDecoder decoder;           // on the receiving side, for frames of any chain
 //   DecodedTensor tensor;
 //   STRAIT_RETURN_IF_ERROR(decoder.Decode(frame, &tensor));
 #pragma once
@@ -17,9 +17,9 @@
 #include "absl/types/span.h"
 #include "compression/byte_buffer.h"
 #include "compression/chain_spec.h"
+#include "compression/codec_stage.h"
 #include "compression/frame_header.h"
 #include "compression/residual_store.h"
-#include "compression/stage.h"
 
 namespace strait::compression {
 
@@ -67,7 +67,7 @@ class CodecChain {
   absl::StatusOr<absl::Span<const uint8_t>> EncodeValuePayload(absl::Span<const uint8_t> payload,
                                                                absl::Span<const uint64_t> shape);
 
-  // Decodes a frame of this chain (any other chain is InvalidArgument; FrameDecoder takes any).
+  // Decodes a frame of this chain (any other chain is InvalidArgument; TensorDecoder takes any).
   // Checks every size against the header and the buffer; malformed input is InvalidArgument, a
   // tensor above max_raw_bytes ResourceExhausted. On error *out is unspecified.
   absl::Status Decode(absl::Span<const uint8_t> frame, DecodedTensor* out);
@@ -82,22 +82,25 @@ class CodecChain {
                                                        const EncodeContext& context);
   absl::Status DecodeWithHeader(absl::Span<const uint8_t> frame, DecodedTensor* out);
 
-  friend class FrameDecoder;
+  friend class TensorDecoder;
 
   ChainSpec spec_;
   CodecOptions options_;
-  std::vector<std::unique_ptr<Stage>> stages_;
+  std::vector<std::unique_ptr<CodecStage>> stages_;
   uint64_t calls_ = 0;
   FrameHeader header_;
   ByteBuffer frame_;
   std::array<ByteBuffer, 2> scratch_;
 };
 
-// Decodes frames of any chain: keeps the chain of the last frame, so a stream of frames of the
-// same chain decodes without allocating. Not thread-safe: one per thread.
-class FrameDecoder {
+// Decodes encoded tensors (frames of this library's format) of any chain, reading the chain from
+// each frame's header; keeps the chain of the last frame, so a stream of frames of the same chain
+// decodes without allocating. Knows nothing of sealing or routing: site::FrameDecoder opens a
+// sealed frame from the network and then decodes it with one of these. Not thread-safe: one per
+// thread.
+class TensorDecoder {
  public:
-  explicit FrameDecoder(const CodecOptions& options = {}) : options_(options) {}
+  explicit TensorDecoder(const CodecOptions& options = {}) : options_(options) {}
 
   // Same contract as CodecChain::Decode, for a frame of any chain.
   absl::Status Decode(absl::Span<const uint8_t> frame, DecodedTensor* out);

@@ -50,7 +50,7 @@ void WriteFrameHeader(const FrameHeader& header, uint8_t* out);
 
 // Parses and checks the header at the start of `frame`: magic, version, dtype, rank, a valid chain,
 // raw size = 4 * elements <= max_raw_bytes, and the last stage size = the payload's length. The
-// per-stage size checks are the stages' own (Stage::CheckSizes). Never reads past `frame`.
+// per-stage size checks are the stages' own (CodecStage::CheckSizes). Never reads past `frame`.
 absl::Status ParseFrameHeader(absl::Span<const uint8_t> frame, uint64_t max_raw_bytes,
                               FrameHeader* header);
 

@@ -6,8 +6,8 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "compression/codec_stage.h"
 #include "compression/float_bits.h"
-#include "compression/stage.h"
 #include "compression/vectorize.h"
 
 namespace strait::compression {
@@ -70,7 +70,7 @@ float CodeToFloat(int32_t code, int32_t nan_code, float scale) {
   return code == nan_code ? BitsFloat(0x7fc00000u) : static_cast<float>(code) * scale;
 }
 
-class QuantizeStage final : public Stage {
+class QuantizeStage final : public CodecStage {
  public:
   explicit QuantizeStage(const StageSpec& spec)
       : bits_(spec.kind == StageKind::kInt8 ? 8 : 4),
@@ -150,7 +150,7 @@ class QuantizeStage final : public Stage {
 
 }  // namespace
 
-std::unique_ptr<Stage> MakeQuantizeStage(const StageSpec& spec) {
+std::unique_ptr<CodecStage> MakeQuantizeStage(const StageSpec& spec) {
   return std::make_unique<QuantizeStage>(spec);
 }
 

@@ -2,7 +2,7 @@
 // a trailing partial element is copied as is. Lossless; makes float exponents contiguous for zstd.
 #include <cstring>
 
-#include "compression/stage.h"
+#include "compression/codec_stage.h"
 
 namespace strait::compression {
 namespace {
@@ -21,7 +21,7 @@ void Untranspose(const uint8_t* __restrict in, size_t count, uint8_t* __restrict
   }
 }
 
-class ShuffleStage final : public Stage {
+class ShuffleStage final : public CodecStage {
  public:
   explicit ShuffleStage(int width) : width_(width) {}
 
@@ -66,6 +66,8 @@ class ShuffleStage final : public Stage {
 
 }  // namespace
 
-std::unique_ptr<Stage> MakeShuffleStage(int width) { return std::make_unique<ShuffleStage>(width); }
+std::unique_ptr<CodecStage> MakeShuffleStage(int width) {
+  return std::make_unique<ShuffleStage>(width);
+}
 
 }  // namespace strait::compression

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compression/codec_stage.h"
 #include "compression/float_bits.h"
-#include "compression/stage.h"
 
 namespace strait::compression {
 namespace {
@@ -43,7 +43,7 @@ bool GetVarint(const uint8_t* data, size_t end, size_t* pos, uint64_t* value) {
   return false;
 }
 
-class TopKStage final : public Stage {
+class TopKStage final : public CodecStage {
  public:
   explicit TopKStage(const StageSpec& spec)
       : fraction_(spec.fraction), error_feedback_(spec.error_feedback) {}
@@ -178,7 +178,7 @@ uint64_t TopKCount(uint64_t n, double fraction) {
   return std::clamp<uint64_t>(k < 1 ? 1 : static_cast<uint64_t>(k), 1, n);
 }
 
-std::unique_ptr<Stage> MakeTopKStage(const StageSpec& spec) {
+std::unique_ptr<CodecStage> MakeTopKStage(const StageSpec& spec) {
   return std::make_unique<TopKStage>(spec);
 }
 

@@ -3,7 +3,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "compression/stage.h"
+#include "compression/codec_stage.h"
 #include "compression/zstd_status.h"
 
 namespace strait::compression {
@@ -14,7 +14,7 @@ struct ZstdFree {
   void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
 };
 
-class ZstdStage final : public Stage {
+class ZstdStage final : public CodecStage {
  public:
   explicit ZstdStage(int level) : level_(level) {}
 
@@ -68,6 +68,6 @@ class ZstdStage final : public Stage {
 
 }  // namespace
 
-std::unique_ptr<Stage> MakeZstdStage(int level) { return std::make_unique<ZstdStage>(level); }
+std::unique_ptr<CodecStage> MakeZstdStage(int level) { return std::make_unique<ZstdStage>(level); }
 
 }  // namespace strait::compression

@@ -6,7 +6,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "core/codec_chain_syntax.h"
+#include "compression/chain_spec.h"
 #include "core/frame_header.h"
 #include "core/job_spec.h"
 #include "core/status.h"
@@ -506,7 +506,7 @@ class JobSpecParser {
       for (auto [key, chain] :
            {std::pair{"forward", &link.forward}, {"backward", &link.backward}}) {
         STRAIT_RETURN_IF_ERROR(map.String(key, chain));
-        if (auto parsed = ParseCodecChainSyntax(*chain); !parsed.ok()) {
+        if (auto parsed = compression::ParseChainSpec(*chain); !parsed.ok()) {
           return map.ErrorAt(key, std::string(parsed.status().message()));
         }
       }

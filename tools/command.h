@@ -12,13 +12,5 @@ void AddCertsCommand(CLI::App& app, int* exit_code);
 void AddTrainCommand(CLI::App& app, int* exit_code);
 void AddDemoCommand(CLI::App& app, int* exit_code);
 void AddWanCommand(CLI::App& app, int* exit_code);
-// Benchmarks: `bench` is the `strait bench` subcommand.
-void AddBenchCryptoCommand(CLI::App& bench, int* exit_code);
-void AddBenchRelayCommand(CLI::App& bench, int* exit_code);
-void AddBenchStreamCommand(CLI::App& bench, int* exit_code);
-void AddBenchEngineCommand(CLI::App& bench, int* exit_code);
-void AddBenchCodecsCommand(CLI::App& bench, int* exit_code);
-void AddBenchCollectiveCommand(CLI::App& bench, int* exit_code);
-void AddBenchE2eCommand(CLI::App& bench, int* exit_code);
 
 }  // namespace strait::tools

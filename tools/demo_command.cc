@@ -123,9 +123,9 @@ int RunDemo(DemoOptions o) {
   }
   const std::string& yaml = rewritten->yaml;
   const JobSpec* spec = &rewritten->spec;
-  std::optional<wan::LinkProfile> wan_profile;
+  std::optional<LinkProfile> wan_profile;
   if (!o.wan.empty()) {
-    absl::StatusOr<wan::LinkProfile> profile = wan::NamedProfile(o.wan);
+    absl::StatusOr<LinkProfile> profile = NamedProfile(o.wan);
     if (!profile.ok()) {
       std::fprintf(stderr, "strait demo: --wan: %s\n",
                    std::string(profile.status().message()).c_str());
@@ -174,7 +174,7 @@ int RunDemo(DemoOptions o) {
       return fail("the emulated WAN links", "did not start", s.ToString());
     }
     std::printf("strait demo: every site reaches the gateway through its own emulated link (%s)\n",
-                wan::Describe(*wan_profile).c_str());
+                Describe(*wan_profile).c_str());
   }
   if (!o.no_dashboard) {
     std::printf("strait demo: dashboard at http://%s:%s/\n", DashboardHost(o.dashboard).c_str(),

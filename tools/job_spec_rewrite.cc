@@ -3,7 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "absl/strings/str_cat.h"
-#include "core/codec_chain_syntax.h"
+#include "compression/chain_spec.h"
 #include "core/job_spec.h"
 
 namespace strait::tools {
@@ -11,7 +11,7 @@ namespace {
 
 absl::Status CheckChain(const char* option, const std::string& chain) {
   if (chain.empty()) return absl::OkStatus();
-  absl::StatusOr<std::vector<CodecStageSyntax>> parsed = ParseCodecChainSyntax(chain);
+  absl::StatusOr<compression::ChainSpec> parsed = compression::ParseChainSpec(chain);
   if (parsed.ok()) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat(option, " '", chain, "': ", parsed.status().message()));

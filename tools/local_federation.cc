@@ -107,11 +107,11 @@ bool LocalFederation::RestartGateway(std::string* error) {
   return StartGateway(gateway_args_, error);
 }
 
-absl::Status LocalFederation::EmulateWan(const wan::LinkProfile& profile) {
-  if (wan_thread_ == nullptr) wan_thread_ = std::make_shared<wan::EmulatorThread>();
+absl::Status LocalFederation::EmulateWan(const LinkProfile& profile) {
+  if (wan_thread_ == nullptr) wan_thread_ = std::make_shared<EmulatorThread>();
   for (const std::string& site : site_ids_) {
-    absl::StatusOr<std::unique_ptr<wan::LinkEmulator>> link = wan::LinkEmulator::Start(
-        "127.0.0.1:0", gateway_address_, profile, wan::LinkEmulator::kDialTimeout, wan_thread_);
+    absl::StatusOr<std::unique_ptr<LinkEmulator>> link = LinkEmulator::Start(
+        "127.0.0.1:0", gateway_address_, profile, LinkEmulator::kDialTimeout, wan_thread_);
     if (!link.ok()) return link.status();
     wan_links_[site] = *std::move(link);
   }

@@ -71,7 +71,7 @@ class LocalFederation {
   // `gateway` of their own dial it. The links stay across restarts of the sites and of the gateway
   // (which keeps its port). Call after StartGateway. Errors: the emulator's (a profile it refuses,
   // no port).
-  absl::Status EmulateWan(const wan::LinkProfile& profile);
+  absl::Status EmulateWan(const LinkProfile& profile);
   // CPU seconds the emulated links' thread has used so far (0 without them).
   double WanCpuSeconds() const;
 
@@ -104,8 +104,8 @@ class LocalFederation {
   std::vector<std::string> gateway_args_;
   std::string dashboard_port_;
   std::vector<std::string> site_ids_;
-  std::shared_ptr<wan::EmulatorThread> wan_thread_;                      // All the links run on it.
-  std::map<std::string, std::unique_ptr<wan::LinkEmulator>> wan_links_;  // Outlive the sites.
+  std::shared_ptr<EmulatorThread> wan_thread_;                      // All the links run on it.
+  std::map<std::string, std::unique_ptr<LinkEmulator>> wan_links_;  // Outlive the sites.
   std::map<std::string, std::unique_ptr<Process>> sites_;
 };
 

@@ -1,6 +1,7 @@
 // `strait`: the operator's tool (demo, config check, certs, train, wan, bench).
 #include <CLI/CLI.hpp>
 
+#include "bench/command.h"
 #include "core/command_line.h"
 #include "core/malloc_tuning.h"
 #include "core/mutex_tuning.h"
@@ -26,13 +27,13 @@ int main(int argc, char** argv) {
   // Benchmarks print figures measured side by side in one run; each registers under `strait bench`.
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (results go in docs/benchmarks.md)");
   bench->require_subcommand(1);
-  strait::tools::AddBenchCryptoCommand(*bench, &exit_code);
-  strait::tools::AddBenchRelayCommand(*bench, &exit_code);
-  strait::tools::AddBenchStreamCommand(*bench, &exit_code);
-  strait::tools::AddBenchEngineCommand(*bench, &exit_code);
-  strait::tools::AddBenchCodecsCommand(*bench, &exit_code);
-  strait::tools::AddBenchCollectiveCommand(*bench, &exit_code);
-  strait::tools::AddBenchE2eCommand(*bench, &exit_code);
+  strait::bench::AddBenchCryptoCommand(*bench, &exit_code);
+  strait::bench::AddBenchRelayCommand(*bench, &exit_code);
+  strait::bench::AddBenchStreamCommand(*bench, &exit_code);
+  strait::bench::AddBenchEngineCommand(*bench, &exit_code);
+  strait::bench::AddBenchCodecsCommand(*bench, &exit_code);
+  strait::bench::AddBenchCollectiveCommand(*bench, &exit_code);
+  strait::bench::AddBenchE2eCommand(*bench, &exit_code);
 
   if (std::optional<int> code = strait::ParseCommandLine(app, argc, argv)) return *code;
   return exit_code;

@@ -5,13 +5,13 @@
 #include <cub/device/device_select.cuh>
 
 #include "compression/cuda/codec_kernels.h"
-#include "compression/cuda/cuda_status.h"
+#include "compression/cuda/cuda_check.h"
 #include "compression/float_bits.h"
 #include "compression/quantize_stage.h"
 #include "compression/topk_stage.h"
 #include "core/status.h"
 
-namespace strait::compression::cuda {
+namespace strait::compression {
 namespace {
 
 constexpr int kThreads = 256;
@@ -137,9 +137,9 @@ absl::Status SelectIndices(const Kept& kept, uint64_t n, uint32_t* out, uint64_t
   uint64_t* d_count = nullptr;
   void* temp = nullptr;
   size_t temp_bytes = 0;
-  STRAIT_CUDA_RETURN_IF_ERROR(cub::DeviceSelect::If(temp, temp_bytes, first, out, d_count,
-                                                    static_cast<int64_t>(n), kept, stream));
-  STRAIT_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&temp, temp_bytes + 8, stream));
+  STRAIT_RETURN_IF_ERROR(STRAIT_CUDA_CHECK(cub::DeviceSelect::If(
+      temp, temp_bytes, first, out, d_count, static_cast<int64_t>(n), kept, stream)));
+  STRAIT_RETURN_IF_ERROR(STRAIT_CUDA_CHECK(cudaMallocAsync(&temp, temp_bytes + 8, stream)));
   d_count = reinterpret_cast<uint64_t*>(static_cast<char*>(temp) + temp_bytes);
   cudaError_t error = cub::DeviceSelect::If(temp, temp_bytes, first, out, d_count,
                                             static_cast<int64_t>(n), kept, stream);
@@ -148,53 +148,53 @@ absl::Status SelectIndices(const Kept& kept, uint64_t n, uint32_t* out, uint64_t
   }
   if (error == cudaSuccess) error = cudaStreamSynchronize(stream);
   cudaFreeAsync(temp, stream);
-  STRAIT_CUDA_RETURN_IF_ERROR(error);
+  STRAIT_RETURN_IF_ERROR(STRAIT_CUDA_CHECK(error));
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::Status CastToHalf(const float* values, uint64_t n, bool bf16, uint8_t* out,
-                        cudaStream_t stream) {
+absl::Status CastToHalfOnDevice(const float* values, uint64_t n, bool bf16, uint8_t* out,
+                                cudaStream_t stream) {
   if (n == 0) return absl::OkStatus();
   CastToHalfKernel<<<Blocks(n), kThreads, 0, stream>>>(values, n, bf16, out);
-  STRAIT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  STRAIT_RETURN_IF_ERROR(STRAIT_CUDA_CHECK(cudaGetLastError()));
   return absl::OkStatus();
 }
 
-absl::Status CastFromHalf(const uint8_t* in, uint64_t n, bool bf16, float* values,
-                          cudaStream_t stream) {
+absl::Status CastFromHalfOnDevice(const uint8_t* in, uint64_t n, bool bf16, float* values,
+                                  cudaStream_t stream) {
   if (n == 0) return absl::OkStatus();
   CastFromHalfKernel<<<Blocks(n), kThreads, 0, stream>>>(in, n, bf16, values);
-  STRAIT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  STRAIT_RETURN_IF_ERROR(STRAIT_CUDA_CHECK(cudaGetLastError()));
   return absl::OkStatus();
 }
 
-absl::Status Quantize(const float* values, uint64_t n, int bits, int block, bool stochastic,
-                      uint64_t seed, uint8_t* out, cudaStream_t stream) {
+absl::Status QuantizeOnDevice(const float* values, uint64_t n, int bits, int block, bool stochastic,
+                              uint64_t seed, uint8_t* out, cudaStream_t stream) {
   if (n == 0) return absl::OkStatus();
   uint64_t blocks = BlockCount(n, block);
   unsigned grid = static_cast<unsigned>(blocks < 65535 * 32 ? blocks : 65535 * 32);
   QuantizeKernel<<<grid, kThreads, 0, stream>>>(values, n, bits, block, stochastic, seed, out);
-  STRAIT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  STRAIT_RETURN_IF_ERROR(STRAIT_CUDA_CHECK(cudaGetLastError()));
   return absl::OkStatus();
 }
 
-absl::Status Dequantize(const uint8_t* in, uint64_t n, int bits, int block, float* values,
-                        cudaStream_t stream) {
+absl::Status DequantizeOnDevice(const uint8_t* in, uint64_t n, int bits, int block, float* values,
+                                cudaStream_t stream) {
   if (n == 0) return absl::OkStatus();
   DequantizeKernel<<<Blocks(n), kThreads, 0, stream>>>(in, n, bits, block, values);
-  STRAIT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  STRAIT_RETURN_IF_ERROR(STRAIT_CUDA_CHECK(cudaGetLastError()));
   return absl::OkStatus();
 }
 
-absl::Status TopKIndices(const float* values, uint64_t n, uint64_t k, uint32_t* indices,
-                         cudaStream_t stream) {
+absl::Status TopKIndicesOnDevice(const float* values, uint64_t n, uint64_t k, uint32_t* indices,
+                                 cudaStream_t stream) {
   if (k == 0) return absl::OkStatus();
   if (k > n || n > UINT32_MAX) return absl::InvalidArgumentError("topk: k > n or n >= 2^32");
   // The same radix select as the CPU (topk_stage.cc), with the histograms counted on the device.
   unsigned long long* d_histogram = nullptr;
-  STRAIT_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&d_histogram, 2048 * 8, stream));
+  STRAIT_RETURN_IF_ERROR(STRAIT_CUDA_CHECK(cudaMallocAsync(&d_histogram, 2048 * 8, stream)));
   std::array<unsigned long long, 2048> histogram;
   uint64_t need = k;
   uint32_t prefix = 0;
@@ -217,10 +217,10 @@ absl::Status TopKIndices(const float* values, uint64_t n, uint64_t k, uint32_t* 
     prefix_bits += digit_bits;
   }
   cudaFreeAsync(d_histogram, stream);
-  STRAIT_CUDA_RETURN_IF_ERROR(error);
+  STRAIT_RETURN_IF_ERROR(STRAIT_CUDA_CHECK(error));
   // Ties: the need-th tie in index order is the last one kept.
   uint32_t* d_ties = nullptr;
-  STRAIT_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&d_ties, n * 4, stream));
+  STRAIT_RETURN_IF_ERROR(STRAIT_CUDA_CHECK(cudaMallocAsync(&d_ties, n * 4, stream)));
   uint64_t tie_count = 0;
   uint32_t last_tie = 0;
   absl::Status status = SelectIndices(Kept{values, prefix, 0, true}, n, d_ties, &tie_count, stream);
@@ -230,7 +230,7 @@ absl::Status TopKIndices(const float* values, uint64_t n, uint64_t k, uint32_t* 
   }
   cudaFreeAsync(d_ties, stream);
   STRAIT_RETURN_IF_ERROR(status);
-  STRAIT_CUDA_RETURN_IF_ERROR(error);
+  STRAIT_RETURN_IF_ERROR(STRAIT_CUDA_CHECK(error));
   uint64_t selected = 0;
   STRAIT_RETURN_IF_ERROR(
       SelectIndices(Kept{values, prefix, last_tie, false}, n, indices, &selected, stream));
@@ -238,4 +238,4 @@ absl::Status TopKIndices(const float* values, uint64_t n, uint64_t k, uint32_t* 
   return absl::OkStatus();
 }
 
-}  // namespace strait::compression::cuda
+}  // namespace strait::compression

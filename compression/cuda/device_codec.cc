@@ -3,11 +3,11 @@
 #include <vector>
 
 #include "compression/cuda/codec_kernels.h"
-#include "compression/cuda/cuda_status.h"
+#include "compression/cuda/cuda_check.h"
 #include "compression/quantize_stage.h"
 #include "core/status.h"
 
-namespace strait::compression::cuda {
+namespace strait::compression {
 
 absl::StatusOr<absl::Span<const uint8_t>> EncodeOnDevice(CodecChain& chain, const float* values,
                                                          absl::Span<const uint64_t> shape,
@@ -36,23 +36,22 @@ absl::StatusOr<absl::Span<const uint8_t>> EncodeOnDevice(CodecChain& chain, cons
   std::vector<uint8_t> host(bytes);
   if (bytes > 0) {
     uint8_t* device = nullptr;
-    STRAIT_CUDA_RETURN_IF_ERROR(cudaMallocAsync(reinterpret_cast<void**>(&device), bytes, stream));
+    STRAIT_RETURN_IF_ERROR(
+        STRAIT_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&device), bytes, stream)));
     absl::Status launched;
     switch (stage.kind) {
       case StageKind::kNone:
-        launched = absl::OkStatus();
-        if (cudaMemcpyAsync(device, values, bytes, cudaMemcpyDeviceToDevice, stream) !=
-            cudaSuccess) {
-          launched = absl::InternalError("CUDA: device copy failed");
-        }
+        launched = STRAIT_CUDA_CHECK(
+            cudaMemcpyAsync(device, values, bytes, cudaMemcpyDeviceToDevice, stream));
         break;
       case StageKind::kFp16:
       case StageKind::kBf16:
-        launched = CastToHalf(values, n, stage.kind == StageKind::kBf16, device, stream);
+        launched = CastToHalfOnDevice(values, n, stage.kind == StageKind::kBf16, device, stream);
         break;
       default:
-        launched = Quantize(values, n, stage.kind == StageKind::kInt8 ? 8 : 4, stage.block_size,
-                            stage.stochastic, chain.next_seed(), device, stream);
+        launched =
+            QuantizeOnDevice(values, n, stage.kind == StageKind::kInt8 ? 8 : 4, stage.block_size,
+                             stage.stochastic, chain.next_seed(), device, stream);
         break;
     }
     cudaError_t error = cudaSuccess;
@@ -62,9 +61,9 @@ absl::StatusOr<absl::Span<const uint8_t>> EncodeOnDevice(CodecChain& chain, cons
     }
     cudaFreeAsync(device, stream);
     STRAIT_RETURN_IF_ERROR(launched);
-    STRAIT_CUDA_RETURN_IF_ERROR(error);
+    STRAIT_RETURN_IF_ERROR(STRAIT_CUDA_CHECK(error));
   }
   return chain.EncodeValuePayload(host, shape);
 }
 
-}  // namespace strait::compression::cuda
+}  // namespace strait::compression

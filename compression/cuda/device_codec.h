@@ -10,7 +10,7 @@
 #include "absl/types/span.h"
 #include "compression/codec_chain.h"
 
-namespace strait::compression::cuda {
+namespace strait::compression {
 
 // Same frame as chain.Encode on the tensor's host copy (byte-identical) for chains whose value
 // stage is none, fp16, bf16, int8 or int4; topk chains are Unimplemented here (use TopKIndices).
@@ -20,4 +20,4 @@ absl::StatusOr<absl::Span<const uint8_t>> EncodeOnDevice(CodecChain& chain, cons
                                                          absl::Span<const uint64_t> shape,
                                                          cudaStream_t stream);
 
-}  // namespace strait::compression::cuda
+}  // namespace strait::compression

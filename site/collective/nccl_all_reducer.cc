@@ -6,22 +6,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "compression/cuda/cuda_check.h"
 #include "core/status.h"
 #include "site/backend/cuda/cuda_backend.h"
-#include "site/backend/cuda/cuda_status.h"
 #include "site/collective/all_reducer.h"
 
 namespace strait::collective {
 namespace {
-
-// NCCL errors -> Status with file:line (DESIGN.md §9: one check macro per library).
-absl::Status NcclStatus(ncclResult_t e, const char* expr, const char* file, int line) {
-  if (e == ncclSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(file, ":", line, ": ", expr, ": NCCL error ",
-                                          static_cast<int>(e), " (", ncclGetErrorString(e), ")"));
-}
-
-#define STRAIT_NCCL_STATUS(expr) NcclStatus((expr), #expr, __FILE__, __LINE__)
 
 struct Replica {
   int device = 0;
@@ -52,22 +43,22 @@ class NcclAllReducer final : public AllReducer {
     Replica& r = replicas_[replica];
     const Bucket& b = buckets_[bucket];
     if (b.count == 0) return;  // every replica skips an empty bucket alike
-    r.status.Update(STRAIT_CUDA_STATUS(cudaSetDevice(r.device)));
-    r.status.Update(STRAIT_CUDA_STATUS(cudaEventRecord(r.ready[bucket], r.compute)));
-    r.status.Update(STRAIT_CUDA_STATUS(cudaStreamWaitEvent(r.comm, r.ready[bucket], 0)));
+    r.status.Update(STRAIT_CUDA_CHECK(cudaSetDevice(r.device)));
+    r.status.Update(STRAIT_CUDA_CHECK(cudaEventRecord(r.ready[bucket], r.compute)));
+    r.status.Update(STRAIT_CUDA_CHECK(cudaStreamWaitEvent(r.comm, r.ready[bucket], 0)));
     // Issued even after an error: the other replicas' calls wait for this one's.
     float* p = r.buffer + b.offset;
-    r.status.Update(STRAIT_NCCL_STATUS(
+    r.status.Update(STRAIT_NCCL_CHECK(
         ncclAllReduce(p, p, static_cast<size_t>(b.count), ncclFloat, ncclSum, r.nccl, r.comm)));
   }
 
   absl::Status Finish(int replica) override {
     Replica& r = replicas_[replica];
-    absl::Status s = STRAIT_CUDA_STATUS(cudaSetDevice(r.device));
-    if (s.ok()) s = STRAIT_CUDA_STATUS(cudaStreamSynchronize(r.comm));
+    absl::Status s = STRAIT_CUDA_CHECK(cudaSetDevice(r.device));
+    if (s.ok()) s = STRAIT_CUDA_CHECK(cudaStreamSynchronize(r.comm));
     ncclResult_t async = ncclSuccess;
-    if (s.ok()) s = STRAIT_NCCL_STATUS(ncclCommGetAsyncError(r.nccl, &async));
-    if (s.ok()) s = STRAIT_NCCL_STATUS(async);
+    if (s.ok()) s = STRAIT_NCCL_CHECK(ncclCommGetAsyncError(r.nccl, &async));
+    if (s.ok()) s = STRAIT_NCCL_CHECK(async);
     r.status.Update(s);
     return std::exchange(r.status, absl::OkStatus());
   }
@@ -75,18 +66,18 @@ class NcclAllReducer final : public AllReducer {
   // Makes the clique, the streams and the events; restores the caller's current device.
   absl::Status Init(const std::vector<int>& devices) {
     int caller_device = 0;
-    STRAIT_RETURN_IF_ERROR(STRAIT_CUDA_STATUS(cudaGetDevice(&caller_device)));
+    STRAIT_RETURN_IF_ERROR(STRAIT_CUDA_CHECK(cudaGetDevice(&caller_device)));
     std::vector<ncclComm_t> comms(replicas_.size());
-    absl::Status s = STRAIT_NCCL_STATUS(
+    absl::Status s = STRAIT_NCCL_CHECK(
         ncclCommInitAll(comms.data(), static_cast<int>(comms.size()), devices.data()));
     for (size_t w = 0; w < replicas_.size() && s.ok(); ++w) {
       Replica& r = replicas_[w];
       r.nccl = comms[w];
-      s = STRAIT_CUDA_STATUS(cudaSetDevice(r.device));
-      if (s.ok()) s = STRAIT_CUDA_STATUS(cudaStreamCreateWithFlags(&r.comm, cudaStreamNonBlocking));
+      s = STRAIT_CUDA_CHECK(cudaSetDevice(r.device));
+      if (s.ok()) s = STRAIT_CUDA_CHECK(cudaStreamCreateWithFlags(&r.comm, cudaStreamNonBlocking));
       for (size_t b = 0; b < buckets_.size() && s.ok(); ++b) {
         cudaEvent_t e = nullptr;
-        s = STRAIT_CUDA_STATUS(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        s = STRAIT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
         if (s.ok()) r.ready.push_back(e);
       }
     }

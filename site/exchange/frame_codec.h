@@ -72,7 +72,7 @@ class FrameDecoder {
 
  private:
   std::unique_ptr<crypto::Opener> opener_;
-  compression::FrameDecoder decoder_;
+  compression::TensorDecoder decoder_;
   compression::DecodedTensor decoded_;
 };
 

@@ -31,7 +31,7 @@
 #include "tools/wan/link_emulator.h"
 #include "tools/wan/link_profile.h"
 
-namespace strait::tools::wan {
+namespace strait::tools {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -578,4 +578,4 @@ TEST(WanLinkTest, StraitWanRejectsBadInput) {
 }
 
 }  // namespace
-}  // namespace strait::tools::wan
+}  // namespace strait::tools

@@ -3,7 +3,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
-namespace strait::tools::wan {
+namespace strait::tools {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
@@ -52,4 +52,4 @@ std::string EndpointString(const tcp::endpoint& endpoint) {
                                     : absl::StrCat(host, ":", endpoint.port());
 }
 
-}  // namespace strait::tools::wan
+}  // namespace strait::tools

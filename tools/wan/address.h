@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace strait::tools::wan {
+namespace strait::tools {
 
 // "host:port" or "[v6]:port" -> {host, port}, the port a number 0..65535. InvalidArgument
 // otherwise.
@@ -23,4 +23,4 @@ absl::Status Listen(boost::asio::ip::tcp::acceptor& acceptor, const std::string&
 // "127.0.0.1:PORT" or "[::1]:PORT".
 std::string EndpointString(const boost::asio::ip::tcp::endpoint& endpoint);
 
-}  // namespace strait::tools::wan
+}  // namespace strait::tools

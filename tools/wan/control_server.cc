@@ -15,7 +15,7 @@
 #include "core/status.h"
 #include "tools/wan/address.h"
 
-namespace strait::tools::wan {
+namespace strait::tools {
 namespace {
 
 namespace asio = boost::asio;
@@ -119,4 +119,4 @@ ControlServer::~ControlServer() {
 
 std::string ControlServer::address() const { return impl_->address; }
 
-}  // namespace strait::tools::wan
+}  // namespace strait::tools

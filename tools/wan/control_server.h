@@ -19,7 +19,7 @@
 #include "absl/status/statusor.h"
 #include "tools/wan/link_emulator.h"
 
-namespace strait::tools::wan {
+namespace strait::tools {
 
 // The one-line JSON of the `stats` answer.
 std::string StatsJson(const LinkEmulator::Stats& stats);
@@ -48,4 +48,4 @@ class ControlServer {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace strait::tools::wan
+}  // namespace strait::tools

@@ -2,7 +2,7 @@
 
 #include <time.h>
 
-namespace strait::tools::wan {
+namespace strait::tools {
 
 EmulatorThread::EmulatorThread()
     : work_(io_.get_executor()), thread_([this] { io_.run(); }), handle_(thread_.native_handle()) {}
@@ -21,4 +21,4 @@ double EmulatorThread::CpuSeconds() const {
   return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
 }
 
-}  // namespace strait::tools::wan
+}  // namespace strait::tools

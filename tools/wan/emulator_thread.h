@@ -15,7 +15,7 @@
 #include <boost/asio/io_context.hpp>
 #include <thread>
 
-namespace strait::tools::wan {
+namespace strait::tools {
 
 class EmulatorThread {
  public:
@@ -41,4 +41,4 @@ class EmulatorThread {
   pthread_t handle_;  // thread_'s, for CpuSeconds (std::thread::native_handle is not const)
 };
 
-}  // namespace strait::tools::wan
+}  // namespace strait::tools

@@ -21,7 +21,7 @@
 #include "tools/wan/emulator_thread.h"
 #include "tools/wan/link_model.h"
 
-namespace strait::tools::wan {
+namespace strait::tools {
 namespace {
 
 namespace asio = boost::asio;
@@ -427,4 +427,4 @@ const char* StateName(LinkEmulator::State state) {
   return "up";
 }
 
-}  // namespace strait::tools::wan
+}  // namespace strait::tools

@@ -40,7 +40,7 @@
 #include "absl/status/statusor.h"
 #include "tools/wan/link_profile.h"
 
-namespace strait::tools::wan {
+namespace strait::tools {
 
 class EmulatorThread;
 
@@ -111,4 +111,4 @@ class LinkEmulator {
 // "up", "cut" or "stalled".
 const char* StateName(LinkEmulator::State state);
 
-}  // namespace strait::tools::wan
+}  // namespace strait::tools

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace strait::tools::wan {
+namespace strait::tools {
 namespace {
 
 using Clock = DirectionModel::Clock;
@@ -72,4 +72,4 @@ Clock::duration DirectionModel::WaitForRoom(Clock::time_point now) const {
   return backlog > buffer_time_ ? backlog - buffer_time_ : Clock::duration{0};
 }
 
-}  // namespace strait::tools::wan
+}  // namespace strait::tools

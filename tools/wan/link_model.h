@@ -11,7 +11,7 @@
 
 #include "tools/wan/link_profile.h"
 
-namespace strait::tools::wan {
+namespace strait::tools {
 
 // Not thread-safe: one owner (the emulator's I/O thread) calls it.
 class DirectionModel {
@@ -55,4 +55,4 @@ class DirectionModel {
   std::mt19937_64 rng_;
 };
 
-}  // namespace strait::tools::wan
+}  // namespace strait::tools

@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 
-namespace strait::tools::wan {
+namespace strait::tools {
 namespace {
 
 using std::chrono::microseconds;
@@ -152,4 +152,4 @@ std::string Describe(const LinkProfile& profile) {
   return line;
 }
 
-}  // namespace strait::tools::wan
+}  // namespace strait::tools

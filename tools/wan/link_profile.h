@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace strait::tools::wan {
+namespace strait::tools {
 
 // Loss as a TCP stream sees it: a lost segment holds every byte behind it until the retransmission
 // arrives, so the stream stalls. Bursts start at exponentially distributed intervals with mean
@@ -51,4 +51,4 @@ absl::StatusOr<LossBurst> ParseLossBurst(std::string_view text);
 // ", loss bursts of 200 ms every 10 s on average" when those are set.
 std::string Describe(const LinkProfile& profile);
 
-}  // namespace strait::tools::wan
+}  // namespace strait::tools

@@ -10,20 +10,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "compression/cuda/cuda_check.h"
 #include "site/backend/cuda/cuda_kernels.h"
-#include "site/backend/cuda/cuda_status.h"
 
 namespace strait {
 namespace {
-
-// cuBLAS errors -> Status with file:line (CUDA's: site/backend/cuda/cuda_status.h).
-absl::Status CublasStatus(cublasStatus_t e, const char* expr, const char* file, int line) {
-  if (e == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat(file, ":", line, ": ", expr, ": cuBLAS status ", static_cast<int>(e)));
-}
-
-#define STRAIT_CUBLAS_STATUS(expr) CublasStatus((expr), #expr, __FILE__, __LINE__)
 
 cublasOperation_t Op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
@@ -50,9 +41,9 @@ class CudaBackend final : public Backend {
   absl::StatusOr<void*> Allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
     void* p = nullptr;
-    absl::Status s = STRAIT_CUDA_STATUS(cudaMalloc(&p, bytes));
+    absl::Status s = STRAIT_CUDA_CHECK(cudaMalloc(&p, bytes));
     if (!s.ok()) return s;
-    s = STRAIT_CUDA_STATUS(cudaMemsetAsync(p, 0, bytes, stream_));
+    s = STRAIT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
     if (!s.ok()) {
       cudaFree(p);
       return s;
@@ -62,30 +53,29 @@ class CudaBackend final : public Backend {
 
   void Free(void* ptr) override {
     if (ptr == nullptr) return;
-    Check(STRAIT_CUDA_STATUS(cudaStreamSynchronize(stream_)));
-    Check(STRAIT_CUDA_STATUS(cudaFree(ptr)));
+    Check(STRAIT_CUDA_CHECK(cudaStreamSynchronize(stream_)));
+    Check(STRAIT_CUDA_CHECK(cudaFree(ptr)));
   }
 
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
     if (bytes > 0)
-      Check(STRAIT_CUDA_STATUS(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_)));
+      Check(STRAIT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_)));
   }
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
-    Check(STRAIT_CUDA_STATUS(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_)));
-    Check(STRAIT_CUDA_STATUS(cudaStreamSynchronize(stream_)));
+    Check(STRAIT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_)));
+    Check(STRAIT_CUDA_CHECK(cudaStreamSynchronize(stream_)));
   }
   void CopyOnDevice(void* dst, const void* src, size_t bytes) override {
     if (bytes > 0)
-      Check(
-          STRAIT_CUDA_STATUS(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_)));
+      Check(STRAIT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_)));
   }
   void Fill(float* x, int64_t n, float value) override {
-    if (n > 0) Check(STRAIT_CUDA_STATUS(cuda::Fill(stream_, x, n, value)));
+    if (n > 0) Check(STRAIT_CUDA_CHECK(cuda::Fill(stream_, x, n, value)));
   }
 
   absl::Status Sync() override {
-    Check(STRAIT_CUDA_STATUS(cudaStreamSynchronize(stream_)));
+    Check(STRAIT_CUDA_CHECK(cudaStreamSynchronize(stream_)));
     absl::Status s = error_;
     error_ = absl::OkStatus();
     return s;
@@ -95,7 +85,7 @@ class CudaBackend final : public Backend {
   void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
             const float* b, int ldb, float beta, float* c, int ldc) override {
     if (m == 0 || n == 0) return;
-    Check(STRAIT_CUBLAS_STATUS(
+    Check(STRAIT_CUBLAS_CHECK(
         cublasSgemm(cublas_, Op(tb), Op(ta), n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc)));
   }
 
@@ -103,87 +93,87 @@ class CudaBackend final : public Backend {
                    int64_t stride_a, const float* b, int ldb, int64_t stride_b, float beta,
                    float* c, int ldc, int64_t stride_c, int batch) override {
     if (m == 0 || n == 0 || batch == 0) return;
-    Check(STRAIT_CUBLAS_STATUS(cublasSgemmStridedBatched(cublas_, Op(tb), Op(ta), n, m, k, &alpha,
-                                                         b, ldb, stride_b, a, lda, stride_a, &beta,
-                                                         c, ldc, stride_c, batch)));
+    Check(STRAIT_CUBLAS_CHECK(cublasSgemmStridedBatched(cublas_, Op(tb), Op(ta), n, m, k, &alpha, b,
+                                                        ldb, stride_b, a, lda, stride_a, &beta, c,
+                                                        ldc, stride_c, batch)));
   }
 
   void BiasActivation(int64_t rows, int cols, const float* bias, ActivationOp act, float* x,
                       float* y) override {
-    Check(STRAIT_CUDA_STATUS(cuda::BiasActivation(stream_, rows, cols, bias, act, x, y)));
+    Check(STRAIT_CUDA_CHECK(cuda::BiasActivation(stream_, rows, cols, bias, act, x, y)));
   }
   void ActivationBackward(int64_t n, ActivationOp act, const float* x, const float* dy,
                           float* dx) override {
-    Check(STRAIT_CUDA_STATUS(cuda::ActivationBackward(stream_, n, act, x, dy, dx)));
+    Check(STRAIT_CUDA_CHECK(cuda::ActivationBackward(stream_, n, act, x, dy, dx)));
   }
   void ColumnSum(int64_t rows, int cols, const float* x, int64_t ldx, float beta,
                  float* out) override {
-    Check(STRAIT_CUDA_STATUS(cuda::ColumnSum(stream_, rows, cols, x, ldx, beta, out)));
+    Check(STRAIT_CUDA_CHECK(cuda::ColumnSum(stream_, rows, cols, x, ldx, beta, out)));
   }
   void LayerNormForward(int64_t rows, int dim, const float* x, const float* gamma,
                         const float* beta, float* y, float* mean, float* rstd) override {
-    Check(STRAIT_CUDA_STATUS(
+    Check(STRAIT_CUDA_CHECK(
         cuda::LayerNormForward(stream_, rows, dim, x, gamma, beta, y, mean, rstd)));
   }
   void LayerNormBackward(int64_t rows, int dim, const float* x, const float* gamma,
                          const float* mean, const float* rstd, const float* dy, float* dx,
                          float* dgamma, float* dbeta) override {
-    Check(STRAIT_CUDA_STATUS(
+    Check(STRAIT_CUDA_CHECK(
         cuda::LayerNormBackward(stream_, rows, dim, x, gamma, mean, rstd, dy, dx, dgamma, dbeta)));
   }
   void SoftmaxRows(int64_t rows, int cols, float scale, const float* x, float* y) override {
-    Check(STRAIT_CUDA_STATUS(cuda::SoftmaxRows(stream_, rows, cols, scale, x, y)));
+    Check(STRAIT_CUDA_CHECK(cuda::SoftmaxRows(stream_, rows, cols, scale, x, y)));
   }
   void SoftmaxRowsBackward(int64_t rows, int cols, float scale, const float* y, const float* dy,
                            float* dx) override {
-    Check(STRAIT_CUDA_STATUS(cuda::SoftmaxRowsBackward(stream_, rows, cols, scale, y, dy, dx)));
+    Check(STRAIT_CUDA_CHECK(cuda::SoftmaxRowsBackward(stream_, rows, cols, scale, y, dy, dx)));
   }
   void CrossEntropy(int64_t rows, int classes, const float* logits, const int32_t* labels,
                     float grad_scale, float* loss, int32_t* correct, float* dlogits) override {
-    Check(STRAIT_CUDA_STATUS(cuda::CrossEntropy(stream_, rows, classes, logits, labels, grad_scale,
-                                                loss, correct, dlogits)));
+    Check(STRAIT_CUDA_CHECK(cuda::CrossEntropy(stream_, rows, classes, logits, labels, grad_scale,
+                                               loss, correct, dlogits)));
   }
   void Dropout(int64_t n, float p, uint64_t key, int64_t offset, const float* x,
                float* y) override {
-    Check(STRAIT_CUDA_STATUS(cuda::Dropout(stream_, n, p, key, offset, x, y)));
+    Check(STRAIT_CUDA_CHECK(cuda::Dropout(stream_, n, p, key, offset, x, y)));
   }
   void Axpy(int64_t n, float alpha, const float* x, float* y) override {
-    Check(STRAIT_CUDA_STATUS(cuda::Axpy(stream_, n, alpha, x, y)));
+    Check(STRAIT_CUDA_CHECK(cuda::Axpy(stream_, n, alpha, x, y)));
   }
   void Axpby(int64_t n, float alpha, const float* x, float beta, float* y) override {
-    Check(STRAIT_CUDA_STATUS(cuda::Axpby(stream_, n, alpha, x, beta, y)));
+    Check(STRAIT_CUDA_CHECK(cuda::Axpby(stream_, n, alpha, x, beta, y)));
   }
   void Copy2D(int64_t rows, int cols, const float* src, int64_t ld_src, float* dst,
               int64_t ld_dst) override {
-    Check(STRAIT_CUDA_STATUS(cuda::Copy2D(stream_, rows, cols, src, ld_src, dst, ld_dst)));
+    Check(STRAIT_CUDA_CHECK(cuda::Copy2D(stream_, rows, cols, src, ld_src, dst, ld_dst)));
   }
   void ExtractPatches(int n, int channels, int height, int width, int p, const float* images,
                       float* patches) override {
-    Check(STRAIT_CUDA_STATUS(
+    Check(STRAIT_CUDA_CHECK(
         cuda::ExtractPatches(stream_, n, channels, height, width, p, images, patches)));
   }
   void HeadsToBatch(int n, int tokens, int heads, int dh, const float* x, int64_t ldx,
                     float* y) override {
-    Check(STRAIT_CUDA_STATUS(cuda::HeadsToBatch(stream_, n, tokens, heads, dh, x, ldx, y)));
+    Check(STRAIT_CUDA_CHECK(cuda::HeadsToBatch(stream_, n, tokens, heads, dh, x, ldx, y)));
   }
   void BatchToHeads(int n, int tokens, int heads, int dh, const float* y, float* x,
                     int64_t ldx) override {
-    Check(STRAIT_CUDA_STATUS(cuda::BatchToHeads(stream_, n, tokens, heads, dh, y, x, ldx)));
+    Check(STRAIT_CUDA_CHECK(cuda::BatchToHeads(stream_, n, tokens, heads, dh, y, x, ldx)));
   }
   void SgdUpdate(int64_t n, float lr, float momentum, float wd, float scale, float* param,
                  const float* grad, float* velocity) override {
-    Check(STRAIT_CUDA_STATUS(
+    Check(STRAIT_CUDA_CHECK(
         cuda::SgdUpdate(stream_, n, lr, momentum, wd, scale, param, grad, velocity)));
   }
   void AdamWUpdate(int64_t n, float lr, float b1, float b2, float eps, float wd, float bias1,
                    float bias2, float scale, float* param, const float* grad, float* m,
                    float* v) override {
-    Check(STRAIT_CUDA_STATUS(cuda::AdamWUpdate(stream_, n, lr, b1, b2, eps, wd, bias1, bias2, scale,
-                                               param, grad, m, v)));
+    Check(STRAIT_CUDA_CHECK(cuda::AdamWUpdate(stream_, n, lr, b1, b2, eps, wd, bias1, bias2, scale,
+                                              param, grad, m, v)));
   }
 
   double SumSquares(int64_t n, const float* x) override {
-    Check(STRAIT_CUDA_STATUS(cuda::SumSquares(stream_, n, x, partials_)));
+    Check(STRAIT_CUDA_CHECK(cuda::SumSquares(stream_, n, x, partials_)));
     double result = 0.0;
     CopyToHost(&result, partials_, sizeof(double));
     return error_.ok() ? result : std::numeric_limits<double>::quiet_NaN();
@@ -221,21 +211,21 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
     return absl::FailedPreconditionError(
         absl::StrCat("CUDA device ", device, " requested; this machine has ", count));
   }
-  absl::Status s = STRAIT_CUDA_STATUS(cudaSetDevice(device));
+  absl::Status s = STRAIT_CUDA_CHECK(cudaSetDevice(device));
   if (!s.ok()) return s;
   cudaDeviceProp prop;
-  s = STRAIT_CUDA_STATUS(cudaGetDeviceProperties(&prop, device));
+  s = STRAIT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   if (!s.ok()) return s;
   cudaStream_t stream = nullptr;
-  s = STRAIT_CUDA_STATUS(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  s = STRAIT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   if (!s.ok()) return s;
   cublasHandle_t cublas = nullptr;
-  s = STRAIT_CUBLAS_STATUS(cublasCreate(&cublas));
-  if (s.ok()) s = STRAIT_CUBLAS_STATUS(cublasSetStream(cublas, stream));
+  s = STRAIT_CUBLAS_CHECK(cublasCreate(&cublas));
+  if (s.ok()) s = STRAIT_CUBLAS_CHECK(cublasSetStream(cublas, stream));
   // FP32 products stay FP32 (cuBLAS's default math mode uses no TF32 for sgemm).
-  if (s.ok()) s = STRAIT_CUBLAS_STATUS(cublasSetMathMode(cublas, CUBLAS_DEFAULT_MATH));
+  if (s.ok()) s = STRAIT_CUBLAS_CHECK(cublasSetMathMode(cublas, CUBLAS_DEFAULT_MATH));
   double* partials = nullptr;
-  if (s.ok()) s = STRAIT_CUDA_STATUS(cudaMalloc(&partials, sizeof(double) * cuda::kSumBlocks));
+  if (s.ok()) s = STRAIT_CUDA_CHECK(cudaMalloc(&partials, sizeof(double) * cuda::kSumBlocks));
   if (!s.ok()) {
     if (cublas != nullptr) cublasDestroy(cublas);
     cudaStreamDestroy(stream);

@@ -1,4 +1,4 @@
-// Any bytes as a frame: FrameDecoder must return a Status, never crash, read or write out of
+// Any bytes as a frame: TensorDecoder must return a Status, never crash, read or write out of
 // bounds, or allocate past its limit. A frame that decodes is re-encoded with its own chain and
 // decoded again; for lossless chains the values must come back bit for bit.
 #include <cstdint>
@@ -11,7 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace strait::compression;
   CodecOptions options;
   options.max_raw_bytes = 1 << 22;
-  static FrameDecoder* decoder = new FrameDecoder(options);
+  static TensorDecoder* decoder = new TensorDecoder(options);
   DecodedTensor out;
   if (!decoder->Decode(absl::MakeConstSpan(data, size), &out).ok()) return 0;
   std::unique_ptr<CodecChain> chain = CodecChain::Create(out.chain, options);

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "compression/stage.h"
+#include "compression/codec_stage.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace strait::compression;
@@ -23,7 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   };
   const StageSpec& spec = kStages[data[0] % (sizeof(kStages) / sizeof(kStages[0]))];
   const uint64_t n = data[1] | (uint64_t{data[2]} << 8);
-  std::unique_ptr<Stage> stage = MakeStage(spec);
+  std::unique_ptr<CodecStage> stage = MakeCodecStage(spec);
   absl::Span<const uint8_t> in(data + 3, size - 3);
   // Byte stages decode to any size; let the count be the byte count, as a chain would.
   const uint64_t decoded = IsValueStage(spec.kind) ? 4 * n : n;

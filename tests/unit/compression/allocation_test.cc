@@ -34,7 +34,7 @@ TEST(AllocationTest, SteadyStateEncodeAndDecodeDoNotAllocate) {
   for (const char* spec : {"none", "fp16", "bf16+shuffle+zstd:3", "int8+zstd", "int4:sr+zstd",
                            "topk:0.01:ef+zstd", "shuffle+zstd"}) {
     auto chain = *CodecChain::Create(spec);
-    FrameDecoder decoder;
+    TensorDecoder decoder;
     ResidualStore residuals;
     DecodedTensor out;
     for (int warmup = 0; warmup < 3; ++warmup) {

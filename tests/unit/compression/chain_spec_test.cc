@@ -3,8 +3,165 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+
 namespace strait::compression {
 namespace {
+
+// The chains docs/config.md shows, and the edges of every parameter's range.
+TEST(ChainSpecTest, AcceptsDocumentedChains) {
+  for (const char* chain : {"none",
+                            "fp16",
+                            "bf16",
+                            "int8",
+                            "int4",
+                            "int8:128",
+                            "int8:128:sr",
+                            "int8:sr:128",
+                            "int4:64:sr",
+                            "int4:2",
+                            "int4:65536",
+                            "topk:0.01",
+                            "topk:0.01:ef",
+                            "topk:1",
+                            "topk:1e-3",
+                            "shuffle",
+                            "zstd",
+                            "zstd:1",
+                            "zstd:3",
+                            "zstd:-7",
+                            "zstd:22",
+                            "int8+zstd",
+                            "bf16+shuffle+zstd:3",
+                            "topk:0.01+zstd",
+                            "topk:0.01:ef+zstd:3",
+                            "shuffle+zstd",
+                            "fp16+shuffle",
+                            "fp16+zstd:19",
+                            "int4:sr+shuffle+zstd:19"}) {
+    absl::StatusOr<ChainSpec> parsed = ParseChainSpec(chain);
+    EXPECT_TRUE(parsed.ok()) << chain << ": " << parsed.status();
+  }
+}
+
+// What `strait config check` prints after file:line:column and the key; the messages in
+// tests/data/bad_specs depend on these.
+TEST(ChainSpecTest, RejectsWithAReason) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"", "empty codec chain; expected stages joined by '+' from: none, fp16"},
+      {"int8++zstd", "empty stage in codec chain 'int8++zstd'"},
+      {"+", "empty stage"},
+      {"int8+", "empty stage"},
+      {"+int8", "empty stage"},
+      {":", "empty stage"},
+      {"gzip", "unknown codec stage 'gzip'; expected one of none, fp16"},
+      {"INT8", "unknown codec stage 'INT8'"},
+      {"int8 ", "unknown codec stage 'int8 '"},
+      {"none+zstd", "'none' must be the only stage of a codec chain"},
+      {"zstd+none", "'none' must be the only stage"},
+      {"zstd+int8", "stage 'int8' cannot follow 'zstd' in codec chain 'zstd+int8'; order is"},
+      {"int8+bf16", "cannot follow 'int8'"},
+      {"int8+fp16", "cannot follow 'int8'"},
+      {"zstd+shuffle", "cannot follow 'zstd'"},
+      {"shuffle+shuffle", "cannot follow 'shuffle'"},
+      {"zstd+zstd", "cannot follow 'zstd'"},
+      {"topk", "codec stage 'topk': needs the kept fraction R in (0, 1]"},
+      {"topk:0", "codec stage 'topk:...': needs the kept fraction"},
+      {"topk:1.5", "needs the kept fraction"},
+      {"topk:-0.1", "needs the kept fraction"},
+      {"topk:nan", "needs the kept fraction"},
+      {"topk:ef", "needs the kept fraction"},
+      {"topk:0.1:xx", "unexpected parameter 'xx'; the only option is 'ef'"},
+      {"topk:0.1:x", "the only option is 'ef'"},
+      {"topk:0.1:ef:ef", "the only option is 'ef'"},
+      {"int8:3",
+       "codec stage 'int8:...': block size must be an even number in [2, 65536], found 3"},
+      {"int8:0", "block size must be an even number"},
+      {"int8:-2", "block size must be an even number"},
+      {"int8:65538", "block size must be an even number"},
+      {"int8:128:256", "unexpected parameter '256'"},
+      {"int8:fast", "unexpected parameter 'fast'; expected a block size and/or 'sr'"},
+      {"int8:x", "unexpected parameter 'x'"},
+      {"int8:", "unexpected parameter ''"},
+      {"int8:sr:sr", "unexpected parameter 'sr'"},
+      {"zstd:0", "codec stage 'zstd:...': level must be an integer in [-7, 22] other than 0"},
+      {"zstd:23", "level must be"},
+      {"zstd:-8", "level must be"},
+      {"zstd:1:2", "level must be"},
+      {"zstd:x", "level must be"},
+      {"bf16:1", "codec stage 'bf16:...': takes no parameters"},
+      {"fp16:1", "takes no parameters"},
+      {"none:1", "takes no parameters"},
+      {"shuffle:2", "takes no parameters"},
+  };
+  for (const auto& [chain, reason] : cases) {
+    absl::StatusOr<ChainSpec> parsed = ParseChainSpec(chain);
+    ASSERT_FALSE(parsed.ok()) << "'" << chain << "' was accepted";
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << chain;
+    EXPECT_THAT(std::string(parsed.status().message()), ::testing::HasSubstr(reason)) << chain;
+  }
+}
+
+// Every chain of up to three stages drawn from stage spellings good and bad: accepted exactly when
+// each stage is valid alone and the order rule holds, and then the canonical text parses back.
+TEST(ChainSpecTest, CombinationsFollowTheOrderRule) {
+  const std::vector<std::string> stages = {
+      "none",      "fp16",     "bf16",        "int8",      "int8:64",  "int8:sr",  "int8:7",
+      "int4:4:sr", "topk:0.5", "topk:0.5:ef", "topk:2",    "shuffle",  "zstd",     "zstd:5",
+      "zstd:0",    "zstd: 3",  "int8: 64",    "topk: 0.5", "topk:1e0", "int8:+64", "",
+      "x"};
+  // -1: invalid alone; else 0 value stage, 1 shuffle, 2 zstd, 3 none.
+  auto rank = [](const std::string& stage) {
+    absl::StatusOr<ChainSpec> alone = ParseChainSpec(stage);
+    if (!alone.ok()) return -1;
+    StageKind kind = alone->stages[0].kind;
+    if (kind == StageKind::kNone) return 3;
+    return IsValueStage(kind) ? 0 : (kind == StageKind::kShuffle ? 1 : 2);
+  };
+  auto expect = [&](const std::vector<std::string>& chain) {
+    const std::string text = absl::StrJoin(chain, "+");
+    bool valid = true;
+    int previous = -1;
+    for (const std::string& stage : chain) {
+      const int r = rank(stage);
+      if (r < 0 || (r == 3 && chain.size() > 1) || r <= previous) valid = false;
+      previous = r;
+    }
+    absl::StatusOr<ChainSpec> parsed = ParseChainSpec(text);
+    EXPECT_EQ(parsed.ok(), valid) << "'" << text << "': " << parsed.status();
+    if (parsed.ok()) {
+      absl::StatusOr<ChainSpec> again = ParseChainSpec(parsed->ToString());
+      ASSERT_TRUE(again.ok()) << parsed->ToString();
+      EXPECT_EQ(*again, *parsed) << text;
+      EXPECT_TRUE(ValidateChainSpec(*parsed).ok()) << text;
+    }
+  };
+  int checked = 0;
+  for (const std::string& a : stages) {
+    expect({a});
+    for (const std::string& b : stages) {
+      expect({a, b});
+      for (const std::string& c : stages) {
+        expect({a, b, c});
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 22 * 22 * 22);
+}
+
+TEST(ChainSpecTest, LosslessOnlyWithoutValueStages) {
+  EXPECT_TRUE(ParseChainSpec("none")->IsLossless());
+  EXPECT_TRUE(ParseChainSpec("shuffle")->IsLossless());
+  EXPECT_TRUE(ParseChainSpec("shuffle+zstd:3")->IsLossless());
+  EXPECT_FALSE(ParseChainSpec("bf16+zstd")->IsLossless());
+  EXPECT_FALSE(ParseChainSpec("int4")->IsLossless());
+  EXPECT_FALSE(ParseChainSpec("topk:0.1")->IsLossless());
+}
 
 TEST(ChainSpecTest, ParsesStagesAndParameters) {
   absl::StatusOr<ChainSpec> chain = ParseChainSpec("int8:128:sr+shuffle+zstd:3");
@@ -65,6 +222,12 @@ TEST(ChainSpecTest, ValidateRejectsOutOfRangeTypedChains) {
   chain = *ParseChainSpec("zstd");
   chain.stages[0].level = 0;
   EXPECT_FALSE(ValidateChainSpec(chain).ok());
+  // A typed chain has no text of its own: the message shows the canonical one.
+  chain = *ParseChainSpec("zstd");
+  chain.stages.push_back(ParseChainSpec("int8")->stages[0]);
+  EXPECT_THAT(std::string(ValidateChainSpec(chain).message()),
+              ::testing::HasSubstr("stage 'int8' cannot follow 'zstd' in codec chain "
+                                   "'zstd:1+int8:256'"));
 }
 
 }  // namespace

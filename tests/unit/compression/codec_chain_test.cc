@@ -28,7 +28,7 @@ TEST(CodecChainTest, LosslessChainsAreBitExact) {
   for (const char* spec :
        {"none", "shuffle", "zstd", "zstd:-7", "zstd:19", "shuffle+zstd", "shuffle+zstd:3"}) {
     auto chain = *CodecChain::Create(spec);
-    FrameDecoder decoder;
+    TensorDecoder decoder;
     for (size_t n : {0, 1, 2, 3, 9, 1000, 65537}) {
       std::vector<float> v = testing::Normal(n, n);
       for (size_t i = 0; i < std::min(n, special.size()); ++i) v[i] = special[i];
@@ -56,7 +56,7 @@ TEST(CodecChainTest, ZerosRoundTrip) {
 TEST(CodecChainTest, FramesDescribeThemselves) {
   const std::vector<uint64_t> shape = {2, 3, 5};
   std::vector<float> v = testing::Relu(30, 4);
-  FrameDecoder decoder;  // one decoder, frames of every chain
+  TensorDecoder decoder;  // one decoder, frames of every chain
   DecodedTensor out;
   for (const char* spec :
        {"none", "fp16", "bf16+shuffle+zstd:3", "int8+zstd", "int4:4:sr", "topk:0.5+zstd", "zstd"}) {

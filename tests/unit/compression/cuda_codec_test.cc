@@ -69,8 +69,7 @@ TEST(CudaCodecTest, FramesAreByteIdenticalToTheCpu) {
       for (int call = 0; call < 2; ++call) {  // the second call draws new rounding noise
         absl::Span<const uint8_t> a = *cpu->Encode(v, {n});
         std::vector<uint8_t> expected(a.begin(), a.end());
-        absl::StatusOr<absl::Span<const uint8_t>> b =
-            cuda::EncodeOnDevice(*gpu, d.ptr, {n}, nullptr);
+        absl::StatusOr<absl::Span<const uint8_t>> b = EncodeOnDevice(*gpu, d.ptr, {n}, nullptr);
         ASSERT_TRUE(b.ok()) << b.status();
         ASSERT_EQ(std::vector<uint8_t>(b->begin(), b->end()), expected) << spec << " n=" << n;
       }
@@ -93,11 +92,11 @@ TEST(CudaCodecTest, DeviceDecodeMatchesTheCpu) {
       DeviceBuffer<float> d_out(n);
       ASSERT_EQ(cudaMemcpy(d_in.ptr, frame.data() + header, payload, cudaMemcpyHostToDevice),
                 cudaSuccess);
-      absl::Status s =
-          stage.kind == StageKind::kFp16 || stage.kind == StageKind::kBf16
-              ? cuda::CastFromHalf(d_in.ptr, n, stage.kind == StageKind::kBf16, d_out.ptr, nullptr)
-              : cuda::Dequantize(d_in.ptr, n, stage.kind == StageKind::kInt8 ? 8 : 4,
-                                 stage.block_size, d_out.ptr, nullptr);
+      absl::Status s = stage.kind == StageKind::kFp16 || stage.kind == StageKind::kBf16
+                           ? CastFromHalfOnDevice(d_in.ptr, n, stage.kind == StageKind::kBf16,
+                                                  d_out.ptr, nullptr)
+                           : DequantizeOnDevice(d_in.ptr, n, stage.kind == StageKind::kInt8 ? 8 : 4,
+                                                stage.block_size, d_out.ptr, nullptr);
       ASSERT_TRUE(s.ok()) << s;
       std::vector<float> got(n);
       ASSERT_EQ(cudaMemcpy(got.data(), d_out.ptr, 4 * n, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -128,7 +127,7 @@ TEST(CudaCodecTest, TopKSelectsTheCpuIndices) {
       DeviceBuffer<float> d(n);
       DeviceBuffer<uint32_t> d_idx(k);
       ASSERT_EQ(cudaMemcpy(d.ptr, v.data(), 4 * n, cudaMemcpyHostToDevice), cudaSuccess);
-      absl::Status s = cuda::TopKIndices(d.ptr, n, k, d_idx.ptr, nullptr);
+      absl::Status s = TopKIndicesOnDevice(d.ptr, n, k, d_idx.ptr, nullptr);
       ASSERT_TRUE(s.ok()) << s;
       std::vector<uint32_t> got(k);
       ASSERT_EQ(cudaMemcpy(got.data(), d_idx.ptr, 4 * k, cudaMemcpyDeviceToHost), cudaSuccess);

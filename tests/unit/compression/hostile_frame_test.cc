@@ -22,7 +22,7 @@ const char* const kChains[] = {"none",          "fp16",          "bf16+shuffle+z
                                "topk:0.2+zstd", "shuffle",       "int8:sr+shuffle+zstd"};
 
 TEST(HostileFrameTest, EveryTruncationIsAnError) {
-  FrameDecoder decoder;
+  TensorDecoder decoder;
   DecodedTensor out;
   for (const char* spec : kChains) {
     std::vector<uint8_t> frame = Frame(spec, testing::Normal(37, 1));
@@ -37,7 +37,7 @@ TEST(HostileFrameTest, EveryTruncationIsAnError) {
 }
 
 TEST(HostileFrameTest, BitFlipsNeverCrash) {
-  FrameDecoder decoder;
+  TensorDecoder decoder;
   DecodedTensor out;
   std::mt19937 rng(1);
   for (const char* spec : kChains) {
@@ -58,7 +58,7 @@ TEST(HostileFrameTest, BitFlipsNeverCrash) {
 void Put64(std::vector<uint8_t>& frame, size_t at, uint64_t v) { std::memcpy(&frame[at], &v, 8); }
 
 TEST(HostileFrameTest, LyingHeadersAreRejected) {
-  FrameDecoder decoder;
+  TensorDecoder decoder;
   DecodedTensor out;
   std::vector<uint8_t> frame = Frame("topk:0.5", testing::Normal(8, 3));
   // Layout: 16 fixed + 8 dims + 18 per stage; stage sizes at 16 + 8 + 10.

@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-namespace strait::tools::wan {
+namespace strait::tools {
 namespace {
 
 using Clock = DirectionModel::Clock;
@@ -87,4 +87,4 @@ TEST(LinkModelTest, LossBurstsHoldPiecesUntilTheBurstEnds) {
 }
 
 }  // namespace
-}  // namespace strait::tools::wan
+}  // namespace strait::tools

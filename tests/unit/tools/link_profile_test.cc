@@ -4,7 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-namespace strait::tools::wan {
+namespace strait::tools {
 namespace {
 
 using std::chrono::microseconds;
@@ -102,4 +102,4 @@ TEST(LinkProfileTest, Describe) {
 }
 
 }  // namespace
-}  // namespace strait::tools::wan
+}  // namespace strait::tools

@@ -1,4 +1,4 @@
-#include "compression/stage.h"
+#include "compression/codec_stage.h"
 
 #include <cstring>
 
@@ -8,7 +8,7 @@ namespace strait::compression {
 namespace {
 
 // `none`: the fp32 values themselves.
-class NoneStage final : public Stage {
+class NoneStage final : public CodecStage {
  public:
   absl::Status Encode(absl::Span<const uint8_t> in, const EncodeContext&,
                       ByteBuffer* out) override {
@@ -35,9 +35,9 @@ absl::Status SizeError(absl::string_view stage, uint64_t expected, uint64_t foun
       absl::StrCat("codec stage '", stage, "': expected ", expected, " bytes, found ", found));
 }
 
-std::unique_ptr<Stage> MakeNoneStage() { return std::make_unique<NoneStage>(); }
+std::unique_ptr<CodecStage> MakeNoneStage() { return std::make_unique<NoneStage>(); }
 
-std::unique_ptr<Stage> MakeStage(const StageSpec& spec) {
+std::unique_ptr<CodecStage> MakeCodecStage(const StageSpec& spec) {
   switch (spec.kind) {
     case StageKind::kFp16:
     case StageKind::kBf16:

@@ -1,6 +1,7 @@
-// The one interface every codec stage implements, and the factory that builds a stage from its
-// spec. A value stage (none, fp16, bf16, int8, int4, topk) turns fp32 values into bytes; a byte
-// stage (shuffle, zstd) turns bytes into bytes. Frames are little-endian.
+// CodecStage: the one interface every stage of a codec chain implements (not a pipeline stage,
+// which is site/nn/stage.h), and the factory that builds a stage from its spec. A value stage
+// (none, fp16, bf16, int8, int4, topk) turns fp32 values into bytes; a byte stage (shuffle, zstd)
+// turns bytes into bytes. Frames are little-endian.
 #pragma once
 
 #include <bit>
@@ -25,9 +26,9 @@ struct EncodeContext {
 
 // A stage owns its scratch buffers and library contexts and reuses them: not thread-safe, one
 // instance per thread. No call allocates in steady state (same sizes as before).
-class Stage {
+class CodecStage {
  public:
-  virtual ~Stage() = default;
+  virtual ~CodecStage() = default;
 
   // Appends the encoding of `in` to *out. A value stage reads `in` as element_count fp32 values
   // (4-byte aligned); a byte stage reads any bytes.
@@ -44,15 +45,15 @@ class Stage {
 };
 
 // Builds the stage for `spec` (which ParseChainSpec or ValidateChainSpec accepted).
-std::unique_ptr<Stage> MakeStage(const StageSpec& spec);
+std::unique_ptr<CodecStage> MakeCodecStage(const StageSpec& spec);
 
-// The factories MakeStage dispatches to, one per file.
-std::unique_ptr<Stage> MakeNoneStage();
-std::unique_ptr<Stage> MakeCastStage(StageKind kind);  // fp16 or bf16
-std::unique_ptr<Stage> MakeQuantizeStage(const StageSpec& spec);
-std::unique_ptr<Stage> MakeTopKStage(const StageSpec& spec);
-std::unique_ptr<Stage> MakeShuffleStage(int width);
-std::unique_ptr<Stage> MakeZstdStage(int level);
+// The factories MakeCodecStage dispatches to, one per file.
+std::unique_ptr<CodecStage> MakeNoneStage();
+std::unique_ptr<CodecStage> MakeCastStage(StageKind kind);  // fp16 or bf16
+std::unique_ptr<CodecStage> MakeQuantizeStage(const StageSpec& spec);
+std::unique_ptr<CodecStage> MakeTopKStage(const StageSpec& spec);
+std::unique_ptr<CodecStage> MakeShuffleStage(int width);
+std::unique_ptr<CodecStage> MakeZstdStage(int level);
 
 // Error for a size mismatch found while decoding.
 absl::Status SizeError(absl::string_view stage, uint64_t expected, uint64_t found);
