@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/status.h"
+#include "site/nn/checkpoint.h"
 #include "site/pipeline/stage_checkpoint.h"
 
 namespace strait::site {
