@@ -17,13 +17,13 @@
 #include "core/status.h"
 #include "site/backend/counter_rng.h"
 #include "site/collective/all_reducer.h"
-#include "site/collective/replica_group.h"
 #include "site/collective/worker_pool.h"
+#include "site/pipeline/stage_executor.h"
 
 namespace strait::bench {
 namespace {
 
-using collective::ReplicaGroup;
+using site::StageExecutor;
 
 struct CollectiveBenchOptions {
   int width = 1024;
@@ -58,7 +58,7 @@ ModelSpec Model(const CollectiveBenchOptions& o) {
 
 // One step as the site daemon runs it: M x (forward, loss, backward), the last backward with the
 // all-reduce, then the optimizer on every replica.
-absl::Status TrainStep(ReplicaGroup& g, int64_t step, int microbatches, int n,
+absl::Status TrainStep(StageExecutor& g, int64_t step, int microbatches, int n,
                        const std::vector<float>& inputs, const std::vector<int32_t>& labels) {
   g.ZeroGrad();
   for (int m = 0; m < microbatches; ++m) {
@@ -73,7 +73,7 @@ absl::Status TrainStep(ReplicaGroup& g, int64_t step, int microbatches, int n,
 
 struct Config {
   int workers, threads;
-  std::unique_ptr<ReplicaGroup> group;
+  std::unique_ptr<StageExecutor> group;
   double seconds = 1e30;  // best round, per step
 };
 
@@ -134,8 +134,8 @@ int RunCollectiveBench(const CollectiveBenchOptions& o) {
   configs.push_back({o.workers, o.threads_per_worker, nullptr});
   configs.push_back({1, o.workers * o.threads_per_worker, nullptr});
   for (Config& c : configs) {
-    auto g = ReplicaGroup::Create(model, {0, o.layers}, optimizer, o.batch, DeviceKind::kCpu,
-                                  c.workers, c.threads);
+    auto g = StageExecutor::Create(model, {0, o.layers}, optimizer, o.batch, {},
+                                   {.count = c.workers, .threads = c.threads});
     if (!g.ok()) return Fail(g.status());
     c.group = *std::move(g);
     for (int64_t s = 0; s < 2; ++s) {  // warm-up: allocations, BLAS buffers

@@ -19,7 +19,7 @@
 #include "core/job_spec.h"
 #include "site/backend/backend_factory.h"
 #include "site/backend/counter_rng.h"
-#include "site/nn/stage.h"
+#include "site/pipeline/stage_executor.h"
 
 namespace strait::bench {
 namespace {
@@ -44,7 +44,7 @@ double Seconds(std::chrono::steady_clock::time_point start) {
 }
 
 // One training step of the whole model on random data: M x (forward, loss, backward), update.
-absl::Status TrainStep(Stage& stage, int64_t step, int microbatches, int n,
+absl::Status TrainStep(site::StageExecutor& stage, int64_t step, int microbatches, int n,
                        const std::vector<float>& inputs, const std::vector<int32_t>& labels) {
   stage.ZeroGrad();
   for (int m = 0; m < microbatches; ++m) {
@@ -53,7 +53,9 @@ absl::Status TrainStep(Stage& stage, int64_t step, int microbatches, int n,
     absl::StatusOr<LossResult> loss =
         stage.Loss(m, labels.data() + static_cast<int64_t>(m) * n, 1.0f / (n * microbatches));
     if (!loss.ok()) return loss.status();
-    if (absl::Status s = stage.Backward(m, nullptr, nullptr); !s.ok()) return s;
+    if (absl::Status s = stage.Backward(m, nullptr, nullptr, m == microbatches - 1); !s.ok()) {
+      return s;
+    }
   }
   return stage.OptimizerStep(step + 1, 1.0f);
 }
@@ -70,9 +72,16 @@ int RunEngineBench(const EngineBenchOptions& o) {
   auto inner =
       CreateBackend(o.device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu, {threads, 0});
   if (!inner.ok()) return Fail(inner.status());
-  RecordingBackend backend(inner->get());
-  auto stage = Stage::Create(spec->model, {0, spec->model.NumLayers()}, spec->training.optimizer, n,
-                             &backend);
+  // The stage's one worker runs on a recording wrapper of the backend (which the stage owns).
+  RecordingBackend* backend = nullptr;
+  site::StageWorkers worker;
+  worker.make_backend = [&](int) -> absl::StatusOr<std::unique_ptr<Backend>> {
+    auto recording = std::make_unique<RecordingBackend>(inner->get());
+    backend = recording.get();
+    return recording;
+  };
+  auto stage = site::StageExecutor::Create(spec->model, {0, spec->model.NumLayers()},
+                                           spec->training.optimizer, n, {}, worker);
   if (!stage.ok()) return Fail(stage.status());
 
   std::vector<float> inputs(static_cast<size_t>(o.batch) * (*stage)->input_features());
@@ -85,10 +94,10 @@ int RunEngineBench(const EngineBenchOptions& o) {
     if (absl::Status st = TrainStep(**stage, s, microbatches, n, inputs, labels); !st.ok())
       return Fail(st);
   }
-  backend.StartRecording();
+  backend->StartRecording();
   if (absl::Status st = TrainStep(**stage, 2, microbatches, n, inputs, labels); !st.ok())
     return Fail(st);
-  const std::vector<GemmCall> calls = backend.StopRecording();
+  const std::vector<GemmCall> calls = backend->StopRecording();
   double flops = 0;
   for (const GemmCall& c : calls) flops += c.Flops();
 

@@ -22,7 +22,7 @@ enum class Activation { kRelu, kGelu };
 enum class DatasetKind { kFashionMnist, kSynthetic };
 // Pipeline schedules (site/pipeline/schedule.h): 1f1b and gpipe flush the pipeline every step and
 // equal single-process gradient accumulation; 2bw (PipeDream-2BW) never flushes, and step t
-// computes its gradient with the weights of one update before (L_{t-1}; see site/nn/stage.h).
+// computes its gradient with the weights of one update before (L_{t-1}: pipeline/weight_history.h).
 enum class Schedule { k1F1B, kGPipe, k2BW };
 // 2bw: when a stage applies the update of a step's gradient (training.update). Deferred
 // (PipeDream-2BW): right before its first forward of the step after next, so every microbatch of a
@@ -126,7 +126,7 @@ struct TrainingSpec {
   // back; later stages get a share in proportion to their round trip (site/pipeline/schedule.h).
   // Costs that many more microbatches of activations held; the results stay the same bits.
   int extra_in_flight = 0;
-  // 2bw only: forward weights extrapolated this many updates along the last one (site/nn/stage.h);
+  // 2bw only: forward weights extrapolated this many updates along the last one (weight_history.h);
   // 0 = PipeDream-2BW's plain one-step-stale weights.
   double lookahead = 2.0;
   // 2bw only (see UpdateTiming); eager needs grad_clip 0 (a stage cannot wait for the other stages'

@@ -3,7 +3,7 @@
 // NCCL for CUDA replicas (one device each).
 //
 // One round: the thread that drives replica w calls Ready(w, b) for every bucket b, in increasing
-// b (bucket 0 first: the ReplicaGroup numbers buckets in backward order, so the round overlaps the
+// b (bucket 0 first: the StageExecutor numbers buckets in backward order, so the round overlaps the
 // backward pass), then Finish(w), which blocks until replica w's buffer holds, element by element,
 // buffer_0 + buffer_1 + ... + buffer_{W-1}. Every replica takes part in every round, also after an
 // error of its own (the others would wait for it forever); Finish reports errors. Ready and

@@ -1,5 +1,6 @@
-// One persistent thread per worker of a ReplicaGroup: worker w's backend is created and always
-// used on thread w (a CUDA backend's calls need that thread's current device to be its own).
+// One persistent thread per worker of a StageExecutor (site/pipeline/stage_executor.h): worker w's
+// backend is created and always used on thread w (a CUDA backend's calls need that thread's
+// current device to be its own).
 #pragma once
 
 #include <condition_variable>

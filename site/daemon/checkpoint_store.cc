@@ -9,7 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/status.h"
-#include "site/nn/stage_checkpoint.h"
+#include "site/nn/checkpoint.h"
+#include "site/pipeline/stage_checkpoint.h"
 
 namespace strait::site {
 
@@ -27,7 +28,7 @@ bool CheckpointStore::Due(int64_t step) const {
   return every > 0 && step > 0 && step % every == 0;
 }
 
-absl::Status CheckpointStore::Save(int64_t step, const collective::ReplicaGroup& stage) {
+absl::Status CheckpointStore::Save(int64_t step, const StageExecutor& stage) {
   std::error_code error;
   std::filesystem::create_directories(dir_, error);
   if (error)
@@ -60,7 +61,7 @@ std::vector<int64_t> CheckpointStore::Steps() const {
   return steps;
 }
 
-absl::StatusOr<int64_t> CheckpointStore::NewestValid(const collective::ReplicaGroup& stage) const {
+absl::StatusOr<int64_t> CheckpointStore::NewestValid(const StageExecutor& stage) const {
   std::vector<int64_t> steps = Steps();
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     absl::StatusOr<CheckpointState> state = ReadCheckpoint(PathFor(*it));
@@ -81,7 +82,7 @@ absl::StatusOr<int64_t> CheckpointStore::NewestValid(const collective::ReplicaGr
   return absl::NotFoundError(absl::StrCat("no usable checkpoint in ", dir_));
 }
 
-absl::Status CheckpointStore::Load(int64_t step, collective::ReplicaGroup& stage) const {
+absl::Status CheckpointStore::Load(int64_t step, StageExecutor& stage) const {
   absl::StatusOr<int64_t> loaded = LoadStageCheckpoint(PathFor(step), spec_, stage);
   if (!loaded.ok()) {
     return absl::Status(loaded.status().code(), absl::StrCat("cannot roll back to step ", step,

@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/job_spec.h"
-#include "site/collective/replica_group.h"
+#include "site/pipeline/stage_executor.h"
 
 namespace strait::site {
 
@@ -28,7 +28,7 @@ class CheckpointStore {
 
   // Writes the stage after `step` steps, then removes checkpoints beyond the retention count.
   // Blocks on disk I/O.
-  absl::Status Save(int64_t step, const collective::ReplicaGroup& stage);
+  absl::Status Save(int64_t step, const StageExecutor& stage);
 
   // Steps of the checkpoint files present, oldest first (not verified).
   std::vector<int64_t> Steps() const;
@@ -36,10 +36,10 @@ class CheckpointStore {
   // The newest checkpoint that reads back intact (checksum, lengths) and belongs to this stage of
   // this job; each one refused on the way is logged with its reason and skipped. NotFound when
   // none.
-  absl::StatusOr<int64_t> NewestValid(const collective::ReplicaGroup& stage) const;
+  absl::StatusOr<int64_t> NewestValid(const StageExecutor& stage) const;
 
   // Restores `stage` from the checkpoint of `step`. An error names the file and what is wrong.
-  absl::Status Load(int64_t step, collective::ReplicaGroup& stage) const;
+  absl::Status Load(int64_t step, StageExecutor& stage) const;
 
  private:
   const JobSpec& spec_;

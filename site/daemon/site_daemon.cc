@@ -29,8 +29,8 @@
 #include "site/daemon/neighbour_keys.h"
 #include "site/daemon/training_control.h"
 #include "site/exchange/link_security.h"
-#include "site/nn/stage_checkpoint.h"
 #include "site/pipeline/site_runner.h"
+#include "site/pipeline/stage_checkpoint.h"
 #include "site/rpc/gateway_client.h"
 #include "site/rpc/tls_credentials.h"
 
@@ -287,11 +287,12 @@ absl::Status RunSite(const SiteOptions& o) {
   const OptimizerSpec optimizer = WithDecayHorizon(spec.training.optimizer, total);
   // The stage (rebuilt for every generation) and, with --resume, the checkpoint it can resume from.
   auto build_stage = [&] {
-    return collective::ReplicaGroup::Create(
-        spec.model, site.layers, optimizer, spec.training.MicrobatchSize(), site.device,
-        site.workers, o.threads, WeightVersions(spec.training.schedule), Lookahead(spec.training));
+    return StageExecutor::Create(
+        spec.model, site.layers, optimizer, spec.training.MicrobatchSize(),
+        VersioningOf(spec.training),
+        {.device = site.device, .count = site.workers, .threads = o.threads});
   };
-  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<collective::ReplicaGroup> stage, build_stage());
+  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<StageExecutor> stage, build_stage());
   spdlog::info("{} worker(s): {}", site.workers, stage->device_names());
   CheckpointStore checkpoints(spec, o.site_id);
   Progress progress;

@@ -161,8 +161,8 @@ absl::StatusOr<CheckpointState> ParseCheckpoint(const std::string& data) {
   r.Get<uint64_t>();  // magic
   const uint32_t version = r.Get<uint32_t>();
   if (version != kVersion && version != kVersionTwoWeights) {
-    return bad(absl::StrCat("format version ", version, "; this build reads versions ", kVersion,
-                            " and ", kVersionTwoWeights));
+    return bad(absl::StrCat("format version ", version, " is not supported by this build (expects ",
+                            kVersion, " or ", kVersionTwoWeights, ")"));
   }
   const size_t header = version == kVersion ? kHeaderBytes : kHeaderBytesV2;
   if (data.size() < header + 4) return bad("truncated (shorter than its header)");

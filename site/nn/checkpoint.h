@@ -7,7 +7,8 @@
 // Version 2 (two weight versions: schedule 2bw) inserts after the optimizer-state count
 //   | u32 weight arrays (2, or 3 with lookahead)
 // and after the params (the newest weights L_step) what microbatches of L_{step-1} compute with
-// (L_{step-1}, or P_{step-1} with lookahead: site/nn/stage.h), then with lookahead P_step:
+// (L_{step-1}, or P_{step-1} with lookahead: site/pipeline/weight_history.h), then with lookahead
+// P_step:
 //   | previous params (f32, param floats of them) [| lookahead params (f32, as many)].
 // Files of one weight version are always written as version 1, byte for byte as before.
 // The RNG state is the pair of seeds: every random number is keyed by (seed, step, ...), so

@@ -13,11 +13,7 @@ namespace strait {
 struct Stage::Microbatch {
   int index = 0;
   int n = 0;
-  int64_t step = 0;
-  int64_t first_row = 0;
-  int64_t weights = 0;       // k of the weights L_k its Forward used; its Backward uses them too.
-  int newer_from_layer = 0;  // Layers from this one on used L_{weights+1} (see Forward).
-  bool training = true;
+  PassOptions pass;
   bool has_loss_grad = false;
   DeviceBuffer activations;  // activation_floats_ floats
   DeviceBuffer saved;        // saved_floats_ floats
@@ -45,85 +41,34 @@ absl::StatusOr<DeviceBuffer> Floats(Backend* backend, int64_t n) {
 
 }  // namespace
 
-int WeightVersions(Schedule schedule) { return schedule == Schedule::k2BW ? 2 : 1; }
-
-float Lookahead(const TrainingSpec& training) {
-  return training.schedule == Schedule::k2BW ? static_cast<float>(training.lookahead) : 0.0f;
-}
-
 absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSpec& model, LayerRange range,
-                                                     const OptimizerSpec& optimizer, int max_batch,
-                                                     Backend* backend, int weight_versions,
-                                                     float lookahead) {
+                                                     int max_batch, Backend* backend) {
   if (max_batch < 1) return absl::InvalidArgumentError("max_batch must be at least 1");
-  if (weight_versions != 1 && weight_versions != 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a stage holds 1 or 2 weight versions, not ", weight_versions));
-  }
-  if (!(lookahead >= 0.0f && lookahead <= 1e6f) || (lookahead > 0.0f && weight_versions != 2)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("lookahead ", lookahead, " with ", weight_versions,
-                     " weight version(s): it must be >= 0, and > 0 only with two versions (2bw)"));
-  }
   std::unique_ptr<Stage> s(new Stage());
-  s->weight_versions_ = weight_versions;
-  s->lookahead_ = lookahead;
   s->backend_ = backend;
+  s->model_ = model;
   s->range_ = range;
   s->num_model_layers_ = model.NumLayers();
   s->max_batch_ = max_batch;
-  s->init_seed_ = model.init_seed;
   STRAIT_ASSIGN_OR_RETURN(s->layers_, BuildLayers(model, range));
 
-  // Parameter arena: layers in order, each layer's params in layout order.
+  // Parameter layout: layers in order, each layer's params in layout order. The fingerprint's
+  // recipe must not change: checkpoints carry it.
   uint64_t fp = CombineKey(0x5354524149540001ull, static_cast<uint64_t>(model.family));
+  int64_t offset = 0;
   for (const auto& layer : s->layers_) {
     const LayerLayout& l = layer->layout();
     fp = HashShape(HashShape(HashString(CombineKey(fp, l.index), l.name), l.in_shape), l.out_shape);
+    s->layer_offsets_.push_back(offset);
+    s->param_offsets_.emplace_back();
     for (const ParamLayout& p : l.params) {
       fp = HashShape(HashString(fp, p.name), p.shape);
-      s->param_count_ += p.numel;
-    }
-  }
-  s->fingerprint_ = fp;
-  for (int v = 0; v < weight_versions; ++v) {
-    STRAIT_ASSIGN_OR_RETURN(DeviceBuffer grads, Floats(backend, s->param_count_));
-    s->grads_.push_back(std::move(grads));
-  }
-  for (int v = 0; v < weight_versions + (lookahead > 0.0f ? 1 : 0); ++v) {
-    STRAIT_ASSIGN_OR_RETURN(DeviceBuffer params, Floats(backend, s->param_count_));
-    s->params_.push_back(std::move(params));
-  }
-  std::vector<float> init(s->param_count_);
-  std::vector<std::vector<int64_t>> param_offsets;  // [layer][param]
-  int64_t offset = 0;
-  for (const auto& layer : s->layers_) {
-    s->layer_offsets_.push_back(offset);
-    param_offsets.emplace_back();
-    for (size_t p = 0; p < layer->layout().params.size(); ++p) {
-      InitParameter(model, layer->layout(), static_cast<int>(p), init.data() + offset);
-      param_offsets.back().push_back(offset);
-      offset += layer->layout().params[p].numel;
+      s->param_offsets_.back().push_back(offset);
+      offset += p.numel;
     }
   }
   s->layer_offsets_.push_back(offset);
-  for (size_t slot = 0; slot < s->params_.size(); ++slot) {
-    for (int arena = 0; arena < weight_versions; ++arena) {
-      std::vector<LayerParams>& views = s->views_.emplace_back();
-      for (const std::vector<int64_t>& layer : param_offsets) {
-        LayerParams& view = views.emplace_back();
-        for (int64_t at : layer) {
-          view.value.push_back(s->params_[slot].f32() + at);
-          view.grad.push_back(s->grads_[arena].f32() + at);
-        }
-      }
-    }
-  }
-  // Every version starts as L_0 (steps 0 and 1 of 2bw both use it; P_0 = L_0).
-  for (const DeviceBuffer& params : s->params_) {
-    backend->CopyToDevice(params.f32(), init.data(), sizeof(float) * init.size());
-  }
-  STRAIT_ASSIGN_OR_RETURN(s->optimizer_, Optimizer::Create(optimizer, s->param_count_, backend));
+  s->fingerprint_ = fp;
 
   // Per-microbatch and shared buffers, sized for max_batch.
   int64_t max_features = s->layers_.front()->in_features(), scratch = 0;
@@ -146,7 +91,6 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSpec& model, Lay
     STRAIT_ASSIGN_OR_RETURN(s->correct_,
                             DeviceBuffer::Create(backend, sizeof(int32_t) * max_batch));
   }
-  for (int64_t step = 0; step < weight_versions; ++step) s->ZeroGrad(step);
   STRAIT_RETURN_IF_ERROR(backend->Sync());
   return s;
 }
@@ -155,6 +99,28 @@ Stage::~Stage() = default;
 
 int64_t Stage::input_features() const { return layers_.front()->in_features(); }
 int64_t Stage::output_features() const { return layers_.back()->out_features(); }
+
+std::vector<float> Stage::InitialParams() const {
+  std::vector<float> init(param_count());
+  for (size_t k = 0; k < layers_.size(); ++k) {
+    for (size_t p = 0; p < param_offsets_[k].size(); ++p) {
+      InitParameter(model_, layers_[k]->layout(), static_cast<int>(p),
+                    init.data() + param_offsets_[k][p]);
+    }
+  }
+  return init;
+}
+
+std::vector<LayerParams> Stage::Views(float* weights, float* grads) const {
+  std::vector<LayerParams> views(layers_.size());
+  for (size_t k = 0; k < layers_.size(); ++k) {
+    for (int64_t at : param_offsets_[k]) {
+      views[k].value.push_back(weights + at);
+      views[k].grad.push_back(grads + at);
+    }
+  }
+  return views;
+}
 
 absl::StatusOr<std::unique_ptr<Stage::Microbatch>> Stage::TakeMicrobatch() {
   if (!free_.empty()) {
@@ -180,39 +146,21 @@ absl::StatusOr<Stage::Microbatch*> Stage::Find(int microbatch, const char* what)
   return it->second.get();
 }
 
-absl::StatusOr<int> Stage::WeightsSlot(int64_t version, const char* what) const {
-  const bool held =
-      version == newest_ || (weight_versions_ == 2 && version == std::max<int64_t>(newest_ - 1, 0));
-  if (held && lookahead_ > 0.0f) return LookaheadSlot(version);
-  if (version == newest_) return 0;
-  if (held) return 1;
-  return absl::FailedPreconditionError(absl::StrCat(
-      what, " with weights L_", version, ", which this stage does not hold (newest: L_", newest_,
-      weight_versions_ == 2 ? absl::StrCat(", previous: L_", std::max<int64_t>(newest_ - 1, 0))
-                            : std::string(),
-      ")"));
-}
-
-absl::StatusOr<Stage::LayerViews> Stage::ViewsOf(int64_t version, int newer_from_layer, int arena,
-                                                 const char* what) const {
-  STRAIT_ASSIGN_OR_RETURN(const int slot, WeightsSlot(version, what));
-  LayerViews views{&Views(slot, arena), &Views(slot, arena), newer_from_layer};
-  if (newer_from_layer < static_cast<int>(layers_.size())) {
-    STRAIT_ASSIGN_OR_RETURN(const int newer, WeightsSlot(version + 1, what));
-    views.newer = &Views(newer, arena);
-  }
-  return views;
+absl::Status Stage::CheckViews(WeightViews weights, const char* what) const {
+  if (weights.size() == layers_.size()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(what, " with weights for ", weights.size(),
+                                                 " layers; the stage has ", layers_.size()));
 }
 
 PassInfo Stage::Pass(const Microbatch& mb, int layer) const {
-  uint64_t key = CombineKey(CombineKey(init_seed_, 0x44524f50 /* "DROP" */), mb.step);
+  uint64_t key = CombineKey(CombineKey(model_.init_seed, 0x44524f50 /* "DROP" */), mb.pass.step);
   key = CombineKey(key, static_cast<uint64_t>(mb.index));
-  return {mb.training, CombineKey(key, static_cast<uint64_t>(range_.start + layer)), mb.first_row};
+  return {mb.pass.training, CombineKey(key, static_cast<uint64_t>(range_.start + layer)),
+          mb.pass.first_row};
 }
 
-absl::Status Stage::Forward(int64_t step, int microbatch, int n, const float* input, float* output,
-                            bool training, int64_t first_row, int64_t weights,
-                            int newer_from_layer) {
+absl::Status Stage::Forward(int microbatch, int n, const float* input, float* output,
+                            WeightViews weights, const PassOptions& pass) {
   if (n < 1 || n > max_batch_) {
     return absl::InvalidArgumentError(
         absl::StrCat("microbatch of ", n, " samples; this stage takes 1 to ", max_batch_));
@@ -221,23 +169,16 @@ absl::Status Stage::Forward(int64_t step, int microbatch, int n, const float* in
     return absl::FailedPreconditionError(
         absl::StrCat("Forward(microbatch ", microbatch, ") while it is already in flight"));
   }
-  if (weights == kNewestWeights) weights = newest_;
-  newer_from_layer = std::clamp(newer_from_layer, 0, static_cast<int>(layers_.size()));
-  STRAIT_ASSIGN_OR_RETURN(LayerViews views,
-                          ViewsOf(weights, newer_from_layer, GradArena(step), "Forward"));
+  STRAIT_RETURN_IF_ERROR(CheckViews(weights, "Forward"));
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Microbatch> mb, TakeMicrobatch());
   mb->index = microbatch;
   mb->n = n;
-  mb->step = step;
-  mb->first_row = first_row;
-  mb->weights = weights;
-  mb->newer_from_layer = newer_from_layer;
-  mb->training = training;
+  mb->pass = pass;
   mb->has_loss_grad = false;
   float* acts = mb->activations.f32();
   backend_->CopyToDevice(acts, input, sizeof(float) * n * input_features());
   for (size_t i = 0; i < layers_.size(); ++i) {
-    layers_[i]->Forward(*backend_, views(i), Pass(*mb, static_cast<int>(i)), n,
+    layers_[i]->Forward(*backend_, *weights[i], Pass(*mb, static_cast<int>(i)), n,
                         acts + activation_offsets_[i], acts + activation_offsets_[i + 1],
                         mb->saved.f32() + saved_offsets_[i], scratch_.f32());
   }
@@ -278,10 +219,10 @@ absl::StatusOr<LossResult> Stage::Loss(int microbatch, const int32_t* labels, fl
 }
 
 absl::Status Stage::Backward(int microbatch, const float* grad_output, float* grad_input,
+                             WeightViews weights,
                              const std::function<void(int layer)>& layer_done) {
   STRAIT_ASSIGN_OR_RETURN(Microbatch * mb, Find(microbatch, "Backward"));
-  STRAIT_ASSIGN_OR_RETURN(LayerViews views, ViewsOf(mb->weights, mb->newer_from_layer,
-                                                    GradArena(mb->step), "Backward"));
+  STRAIT_RETURN_IF_ERROR(CheckViews(weights, "Backward"));
   const int n = mb->n;
   float* dy = grad_a_.f32();
   float* dx = grad_b_.f32();
@@ -296,7 +237,7 @@ absl::Status Stage::Backward(int microbatch, const float* grad_output, float* gr
   float* acts = mb->activations.f32();
   for (size_t k = layers_.size(); k-- > 0;) {
     float* layer_dx = (k > 0 || grad_input != nullptr) ? dx : nullptr;
-    layers_[k]->Backward(*backend_, views(k), Pass(*mb, static_cast<int>(k)), n,
+    layers_[k]->Backward(*backend_, *weights[k], Pass(*mb, static_cast<int>(k)), n,
                          acts + activation_offsets_[k], acts + activation_offsets_[k + 1], dy,
                          layer_dx, mb->saved.f32() + saved_offsets_[k], scratch_.f32());
     if (layer_done) layer_done(static_cast<int>(k));
@@ -317,10 +258,7 @@ void Stage::Discard(int microbatch) {
   in_flight_.erase(it);
 }
 
-void Stage::ZeroGrad(int64_t step) { backend_->Fill(grad_arena(step), param_count_, 0.0f); }
-
-absl::StatusOr<double> Stage::GradSumSquares(double downstream, int64_t step) {
-  const float* grads = grad_arena(step);
+absl::StatusOr<double> Stage::GradSumSquares(const float* grads, double downstream) const {
   double sum = downstream;
   for (size_t k = layers_.size(); k-- > 0;) {
     const int64_t numel = layer_offsets_[k + 1] - layer_offsets_[k];
@@ -328,104 +266,6 @@ absl::StatusOr<double> Stage::GradSumSquares(double downstream, int64_t step) {
   }
   STRAIT_RETURN_IF_ERROR(backend_->Sync());
   return sum;
-}
-
-absl::Status Stage::OptimizerStep(int64_t step, float grad_scale) {
-  if (weight_versions_ == 2) {
-    // The previous version is overwritten: no microbatch may still compute with it.
-    for (const auto& [index, mb] : in_flight_) {
-      if (mb->weights != newest_) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "OptimizerStep(", step, ") while microbatch ", index, " of step ", mb->step,
-            " still uses weights L_", mb->weights, ", which it would overwrite"));
-      }
-    }
-    // The arena of L_{step-2} (or P_{step-2}) takes L_{step-1}, the weights before this update.
-    float* kept = params_[lookahead_ > 0.0f ? LookaheadSlot(step) : 1].f32();
-    backend_->CopyOnDevice(kept, params_[0].f32(), sizeof(float) * param_count_);
-  }
-  optimizer_->Step(step, grad_scale, params_[0].f32(), grad_arena(step - 1));
-  if (lookahead_ > 0.0f) {  // P_step = (1 + c) L_step - c L_{step-1}
-    backend_->Axpby(param_count_, 1.0f + lookahead_, params_[0].f32(), -lookahead_,
-                    params_[LookaheadSlot(step)].f32());
-  }
-  newest_ = step;
-  return backend_->Sync();
-}
-
-absl::StatusOr<std::vector<float>> Stage::ToHost(const float* src, int64_t n) const {
-  std::vector<float> out(n);
-  backend_->CopyToHost(out.data(), src, sizeof(float) * n);
-  STRAIT_RETURN_IF_ERROR(backend_->Sync());
-  return out;
-}
-
-absl::StatusOr<std::vector<float>> Stage::Params() const {
-  return ToHost(params_[0].f32(), param_count_);
-}
-absl::StatusOr<std::vector<float>> Stage::PreviousParams() const {
-  if (weight_versions_ != 2) {
-    return absl::FailedPreconditionError("PreviousParams of a stage with one weight version");
-  }
-  STRAIT_ASSIGN_OR_RETURN(const int slot,
-                          WeightsSlot(std::max<int64_t>(newest_ - 1, 0), "PreviousParams"));
-  return ToHost(params_[slot].f32(), param_count_);
-}
-absl::StatusOr<std::vector<float>> Stage::LookaheadParams() const {
-  if (lookahead_ <= 0.0f) {
-    return absl::FailedPreconditionError("LookaheadParams of a stage without lookahead");
-  }
-  return ToHost(params_[LookaheadSlot(newest_)].f32(), param_count_);
-}
-absl::StatusOr<std::vector<float>> Stage::Grads(int64_t step) const {
-  return ToHost(grad_arena(step), param_count_);
-}
-absl::StatusOr<std::vector<float>> Stage::OptimizerState() const {
-  return ToHost(optimizer_->state(), optimizer_->state_floats());
-}
-
-absl::Status Stage::SetParams(absl::Span<const float> params) {
-  if (static_cast<int64_t>(params.size()) != param_count_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("SetParams: ", params.size(), " floats for a stage of ", param_count_));
-  }
-  backend_->CopyToDevice(params_[0].f32(), params.data(), sizeof(float) * params.size());
-  return backend_->Sync();
-}
-
-absl::Status Stage::RestoreWeights(int64_t version, absl::Span<const float> newest,
-                                   absl::Span<const float> previous,
-                                   absl::Span<const float> lookahead) {
-  const size_t want_previous = weight_versions_ == 2 ? static_cast<size_t>(param_count_) : 0;
-  const size_t want_lookahead = lookahead_ > 0.0f ? static_cast<size_t>(param_count_) : 0;
-  if (version < 0 || previous.size() != want_previous || lookahead.size() != want_lookahead) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "RestoreWeights: version ", version, " with ", previous.size(),
-        " floats of previous weights and ", lookahead.size(),
-        " of lookahead weights for a stage of ", weight_versions_, " weight version(s) of ",
-        param_count_, " floats", lookahead_ > 0.0f ? " with lookahead" : ""));
-  }
-  STRAIT_RETURN_IF_ERROR(SetParams(newest));
-  newest_ = version;
-  if (weight_versions_ == 2) {
-    const int slot = *WeightsSlot(std::max<int64_t>(version - 1, 0), "RestoreWeights");
-    backend_->CopyToDevice(params_[slot].f32(), previous.data(), sizeof(float) * previous.size());
-  }
-  if (lookahead_ > 0.0f) {  // after `previous`: at version 0 both are P_0 = L_0
-    backend_->CopyToDevice(params_[LookaheadSlot(version)].f32(), lookahead.data(),
-                           sizeof(float) * lookahead.size());
-  }
-  return backend_->Sync();
-}
-
-absl::Status Stage::SetOptimizerState(absl::Span<const float> state) {
-  if (static_cast<int64_t>(state.size()) != optimizer_->state_floats()) {
-    return absl::InvalidArgumentError(absl::StrCat("SetOptimizerState: ", state.size(),
-                                                   " floats for an optimizer state of ",
-                                                   optimizer_->state_floats()));
-  }
-  backend_->CopyToDevice(optimizer_->state(), state.data(), sizeof(float) * state.size());
-  return backend_->Sync();
 }
 
 }  // namespace strait

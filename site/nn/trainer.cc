@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
-#include "site/nn/stage_checkpoint.h"
 #include "site/pipeline/schedule.h"
+#include "site/pipeline/stage_checkpoint.h"
 
 namespace strait {
 
@@ -20,27 +20,26 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
                                                    " samples, fewer than one global batch of ",
                                                    spec.training.global_batch));
   }
-  std::unique_ptr<Trainer> t(
-      new Trainer(spec, std::move(train), std::move(test), std::move(backend)));
-  const LayerRange all{0, spec.model.NumLayers()};
+  std::unique_ptr<Trainer> t(new Trainer(spec, std::move(train), std::move(test)));
+  site::StageWorkers worker;  // One, on the backend handed in.
+  worker.make_backend = [&backend](int) -> absl::StatusOr<std::unique_ptr<Backend>> {
+    return std::move(backend);
+  };
   STRAIT_ASSIGN_OR_RETURN(
-      t->stage_,
-      Stage::Create(spec.model, all, WithDecayHorizon(spec.training.optimizer, t->total_steps()),
-                    spec.training.MicrobatchSize(), t->backend_.get(),
-                    WeightVersions(spec.training.schedule), Lookahead(spec.training)));
+      t->stage_, site::StageExecutor::Create(
+                     spec.model, LayerRange{0, spec.model.NumLayers()},
+                     WithDecayHorizon(spec.training.optimizer, t->total_steps()),
+                     spec.training.MicrobatchSize(), site::VersioningOf(spec.training), worker));
   return t;
 }
 
-Trainer::Trainer(const JobSpec& spec, Dataset train, Dataset test, std::unique_ptr<Backend> backend)
+Trainer::Trainer(const JobSpec& spec, Dataset train, Dataset test)
     : spec_(spec),
       train_(std::move(train)),
       test_(std::move(test)),
-      sampler_(spec.data.seed, train_.size, spec.training.global_batch),
-      backend_(std::move(backend)) {}
+      sampler_(spec.data.seed, train_.size, spec.training.global_batch) {}
 
-Trainer::~Trainer() {
-  stage_.reset();  // before the backend it allocated from
-}
+Trainer::~Trainer() = default;
 
 int64_t Trainer::total_steps() const {
   return spec_.training.steps > 0 ? spec_.training.steps
@@ -67,12 +66,11 @@ absl::StatusOr<StepStats> Trainer::Step() {
   stage_->ZeroGrad(step_);
   for (int m = 0; m < t.microbatches; ++m) {
     Gather(train_, batch.data() + int64_t{m} * mb, mb);
-    const SiteWeights weights = WeightsOfSites(m);
-    STRAIT_RETURN_IF_ERROR(stage_->Forward(step_, m, mb, inputs_.data(), nullptr, true, 0,
-                                           weights.version, weights.newer_from_layer));
+    STRAIT_RETURN_IF_ERROR(
+        stage_->Forward(step_, m, mb, inputs_.data(), nullptr, WeightsOfSites(m)));
     STRAIT_ASSIGN_OR_RETURN(LossResult loss,
                             stage_->Loss(m, labels_.data(), 1.0f / t.global_batch));
-    STRAIT_RETURN_IF_ERROR(stage_->Backward(m, nullptr, nullptr));
+    STRAIT_RETURN_IF_ERROR(stage_->Backward(m, nullptr, nullptr, m == t.microbatches - 1));
     stats.loss += loss.loss_sum;
     correct += loss.correct;
   }
@@ -89,17 +87,26 @@ absl::StatusOr<StepStats> Trainer::Step() {
   return stats;
 }
 
-Trainer::SiteWeights Trainer::WeightsOfSites(int microbatch) const {
+site::ForwardOptions Trainer::WeightsOfSites(int microbatch) const {
   const int stages = static_cast<int>(spec_.sites.size());
-  SiteWeights weights{site::ForwardWeights(spec_.training, stages, 0, step_, microbatch), kNoLayer};
+  site::ForwardOptions options;
+  options.weights = site::ForwardWeights(spec_.training, stages, 0, step_, microbatch);
   for (int s = 1; s < stages; ++s) {
-    // Later stages never use older weights than earlier ones (their warm-up is no deeper).
-    if (site::ForwardWeights(spec_.training, stages, s, step_, microbatch) > weights.version) {
-      weights.newer_from_layer = spec_.sites[s].layers.start;
-      break;
+    if (site::ForwardWeights(spec_.training, stages, s, step_, microbatch) == options.weights) {
+      continue;
     }
+    // The sites differ (2bw with update eager: a later site has already applied the update that
+    // an earlier one has not): each site's layers get that site's version.
+    options.layer_weights.resize(spec_.model.NumLayers());
+    for (int site = 0; site < stages; ++site) {
+      const LayerRange layers = spec_.sites[site].layers;
+      std::fill(options.layer_weights.begin() + layers.start,
+                options.layer_weights.begin() + layers.end,
+                site::ForwardWeights(spec_.training, stages, site, step_, microbatch));
+    }
+    break;
   }
-  return weights;
+  return options;
 }
 
 absl::StatusOr<double> Trainer::TestAccuracy() {
@@ -109,7 +116,8 @@ absl::StatusOr<double> Trainer::TestAccuracy() {
   for (int64_t begin = 0; begin < test_.size; begin += stage_->max_batch()) {
     const int n = static_cast<int>(std::min<int64_t>(stage_->max_batch(), test_.size - begin));
     Gather(test_, indices.data() + begin, n);
-    STRAIT_RETURN_IF_ERROR(stage_->Forward(step_, 0, n, inputs_.data(), nullptr, false));
+    STRAIT_RETURN_IF_ERROR(
+        stage_->Forward(step_, 0, n, inputs_.data(), nullptr, {.training = false}));
     absl::StatusOr<LossResult> loss = stage_->Loss(0, labels_.data(), 0.0f);
     stage_->Discard(0);
     if (!loss.ok()) return loss.status();
@@ -119,11 +127,11 @@ absl::StatusOr<double> Trainer::TestAccuracy() {
 }
 
 absl::Status Trainer::SaveCheckpoint(const std::string& path) {
-  return SaveStageCheckpoint(path, spec_, *stage_, step_);
+  return site::SaveStageCheckpoint(path, spec_, *stage_, step_);
 }
 
 absl::Status Trainer::LoadCheckpoint(const std::string& path) {
-  STRAIT_ASSIGN_OR_RETURN(step_, LoadStageCheckpoint(path, spec_, *stage_));
+  STRAIT_ASSIGN_OR_RETURN(step_, site::LoadStageCheckpoint(path, spec_, *stage_));
   return absl::OkStatus();
 }
 

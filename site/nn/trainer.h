@@ -2,10 +2,11 @@
 // federated run is compared against. Uses exactly the federation's microbatching, data order,
 // loss scaling, clipping and optimizer step (see Stage), so a federation with lossless codecs
 // reproduces its bits. With schedule 2bw, step t computes with the weights L_{t-1} and updates the
-// newest L_t into L_{t+1} (site/nn/stage.h): the one-step-stale semantics of the federation's 2bw,
-// in one process and without its pipelining. With 2bw and update eager each site's layers compute
-// a microbatch with the weights that site's stage uses for it (site/pipeline/schedule.h
-// ForwardWeights), so the split and the warm-up matter here too.
+// newest L_t into L_{t+1} (site/pipeline/weight_history.h): the one-step-stale semantics of the
+// federation's 2bw, in one process and without its pipelining. With 2bw and update eager each
+// site's layers compute a microbatch with the weights that site's stage uses for it
+// (site/pipeline/schedule.h ForwardWeights), so the split and the warm-up matter here too.
+// The model runs through the same StageExecutor as a site's stage, with one worker.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +18,7 @@
 #include "site/backend/backend.h"
 #include "site/data/dataset.h"
 #include "site/data/sampler.h"
-#include "site/nn/stage.h"
+#include "site/pipeline/stage_executor.h"
 
 namespace strait {
 
@@ -29,7 +30,8 @@ struct StepStats {
 
 class Trainer {
  public:
-  // Loads the training and test data and builds all layers of spec.model on `backend`.
+  // Loads the training and test data and builds all layers of spec.model on `backend` (one
+  // worker).
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const JobSpec& spec,
                                                          std::unique_ptr<Backend> backend);
   ~Trainer();
@@ -38,7 +40,7 @@ class Trainer {
   // training.steps, or training.epochs * steps_per_epoch().
   int64_t total_steps() const;
   int64_t step() const { return step_; }  // Steps completed.
-  Stage& stage() { return *stage_; }
+  site::StageExecutor& stage() { return *stage_; }
 
   // One global step: M microbatches forward + loss + backward, clipping, optimizer update.
   // Afterwards stage().Params() are L_{step()}.
@@ -53,22 +55,17 @@ class Trainer {
   absl::Status LoadCheckpoint(const std::string& path);
 
  private:
-  Trainer(const JobSpec& spec, Dataset train, Dataset test, std::unique_ptr<Backend> backend);
+  Trainer(const JobSpec& spec, Dataset train, Dataset test);
   // Copies the inputs and labels of samples indices[0, n) into inputs_ / labels_.
   void Gather(const Dataset& data, const int64_t* indices, int n);
-  // The weights the sites' stages compute microbatch `microbatch` of this step with: L_version up
-  // to the first layer of the first site that uses L_{version+1} (kNoLayer: none does).
-  struct SiteWeights {
-    int64_t version;
-    int newer_from_layer;
-  };
-  SiteWeights WeightsOfSites(int microbatch) const;
+  // The weights the sites' stages compute microbatch `microbatch` of this step with: one version
+  // for all layers, or (2bw with update eager, when the sites differ) each site's for its layers.
+  site::ForwardOptions WeightsOfSites(int microbatch) const;
 
   JobSpec spec_;
   Dataset train_, test_;
   Sampler sampler_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Stage> stage_;
+  std::unique_ptr<site::StageExecutor> stage_;
   int64_t step_ = 0;
   std::vector<float> inputs_;
   std::vector<int32_t> labels_;

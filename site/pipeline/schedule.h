@@ -11,11 +11,11 @@
 //          F(0 .. w-1), then pairs F(n + w), B(n) for n = 0, 1, ... (forwards past the last step
 //          skipped). No flush: step t+1's forwards start while step t's backwards come back, so
 //          a link's latency is paid once per run, not per step. Step t computes with the weights
-//          of one update before, L_{max(t-1, 0)} (site/nn/stage.h), so the update of step t's
-//          gradient can wait until right before the stage's first forward of step t+2, by which
-//          time its clipping scale has travelled the chain. At most S - s microbatches held by
-//          stage s, across step boundaries; needs M >= S (the job spec checks it) so that they
-//          have distinct indices within their steps.
+//          of one update before, L_{max(t-1, 0)} (site/pipeline/weight_history.h), so the update
+//          of step t's gradient can wait until right before the stage's first forward of step t+2,
+//          by which time its clipping scale has travelled the chain. At most S - s microbatches
+//          held by stage s, across step boundaries; needs M >= S (the job spec checks it) so that
+//          they have distinct indices within their steps.
 //   2bw with training.update eager: the same stream, but the stage applies the update of step t
 //          right after its own last backward of t (kClipNorm is then a no-op: eager needs
 //          grad_clip 0). Its next forwards compute with L_{t+1}; only the w it ran before that

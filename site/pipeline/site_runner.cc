@@ -45,8 +45,8 @@ double FloatsAsDouble(const std::vector<float>& values) {
 
 }  // namespace
 
-SiteRunner::SiteRunner(const JobSpec& spec, int index, collective::ReplicaGroup& stage,
-                       StageLinks links, StageData data, SiteMetrics& metrics, int64_t total_steps,
+SiteRunner::SiteRunner(const JobSpec& spec, int index, StageExecutor& stage, StageLinks links,
+                       StageData data, SiteMetrics& metrics, int64_t total_steps,
                        int64_t start_step, uint32_t generation)
     : spec_(spec),
       index_(index),
@@ -193,10 +193,10 @@ absl::Status SiteRunner::RunForward(int64_t step, int m, StepTally& tally) {
   std::vector<float> output(last ? 0 : static_cast<size_t>(mb) * stage_.output_features());
   {
     ScopedTimer timer(metrics_, Timer::kCompute, Timer::kForward);
-    STRAIT_RETURN_IF_ERROR(
-        stage_.Forward(step, m, mb, first ? inputs_.data() : input.data(),
-                       last ? nullptr : output.data(), /*training=*/true,
-                       ForwardWeights(t, static_cast<int>(spec_.sites.size()), index_, step, m)));
+    ForwardOptions options;
+    options.weights = ForwardWeights(t, static_cast<int>(spec_.sites.size()), index_, step, m);
+    STRAIT_RETURN_IF_ERROR(stage_.Forward(step, m, mb, first ? inputs_.data() : input.data(),
+                                          last ? nullptr : output.data(), options));
     if (last) {
       STRAIT_ASSIGN_OR_RETURN(LossResult loss,
                               stage_.Loss(m, labels_.data(), 1.0f / t.global_batch));
@@ -310,7 +310,7 @@ absl::StatusOr<std::optional<double>> SiteRunner::Evaluate() {
     {
       ScopedTimer timer(metrics_, Timer::kCompute);
       absl::Status forward = stage_.Forward(step_, 0, n, first ? inputs_.data() : input.data(),
-                                            last ? nullptr : output.data(), /*training=*/false);
+                                            last ? nullptr : output.data(), {.training = false});
       absl::StatusOr<LossResult> loss =
           forward.ok() && last ? stage_.Loss(0, labels_.data(), 0.0f) : LossResult{};
       stage_.Discard(0);

@@ -27,13 +27,13 @@
 
 #include "absl/status/statusor.h"
 #include "core/job_spec.h"
-#include "site/collective/replica_group.h"
 #include "site/data/dataset.h"
 #include "site/data/sampler.h"
 #include "site/pipeline/frame_receiver.h"
 #include "site/pipeline/frame_sender.h"
 #include "site/pipeline/schedule.h"
 #include "site/pipeline/site_metrics.h"
+#include "site/pipeline/stage_executor.h"
 
 namespace strait::site {
 
@@ -65,13 +65,13 @@ struct StepResult {
 
 class SiteRunner {
  public:
-  // Stage `index` of `spec` with `stage` (its workers' replicas, built for its layers and
-  // microbatch size, holding the state after `start_step` steps), links and data as above. `stage`,
+  // Stage `index` of `spec` with `stage` (its workers, built for its layers and microbatch size,
+  // holding the state after `start_step` steps), links and data as above. `stage`,
   // `metrics` and `spec` must outlive the runner. `total_steps`: how far the run goes (frames are
   // announced one step ahead, never beyond it). `generation`: the federation's rollback generation,
   // part of every tensor key.
-  SiteRunner(const JobSpec& spec, int index, collective::ReplicaGroup& stage, StageLinks links,
-             StageData data, SiteMetrics& metrics, int64_t total_steps, int64_t start_step = 0,
+  SiteRunner(const JobSpec& spec, int index, StageExecutor& stage, StageLinks links, StageData data,
+             SiteMetrics& metrics, int64_t total_steps, int64_t start_step = 0,
              uint32_t generation = 0);
 
   int64_t step() const { return step_; }  // Steps completed.
@@ -125,7 +125,7 @@ class SiteRunner {
 
   const JobSpec& spec_;
   const int index_;
-  collective::ReplicaGroup& stage_;
+  StageExecutor& stage_;
   StageLinks links_;
   StageData data_;
   SiteMetrics& metrics_;

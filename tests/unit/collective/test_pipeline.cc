@@ -8,69 +8,80 @@
 #include "site/backend/counter_rng.h"
 #include "site/backend/cpu/cpu_backend.h"
 
-namespace strait::collective::harness {
+namespace strait::site::harness {
 namespace {
 
+// One Stage with its weights, gradients and optimizer driven directly, without a StageExecutor:
+// the reference that the executor's one worker must reproduce bit for bit.
 class StageUnit final : public Unit {
  public:
   StageUnit(const ModelSpec& model, LayerRange range, OptimizerKind opt, int threads)
       : backend_(CreateCpuBackend(threads)) {
-    auto s = Stage::Create(model, range, Optimizer(opt), kMaxBatch, backend_.get());
+    auto s = Stage::Create(model, range, kMaxBatch, backend_.get());
     EXPECT_TRUE(s.ok()) << s.status();
     stage_ = *std::move(s);
+    history_ = *WeightHistory::Create(*stage_, {});
+    optimizer_ = *strait::Optimizer::Create(Optimizer(opt), stage_->param_count(), backend_.get());
+    const std::vector<LayerParams>& views = **history_->Views(kNewestWeights, 0, "test");
+    for (const LayerParams& v : views) views_.push_back(&v);
   }
   int64_t in() const override { return stage_->input_features(); }
   int64_t out() const override { return stage_->output_features(); }
   absl::Status Forward(int64_t step, int m, int n, const float* x, float* y) override {
-    return stage_->Forward(step, m, n, x, y);
+    return stage_->Forward(m, n, x, y, views_, {.step = step});
   }
   absl::StatusOr<LossResult> Loss(int m, const int32_t* labels, float scale) override {
     return stage_->Loss(m, labels, scale);
   }
   absl::Status Backward(int m, const float* dy, float* dx, bool) override {
-    return stage_->Backward(m, dy, dx);
+    return stage_->Backward(m, dy, dx, views_);
   }
-  void ZeroGrad() override { stage_->ZeroGrad(); }
-  absl::StatusOr<double> GradSumSquares(double d) override { return stage_->GradSumSquares(d); }
+  void ZeroGrad() override { history_->ZeroGrads(0); }
+  absl::StatusOr<double> GradSumSquares(double d) override {
+    return stage_->GradSumSquares(history_->grads(0), d);
+  }
   absl::Status OptimizerStep(int64_t step, float scale) override {
-    return stage_->OptimizerStep(step, scale);
+    return history_->Update(step, *optimizer_, scale);
   }
-  std::vector<float> Params() override { return *stage_->Params(); }
+  std::vector<float> Params() override { return *history_->Newest(); }
 
  private:
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Stage> stage_;
+  std::unique_ptr<WeightHistory> history_;
+  std::unique_ptr<strait::Optimizer> optimizer_;
+  std::vector<const LayerParams*> views_;  // One version, one gradient arena: never change.
 };
 
-class GroupUnit final : public Unit {
+class ExecutorUnit final : public Unit {
  public:
-  GroupUnit(const ModelSpec& model, LayerRange range, OptimizerKind opt, DeviceKind device,
-            int workers, int threads) {
-    auto g =
-        ReplicaGroup::Create(model, range, Optimizer(opt), kMaxBatch, device, workers, threads);
-    EXPECT_TRUE(g.ok()) << g.status();
-    group_ = *std::move(g);
+  ExecutorUnit(const ModelSpec& model, LayerRange range, OptimizerKind opt, DeviceKind device,
+               int workers, int threads) {
+    auto e = StageExecutor::Create(model, range, Optimizer(opt), kMaxBatch, {},
+                                   {.device = device, .count = workers, .threads = threads});
+    EXPECT_TRUE(e.ok()) << e.status();
+    executor_ = *std::move(e);
   }
-  int64_t in() const override { return group_->input_features(); }
-  int64_t out() const override { return group_->output_features(); }
+  int64_t in() const override { return executor_->input_features(); }
+  int64_t out() const override { return executor_->output_features(); }
   absl::Status Forward(int64_t step, int m, int n, const float* x, float* y) override {
-    return group_->Forward(step, m, n, x, y);
+    return executor_->Forward(step, m, n, x, y);
   }
   absl::StatusOr<LossResult> Loss(int m, const int32_t* labels, float scale) override {
-    return group_->Loss(m, labels, scale);
+    return executor_->Loss(m, labels, scale);
   }
   absl::Status Backward(int m, const float* dy, float* dx, bool last) override {
-    return group_->Backward(m, dy, dx, last);
+    return executor_->Backward(m, dy, dx, last);
   }
-  void ZeroGrad() override { group_->ZeroGrad(); }
-  absl::StatusOr<double> GradSumSquares(double d) override { return group_->GradSumSquares(d); }
+  void ZeroGrad() override { executor_->ZeroGrad(); }
+  absl::StatusOr<double> GradSumSquares(double d) override { return executor_->GradSumSquares(d); }
   absl::Status OptimizerStep(int64_t step, float scale) override {
-    return group_->OptimizerStep(step, scale);
+    return executor_->OptimizerStep(step, scale);
   }
-  std::vector<float> Params() override { return *group_->Params(); }
+  std::vector<float> Params() override { return *executor_->Params(); }
 
  private:
-  std::unique_ptr<ReplicaGroup> group_;
+  std::unique_ptr<StageExecutor> executor_;
 };
 
 }  // namespace
@@ -166,7 +177,7 @@ Pipeline Make(const ModelSpec& model, const std::vector<LayerRange>& ranges,
       units.push_back(std::make_unique<StageUnit>(model, ranges[k], opt, threads));
     } else {
       units.push_back(
-          std::make_unique<GroupUnit>(model, ranges[k], opt, device, workers[k], threads));
+          std::make_unique<ExecutorUnit>(model, ranges[k], opt, device, workers[k], threads));
     }
   }
   return units;
@@ -182,4 +193,4 @@ double RelativeDifference(const std::vector<float>& a, const std::vector<float>&
   return diff / scale;
 }
 
-}  // namespace strait::collective::harness
+}  // namespace strait::site::harness

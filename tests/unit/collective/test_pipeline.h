@@ -1,14 +1,15 @@
-// Test harness shared by the ReplicaGroup tests: small models, a pipeline of stages that are
-// plain Stages or ReplicaGroups driven alike, one training step over it, and a tensor comparison.
+// Test harness shared by the StageExecutor tests: small models, a pipeline of stages that are
+// plain Stages driven by hand (with a WeightHistory and an Optimizer) or StageExecutors, driven
+// alike, one training step over it, and a tensor comparison.
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "core/job_spec.h"
-#include "site/collective/replica_group.h"
+#include "site/pipeline/stage_executor.h"
 
-namespace strait::collective::harness {
+namespace strait::site::harness {
 
 // 5-layer models with dropout 0.2: an MLP (20 -> 4 classes) and a ViT (8x8x1 images).
 ModelSpec Mlp();
@@ -17,7 +18,7 @@ OptimizerSpec Optimizer(OptimizerKind kind);  // lr 0.02, weight decay 0.01
 
 inline constexpr int kMaxBatch = 6;  // every unit's microbatch size
 
-// A stage of the pipeline under test: a plain Stage or a ReplicaGroup, driven alike.
+// A stage of the pipeline under test: a plain Stage or a StageExecutor, driven alike.
 class Unit {
  public:
   virtual ~Unit() = default;
@@ -47,7 +48,7 @@ struct StepResult {
 StepResult RunStep(Pipeline& units, int64_t step, const std::vector<int>& sizes);
 
 // Unit k holds layers ranges[k]: a Stage on a CPU backend of `threads` threads when workers[k] is
-// 0, otherwise a ReplicaGroup of workers[k] workers of kind `device`, `threads` threads each.
+// 0, otherwise a StageExecutor of workers[k] workers of kind `device`, `threads` threads each.
 Pipeline Make(const ModelSpec& model, const std::vector<LayerRange>& ranges,
               const std::vector<int>& workers, OptimizerKind opt, DeviceKind device, int threads);
 
@@ -55,4 +56,4 @@ Pipeline Make(const ModelSpec& model, const std::vector<LayerRange>& ranges,
 // make an element-wise ratio measure nothing but rounding).
 double RelativeDifference(const std::vector<float>& a, const std::vector<float>& b);
 
-}  // namespace strait::collective::harness
+}  // namespace strait::site::harness

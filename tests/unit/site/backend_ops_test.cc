@@ -11,7 +11,9 @@
 
 #include "site/backend/backend_factory.h"
 #include "site/backend/counter_rng.h"
+#include "site/nn/optimizer.h"
 #include "site/nn/stage.h"
+#include "site/pipeline/weight_history.h"
 
 namespace strait {
 namespace {
@@ -218,29 +220,36 @@ TEST_F(BackendOpsTest, Optimizers) {
   v.Expect("adamw v");
 }
 
-// Whole layers: one training step of a small ViT (every layer kind, dropout on) on both backends.
+// Whole layers: one training step of a small ViT (every layer kind, dropout on) on both backends,
+// the stage driven with its weight history and optimizer as a StageExecutor's worker drives it.
 TEST_F(BackendOpsTest, VitStageStepMatchesCpu) {
   ModelSpec model;
   model.family = ModelFamily::kVit;
   model.vit = {1, 8, 8, 4, 16, 2, 2, 32, 5, 0.1f};
   OptimizerSpec opt;
   opt.lr = 1e-2;
-  auto cpu_stage = *Stage::Create(model, {0, 4}, opt, 6, cpu_.get());
-  auto dev_stage = *Stage::Create(model, {0, 4}, opt, 6, dev_);
   const std::vector<float> x = Random(6 * 64, 60);
   const std::vector<int32_t> labels = {0, 1, 2, 3, 4, 0};
+  // The logits and the gradient of one step on `backend`.
+  auto step = [&](Backend* backend, std::vector<float>* logits) {
+    auto stage = *Stage::Create(model, {0, 4}, 6, backend);
+    auto history = *site::WeightHistory::Create(*stage, {});
+    auto optimizer = *Optimizer::Create(opt, stage->param_count(), backend);
+    std::vector<const LayerParams*> weights;
+    for (const LayerParams& v : **history->Views(site::kNewestWeights, 0, "test")) {
+      weights.push_back(&v);
+    }
+    history->ZeroGrads(0);
+    EXPECT_TRUE(stage->Forward(0, 6, x.data(), logits->data(), weights).ok());
+    EXPECT_TRUE(stage->Loss(0, labels.data(), 1.0f / 6).ok());
+    EXPECT_TRUE(stage->Backward(0, nullptr, nullptr, weights).ok());
+    EXPECT_TRUE(history->Update(1, *optimizer, 1.0f).ok());
+    return *history->Grads(0);
+  };
   std::vector<float> cpu_logits(6 * 5), dev_logits(6 * 5);
-  for (auto* s : {cpu_stage.get(), dev_stage.get()}) {
-    s->ZeroGrad();
-    ASSERT_TRUE(
-        s->Forward(0, 0, 6, x.data(), (s == cpu_stage.get() ? cpu_logits : dev_logits).data())
-            .ok());
-    ASSERT_TRUE(s->Loss(0, labels.data(), 1.0f / 6).ok());
-    ASSERT_TRUE(s->Backward(0, nullptr, nullptr).ok());
-    ASSERT_TRUE(s->OptimizerStep(1, 1.0f).ok());
-  }
+  const std::vector<float> cpu_grads = step(cpu_.get(), &cpu_logits);
+  const std::vector<float> dev_grads = step(dev_, &dev_logits);
   for (size_t i = 0; i < cpu_logits.size(); ++i) EXPECT_NEAR(dev_logits[i], cpu_logits[i], 1e-4);
-  const std::vector<float> cpu_grads = *cpu_stage->Grads(), dev_grads = *dev_stage->Grads();
   for (size_t i = 0; i < cpu_grads.size(); ++i) {
     ASSERT_NEAR(dev_grads[i], cpu_grads[i], 1e-5 + 1e-3 * std::abs(cpu_grads[i])) << "grad " << i;
   }

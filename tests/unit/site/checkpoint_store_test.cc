@@ -26,10 +26,9 @@ class CheckpointStoreTest : public ::testing::Test {
     spec_.training.checkpoint.dir = dir_.path();
   }
 
-  std::unique_ptr<collective::ReplicaGroup> Stage(uint64_t init_seed) {
+  std::unique_ptr<StageExecutor> Stage(uint64_t init_seed) {
     spec_.model.init_seed = init_seed;
-    auto group = collective::ReplicaGroup::Create(spec_.model, {0, 2}, spec_.training.optimizer, 4,
-                                                  DeviceKind::kCpu, 1, 1);
+    auto group = StageExecutor::Create(spec_.model, {0, 2}, spec_.training.optimizer, 4, {}, {});
     EXPECT_TRUE(group.ok()) << group.status();
     return *std::move(group);
   }

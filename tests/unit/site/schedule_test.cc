@@ -10,7 +10,7 @@
 #include <set>
 #include <tuple>
 
-#include "site/nn/stage.h"
+#include "site/pipeline/weight_history.h"
 
 namespace strait::site {
 namespace {
@@ -267,7 +267,7 @@ TEST(ScheduleTest, TwoBwStreamInvariantsForManyShapes) {
                                                last_step, extra, update);
             // Forwards and backwards each in global microbatch order, every one exactly once.
             int64_t next_forward = first_step * microbatches, next_backward = next_forward;
-            // The weight versions a Stage would hold (site/nn/stage.h): the newest L_k and L_{k-1}.
+            // The weight versions a stage holds (site/pipeline/weight_history.h): L_k and L_{k-1}.
             int64_t newest = first_step, updates_seen = 0;
             std::map<int64_t, int64_t> held;  // global microbatch -> weights of its forward
             std::set<int64_t> norms;

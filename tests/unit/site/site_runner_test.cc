@@ -14,9 +14,9 @@
 #include "absl/strings/match.h"
 #include "core/job_spec.h"
 #include "site/backend/cpu/cpu_backend.h"
-#include "site/collective/replica_group.h"
-#include "site/nn/stage_checkpoint.h"
 #include "site/nn/trainer.h"
+#include "site/pipeline/stage_checkpoint.h"
+#include "site/pipeline/stage_executor.h"
 #include "tests/unit/site/fake_gateway.h"
 
 namespace strait::site {
@@ -62,7 +62,7 @@ crypto::DirectionKey DirectionKey(uint8_t seed) {
 }
 
 struct SiteUnderTest {
-  std::unique_ptr<collective::ReplicaGroup> stage;
+  std::unique_ptr<StageExecutor> stage;
   std::unique_ptr<SiteRunner> runner;
   SiteMetrics metrics;
   absl::Status status;
@@ -81,11 +81,10 @@ std::vector<std::unique_ptr<SiteUnderTest>> Federation(
   const int stages = static_cast<int>(spec.sites.size());
   for (int i = 0; i < stages; ++i) {
     auto site = std::make_unique<SiteUnderTest>();
-    site->stage = *collective::ReplicaGroup::Create(
+    site->stage = *StageExecutor::Create(
         spec.model, spec.sites[i].layers,
         WithDecayHorizon(spec.training.optimizer, spec.training.steps),
-        spec.training.MicrobatchSize(), DeviceKind::kCpu, workers[i], 1,
-        WeightVersions(spec.training.schedule), Lookahead(spec.training));
+        spec.training.MicrobatchSize(), VersioningOf(spec.training), {.count = workers[i]});
     if (!checkpoints.empty()) {
       absl::StatusOr<int64_t> loaded = LoadStageCheckpoint(checkpoints[i], spec, *site->stage);
       EXPECT_TRUE(loaded.ok()) << loaded.status();

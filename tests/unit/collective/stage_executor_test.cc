@@ -1,7 +1,7 @@
-// ReplicaGroup against a single Stage on the same data (DESIGN.md §4): W = 2 and 3 agree within
+// StageExecutor against a single Stage on the same data (DESIGN.md §4): W = 2 and 3 agree within
 // float reduction order, W = 1 is bit-identical, the same W twice is bit-identical, and
 // microbatches with fewer rows than workers work.
-#include "site/collective/replica_group.h"
+#include "site/pipeline/stage_executor.h"
 
 #include <gtest/gtest.h>
 
@@ -14,10 +14,10 @@
 #include "site/backend/counter_rng.h"
 #include "tests/unit/collective/test_pipeline.h"
 
-namespace strait::collective {
+namespace strait::site {
 namespace {
 
-using namespace ::strait::collective::harness;  // NOLINT: the shared harness
+using namespace ::strait::site::harness;  // NOLINT: the shared harness
 void ExpectCloseToStage(const ModelSpec& model, const std::vector<LayerRange>& ranges,
                         const std::vector<int>& workers, OptimizerKind opt,
                         const std::vector<int>& sizes) {
@@ -34,28 +34,28 @@ void ExpectCloseToStage(const ModelSpec& model, const std::vector<LayerRange>& r
   }
 }
 
-TEST(ReplicaGroupTest, MlpTwoWorkersMatchesStage) {
+TEST(StageExecutorTest, MlpTwoWorkersMatchesStage) {
   ExpectCloseToStage(Mlp(), {{0, 5}}, {2}, OptimizerKind::kSgd, {6, 5, 6});
 }
 
-TEST(ReplicaGroupTest, MlpThreeWorkersMatchesStage) {
+TEST(StageExecutorTest, MlpThreeWorkersMatchesStage) {
   ExpectCloseToStage(Mlp(), {{0, 5}}, {3}, OptimizerKind::kSgd, {6, 4, 5});
 }
 
-TEST(ReplicaGroupTest, MlpSplitPipelineWithMixedWorkers) {
+TEST(StageExecutorTest, MlpSplitPipelineWithMixedWorkers) {
   // Sites with 1, 2 and 3 workers next to each other (the "mixed workers").
   ExpectCloseToStage(Mlp(), {{0, 2}, {2, 4}, {4, 5}}, {1, 2, 3}, OptimizerKind::kSgd, {6, 6});
 }
 
-TEST(ReplicaGroupTest, VitTwoWorkersMatchesStage) {
+TEST(StageExecutorTest, VitTwoWorkersMatchesStage) {
   ExpectCloseToStage(Vit(), {{0, 5}}, {2}, OptimizerKind::kSgd, {6, 5});
 }
 
-TEST(ReplicaGroupTest, VitThreeWorkersSplitPipelineMatchesStage) {
+TEST(StageExecutorTest, VitThreeWorkersSplitPipelineMatchesStage) {
   ExpectCloseToStage(Vit(), {{0, 2}, {2, 5}}, {3, 2}, OptimizerKind::kSgd, {6, 4});
 }
 
-TEST(ReplicaGroupTest, FewerRowsThanWorkers) {
+TEST(StageExecutorTest, FewerRowsThanWorkers) {
   ExpectCloseToStage(Mlp(), {{0, 5}}, {3}, OptimizerKind::kSgd, {2, 1, 6});
   ExpectCloseToStage(Vit(), {{0, 5}}, {3}, OptimizerKind::kSgd, {1, 2});
 }
@@ -70,7 +70,7 @@ void ExpectBitIdentical(Pipeline& a, Pipeline& b, const std::vector<int>& sizes)
   }
 }
 
-TEST(ReplicaGroupTest, OneWorkerIsBitIdenticalToStage) {
+TEST(StageExecutorTest, OneWorkerIsBitIdenticalToStage) {
   for (const ModelSpec& model : {Mlp(), Vit()}) {
     Pipeline stage =
         Make(model, {{0, 2}, {2, 5}}, {0, 0}, OptimizerKind::kAdamW, DeviceKind::kCpu, 2);
@@ -80,7 +80,7 @@ TEST(ReplicaGroupTest, OneWorkerIsBitIdenticalToStage) {
   }
 }
 
-TEST(ReplicaGroupTest, SameWorkersTwiceIsBitIdentical) {
+TEST(StageExecutorTest, SameWorkersTwiceIsBitIdentical) {
   for (const ModelSpec& model : {Mlp(), Vit()}) {
     Pipeline a = Make(model, {{0, 5}}, {3}, OptimizerKind::kAdamW, DeviceKind::kCpu, 1);
     Pipeline b = Make(model, {{0, 5}}, {3}, OptimizerKind::kAdamW, DeviceKind::kCpu, 1);
@@ -88,11 +88,11 @@ TEST(ReplicaGroupTest, SameWorkersTwiceIsBitIdentical) {
   }
 }
 
-TEST(ReplicaGroupTest, ReplicasStayIdenticalAndSettersReachAll) {
-  auto group = ReplicaGroup::Create(Mlp(), {0, 5}, Optimizer(OptimizerKind::kAdamW), kMaxBatch,
-                                    DeviceKind::kCpu, 2, 1);
+TEST(StageExecutorTest, WorkersStayIdenticalAndSettersReachAll) {
+  auto group = StageExecutor::Create(Mlp(), {0, 5}, Optimizer(OptimizerKind::kAdamW), kMaxBatch, {},
+                                     {.count = 2});
   ASSERT_TRUE(group.ok()) << group.status();
-  ReplicaGroup& g = **group;
+  StageExecutor& g = **group;
   EXPECT_EQ(g.workers(), 2);
   EXPECT_EQ(g.device_names(), "cpu (1 threads), cpu (1 threads)");
   // New parameters everywhere: a step on two identical rows gives identical halves, and the
@@ -103,7 +103,7 @@ TEST(ReplicaGroupTest, ReplicasStayIdenticalAndSettersReachAll) {
   EXPECT_EQ(*g.Params(), params);
   std::vector<float> x(2 * g.input_features()), y(2 * g.output_features());
   for (int64_t i = 0; i < g.input_features(); ++i) x[i] = x[i + g.input_features()] = 0.01f * i;
-  ASSERT_TRUE(g.Forward(0, 0, 2, x.data(), y.data(), /*training=*/false).ok());
+  ASSERT_TRUE(g.Forward(0, 0, 2, x.data(), y.data(), {.training = false}).ok());
   g.Discard(0);
   EXPECT_TRUE(
       std::equal(y.begin(), y.begin() + g.output_features(), y.begin() + g.output_features()));
@@ -114,12 +114,11 @@ TEST(ReplicaGroupTest, ReplicasStayIdenticalAndSettersReachAll) {
   EXPECT_EQ(*g.OptimizerState(), new_state);
 }
 
-TEST(ReplicaGroupTest, ContractErrors) {
-  EXPECT_FALSE(
-      ReplicaGroup::Create(Mlp(), {0, 5}, OptimizerSpec{}, 6, DeviceKind::kCpu, 0, 1).ok());
-  auto group = ReplicaGroup::Create(Mlp(), {0, 2}, OptimizerSpec{}, 6, DeviceKind::kCpu, 2, 1);
+TEST(StageExecutorTest, ContractErrors) {
+  EXPECT_FALSE(StageExecutor::Create(Mlp(), {0, 5}, OptimizerSpec{}, 6, {}, {.count = 0}).ok());
+  auto group = StageExecutor::Create(Mlp(), {0, 2}, OptimizerSpec{}, 6, {}, {.count = 2});
   ASSERT_TRUE(group.ok()) << group.status();
-  ReplicaGroup& g = **group;
+  StageExecutor& g = **group;
   std::vector<float> x(7 * g.input_features());
   EXPECT_EQ(g.Forward(0, 0, 7, x.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(g.Forward(0, 0, 0, x.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
@@ -131,7 +130,8 @@ TEST(ReplicaGroupTest, ContractErrors) {
   std::vector<float> dy(3 * g.output_features(), 0.5f);
   EXPECT_TRUE(g.Backward(0, dy.data(), nullptr, true).ok());
   if (!BuiltWithCuda()) {
-    EXPECT_EQ(ReplicaGroup::Create(Mlp(), {0, 5}, OptimizerSpec{}, 6, DeviceKind::kCuda, 2, 1)
+    EXPECT_EQ(StageExecutor::Create(Mlp(), {0, 5}, OptimizerSpec{}, 6, {},
+                                    {.device = DeviceKind::kCuda, .count = 2})
                   .status()
                   .code(),
               absl::StatusCode::kFailedPrecondition);
@@ -139,4 +139,4 @@ TEST(ReplicaGroupTest, ContractErrors) {
 }
 
 }  // namespace
-}  // namespace strait::collective
+}  // namespace strait::site

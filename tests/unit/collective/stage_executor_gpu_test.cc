@@ -1,7 +1,7 @@
-// ReplicaGroups on CUDA devices against the CPU (gpu label): a 1-worker CUDA group (one GPU)
+// StageExecutors on CUDA devices against the CPU (gpu label): a 1-worker CUDA executor (one GPU)
 // against a CPU Stage, NCCL's all-reduce of one rank, and, with two or more devices, a 2-worker
-// CUDA group (NCCL all-reduce) against a 2-worker CPU group. Exits with 77 (skipped) in a build
-// without CUDA or on a machine without a CUDA device.
+// CUDA executor (NCCL all-reduce) against a 2-worker CPU executor. Exits with 77 (skipped) in a
+// build without CUDA or on a machine without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -11,13 +11,13 @@
 
 #include "site/backend/backend_factory.h"
 #include "site/collective/all_reducer.h"
-#include "site/collective/replica_group.h"
+#include "site/pipeline/stage_executor.h"
 #include "tests/unit/collective/test_pipeline.h"
 
-namespace strait::collective {
+namespace strait::site {
 namespace {
 
-using namespace ::strait::collective::harness;  // NOLINT: the shared harness
+using namespace ::strait::site::harness;  // NOLINT: the shared harness
 
 // CUDA devices that a backend can be made on (0, 1, ... until the first that cannot).
 int CudaDevices() {
@@ -54,12 +54,12 @@ void ExpectClose(const ModelSpec& model, const std::vector<int>& workers,
   }
 }
 
-TEST(ReplicaGroupGpuTest, OneCudaWorkerMatchesCpuStage) {
+TEST(StageExecutorGpuTest, OneCudaWorkerMatchesCpuStage) {
   ExpectClose(Mlp(), {1, 1}, {0, 0});
   ExpectClose(Vit(), {1, 1}, {0, 0});
 }
 
-TEST(ReplicaGroupGpuTest, NcclAllReduceOfOneRankIsIdentity) {
+TEST(StageExecutorGpuTest, NcclAllReduceOfOneRankIsIdentity) {
   auto backend = CreateBackend(DeviceKind::kCuda, {1, 0});
   ASSERT_TRUE(backend.ok()) << backend.status();
   auto buffer = DeviceBuffer::Create(backend->get(), sizeof(float) * 1000);
@@ -67,8 +67,8 @@ TEST(ReplicaGroupGpuTest, NcclAllReduceOfOneRankIsIdentity) {
   std::vector<float> host(1000);
   for (size_t i = 0; i < host.size(); ++i) host[i] = 0.5f * static_cast<float>(i) - 7.0f;
   (*backend)->CopyToDevice(buffer->f32(), host.data(), sizeof(float) * host.size());
-  auto reducer =
-      CreateNcclAllReducer({backend->get()}, {0}, {buffer->f32()}, {{0, 600}, {600, 400}});
+  auto reducer = collective::CreateNcclAllReducer({backend->get()}, {0}, {buffer->f32()},
+                                                  {{0, 600}, {600, 400}});
   ASSERT_TRUE(reducer.ok()) << reducer.status();
   (*reducer)->Ready(0, 0);
   (*reducer)->Ready(0, 1);
@@ -79,11 +79,11 @@ TEST(ReplicaGroupGpuTest, NcclAllReduceOfOneRankIsIdentity) {
   EXPECT_EQ(back, host);
 }
 
-TEST(ReplicaGroupGpuTest, TwoCudaWorkersMatchTwoCpuWorkers) {
+TEST(StageExecutorGpuTest, TwoCudaWorkersMatchTwoCpuWorkers) {
   if (CudaDevices() < 2) GTEST_SKIP() << "needs two CUDA devices";
   ExpectClose(Mlp(), {2, 2}, {2, 2});
   ExpectClose(Vit(), {2, 1}, {2, 1});
 }
 
 }  // namespace
-}  // namespace strait::collective
+}  // namespace strait::site

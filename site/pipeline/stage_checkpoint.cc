@@ -1,27 +1,13 @@
-// A stage's checkpoint file for a job (site/nn/checkpoint.h format): what `strait train` and each
-// site save and load. Templates over the stage type so that a Stage and a group of replicas of one
-// (site/collective) share the checks.
-#pragma once
+#include "site/pipeline/stage_checkpoint.h"
 
-#include <cstdint>
-#include <string>
-
-#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "core/job_spec.h"
 #include "core/status.h"
 #include "site/nn/checkpoint.h"
 
-namespace strait {
+namespace strait::site {
 
-// Writes the parameters and optimizer state of `stage` after `step` steps of `spec` to `path`
-// (atomically). With two weight versions (2bw) the stage must have just made L_step (its
-// weights_version() is `step`: FailedPrecondition otherwise), and the file holds L_step and
-// what a run resumed at step `step` computes with (L_{step-1}; with lookahead P_{step-1} and
-// P_step). Blocks on disk I/O.
-template <class StageT>
-absl::Status SaveStageCheckpoint(const std::string& path, const JobSpec& spec, const StageT& stage,
-                                 int64_t step) {
+absl::Status SaveStageCheckpoint(const std::string& path, const JobSpec& spec,
+                                 const StageExecutor& stage, int64_t step) {
   CheckpointState s;
   if (stage.weight_versions() == 2) {
     if (stage.weights_version() != step) {
@@ -47,12 +33,8 @@ absl::Status SaveStageCheckpoint(const std::string& path, const JobSpec& spec, c
   return WriteCheckpoint(path, s);
 }
 
-// Restores `stage` from `path` and returns the step it was saved at. FailedPrecondition when the
-// file comes from another model, split, optimizer, seeds, or a schedule with another number of
-// weight versions (2bw vs 1f1b / gpipe).
-template <class StageT>
 absl::StatusOr<int64_t> LoadStageCheckpoint(const std::string& path, const JobSpec& spec,
-                                            StageT& stage) {
+                                            StageExecutor& stage) {
   STRAIT_ASSIGN_OR_RETURN(CheckpointState s, ReadCheckpoint(path));
   auto mismatch = [&](const std::string& what) {
     return absl::FailedPreconditionError(
@@ -89,4 +71,4 @@ absl::StatusOr<int64_t> LoadStageCheckpoint(const std::string& path, const JobSp
   return s.step;
 }
 
-}  // namespace strait
+}  // namespace strait::site

@@ -1,0 +1,362 @@
+#include "site/pipeline/stage_executor.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "site/backend/backend_factory.h"
+
+namespace strait::site {
+
+std::pair<int64_t, int> RowSplit::Rows(int n, int worker) const {
+  const int part = first_part_ + worker;
+  const int base = n / parts_, extra = n % parts_;
+  return {int64_t{part} * base + std::min(part, extra), base + (part < extra ? 1 : 0)};
+}
+
+ReducerMaker InProcessReducer(DeviceKind device) {
+  return [device](const std::vector<Backend*>& backends, std::vector<float*> arenas,
+                  std::vector<collective::Bucket> buckets)
+             -> absl::StatusOr<std::unique_ptr<collective::AllReducer>> {
+    if (backends.size() < 2) return nullptr;  // One worker's sum is its own gradient.
+    if (device == DeviceKind::kCpu) {
+      return collective::CreateCpuAllReducer(std::move(arenas), std::move(buckets));
+    }
+    std::vector<int> devices;
+    for (size_t w = 0; w < backends.size(); ++w) devices.push_back(static_cast<int>(w));
+    return collective::CreateNcclAllReducer(backends, devices, std::move(arenas),
+                                            std::move(buckets));
+  };
+}
+
+StageExecutor::StageExecutor(int max_batch, int workers, DeviceKind device)
+    : max_batch_(max_batch), device_(device), rows_(workers, 0), workers_(workers) {
+  if (workers > 1) pool_ = std::make_unique<collective::WorkerPool>(workers);
+}
+
+absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
+    const ModelSpec& model, LayerRange range, const OptimizerSpec& optimizer, int max_batch,
+    WeightVersioning versioning, const StageWorkers& workers) {
+  if (max_batch < 1 || workers.count < 1 || workers.threads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stage of ", workers.count, " workers with ", workers.threads,
+                     " threads each and microbatches of ", max_batch, ": all must be at least 1"));
+  }
+  std::unique_ptr<StageExecutor> e(new StageExecutor(max_batch, workers.count, workers.device));
+  // Each worker makes its backend and the rest on its own thread (CUDA: device w becomes current).
+  const int worker_batch = e->rows_.MaxRows(max_batch);
+  STRAIT_RETURN_IF_ERROR(e->OnWorkers([&](int w) -> absl::Status {
+    Worker& worker = e->workers_[w];
+    if (workers.make_backend) {
+      STRAIT_ASSIGN_OR_RETURN(worker.backend, workers.make_backend(w));
+    } else {
+      STRAIT_ASSIGN_OR_RETURN(worker.backend, CreateBackend(workers.device, {workers.threads, w}));
+    }
+    STRAIT_ASSIGN_OR_RETURN(worker.stage,
+                            Stage::Create(model, range, worker_batch, worker.backend.get()));
+    STRAIT_ASSIGN_OR_RETURN(worker.history, WeightHistory::Create(*worker.stage, versioning));
+    STRAIT_ASSIGN_OR_RETURN(
+        worker.optimizer,
+        Optimizer::Create(optimizer, worker.stage->param_count(), worker.backend.get()));
+    worker.views.resize(worker.stage->layers().size());
+    return worker.backend->Sync();
+  }));
+  STRAIT_RETURN_IF_ERROR(e->MakeReducers(workers));
+  return e;
+}
+
+absl::Status StageExecutor::MakeReducers(const StageWorkers& workers) {
+  // One bucket per layer with parameters, numbered in backward order (last layer first), which is
+  // the order in which Backward makes them ready.
+  const std::vector<int64_t>& offsets = stage(0).layer_offsets();
+  const int layers = static_cast<int>(offsets.size()) - 1;
+  std::vector<collective::Bucket> buckets;
+  layer_bucket_.assign(layers, -1);
+  for (int k = layers; k-- > 0;) {
+    if (offsets[k + 1] == offsets[k]) continue;
+    layer_bucket_[k] = static_cast<int>(buckets.size());
+    buckets.push_back({offsets[k], offsets[k + 1] - offsets[k]});
+  }
+  num_buckets_ = static_cast<int>(buckets.size());
+  std::vector<Backend*> backends;
+  for (Worker& w : workers_) backends.push_back(w.backend.get());
+  const ReducerMaker make =
+      workers.make_reducer ? workers.make_reducer : InProcessReducer(workers.device);
+  // Gradient arena a holds the gradients of the steps with step % weight_versions == a.
+  for (int64_t arena = 0; arena < weight_versions(); ++arena) {
+    std::vector<float*> arenas;
+    for (Worker& w : workers_) arenas.push_back(w.history->grads(arena));
+    STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<collective::AllReducer> reducer,
+                            make(backends, std::move(arenas), buckets));
+    if (reducer == nullptr) return absl::OkStatus();  // Nothing to reduce.
+    reducers_.push_back(std::move(reducer));
+  }
+  return absl::OkStatus();
+}
+
+StageExecutor::~StageExecutor() {
+  reducers_.clear();
+  // Each backend is torn down on the thread that made it (its device is current there).
+  OnWorkers([&](int w) {
+    Worker& worker = workers_[w];
+    worker.optimizer.reset();
+    worker.history.reset();
+    worker.stage.reset();
+    worker.backend.reset();
+    return absl::OkStatus();
+  }).IgnoreError();
+}
+
+std::string StageExecutor::device_names() const {
+  std::string names;
+  for (const Worker& w : workers_) {
+    absl::StrAppend(&names, names.empty() ? "" : ", ", w.backend->Name());
+  }
+  return names;
+}
+
+absl::Status StageExecutor::OnWorkers(const std::function<absl::Status(int)>& fn) const {
+  if (pool_ == nullptr) return fn(0);
+  return pool_->Run(fn);
+}
+
+template <class T>
+absl::StatusOr<T> StageExecutor::FromWorker0(
+    const std::function<absl::StatusOr<T>(const Worker&)>& fn) const {
+  absl::StatusOr<T> out;
+  STRAIT_RETURN_IF_ERROR(OnWorkers([&](int w) {
+    if (w != 0) return absl::OkStatus();
+    out = fn(workers_[0]);
+    return out.status();
+  }));
+  return out;
+}
+
+absl::Status StageExecutor::ComposeViews(Worker& w, const InFlight& mb, const char* what) {
+  if (mb.layer_weights.empty()) {
+    STRAIT_ASSIGN_OR_RETURN(const std::vector<LayerParams>* views,
+                            w.history->Views(mb.weights, mb.step, what));
+    for (size_t i = 0; i < w.views.size(); ++i) w.views[i] = &(*views)[i];
+    return absl::OkStatus();
+  }
+  for (size_t i = 0; i < w.views.size(); ++i) {
+    STRAIT_ASSIGN_OR_RETURN(const std::vector<LayerParams>* views,
+                            w.history->Views(mb.layer_weights[i], mb.step, what));
+    w.views[i] = &(*views)[i];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StageExecutor::Forward(int64_t step, int microbatch, int n, const float* input,
+                                    float* output, const ForwardOptions& options) {
+  if (n < 1 || n > max_batch_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("microbatch of ", n, " samples; this stage takes 1 to ", max_batch_));
+  }
+  if (in_flight_.count(microbatch) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Forward(microbatch ", microbatch, ") while it is already in flight"));
+  }
+  const size_t layers = stage(0).layers().size();
+  if (!options.layer_weights.empty() && options.layer_weights.size() != layers) {
+    return absl::InvalidArgumentError(absl::StrCat("Forward with weights for ",
+                                                   options.layer_weights.size(),
+                                                   " layers; the stage has ", layers));
+  }
+  InFlight mb{n, step, options.weights, options.layer_weights};
+  if (mb.weights == kNewestWeights) mb.weights = weights_version();
+  for (int64_t& v : mb.layer_weights) {
+    if (v == kNewestWeights) v = weights_version();
+  }
+  const int64_t in = input_features(), out = output_features();
+  const PassOptions pass{step, options.training, 0};
+  absl::Status s = OnWorkers([&](int w) -> absl::Status {
+    const auto [first, rows] = rows_.Rows(n, w);
+    if (rows == 0) return absl::OkStatus();
+    Worker& worker = workers_[w];
+    STRAIT_RETURN_IF_ERROR(ComposeViews(worker, mb, "Forward"));
+    PassOptions worker_pass = pass;
+    worker_pass.first_row = first;
+    return worker.stage->Forward(microbatch, rows, input + first * in,
+                                 output != nullptr ? output + first * out : nullptr, worker.views,
+                                 worker_pass);
+  });
+  if (!s.ok()) {
+    OnWorkers([&](int w) {
+      workers_[w].stage->Discard(microbatch);
+      return absl::OkStatus();
+    }).IgnoreError();
+    return s;
+  }
+  in_flight_[microbatch] = std::move(mb);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LossResult> StageExecutor::Loss(int microbatch, const int32_t* labels,
+                                               float grad_scale) {
+  if (!is_last()) return absl::FailedPreconditionError("Loss on a stage that is not the last");
+  auto it = in_flight_.find(microbatch);
+  if (it == in_flight_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Loss(microbatch ", microbatch, ") without a Forward of that microbatch"));
+  }
+  const int n = it->second.rows;
+  std::vector<LossResult> parts(workers());
+  STRAIT_RETURN_IF_ERROR(OnWorkers([&](int w) -> absl::Status {
+    const auto [first, rows] = rows_.Rows(n, w);
+    if (rows == 0) return absl::OkStatus();
+    STRAIT_ASSIGN_OR_RETURN(parts[w],
+                            workers_[w].stage->Loss(microbatch, labels + first, grad_scale));
+    return absl::OkStatus();
+  }));
+  LossResult sum;
+  for (const LossResult& p : parts) {
+    sum.loss_sum += p.loss_sum;
+    sum.correct += p.correct;
+  }
+  return sum;
+}
+
+absl::Status StageExecutor::Backward(int microbatch, const float* grad_output, float* grad_input,
+                                     bool last_of_step) {
+  auto it = in_flight_.find(microbatch);
+  if (it == in_flight_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Backward(microbatch ", microbatch, ") without a Forward of that microbatch"));
+  }
+  const InFlight& mb = it->second;
+  STRAIT_RETURN_IF_ERROR(OnWorkers([&](int w) {
+    return BackwardOnWorker(w, microbatch, mb, grad_output, grad_input, last_of_step);
+  }));
+  in_flight_.erase(it);  // Kept after an error: Discard frees what the workers still hold.
+  return absl::OkStatus();
+}
+
+absl::Status StageExecutor::BackwardOnWorker(int w, int microbatch, const InFlight& mb,
+                                             const float* grad_output, float* grad_input,
+                                             bool last_of_step) {
+  const auto [first, rows] = rows_.Rows(mb.rows, w);
+  Worker& worker = workers_[w];
+  collective::AllReducer* reducer =
+      last_of_step && !reducers_.empty() ? reducers_[mb.step % reducers_.size()].get() : nullptr;
+  int next_bucket = 0;  // Buckets become ready in increasing order.
+  absl::Status status;
+  std::function<void(int)> layer_done;
+  if (reducer != nullptr) {
+    layer_done = [&](int layer) {
+      const int bucket = layer_bucket_[layer];
+      if (bucket < 0) return;
+      // The CPU reduction reads the arena directly: the backward's work must be done. (CUDA: the
+      // NCCL reducer orders itself after the queued work without waiting.)
+      if (device_ == DeviceKind::kCpu) status.Update(worker.backend->Sync());
+      reducer->Ready(w, bucket);
+      next_bucket = bucket + 1;
+    };
+  }
+  if (rows > 0) {
+    status.Update(ComposeViews(worker, mb, "Backward"));
+    if (status.ok()) {
+      const int64_t in = input_features(), out = output_features();
+      status.Update(worker.stage->Backward(
+          microbatch, grad_output != nullptr ? grad_output + first * out : nullptr,
+          grad_input != nullptr ? grad_input + first * in : nullptr, worker.views, layer_done));
+    }
+  }
+  if (reducer != nullptr) {
+    // A worker without rows, or whose backward failed, still takes part in the round.
+    while (next_bucket < num_buckets_) reducer->Ready(w, next_bucket++);
+    status.Update(reducer->Finish(w));
+  }
+  return status;
+}
+
+void StageExecutor::Discard(int microbatch) {
+  if (in_flight_.erase(microbatch) == 0) return;
+  OnWorkers([&](int w) {
+    workers_[w].stage->Discard(microbatch);
+    return absl::OkStatus();
+  }).IgnoreError();
+}
+
+void StageExecutor::ZeroGrad(int64_t step) {
+  OnWorkers([&](int w) {
+    workers_[w].history->ZeroGrads(step);
+    return absl::OkStatus();
+  }).IgnoreError();
+}
+
+absl::StatusOr<double> StageExecutor::GradSumSquares(double downstream, int64_t step) {
+  return FromWorker0<double>(
+      [&](const Worker& w) { return w.stage->GradSumSquares(w.history->grads(step), downstream); });
+}
+
+absl::Status StageExecutor::OptimizerStep(int64_t step, float grad_scale) {
+  const WeightHistory& h = history(0);
+  for (const auto& [index, mb] : in_flight_) {
+    const size_t layers = mb.layer_weights.empty() ? 1 : mb.layer_weights.size();
+    for (size_t i = 0; i < layers; ++i) {
+      const int64_t version = mb.layer_weights.empty() ? mb.weights : mb.layer_weights[i];
+      if (h.SurvivesUpdate(version)) continue;
+      return absl::FailedPreconditionError(
+          absl::StrCat("OptimizerStep(", step, ") while microbatch ", index, " of step ", mb.step,
+                       " still uses weights L_", version, ", which it would overwrite"));
+    }
+  }
+  return OnWorkers([&](int w) {
+    Worker& worker = workers_[w];
+    return worker.history->Update(step, *worker.optimizer, grad_scale);
+  });
+}
+
+absl::StatusOr<std::vector<float>> StageExecutor::Params() const {
+  return FromWorker0<std::vector<float>>([](const Worker& w) { return w.history->Newest(); });
+}
+
+absl::StatusOr<std::vector<float>> StageExecutor::PreviousParams() const {
+  return FromWorker0<std::vector<float>>([](const Worker& w) { return w.history->Previous(); });
+}
+
+absl::StatusOr<std::vector<float>> StageExecutor::LookaheadParams() const {
+  return FromWorker0<std::vector<float>>([](const Worker& w) { return w.history->Lookahead(); });
+}
+
+absl::StatusOr<std::vector<float>> StageExecutor::Grads(int64_t step) const {
+  return FromWorker0<std::vector<float>>(
+      [step](const Worker& w) { return w.history->Grads(step); });
+}
+
+absl::StatusOr<std::vector<float>> StageExecutor::OptimizerState() const {
+  return FromWorker0<std::vector<float>>([](const Worker& w) -> absl::StatusOr<std::vector<float>> {
+    std::vector<float> out(w.optimizer->state_floats());
+    w.backend->CopyToHost(out.data(), w.optimizer->state(), sizeof(float) * out.size());
+    STRAIT_RETURN_IF_ERROR(w.backend->Sync());
+    return out;
+  });
+}
+
+absl::Status StageExecutor::SetParams(absl::Span<const float> params) {
+  return OnWorkers([&](int w) { return workers_[w].history->SetNewest(params); });
+}
+
+absl::Status StageExecutor::RestoreWeights(int64_t version, absl::Span<const float> newest,
+                                           absl::Span<const float> previous,
+                                           absl::Span<const float> lookahead) {
+  return OnWorkers(
+      [&](int w) { return workers_[w].history->Restore(version, newest, previous, lookahead); });
+}
+
+absl::Status StageExecutor::SetOptimizerState(absl::Span<const float> state) {
+  return OnWorkers([&](int w) -> absl::Status {
+    const Worker& worker = workers_[w];
+    if (static_cast<int64_t>(state.size()) != worker.optimizer->state_floats()) {
+      return absl::InvalidArgumentError(absl::StrCat("SetOptimizerState: ", state.size(),
+                                                     " floats for an optimizer state of ",
+                                                     worker.optimizer->state_floats()));
+    }
+    worker.backend->CopyToDevice(worker.optimizer->state(), state.data(),
+                                 sizeof(float) * state.size());
+    return worker.backend->Sync();
+  });
+}
+
+}  // namespace strait::site
