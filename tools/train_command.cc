@@ -2,9 +2,9 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +13,7 @@
 #include "core/cpu_time.h"
 #include "core/job_spec.h"
 #include "core/logging.h"
+#include "core/run_report.h"
 #include "site/backend/backend_factory.h"
 #include "site/nn/trainer.h"
 #include "tools/command.h"
@@ -68,38 +69,29 @@ int RunTrain(const TrainOptions& o) {
                   : "");
   std::fflush(stdout);
 
-  nlohmann::json metrics = {{"config", o.config},
-                            {"device", backend_name},
-                            {"threads", threads},
-                            {"global_batch", ts.global_batch},
-                            {"microbatches", ts.microbatches}};
-  std::vector<double> losses;
+  RunReport report(total, ts.global_batch);
+  report.metrics() = {{"config", o.config},
+                      {"device", backend_name},
+                      {"threads", threads},
+                      {"global_batch", ts.global_batch},
+                      {"microbatches", ts.microbatches}};
   nlohmann::json epochs = nlohmann::json::array();
   double train_seconds = 0, epoch_loss = 0;
   int64_t epoch_steps = 0;
-  auto window_start = std::chrono::steady_clock::now();
-  int64_t window_steps = 0;
   while (t.step() < total) {
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<StepStats> stats = t.Step();
     if (!stats.ok()) return Fail(stats.status(), 1);
     const auto end = std::chrono::steady_clock::now();
     train_seconds += std::chrono::duration<double>(end - start).count();
-    losses.push_back(stats->loss);
+    report.losses().Add(stats->loss);
+    report.CountStep();
     epoch_loss += stats->loss;
     ++epoch_steps;
-    ++window_steps;
     const bool epoch_end = t.step() % per_epoch == 0;
     if (t.step() % o.log_every == 0 || t.step() == total || epoch_end) {
-      const double window = std::chrono::duration<double>(end - window_start).count();
-      const double rate = window_steps * ts.global_batch / window;
-      std::printf("step %6lld/%lld  epoch %.2f  loss %.4f  %.0f samples/s  ETA %s\n",
-                  static_cast<long long>(t.step()), static_cast<long long>(total),
-                  static_cast<double>(t.step()) / per_epoch, stats->loss, rate,
-                  FormatDuration((total - t.step()) * ts.global_batch / rate).c_str());
-      std::fflush(stdout);
-      window_start = std::chrono::steady_clock::now();
-      window_steps = 0;
+      report.PrintProgress(t.step(), static_cast<double>(t.step()) / per_epoch, stats->loss,
+                           std::nullopt, end);
     }
     if (epoch_end && t.step() < total) {
       absl::StatusOr<double> accuracy = t.TestAccuracy();
@@ -107,13 +99,12 @@ int RunTrain(const TrainOptions& o) {
       epochs.push_back({{"epoch", t.step() / per_epoch},
                         {"mean_loss", epoch_loss / epoch_steps},
                         {"test_accuracy", *accuracy}});
-      std::printf("epoch %lld: mean loss %.4f, test accuracy %.2f%%\n",
-                  static_cast<long long>(t.step() / per_epoch), epoch_loss / epoch_steps,
-                  100 * *accuracy);
-      std::fflush(stdout);
+      report.Print(absl::StrFormat("epoch %d: mean loss %.4f, test accuracy %.2f%%",
+                                   t.step() / per_epoch, epoch_loss / epoch_steps,
+                                   100 * *accuracy));
       epoch_loss = 0;
       epoch_steps = 0;
-      window_start = std::chrono::steady_clock::now();
+      report.RestartWindow(std::chrono::steady_clock::now());  // The evaluation is no training.
     }
   }
   absl::StatusOr<double> accuracy = t.TestAccuracy();
@@ -124,19 +115,20 @@ int RunTrain(const TrainOptions& o) {
                       {"test_accuracy", *accuracy}});
   }
   const double samples_per_second = total * ts.global_batch / std::max(train_seconds, 1e-9);
-  std::printf("test accuracy %.2f%% after %lld steps; %.0f samples/s (%s training)\n",
-              100 * *accuracy, static_cast<long long>(total), samples_per_second,
-              FormatDuration(train_seconds).c_str());
+  report.Print(absl::StrFormat("test accuracy %.2f%% after %d steps; %.0f samples/s (%s training)",
+                               100 * *accuracy, total, samples_per_second,
+                               FormatDuration(train_seconds)));
 
   const std::string checkpoint = o.out + "/final.ckpt";
   if (absl::Status s = t.SaveCheckpoint(checkpoint); !s.ok()) return Fail(s, 1);
+  nlohmann::json& metrics = report.metrics();
   metrics["steps"] = total;
-  metrics["loss"] = losses;
+  metrics["loss"] = report.losses().losses();
   metrics["epochs"] = epochs;
   metrics["test_accuracy"] = *accuracy;
   metrics["samples_per_second"] = samples_per_second;
   metrics["train_seconds"] = train_seconds;
-  std::ofstream(o.out + "/metrics.json") << metrics.dump(1) << "\n";
+  if (absl::Status s = report.WriteMetrics(o.out); !s.ok()) return Fail(s, 1);
   std::printf("wrote %s/metrics.json and %s\n", o.out.c_str(), checkpoint.c_str());
   return 0;
 }

@@ -44,7 +44,7 @@ void TrainingControl::Reconnected() {
   start_.reset();
 }
 
-absl::StatusOr<v1::Rollback> TrainingControl::WaitForStart(std::chrono::seconds notice,
+absl::StatusOr<v1::Rollback> TrainingControl::WaitForStart(std::chrono::milliseconds notice,
                                                            const std::function<void()>& waiting) {
   std::unique_lock<std::mutex> lock(mu_);
   while (!cv_.wait_for(lock, notice, [this] {

@@ -32,7 +32,7 @@ class TrainingControl {
   // Blocks until a Rollback not taken yet arrives (returned), the job is stopped (the Stop's reason
   // as ABORTED) or the connection is lost (UNAVAILABLE). Calls `waiting()` every `notice`
   // meanwhile. Clears Interrupted().
-  absl::StatusOr<v1::Rollback> WaitForStart(std::chrono::seconds notice,
+  absl::StatusOr<v1::Rollback> WaitForStart(std::chrono::milliseconds notice,
                                             const std::function<void()>& waiting);
 
   // The runner of the current generation, or nullptr. A Pause, Rollback or Stop aborts it; if one

@@ -1,0 +1,382 @@
+#include "site/daemon/site_session.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/cpu_time.h"
+#include "core/status.h"
+#include "site/pipeline/schedule.h"
+
+namespace strait::site {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Seconds between progress lines (more often at a generation's first step and at the last).
+constexpr double kProgressInterval = 2.0;
+
+double Seconds(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+// Prefetch and send-ahead as deep as any stage keeps microbatches in flight (+1 for the clipping
+// frame): a link carries as many frames at once as its deeper producer or consumer holds (stage 0
+// may hold many more than the last stage with extra_in_flight), and a shallower window would allow
+// only that many frames per link round trip. The gateway's memory budget still bounds what is
+// stored.
+int LinkWindow(const JobSpec& spec) {
+  const int stages = static_cast<int>(spec.sites.size());
+  int window = 0;
+  for (int s = 0; s < stages; ++s) {
+    window = std::max(window, MaxInFlight(StageSchedule(spec.training.schedule, stages, s,
+                                                        spec.training.microbatches,
+                                                        spec.training.extra_in_flight)) +
+                                  1);
+  }
+  return window;
+}
+
+// The keys of the link with neighbour `peer` for `generation` (no sealing when the link is not
+// encrypted).
+absl::StatusOr<LinkSecurity::LinkCrypto> LinkCryptoWith(
+    const JobSpec& spec, const LinkSpec& link, int peer, const LinkSecurity* security,
+    const std::map<std::string, v1::SignedKey>& peer_keys, uint32_t generation) {
+  if (!link.encryption) return LinkSecurity::LinkCrypto{};
+  const std::string& id = spec.sites[peer].id;
+  if (security == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the link with ", id, " is encrypted, but this site has no certificate"));
+  }
+  auto key = peer_keys.find(id);
+  absl::StatusOr<LinkSecurity::LinkCrypto> crypto = security->Derive(
+      id, key == peer_keys.end() ? v1::SignedKey{} : key->second, link.rotate_bytes, generation);
+  if (!crypto.ok()) {
+    return absl::Status(
+        crypto.status().code(),
+        absl::StrCat("the key of neighbour ", id, " does not verify: ", crypto.status().message()));
+  }
+  return crypto;
+}
+
+// The four link directions of stage `index` for `generation`: codecs from the job spec, link keys
+// derived from the neighbours' current signed keys and the generation.
+absl::StatusOr<StageLinks> BuildLinks(const JobSpec& spec, int index, GatewayLink& gateway,
+                                      const LinkSecurity* security,
+                                      const std::map<std::string, v1::SignedKey>& peer_keys,
+                                      uint32_t generation, SiteMetrics& metrics, int window,
+                                      uint64_t max_raw) {
+  const int stages = static_cast<int>(spec.sites.size());
+  StageLinks links;
+  if (index > 0) {  // With the previous stage.
+    const LinkSpec& link = spec.links[index - 1];
+    STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c,
+                            LinkCryptoWith(spec, link, index - 1, security, peer_keys, generation));
+    STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create(link.backward, std::move(c.sealer)));
+    links.backward_out = std::make_unique<FrameSender>(gateway, std::move(encoder), index - 1,
+                                                       v1::BACKWARD, metrics, window);
+    links.forward_in = std::make_unique<FrameReceiver>(
+        gateway, std::make_unique<FrameDecoder>(std::move(c.opener), max_raw),
+        spec.sites[index - 1].id, index - 1, v1::FORWARD, metrics, window);
+  }
+  if (index < stages - 1) {  // With the next stage.
+    const LinkSpec& link = spec.links[index];
+    STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c,
+                            LinkCryptoWith(spec, link, index + 1, security, peer_keys, generation));
+    STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create(link.forward, std::move(c.sealer)));
+    links.forward_out = std::make_unique<FrameSender>(gateway, std::move(encoder), index,
+                                                      v1::FORWARD, metrics, window);
+    links.backward_in = std::make_unique<FrameReceiver>(
+        gateway, std::make_unique<FrameDecoder>(std::move(c.opener), max_raw),
+        spec.sites[index + 1].id, index, v1::BACKWARD, metrics, window);
+  }
+  return links;
+}
+
+// Registers a generation's runner with the control while it trains, so that a Pause, Rollback or
+// Stop aborts it; never leaves a runner registered after it is gone.
+class ActiveRunner {
+ public:
+  ActiveRunner(TrainingControl& control, SiteRunner& runner) : control_(control) {
+    control_.SetActive(&runner);
+  }
+  ~ActiveRunner() { control_.SetActive(nullptr); }
+  ActiveRunner(const ActiveRunner&) = delete;
+  ActiveRunner& operator=(const ActiveRunner&) = delete;
+
+ private:
+  TrainingControl& control_;
+};
+
+}  // namespace
+
+StageFactory MakeStageFactory(const JobSpec& spec, int index, int64_t total_steps, int threads) {
+  const OptimizerSpec optimizer = WithDecayHorizon(spec.training.optimizer, total_steps);
+  return [&spec, index, optimizer, threads] {
+    const SiteSpec& site = spec.sites[index];
+    return StageExecutor::Create(
+        spec.model, site.layers, optimizer, spec.training.MicrobatchSize(),
+        VersioningOf(spec.training),
+        {.device = site.device, .count = site.workers, .threads = threads});
+  };
+}
+
+double SessionFigures::SamplesPerSecond(int global_batch) const {
+  return static_cast<double>(steps_done) * global_batch / std::max(train_seconds, 1e-9);
+}
+
+double SessionFigures::SteadySamplesPerSecond(int global_batch) const {
+  if (steps_done < 2) return SamplesPerSecond(global_batch);
+  return static_cast<double>(steps_done - 1) * global_batch / std::max(steady_seconds, 1e-9);
+}
+
+SiteSession::SiteSession(const JobSpec& spec, SessionOptions options, StageFactory build_stage,
+                         CheckpointStore& checkpoints, RunReport& report)
+    : spec_(spec),
+      options_(std::move(options)),
+      build_stage_(std::move(build_stage)),
+      checkpoints_(checkpoints),
+      report_(report) {
+  const int index = options_.index;
+  if (index > 0 && spec_.links[index - 1].encryption) peers_.push_back(spec_.sites[index - 1].id);
+  if (index + 1 < static_cast<int>(spec_.sites.size()) && spec_.links[index].encryption) {
+    peers_.push_back(spec_.sites[index + 1].id);
+  }
+}
+
+ConnectionEvents SiteSession::events() {
+  return {
+      .joining = [this] { control_.Reconnected(); },
+      .control = [this](const v1::Control& c) { HandleControl(c); },
+      .lost = [this](const absl::Status& status) { control_.Disconnected(status); },
+  };
+}
+
+void SiteSession::HandleControl(const v1::Control& c) {
+  if (control_.Handle(c)) return;
+  switch (c.kind_case()) {
+    case v1::Control::kNeighbourKey:
+      keys_.Add(c.neighbour_key());
+      break;
+    case v1::Control::kSiteDown:
+      spdlog::warn("site {} is down", c.site_down().site_id());
+      break;
+    default:
+      spdlog::warn("control message {} is not handled by this version", c.kind_case());
+      break;
+  }
+}
+
+std::optional<int64_t> SiteSession::checkpoint() {
+  std::lock_guard<std::mutex> lock(progress_.mu);
+  return progress_.checkpoint;
+}
+
+absl::Status SiteSession::Join(GatewayConnector& connector) {
+  const SiteSpec& site = spec_.sites[options_.index];
+  STRAIT_ASSIGN_OR_RETURN(stage_, build_stage_());
+  spdlog::info("{} worker(s): {}", site.workers, stage_->device_names());
+  if (options_.resume) {
+    absl::StatusOr<int64_t> newest = checkpoints_.NewestValid(*stage_);
+    if (newest.ok()) {
+      spdlog::info(
+          "can resume from {} (the federation resumes from the newest step every site has)",
+          checkpoints_.PathFor(*newest));
+      std::lock_guard<std::mutex> lock(progress_.mu);
+      progress_.checkpoint = *newest;
+    } else {
+      spdlog::warn("--resume: {}; starting from the initial parameters",
+                   std::string(newest.status().message()));
+    }
+  }
+  window_ = LinkWindow(spec_);
+  max_raw_ = static_cast<uint64_t>(spec_.training.MicrobatchSize()) *
+             std::max(stage_->input_features(), stage_->output_features()) * 4;
+  spdlog::info("stage {} of {} (layers [{}, {})), joining the gateway at {}", options_.index,
+               spec_.sites.size(), site.layers.start, site.layers.end, spec_.gateway.address);
+  STRAIT_ASSIGN_OR_RETURN(v1::JoinReply reply, connector.Join(checkpoint()));
+  for (const v1::SignedKey& k : reply.neighbour_keys()) keys_.Add(k);
+  return absl::OkStatus();
+}
+
+absl::Status SiteSession::Rejoin(GatewayConnector& connector) {
+  absl::StatusOr<v1::JoinReply> reply = connector.Rejoin(checkpoint());
+  if (!reply.ok()) {
+    const std::optional<int64_t> newest = checkpoint();
+    return absl::Status(
+        reply.status().code(),
+        absl::StrCat(
+            reply.status().message(), " ",
+            newest ? absl::StrCat("The checkpoint of step ", *newest, " is in ", checkpoints_.dir(),
+                                  ": start this site again with --resume once the "
+                                  "gateway is back")
+                   : std::string("No checkpoint was written: the run starts over")));
+  }
+  for (const v1::SignedKey& k : reply->neighbour_keys()) keys_.Add(k);
+  return absl::OkStatus();
+}
+
+absl::Status SiteSession::Run(GatewayConnector& connector, const StageData& data) {
+  absl::Status result;
+  {
+    SiteReportSender sender([&connector](const v1::SiteReport& r) { connector.link().Report(r); },
+                            metrics_, progress_, options_.report_interval_s);
+    result = RunGenerations(connector, data, sender);
+    if (result.ok()) sender.MarkFinished();
+  }
+  if (first_step_end_) figures_.steady_seconds = Seconds(*first_step_end_, last_step_end_);
+  return result;
+}
+
+// One pass per generation: the gateway's Rollback says from which checkpoint; a Pause (a site went
+// down) or a newer Rollback ends the pass, and the next one starts over from there.
+absl::Status SiteSession::RunGenerations(GatewayConnector& connector, const StageData& data,
+                                         SiteReportSender& sender) {
+  while (true) {
+    absl::StatusOr<v1::Rollback> begin = control_.WaitForStart(options_.start_notice, [] {
+      spdlog::info("waiting for the gateway to start training (every site must be joined)");
+    });
+    if (!begin.ok() && begin.status().code() == absl::StatusCode::kUnavailable) {
+      spdlog::warn("lost the gateway: {}; joining it again", std::string(begin.status().message()));
+      STRAIT_RETURN_IF_ERROR(Rejoin(connector));
+      continue;
+    }
+    if (!begin.ok()) return begin.status();
+    const auto from = static_cast<int64_t>(begin->step());
+    if (from > options_.total_steps) {
+      return absl::FailedPreconditionError(absl::StrCat("the federation resumes at step ", from,
+                                                        ", past this job's ", options_.total_steps,
+                                                        " steps"));
+    }
+    STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<SiteRunner> runner,
+                            StartGeneration(connector, *begin, data));
+    const absl::Status result = TrainGeneration(*runner, from, sender);
+    if (result.ok() || !control_.Interrupted()) return result;
+    spdlog::warn("training interrupted at step {}: {}; waiting for the gateway's rollback",
+                 runner->step(), control_.interruption());
+    report_.Print(
+        absl::StrFormat("interrupted at step %d: %s", runner->step(), control_.interruption()));
+  }
+}
+
+// A new stage for the generation `begin` starts, loaded from its checkpoint, with links sealed by
+// the neighbours' current keys.
+absl::StatusOr<std::unique_ptr<SiteRunner>> SiteSession::StartGeneration(
+    GatewayConnector& connector, const v1::Rollback& begin, const StageData& data) {
+  const auto from = static_cast<int64_t>(begin.step());
+  const uint32_t generation = begin.generation();
+  STRAIT_ASSIGN_OR_RETURN(stage_, build_stage_());
+  if (from > 0) STRAIT_RETURN_IF_ERROR(checkpoints_.Load(from, *stage_));
+  spdlog::info("training from {} (generation {})",
+               from == 0 ? std::string("the initial parameters") : checkpoints_.PathFor(from),
+               generation);
+  STRAIT_ASSIGN_OR_RETURN(auto peer_keys,
+                          keys_.WaitFor(peers_, std::chrono::minutes(10), std::chrono::seconds(10),
+                                        [](const std::string& missing) {
+                                          spdlog::info("waiting for the key of {}", missing);
+                                        }));
+  STRAIT_ASSIGN_OR_RETURN(StageLinks links,
+                          BuildLinks(spec_, options_.index, connector.link(), connector.security(),
+                                     peer_keys, generation, metrics_, window_, max_raw_));
+  auto runner = std::make_unique<SiteRunner>(spec_, options_.index, *stage_, std::move(links), data,
+                                             metrics_, options_.total_steps, from, generation);
+  // Losses of the steps replayed from here on replace the ones of the abandoned generation.
+  report_.losses().Restart(from);
+  std::lock_guard<std::mutex> lock(progress_.mu);
+  progress_.generation = generation;
+  return runner;
+}
+
+// Trains `runner` to the last step, then evaluates and flushes. A Pause, Rollback or Stop aborts
+// it (the runner's error, which RunGenerations tells from a failure by TrainingControl).
+absl::Status SiteSession::TrainGeneration(SiteRunner& runner, int64_t from,
+                                          SiteReportSender& sender) {
+  ActiveRunner active(control_, runner);
+  // Training time counts the step loops only (as `strait train` does), not the waits for the other
+  // sites to join and for the gateway's start.
+  Pass pass{.from = from,
+            .start = Clock::now(),
+            .trained_before = figures_.train_seconds,
+            .saved_through = from};
+  const double cpu_at_start = ProcessCpuSeconds();
+  report_.RestartWindow(pass.start);
+  absl::Status result;
+  while (result.ok() && runner.step() < options_.total_steps) {
+    absl::StatusOr<StepResult> step = runner.Step();
+    result = step.ok() ? AfterStep(runner, *step, pass, sender) : step.status();
+  }
+  figures_.train_seconds = pass.trained_before + Seconds(pass.start, Clock::now());
+  figures_.train_cpu_seconds += ProcessCpuSeconds() - cpu_at_start;
+  if (result.ok() && options_.evaluate) {
+    absl::StatusOr<std::optional<double>> evaluated = runner.Evaluate();
+    if (evaluated.ok()) {
+      figures_.accuracy = *evaluated;
+    } else {
+      result = evaluated.status();
+    }
+  }
+  if (result.ok()) result = runner.Flush();
+  return result;
+}
+
+// The bookkeeping of a step just taken: figures, the loss, a coordinated checkpoint when one is
+// due, progress.
+absl::Status SiteSession::AfterStep(const SiteRunner& runner, const StepResult& step, Pass& pass,
+                                    SiteReportSender& sender) {
+  ++figures_.steps_done;
+  const Clock::time_point now = Clock::now();
+  if (!first_step_end_) first_step_end_ = now;
+  last_step_end_ = now - std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(step.drain_s));
+  report_.CountStep();
+  if (step.loss) report_.losses().Add(*step.loss);
+  if (runner.step() == pass.from + 1) {
+    sender.SendSoon();
+    if (pass.from > 0) {
+      spdlog::info("training again from step {}, {:.1f} s after this process started", pass.from,
+                   Seconds(options_.process_start, now));
+    }
+  }
+  // Checkpoint k holds the state right after the update that made L_k: after Step(k - 1) with 1f1b
+  // and eager 2bw, after Step(k) with deferred 2bw (SiteRunner::updates()).
+  if (const int64_t k = runner.updates(); k > pass.saved_through && checkpoints_.Due(k)) {
+    STRAIT_RETURN_IF_ERROR(checkpoints_.Save(k, *stage_));
+    pass.saved_through = k;
+    {
+      std::lock_guard<std::mutex> lock(progress_.mu);
+      progress_.checkpoint = k;
+    }
+    sender.SendSoon();  // The gateway's common checkpoint is what a recovery starts from.
+  }
+  ShowProgress(runner, step, pass, now);
+  return absl::OkStatus();
+}
+
+// Rate and ETA over all the steps trained so far, for the reports; a progress line every
+// kProgressInterval, at a generation's first step and at the last step.
+void SiteSession::ShowProgress(const SiteRunner& runner, const StepResult& step, const Pass& pass,
+                               Clock::time_point now) {
+  const int global_batch = spec_.training.global_batch;
+  const double elapsed = pass.trained_before + Seconds(pass.start, now);
+  const double rate =
+      static_cast<double>(figures_.steps_done) * global_batch / std::max(elapsed, 1e-9);
+  const double eta_s = static_cast<double>(options_.total_steps - runner.step()) * global_batch /
+                       std::max(rate, 1e-9);
+  {
+    std::lock_guard<std::mutex> lock(progress_.mu);
+    progress_.step = runner.step();
+    progress_.loss = step.loss;
+    progress_.samples_per_second = rate;
+    progress_.eta_s = eta_s;
+  }
+  if (report_.WindowSeconds(now) >= kProgressInterval || runner.step() == options_.total_steps ||
+      runner.step() == pass.from + 1) {
+    report_.PrintProgress(runner.step(), std::nullopt, step.loss, eta_s, now);
+  }
+}
+
+}  // namespace strait::site

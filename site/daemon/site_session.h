@@ -1,0 +1,144 @@
+// One site's training session (DESIGN.md §4, §7): the state machine between the join and the end of
+// training. It waits for the gateway's start, trains one rollback generation after another (a
+// Rollback says from which checkpoint; a Pause or a newer Rollback ends a generation and the next
+// one rebuilds the stage and loads that checkpoint), joins again when the gateway is lost, writes
+// coordinated checkpoints, and reports progress to the gateway and to the run's report.
+//
+// It talks to the gateway only through a GatewayConnector (the gRPC one in production, an
+// in-process fake in tests/unit/site/site_session_test.cc).
+//
+// Join and Run are for one thread (the training thread); the handlers of events() may be called on
+// any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/job_spec.h"
+#include "core/run_report.h"
+#include "site/daemon/checkpoint_store.h"
+#include "site/daemon/neighbour_keys.h"
+#include "site/daemon/site_report_sender.h"
+#include "site/daemon/training_control.h"
+#include "site/pipeline/site_metrics.h"
+#include "site/pipeline/site_runner.h"
+#include "site/pipeline/stage_executor.h"
+#include "site/rpc/gateway_connector.h"
+
+namespace strait::site {
+
+// Builds this site's stage with its initial parameters (every generation starts from a fresh one,
+// then loads its checkpoint). The session's only way to make a stage.
+using StageFactory = std::function<absl::StatusOr<std::unique_ptr<StageExecutor>>()>;
+
+// The stage of site `index` of `spec` (its layers, device and workers) for a run of `total_steps`
+// (the horizon of the optimizer's decay), with `threads` compute threads per worker. `spec` must
+// outlive the factory.
+StageFactory MakeStageFactory(const JobSpec& spec, int index, int64_t total_steps, int threads);
+
+struct SessionOptions {
+  int index = 0;            // This site's stage.
+  int64_t total_steps = 0;  // How far the run goes.
+  bool evaluate = true;     // Test accuracy through the pipeline after the last step.
+  bool resume = false;      // Offer the newest valid checkpoint of this site at the join.
+  double report_interval_s = 2.0;
+  // How often the wait for the gateway's start is logged.
+  std::chrono::milliseconds start_notice = std::chrono::seconds(10);
+  // For the log line that says how long a restarted site took to train again.
+  std::chrono::steady_clock::time_point process_start = std::chrono::steady_clock::now();
+};
+
+// What a session measured.
+struct SessionFigures {
+  int64_t steps_done = 0;        // Steps trained, replayed ones included.
+  double train_seconds = 0;      // In the step loops only (as `strait train` counts), not in
+                                 // waits for the other sites and the gateway's start.
+  double train_cpu_seconds = 0;  // This process's CPU time (all threads) over the same loops.
+  // From the end of the first step to the end of the last, less the last step's drain
+  // (StepResult::drain_s): neither the pipeline's fill nor its drain counts.
+  double steady_seconds = 0;
+  std::optional<double> accuracy;  // Of the last generation's evaluation (last stage).
+
+  double SamplesPerSecond(int global_batch) const;
+  // Over the steady state (for benchmarks); SamplesPerSecond() with fewer than two steps.
+  double SteadySamplesPerSecond(int global_batch) const;
+};
+
+class SiteSession {
+ public:
+  // `spec`, `checkpoints` and `report` must outlive the session. Progress lines, "interrupted"
+  // lines and the losses of the last stage go to `report`.
+  SiteSession(const JobSpec& spec, SessionOptions options, StageFactory build_stage,
+              CheckpointStore& checkpoints, RunReport& report);
+
+  // The handlers a connector calls (control messages, joins, losses). Whoever is given them must be
+  // closed or destroyed before the session.
+  ConnectionEvents events();
+
+  // Builds the stage, finds the checkpoint to offer (options.resume) and joins the gateway through
+  // `connector` once. Blocks.
+  absl::Status Join(GatewayConnector& connector);
+
+  // Trains until the last step and evaluates (OK); returns ABORTED when the gateway stops the job,
+  // FAILED_PRECONDITION when it resumes past the last step, UNAVAILABLE (naming the checkpoint to
+  // resume from) when the gateway was lost and could not be joined again, or the error that ended
+  // training. A Pause or Rollback is no error: the session waits for the next start. Blocks. Call
+  // once, after Join succeeded, with the data of this stage.
+  absl::Status Run(GatewayConnector& connector, const StageData& data);
+
+  // After Run: the stage as the last generation left it, and what the session measured.
+  const StageExecutor& stage() const { return *stage_; }
+  const SessionFigures& figures() const { return figures_; }
+  SiteMetrics& metrics() { return metrics_; }
+
+ private:
+  // The step loop's state within one generation.
+  struct Pass {
+    int64_t from = 0;  // The step the generation started at.
+    std::chrono::steady_clock::time_point start;
+    double trained_before = 0;  // train_seconds of the earlier generations.
+    int64_t saved_through = 0;  // Newest checkpoint of this pass (or the one it resumed from).
+  };
+
+  void HandleControl(const v1::Control& control);
+  std::optional<int64_t> checkpoint();
+  absl::Status Rejoin(GatewayConnector& connector);
+  absl::Status RunGenerations(GatewayConnector& connector, const StageData& data,
+                              SiteReportSender& sender);
+  absl::StatusOr<std::unique_ptr<SiteRunner>> StartGeneration(GatewayConnector& connector,
+                                                              const v1::Rollback& begin,
+                                                              const StageData& data);
+  absl::Status TrainGeneration(SiteRunner& runner, int64_t from, SiteReportSender& sender);
+  absl::Status AfterStep(const SiteRunner& runner, const StepResult& step, Pass& pass,
+                         SiteReportSender& sender);
+  void ShowProgress(const SiteRunner& runner, const StepResult& step, const Pass& pass,
+                    std::chrono::steady_clock::time_point now);
+
+  const JobSpec& spec_;
+  const SessionOptions options_;
+  const StageFactory build_stage_;
+  CheckpointStore& checkpoints_;
+  RunReport& report_;
+  std::vector<std::string> peers_;  // Neighbours whose keys seal a link with this site.
+
+  TrainingControl control_;
+  NeighbourKeys keys_;
+  SiteMetrics metrics_;
+  SiteProgress progress_;
+  std::unique_ptr<StageExecutor> stage_;
+  int window_ = 1;        // Frames each link direction keeps in flight.
+  uint64_t max_raw_ = 0;  // Largest tensor a frame of this stage may carry (bytes).
+
+  SessionFigures figures_;
+  std::optional<std::chrono::steady_clock::time_point> first_step_end_;
+  std::chrono::steady_clock::time_point last_step_end_;
+};
+
+}  // namespace strait::site
