@@ -1,6 +1,10 @@
 // The strait-site daemon (DESIGN.md §1, §4, §5): joins the gateway over mutual TLS, exchanges keys
 // with its neighbours, builds its stage, trains it as one stage of the federation's pipeline,
 // reports progress to the gateway and stdout, evaluates, and writes its results.
+//
+// RunSite composes the rooms: the job spec and identity, a GatewayConnection
+// (site/rpc/gateway_connection.h), a SiteSession that runs the generation loop
+// (site/daemon/site_session.h) and the run's RunReport (core/run_report.h).
 #pragma once
 
 #include <cstdint>

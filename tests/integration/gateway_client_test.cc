@@ -1,6 +1,6 @@
 // The site's gRPC client against a real gateway process, over mutual TLS with real certificates and
 // over plaintext: frames pushed and pulled through both streams, long polls and timeouts, refusals,
-// control messages, and a clean close.
+// control messages, and a clean close; and the connection that holds a client across joins.
 #include "site/rpc/gateway_client.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +13,7 @@
 
 #include "core/join_request.h"
 #include "crypto/certificates.h"
+#include "site/rpc/gateway_connection.h"
 #include "site/rpc/tls_credentials.h"
 #include "tests/integration/federation_fixture.h"
 #include "tools/subprocess.h"
@@ -278,6 +279,96 @@ TEST_P(GatewayClientTest, ACertificateOfAnotherFederationCannotJoin) {
   options.credentials = MakeSiteChannelCredentials(*material);
   options.join_timeout = std::chrono::seconds(3);
   EXPECT_FALSE(GatewayClient::Connect(options, Join("a")).ok());
+}
+
+// GatewayConnection (site/rpc/gateway_connection.h) over the same gateway: what a site's session
+// holds across joins.
+GatewayConnection::Options ConnectionOptions(const JobSpec& spec, bool tls, const TempDir& dir) {
+  GatewayConnection::Options options;
+  options.spec = &spec;
+  options.index = spec.SiteIndex("b");
+  options.total_steps = spec.training.steps;
+  options.insecure = !tls;
+  if (tls) {
+    const std::string certs = dir.File("certs") + "/";
+    options.tls = *crypto::LoadTlsMaterial(certs + "ca.pem", certs + "b.pem", certs + "b.key");
+  }
+  return options;
+}
+
+TEST_P(GatewayClientTest, AConnectionJoinsAgainAsANewEpochAndCloses) {
+  JobSpec spec = *spec_;
+  spec.gateway.address = address_;
+  std::atomic<int> joining{0}, lost{0};
+  ConnectionEvents events;
+  events.joining = [&] { ++joining; };
+  events.lost = [&](const absl::Status&) { ++lost; };
+  GatewayConnection connection(ConnectionOptions(spec, tls(), dir_), events);
+  // Before the join the link refuses, without blocking.
+  EXPECT_EQ(connection.link().Push(Header(Key(0, 0, v1::BACKWARD), 1), "grad").get().code(),
+            absl::StatusCode::kUnavailable);
+  absl::StatusOr<v1::JoinReply> joined = connection.Join(std::nullopt);
+  ASSERT_TRUE(joined.ok()) << joined.status() << gateway_->LogTail();
+  EXPECT_EQ(joining, 1);
+  EXPECT_EQ(connection.security() != nullptr, tls());  // Links are sealed with the certificate.
+
+  // Frames go through the link to the current client.
+  auto a = Connect(Join("a"));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_EQ((*a)->join_reply().neighbour_keys_size(), 1);
+  const uint32_t first_epoch = (*a)->join_reply().neighbour_keys(0).epoch();
+  // The gateway may re-send b's key of the first join; the rejoin's is newer.
+  std::promise<v1::SignedKey> rejoined_key;
+  std::atomic<bool> heard{false};
+  (*a)->OnControl([&](const v1::Control& control) {
+    if (control.has_neighbour_key() && control.neighbour_key().epoch() > first_epoch &&
+        !heard.exchange(true)) {
+      rejoined_key.set_value(control.neighbour_key());
+    }
+  });
+  EXPECT_TRUE(connection.link().Push(Header(Key(0, 0, v1::BACKWARD), 1), "grad").get().ok());
+  absl::StatusOr<ReceivedFrame> frame =
+      (*a)->Pull(Key(0, 0, v1::BACKWARD), std::chrono::seconds(10)).get();
+  ASSERT_TRUE(frame.ok()) << frame.status();
+  EXPECT_EQ(frame->body, "grad");
+
+  // Rejoin drops the connection and joins as a newer epoch, which the neighbour hears of.
+  ASSERT_TRUE(connection.Rejoin(4).ok()) << gateway_->LogTail();
+  EXPECT_EQ(joining, 2);
+  auto key = rejoined_key.get_future();
+  ASSERT_EQ(key.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(key.get().site_id(), "b");
+
+  // Closing is no loss; afterwards the link refuses again.
+  (void)connection.Close();
+  EXPECT_EQ(connection.link().Push(Header(Key(1, 0, v1::BACKWARD), 1), "grad").get().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(lost, 0);
+}
+
+TEST_P(GatewayClientTest, AConnectionHearsOfItsLossAndGivesUpJoiningAgainAfterTheTimeout) {
+  JobSpec spec = *spec_;
+  spec.gateway.address = address_;
+  std::promise<absl::Status> lost;
+  ConnectionEvents events;
+  events.lost = [&](const absl::Status& status) { lost.set_value(status); };
+  GatewayConnection::Options options = ConnectionOptions(spec, tls(), dir_);
+  options.reconnect_timeout_s = 1;
+  options.join_timeout = std::chrono::seconds(1);
+  GatewayConnection connection(std::move(options), events);
+  ASSERT_TRUE(connection.Join(std::nullopt).ok()) << gateway_->LogTail();
+  gateway_->Kill(SIGKILL);
+  auto lost_status = lost.get_future();
+  ASSERT_EQ(lost_status.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_EQ(lost_status.get().code(), absl::StatusCode::kUnavailable);
+  const absl::StatusOr<v1::JoinReply> rejoined = connection.Rejoin(20);
+  EXPECT_EQ(rejoined.status().code(), absl::StatusCode::kUnavailable);
+  const std::string message(rejoined.status().message());
+  EXPECT_EQ(message.rfind(
+                "lost the gateway at " + address_ + " and could not join it again within 1 s (", 0),
+            0u)
+      << message;
+  EXPECT_EQ(message.back(), '.') << message;
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, GatewayClientTest, ::testing::Bool(),
