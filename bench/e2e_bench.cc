@@ -409,7 +409,8 @@ int RunWan(const E2eOptions& o) {
   std::printf(
       "\nsamples/s and step ms: the last stage's, from the end of its first step to the end of its "
       "last (the steady state: no pipeline fill or drain); achieved/bound: that step time over the "
-      "lower bound that the run's own compute and the links allow (docs/benchmarks.md); link ms: "
+      "lower bound that the run's own compute and the links allow "
+      "(docs/notes/wan-step-time-bound.md); link ms: "
       "the busiest link's bytes per step over its rate (part of the bound); wait: fraction of each "
       "site's training time spent waiting for frames; cpu ms: CPU time per step of the sites' "
       "training loops, the gateway and the emulators; cores busy: that over the step time and "

@@ -1,6 +1,6 @@
 // The lower bound on a training step's time that physics allows for a pipeline schedule, given the
 // compute each stage was measured to need and the links between the sites and the gateway
-// (docs/benchmarks.md derives it). Two limits, and the step can beat neither:
+// (docs/notes/wan-step-time-bound.md derives it). Two limits, and the step can beat neither:
 //   * the critical path of the schedule's dependency graph: every forward and backward pass of
 //     every microbatch on every stage, in the order the schedule runs them on that stage (the op
 //     stream of site::StepOps over many steps: flushed per step for 1f1b and gpipe, overlapping

@@ -4,7 +4,8 @@
 // a body is sent only when the gateway has reserved room for it, so a waiting producer parks
 // nothing in the gateway's gRPC buffers, and the gateway's resident memory stays within its budget
 // plus 64 MiB (issue #6), the process's own baseline included. Before the credit protocol the
-// producers' bodies waited in the gateway's HTTP/2 windows: 247-363 MiB peak (docs/benchmarks.md).
+// producers' bodies waited in the gateway's HTTP/2 windows: 247-363 MiB peak
+// (docs/notes/gateway-memory-credit.md).
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 

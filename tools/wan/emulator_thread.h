@@ -2,7 +2,7 @@
 // `strait bench e2e` and `strait demo` do with a federation's links: one wake-up then serves
 // whichever links have bytes to read or due, and the emulators add one thread to the machine's
 // scheduler, not one per site (on a machine of few cores, waking threads costs more than moving the
-// bytes; docs/benchmarks.md, "One thread for a federation's links").
+// bytes; docs/notes/wan-link-emulator.md, "One thread for a federation's links").
 //
 //   auto thread = std::make_shared<EmulatorThread>();
 //   auto a = LinkEmulator::Start("127.0.0.1:0", gateway, profile, kDialTimeout, thread);
