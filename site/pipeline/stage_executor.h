@@ -175,7 +175,8 @@ class StageExecutor {
   // gradients are added to the arena of the microbatch's step, computed with the weights its
   // Forward used. last_of_step: this is the step's last microbatch, so the gradient reduction of
   // that step runs (overlapped with this backward) and is complete when this returns; every
-  // other microbatch of the step must have been backpropagated before.
+  // other microbatch of the step must have been backpropagated before. After an error the
+  // microbatch stays in flight (Discard drops it).
   absl::Status Backward(int microbatch, const float* grad_output, float* grad_input,
                         bool last_of_step);
 
