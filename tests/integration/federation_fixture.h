@@ -16,16 +16,17 @@ namespace strait::testing {
 using tools::MakeCertificates;
 using tools::ReadFile;
 
-class LocalFederation : public tools::LocalFederation {
+// tools::LocalFederation running this build tree's binaries.
+class BuildTreeFederation : public tools::LocalFederation {
  public:
-  LocalFederation(const std::string& yaml, const std::vector<std::string>& sites)
+  BuildTreeFederation(const std::string& yaml, const std::vector<std::string>& sites)
       : tools::LocalFederation(yaml, sites, tools::Executables::InBuildTree(STRAIT_BINARY_DIR)) {}
 };
 
 // The sites' final.ckpt files, in stage order, hold byte for byte the parameters and AdamW moments
 // of the reference run's final.ckpt (`strait train` on the same job spec), after `steps` steps.
-inline void ExpectSameStateAsReference(LocalFederation& fed, const std::vector<std::string>& sites,
-                                       int64_t steps) {
+inline void ExpectSameStateAsReference(BuildTreeFederation& fed,
+                                       const std::vector<std::string>& sites, int64_t steps) {
   absl::StatusOr<CheckpointState> reference = ReadCheckpoint(fed.ReferenceDir() + "/final.ckpt");
   ASSERT_TRUE(reference.ok()) << reference.status();
   const size_t n = reference->params.size();

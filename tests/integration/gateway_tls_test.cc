@@ -91,7 +91,7 @@ Handshake HandshakeWith(int port, int version, const std::string& certs, const s
 }
 
 TEST(GatewayTlsTest, ATls12ClientGetsNoHandshakeAndATls13ClientDoes) {
-  LocalFederation fed(kJob, {"a", "b", "c"});
+  BuildTreeFederation fed(kJob, {"a", "b", "c"});
   std::string error;
   ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
   const int port = std::stoi(fed.gateway_address().substr(fed.gateway_address().rfind(':') + 1));

@@ -50,14 +50,14 @@ links:
       {{"STEPS", absl::StrCat(steps)}, {"EVERY", absl::StrCat(every)}, {"SCHEDULE", schedule}});
 }
 
-std::string CheckpointFile(LocalFederation& fed, const std::string& site, int step) {
+std::string CheckpointFile(BuildTreeFederation& fed, const std::string& site, int step) {
   char name[32];
   std::snprintf(name, sizeof(name), "step-%08d.ckpt", step);
   return fed.dir().File("checkpoints/" + site + "/" + name);
 }
 
 // Waits until `site` has written its checkpoint of `step` (false after 300 s or if it exited).
-bool WaitForCheckpoint(LocalFederation& fed, const std::string& site, int step) {
+bool WaitForCheckpoint(BuildTreeFederation& fed, const std::string& site, int step) {
   const auto deadline = std::chrono::steady_clock::now() + seconds(300);
   while (!std::filesystem::exists(CheckpointFile(fed, site, step))) {
     if (std::chrono::steady_clock::now() > deadline || !fed.site(site).Running()) return false;
@@ -71,7 +71,7 @@ nlohmann::json Metrics(const std::string& dir) {
                                /*allow_exceptions=*/false);
 }
 
-void ExpectLikeReference(LocalFederation& fed, int steps) {
+void ExpectLikeReference(BuildTreeFederation& fed, int steps) {
   ASSERT_EQ(fed.RunReference({"--threads", "1"}, seconds(600)), 0)
       << ReadFile(fed.dir().File("reference.log"));
   ExpectSameStateAsReference(fed, kSites, steps);
@@ -81,7 +81,7 @@ void ExpectLikeReference(LocalFederation& fed, int steps) {
 
 void KillTheMiddleSiteAndResume(const std::string& schedule) {
   const int steps = 400;
-  LocalFederation fed(JobYaml(steps, 20, schedule), kSites);
+  BuildTreeFederation fed(JobYaml(steps, 20, schedule), kSites);
   std::string error;
   ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
   for (const std::string& site : kSites) fed.StartSite(site, {"--threads", "1"});
@@ -125,7 +125,7 @@ TEST(RecoveryTest, TwoBwMiddleSiteKilledMidRunAndRestartedEndsBitIdentical) {
 
 TEST(RecoveryTest, TheGatewayKilledMidRunAndRestartedEndsBitIdentical) {
   const int steps = 400;
-  LocalFederation fed(JobYaml(steps, 20), kSites);
+  BuildTreeFederation fed(JobYaml(steps, 20), kSites);
   std::string error;
   ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
   for (const std::string& site : kSites) fed.StartSite(site, {"--threads", "1"});
@@ -160,7 +160,7 @@ int WanPort(const std::string& log_file) {
 
 TEST(RecoveryTest, ALinkCutForTenSecondsThenRestoredEndsBitIdentical) {
   const int steps = 300;
-  LocalFederation fed(JobYaml(steps, 20), kSites);
+  BuildTreeFederation fed(JobYaml(steps, 20), kSites);
   std::string error;
   ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
   // dc-b reaches the gateway through `strait wan` (metro profile); SIGUSR1 cuts the link (every
@@ -192,7 +192,7 @@ TEST(RecoveryTest, ALinkCutForTenSecondsThenRestoredEndsBitIdentical) {
 
 TEST(RecoveryTest, ResumeSkipsACorruptAndATruncatedCheckpoint) {
   // A first run of 40 steps leaves checkpoints of steps 10..40 at every site.
-  LocalFederation fed(JobYaml(60, 10), kSites);
+  BuildTreeFederation fed(JobYaml(60, 10), kSites);
   std::string error;
   ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
   for (const std::string& site : kSites) fed.StartSite(site, {"--threads", "1", "--steps", "40"});

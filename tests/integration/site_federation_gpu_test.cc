@@ -42,7 +42,7 @@ links:
 
 TEST(GpuFederationTest, ACudaSiteMatchesTheAllCpuRun) {
   const std::vector<std::string> sites = {"dc-a", "dc-b", "dc-c"};
-  LocalFederation fed(kJob, sites);
+  BuildTreeFederation fed(kJob, sites);
   std::string error;
   ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
   for (const std::string& site : sites) fed.StartSite(site);

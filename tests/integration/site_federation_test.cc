@@ -87,7 +87,7 @@ nlohmann::json Metrics(const std::string& dir) {
 }
 
 // Trains the federation and the single-process reference; both must succeed.
-void TrainBoth(LocalFederation& fed,
+void TrainBoth(BuildTreeFederation& fed,
                const std::vector<std::string>& site_args = {"--threads", "1"}) {
   std::string error;
   ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
@@ -105,7 +105,7 @@ TEST_P(FidelityTest, LosslessLinksTrainTheSameBitsAsOneProcess) {
   JobOptions o;
   o.forward = o.backward = std::get<0>(GetParam());
   o.schedule = std::get<1>(GetParam());
-  LocalFederation fed(JobYaml(o), kSites);
+  BuildTreeFederation fed(JobYaml(o), kSites);
   TrainBoth(fed);
   if (HasFatalFailure()) return;
 
@@ -139,7 +139,7 @@ TEST(LossyLinkTest, Int8ForwardBf16BackwardForAnEpochStaysWithinHalfAPoint) {
   o.grad_clip = 0.0;
   o.forward = "int8+zstd";
   o.backward = "bf16";
-  LocalFederation fed(JobYaml(o), kSites);
+  BuildTreeFederation fed(JobYaml(o), kSites);
   TrainBoth(fed);  // The reference equals a lossless federation (FidelityTest).
   if (HasFatalFailure()) return;
   const nlohmann::json lossy = Metrics(fed.OutDir("dc-c")), lossless = Metrics(fed.ReferenceDir());
@@ -159,7 +159,7 @@ TEST(LossyLinkTest, Int8ForwardBf16BackwardForAnEpochStaysWithinHalfAPoint) {
 TEST(MixedWorkersTest, OneTwoOneWorkersMatchOneProcessUpToFloatOrder) {
   JobOptions o;
   o.workers[1] = 2;
-  LocalFederation fed(JobYaml(o), kSites);
+  BuildTreeFederation fed(JobYaml(o), kSites);
   TrainBoth(fed);
   if (HasFatalFailure()) return;
   absl::StatusOr<CheckpointState> reference = ReadCheckpoint(fed.ReferenceDir() + "/final.ckpt");
@@ -185,7 +185,7 @@ TEST(MixedWorkersTest, OneTwoOneWorkersMatchOneProcessUpToFloatOrder) {
 }
 
 TEST(SecurityTest, ACertificateOfAnotherCaCannotJoin) {
-  LocalFederation fed(JobYaml({}), kSites);
+  BuildTreeFederation fed(JobYaml({}), kSites);
   ASSERT_TRUE(MakeCertificates(fed.dir().File("other"), {"dc-a"}, "other").ok());
   std::string error;
   ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
@@ -197,7 +197,7 @@ TEST(SecurityTest, ACertificateOfAnotherCaCannotJoin) {
 
 // A site started with another step count than the run it would join is refused with the reason.
 TEST(AgreementTest, ASiteThatWouldTrainAnotherNumberOfStepsCannotJoin) {
-  LocalFederation fed(JobYaml({}), kSites);
+  BuildTreeFederation fed(JobYaml({}), kSites);
   std::string error;
   ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
   fed.StartSite("dc-a", {"--steps", "1000"});

@@ -47,7 +47,7 @@ void ExpectClose(const ModelSpec& model, const std::vector<int>& workers,
   Pipeline cuda = Make(model, ranges, workers, OptimizerKind::kSgd, DeviceKind::kCuda, 1);
   Pipeline cpu = Make(model, ranges, reference_workers, OptimizerKind::kSgd, DeviceKind::kCpu, 1);
   for (int64_t step = 0; step < 3; ++step) {
-    StepResult a = RunStep(cpu, step, {6, 5}), b = RunStep(cuda, step, {6, 5});
+    StepOutcome a = RunStep(cpu, step, {6, 5}), b = RunStep(cuda, step, {6, 5});
     EXPECT_LT(RelativeDifference(b.outputs, a.outputs), kTolerance) << "step " << step;
     EXPECT_LT(RelativeDifference(b.params, a.params), kTolerance) << "step " << step;
     EXPECT_NEAR(b.loss, a.loss, kTolerance * a.loss) << "step " << step;

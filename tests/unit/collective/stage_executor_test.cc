@@ -25,7 +25,7 @@ void ExpectCloseToStage(const ModelSpec& model, const std::vector<LayerRange>& r
       Make(model, ranges, std::vector<int>(ranges.size(), 0), opt, DeviceKind::kCpu, 1);
   Pipeline group = Make(model, ranges, workers, opt, DeviceKind::kCpu, 1);
   for (int64_t step = 0; step < 3; ++step) {
-    StepResult a = RunStep(reference, step, sizes), b = RunStep(group, step, sizes);
+    StepOutcome a = RunStep(reference, step, sizes), b = RunStep(group, step, sizes);
     EXPECT_LT(RelativeDifference(b.outputs, a.outputs), 1e-5) << "step " << step;
     EXPECT_LT(RelativeDifference(b.params, a.params), 1e-5) << "step " << step;
     EXPECT_NEAR(b.loss, a.loss, 1e-5 * a.loss) << "step " << step;
@@ -62,7 +62,7 @@ TEST(StageExecutorTest, FewerRowsThanWorkers) {
 
 void ExpectBitIdentical(Pipeline& a, Pipeline& b, const std::vector<int>& sizes) {
   for (int64_t step = 0; step < 3; ++step) {
-    StepResult x = RunStep(a, step, sizes), y = RunStep(b, step, sizes);
+    StepOutcome x = RunStep(a, step, sizes), y = RunStep(b, step, sizes);
     ASSERT_EQ(x.outputs, y.outputs) << "step " << step;
     ASSERT_EQ(x.params, y.params) << "step " << step;
     ASSERT_EQ(x.loss, y.loss) << "step " << step;

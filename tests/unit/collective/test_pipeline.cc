@@ -123,8 +123,8 @@ OptimizerSpec Optimizer(OptimizerKind kind) {
   return o;
 }
 
-StepResult RunStep(Pipeline& units, int64_t step, const std::vector<int>& sizes) {
-  StepResult r;
+StepOutcome RunStep(Pipeline& units, int64_t step, const std::vector<int>& sizes) {
+  StepOutcome r;
   int global = 0;
   for (int n : sizes) global += n;
   for (auto& u : units) u->ZeroGrad();

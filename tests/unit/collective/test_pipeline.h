@@ -35,7 +35,7 @@ class Unit {
 
 using Pipeline = std::vector<std::unique_ptr<Unit>>;
 
-struct StepResult {
+struct StepOutcome {
   std::vector<float> outputs;  // the last unit's logits, every microbatch in order
   std::vector<float> params;   // every unit's, after the optimizer step
   double loss = 0;
@@ -45,7 +45,7 @@ struct StepResult {
 
 // One step in GPipe order over microbatches of sizes[m] rows, chained through host buffers:
 // inputs and labels are functions of (step, microbatch, index).
-StepResult RunStep(Pipeline& units, int64_t step, const std::vector<int>& sizes);
+StepOutcome RunStep(Pipeline& units, int64_t step, const std::vector<int>& sizes);
 
 // Unit k holds layers ranges[k]: a Stage on a CPU backend of `threads` threads when workers[k] is
 // 0, otherwise a StageExecutor of workers[k] workers of kind `device`, `threads` threads each.
