@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "strait/v1/gateway.grpc.pb.h"
+#include "tests/integration/loopback_socket.h"
 #include "tools/subprocess.h"
 
 namespace strait {
@@ -269,21 +270,14 @@ class GatewayExchangeTest : public ::testing::Test {
 // The body of GET `path` from 127.0.0.1:`port` (the server closes after answering); "" when the
 // connection fails.
 std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval timeout{.tv_sec = 10, .tv_usec = 0};  // A server that never answers fails the test.
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  const int fd = testing::ConnectLoopback(port);
+  if (fd < 0) return "";
   std::string response;
-  if (connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0) {
-    const std::string request =
-        "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
-      char buffer[4096];
-      for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) response.append(buffer, n);
-    }
+  const std::string request =
+      "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+    char buffer[4096];
+    for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) response.append(buffer, n);
   }
   close(fd);
   const size_t body = response.find("\r\n\r\n");

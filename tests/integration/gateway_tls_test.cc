@@ -15,6 +15,7 @@
 #include <string>
 
 #include "tests/integration/federation_fixture.h"
+#include "tests/integration/loopback_socket.h"
 
 namespace strait::testing {
 namespace {
@@ -65,15 +66,8 @@ Handshake HandshakeWith(int port, int version, const std::string& certs, const s
     return result;
   }
   SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval timeout{.tv_sec = 10, .tv_usec = 0};  // A server that never answers fails the test.
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  if (connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
-    close(fd);
+  const int fd = testing::ConnectLoopback(port);
+  if (fd < 0) {
     result.error = "connect failed";
     return result;
   }
