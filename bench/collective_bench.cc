@@ -86,7 +86,7 @@ struct AllReduceTiming {
 
 absl::StatusOr<AllReduceTiming> TimeAllReduce(const CollectiveBenchOptions& o) {
   AllReduceTiming t;
-  std::vector<collective::Bucket> buckets;
+  std::vector<site::Bucket> buckets;
   for (int k = 0; k < o.layers; ++k) {
     const int64_t numel = int64_t{o.width} * o.width + o.width;
     buckets.push_back({t.floats, numel});
@@ -95,12 +95,12 @@ absl::StatusOr<AllReduceTiming> TimeAllReduce(const CollectiveBenchOptions& o) {
   std::vector<std::vector<float>> buffers(o.workers, std::vector<float>(t.floats));
   std::vector<float*> pointers;
   for (int w = 0; w < o.workers; ++w) {
-    for (int64_t i = 0; i < t.floats; ++i) buffers[w][i] = CounterUniform(w, i) * 1e-3f;
+    for (int64_t i = 0; i < t.floats; ++i) buffers[w][i] = site::CounterUniform(w, i) * 1e-3f;
     pointers.push_back(buffers[w].data());
   }
-  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<collective::AllReducer> reducer,
-                          collective::CreateCpuAllReducer(pointers, buckets));
-  collective::WorkerPool pool(o.workers);
+  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<site::AllReducer> reducer,
+                          site::CreateCpuAllReducer(pointers, buckets));
+  site::WorkerPool pool(o.workers);
   auto round = [&](int w) {
     for (int b = 0; b < static_cast<int>(buckets.size()); ++b) reducer->Ready(w, b);
     return reducer->Finish(w);
@@ -126,7 +126,7 @@ int RunCollectiveBench(const CollectiveBenchOptions& o) {
   const int global = o.batch * o.microbatches;
   std::vector<float> inputs(int64_t{global} * o.width);
   std::vector<int32_t> labels(global);
-  for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = 2 * CounterUniform(1, i) - 1;
+  for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = 2 * site::CounterUniform(1, i) - 1;
   for (int i = 0; i < global; ++i) labels[i] = i % o.width;
 
   std::vector<Config> configs;

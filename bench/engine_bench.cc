@@ -50,7 +50,7 @@ absl::Status TrainStep(site::StageExecutor& stage, int64_t step, int microbatche
   for (int m = 0; m < microbatches; ++m) {
     const float* x = inputs.data() + static_cast<int64_t>(m) * n * stage.input_features();
     if (absl::Status s = stage.Forward(step, m, n, x, nullptr); !s.ok()) return s;
-    absl::StatusOr<LossResult> loss =
+    absl::StatusOr<site::LossResult> loss =
         stage.Loss(m, labels.data() + static_cast<int64_t>(m) * n, 1.0f / (n * microbatches));
     if (!loss.ok()) return loss.status();
     if (absl::Status s = stage.Backward(m, nullptr, nullptr, m == microbatches - 1); !s.ok()) {
@@ -70,12 +70,12 @@ int RunEngineBench(const EngineBenchOptions& o) {
   const int n = o.batch / microbatches;
   const int threads = o.threads > 0 ? o.threads : UsableCores();
   auto inner =
-      CreateBackend(o.device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu, {threads, 0});
+      site::CreateBackend(o.device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu, {threads, 0});
   if (!inner.ok()) return Fail(inner.status());
   // The stage's one worker runs on a recording wrapper of the backend (which the stage owns).
   RecordingBackend* backend = nullptr;
   site::StageWorkers worker;
-  worker.make_backend = [&](int) -> absl::StatusOr<std::unique_ptr<Backend>> {
+  worker.make_backend = [&](int) -> absl::StatusOr<std::unique_ptr<site::Backend>> {
     auto recording = std::make_unique<RecordingBackend>(inner->get());
     backend = recording.get();
     return recording;
@@ -86,7 +86,7 @@ int RunEngineBench(const EngineBenchOptions& o) {
 
   std::vector<float> inputs(static_cast<size_t>(o.batch) * (*stage)->input_features());
   std::vector<int32_t> labels(o.batch);
-  for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = 2 * CounterUniform(1, i) - 1;
+  for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = 2 * site::CounterUniform(1, i) - 1;
   for (int i = 0; i < o.batch; ++i) labels[i] = i % spec->model.Classes();
 
   // Warm up (allocations, BLAS buffers), record one step's products, then time.

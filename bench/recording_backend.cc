@@ -41,7 +41,7 @@ void RecordingBackend::GemmBatched(bool ta, bool tb, int m, int n, int k, float 
   inner_->GemmBatched(ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch);
 }
 
-absl::StatusOr<GemmReplay> GemmReplay::Create(std::vector<GemmCall> calls, Backend* backend) {
+absl::StatusOr<GemmReplay> GemmReplay::Create(std::vector<GemmCall> calls, site::Backend* backend) {
   // Each call gets its own operands, as in the real step (its weights and gradients are distinct
   // tensors): operands shared across calls would stay in cache and flatter the ceiling.
   GemmReplay r;
@@ -56,7 +56,7 @@ absl::StatusOr<GemmReplay> GemmReplay::Create(std::vector<GemmCall> calls, Backe
   r.calls_ = std::move(calls);
   r.backend_ = backend;
   STRAIT_ASSIGN_OR_RETURN(
-      r.arena_, DeviceBuffer::Create(backend, sizeof(float) * std::max<int64_t>(total, 1)));
+      r.arena_, site::DeviceBuffer::Create(backend, sizeof(float) * std::max<int64_t>(total, 1)));
   backend->Fill(r.arena_.f32(), total, 0.5f);
   return r;
 }

@@ -23,9 +23,9 @@ struct GemmCall {
 
 // Forwards every call to `inner` (which must outlive it); between StartRecording and
 // StopRecording it also logs Gemm and GemmBatched calls. Same threading contract as Backend.
-class RecordingBackend final : public Backend {
+class RecordingBackend final : public site::Backend {
  public:
-  explicit RecordingBackend(Backend* inner) : inner_(inner) {}
+  explicit RecordingBackend(site::Backend* inner) : inner_(inner) {}
   void StartRecording();
   std::vector<GemmCall> StopRecording();
 
@@ -42,11 +42,11 @@ class RecordingBackend final : public Backend {
   void GemmBatched(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
                    int64_t sa, const float* b, int ldb, int64_t sb, float beta, float* c, int ldc,
                    int64_t sc, int batch) override;
-  void BiasActivation(int64_t rows, int cols, const float* bias, ActivationOp act, float* x,
+  void BiasActivation(int64_t rows, int cols, const float* bias, site::ActivationOp act, float* x,
                       float* y) override {
     inner_->BiasActivation(rows, cols, bias, act, x, y);
   }
-  void ActivationBackward(int64_t n, ActivationOp act, const float* x, const float* dy,
+  void ActivationBackward(int64_t n, site::ActivationOp act, const float* x, const float* dy,
                           float* dx) override {
     inner_->ActivationBackward(n, act, x, dy, dx);
   }
@@ -112,7 +112,7 @@ class RecordingBackend final : public Backend {
   double SumSquares(int64_t n, const float* x) override { return inner_->SumSquares(n, x); }
 
  private:
-  Backend* inner_;
+  site::Backend* inner_;
   bool recording_ = false;
   std::vector<GemmCall> calls_;
 };
@@ -121,7 +121,7 @@ class RecordingBackend final : public Backend {
 // replay).
 class GemmReplay {
  public:
-  static absl::StatusOr<GemmReplay> Create(std::vector<GemmCall> calls, Backend* backend);
+  static absl::StatusOr<GemmReplay> Create(std::vector<GemmCall> calls, site::Backend* backend);
   // Runs every call once, in order, and waits for the device.
   absl::Status Run();
   // CPU only: runs every call as one plain cblas_sgemm per matrix, OpenBLAS threading itself with
@@ -131,8 +131,8 @@ class GemmReplay {
  private:
   std::vector<GemmCall> calls_;
   std::vector<std::array<int64_t, 3>> offsets_;  // per call: A, B, C offsets in arena_ (floats)
-  Backend* backend_ = nullptr;
-  DeviceBuffer arena_;
+  site::Backend* backend_ = nullptr;
+  site::DeviceBuffer arena_;
 };
 
 }  // namespace strait::bench

@@ -22,6 +22,7 @@
 #include "bench/command.h"
 #include "bench/relay_job.h"
 #include "bench/rpc/relay_sink.h"
+#include "core/status.h"
 #include "crypto/certificates.h"
 #include "gateway/rpc/tls_credentials.h"
 #include "site/rpc/gateway_client.h"
@@ -57,7 +58,7 @@ absl::StatusOr<site::GatewayClient::Options> ClientOptions(const std::string& ad
   absl::StatusOr<crypto::TlsMaterial> material = crypto::LoadTlsMaterial(
       tls_dir + "/ca.pem", tls_dir + "/" + id + ".pem", tls_dir + "/" + id + ".key");
   if (!material.ok()) return material.status();
-  options.credentials = site::MakeSiteChannelCredentials(*material);
+  STRAIT_ASSIGN_OR_RETURN(options.credentials, site::MakeSiteChannelCredentials(*material));
   return options;
 }
 

@@ -44,12 +44,12 @@ int RunTrain(const TrainOptions& o) {
   }
   const int threads = o.threads > 0 ? o.threads : UsableCores();
   const DeviceKind device = o.device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu;
-  auto backend = CreateBackend(device, {threads, 0});
+  auto backend = site::CreateBackend(device, {threads, 0});
   if (!backend.ok()) return Fail(backend.status(), 1);
   const std::string backend_name = (*backend)->Name();
-  auto trainer = Trainer::Create(*spec, *std::move(backend));
+  auto trainer = site::Trainer::Create(*spec, *std::move(backend));
   if (!trainer.ok()) return Fail(trainer.status(), 1);
-  Trainer& t = **trainer;
+  site::Trainer& t = **trainer;
   std::error_code ec;
   std::filesystem::create_directories(o.out, ec);
   if (ec) return Fail(absl::InternalError("cannot create --out " + o.out + ": " + ec.message()), 1);
@@ -80,7 +80,7 @@ int RunTrain(const TrainOptions& o) {
   int64_t epoch_steps = 0;
   while (t.step() < total) {
     const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<StepStats> stats = t.Step();
+    absl::StatusOr<site::StepStats> stats = t.Step();
     if (!stats.ok()) return Fail(stats.status(), 1);
     const auto end = std::chrono::steady_clock::now();
     train_seconds += std::chrono::duration<double>(end - start).count();

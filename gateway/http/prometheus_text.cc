@@ -112,6 +112,9 @@ void WriteGateway(const v1::FederationState& state, Exposition& e) {
   e.Sample({}, state.memory_budget_bytes());
   e.Family("strait_gateway_waiting_pulls", "gauge", "Pulls waiting for their frame.");
   e.Sample({}, state.waiting_pulls());
+  e.Family("strait_gateway_accounting_errors_total", "counter",
+           "Broken mailbox accounting invariants (a gateway bug; 0 normally).");
+  e.Sample({}, state.accounting_errors());
   e.Family("strait_gateway_rejected_frames_total", "counter",
            "Messages refused by the gateway plus frames sites refused to open.");
   e.Sample({}, state.rejected_frames());

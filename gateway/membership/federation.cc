@@ -354,6 +354,7 @@ v1::FederationState Federation::Snapshot(const Mailbox::Stats& mailbox,
   state.set_stored_bytes(mailbox.stored_bytes);
   state.set_memory_budget_bytes(mailbox.budget_bytes);
   state.set_waiting_pulls(mailbox.waiting_pulls);
+  state.set_accounting_errors(mailbox.accounting_errors);
   state.set_insecure(insecure_);
   for (const v1::Alert& alert : alerts_) *state.add_alerts() = alert;
   state.set_uptime_s(std::chrono::duration<double>(now - started_).count());

@@ -19,7 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace strait {
+namespace strait::site {
 
 enum class ActivationOp { kNone, kRelu, kGelu };
 
@@ -155,4 +155,4 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-}  // namespace strait
+}  // namespace strait::site

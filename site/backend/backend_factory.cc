@@ -5,7 +5,7 @@
 #include "site/backend/cuda/cuda_backend.h"
 #endif
 
-namespace strait {
+namespace strait::site {
 
 bool BuiltWithCuda() { return STRAIT_WITH_CUDA != 0; }
 
@@ -21,4 +21,4 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(DeviceKind kind,
 #endif
 }
 
-}  // namespace strait
+}  // namespace strait::site

@@ -8,7 +8,7 @@
 #include "core/job_spec.h"
 #include "site/backend/backend.h"
 
-namespace strait {
+namespace strait::site {
 
 struct BackendOptions {
   int threads = 1;  // CPU: threads for OpenBLAS and the element-wise loops (fixed: deterministic).
@@ -23,4 +23,4 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(DeviceKind kind,
 // True when this build includes the CUDA backend (a device may still be missing at run time).
 bool BuiltWithCuda();
 
-}  // namespace strait
+}  // namespace strait::site

@@ -12,7 +12,7 @@
 #define STRAIT_HOST_DEVICE
 #endif
 
-namespace strait {
+namespace strait::site {
 
 // splitmix64's finaliser: a bijective 64-bit mix with good avalanche.
 STRAIT_HOST_DEVICE inline uint64_t Mix64(uint64_t z) {
@@ -32,4 +32,4 @@ STRAIT_HOST_DEVICE inline float CounterUniform(uint64_t key, uint64_t counter) {
   return static_cast<float>(CombineKey(key, counter) >> 40) * (1.0f / 16777216.0f);
 }
 
-}  // namespace strait
+}  // namespace strait::site

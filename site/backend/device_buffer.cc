@@ -2,7 +2,7 @@
 
 #include "site/backend/backend.h"
 
-namespace strait {
+namespace strait::site {
 
 absl::StatusOr<DeviceBuffer> DeviceBuffer::Create(Backend* backend, size_t bytes) {
   absl::StatusOr<void*> ptr = backend->Allocate(bytes);
@@ -33,4 +33,4 @@ DeviceBuffer::~DeviceBuffer() {
   if (backend_ != nullptr) backend_->Free(ptr_);
 }
 
-}  // namespace strait
+}  // namespace strait::site

@@ -6,7 +6,7 @@
 
 #include "site/backend/counter_rng.h"
 
-namespace strait {
+namespace strait::site {
 
 inline constexpr float kLayerNormEps = 1e-5f;
 
@@ -31,4 +31,4 @@ STRAIT_HOST_DEVICE inline float DropoutScale(float p, uint64_t key, uint64_t i) 
   return CounterUniform(key, i) >= p ? 1.0f / (1.0f - p) : 0.0f;
 }
 
-}  // namespace strait
+}  // namespace strait::site

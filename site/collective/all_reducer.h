@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "site/backend/backend.h"
 
-namespace strait::collective {
+namespace strait::site {
 
 // Floats [offset, offset + count) of every replica's buffer: reduced as one unit.
 struct Bucket {
@@ -56,4 +56,4 @@ absl::StatusOr<std::unique_ptr<AllReducer>> CreateNcclAllReducer(
     const std::vector<Backend*>& backends, const std::vector<int>& devices,
     std::vector<float*> buffers, std::vector<Bucket> buckets);
 
-}  // namespace strait::collective
+}  // namespace strait::site

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "site/collective/all_reducer.h"
 
-namespace strait::collective {
+namespace strait::site {
 namespace {
 
 // Slice edges are multiples of 16 floats (one cache line), so replicas never write the same line.
@@ -120,4 +120,4 @@ absl::StatusOr<std::unique_ptr<AllReducer>> CreateCpuAllReducer(std::vector<floa
   return std::unique_ptr<AllReducer>(new CpuAllReducer(std::move(buffers), std::move(buckets)));
 }
 
-}  // namespace strait::collective
+}  // namespace strait::site

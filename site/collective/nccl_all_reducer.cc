@@ -11,7 +11,7 @@
 #include "site/backend/cuda/cuda_backend.h"
 #include "site/collective/all_reducer.h"
 
-namespace strait::collective {
+namespace strait::site {
 namespace {
 
 struct Replica {
@@ -115,4 +115,4 @@ absl::StatusOr<std::unique_ptr<AllReducer>> CreateNcclAllReducer(
   return std::unique_ptr<AllReducer>(std::move(reducer));
 }
 
-}  // namespace strait::collective
+}  // namespace strait::site

@@ -1,6 +1,6 @@
 #include "site/collective/worker_pool.h"
 
-namespace strait::collective {
+namespace strait::site {
 
 WorkerPool::WorkerPool(int workers) : results_(workers) {
   threads_.reserve(workers);
@@ -48,4 +48,4 @@ void WorkerPool::Loop(int worker) {
   }
 }
 
-}  // namespace strait::collective
+}  // namespace strait::site

@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 
-namespace strait::collective {
+namespace strait::site {
 
 class WorkerPool {
  public:
@@ -41,4 +41,4 @@ class WorkerPool {
   bool stop_ = false;
 };
 
-}  // namespace strait::collective
+}  // namespace strait::site

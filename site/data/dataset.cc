@@ -5,7 +5,7 @@
 #include "site/data/fashion_mnist.h"
 #include "site/data/synthetic.h"
 
-namespace strait {
+namespace strait::site {
 
 absl::StatusOr<Dataset> LoadDataset(const DataSpec& data, const ModelSpec& model, Split split) {
   if (data.kind == DatasetKind::kSynthetic) {
@@ -28,4 +28,4 @@ absl::StatusOr<int64_t> DatasetSize(const DataSpec& data, Split split) {
   return FashionMnistSize(data.path, split);
 }
 
-}  // namespace strait
+}  // namespace strait::site

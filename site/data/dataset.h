@@ -7,7 +7,7 @@
 #include "absl/status/statusor.h"
 #include "core/job_spec.h"
 
-namespace strait {
+namespace strait::site {
 
 enum class Split { kTrain, kTest };
 
@@ -27,4 +27,4 @@ absl::StatusOr<Dataset> LoadDataset(const DataSpec& data, const ModelSpec& model
 // follow the evaluation batches). Thread-safe.
 absl::StatusOr<int64_t> DatasetSize(const DataSpec& data, Split split);
 
-}  // namespace strait
+}  // namespace strait::site

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 
-namespace strait {
+namespace strait::site {
 namespace {
 
 constexpr char kPackageHint[] =
@@ -118,4 +118,4 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, Split split) {
   return d;
 }
 
-}  // namespace strait
+}  // namespace strait::site

@@ -6,7 +6,7 @@
 #include "absl/status/statusor.h"
 #include "site/data/dataset.h"
 
-namespace strait {
+namespace strait::site {
 
 // Pixel normalisation: x = (byte / 255 - kMean) / kStd, the training set's mean and std.
 inline constexpr float kFashionMnistMean = 0.2860f;
@@ -19,4 +19,4 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, Split split);
 // The number of samples of a split, from the labels file's header only. Thread-safe.
 absl::StatusOr<int64_t> FashionMnistSize(const std::string& dir, Split split);
 
-}  // namespace strait
+}  // namespace strait::site

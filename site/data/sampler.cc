@@ -5,7 +5,7 @@
 
 #include "site/backend/counter_rng.h"
 
-namespace strait {
+namespace strait::site {
 
 std::vector<int64_t> EpochPermutation(uint64_t seed, int64_t epoch, int64_t size) {
   std::vector<int64_t> perm(size);
@@ -34,4 +34,4 @@ const std::vector<int64_t>& Sampler::Batch(int64_t step) {
   return batch_indices_;
 }
 
-}  // namespace strait
+}  // namespace strait::site

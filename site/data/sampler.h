@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace strait {
+namespace strait::site {
 
 class Sampler {
  public:
@@ -34,4 +34,4 @@ class Sampler {
 // The permutation of epoch `epoch`: Fisher-Yates driven by counter-based hashes.
 std::vector<int64_t> EpochPermutation(uint64_t seed, int64_t epoch, int64_t size);
 
-}  // namespace strait
+}  // namespace strait::site

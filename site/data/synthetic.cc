@@ -2,7 +2,7 @@
 
 #include "site/backend/counter_rng.h"
 
-namespace strait {
+namespace strait::site {
 
 Dataset MakeSyntheticDataset(uint64_t seed, Split split, int64_t size, int features, int classes) {
   Dataset d;
@@ -29,4 +29,4 @@ Dataset MakeSyntheticDataset(uint64_t seed, Split split, int64_t size, int featu
   return d;
 }
 
-}  // namespace strait
+}  // namespace strait::site

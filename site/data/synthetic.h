@@ -5,11 +5,11 @@
 
 #include "site/data/dataset.h"
 
-namespace strait {
+namespace strait::site {
 
 // `size` samples of `features` floats in `classes` clusters: each sample is its class's
 // prototype plus noise, all from counter-based hashes of (seed, split, index), so every process
 // makes the same data. Thread-safe.
 Dataset MakeSyntheticDataset(uint64_t seed, Split split, int64_t size, int features, int classes);
 
-}  // namespace strait
+}  // namespace strait::site

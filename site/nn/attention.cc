@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-namespace strait {
+namespace strait::site {
 namespace {
 
 // Saved: Q, K, V [n, H, T, dh] each, then P [n, H, T, T].
@@ -75,4 +75,4 @@ void AttentionBackward(Backend& backend, const AttentionShape& s, const float* s
   backend.BatchToHeads(s.n, T, s.heads, dh, dv, dqkv + 2 * d, 3 * d);
 }
 
-}  // namespace strait
+}  // namespace strait::site

@@ -6,7 +6,7 @@
 
 #include "site/backend/backend.h"
 
-namespace strait {
+namespace strait::site {
 
 struct AttentionShape {
   int n = 0;       // samples
@@ -30,4 +30,4 @@ void AttentionForward(Backend& backend, const AttentionShape& s, const float* qk
 void AttentionBackward(Backend& backend, const AttentionShape& s, const float* saved,
                        const float* dout, float* dqkv, float* scratch);
 
-}  // namespace strait
+}  // namespace strait::site

@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 
-namespace strait {
+namespace strait::site {
 namespace {
 
 constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'I', 'T', 'C', 'K'};
@@ -199,4 +199,4 @@ absl::StatusOr<CheckpointState> ParseCheckpoint(const std::string& data) {
   return s;
 }
 
-}  // namespace strait
+}  // namespace strait::site

@@ -22,7 +22,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace strait {
+namespace strait::site {
 
 struct CheckpointState {
   int64_t step = 0;             // Global steps completed.
@@ -53,4 +53,4 @@ absl::StatusOr<CheckpointState> ParseCheckpoint(const std::string& data);
 // CRC32C (Castagnoli) of `size` bytes, continuing from `crc` (0 to start).
 uint32_t Crc32c(const void* data, size_t size, uint32_t crc = 0);
 
-}  // namespace strait
+}  // namespace strait::site

@@ -1,7 +1,7 @@
 #include "site/nn/linear.h"
 #include "site/nn/vit_layers.h"
 
-namespace strait {
+namespace strait::site {
 namespace {
 enum : int { kLnGamma, kLnBeta, kFcW, kFcB };
 }  // namespace
@@ -49,4 +49,4 @@ void ClassifierHead::Backward(Backend& backend, const LayerParams& params, const
   backend.Copy2D(n, d, dc, d, dx, int64_t{tokens_} * d);
 }
 
-}  // namespace strait
+}  // namespace strait::site

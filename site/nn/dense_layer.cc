@@ -2,7 +2,7 @@
 
 #include "site/nn/linear.h"
 
-namespace strait {
+namespace strait::site {
 
 DenseLayer::DenseLayer(LayerLayout layout, ActivationOp act, float dropout)
     : Layer(std::move(layout)), act_(act), dropout_(dropout) {}
@@ -35,4 +35,4 @@ void DenseLayer::Backward(Backend& backend, const LayerParams& params, const Pas
   LinearBackward(backend, n, in, out, x, params.value[0], dy, dx, params.grad[0], params.grad[1]);
 }
 
-}  // namespace strait
+}  // namespace strait::site

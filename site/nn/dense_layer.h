@@ -3,7 +3,7 @@
 
 #include "site/nn/layer.h"
 
-namespace strait {
+namespace strait::site {
 
 class DenseLayer final : public Layer {
  public:
@@ -23,4 +23,4 @@ class DenseLayer final : public Layer {
   float dropout_;
 };
 
-}  // namespace strait
+}  // namespace strait::site

@@ -14,7 +14,7 @@
 #include "core/model_layout.h"
 #include "site/backend/backend.h"
 
-namespace strait {
+namespace strait::site {
 
 // Views into the stage's arenas: value[i] and grad[i] hold layout().params[i] (numel floats).
 struct LayerParams {
@@ -59,4 +59,4 @@ class Layer {
   LayerLayout layout_;
 };
 
-}  // namespace strait
+}  // namespace strait::site

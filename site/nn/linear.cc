@@ -1,6 +1,6 @@
 #include "site/nn/linear.h"
 
-namespace strait {
+namespace strait::site {
 
 void LinearForward(Backend& backend, int64_t rows, int in, int out, const float* x, const float* w,
                    const float* b, ActivationOp act, float* pre, float* y) {
@@ -20,4 +20,4 @@ void LinearBackward(Backend& backend, int64_t rows, int in, int out, const float
   }
 }
 
-}  // namespace strait
+}  // namespace strait::site

@@ -5,7 +5,7 @@
 
 #include "site/backend/backend.h"
 
-namespace strait {
+namespace strait::site {
 
 // pre = x W^T + b, y = act(pre) (y may equal pre when the pre-activation is not needed).
 void LinearForward(Backend& backend, int64_t rows, int in, int out, const float* x /*[rows, in]*/,
@@ -19,4 +19,4 @@ void LinearBackward(Backend& backend, int64_t rows, int in, int out, const float
                     float* dx /*[rows, in]*/, float* dw /*[out, in]*/, float* db /*[out]*/,
                     bool accumulate_dx = false);
 
-}  // namespace strait
+}  // namespace strait::site

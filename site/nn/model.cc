@@ -8,7 +8,7 @@
 #include "site/nn/dense_layer.h"
 #include "site/nn/vit_layers.h"
 
-namespace strait {
+namespace strait::site {
 
 absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec& model,
                                                                 LayerRange range) {
@@ -59,4 +59,4 @@ void InitParameter(const ModelSpec& model, const LayerLayout& layer, int param, 
   }
 }
 
-}  // namespace strait
+}  // namespace strait::site

@@ -10,7 +10,7 @@
 #include "core/model_layout.h"
 #include "site/nn/layer.h"
 
-namespace strait {
+namespace strait::site {
 
 // Layers [range.start, range.end) of `model`, in order; InvalidArgument for an empty or
 // out-of-bounds range. Building any sub-range gives those layers exactly as the whole model has
@@ -24,4 +24,4 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec&
 // Xavier); biases and LayerNorm betas 0, gammas 1; class token and position embedding std 0.02.
 void InitParameter(const ModelSpec& model, const LayerLayout& layer, int param, float* out);
 
-}  // namespace strait
+}  // namespace strait::site

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <utility>
 
-namespace strait {
+namespace strait::site {
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerSpec& spec, int64_t n,
                                                              Backend* backend) {
@@ -49,4 +49,4 @@ float GlobalNormClipScale(double total_sum_squares, double max_norm) {
   return max_norm > 0.0 && norm > max_norm ? static_cast<float>(max_norm / norm) : 1.0f;
 }
 
-}  // namespace strait
+}  // namespace strait::site

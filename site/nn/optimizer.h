@@ -8,7 +8,7 @@
 #include "core/job_spec.h"
 #include "site/backend/backend.h"
 
-namespace strait {
+namespace strait::site {
 
 class Optimizer {
  public:
@@ -39,4 +39,4 @@ class Optimizer {
 // same total, so every stage computes the same scale.
 float GlobalNormClipScale(double total_sum_squares, double max_norm);
 
-}  // namespace strait
+}  // namespace strait::site

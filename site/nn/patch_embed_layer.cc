@@ -1,7 +1,7 @@
 #include "site/nn/linear.h"
 #include "site/nn/vit_layers.h"
 
-namespace strait {
+namespace strait::site {
 
 PatchEmbedLayer::PatchEmbedLayer(LayerLayout layout, const VitSpec& vit)
     : Layer(std::move(layout)),
@@ -43,4 +43,4 @@ void PatchEmbedLayer::Backward(Backend& backend, const LayerParams& params, cons
   if (dx != nullptr) backend.Fill(dx, n * in_features(), 0.0f);
 }
 
-}  // namespace strait
+}  // namespace strait::site

@@ -8,7 +8,7 @@
 #include "site/backend/counter_rng.h"
 #include "site/nn/model.h"
 
-namespace strait {
+namespace strait::site {
 
 struct Stage::Microbatch {
   int index = 0;
@@ -268,4 +268,4 @@ absl::StatusOr<double> Stage::GradSumSquares(const float* grads, double downstre
   return sum;
 }
 
-}  // namespace strait
+}  // namespace strait::site

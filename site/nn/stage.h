@@ -26,7 +26,7 @@
 #include "site/backend/backend.h"
 #include "site/nn/layer.h"
 
-namespace strait {
+namespace strait::site {
 
 struct LossResult {
   double loss_sum = 0.0;  // Sum over the microbatch's samples of -log p(label).
@@ -141,4 +141,4 @@ class Stage {
   DeviceBuffer grad_a_, grad_b_, scratch_, labels_, losses_, correct_;
 };
 
-}  // namespace strait
+}  // namespace strait::site

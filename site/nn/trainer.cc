@@ -9,7 +9,7 @@
 #include "site/pipeline/schedule.h"
 #include "site/pipeline/stage_checkpoint.h"
 
-namespace strait {
+namespace strait::site {
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
                                                          std::unique_ptr<Backend> backend) {
@@ -135,4 +135,4 @@ absl::Status Trainer::LoadCheckpoint(const std::string& path) {
   return absl::OkStatus();
 }
 
-}  // namespace strait
+}  // namespace strait::site

@@ -20,7 +20,7 @@
 #include "site/data/sampler.h"
 #include "site/pipeline/stage_executor.h"
 
-namespace strait {
+namespace strait::site {
 
 struct StepStats {
   int64_t step = 0;       // The step just taken (0-based).
@@ -71,4 +71,4 @@ class Trainer {
   std::vector<int32_t> labels_;
 };
 
-}  // namespace strait
+}  // namespace strait::site

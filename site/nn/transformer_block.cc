@@ -2,7 +2,7 @@
 #include "site/nn/linear.h"
 #include "site/nn/vit_layers.h"
 
-namespace strait {
+namespace strait::site {
 namespace {
 
 // Parameter indices in the block's layout (core/model_layout.cc).
@@ -145,4 +145,4 @@ void TransformerBlock::Backward(Backend& backend, const LayerParams& params, con
                             g[kLn1Beta]);
 }
 
-}  // namespace strait
+}  // namespace strait::site

@@ -5,7 +5,7 @@
 #include "site/nn/attention.h"
 #include "site/nn/layer.h"
 
-namespace strait {
+namespace strait::site {
 
 // Layer 0: patches -> Linear (proj) -> [class token; patch tokens] + position embedding -> dropout.
 // Params: proj.weight [D, C*p*p], proj.bias [D], cls_token [D], pos_embed [T, D]. The input is
@@ -64,4 +64,4 @@ class ClassifierHead final : public Layer {
   int tokens_;
 };
 
-}  // namespace strait
+}  // namespace strait::site

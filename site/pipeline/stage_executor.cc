@@ -16,22 +16,20 @@ std::pair<int64_t, int> RowSplit::Rows(int n, int worker) const {
 
 ReducerMaker InProcessReducer(DeviceKind device) {
   return [device](const std::vector<Backend*>& backends, std::vector<float*> arenas,
-                  std::vector<collective::Bucket> buckets)
-             -> absl::StatusOr<std::unique_ptr<collective::AllReducer>> {
+                  std::vector<Bucket> buckets) -> absl::StatusOr<std::unique_ptr<AllReducer>> {
     if (backends.size() < 2) return nullptr;  // One worker's sum is its own gradient.
     if (device == DeviceKind::kCpu) {
-      return collective::CreateCpuAllReducer(std::move(arenas), std::move(buckets));
+      return CreateCpuAllReducer(std::move(arenas), std::move(buckets));
     }
     std::vector<int> devices;
     for (size_t w = 0; w < backends.size(); ++w) devices.push_back(static_cast<int>(w));
-    return collective::CreateNcclAllReducer(backends, devices, std::move(arenas),
-                                            std::move(buckets));
+    return CreateNcclAllReducer(backends, devices, std::move(arenas), std::move(buckets));
   };
 }
 
 StageExecutor::StageExecutor(int max_batch, int workers, DeviceKind device)
     : max_batch_(max_batch), device_(device), rows_(workers, 0), workers_(workers) {
-  if (workers > 1) pool_ = std::make_unique<collective::WorkerPool>(workers);
+  if (workers > 1) pool_ = std::make_unique<WorkerPool>(workers);
 }
 
 absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
@@ -70,7 +68,7 @@ absl::Status StageExecutor::MakeReducers(const StageWorkers& workers) {
   // the order in which Backward makes them ready.
   const std::vector<int64_t>& offsets = stage(0).layer_offsets();
   const int layers = static_cast<int>(offsets.size()) - 1;
-  std::vector<collective::Bucket> buckets;
+  std::vector<Bucket> buckets;
   layer_bucket_.assign(layers, -1);
   for (int k = layers; k-- > 0;) {
     if (offsets[k + 1] == offsets[k]) continue;
@@ -86,7 +84,7 @@ absl::Status StageExecutor::MakeReducers(const StageWorkers& workers) {
   for (int64_t arena = 0; arena < weight_versions(); ++arena) {
     std::vector<float*> arenas;
     for (Worker& w : workers_) arenas.push_back(w.history->grads(arena));
-    STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<collective::AllReducer> reducer,
+    STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<AllReducer> reducer,
                             make(backends, std::move(arenas), buckets));
     if (reducer == nullptr) return absl::OkStatus();  // Nothing to reduce.
     reducers_.push_back(std::move(reducer));
@@ -237,7 +235,7 @@ absl::Status StageExecutor::BackwardOnWorker(int w, int microbatch, const InFlig
                                              bool last_of_step) {
   const auto [first, rows] = rows_.Rows(mb.rows, w);
   Worker& worker = workers_[w];
-  collective::AllReducer* reducer =
+  AllReducer* reducer =
       last_of_step && !reducers_.empty() ? reducers_[mb.step % reducers_.size()].get() : nullptr;
   int next_bucket = 0;  // Buckets become ready in increasing order.
   absl::Status status;

@@ -94,9 +94,9 @@ using BackendMaker = std::function<absl::StatusOr<std::unique_ptr<Backend>>(int 
 // Makes the reduction that sums the workers' gradient arenas of one step parity in place:
 // arenas[w] (param_count floats on backends[w]); buckets are numbered in the order Backward makes
 // them ready. May return null when there is nothing to reduce.
-using ReducerMaker = std::function<absl::StatusOr<std::unique_ptr<collective::AllReducer>>(
+using ReducerMaker = std::function<absl::StatusOr<std::unique_ptr<AllReducer>>(
     const std::vector<Backend*>& backends, std::vector<float*> arenas,
-    std::vector<collective::Bucket> buckets)>;
+    std::vector<Bucket> buckets)>;
 
 // The in-process all-reduce of `device` workers (CPU: shared memory; CUDA: NCCL, worker w on
 // device w); null for one worker.
@@ -248,8 +248,8 @@ class StageExecutor {
   const DeviceKind device_;
   const RowSplit rows_;
   std::vector<Worker> workers_;
-  std::unique_ptr<collective::WorkerPool> pool_;                   // W > 1 only.
-  std::vector<std::unique_ptr<collective::AllReducer>> reducers_;  // Per gradient arena, or none.
+  std::unique_ptr<WorkerPool> pool_;                   // W > 1 only.
+  std::vector<std::unique_ptr<AllReducer>> reducers_;  // Per gradient arena, or none.
   std::vector<int> layer_bucket_;  // Stage layer -> reduction bucket (-1: no parameters).
   int num_buckets_ = 0;
   std::map<int, InFlight> in_flight_;  // By microbatch.

@@ -42,9 +42,7 @@ GatewayConnection::GatewayConnection(Options options, ConnectionEvents events)
   if (options_.insecure) {
     o.credentials = grpc::InsecureChannelCredentials();
     o.insecure_site_id = spec.sites[options_.index].id;
-  } else {
-    o.credentials = MakeSiteChannelCredentials(*options_.tls);
-  }
+  }  // With mTLS, each join makes the credentials (which can fail).
   o.on_control = events_.control;
   o.on_disconnect = events_.lost;
 }
@@ -76,6 +74,9 @@ absl::StatusOr<v1::JoinReply> GatewayConnection::Join(std::optional<int64_t> che
   {
     std::lock_guard<std::mutex> lock(mu_);
     dial = dial_->options;  // OnControl may change the handler meanwhile.
+  }
+  if (!options_.insecure) {
+    STRAIT_ASSIGN_OR_RETURN(dial.credentials, MakeSiteChannelCredentials(*options_.tls));
   }
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<GatewayClient> joined,
                           GatewayClient::Connect(std::move(dial), join));

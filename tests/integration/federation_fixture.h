@@ -27,26 +27,28 @@ class BuildTreeFederation : public tools::LocalFederation {
 // of the reference run's final.ckpt (`strait train` on the same job spec), after `steps` steps.
 inline void ExpectSameStateAsReference(BuildTreeFederation& fed,
                                        const std::vector<std::string>& sites, int64_t steps) {
-  absl::StatusOr<CheckpointState> reference = ReadCheckpoint(fed.ReferenceDir() + "/final.ckpt");
+  absl::StatusOr<site::CheckpointState> reference =
+      site::ReadCheckpoint(fed.ReferenceDir() + "/final.ckpt");
   ASSERT_TRUE(reference.ok()) << reference.status();
   const size_t n = reference->params.size();
   ASSERT_EQ(reference->optimizer_state.size(), 2 * n);  // AdamW: first and second moments.
   size_t offset = 0;
-  for (const std::string& site : sites) {
-    absl::StatusOr<CheckpointState> stage = ReadCheckpoint(fed.OutDir(site) + "/final.ckpt");
+  for (const std::string& id : sites) {
+    absl::StatusOr<site::CheckpointState> stage =
+        site::ReadCheckpoint(fed.OutDir(id) + "/final.ckpt");
     ASSERT_TRUE(stage.ok()) << stage.status();
     EXPECT_EQ(stage->step, steps);
     const size_t k = stage->params.size();
     ASSERT_LE(offset + k, n);
     // Byte for byte: memcmp, not float ==, so that even -0.0 vs 0.0 or NaN bits count.
     EXPECT_EQ(0, std::memcmp(stage->params.data(), reference->params.data() + offset, 4 * k))
-        << site << ": parameters differ from strait train";
+        << id << ": parameters differ from strait train";
     EXPECT_EQ(0, std::memcmp(stage->optimizer_state.data(),
                              reference->optimizer_state.data() + offset, 4 * k))
-        << site << ": first moments differ";
+        << id << ": first moments differ";
     EXPECT_EQ(0, std::memcmp(stage->optimizer_state.data() + k,
                              reference->optimizer_state.data() + n + offset, 4 * k))
-        << site << ": second moments differ";
+        << id << ": second moments differ";
     offset += k;
   }
   EXPECT_EQ(offset, n);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/join_request.h"
+#include "core/status.h"
 #include "crypto/certificates.h"
 #include "site/rpc/gateway_connection.h"
 #include "site/rpc/tls_credentials.h"
@@ -94,7 +95,7 @@ sites:
       auto material =
           crypto::LoadTlsMaterial(certs + "ca.pem", certs + id + ".pem", certs + id + ".key");
       if (!material.ok()) return material.status();
-      options.credentials = MakeSiteChannelCredentials(*material);
+      STRAIT_ASSIGN_OR_RETURN(options.credentials, MakeSiteChannelCredentials(*material));
     } else {
       options.credentials = grpc::InsecureChannelCredentials();
       options.insecure_site_id = id;
@@ -276,7 +277,7 @@ TEST_P(GatewayClientTest, ACertificateOfAnotherFederationCannotJoin) {
   options.address = address_;
   auto material = crypto::LoadTlsMaterial(other + "/ca.pem", other + "/a.pem", other + "/a.key");
   ASSERT_TRUE(material.ok());
-  options.credentials = MakeSiteChannelCredentials(*material);
+  options.credentials = *MakeSiteChannelCredentials(*material);
   options.join_timeout = std::chrono::seconds(3);
   EXPECT_FALSE(GatewayClient::Connect(options, Join("a")).ok());
 }

@@ -6,7 +6,6 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -16,6 +15,7 @@
 
 #include "tests/integration/federation_fixture.h"
 #include "tests/integration/loopback_socket.h"
+#include "tests/integration/openssl_errors.h"
 
 namespace strait::testing {
 namespace {
@@ -36,16 +36,6 @@ struct Handshake {
   int version = 0;    // The negotiated version (TLS1_3_VERSION, ...) when ok.
   std::string error;  // OpenSSL's reasons otherwise.
 };
-
-std::string OpenSslErrors() {
-  std::string out;
-  for (unsigned long e; (e = ERR_get_error()) != 0;) {
-    char buffer[256];
-    ERR_error_string_n(e, buffer, sizeof(buffer));
-    out += std::string(buffer) + "; ";
-  }
-  return out;
-}
 
 // A TLS handshake with 127.0.0.1:`port` offering only `version`, as site `site` (its certificate
 // from `certs`), asking for HTTP/2 as gRPC clients do.

@@ -65,7 +65,7 @@ class MtlsTest : public ::testing::Test {
   }
   std::pair<grpc::Status, std::string> CallAs(const crypto::CertifiedKey& site,
                                               const std::string& host = "127.0.0.1") {
-    return Call(site::MakeSiteChannelCredentials({Pki().ca.certificate_pem, site}), host);
+    return Call(*site::MakeSiteChannelCredentials({Pki().ca.certificate_pem, site}), host);
   }
 
   WhoAmIService service_;
@@ -119,7 +119,7 @@ TEST_F(MtlsTest, RefusesRevokedCertificateAndReloadsTheList) {
 TEST_F(MtlsTest, SiteRefusesGatewayOfAnotherFederation) {
   // A site trusting another CA does not talk to this gateway.
   crypto::TlsMaterial stranger{Pki().other_ca.certificate_pem, Pki().east_other_ca};
-  EXPECT_FALSE(Call(site::MakeSiteChannelCredentials(stranger)).first.ok());
+  EXPECT_FALSE(Call(*site::MakeSiteChannelCredentials(stranger)).first.ok());
 }
 
 }  // namespace

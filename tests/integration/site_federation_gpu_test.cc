@@ -18,7 +18,7 @@ using std::chrono::seconds;
 class CudaEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
-    if (auto cuda = CreateBackend(DeviceKind::kCuda, {}); !cuda.ok()) {
+    if (auto cuda = site::CreateBackend(DeviceKind::kCuda, {}); !cuda.ok()) {
       std::fprintf(stderr, "skipping: %s\n", std::string(cuda.status().message()).c_str());
       std::exit(77);
     }
@@ -45,16 +45,18 @@ TEST(GpuFederationTest, ACudaSiteMatchesTheAllCpuRun) {
   BuildTreeFederation fed(kJob, sites);
   std::string error;
   ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
-  for (const std::string& site : sites) fed.StartSite(site);
-  for (const std::string& site : sites) {
-    ASSERT_EQ(fed.WaitSite(site, seconds(600)), 0) << site << ":\n" << fed.SiteLog(site);
+  for (const std::string& id : sites) fed.StartSite(id);
+  for (const std::string& id : sites) {
+    ASSERT_EQ(fed.WaitSite(id, seconds(600)), 0) << id << ":\n" << fed.SiteLog(id);
   }
   ASSERT_EQ(fed.RunReference({"--device", "cpu"}, seconds(600)), 0);
-  absl::StatusOr<CheckpointState> reference = ReadCheckpoint(fed.ReferenceDir() + "/final.ckpt");
+  absl::StatusOr<site::CheckpointState> reference =
+      site::ReadCheckpoint(fed.ReferenceDir() + "/final.ckpt");
   ASSERT_TRUE(reference.ok()) << reference.status();
   size_t offset = 0;
-  for (const std::string& site : sites) {
-    absl::StatusOr<CheckpointState> stage = ReadCheckpoint(fed.OutDir(site) + "/final.ckpt");
+  for (const std::string& id : sites) {
+    absl::StatusOr<site::CheckpointState> stage =
+        site::ReadCheckpoint(fed.OutDir(id) + "/final.ckpt");
     ASSERT_TRUE(stage.ok()) << stage.status();
     double diff = 0.0, norm = 0.0;
     for (size_t i = 0; i < stage->params.size(); ++i) {
@@ -62,7 +64,7 @@ TEST(GpuFederationTest, ACudaSiteMatchesTheAllCpuRun) {
       diff += (stage->params[i] - want) * (stage->params[i] - want);
       norm += want * want;
     }
-    EXPECT_LE(std::sqrt(diff / norm), 1e-4) << site;
+    EXPECT_LE(std::sqrt(diff / norm), 1e-4) << id;
     offset += stage->params.size();
   }
 }

@@ -162,11 +162,13 @@ TEST(MixedWorkersTest, OneTwoOneWorkersMatchOneProcessUpToFloatOrder) {
   BuildTreeFederation fed(JobYaml(o), kSites);
   TrainBoth(fed);
   if (HasFatalFailure()) return;
-  absl::StatusOr<CheckpointState> reference = ReadCheckpoint(fed.ReferenceDir() + "/final.ckpt");
+  absl::StatusOr<site::CheckpointState> reference =
+      site::ReadCheckpoint(fed.ReferenceDir() + "/final.ckpt");
   ASSERT_TRUE(reference.ok()) << reference.status();
   size_t offset = 0;
-  for (const std::string& site : kSites) {
-    absl::StatusOr<CheckpointState> stage = ReadCheckpoint(fed.OutDir(site) + "/final.ckpt");
+  for (const std::string& id : kSites) {
+    absl::StatusOr<site::CheckpointState> stage =
+        site::ReadCheckpoint(fed.OutDir(id) + "/final.ckpt");
     ASSERT_TRUE(stage.ok()) << stage.status();
     // ||a - b|| / ||b|| per stage: the split changes only the order of float sums (AdamW turns a
     // last-bit difference in a near-zero gradient into a step of up to lr, so single parameters
@@ -178,8 +180,8 @@ TEST(MixedWorkersTest, OneTwoOneWorkersMatchOneProcessUpToFloatOrder) {
       norm += want * want;
       max_diff = std::max(max_diff, std::abs(d));
     }
-    EXPECT_LE(std::sqrt(diff / norm), 1e-5) << site << " (largest difference " << max_diff << ")";
-    EXPECT_GT(diff, 0.0) << site << ": the two-worker middle site should change some float sums";
+    EXPECT_LE(std::sqrt(diff / norm), 1e-5) << id << " (largest difference " << max_diff << ")";
+    EXPECT_GT(diff, 0.0) << id << ": the two-worker middle site should change some float sums";
     offset += stage->params.size();
   }
 }
@@ -218,7 +220,7 @@ v1::FederationState GatewayState(tools::LocalFederation& fed) {
   auto material = crypto::LoadTlsMaterial(certs + "ca.pem", certs + "dc-a.pem", certs + "dc-a.key");
   EXPECT_TRUE(material.ok()) << material.status();
   auto stub = v1::Gateway::NewStub(
-      grpc::CreateChannel(fed.gateway_address(), site::MakeSiteChannelCredentials(*material)));
+      grpc::CreateChannel(fed.gateway_address(), *site::MakeSiteChannelCredentials(*material)));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + seconds(10));
   v1::FederationState state;

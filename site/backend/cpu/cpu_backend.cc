@@ -13,7 +13,7 @@
 #include "site/backend/cpu/thread_pool.h"
 #include "site/backend/op_math.h"
 
-namespace strait {
+namespace strait::site {
 namespace {
 
 // Below this many floats of work a loop runs on the calling thread: waking the pool costs more.
@@ -426,4 +426,4 @@ std::unique_ptr<Backend> CreateCpuBackend(int threads) {
   return std::make_unique<CpuBackend>(std::max(1, threads));
 }
 
-}  // namespace strait
+}  // namespace strait::site

@@ -8,9 +8,9 @@
 
 #include "site/backend/backend.h"
 
-namespace strait {
+namespace strait::site {
 
 // threads >= 1. The returned backend is not thread-safe (one user thread at a time).
 std::unique_ptr<Backend> CreateCpuBackend(int threads);
 
-}  // namespace strait
+}  // namespace strait::site

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace strait {
+namespace strait::site {
 namespace {
 
 // Part `i` of `parts` equal ranges of [0, n).
@@ -66,4 +66,4 @@ void ThreadPool::WorkerLoop(int index) {
   }
 }
 
-}  // namespace strait
+}  // namespace strait::site

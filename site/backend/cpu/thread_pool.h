@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-namespace strait {
+namespace strait::site {
 
 class ThreadPool {
  public:
@@ -39,4 +39,4 @@ class ThreadPool {
   bool stop_ = false;
 };
 
-}  // namespace strait
+}  // namespace strait::site

@@ -13,7 +13,7 @@
 #include "compression/cuda/cuda_check.h"
 #include "site/backend/cuda/cuda_kernels.h"
 
-namespace strait {
+namespace strait::site {
 namespace {
 
 cublasOperation_t Op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
@@ -71,7 +71,7 @@ class CudaBackend final : public Backend {
       Check(STRAIT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_)));
   }
   void Fill(float* x, int64_t n, float value) override {
-    if (n > 0) Check(STRAIT_CUDA_CHECK(cuda::Fill(stream_, x, n, value)));
+    if (n > 0) Check(STRAIT_CUDA_CHECK(LaunchFill(stream_, x, n, value)));
   }
 
   absl::Status Sync() override {
@@ -100,80 +100,80 @@ class CudaBackend final : public Backend {
 
   void BiasActivation(int64_t rows, int cols, const float* bias, ActivationOp act, float* x,
                       float* y) override {
-    Check(STRAIT_CUDA_CHECK(cuda::BiasActivation(stream_, rows, cols, bias, act, x, y)));
+    Check(STRAIT_CUDA_CHECK(LaunchBiasActivation(stream_, rows, cols, bias, act, x, y)));
   }
   void ActivationBackward(int64_t n, ActivationOp act, const float* x, const float* dy,
                           float* dx) override {
-    Check(STRAIT_CUDA_CHECK(cuda::ActivationBackward(stream_, n, act, x, dy, dx)));
+    Check(STRAIT_CUDA_CHECK(LaunchActivationBackward(stream_, n, act, x, dy, dx)));
   }
   void ColumnSum(int64_t rows, int cols, const float* x, int64_t ldx, float beta,
                  float* out) override {
-    Check(STRAIT_CUDA_CHECK(cuda::ColumnSum(stream_, rows, cols, x, ldx, beta, out)));
+    Check(STRAIT_CUDA_CHECK(LaunchColumnSum(stream_, rows, cols, x, ldx, beta, out)));
   }
   void LayerNormForward(int64_t rows, int dim, const float* x, const float* gamma,
                         const float* beta, float* y, float* mean, float* rstd) override {
     Check(STRAIT_CUDA_CHECK(
-        cuda::LayerNormForward(stream_, rows, dim, x, gamma, beta, y, mean, rstd)));
+        LaunchLayerNormForward(stream_, rows, dim, x, gamma, beta, y, mean, rstd)));
   }
   void LayerNormBackward(int64_t rows, int dim, const float* x, const float* gamma,
                          const float* mean, const float* rstd, const float* dy, float* dx,
                          float* dgamma, float* dbeta) override {
     Check(STRAIT_CUDA_CHECK(
-        cuda::LayerNormBackward(stream_, rows, dim, x, gamma, mean, rstd, dy, dx, dgamma, dbeta)));
+        LaunchLayerNormBackward(stream_, rows, dim, x, gamma, mean, rstd, dy, dx, dgamma, dbeta)));
   }
   void SoftmaxRows(int64_t rows, int cols, float scale, const float* x, float* y) override {
-    Check(STRAIT_CUDA_CHECK(cuda::SoftmaxRows(stream_, rows, cols, scale, x, y)));
+    Check(STRAIT_CUDA_CHECK(LaunchSoftmaxRows(stream_, rows, cols, scale, x, y)));
   }
   void SoftmaxRowsBackward(int64_t rows, int cols, float scale, const float* y, const float* dy,
                            float* dx) override {
-    Check(STRAIT_CUDA_CHECK(cuda::SoftmaxRowsBackward(stream_, rows, cols, scale, y, dy, dx)));
+    Check(STRAIT_CUDA_CHECK(LaunchSoftmaxRowsBackward(stream_, rows, cols, scale, y, dy, dx)));
   }
   void CrossEntropy(int64_t rows, int classes, const float* logits, const int32_t* labels,
                     float grad_scale, float* loss, int32_t* correct, float* dlogits) override {
-    Check(STRAIT_CUDA_CHECK(cuda::CrossEntropy(stream_, rows, classes, logits, labels, grad_scale,
+    Check(STRAIT_CUDA_CHECK(LaunchCrossEntropy(stream_, rows, classes, logits, labels, grad_scale,
                                                loss, correct, dlogits)));
   }
   void Dropout(int64_t n, float p, uint64_t key, int64_t offset, const float* x,
                float* y) override {
-    Check(STRAIT_CUDA_CHECK(cuda::Dropout(stream_, n, p, key, offset, x, y)));
+    Check(STRAIT_CUDA_CHECK(LaunchDropout(stream_, n, p, key, offset, x, y)));
   }
   void Axpy(int64_t n, float alpha, const float* x, float* y) override {
-    Check(STRAIT_CUDA_CHECK(cuda::Axpy(stream_, n, alpha, x, y)));
+    Check(STRAIT_CUDA_CHECK(LaunchAxpy(stream_, n, alpha, x, y)));
   }
   void Axpby(int64_t n, float alpha, const float* x, float beta, float* y) override {
-    Check(STRAIT_CUDA_CHECK(cuda::Axpby(stream_, n, alpha, x, beta, y)));
+    Check(STRAIT_CUDA_CHECK(LaunchAxpby(stream_, n, alpha, x, beta, y)));
   }
   void Copy2D(int64_t rows, int cols, const float* src, int64_t ld_src, float* dst,
               int64_t ld_dst) override {
-    Check(STRAIT_CUDA_CHECK(cuda::Copy2D(stream_, rows, cols, src, ld_src, dst, ld_dst)));
+    Check(STRAIT_CUDA_CHECK(LaunchCopy2D(stream_, rows, cols, src, ld_src, dst, ld_dst)));
   }
   void ExtractPatches(int n, int channels, int height, int width, int p, const float* images,
                       float* patches) override {
     Check(STRAIT_CUDA_CHECK(
-        cuda::ExtractPatches(stream_, n, channels, height, width, p, images, patches)));
+        LaunchExtractPatches(stream_, n, channels, height, width, p, images, patches)));
   }
   void HeadsToBatch(int n, int tokens, int heads, int dh, const float* x, int64_t ldx,
                     float* y) override {
-    Check(STRAIT_CUDA_CHECK(cuda::HeadsToBatch(stream_, n, tokens, heads, dh, x, ldx, y)));
+    Check(STRAIT_CUDA_CHECK(LaunchHeadsToBatch(stream_, n, tokens, heads, dh, x, ldx, y)));
   }
   void BatchToHeads(int n, int tokens, int heads, int dh, const float* y, float* x,
                     int64_t ldx) override {
-    Check(STRAIT_CUDA_CHECK(cuda::BatchToHeads(stream_, n, tokens, heads, dh, y, x, ldx)));
+    Check(STRAIT_CUDA_CHECK(LaunchBatchToHeads(stream_, n, tokens, heads, dh, y, x, ldx)));
   }
   void SgdUpdate(int64_t n, float lr, float momentum, float wd, float scale, float* param,
                  const float* grad, float* velocity) override {
     Check(STRAIT_CUDA_CHECK(
-        cuda::SgdUpdate(stream_, n, lr, momentum, wd, scale, param, grad, velocity)));
+        LaunchSgdUpdate(stream_, n, lr, momentum, wd, scale, param, grad, velocity)));
   }
   void AdamWUpdate(int64_t n, float lr, float b1, float b2, float eps, float wd, float bias1,
                    float bias2, float scale, float* param, const float* grad, float* m,
                    float* v) override {
-    Check(STRAIT_CUDA_CHECK(cuda::AdamWUpdate(stream_, n, lr, b1, b2, eps, wd, bias1, bias2, scale,
+    Check(STRAIT_CUDA_CHECK(LaunchAdamWUpdate(stream_, n, lr, b1, b2, eps, wd, bias1, bias2, scale,
                                               param, grad, m, v)));
   }
 
   double SumSquares(int64_t n, const float* x) override {
-    Check(STRAIT_CUDA_CHECK(cuda::SumSquares(stream_, n, x, partials_)));
+    Check(STRAIT_CUDA_CHECK(LaunchSumSquares(stream_, n, x, partials_)));
     double result = 0.0;
     CopyToHost(&result, partials_, sizeof(double));
     return error_.ok() ? result : std::numeric_limits<double>::quiet_NaN();
@@ -188,7 +188,7 @@ class CudaBackend final : public Backend {
   std::string name_;
   cudaStream_t stream_;
   cublasHandle_t cublas_;
-  double* partials_;  // [cuda::kSumBlocks] on the device
+  double* partials_;  // [kSumSquaresBlocks] on the device
   absl::Status error_;
 };
 
@@ -225,7 +225,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
   // FP32 products stay FP32 (cuBLAS's default math mode uses no TF32 for sgemm).
   if (s.ok()) s = STRAIT_CUBLAS_CHECK(cublasSetMathMode(cublas, CUBLAS_DEFAULT_MATH));
   double* partials = nullptr;
-  if (s.ok()) s = STRAIT_CUDA_CHECK(cudaMalloc(&partials, sizeof(double) * cuda::kSumBlocks));
+  if (s.ok()) s = STRAIT_CUDA_CHECK(cudaMalloc(&partials, sizeof(double) * kSumSquaresBlocks));
   if (!s.ok()) {
     if (cublas != nullptr) cublasDestroy(cublas);
     cudaStreamDestroy(stream);
@@ -235,4 +235,4 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
       device, absl::StrCat("cuda:", device, " ", prop.name), stream, cublas, partials));
 }
 
-}  // namespace strait
+}  // namespace strait::site

@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "site/backend/backend.h"
 
-namespace strait {
+namespace strait::site {
 
 // A backend on CUDA device `device`. FailedPrecondition when there is no such device (or no
 // driver); the message says what CUDA reported. The backend is used by one thread at a time.
@@ -19,4 +19,4 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device);
 // on that stream; the stream stays owned by the backend.
 void* CudaStreamOf(Backend& backend);
 
-}  // namespace strait
+}  // namespace strait::site

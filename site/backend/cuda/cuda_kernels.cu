@@ -5,7 +5,7 @@
 #include "site/backend/cuda/cuda_kernels.h"
 #include "site/backend/op_math.h"
 
-namespace strait::cuda {
+namespace strait::site {
 namespace {
 
 constexpr int kThreads = 256;
@@ -254,8 +254,8 @@ __global__ void AdamWKernel(int64_t n, float lr, float b1, float b2, float eps, 
   }
 }
 
-// Deterministic sum of squares: a fixed grid of kSumBlocks x kThreads partial sums combined in a
-// fixed tree order, then one block combines the partials.
+// Deterministic sum of squares: a fixed grid of kSumSquaresBlocks x kThreads partial sums combined
+// in a fixed tree order, then one block combines the partials.
 
 __device__ void BlockTreeSum(double* shared) {
   for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
@@ -269,7 +269,7 @@ __global__ void SumSquaresPartialKernel(int64_t n, const float* x, double* parti
   __shared__ double shared[kThreads];
   double s = 0.0;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n;
-       i += int64_t{kThreads} * kSumBlocks) {
+       i += int64_t{kThreads} * kSumSquaresBlocks) {
     s += static_cast<double>(x[i]) * x[i];
   }
   shared[threadIdx.x] = s;
@@ -278,7 +278,7 @@ __global__ void SumSquaresPartialKernel(int64_t n, const float* x, double* parti
 }
 
 __global__ void SumPartialsKernel(double* partial) {
-  __shared__ double shared[kSumBlocks];
+  __shared__ double shared[kSumSquaresBlocks];
   shared[threadIdx.x] = partial[threadIdx.x];
   BlockTreeSum(shared);
   if (threadIdx.x == 0) partial[0] = shared[0];
@@ -304,91 +304,93 @@ cudaError_t LaunchWarps(cudaStream_t s, void (*kernel)(KernelArgs...), int64_t r
 
 }  // namespace
 
-cudaError_t Fill(cudaStream_t s, float* x, int64_t n, float value) {
+cudaError_t LaunchFill(cudaStream_t s, float* x, int64_t n, float value) {
   return Launch(s, FillKernel, n, x, n, value);
 }
-cudaError_t BiasActivation(cudaStream_t s, int64_t rows, int cols, const float* bias,
-                           ActivationOp act, float* x, float* y) {
+cudaError_t LaunchBiasActivation(cudaStream_t s, int64_t rows, int cols, const float* bias,
+                                 ActivationOp act, float* x, float* y) {
   return Launch(s, BiasActivationKernel, rows * cols, rows, cols, bias, act, x, y);
 }
-cudaError_t ActivationBackward(cudaStream_t s, int64_t n, ActivationOp act, const float* x,
-                               const float* dy, float* dx) {
+cudaError_t LaunchActivationBackward(cudaStream_t s, int64_t n, ActivationOp act, const float* x,
+                                     const float* dy, float* dx) {
   return Launch(s, ActivationBackwardKernel, n, n, act, x, dy, dx);
 }
-cudaError_t ColumnSum(cudaStream_t s, int64_t rows, int cols, const float* x, int64_t ldx,
-                      float beta, float* out) {
+cudaError_t LaunchColumnSum(cudaStream_t s, int64_t rows, int cols, const float* x, int64_t ldx,
+                            float beta, float* out) {
   return Launch(s, ColumnSumKernel, cols, rows, cols, x, ldx, beta, out);
 }
-cudaError_t LayerNormForward(cudaStream_t s, int64_t rows, int dim, const float* x,
-                             const float* gamma, const float* beta, float* y, float* mean,
-                             float* rstd) {
+cudaError_t LaunchLayerNormForward(cudaStream_t s, int64_t rows, int dim, const float* x,
+                                   const float* gamma, const float* beta, float* y, float* mean,
+                                   float* rstd) {
   return LaunchWarps(s, LayerNormForwardKernel, rows, rows, dim, x, gamma, beta, y, mean, rstd);
 }
-cudaError_t LayerNormBackward(cudaStream_t s, int64_t rows, int dim, const float* x,
-                              const float* gamma, const float* mean, const float* rstd,
-                              const float* dy, float* dx, float* dgamma, float* dbeta) {
+cudaError_t LaunchLayerNormBackward(cudaStream_t s, int64_t rows, int dim, const float* x,
+                                    const float* gamma, const float* mean, const float* rstd,
+                                    const float* dy, float* dx, float* dgamma, float* dbeta) {
   const cudaError_t e =
       LaunchWarps(s, LayerNormBackwardDxKernel, rows, rows, dim, x, gamma, mean, rstd, dy, dx);
   if (e != cudaSuccess) return e;
   return Launch(s, LayerNormBackwardParamsKernel, dim, rows, dim, x, mean, rstd, dy, dgamma, dbeta);
 }
-cudaError_t SoftmaxRows(cudaStream_t s, int64_t rows, int cols, float scale, const float* x,
-                        float* y) {
+cudaError_t LaunchSoftmaxRows(cudaStream_t s, int64_t rows, int cols, float scale, const float* x,
+                              float* y) {
   return LaunchWarps(s, SoftmaxRowsKernel, rows, rows, cols, scale, x, y);
 }
-cudaError_t SoftmaxRowsBackward(cudaStream_t s, int64_t rows, int cols, float scale, const float* y,
-                                const float* dy, float* dx) {
+cudaError_t LaunchSoftmaxRowsBackward(cudaStream_t s, int64_t rows, int cols, float scale,
+                                      const float* y, const float* dy, float* dx) {
   return LaunchWarps(s, SoftmaxRowsBackwardKernel, rows, rows, cols, scale, y, dy, dx);
 }
-cudaError_t CrossEntropy(cudaStream_t s, int64_t rows, int classes, const float* logits,
-                         const int32_t* labels, float grad_scale, float* loss, int32_t* correct,
-                         float* dlogits) {
+cudaError_t LaunchCrossEntropy(cudaStream_t s, int64_t rows, int classes, const float* logits,
+                               const int32_t* labels, float grad_scale, float* loss,
+                               int32_t* correct, float* dlogits) {
   return Launch(s, CrossEntropyKernel, rows, rows, classes, logits, labels, grad_scale, loss,
                 correct, dlogits);
 }
-cudaError_t Dropout(cudaStream_t s, int64_t n, float p, uint64_t key, int64_t offset,
-                    const float* x, float* y) {
+cudaError_t LaunchDropout(cudaStream_t s, int64_t n, float p, uint64_t key, int64_t offset,
+                          const float* x, float* y) {
   return Launch(s, DropoutKernel, n, n, p, key, offset, x, y);
 }
-cudaError_t Axpy(cudaStream_t s, int64_t n, float alpha, const float* x, float* y) {
+cudaError_t LaunchAxpy(cudaStream_t s, int64_t n, float alpha, const float* x, float* y) {
   return Launch(s, AxpyKernel, n, n, alpha, x, y);
 }
-cudaError_t Axpby(cudaStream_t s, int64_t n, float alpha, const float* x, float beta, float* y) {
+cudaError_t LaunchAxpby(cudaStream_t s, int64_t n, float alpha, const float* x, float beta,
+                        float* y) {
   return Launch(s, AxpbyKernel, n, n, alpha, x, beta, y);
 }
-cudaError_t Copy2D(cudaStream_t s, int64_t rows, int cols, const float* src, int64_t ld_src,
-                   float* dst, int64_t ld_dst) {
+cudaError_t LaunchCopy2D(cudaStream_t s, int64_t rows, int cols, const float* src, int64_t ld_src,
+                         float* dst, int64_t ld_dst) {
   return Launch(s, Copy2DKernel, rows * cols, rows, cols, src, ld_src, dst, ld_dst);
 }
-cudaError_t ExtractPatches(cudaStream_t s, int n, int channels, int height, int width, int p,
-                           const float* images, float* patches) {
+cudaError_t LaunchExtractPatches(cudaStream_t s, int n, int channels, int height, int width, int p,
+                                 const float* images, float* patches) {
   return Launch(s, ExtractPatchesKernel, int64_t{n} * channels * height * width, n, channels,
                 height, width, p, images, patches);
 }
-cudaError_t HeadsToBatch(cudaStream_t s, int n, int tokens, int heads, int dh, const float* x,
-                         int64_t ldx, float* y) {
+cudaError_t LaunchHeadsToBatch(cudaStream_t s, int n, int tokens, int heads, int dh, const float* x,
+                               int64_t ldx, float* y) {
   return Launch(s, HeadsKernel, int64_t{n} * heads * tokens * dh, n, tokens, heads, dh, x, y, ldx,
                 true);
 }
-cudaError_t BatchToHeads(cudaStream_t s, int n, int tokens, int heads, int dh, const float* y,
-                         float* x, int64_t ldx) {
+cudaError_t LaunchBatchToHeads(cudaStream_t s, int n, int tokens, int heads, int dh, const float* y,
+                               float* x, int64_t ldx) {
   return Launch(s, HeadsKernel, int64_t{n} * heads * tokens * dh, n, tokens, heads, dh, y, x, ldx,
                 false);
 }
-cudaError_t SgdUpdate(cudaStream_t s, int64_t n, float lr, float momentum, float weight_decay,
-                      float grad_scale, float* param, const float* grad, float* velocity) {
+cudaError_t LaunchSgdUpdate(cudaStream_t s, int64_t n, float lr, float momentum, float weight_decay,
+                            float grad_scale, float* param, const float* grad, float* velocity) {
   return Launch(s, SgdKernel, n, n, lr, momentum, weight_decay, grad_scale, param, grad, velocity);
 }
-cudaError_t AdamWUpdate(cudaStream_t s, int64_t n, float lr, float beta1, float beta2, float eps,
-                        float weight_decay, float bias1, float bias2, float grad_scale,
-                        float* param, const float* grad, float* m, float* v) {
+cudaError_t LaunchAdamWUpdate(cudaStream_t s, int64_t n, float lr, float beta1, float beta2,
+                              float eps, float weight_decay, float bias1, float bias2,
+                              float grad_scale, float* param, const float* grad, float* m,
+                              float* v) {
   return Launch(s, AdamWKernel, n, n, lr, beta1, beta2, eps, weight_decay, bias1, bias2, grad_scale,
                 param, grad, m, v);
 }
-cudaError_t SumSquares(cudaStream_t s, int64_t n, const float* x, double* partials) {
-  SumSquaresPartialKernel<<<kSumBlocks, kThreads, 0, s>>>(n, x, partials);
-  SumPartialsKernel<<<1, kSumBlocks, 0, s>>>(partials);
+cudaError_t LaunchSumSquares(cudaStream_t s, int64_t n, const float* x, double* partials) {
+  SumSquaresPartialKernel<<<kSumSquaresBlocks, kThreads, 0, s>>>(n, x, partials);
+  SumPartialsKernel<<<1, kSumSquaresBlocks, 0, s>>>(partials);
   return cudaGetLastError();
 }
 
-}  // namespace strait::cuda
+}  // namespace strait::site

@@ -9,7 +9,7 @@
 
 #include "site/backend/counter_rng.h"
 
-namespace strait::collective {
+namespace strait::site {
 namespace {
 
 float Value(int round, int replica, int64_t i) {
@@ -72,4 +72,4 @@ TEST(NcclAllReducerTest, RefusesNonCudaBackends) {
 }
 
 }  // namespace
-}  // namespace strait::collective
+}  // namespace strait::site

@@ -67,8 +67,8 @@ TEST(StageExecutorGpuTest, NcclAllReduceOfOneRankIsIdentity) {
   std::vector<float> host(1000);
   for (size_t i = 0; i < host.size(); ++i) host[i] = 0.5f * static_cast<float>(i) - 7.0f;
   (*backend)->CopyToDevice(buffer->f32(), host.data(), sizeof(float) * host.size());
-  auto reducer = collective::CreateNcclAllReducer({backend->get()}, {0}, {buffer->f32()},
-                                                  {{0, 600}, {600, 400}});
+  auto reducer =
+      site::CreateNcclAllReducer({backend->get()}, {0}, {buffer->f32()}, {{0, 600}, {600, 400}});
   ASSERT_TRUE(reducer.ok()) << reducer.status();
   (*reducer)->Ready(0, 0);
   (*reducer)->Ready(0, 1);

@@ -89,8 +89,8 @@ TEST(StageExecutorTest, SameWorkersTwiceIsBitIdentical) {
 }
 
 TEST(StageExecutorTest, WorkersStayIdenticalAndSettersReachAll) {
-  auto group = StageExecutor::Create(Mlp(), {0, 5}, Optimizer(OptimizerKind::kAdamW), kMaxBatch, {},
-                                     {.count = 2});
+  auto group = StageExecutor::Create(Mlp(), {0, 5}, TestOptimizer(OptimizerKind::kAdamW), kMaxBatch,
+                                     {}, {.count = 2});
   ASSERT_TRUE(group.ok()) << group.status();
   StageExecutor& g = **group;
   EXPECT_EQ(g.workers(), 2);

@@ -21,7 +21,7 @@ class StageUnit final : public Unit {
     EXPECT_TRUE(s.ok()) << s.status();
     stage_ = *std::move(s);
     history_ = *WeightHistory::Create(*stage_, {});
-    optimizer_ = *strait::Optimizer::Create(Optimizer(opt), stage_->param_count(), backend_.get());
+    optimizer_ = *Optimizer::Create(TestOptimizer(opt), stage_->param_count(), backend_.get());
     const std::vector<LayerParams>& views = **history_->Views(kNewestWeights, 0, "test");
     for (const LayerParams& v : views) views_.push_back(&v);
   }
@@ -49,7 +49,7 @@ class StageUnit final : public Unit {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Stage> stage_;
   std::unique_ptr<WeightHistory> history_;
-  std::unique_ptr<strait::Optimizer> optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;
   std::vector<const LayerParams*> views_;  // One version, one gradient arena: never change.
 };
 
@@ -57,7 +57,7 @@ class ExecutorUnit final : public Unit {
  public:
   ExecutorUnit(const ModelSpec& model, LayerRange range, OptimizerKind opt, DeviceKind device,
                int workers, int threads) {
-    auto e = StageExecutor::Create(model, range, Optimizer(opt), kMaxBatch, {},
+    auto e = StageExecutor::Create(model, range, TestOptimizer(opt), kMaxBatch, {},
                                    {.device = device, .count = workers, .threads = threads});
     EXPECT_TRUE(e.ok()) << e.status();
     executor_ = *std::move(e);
@@ -115,7 +115,7 @@ ModelSpec Vit() {
   return m;
 }
 
-OptimizerSpec Optimizer(OptimizerKind kind) {
+OptimizerSpec TestOptimizer(OptimizerKind kind) {
   OptimizerSpec o;
   o.kind = kind;
   o.lr = 0.02;

@@ -14,7 +14,7 @@ namespace strait::site::harness {
 // 5-layer models with dropout 0.2: an MLP (20 -> 4 classes) and a ViT (8x8x1 images).
 ModelSpec Mlp();
 ModelSpec Vit();
-OptimizerSpec Optimizer(OptimizerKind kind);  // lr 0.02, weight decay 0.01
+OptimizerSpec TestOptimizer(OptimizerKind kind);  // lr 0.02, weight decay 0.01
 
 inline constexpr int kMaxBatch = 6;  // every unit's microbatch size
 

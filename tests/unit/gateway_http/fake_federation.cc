@@ -96,6 +96,7 @@ v1::FederationState FakeFederationState(double t_s, bool insecure) {
   state.set_memory_budget_bytes(uint64_t{512} << 20);
   state.set_stored_bytes(static_cast<uint64_t>((96.0 + 64.0 * std::sin(t_s / 5.0)) * (1 << 20)));
   state.set_waiting_pulls(2);
+  state.set_accounting_errors(1);
   state.set_insecure(insecure);
   state.set_uptime_s(t_s + 42.0);
   const uint64_t now_ms = 1'790'000'000'000 + static_cast<uint64_t>(t_s * 1000);

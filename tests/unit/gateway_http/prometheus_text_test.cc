@@ -167,6 +167,7 @@ TEST(PrometheusText, FakeFederationParsesAndMatchesTheSnapshot) {
     }
   }
   EXPECT_EQ(Value(e, "strait_site_step", {{"site", "dc-a"}}), 200);
+  EXPECT_EQ(Value(e, "strait_gateway_accounting_errors_total", {}), 1);
   EXPECT_EQ(Value(e, "strait_site_state", {{"site", "dc-b"}, {"state", "training"}}), 1);
   EXPECT_EQ(Value(e, "strait_site_state", {{"site", "dc-b"}, {"state", "down"}}), 0);
   EXPECT_EQ(Count(e, "strait_site_state"), 15u);  // 3 sites x 5 states.

@@ -15,7 +15,7 @@
 #include "site/nn/stage.h"
 #include "site/pipeline/weight_history.h"
 
-namespace strait {
+namespace strait::site {
 namespace {
 
 std::unique_ptr<Backend>& Cuda() {
@@ -256,4 +256,4 @@ TEST_F(BackendOpsTest, VitStageStepMatchesCpu) {
 }
 
 }  // namespace
-}  // namespace strait
+}  // namespace strait::site

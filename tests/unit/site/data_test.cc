@@ -14,7 +14,7 @@
 #include "site/data/sampler.h"
 #include "site/data/synthetic.h"
 
-namespace strait {
+namespace strait::site {
 namespace {
 
 using ::testing::HasSubstr;
@@ -131,4 +131,4 @@ TEST(SamplerTest, EpochsArePermutationsSharedByEveryProcess) {
 }
 
 }  // namespace
-}  // namespace strait
+}  // namespace strait::site

@@ -13,7 +13,7 @@
 #include "site/backend/op_math.h"
 #include "site/nn/model.h"
 
-namespace strait {
+namespace strait::site {
 namespace {
 
 using Vec = std::vector<double>;
@@ -333,4 +333,4 @@ TEST(LayerGradientTest, CrossEntropy) {
 }
 
 }  // namespace
-}  // namespace strait
+}  // namespace strait::site

@@ -15,7 +15,7 @@
 #include "site/nn/optimizer.h"
 #include "site/pipeline/stage_executor.h"
 
-namespace strait {
+namespace strait::site {
 namespace {
 
 using site::ForwardOptions;
@@ -573,4 +573,4 @@ TEST(OptimizerTest, LearningRateDecaysAlongACosine) {
 }
 
 }  // namespace
-}  // namespace strait
+}  // namespace strait::site

@@ -13,7 +13,7 @@
 #include "site/backend/cpu/cpu_backend.h"
 #include "site/nn/checkpoint.h"
 
-namespace strait {
+namespace strait::site {
 namespace {
 
 JobSpec SyntheticJob(ModelFamily family) {
@@ -379,4 +379,4 @@ TEST(CheckpointTest, Crc32cKnownAnswer) {
 }
 
 }  // namespace
-}  // namespace strait
+}  // namespace strait::site
