@@ -50,8 +50,9 @@ absl::Status TrainStep(site::StageExecutor& stage, int64_t step, int microbatche
   for (int m = 0; m < microbatches; ++m) {
     const float* x = inputs.data() + static_cast<int64_t>(m) * n * stage.input_features();
     if (absl::Status s = stage.Forward(step, m, n, x, nullptr); !s.ok()) return s;
+    const int64_t targets = labels.size() / microbatches;  // Per microbatch.
     absl::StatusOr<site::LossResult> loss =
-        stage.Loss(m, labels.data() + static_cast<int64_t>(m) * n, 1.0f / (n * microbatches));
+        stage.Loss(m, labels.data() + m * targets, 1.0f / static_cast<float>(targets * microbatches));
     if (!loss.ok()) return loss.status();
     if (absl::Status s = stage.Backward(m, nullptr, nullptr, m == microbatches - 1); !s.ok()) {
       return s;
@@ -84,10 +85,15 @@ int RunEngineBench(const EngineBenchOptions& o) {
                                            spec->training.optimizer, n, {}, worker);
   if (!stage.ok()) return Fail(stage.status());
 
+  // Random inputs (token ids for a language model) and labels.
+  const bool tokens = spec->model.family == ModelFamily::kGpt;
+  const int classes = spec->model.Classes();
   std::vector<float> inputs(static_cast<size_t>(o.batch) * (*stage)->input_features());
-  std::vector<int32_t> labels(o.batch);
-  for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = 2 * site::CounterUniform(1, i) - 1;
-  for (int i = 0; i < o.batch; ++i) labels[i] = i % spec->model.Classes();
+  std::vector<int32_t> labels(static_cast<size_t>(o.batch) * spec->model.TargetsPerSample());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    inputs[i] = tokens ? static_cast<float>(i * 7919 % classes) : 2 * site::CounterUniform(1, i) - 1;
+  }
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % classes);
 
   // Warm up (allocations, BLAS buffers), record one step's products, then time.
   for (int64_t s = 0; s < 2; ++s) {

@@ -63,8 +63,17 @@ class RecordingBackend final : public site::Backend {
                          float* dgamma, float* dbeta) override {
     inner_->LayerNormBackward(rows, dim, x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
   }
-  void SoftmaxRows(int64_t rows, int cols, float scale, const float* x, float* y) override {
-    inner_->SoftmaxRows(rows, cols, scale, x, y);
+  void SoftmaxRows(int64_t rows, int cols, float scale, bool causal, const float* x,
+                   float* y) override {
+    inner_->SoftmaxRows(rows, cols, scale, causal, x, y);
+  }
+  void EmbeddingLookup(int64_t rows, int dim, int vocab, const float* ids, const float* table,
+                       float* y) override {
+    inner_->EmbeddingLookup(rows, dim, vocab, ids, table, y);
+  }
+  void EmbeddingBackward(int64_t rows, int dim, int vocab, const float* ids, const float* dy,
+                         float* dtable) override {
+    inner_->EmbeddingBackward(rows, dim, vocab, ids, dy, dtable);
   }
   void SoftmaxRowsBackward(int64_t rows, int cols, float scale, const float* y, const float* dy,
                            float* dx) override {

@@ -39,13 +39,22 @@ std::string AgreedJobText(const JobSpec& spec) {
                       ShapeToString(layer.out_shape), " ", absl::StrJoin(params, " ")));
   }
   if (m.family == ModelFamily::kMlp) Line(out, "model.activation", ToString(m.mlp.activation));
-  Line(out, "model.dropout", Exact(m.family == ModelFamily::kMlp ? m.mlp.dropout : m.vit.dropout));
+  const float dropout = m.family == ModelFamily::kMlp   ? m.mlp.dropout
+                        : m.family == ModelFamily::kVit ? m.vit.dropout
+                                                        : m.gpt.dropout;
+  Line(out, "model.dropout", Exact(dropout));
   Line(out, "model.init_seed", absl::StrCat(m.init_seed));
   Line(out, "data.dataset", ToString(spec.data.kind));
   Line(out, "data.seed", absl::StrCat(spec.data.seed));
   if (spec.data.kind == DatasetKind::kSynthetic) {
     Line(out, "data.train_size", absl::StrCat(spec.data.synthetic_train));
     Line(out, "data.test_size", absl::StrCat(spec.data.synthetic_test));
+  }
+  if (spec.data.kind == DatasetKind::kText) {
+    // The file's path may differ between machines; the windows depend on the tokenizer kind and
+    // the split (the sites check the vocabulary when they load the tokenizer).
+    Line(out, "data.tokenizer", spec.data.tokenizer == "bytes" ? "bytes" : "sentencepiece");
+    Line(out, "data.validation", Exact(spec.data.validation));
   }
   const TrainingSpec& t = spec.training;
   Line(out, "training.global_batch", absl::StrCat(t.global_batch));

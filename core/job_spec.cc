@@ -5,10 +5,28 @@
 
 namespace strait {
 
-const char* ToString(ModelFamily v) { return v == ModelFamily::kMlp ? "mlp" : "vit"; }
+const char* ToString(ModelFamily v) {
+  switch (v) {
+    case ModelFamily::kMlp:
+      return "mlp";
+    case ModelFamily::kVit:
+      return "vit";
+    case ModelFamily::kGpt:
+      return "gpt";
+  }
+  return "?";
+}
 const char* ToString(Activation v) { return v == Activation::kRelu ? "relu" : "gelu"; }
 const char* ToString(DatasetKind v) {
-  return v == DatasetKind::kFashionMnist ? "fashion-mnist" : "synthetic";
+  switch (v) {
+    case DatasetKind::kFashionMnist:
+      return "fashion-mnist";
+    case DatasetKind::kSynthetic:
+      return "synthetic";
+    case DatasetKind::kText:
+      return "text";
+  }
+  return "?";
 }
 const char* ToString(Schedule v) {
   switch (v) {
@@ -32,14 +50,42 @@ OptimizerSpec WithDecayHorizon(OptimizerSpec optimizer, int64_t total_steps) {
 }
 
 int ModelSpec::NumLayers() const {
-  return family == ModelFamily::kMlp ? static_cast<int>(mlp.hidden.size()) + 1 : vit.depth + 2;
+  switch (family) {
+    case ModelFamily::kMlp:
+      return static_cast<int>(mlp.hidden.size()) + 1;
+    case ModelFamily::kVit:
+      return vit.depth + 2;
+    case ModelFamily::kGpt:
+      return gpt.depth + 2;
+  }
+  return 0;
 }
 
 int ModelSpec::InputFeatures() const {
-  return family == ModelFamily::kMlp ? mlp.input : vit.channels * vit.height * vit.width;
+  switch (family) {
+    case ModelFamily::kMlp:
+      return mlp.input;
+    case ModelFamily::kVit:
+      return vit.channels * vit.height * vit.width;
+    case ModelFamily::kGpt:
+      return gpt.context;
+  }
+  return 0;
 }
 
-int ModelSpec::Classes() const { return family == ModelFamily::kMlp ? mlp.classes : vit.classes; }
+int ModelSpec::Classes() const {
+  switch (family) {
+    case ModelFamily::kMlp:
+      return mlp.classes;
+    case ModelFamily::kVit:
+      return vit.classes;
+    case ModelFamily::kGpt:
+      return gpt.vocab;
+  }
+  return 0;
+}
+
+int ModelSpec::TargetsPerSample() const { return family == ModelFamily::kGpt ? gpt.context : 1; }
 
 namespace {
 

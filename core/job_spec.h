@@ -17,9 +17,9 @@
 
 namespace strait {
 
-enum class ModelFamily { kMlp, kVit };
+enum class ModelFamily { kMlp, kVit, kGpt };
 enum class Activation { kRelu, kGelu };
-enum class DatasetKind { kFashionMnist, kSynthetic };
+enum class DatasetKind { kFashionMnist, kSynthetic, kText };
 // Pipeline schedules (site/pipeline/schedule.h): 1f1b and gpipe flush the pipeline every step and
 // equal single-process gradient accumulation; 2bw (PipeDream-2BW) never flushes, and step t
 // computes its gradient with the weights of one update before (L_{t-1}: pipeline/weight_history.h).
@@ -69,14 +69,36 @@ struct VitSpec {
   float dropout = 0.0f;
 };
 
+// Decoder-only transformer language model (GPT-2's shape): layer 0 is the token embedding plus a
+// learned position embedding, layers 1..depth are pre-LN blocks with causal self-attention, layer
+// depth+1 is the final LayerNorm and the LM head (logits over the vocabulary at every position). So
+// it has depth + 2 layers. A sample is a window of `context` tokens; what crosses a boundary between
+// sites is the residual stream [context, dim] per sample.
+struct GptSpec {
+  int vocab = 256;  // Token ids in [0, vocab): 256 for `tokenizer: bytes`, else the model's size.
+  int context = 128;
+  int dim = 256;  // Must be divisible by heads.
+  int depth = 6;
+  int heads = 8;
+  int mlp_dim = 1024;  // 4 * dim unless set.
+  float dropout = 0.0f;
+};
+
 struct ModelSpec {
   ModelFamily family = ModelFamily::kMlp;
   MlpSpec mlp;             // Valid when family == kMlp.
   VitSpec vit;             // Valid when family == kVit.
+  GptSpec gpt;             // Valid when family == kGpt.
   uint64_t init_seed = 1;  // Parameter initialisation; identical whatever the split.
   int NumLayers() const;
-  int InputFeatures() const;  // Per-sample input size in floats (784 for 28x28 images).
+  // Per-sample input size in floats (784 for 28x28 images; a gpt sample is `context` token ids,
+  // each held exactly in a float).
+  int InputFeatures() const;
+  // Classes of each target: the vocabulary for gpt.
   int Classes() const;
+  // Targets (labels) per sample: 1 for a classifier, `context` next tokens for gpt. The last
+  // stage's output per sample is [TargetsPerSample(), Classes()] logits.
+  int TargetsPerSample() const;
 };
 
 struct DataSpec {
@@ -85,6 +107,11 @@ struct DataSpec {
   uint64_t seed = 1;           // Sample order (epoch shuffling); shared by first and last stage.
   int synthetic_train = 4096;  // Sizes of the generated data set (kind: synthetic only).
   int synthetic_test = 1024;
+  // kind: text only. `path` is a UTF-8 file; "bytes" reads it byte by byte (vocab 256), anything
+  // else names a SentencePiece model (`strait tokenizer train`). The last `validation` fraction of
+  // the tokens is the held-out split.
+  std::string tokenizer = "bytes";
+  double validation = 0.05;
 };
 
 struct OptimizerSpec {

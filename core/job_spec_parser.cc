@@ -1,7 +1,9 @@
 // ParseJobSpec: YAML text -> validated JobSpec. Section by section, each reading its keys with
 // YamlMap (which rejects unknown keys), then the checks that span sections (layer split, batch,
 // data vs model).
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <regex>
 #include <set>
 
@@ -143,26 +145,34 @@ class JobSpecParser {
     YamlMap map = Section(root, "model");
     STRAIT_RETURN_IF_ERROR(map.status());
     if (!map.node().IsDefined())
-      return root.Missing("model", "a mapping with 'family: mlp' or 'family: vit'");
+      return root.Missing("model", "a mapping with 'family: mlp', 'family: vit' or 'family: gpt'");
     ModelSpec& m = spec_.model;
-    STRAIT_RETURN_IF_ERROR(map.Enum("family",
-                                    {{"mlp", ModelFamily::kMlp}, {"vit", ModelFamily::kVit}},
-                                    &m.family, /*required=*/true));
+    STRAIT_RETURN_IF_ERROR(map.Enum(
+        "family", {{"mlp", ModelFamily::kMlp}, {"vit", ModelFamily::kVit}, {"gpt", ModelFamily::kGpt}},
+        &m.family, /*required=*/true));
     int64_t seed = static_cast<int64_t>(m.init_seed);
     STRAIT_RETURN_IF_ERROR(map.Int("init_seed", int64_t{0}, INT64_MAX, &seed));
     m.init_seed = static_cast<uint64_t>(seed);
 
-    const std::vector<absl::string_view> mlp_keys = {"input", "hidden", "activation"};
-    const std::vector<absl::string_view> vit_keys = {"image", "patch", "dim",
-                                                     "depth", "heads", "mlp_dim"};
-    const auto& other = m.family == ModelFamily::kMlp ? vit_keys : mlp_keys;
-    for (absl::string_view key : other) {
-      if (map.Has(key)) {
-        return map.ErrorAt(key, absl::StrCat("not a key of family ", ToString(m.family),
-                                             "; remove it or change 'family'"));
+    // Each family's own keys; a key of another family is an error that says so.
+    const std::map<ModelFamily, std::vector<absl::string_view>> family_keys = {
+        {ModelFamily::kMlp, {"input", "hidden", "activation", "classes", "dropout"}},
+        {ModelFamily::kVit,
+         {"image", "patch", "dim", "depth", "heads", "mlp_dim", "classes", "dropout"}},
+        {ModelFamily::kGpt,
+         {"vocab", "context", "dim", "depth", "heads", "mlp_dim", "dropout"}}};
+    const std::vector<absl::string_view>& own = family_keys.at(m.family);
+    for (const auto& [family, keys] : family_keys) {
+      for (absl::string_view key : keys) {
+        if (std::find(own.begin(), own.end(), key) != own.end()) continue;
+        if (map.Has(key)) {
+          return map.ErrorAt(key, absl::StrCat("not a key of family ", ToString(m.family),
+                                               "; remove it or change 'family'"));
+        }
+        map.Allow(key);
       }
-      map.Allow(key);
     }
+    if (m.family == ModelFamily::kGpt) return ParseGpt(map);
     if (m.family == ModelFamily::kMlp) {
       MlpSpec& mlp = m.mlp;
       STRAIT_RETURN_IF_ERROR(map.Int("input", 1, kMaxWidth, &mlp.input));
@@ -203,29 +213,70 @@ class JobSpecParser {
     return map.Finish();
   }
 
+  absl::Status ParseGpt(YamlMap& map) {
+    GptSpec& g = spec_.model.gpt;
+    STRAIT_RETURN_IF_ERROR(map.Int("vocab", 2, kMaxWidth, &g.vocab));
+    STRAIT_RETURN_IF_ERROR(map.Int("context", 1, 65536, &g.context, /*required=*/true));
+    STRAIT_RETURN_IF_ERROR(map.Int("dim", 1, 65536, &g.dim, /*required=*/true));
+    STRAIT_RETURN_IF_ERROR(map.Int("depth", 1, kMaxDepth, &g.depth, /*required=*/true));
+    STRAIT_RETURN_IF_ERROR(map.Int("heads", 1, 1024, &g.heads, /*required=*/true));
+    if (g.dim % g.heads != 0) {
+      return map.ErrorAt("heads", absl::StrCat("dim ", g.dim, " must be divisible by heads ", g.heads));
+    }
+    g.mlp_dim = 4 * g.dim;
+    STRAIT_RETURN_IF_ERROR(map.Int("mlp_dim", 1, kMaxWidth, &g.mlp_dim));
+    STRAIT_RETURN_IF_ERROR(map.Float("dropout", 0.0, 0.95, &g.dropout));
+    return map.Finish();
+  }
+
   absl::Status ParseData(YamlMap& root) {
     YamlMap map = Section(root, "data");
     STRAIT_RETURN_IF_ERROR(map.status());
     DataSpec& d = spec_.data;
-    STRAIT_RETURN_IF_ERROR(map.Enum(
-        "dataset",
-        {{"fashion-mnist", DatasetKind::kFashionMnist}, {"synthetic", DatasetKind::kSynthetic}},
-        &d.kind));
-    STRAIT_RETURN_IF_ERROR(map.String("path", &d.path));
+    const ModelSpec& m = spec_.model;
+    const bool gpt = m.family == ModelFamily::kGpt;
+    if (gpt) d.kind = DatasetKind::kText;
+    STRAIT_RETURN_IF_ERROR(map.Enum("dataset",
+                                    {{"fashion-mnist", DatasetKind::kFashionMnist},
+                                     {"synthetic", DatasetKind::kSynthetic},
+                                     {"text", DatasetKind::kText}},
+                                    &d.kind));
+    if (gpt != (d.kind == DatasetKind::kText)) {
+      return map.ErrorAt("dataset", gpt ? "family gpt trains on 'dataset: text'"
+                                        : "'dataset: text' is for 'family: gpt'");
+    }
+    const bool text = d.kind == DatasetKind::kText;
+    STRAIT_RETURN_IF_ERROR(map.String("path", &d.path, /*required=*/text));
     d.path = Resolve(d.path);
     int64_t seed = static_cast<int64_t>(d.seed);
     STRAIT_RETURN_IF_ERROR(map.Int("seed", int64_t{0}, INT64_MAX, &seed));
     d.seed = static_cast<uint64_t>(seed);
-    if (d.kind == DatasetKind::kSynthetic) {
-      STRAIT_RETURN_IF_ERROR(map.Int("train_size", 1, 1 << 24, &d.synthetic_train));
-      STRAIT_RETURN_IF_ERROR(map.Int("test_size", 1, 1 << 24, &d.synthetic_test));
-    } else {
+    for (absl::string_view key : {"tokenizer", "validation"}) {
+      if (!text && map.Has(key)) return map.ErrorAt(key, "only for 'dataset: text'");
+      map.Allow(key);
+    }
+    if (text) {
+      STRAIT_RETURN_IF_ERROR(map.String("tokenizer", &d.tokenizer));
+      if (d.tokenizer != "bytes") {
+        d.tokenizer = Resolve(d.tokenizer);
+      } else if (m.gpt.vocab != 256) {
+        return map.ErrorAt("tokenizer",
+                           absl::StrCat("byte tokens need model.vocab 256, found ", m.gpt.vocab));
+      }
+      STRAIT_RETURN_IF_ERROR(map.Double("validation", 0.001, 0.5, &d.validation));
+    }
+    if (d.kind != DatasetKind::kSynthetic) {
       for (absl::string_view key : {"train_size", "test_size"}) {
         if (map.Has(key)) return map.ErrorAt(key, "only for 'dataset: synthetic'");
         map.Allow(key);
       }
+    }
+    if (text) return map.Finish();
+    if (d.kind == DatasetKind::kSynthetic) {
+      STRAIT_RETURN_IF_ERROR(map.Int("train_size", 1, 1 << 24, &d.synthetic_train));
+      STRAIT_RETURN_IF_ERROR(map.Int("test_size", 1, 1 << 24, &d.synthetic_test));
+    } else {
       // Fashion-MNIST is 28x28 grey images in 10 classes: the model must fit it.
-      const ModelSpec& m = spec_.model;
       if (m.InputFeatures() != 784 || m.Classes() != 10 ||
           (m.family == ModelFamily::kVit && m.vit.channels != 1)) {
         return map.ErrorAt(

@@ -38,6 +38,26 @@ std::vector<LayerLayout> MlpLayout(const MlpSpec& mlp) {
   return layers;
 }
 
+// A pre-LN transformer block over `tokens` tokens of width d with an MLP of width h.
+LayerLayout TransformerBlockLayout(int index, int block, int64_t tokens, int64_t d, int64_t h) {
+  LayerLayout layout;
+  layout.index = index;
+  layout.name = absl::StrCat("block", block);
+  layout.in_shape = {tokens, d};
+  layout.out_shape = {tokens, d};
+  AddParam(layout, "ln1.gamma", {d});
+  AddParam(layout, "ln1.beta", {d});
+  AddLinear(layout, "attn.qkv.", d, 3 * d);
+  AddLinear(layout, "attn.proj.", d, d);
+  AddParam(layout, "ln2.gamma", {d});
+  AddParam(layout, "ln2.beta", {d});
+  AddLinear(layout, "mlp.fc1.", d, h);
+  AddLinear(layout, "mlp.fc2.", h, d);
+  // qkv + proj + fc1 + fc2 projections, plus QK^T and attention x V.
+  layout.forward_flops = 2 * tokens * (3 * d * d + d * d + 2 * d * h) + 4 * tokens * tokens * d;
+  return layout;
+}
+
 std::vector<LayerLayout> VitLayout(const VitSpec& vit) {
   const int64_t patches = int64_t{vit.height / vit.patch} * (vit.width / vit.patch);
   const int64_t tokens = patches + 1;  // + class token
@@ -57,22 +77,7 @@ std::vector<LayerLayout> VitLayout(const VitSpec& vit) {
   layers.push_back(std::move(embed));
 
   for (int b = 0; b < vit.depth; ++b) {
-    LayerLayout block;
-    block.index = b + 1;
-    block.name = absl::StrCat("block", b);
-    block.in_shape = {tokens, d};
-    block.out_shape = {tokens, d};
-    AddParam(block, "ln1.gamma", {d});
-    AddParam(block, "ln1.beta", {d});
-    AddLinear(block, "attn.qkv.", d, 3 * d);
-    AddLinear(block, "attn.proj.", d, d);
-    AddParam(block, "ln2.gamma", {d});
-    AddParam(block, "ln2.beta", {d});
-    AddLinear(block, "mlp.fc1.", d, h);
-    AddLinear(block, "mlp.fc2.", h, d);
-    // qkv + proj + fc1 + fc2 projections, plus QK^T and attention x V.
-    block.forward_flops = 2 * tokens * (3 * d * d + d * d + 2 * d * h) + 4 * tokens * tokens * d;
-    layers.push_back(std::move(block));
+    layers.push_back(TransformerBlockLayout(b + 1, b, tokens, d, h));
   }
 
   LayerLayout head;
@@ -84,6 +89,39 @@ std::vector<LayerLayout> VitLayout(const VitSpec& vit) {
   AddParam(head, "ln.beta", {d});
   AddLinear(head, "fc.", d, vit.classes);
   head.forward_flops = 2 * d * vit.classes;
+  layers.push_back(std::move(head));
+  return layers;
+}
+
+// Causal attention does half of QK^T and attention x V's multiply-adds, but the engine computes the
+// whole T x T products, so the estimate counts them whole.
+std::vector<LayerLayout> GptLayout(const GptSpec& gpt) {
+  const int64_t t = gpt.context, d = gpt.dim, v = gpt.vocab;
+  std::vector<LayerLayout> layers;
+
+  LayerLayout embed;
+  embed.index = 0;
+  embed.name = "embed";
+  embed.in_shape = {t};
+  embed.out_shape = {t, d};
+  AddParam(embed, "token_embed", {v, d});
+  AddParam(embed, "pos_embed", {t, d});
+  embed.forward_flops = t * d;
+  layers.push_back(std::move(embed));
+
+  for (int b = 0; b < gpt.depth; ++b) {
+    layers.push_back(TransformerBlockLayout(b + 1, b, t, d, gpt.mlp_dim));
+  }
+
+  LayerLayout head;
+  head.index = gpt.depth + 1;
+  head.name = "lm_head";
+  head.in_shape = {t, d};
+  head.out_shape = {t, v};
+  AddParam(head, "ln.gamma", {d});
+  AddParam(head, "ln.beta", {d});
+  AddLinear(head, "fc.", d, v);
+  head.forward_flops = 2 * t * d * v;
   layers.push_back(std::move(head));
   return layers;
 }
@@ -101,7 +139,15 @@ std::string ShapeToString(const std::vector<int64_t>& shape) {
 }
 
 std::vector<LayerLayout> BuildModelLayout(const ModelSpec& model) {
-  return model.family == ModelFamily::kMlp ? MlpLayout(model.mlp) : VitLayout(model.vit);
+  switch (model.family) {
+    case ModelFamily::kMlp:
+      return MlpLayout(model.mlp);
+    case ModelFamily::kVit:
+      return VitLayout(model.vit);
+    case ModelFamily::kGpt:
+      return GptLayout(model.gpt);
+  }
+  return {};
 }
 
 }  // namespace strait

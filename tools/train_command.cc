@@ -94,30 +94,32 @@ int RunTrain(const TrainOptions& o) {
                            std::nullopt, end);
     }
     if (epoch_end && t.step() < total) {
-      absl::StatusOr<double> accuracy = t.TestAccuracy();
-      if (!accuracy.ok()) return Fail(accuracy.status(), 1);
-      epochs.push_back({{"epoch", t.step() / per_epoch},
-                        {"mean_loss", epoch_loss / epoch_steps},
-                        {"test_accuracy", *accuracy}});
-      report.Print(absl::StrFormat("epoch %d: mean loss %.4f, test accuracy %.2f%%",
-                                   t.step() / per_epoch, epoch_loss / epoch_steps,
-                                   100 * *accuracy));
+      absl::StatusOr<site::Evaluation> evaluation = t.Evaluate();
+      if (!evaluation.ok()) return Fail(evaluation.status(), 1);
+      nlohmann::json epoch = {{"epoch", t.step() / per_epoch},
+                              {"mean_loss", epoch_loss / epoch_steps}};
+      site::AddEvaluationJson(spec->model, *evaluation, epoch);
+      epochs.push_back(epoch);
+      report.Print(absl::StrFormat("epoch %d: mean loss %.4f, %s", t.step() / per_epoch,
+                                   epoch_loss / epoch_steps,
+                                   site::DescribeEvaluation(spec->model, *evaluation)));
       epoch_loss = 0;
       epoch_steps = 0;
       report.RestartWindow(std::chrono::steady_clock::now());  // The evaluation is no training.
     }
   }
-  absl::StatusOr<double> accuracy = t.TestAccuracy();
-  if (!accuracy.ok()) return Fail(accuracy.status(), 1);
+  absl::StatusOr<site::Evaluation> evaluation = t.Evaluate();
+  if (!evaluation.ok()) return Fail(evaluation.status(), 1);
   if (epoch_steps > 0) {
-    epochs.push_back({{"epoch", static_cast<double>(t.step()) / per_epoch},
-                      {"mean_loss", epoch_loss / epoch_steps},
-                      {"test_accuracy", *accuracy}});
+    nlohmann::json epoch = {{"epoch", static_cast<double>(t.step()) / per_epoch},
+                            {"mean_loss", epoch_loss / epoch_steps}};
+    site::AddEvaluationJson(spec->model, *evaluation, epoch);
+    epochs.push_back(epoch);
   }
   const double samples_per_second = total * ts.global_batch / std::max(train_seconds, 1e-9);
-  report.Print(absl::StrFormat("test accuracy %.2f%% after %d steps; %.0f samples/s (%s training)",
-                               100 * *accuracy, total, samples_per_second,
-                               FormatDuration(train_seconds)));
+  report.Print(absl::StrFormat("%s after %d steps; %.0f samples/s (%s training)",
+                               site::DescribeEvaluation(spec->model, *evaluation), total,
+                               samples_per_second, FormatDuration(train_seconds)));
 
   const std::string checkpoint = o.out + "/final.ckpt";
   if (absl::Status s = t.SaveCheckpoint(checkpoint); !s.ok()) return Fail(s, 1);
@@ -125,7 +127,7 @@ int RunTrain(const TrainOptions& o) {
   metrics["steps"] = total;
   metrics["loss"] = report.losses().losses();
   metrics["epochs"] = epochs;
-  metrics["test_accuracy"] = *accuracy;
+  site::AddEvaluationJson(spec->model, *evaluation, metrics);
   metrics["samples_per_second"] = samples_per_second;
   metrics["train_seconds"] = train_seconds;
   if (absl::Status s = report.WriteMetrics(o.out); !s.ok()) return Fail(s, 1);

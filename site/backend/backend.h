@@ -77,9 +77,11 @@ class Backend {
                                  float* dx /*[rows, dim]*/, float* dgamma /*[dim]*/,
                                  float* dbeta /*[dim]*/) = 0;
 
-  // Per row: y = softmax(scale * x). y may alias x.
-  virtual void SoftmaxRows(int64_t rows, int cols, float scale, const float* x /*[rows, cols]*/,
-                           float* y /*[rows, cols]*/) = 0;
+  // Per row: y = softmax(scale * x). Causal: row r covers columns [0, r % cols] only and the later
+  // columns get 0 (self-attention where query r % cols sees the keys up to its own position).
+  // y may alias x.
+  virtual void SoftmaxRows(int64_t rows, int cols, float scale, bool causal,
+                           const float* x /*[rows, cols]*/, float* y /*[rows, cols]*/) = 0;
   // dx = scale * y * (dy - sum(dy * y)) per row, where y is SoftmaxRows' output. dx may alias dy.
   virtual void SoftmaxRowsBackward(int64_t rows, int cols, float scale, const float* y,
                                    const float* dy, float* dx) = 0;
@@ -119,6 +121,16 @@ class Backend {
   // The inverse of HeadsToBatch: writes x's head columns, leaves its other columns alone.
   virtual void BatchToHeads(int n, int tokens, int heads, int dh,
                             const float* y /*[n, heads, tokens, dh]*/, float* x, int64_t ldx) = 0;
+
+  // y[r] = table[ids[r]]: ids are token ids held exactly in floats; an id outside [0, vocab) gives
+  // a row of zeros.
+  virtual void EmbeddingLookup(int64_t rows, int dim, int vocab, const float* ids /*[rows]*/,
+                               const float* table /*[vocab, dim]*/, float* y /*[rows, dim]*/) = 0;
+  // Accumulating: dtable[ids[r]] += dy[r], the rows added in order r = 0, 1, ... (ids outside
+  // [0, vocab) are skipped).
+  virtual void EmbeddingBackward(int64_t rows, int dim, int vocab, const float* ids /*[rows]*/,
+                                 const float* dy /*[rows, dim]*/,
+                                 float* dtable /*[vocab, dim]*/) = 0;
 
   // Optimizer updates over a whole parameter arena; g = grad * grad_scale (clipping).
   // SGD: g += weight_decay * param; velocity = momentum * velocity + g; param -= lr * velocity.

@@ -31,4 +31,9 @@ STRAIT_HOST_DEVICE inline float DropoutScale(float p, uint64_t key, uint64_t i) 
   return CounterUniform(key, i) >= p ? 1.0f / (1.0f - p) : 0.0f;
 }
 
+// The token id a float holds, or -1 when it is outside [0, vocab) (or NaN).
+STRAIT_HOST_DEVICE inline int64_t TokenId(float id, int vocab) {
+  return id >= 0.0f && id < static_cast<float>(vocab) ? static_cast<int64_t>(id) : -1;
+}
+
 }  // namespace strait::site

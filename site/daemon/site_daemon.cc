@@ -18,6 +18,7 @@
 #include "site/daemon/checkpoint_store.h"
 #include "site/daemon/site_session.h"
 #include "site/data/dataset.h"
+#include "site/nn/evaluation.h"
 #include "site/pipeline/stage_checkpoint.h"
 #include "site/rpc/gateway_connection.h"
 
@@ -73,7 +74,7 @@ absl::StatusOr<StageData> LoadStageData(const JobSpec& spec, bool first, bool la
     data.train = std::make_shared<const Dataset>(std::move(train));
     data.test = std::make_shared<const Dataset>(std::move(test));
   } else {
-    STRAIT_ASSIGN_OR_RETURN(data.test_size, DatasetSize(spec.data, Split::kTest));
+    STRAIT_ASSIGN_OR_RETURN(data.test_size, DatasetSize(spec.data, spec.model, Split::kTest));
   }
   return data;
 }
@@ -106,7 +107,7 @@ absl::StatusOr<SiteSetup> LoadSetup(const SiteOptions& o) {
   }
   setup.total_steps = spec.training.steps;
   if (setup.total_steps == 0) {
-    STRAIT_ASSIGN_OR_RETURN(int64_t train_size, DatasetSize(spec.data, Split::kTrain));
+    STRAIT_ASSIGN_OR_RETURN(int64_t train_size, DatasetSize(spec.data, spec.model, Split::kTrain));
     setup.total_steps = int64_t{spec.training.epochs} * (train_size / spec.training.global_batch);
   }
   return setup;
@@ -156,7 +157,7 @@ nlohmann::json SiteMetricsJson(const SiteOptions& o, const SiteSetup& setup, Sit
     summary["loss"] = losses.losses();
     summary["loss_first_step"] = losses.first_step();
   }
-  if (figures.accuracy) summary["test_accuracy"] = *figures.accuracy;
+  if (figures.evaluation) AddEvaluationJson(setup.spec.model, *figures.evaluation, summary);
   return summary;
 }
 
@@ -218,9 +219,9 @@ absl::Status RunSite(const SiteOptions& o) {
   report.Print(absl::StrFormat("%s: stage %d of %d, layers [%d, %d), %d steps", o.site_id,
                                setup.index, stages, layers.start, layers.end, setup.total_steps));
   absl::Status result = session.Run(connection, data);
-  if (const std::optional<double> accuracy = session.figures().accuracy) {
-    report.Print(absl::StrFormat("test accuracy %.2f%% after %d steps; %.0f samples/s",
-                                 100 * *accuracy, setup.total_steps,
+  if (const std::optional<Evaluation> evaluation = session.figures().evaluation) {
+    report.Print(absl::StrFormat("%s after %d steps; %.0f samples/s",
+                                 DescribeEvaluation(spec.model, *evaluation), setup.total_steps,
                                  session.figures().SamplesPerSecond(spec.training.global_batch)));
   }
   if (result.ok() && !o.out.empty()) result = WriteResults(o, setup, session, report);

@@ -312,9 +312,9 @@ absl::Status SiteSession::TrainGeneration(SiteRunner& runner, int64_t from,
   figures_.train_seconds = pass.trained_before + Seconds(pass.start, Clock::now());
   figures_.train_cpu_seconds += ProcessCpuSeconds() - cpu_at_start;
   if (result.ok() && options_.evaluate) {
-    absl::StatusOr<std::optional<double>> evaluated = runner.Evaluate();
+    absl::StatusOr<std::optional<Evaluation>> evaluated = runner.Evaluate();
     if (evaluated.ok()) {
-      figures_.accuracy = *evaluated;
+      figures_.evaluation = *evaluated;
     } else {
       result = evaluated.status();
     }

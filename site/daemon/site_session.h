@@ -27,6 +27,7 @@
 #include "site/daemon/neighbour_keys.h"
 #include "site/daemon/site_report_sender.h"
 #include "site/daemon/training_control.h"
+#include "site/nn/evaluation.h"
 #include "site/pipeline/site_metrics.h"
 #include "site/pipeline/site_runner.h"
 #include "site/pipeline/stage_executor.h"
@@ -64,7 +65,7 @@ struct SessionFigures {
   // From the end of the first step to the end of the last, less the last step's drain
   // (StepResult::drain_s): neither the pipeline's fill nor its drain counts.
   double steady_seconds = 0;
-  std::optional<double> accuracy;  // Of the last generation's evaluation (last stage).
+  std::optional<Evaluation> evaluation;  // Of the last generation's run (last stage).
 
   double SamplesPerSecond(int global_batch) const;
   // Over the steady state (for benchmarks); SamplesPerSecond() with fewer than two steps.

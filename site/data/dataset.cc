@@ -4,10 +4,12 @@
 #include "core/status.h"
 #include "site/data/fashion_mnist.h"
 #include "site/data/synthetic.h"
+#include "site/data/text_corpus.h"
 
 namespace strait::site {
 
 absl::StatusOr<Dataset> LoadDataset(const DataSpec& data, const ModelSpec& model, Split split) {
+  if (data.kind == DatasetKind::kText) return LoadTextDataset(data, model.gpt, split);
   if (data.kind == DatasetKind::kSynthetic) {
     const int64_t size = split == Split::kTrain ? data.synthetic_train : data.synthetic_test;
     return MakeSyntheticDataset(data.seed, split, size, model.InputFeatures(), model.Classes());
@@ -21,7 +23,8 @@ absl::StatusOr<Dataset> LoadDataset(const DataSpec& data, const ModelSpec& model
   return d;
 }
 
-absl::StatusOr<int64_t> DatasetSize(const DataSpec& data, Split split) {
+absl::StatusOr<int64_t> DatasetSize(const DataSpec& data, const ModelSpec& model, Split split) {
+  if (data.kind == DatasetKind::kText) return TextDatasetSize(data, model.gpt, split);
   if (data.kind == DatasetKind::kSynthetic) {
     return int64_t{split == Split::kTrain ? data.synthetic_train : data.synthetic_test};
   }

@@ -1,4 +1,5 @@
-// In-memory classification data sets: the first stage reads the inputs, the last stage the labels.
+// In-memory data sets (images and their classes, or windows of text and their next tokens): the
+// first stage reads the inputs, the last stage the labels.
 #pragma once
 
 #include <cstdint>
@@ -15,8 +16,9 @@ struct Dataset {
   int64_t size = 0;
   int features = 0;  // Floats per sample (784 for 28x28 images, channels first).
   int classes = 0;
+  int targets = 1;              // Labels per sample (ModelSpec::TargetsPerSample).
   std::vector<float> inputs;    // [size, features]
-  std::vector<int32_t> labels;  // [size], each in [0, classes)
+  std::vector<int32_t> labels;  // [size, targets], each in [0, classes)
 };
 
 // The data set of a job spec (`data:`), checked against the model's input size and classes.
@@ -25,6 +27,6 @@ absl::StatusOr<Dataset> LoadDataset(const DataSpec& data, const ModelSpec& model
 
 // The number of samples of a split without loading it (a middle stage needs only the count to
 // follow the evaluation batches). Thread-safe.
-absl::StatusOr<int64_t> DatasetSize(const DataSpec& data, Split split);
+absl::StatusOr<int64_t> DatasetSize(const DataSpec& data, const ModelSpec& model, Split split);
 
 }  // namespace strait::site

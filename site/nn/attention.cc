@@ -41,7 +41,7 @@ void AttentionForward(Backend& backend, const AttentionShape& s, const float* qk
   // S = Q K^T, P = softmax(S / sqrt(dh)), O = P V.
   backend.GemmBatched(false, true, T, T, dh, 1.0f, sv.q, dh, tdh, sv.k, dh, tdh, 0.0f, sv.p, T, tt,
                       batch);
-  backend.SoftmaxRows(int64_t{batch} * T, T, Scale(s), sv.p, sv.p);
+  backend.SoftmaxRows(int64_t{batch} * T, T, Scale(s), s.causal, sv.p, sv.p);
   float* o = scratch;
   backend.GemmBatched(false, false, T, dh, T, 1.0f, sv.p, T, tt, sv.v, dh, tdh, 0.0f, o, dh, tdh,
                       batch);

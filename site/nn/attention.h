@@ -1,4 +1,5 @@
-// Multi-head self-attention core (no projections): softmax(Q K^T / sqrt(dh)) V per head.
+// Multi-head self-attention core (no projections): softmax(Q K^T / sqrt(dh)) V per head, with a
+// causal mask when asked (the masked probabilities are 0, so the backward needs no mask).
 // Used by the transformer block, which owns the qkv and output projections.
 #pragma once
 
@@ -13,6 +14,7 @@ struct AttentionShape {
   int tokens = 0;  // T
   int heads = 0;   // H
   int dh = 0;      // per-head width; model width D = heads * dh
+  bool causal = false;  // token t attends to tokens 0..t only (a language model)
   int64_t dim() const { return int64_t{heads} * dh; }
   int64_t rows() const { return int64_t{n} * tokens; }
 };

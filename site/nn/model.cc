@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "site/backend/counter_rng.h"
 #include "site/nn/dense_layer.h"
+#include "site/nn/gpt_layers.h"
+#include "site/nn/transformer_block.h"
 #include "site/nn/vit_layers.h"
 
 namespace strait::site {
@@ -29,12 +31,29 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec&
                                                                            : ActivationOp::kGelu;
       layers.push_back(
           std::make_unique<DenseLayer>(std::move(l), act, hidden ? model.mlp.dropout : 0.0f));
-    } else if (i == 0) {
-      layers.push_back(std::make_unique<PatchEmbedLayer>(std::move(l), model.vit));
-    } else if (i == total - 1) {
-      layers.push_back(std::make_unique<ClassifierHead>(std::move(l), model.vit));
+    } else if (model.family == ModelFamily::kVit) {
+      const VitSpec& v = model.vit;
+      if (i == 0) {
+        layers.push_back(std::make_unique<PatchEmbedLayer>(std::move(l), v));
+      } else if (i == total - 1) {
+        layers.push_back(std::make_unique<ClassifierHead>(std::move(l), v));
+      } else {
+        const int tokens = (v.height / v.patch) * (v.width / v.patch) + 1;
+        layers.push_back(std::make_unique<TransformerBlock>(
+            std::move(l), TransformerBlockSpec{tokens, v.dim, v.heads, v.mlp_dim, v.dropout,
+                                               /*causal=*/false}));
+      }
     } else {
-      layers.push_back(std::make_unique<TransformerBlock>(std::move(l), model.vit));
+      const GptSpec& g = model.gpt;
+      if (i == 0) {
+        layers.push_back(std::make_unique<TokenEmbedLayer>(std::move(l), g));
+      } else if (i == total - 1) {
+        layers.push_back(std::make_unique<LmHead>(std::move(l), g));
+      } else {
+        layers.push_back(std::make_unique<TransformerBlock>(
+            std::move(l), TransformerBlockSpec{g.context, g.dim, g.heads, g.mlp_dim, g.dropout,
+                                               /*causal=*/true}));
+      }
     }
   }
   return layers;
@@ -49,7 +68,7 @@ void InitParameter(const ModelSpec& model, const LayerLayout& layer, int param, 
     bound = model.family == ModelFamily::kMlp
                 ? static_cast<float>(1.0 / std::sqrt(in_features))
                 : static_cast<float>(std::sqrt(6.0 / (in_features + out_features)));
-  } else if (p.name == "cls_token" || p.name == "pos_embed") {
+  } else if (p.name == "cls_token" || p.name == "pos_embed" || p.name == "token_embed") {
     bound = 0.02f * std::sqrt(3.0f);  // uniform with standard deviation 0.02
   } else if (absl::EndsWith(p.name, "gamma")) {
     constant = 1.0f;

@@ -86,10 +86,10 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSpec& model, Lay
   STRAIT_ASSIGN_OR_RETURN(s->grad_b_, Floats(backend, max_batch * max_features));
   STRAIT_ASSIGN_OR_RETURN(s->scratch_, Floats(backend, scratch));
   if (s->is_last()) {
-    STRAIT_ASSIGN_OR_RETURN(s->labels_, DeviceBuffer::Create(backend, sizeof(int32_t) * max_batch));
-    STRAIT_ASSIGN_OR_RETURN(s->losses_, Floats(backend, max_batch));
-    STRAIT_ASSIGN_OR_RETURN(s->correct_,
-                            DeviceBuffer::Create(backend, sizeof(int32_t) * max_batch));
+    const int64_t targets = int64_t{max_batch} * model.TargetsPerSample();
+    STRAIT_ASSIGN_OR_RETURN(s->labels_, DeviceBuffer::Create(backend, sizeof(int32_t) * targets));
+    STRAIT_ASSIGN_OR_RETURN(s->losses_, Floats(backend, targets));
+    STRAIT_ASSIGN_OR_RETURN(s->correct_, DeviceBuffer::Create(backend, sizeof(int32_t) * targets));
   }
   STRAIT_RETURN_IF_ERROR(backend->Sync());
   return s;
@@ -193,24 +193,27 @@ absl::Status Stage::Forward(int microbatch, int n, const float* input, float* ou
 absl::StatusOr<LossResult> Stage::Loss(int microbatch, const int32_t* labels, float grad_scale) {
   if (!is_last()) return absl::FailedPreconditionError("Loss on a stage that is not the last");
   STRAIT_ASSIGN_OR_RETURN(Microbatch * mb, Find(microbatch, "Loss"));
-  const int n = mb->n;
+  const int per_sample = model_.TargetsPerSample();
+  const int64_t n = int64_t{mb->n} * per_sample;  // Rows of logits, one per target.
+  const int classes = static_cast<int>(output_features() / per_sample);
+  for (int64_t i = 0; i < n; ++i) {
+    if (labels[i] < 0 || labels[i] >= classes) {
+      return absl::InvalidArgumentError(absl::StrCat("label ", labels[i], " of sample ",
+                                                     i / per_sample, " is not in [0, ", classes,
+                                                     ")"));
+    }
+  }
   backend_->CopyToDevice(labels_.i32(), labels, sizeof(int32_t) * n);
-  backend_->CrossEntropy(n, static_cast<int>(output_features()),
-                         mb->activations.f32() + activation_offsets_.back(), labels_.i32(),
-                         grad_scale, losses_.f32(), correct_.i32(), mb->loss_grad.f32());
+  backend_->CrossEntropy(n, classes, mb->activations.f32() + activation_offsets_.back(),
+                         labels_.i32(), grad_scale, losses_.f32(), correct_.i32(),
+                         mb->loss_grad.f32());
   std::vector<float> losses(n);
   std::vector<int32_t> correct(n);
   backend_->CopyToHost(losses.data(), losses_.f32(), sizeof(float) * n);
   backend_->CopyToHost(correct.data(), correct_.i32(), sizeof(int32_t) * n);
   STRAIT_RETURN_IF_ERROR(backend_->Sync());
-  for (int i = 0; i < n; ++i) {
-    if (labels[i] < 0 || labels[i] >= output_features()) {
-      return absl::InvalidArgumentError(absl::StrCat("label ", labels[i], " of sample ", i,
-                                                     " is not in [0, ", output_features(), ")"));
-    }
-  }
   LossResult result;
-  for (int i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < n; ++i) {
     result.loss_sum += losses[i];
     result.correct += correct[i];
   }

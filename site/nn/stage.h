@@ -28,9 +28,11 @@
 
 namespace strait::site {
 
+// Over a microbatch's targets: one per sample for a classifier, `context` next tokens per sample
+// for a language model (ModelSpec::TargetsPerSample).
 struct LossResult {
-  double loss_sum = 0.0;  // Sum over the microbatch's samples of -log p(label).
-  int64_t correct = 0;    // Samples whose arg-max logit is the label.
+  double loss_sum = 0.0;  // Sum over the targets of -log p(label).
+  int64_t correct = 0;    // Targets whose arg-max logit is the label.
 };
 
 // The parameters a pass computes with: one view per layer of the stage (layer i of the stage,
@@ -64,6 +66,7 @@ class Stage {
   int64_t output_features() const;  // Floats per sample that Forward returns.
   int64_t param_count() const { return layer_offsets_.back(); }
   int max_batch() const { return max_batch_; }
+  int targets_per_sample() const { return model_.TargetsPerSample(); }  // Labels per sample.
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   // Where layer k's parameters start in a parameter arena (layout order: layer by layer, param by
   // param); [layers().size()] = param_count().
@@ -84,8 +87,9 @@ class Stage {
                        WeightViews weights, const PassOptions& pass = {});
 
   // Last stage only, after Forward(microbatch): softmax cross-entropy of its logits against
-  // labels [n] (host); keeps dLoss/dlogits = (softmax - onehot) * grad_scale for Backward, where
-  // grad_scale = 1 / global batch makes the loss the mean over the global batch.
+  // labels [n, ModelSpec::TargetsPerSample()] (host); keeps dLoss/dlogits = (softmax - onehot) *
+  // grad_scale for Backward, where grad_scale = 1 / (targets of the global batch) makes the loss
+  // the mean over them.
   absl::StatusOr<LossResult> Loss(int microbatch, const int32_t* labels, float grad_scale);
 
   // Backpropagates microbatch `microbatch`: grad_output [n, output_features()] (host; null on the

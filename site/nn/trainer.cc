@@ -48,11 +48,12 @@ int64_t Trainer::total_steps() const {
 
 void Trainer::Gather(const Dataset& data, const int64_t* indices, int n) {
   inputs_.resize(static_cast<size_t>(n) * data.features);
-  labels_.resize(n);
+  labels_.resize(static_cast<size_t>(n) * data.targets);
   for (int i = 0; i < n; ++i) {
     std::copy_n(data.inputs.begin() + indices[i] * data.features, data.features,
                 inputs_.begin() + static_cast<int64_t>(i) * data.features);
-    labels_[i] = data.labels[indices[i]];
+    std::copy_n(data.labels.begin() + indices[i] * data.targets, data.targets,
+                labels_.begin() + static_cast<int64_t>(i) * data.targets);
   }
 }
 
@@ -63,19 +64,20 @@ absl::StatusOr<StepStats> Trainer::Step() {
   StepStats stats;
   stats.step = step_;
   int64_t correct = 0;
+  // The loss is the mean over the step's targets (tokens, for a language model).
+  const int64_t targets = int64_t{t.global_batch} * spec_.model.TargetsPerSample();
   stage_->ZeroGrad(step_);
   for (int m = 0; m < t.microbatches; ++m) {
     Gather(train_, batch.data() + int64_t{m} * mb, mb);
     STRAIT_RETURN_IF_ERROR(
         stage_->Forward(step_, m, mb, inputs_.data(), nullptr, WeightsOfSites(m)));
-    STRAIT_ASSIGN_OR_RETURN(LossResult loss,
-                            stage_->Loss(m, labels_.data(), 1.0f / t.global_batch));
+    STRAIT_ASSIGN_OR_RETURN(LossResult loss, stage_->Loss(m, labels_.data(), 1.0f / static_cast<float>(targets)));
     STRAIT_RETURN_IF_ERROR(stage_->Backward(m, nullptr, nullptr, m == t.microbatches - 1));
     stats.loss += loss.loss_sum;
     correct += loss.correct;
   }
-  stats.loss /= t.global_batch;
-  stats.accuracy = static_cast<double>(correct) / t.global_batch;
+  stats.loss /= static_cast<double>(targets);
+  stats.accuracy = static_cast<double>(correct) / static_cast<double>(targets);
   float scale = 1.0f;
   if (t.grad_clip > 0.0) {
     STRAIT_ASSIGN_OR_RETURN(double sum_squares, stage_->GradSumSquares(0.0, step_));
@@ -109,10 +111,10 @@ site::ForwardOptions Trainer::WeightsOfSites(int microbatch) const {
   return options;
 }
 
-absl::StatusOr<double> Trainer::TestAccuracy() {
+absl::StatusOr<Evaluation> Trainer::Evaluate() {
   std::vector<int64_t> indices(test_.size);
   std::iota(indices.begin(), indices.end(), 0);
-  int64_t correct = 0;
+  LossResult sum;
   for (int64_t begin = 0; begin < test_.size; begin += stage_->max_batch()) {
     const int n = static_cast<int>(std::min<int64_t>(stage_->max_batch(), test_.size - begin));
     Gather(test_, indices.data() + begin, n);
@@ -121,9 +123,12 @@ absl::StatusOr<double> Trainer::TestAccuracy() {
     absl::StatusOr<LossResult> loss = stage_->Loss(0, labels_.data(), 0.0f);
     stage_->Discard(0);
     if (!loss.ok()) return loss.status();
-    correct += loss->correct;
+    sum.loss_sum += loss->loss_sum;
+    sum.correct += loss->correct;
   }
-  return test_.size == 0 ? 0.0 : static_cast<double>(correct) / test_.size;
+  const double targets = static_cast<double>(test_.size) * test_.targets;
+  if (targets == 0) return Evaluation{};
+  return Evaluation{sum.loss_sum / targets, static_cast<double>(sum.correct) / targets};
 }
 
 absl::Status Trainer::SaveCheckpoint(const std::string& path) {

@@ -18,6 +18,7 @@
 #include "site/backend/backend.h"
 #include "site/data/dataset.h"
 #include "site/data/sampler.h"
+#include "site/nn/evaluation.h"
 #include "site/pipeline/stage_executor.h"
 
 namespace strait::site {
@@ -46,8 +47,8 @@ class Trainer {
   // Afterwards stage().Params() are L_{step()}.
   absl::StatusOr<StepStats> Step();
 
-  // Classification accuracy on the test split (dropout off). Does not change the model.
-  absl::StatusOr<double> TestAccuracy();
+  // Loss and accuracy on the test (held-out) split, dropout off. Does not change the model.
+  absl::StatusOr<Evaluation> Evaluate();
 
   absl::Status SaveCheckpoint(const std::string& path);
   // Restores parameters, optimizer state and step; the file must come from the same model, layers,

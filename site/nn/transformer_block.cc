@@ -1,6 +1,7 @@
+#include "site/nn/transformer_block.h"
+
 #include "site/backend/counter_rng.h"
 #include "site/nn/linear.h"
-#include "site/nn/vit_layers.h"
 
 namespace strait::site {
 namespace {
@@ -56,33 +57,31 @@ BlockSaved<T> SavedViews(T* p, int64_t rows, int64_t d, int64_t f) {
 
 }  // namespace
 
-TransformerBlock::TransformerBlock(LayerLayout layout, const VitSpec& vit)
-    : Layer(std::move(layout)),
-      vit_(vit),
-      tokens_((vit.height / vit.patch) * (vit.width / vit.patch) + 1) {}
+TransformerBlock::TransformerBlock(LayerLayout layout, const TransformerBlockSpec& spec)
+    : Layer(std::move(layout)), spec_(spec) {}
 
 AttentionShape TransformerBlock::Shape(int n) const {
-  return {n, tokens_, vit_.heads, vit_.dim / vit_.heads};
+  return {n, spec_.tokens, spec_.heads, spec_.dim / spec_.heads, spec_.causal};
 }
 
 int64_t TransformerBlock::SavedFloats(int n) const {
-  const int64_t rows = int64_t{n} * tokens_;
-  return rows * (4 * vit_.dim + 4 + 2 * vit_.mlp_dim) + AttentionSavedFloats(Shape(n));
+  const int64_t rows = int64_t{n} * spec_.tokens;
+  return rows * (4 * spec_.dim + 4 + 2 * spec_.mlp_dim) + AttentionSavedFloats(Shape(n));
 }
 
 // Backward: dr1, dtmp [R, D], dqkv [R, 3D], dg [R, F], then the attention's scratch; the forward
 // needs less (qkv [R, 3D] and a branch output [R, D] before the attention scratch).
 int64_t TransformerBlock::ScratchFloats(int n) const {
-  const int64_t rows = int64_t{n} * tokens_;
-  return rows * (5 * vit_.dim + vit_.mlp_dim) + AttentionScratchFloats(Shape(n));
+  const int64_t rows = int64_t{n} * spec_.tokens;
+  return rows * (5 * spec_.dim + spec_.mlp_dim) + AttentionScratchFloats(Shape(n));
 }
 
 void TransformerBlock::Forward(Backend& backend, const LayerParams& params, const PassInfo& pass,
                                int n, const float* x, float* y, float* saved, float* scratch) {
-  const int d = vit_.dim, f = vit_.mlp_dim;
-  const int64_t rows = int64_t{n} * tokens_, rd = rows * d;
-  const bool drop = pass.training && vit_.dropout > 0.0f;
-  const int64_t offset = pass.first_row * tokens_ * d;  // of the masks, in [n, T, D] elements
+  const int d = spec_.dim, f = spec_.mlp_dim;
+  const int64_t rows = int64_t{n} * spec_.tokens, rd = rows * d;
+  const bool drop = pass.training && spec_.dropout > 0.0f;
+  const int64_t offset = pass.first_row * spec_.tokens * d;  // of the masks, in [n, T, D] elements
   const auto& w = params.value;
   BlockSaved<float> s = SavedViews(saved, rows, d, f);
   float* qkv = scratch;          // [R, 3D]
@@ -96,7 +95,7 @@ void TransformerBlock::Forward(Backend& backend, const LayerParams& params, cons
   LinearForward(backend, rows, d, d, s.att, w[kProjW], w[kProjB], ActivationOp::kNone, branch,
                 branch);
   if (drop) {
-    backend.Dropout(rd, vit_.dropout, CombineKey(pass.dropout_key, 1), offset, branch, branch);
+    backend.Dropout(rd, spec_.dropout, CombineKey(pass.dropout_key, 1), offset, branch, branch);
   }
   backend.CopyOnDevice(s.r1, x, sizeof(float) * rd);
   backend.Axpy(rd, 1.0f, branch, s.r1);
@@ -105,17 +104,17 @@ void TransformerBlock::Forward(Backend& backend, const LayerParams& params, cons
   backend.LayerNormForward(rows, d, s.r1, w[kLn2Gamma], w[kLn2Beta], s.xn2, s.mean2, s.rstd2);
   LinearForward(backend, rows, d, f, s.xn2, w[kFc1W], w[kFc1B], ActivationOp::kGelu, s.h, s.g);
   LinearForward(backend, rows, f, d, s.g, w[kFc2W], w[kFc2B], ActivationOp::kNone, y, y);
-  if (drop) backend.Dropout(rd, vit_.dropout, CombineKey(pass.dropout_key, 2), offset, y, y);
+  if (drop) backend.Dropout(rd, spec_.dropout, CombineKey(pass.dropout_key, 2), offset, y, y);
   backend.Axpy(rd, 1.0f, s.r1, y);
 }
 
 void TransformerBlock::Backward(Backend& backend, const LayerParams& params, const PassInfo& pass,
                                 int n, const float* x, const float* y, float* dy, float* dx,
                                 const float* saved, float* scratch) {
-  const int d = vit_.dim, f = vit_.mlp_dim;
-  const int64_t rows = int64_t{n} * tokens_, rd = rows * d;
-  const bool drop = pass.training && vit_.dropout > 0.0f;
-  const int64_t offset = pass.first_row * tokens_ * d;  // of the masks, in [n, T, D] elements
+  const int d = spec_.dim, f = spec_.mlp_dim;
+  const int64_t rows = int64_t{n} * spec_.tokens, rd = rows * d;
+  const bool drop = pass.training && spec_.dropout > 0.0f;
+  const int64_t offset = pass.first_row * spec_.tokens * d;  // of the masks, in [n, T, D] elements
   const auto& w = params.value;
   const auto& g = params.grad;
   BlockSaved<const float> s = SavedViews(saved, rows, d, f);
@@ -127,7 +126,7 @@ void TransformerBlock::Backward(Backend& backend, const LayerParams& params, con
 
   // MLP branch: dy reaches r1 directly and through fc2 <- gelu <- fc1 <- ln2.
   backend.CopyOnDevice(dr1, dy, sizeof(float) * rd);
-  if (drop) backend.Dropout(rd, vit_.dropout, CombineKey(pass.dropout_key, 2), offset, dy, dy);
+  if (drop) backend.Dropout(rd, spec_.dropout, CombineKey(pass.dropout_key, 2), offset, dy, dy);
   LinearBackward(backend, rows, f, d, s.g, w[kFc2W], dy, dg, g[kFc2W], g[kFc2B]);
   backend.ActivationBackward(rows * f, ActivationOp::kGelu, s.h, dg, dg);
   LinearBackward(backend, rows, d, f, s.xn2, w[kFc1W], dg, dtmp, g[kFc1W], g[kFc1B]);
@@ -137,7 +136,7 @@ void TransformerBlock::Backward(Backend& backend, const LayerParams& params, con
   // Attention branch: dr1 reaches x directly and through proj <- attention <- qkv <- ln1.
   float* dx_acc = dx != nullptr ? dx : dy;  // dy is free now
   backend.CopyOnDevice(dx_acc, dr1, sizeof(float) * rd);
-  if (drop) backend.Dropout(rd, vit_.dropout, CombineKey(pass.dropout_key, 1), offset, dr1, dr1);
+  if (drop) backend.Dropout(rd, spec_.dropout, CombineKey(pass.dropout_key, 1), offset, dr1, dr1);
   LinearBackward(backend, rows, d, d, s.att, w[kProjW], dr1, dtmp, g[kProjW], g[kProjB]);
   AttentionBackward(backend, Shape(n), s.attn, dtmp, dqkv, attn_scratch);
   LinearBackward(backend, rows, d, 3 * d, s.xn1, w[kQkvW], dqkv, dtmp, g[kQkvW], g[kQkvB]);

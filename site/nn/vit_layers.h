@@ -1,8 +1,8 @@
-// The vision transformer's layers: patch_embed, block{i} (pre-LN) and head.
+// The vision transformer's own layers: patch_embed and head (its blocks are TransformerBlocks,
+// site/nn/transformer_block.h).
 #pragma once
 
 #include "core/job_spec.h"
-#include "site/nn/attention.h"
 #include "site/nn/layer.h"
 
 namespace strait::site {
@@ -24,26 +24,6 @@ class PatchEmbedLayer final : public Layer {
  private:
   VitSpec vit_;
   int patches_, patch_size_, tokens_;
-};
-
-// A pre-LN transformer block: r = x + drop(attn(ln1(x))); y = r + drop(mlp(ln2(r))), the MLP being
-// fc1 -> GELU -> fc2. Params: ln1.{gamma,beta}, attn.qkv.{weight,bias}, attn.proj.{weight,bias},
-// ln2.{gamma,beta}, mlp.fc1.{weight,bias}, mlp.fc2.{weight,bias}.
-class TransformerBlock final : public Layer {
- public:
-  TransformerBlock(LayerLayout layout, const VitSpec& vit);
-  int64_t SavedFloats(int n) const override;
-  int64_t ScratchFloats(int n) const override;
-  void Forward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
-               const float* x, float* y, float* saved, float* scratch) override;
-  void Backward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
-                const float* x, const float* y, float* dy, float* dx, const float* saved,
-                float* scratch) override;
-
- private:
-  AttentionShape Shape(int n) const;
-  VitSpec vit_;
-  int tokens_;
 };
 
 // The head: LayerNorm of the class token, then Linear to the logits.

@@ -123,13 +123,16 @@ absl::Status SiteRunner::SendTo(FrameSender& to, const v1::TensorKey& key,
 void SiteRunner::Gather(const Dataset& data, const int64_t* indices, int n) {
   const bool first = stage_.is_first(), last = stage_.is_last();
   if (first) inputs_.resize(static_cast<size_t>(n) * data.features);
-  if (last) labels_.resize(n);
+  if (last) labels_.resize(static_cast<size_t>(n) * data.targets);
   for (int i = 0; i < n; ++i) {
     if (first) {
       std::copy_n(data.inputs.begin() + indices[i] * data.features, data.features,
                   inputs_.begin() + static_cast<int64_t>(i) * data.features);
     }
-    if (last) labels_[i] = data.labels[indices[i]];
+    if (last) {
+      std::copy_n(data.labels.begin() + indices[i] * data.targets, data.targets,
+                  labels_.begin() + static_cast<int64_t>(i) * data.targets);
+    }
   }
 }
 
@@ -173,8 +176,9 @@ absl::StatusOr<StepResult> SiteRunner::Step() {
     }
   }
   if (stage_.is_last()) {  // Warm-up 0: every forward of step s ran in Step(s).
-    result.loss = tally.loss_sum / t.global_batch;
-    result.accuracy = static_cast<double>(tally.correct) / t.global_batch;
+    result.loss = tally.loss_sum / (t.global_batch * spec_.model.TargetsPerSample());
+    result.accuracy =
+        static_cast<double>(tally.correct) / (t.global_batch * spec_.model.TargetsPerSample());
   }
   ++step_;
   return result;
@@ -198,8 +202,9 @@ absl::Status SiteRunner::RunForward(int64_t step, int m, StepTally& tally) {
     STRAIT_RETURN_IF_ERROR(stage_.Forward(step, m, mb, first ? inputs_.data() : input.data(),
                                           last ? nullptr : output.data(), options));
     if (last) {
-      STRAIT_ASSIGN_OR_RETURN(LossResult loss,
-                              stage_.Loss(m, labels_.data(), 1.0f / t.global_batch));
+      // The loss is the mean over the step's targets (tokens, for a language model).
+      const int64_t targets = int64_t{t.global_batch} * spec_.model.TargetsPerSample();
+      STRAIT_ASSIGN_OR_RETURN(LossResult loss, stage_.Loss(m, labels_.data(), 1.0f / static_cast<float>(targets)));
       tally.loss_sum += loss.loss_sum;
       tally.correct += loss.correct;
     }
@@ -279,7 +284,7 @@ absl::Status SiteRunner::Update(int64_t s) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::optional<double>> SiteRunner::Evaluate() {
+absl::StatusOr<std::optional<Evaluation>> SiteRunner::Evaluate() {
   const bool first = stage_.is_first(), last = stage_.is_last();
   const int64_t size = data_.test ? data_.test->size : data_.test_size;
   const int64_t batches = (size + microbatch_size_ - 1) / microbatch_size_;
@@ -293,7 +298,7 @@ absl::StatusOr<std::optional<double>> SiteRunner::Evaluate() {
     }
   }
   std::vector<int64_t> indices(microbatch_size_);
-  int64_t correct = 0;
+  LossResult sum;
   for (int64_t b = 0; b < batches; ++b) {
     const int n = rows(b);
     if (data_.test) {
@@ -316,7 +321,8 @@ absl::StatusOr<std::optional<double>> SiteRunner::Evaluate() {
       stage_.Discard(0);
       STRAIT_RETURN_IF_ERROR(forward);
       if (!loss.ok()) return loss.status();
-      correct += loss->correct;
+      sum.loss_sum += loss->loss_sum;
+      sum.correct += loss->correct;
     }
     if (!last) {
       STRAIT_RETURN_IF_ERROR(SendTo(*links_.forward_out,
@@ -324,8 +330,11 @@ absl::StatusOr<std::optional<double>> SiteRunner::Evaluate() {
                                     std::move(output), {n, stage_.output_features()}));
     }
   }
-  if (!last) return std::optional<double>();
-  return std::optional<double>(size == 0 ? 0.0 : static_cast<double>(correct) / size);
+  if (!last) return std::optional<Evaluation>();
+  const double targets = static_cast<double>(size) * spec_.model.TargetsPerSample();
+  if (targets == 0) return std::optional<Evaluation>(Evaluation{});
+  return std::optional<Evaluation>(
+      Evaluation{sum.loss_sum / targets, static_cast<double>(sum.correct) / targets});
 }
 
 absl::Status SiteRunner::Flush() {

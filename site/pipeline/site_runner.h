@@ -29,6 +29,7 @@
 #include "core/job_spec.h"
 #include "site/data/dataset.h"
 #include "site/data/sampler.h"
+#include "site/nn/evaluation.h"
 #include "site/pipeline/frame_receiver.h"
 #include "site/pipeline/frame_sender.h"
 #include "site/pipeline/schedule.h"
@@ -88,10 +89,11 @@ class SiteRunner {
   // runner unusable.
   absl::StatusOr<StepResult> Step();
 
-  // Accuracy on the test split, evaluated through the whole pipeline (dropout off); returned on the
-  // last stage, nullopt elsewhere. Does not change the model. Call between steps with nothing in
-  // flight: before the first step or after the last one (2bw holds microbatches across steps).
-  absl::StatusOr<std::optional<double>> Evaluate();
+  // Loss and accuracy on the test split, evaluated through the whole pipeline (dropout off);
+  // returned on the last stage, nullopt elsewhere. Does not change the model. Call between steps
+  // with nothing in flight: before the first step or after the last one (2bw holds microbatches
+  // across steps).
+  absl::StatusOr<std::optional<Evaluation>> Evaluate();
 
   // Blocks until the gateway holds everything this stage sent.
   absl::Status Flush();

@@ -203,8 +203,9 @@ absl::StatusOr<LossResult> StageExecutor::Loss(int microbatch, const int32_t* la
   STRAIT_RETURN_IF_ERROR(OnWorkers([&](int w) -> absl::Status {
     const auto [first, rows] = rows_.Rows(n, w);
     if (rows == 0) return absl::OkStatus();
-    STRAIT_ASSIGN_OR_RETURN(parts[w],
-                            workers_[w].stage->Loss(microbatch, labels + first, grad_scale));
+    Stage& stage = *workers_[w].stage;
+    STRAIT_ASSIGN_OR_RETURN(
+        parts[w], stage.Loss(microbatch, labels + first * stage.targets_per_sample(), grad_scale));
     return absl::OkStatus();
   }));
   LossResult sum;

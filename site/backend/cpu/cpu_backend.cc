@@ -234,20 +234,23 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void SoftmaxRows(int64_t rows, int cols, float scale, const float* x, float* y) override {
+  void SoftmaxRows(int64_t rows, int cols, float scale, bool causal, const float* x,
+                   float* y) override {
     pool_.ParallelFor(rows, RowGrain(cols), [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const float* xr = x + r * cols;
         float* yr = y + r * cols;
+        const int valid = causal ? static_cast<int>(r % cols) + 1 : cols;
         float mx = -std::numeric_limits<float>::infinity();
-        for (int c = 0; c < cols; ++c) mx = std::max(mx, scale * xr[c]);
+        for (int c = 0; c < valid; ++c) mx = std::max(mx, scale * xr[c]);
         float sum = 0.0f;
-        for (int c = 0; c < cols; ++c) {
+        for (int c = 0; c < valid; ++c) {
           yr[c] = std::exp(scale * xr[c] - mx);
           sum += yr[c];
         }
         const float inv = 1.0f / sum;
-        for (int c = 0; c < cols; ++c) yr[c] *= inv;
+        for (int c = 0; c < valid; ++c) yr[c] *= inv;
+        std::fill(yr + valid, yr + cols, 0.0f);
       }
     });
   }
@@ -320,6 +323,32 @@ class CpuBackend final : public Backend {
               int64_t ld_dst) override {
     for (int64_t r = 0; r < rows; ++r) {
       std::memmove(dst + r * ld_dst, src + r * ld_src, sizeof(float) * cols);
+    }
+  }
+
+  void EmbeddingLookup(int64_t rows, int dim, int vocab, const float* ids, const float* table,
+                       float* y) override {
+    pool_.ParallelFor(rows, RowGrain(dim), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t id = TokenId(ids[r], vocab);
+        float* yr = y + r * dim;
+        if (id < 0) {
+          std::fill(yr, yr + dim, 0.0f);
+        } else {
+          std::memcpy(yr, table + id * dim, sizeof(float) * dim);
+        }
+      }
+    });
+  }
+
+  void EmbeddingBackward(int64_t rows, int dim, int vocab, const float* ids, const float* dy,
+                         float* dtable) override {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t id = TokenId(ids[r], vocab);
+      if (id < 0) continue;
+      float* dr = dtable + id * dim;
+      const float* dyr = dy + r * dim;
+      for (int c = 0; c < dim; ++c) dr[c] += dyr[c];
     }
   }
 

@@ -121,8 +121,17 @@ class CudaBackend final : public Backend {
     Check(STRAIT_CUDA_CHECK(
         LaunchLayerNormBackward(stream_, rows, dim, x, gamma, mean, rstd, dy, dx, dgamma, dbeta)));
   }
-  void SoftmaxRows(int64_t rows, int cols, float scale, const float* x, float* y) override {
-    Check(STRAIT_CUDA_CHECK(LaunchSoftmaxRows(stream_, rows, cols, scale, x, y)));
+  void SoftmaxRows(int64_t rows, int cols, float scale, bool causal, const float* x,
+                   float* y) override {
+    Check(STRAIT_CUDA_CHECK(LaunchSoftmaxRows(stream_, rows, cols, scale, causal, x, y)));
+  }
+  void EmbeddingLookup(int64_t rows, int dim, int vocab, const float* ids, const float* table,
+                       float* y) override {
+    Check(STRAIT_CUDA_CHECK(LaunchEmbeddingLookup(stream_, rows, dim, vocab, ids, table, y)));
+  }
+  void EmbeddingBackward(int64_t rows, int dim, int vocab, const float* ids, const float* dy,
+                         float* dtable) override {
+    Check(STRAIT_CUDA_CHECK(LaunchEmbeddingBackward(stream_, rows, dim, vocab, ids, dy, dtable)));
   }
   void SoftmaxRowsBackward(int64_t rows, int cols, float scale, const float* y, const float* dy,
                            float* dx) override {

@@ -118,23 +118,47 @@ __global__ void LayerNormBackwardParamsKernel(int64_t rows, int dim, const float
   }
 }
 
-__global__ void SoftmaxRowsKernel(int64_t rows, int cols, float scale, const float* x, float* y) {
+__global__ void SoftmaxRowsKernel(int64_t rows, int cols, float scale, bool causal,
+                                  const float* x, float* y) {
   const int64_t r = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (r >= rows) return;
   const float* xr = x + r * cols;
   float* yr = y + r * cols;
+  const int valid = causal ? static_cast<int>(r % cols) + 1 : cols;
   float mx = -INFINITY;
-  for (int c = lane; c < cols; c += 32) mx = fmaxf(mx, scale * xr[c]);
+  for (int c = lane; c < valid; c += 32) mx = fmaxf(mx, scale * xr[c]);
   mx = WarpMax(mx);
   float sum = 0.0f;
-  for (int c = lane; c < cols; c += 32) {
+  for (int c = lane; c < valid; c += 32) {
     const float e = expf(scale * xr[c] - mx);
     yr[c] = e;
     sum += e;
   }
   const float inv = 1.0f / WarpSum(sum);
-  for (int c = lane; c < cols; c += 32) yr[c] *= inv;
+  for (int c = lane; c < valid; c += 32) yr[c] *= inv;
+  for (int c = valid + lane; c < cols; c += 32) yr[c] = 0.0f;
+}
+
+// One thread per element of y.
+__global__ void EmbeddingLookupKernel(int64_t rows, int dim, int vocab, const float* ids,
+                                      const float* table, float* y) {
+  GRID_STRIDE(i, rows * dim) {
+    const int64_t r = i / dim;
+    const int64_t id = TokenId(ids[r], vocab);
+    y[i] = id < 0 ? 0.0f : table[id * dim + i % dim];
+  }
+}
+
+// One thread per column of the table, adding the rows in order: deterministic without atomics.
+__global__ void EmbeddingBackwardKernel(int64_t rows, int dim, int vocab, const float* ids,
+                                        const float* dy, float* dtable) {
+  GRID_STRIDE(c, dim) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t id = TokenId(ids[r], vocab);
+      if (id >= 0) dtable[id * dim + c] += dy[r * dim + c];
+    }
+  }
 }
 
 __global__ void SoftmaxRowsBackwardKernel(int64_t rows, int cols, float scale, const float* y,
@@ -332,9 +356,17 @@ cudaError_t LaunchLayerNormBackward(cudaStream_t s, int64_t rows, int dim, const
   if (e != cudaSuccess) return e;
   return Launch(s, LayerNormBackwardParamsKernel, dim, rows, dim, x, mean, rstd, dy, dgamma, dbeta);
 }
-cudaError_t LaunchSoftmaxRows(cudaStream_t s, int64_t rows, int cols, float scale, const float* x,
-                              float* y) {
-  return LaunchWarps(s, SoftmaxRowsKernel, rows, rows, cols, scale, x, y);
+cudaError_t LaunchSoftmaxRows(cudaStream_t s, int64_t rows, int cols, float scale, bool causal,
+                              const float* x, float* y) {
+  return LaunchWarps(s, SoftmaxRowsKernel, rows, rows, cols, scale, causal, x, y);
+}
+cudaError_t LaunchEmbeddingLookup(cudaStream_t s, int64_t rows, int dim, int vocab,
+                                  const float* ids, const float* table, float* y) {
+  return Launch(s, EmbeddingLookupKernel, rows * dim, rows, dim, vocab, ids, table, y);
+}
+cudaError_t LaunchEmbeddingBackward(cudaStream_t s, int64_t rows, int dim, int vocab,
+                                    const float* ids, const float* dy, float* dtable) {
+  return Launch(s, EmbeddingBackwardKernel, dim, rows, dim, vocab, ids, dy, dtable);
 }
 cudaError_t LaunchSoftmaxRowsBackward(cudaStream_t s, int64_t rows, int cols, float scale,
                                       const float* y, const float* dy, float* dx) {

@@ -27,8 +27,12 @@ cudaError_t LaunchLayerNormForward(cudaStream_t s, int64_t rows, int dim, const 
 cudaError_t LaunchLayerNormBackward(cudaStream_t s, int64_t rows, int dim, const float* x,
                                     const float* gamma, const float* mean, const float* rstd,
                                     const float* dy, float* dx, float* dgamma, float* dbeta);
-cudaError_t LaunchSoftmaxRows(cudaStream_t s, int64_t rows, int cols, float scale, const float* x,
-                              float* y);
+cudaError_t LaunchSoftmaxRows(cudaStream_t s, int64_t rows, int cols, float scale, bool causal,
+                              const float* x, float* y);
+cudaError_t LaunchEmbeddingLookup(cudaStream_t s, int64_t rows, int dim, int vocab,
+                                  const float* ids, const float* table, float* y);
+cudaError_t LaunchEmbeddingBackward(cudaStream_t s, int64_t rows, int dim, int vocab,
+                                    const float* ids, const float* dy, float* dtable);
 cudaError_t LaunchSoftmaxRowsBackward(cudaStream_t s, int64_t rows, int cols, float scale,
                                       const float* y, const float* dy, float* dx);
 cudaError_t LaunchCrossEntropy(cudaStream_t s, int64_t rows, int classes, const float* logits,

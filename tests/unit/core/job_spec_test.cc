@@ -102,6 +102,29 @@ TEST(JobSpecTest, ParsesEveryKey) {
   EXPECT_EQ(spec->links[0].rotate_bytes, 1ull << 30);
 }
 
+TEST(JobSpecTest, ParsesAGptOnText) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(R"(
+name: lm
+model: {family: gpt, context: 64, dim: 48, depth: 3, heads: 6, dropout: 0.1}
+data: {path: corpus/kjv.txt, validation: 0.02}
+training: {steps: 3}
+sites: [{id: a, layers: [0, 2]}, {id: b, layers: [2, 5]}]
+)",
+                                              "lm.yaml", "/fed");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const GptSpec& g = spec->model.gpt;
+  EXPECT_EQ(spec->model.family, ModelFamily::kGpt);
+  EXPECT_EQ(g.vocab, 256);
+  EXPECT_EQ(g.context, 64);
+  EXPECT_EQ(g.mlp_dim, 4 * 48);
+  EXPECT_FLOAT_EQ(g.dropout, 0.1f);
+  EXPECT_EQ(spec->model.NumLayers(), 5);
+  EXPECT_EQ(spec->data.kind, DatasetKind::kText);  // The default for family gpt.
+  EXPECT_EQ(spec->data.path, "/fed/corpus/kjv.txt");
+  EXPECT_EQ(spec->data.tokenizer, "bytes");
+  EXPECT_DOUBLE_EQ(spec->data.validation, 0.02);
+}
+
 TEST(JobSpecTest, DefaultsFillEverythingOptional) {
   absl::StatusOr<JobSpec> spec = ParseJobSpec(R"(
 name: tiny

@@ -54,6 +54,29 @@ TEST(ModelLayoutTest, VitLayersShapesAndParameters) {
   for (size_t i = 1; i < layers.size(); ++i) EXPECT_EQ(layers[i].in_shape, layers[i - 1].out_shape);
 }
 
+TEST(ModelLayoutTest, GptLayersShapesAndParameters) {
+  ModelSpec model;
+  model.family = ModelFamily::kGpt;
+  model.gpt = GptSpec{.vocab = 256, .context = 128, .dim = 64, .depth = 3, .heads = 4, .mlp_dim = 256};
+  EXPECT_EQ(model.NumLayers(), 5);
+  EXPECT_EQ(model.InputFeatures(), 128);
+  EXPECT_EQ(model.Classes(), 256);
+  EXPECT_EQ(model.TargetsPerSample(), 128);
+  std::vector<LayerLayout> layers = BuildModelLayout(model);
+  ASSERT_EQ(layers.size(), 5u);
+  EXPECT_EQ(layers[0].name, "embed");
+  EXPECT_EQ(layers[0].in_shape, (std::vector<int64_t>{128}));
+  EXPECT_EQ(layers[0].out_shape, (std::vector<int64_t>{128, 64}));  // The residual stream.
+  EXPECT_EQ(layers[0].param_count, 256 * 64 + 128 * 64);
+  EXPECT_EQ(layers[1].name, "block0");
+  EXPECT_EQ(layers[1].param_count, 2 * 64 + (64 * 192 + 192) + (64 * 64 + 64) + 2 * 64 +
+                                       (64 * 256 + 256) + (256 * 64 + 64));
+  EXPECT_EQ(layers[4].name, "lm_head");
+  EXPECT_EQ(layers[4].out_shape, (std::vector<int64_t>{128, 256}));
+  EXPECT_EQ(layers[4].param_count, 2 * 64 + 64 * 256 + 256);
+  for (size_t i = 1; i < layers.size(); ++i) EXPECT_EQ(layers[i].in_shape, layers[i - 1].out_shape);
+}
+
 TEST(ModelLayoutTest, ShapeHelpers) {
   EXPECT_EQ(NumElements({}), 1);
   EXPECT_EQ(NumElements({3, 4, 5}), 60);

@@ -142,13 +142,15 @@ TEST_F(BackendOpsTest, ElementwiseAndRowOps) {
   dg.Expect("layernorm dgamma", 1e-4f);
   db.Expect("layernorm dbeta", 1e-4f);
 
-  auto p = Make(Random(n, 31));
-  cpu_->SoftmaxRows(rows, cols, 0.3f, x.cpu(), p.cpu());
-  dev_->SoftmaxRows(rows, cols, 0.3f, x.dev(), p.dev());
-  p.Expect("softmax");
-  cpu_->SoftmaxRowsBackward(rows, cols, 0.3f, p.cpu(), dy.cpu(), dx.cpu());
-  dev_->SoftmaxRowsBackward(rows, cols, 0.3f, p.dev(), dy.dev(), dx.dev());
-  dx.Expect("softmax backward");
+  for (bool causal : {false, true}) {
+    auto p = Make(Random(n, 31));
+    cpu_->SoftmaxRows(rows, cols, 0.3f, causal, x.cpu(), p.cpu());
+    dev_->SoftmaxRows(rows, cols, 0.3f, causal, x.dev(), p.dev());
+    p.Expect(causal ? "causal softmax" : "softmax");
+    cpu_->SoftmaxRowsBackward(rows, cols, 0.3f, p.cpu(), dy.cpu(), dx.cpu());
+    dev_->SoftmaxRowsBackward(rows, cols, 0.3f, p.dev(), dy.dev(), dx.dev());
+    dx.Expect("softmax backward");
+  }
 
   std::vector<float> label_bits(rows);
   for (int r = 0; r < rows; ++r) {
@@ -185,6 +187,20 @@ TEST_F(BackendOpsTest, ElementwiseAndRowOps) {
   d.Expect("fill", 0, 0);
   EXPECT_NEAR(dev_->SumSquares(n, x.dev()), cpu_->SumSquares(n, x.cpu()), 1e-9 * n);
   EXPECT_EQ(dev_->SumSquares(n, x.dev()), dev_->SumSquares(n, x.dev()));  // deterministic
+}
+
+TEST_F(BackendOpsTest, Embedding) {
+  const int rows = 300, dim = 40, vocab = 50;
+  std::vector<float> id_values(rows);
+  for (int r = 0; r < rows; ++r) id_values[r] = r == 7 ? -1.0f : r == 9 ? vocab : (r * 37) % vocab;
+  auto ids = Make(id_values), table = Make(Random(vocab * dim, 50)), y = Make(Random(rows * dim, 51));
+  cpu_->EmbeddingLookup(rows, dim, vocab, ids.cpu(), table.cpu(), y.cpu());
+  dev_->EmbeddingLookup(rows, dim, vocab, ids.dev(), table.dev(), y.dev());
+  y.Expect("embedding lookup", 0, 0);
+  auto dy = Make(Random(rows * dim, 52)), dtable = Make(Random(vocab * dim, 53));
+  cpu_->EmbeddingBackward(rows, dim, vocab, ids.cpu(), dy.cpu(), dtable.cpu());
+  dev_->EmbeddingBackward(rows, dim, vocab, ids.dev(), dy.dev(), dtable.dev());
+  dtable.Expect("embedding backward", 0, 0);  // Rows added in the same order: the same bits.
 }
 
 TEST_F(BackendOpsTest, LayoutOps) {

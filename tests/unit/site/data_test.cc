@@ -1,11 +1,12 @@
-// Data: the IDX reader (real files when installed, crafted good and bad files), the synthetic set
-// and the sampler.
+// Data: the IDX reader (real files when installed, crafted good and bad files), the synthetic set,
+// text windows and the sampler.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "site/data/fashion_mnist.h"
 #include "site/data/sampler.h"
 #include "site/data/synthetic.h"
+#include "site/data/text_corpus.h"
 
 namespace strait::site {
 namespace {
@@ -108,6 +110,70 @@ TEST(SyntheticTest, DeterministicAndInRange) {
   EXPECT_EQ(a.labels, b.labels);
   EXPECT_NE(a.inputs, test.inputs);
   for (int32_t l : a.labels) EXPECT_TRUE(l >= 0 && l < 4);
+}
+
+class TextTest : public IdxTest {
+ protected:
+  std::string Write(const std::string& name, const std::string& bytes) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path, std::ios::binary) << bytes;
+    return path;
+  }
+};
+
+TEST_F(TextTest, WindowsPredictTheNextByteAndTheTailIsHeldOut) {
+  std::string text;
+  for (int i = 0; i < 100; ++i) text += static_cast<char>('a' + i % 26);
+  DataSpec data;
+  data.kind = DatasetKind::kText;
+  data.path = Write("corpus.txt", text);
+  data.validation = 0.2;  // 80 training tokens, 20 held out.
+  GptSpec gpt;
+  gpt.context = 8;
+  auto train = LoadTextDataset(data, gpt, Split::kTrain);
+  ASSERT_TRUE(train.ok()) << train.status();
+  EXPECT_EQ(train->size, 79 / 8);
+  EXPECT_EQ(train->features, 8);
+  EXPECT_EQ(train->targets, 8);
+  EXPECT_EQ(train->classes, 256);
+  for (int64_t i = 0; i < train->size * 8; ++i) {
+    EXPECT_EQ(train->inputs[i], static_cast<float>(text[i]));
+    EXPECT_EQ(train->labels[i], text[i + 1]);
+  }
+  auto test = LoadTextDataset(data, gpt, Split::kTest);
+  ASSERT_TRUE(test.ok()) << test.status();
+  EXPECT_EQ(test->size, 19 / 8);
+  EXPECT_EQ(test->inputs[0], static_cast<float>(text[80]));
+  EXPECT_EQ(test->labels.back(), text[80 + 16]);
+  ModelSpec model;
+  model.family = ModelFamily::kGpt;
+  model.gpt = gpt;
+  EXPECT_EQ(*DatasetSize(data, model, Split::kTrain), train->size);
+  EXPECT_EQ(*DatasetSize(data, model, Split::kTest), test->size);
+}
+
+TEST_F(TextTest, Utf8IsCheckedAndErrorsNameTheFile) {
+  const std::string good = "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80";
+  EXPECT_TRUE(ReadByteTokens(Write("good.txt", good)).ok());
+  for (const std::string& bad : {std::string("ab\xff"), std::string("ab\xc3"),
+                                 std::string("\xc0\xaf"), std::string("\xed\xa0\x80")}) {
+    const std::string path = Write("bad.txt", bad);
+    auto tokens = ReadByteTokens(path);
+    ASSERT_FALSE(tokens.ok());
+    EXPECT_THAT(tokens.status().message(), HasSubstr(path));
+    EXPECT_THAT(tokens.status().message(), HasSubstr("not UTF-8"));
+  }
+  EXPECT_THAT(ReadByteTokens((dir_ / "missing.txt").string()).status().message(),
+              HasSubstr("missing.txt"));
+
+  DataSpec data;
+  data.path = Write("short.txt", "too short");
+  GptSpec gpt;
+  gpt.context = 64;
+  auto windows = LoadTextDataset(data, gpt, Split::kTrain);
+  ASSERT_FALSE(windows.ok());
+  EXPECT_THAT(windows.status().message(), HasSubstr("short.txt"));
+  EXPECT_THAT(windows.status().message(), HasSubstr("model.context"));
 }
 
 TEST(SamplerTest, EpochsArePermutationsSharedByEveryProcess) {

@@ -56,16 +56,17 @@ void RefDropout(Vec& x, float p, uint64_t key) {
   for (size_t i = 0; i < x.size(); ++i) x[i] *= DropoutScale(p, key, i);
 }
 
-// Multi-head attention core on qkv [n*T, 3D] -> [n*T, D].
-Vec RefAttention(const Vec& qkv, int n, int t, int heads, int dh) {
+// Multi-head attention core on qkv [n*T, 3D] -> [n*T, D]; causal: token i sees tokens 0..i.
+Vec RefAttention(const Vec& qkv, int n, int t, int heads, int dh, bool causal) {
   const int d = heads * dh;
   Vec out(static_cast<size_t>(n) * t * d);
   for (int b = 0; b < n; ++b) {
     for (int h = 0; h < heads; ++h) {
       for (int i = 0; i < t; ++i) {
-        Vec s(t);
+        const int seen = causal ? i + 1 : t;
+        Vec s(seen);
         double mx = -1e300;
-        for (int j = 0; j < t; ++j) {
+        for (int j = 0; j < seen; ++j) {
           double dot = 0;
           for (int k = 0; k < dh; ++k) {
             dot +=
@@ -75,10 +76,10 @@ Vec RefAttention(const Vec& qkv, int n, int t, int heads, int dh) {
           mx = std::max(mx, s[j]);
         }
         double sum = 0;
-        for (int j = 0; j < t; ++j) sum += (s[j] = std::exp(s[j] - mx));
+        for (int j = 0; j < seen; ++j) sum += (s[j] = std::exp(s[j] - mx));
         for (int k = 0; k < dh; ++k) {
           double o = 0;
-          for (int j = 0; j < t; ++j)
+          for (int j = 0; j < seen; ++j)
             o += s[j] / sum * qkv[(b * t + j) * 3 * d + 2 * d + h * dh + k];
           out[(b * t + i) * d + h * dh + k] = o;
         }
@@ -94,6 +95,7 @@ struct Harness {
   int n = 3;
   RefForward ref;
   bool has_input_grad = true;
+  int token_vocab = 0;  // > 0: the input is token ids in [0, token_vocab), not random floats.
 };
 
 float Random(uint64_t key, uint64_t i, float lo, float hi) {
@@ -125,7 +127,10 @@ void CheckLayer(const Harness& h) {
   }
   std::vector<float> x(n * in), y(n * out), saved(layer.SavedFloats(n) + 1),
       scratch(layer.ScratchFloats(n) + 1), dx(n * in, 0.0f);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = Random(7, i, -1.0f, 1.0f);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = h.token_vocab > 0 ? std::floor(Random(7, i, 0.0f, h.token_vocab - 0.01f))
+                             : Random(7, i, -1.0f, 1.0f);
+  }
   PassInfo pass{true, 0x1234};
   layer.Forward(*backend, params, pass, n, x.data(), y.data(), saved.data(), scratch.data());
 
@@ -261,28 +266,33 @@ TEST(LayerGradientTest, PatchEmbed) {
   }
 }
 
+// A pre-LN block over n samples of t tokens of width d.
+RefForward BlockRef(int n, int t, int d, int heads, int mlp_dim, float dropout, bool causal) {
+  const int rows = n * t;
+  return [=](const Params& p, const Vec& x, uint64_t key) {
+    const Vec xn1 = RefLayerNorm(x, rows, d, p[0], p[1]);
+    const Vec qkv = RefLinear(xn1, rows, d, 3 * d, p[2], p[3]);
+    const Vec att = RefAttention(qkv, n, t, heads, d / heads, causal);
+    Vec branch = RefLinear(att, rows, d, d, p[4], p[5]);
+    RefDropout(branch, dropout, CombineKey(key, 1));
+    Vec r1 = x;
+    for (size_t i = 0; i < r1.size(); ++i) r1[i] += branch[i];
+    const Vec xn2 = RefLayerNorm(r1, rows, d, p[6], p[7]);
+    Vec hidden = RefLinear(xn2, rows, d, mlp_dim, p[8], p[9]);
+    for (double& z : hidden) z = RefGelu(z);
+    Vec y = RefLinear(hidden, rows, mlp_dim, d, p[10], p[11]);
+    RefDropout(y, dropout, CombineKey(key, 2));
+    for (size_t i = 0; i < y.size(); ++i) y[i] += r1[i];
+    return y;
+  };
+}
+
 TEST(LayerGradientTest, TransformerBlock) {
   for (float dropout : {0.0f, 0.2f}) {
     Harness h{TinyVit(dropout), 1};
     const VitSpec v = h.model.vit;
-    const int t = (v.height / v.patch) * (v.width / v.patch) + 1, d = v.dim, rows = h.n * t;
-    const int n = h.n;
-    h.ref = [=](const Params& p, const Vec& x, uint64_t key) {
-      const Vec xn1 = RefLayerNorm(x, rows, d, p[0], p[1]);
-      const Vec qkv = RefLinear(xn1, rows, d, 3 * d, p[2], p[3]);
-      const Vec att = RefAttention(qkv, n, t, v.heads, d / v.heads);
-      Vec branch = RefLinear(att, rows, d, d, p[4], p[5]);
-      RefDropout(branch, v.dropout, CombineKey(key, 1));
-      Vec r1 = x;
-      for (size_t i = 0; i < r1.size(); ++i) r1[i] += branch[i];
-      const Vec xn2 = RefLayerNorm(r1, rows, d, p[6], p[7]);
-      Vec hidden = RefLinear(xn2, rows, d, v.mlp_dim, p[8], p[9]);
-      for (double& z : hidden) z = RefGelu(z);
-      Vec y = RefLinear(hidden, rows, v.mlp_dim, d, p[10], p[11]);
-      RefDropout(y, v.dropout, CombineKey(key, 2));
-      for (size_t i = 0; i < y.size(); ++i) y[i] += r1[i];
-      return y;
-    };
+    const int t = (v.height / v.patch) * (v.width / v.patch) + 1;
+    h.ref = BlockRef(h.n, t, v.dim, v.heads, v.mlp_dim, v.dropout, /*causal=*/false);
     CheckLayer(h);
   }
 }
@@ -296,6 +306,58 @@ TEST(LayerGradientTest, ClassifierHead) {
     for (int b = 0; b < n; ++b)
       for (int k = 0; k < d; ++k) cls[b * d + k] = x[b * t * d + k];
     return RefLinear(RefLayerNorm(cls, n, d, p[0], p[1]), n, d, v.classes, p[2], p[3]);
+  };
+  CheckLayer(h);
+}
+
+ModelSpec TinyGpt(float dropout) {
+  ModelSpec m;
+  m.family = ModelFamily::kGpt;
+  m.gpt.vocab = 7;
+  m.gpt.context = 5;
+  m.gpt.dim = 8;
+  m.gpt.depth = 1;
+  m.gpt.heads = 2;
+  m.gpt.mlp_dim = 12;
+  m.gpt.dropout = dropout;
+  return m;
+}
+
+TEST(LayerGradientTest, TokenEmbed) {
+  for (float dropout : {0.0f, 0.25f}) {
+    Harness h{TinyGpt(dropout), 0};
+    const GptSpec g = h.model.gpt;
+    const int n = h.n, t = g.context, d = g.dim;
+    h.has_input_grad = false;  // the input is data
+    h.token_vocab = g.vocab;
+    h.ref = [=](const Params& p, const Vec& x, uint64_t key) {
+      Vec y(static_cast<size_t>(n) * t * d);
+      for (int r = 0; r < n * t; ++r) {
+        const int id = static_cast<int>(x[r]);
+        for (int k = 0; k < d; ++k) y[r * d + k] = p[0][id * d + k] + p[1][(r % t) * d + k];
+      }
+      RefDropout(y, g.dropout, key);
+      return y;
+    };
+    CheckLayer(h);
+  }
+}
+
+TEST(LayerGradientTest, CausalTransformerBlock) {
+  for (float dropout : {0.0f, 0.2f}) {
+    Harness h{TinyGpt(dropout), 1};
+    const GptSpec g = h.model.gpt;
+    h.ref = BlockRef(h.n, g.context, g.dim, g.heads, g.mlp_dim, g.dropout, /*causal=*/true);
+    CheckLayer(h);
+  }
+}
+
+TEST(LayerGradientTest, LmHead) {
+  Harness h{TinyGpt(0.0f), 2};
+  const GptSpec g = h.model.gpt;
+  const int rows = h.n * g.context, d = g.dim;
+  h.ref = [=](const Params& p, const Vec& x, uint64_t) {
+    return RefLinear(RefLayerNorm(x, rows, d, p[0], p[1]), rows, d, g.vocab, p[2], p[3]);
   };
   CheckLayer(h);
 }

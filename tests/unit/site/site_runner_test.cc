@@ -66,7 +66,7 @@ struct SiteUnderTest {
   std::unique_ptr<SiteRunner> runner;
   SiteMetrics metrics;
   absl::Status status;
-  std::optional<double> accuracy;
+  std::optional<Evaluation> evaluation;
   std::vector<double> drains;  // StepResult::drain_s of each step taken.
 };
 
@@ -121,7 +121,7 @@ std::vector<std::unique_ptr<SiteUnderTest>> Federation(
       data.train = std::make_shared<Dataset>(*LoadDataset(spec.data, spec.model, Split::kTrain));
       data.test = std::make_shared<Dataset>(*LoadDataset(spec.data, spec.model, Split::kTest));
     }
-    data.test_size = *DatasetSize(spec.data, Split::kTest);
+    data.test_size = *DatasetSize(spec.data, spec.model, Split::kTest);
     site->runner = std::make_unique<SiteRunner>(
         spec, i, *site->stage, std::move(links), std::move(data), site->metrics,
         spec.training.steps, start_step, /*generation=*/checkpoints.empty() ? 0 : 1);
@@ -144,9 +144,9 @@ void RunAll(std::vector<std::unique_ptr<SiteUnderTest>>& sites, int64_t steps,
         if (step.ok()) s.drains.push_back(step->drain_s);
       }
       if (!s.status.ok() || !end_of_run) return;
-      absl::StatusOr<std::optional<double>> accuracy = s.runner->Evaluate();
-      s.status = accuracy.ok() ? s.runner->Flush() : accuracy.status();
-      if (accuracy.ok()) s.accuracy = *accuracy;
+      absl::StatusOr<std::optional<Evaluation>> evaluation = s.runner->Evaluate();
+      s.status = evaluation.ok() ? s.runner->Flush() : evaluation.status();
+      if (evaluation.ok()) s.evaluation = *evaluation;
     });
   }
   for (auto& t : threads) t.join();
@@ -172,9 +172,10 @@ TEST_P(SiteRunnerTest, ThreeSitesReproduceOneProcessBitForBit) {
     offset += params.size();
   }
   EXPECT_EQ(offset, reference.size());
-  ASSERT_TRUE(sites.back()->accuracy.has_value());
-  EXPECT_EQ(*sites.back()->accuracy, *trainer->TestAccuracy());
-  EXPECT_FALSE(sites.front()->accuracy.has_value());
+  ASSERT_TRUE(sites.back()->evaluation.has_value());
+  EXPECT_EQ(sites.back()->evaluation->accuracy, trainer->Evaluate()->accuracy);
+  EXPECT_EQ(sites.back()->evaluation->loss, trainer->Evaluate()->loss);
+  EXPECT_FALSE(sites.front()->evaluation.has_value());
   EXPECT_EQ(gateway.stored(), 0u);  // Everything pushed was consumed and acknowledged.
   const SiteMetrics::Totals middle = sites[1]->metrics.Snapshot();
   EXPECT_EQ(middle.links.size(), 4u);  // Both boundaries, both directions.
@@ -304,7 +305,7 @@ TEST_P(SiteRunnerTwoBwTest, ResumedFromCheckpointsEqualsUninterrupted) {
   const std::vector<float> params = AllParams(resumed);
   ASSERT_EQ(params.size(), reference.size());
   EXPECT_EQ(0, std::memcmp(params.data(), reference.data(), 4 * params.size()));
-  EXPECT_EQ(*resumed.back()->accuracy, *trainer->TestAccuracy());
+  EXPECT_EQ(resumed.back()->evaluation->accuracy, trainer->Evaluate()->accuracy);
   EXPECT_EQ(gateway.stored(), 0u);
 }
 

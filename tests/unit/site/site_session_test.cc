@@ -230,7 +230,7 @@ StageData DataOf(const JobSpec& spec, int index) {
     data.train = std::make_shared<Dataset>(*LoadDataset(spec.data, spec.model, Split::kTrain));
     data.test = std::make_shared<Dataset>(*LoadDataset(spec.data, spec.model, Split::kTest));
   }
-  data.test_size = *DatasetSize(spec.data, Split::kTest);
+  data.test_size = *DatasetSize(spec.data, spec.model, Split::kTest);
   return data;
 }
 
@@ -402,8 +402,9 @@ class SiteSessionTest : public ::testing::Test {
     EXPECT_EQ(offset, reference.size());
     EXPECT_EQ(b().losses().first_step(), 0);
     EXPECT_EQ(b().losses().losses(), losses);  // One per step: replayed steps replaced.
-    ASSERT_TRUE(b().session().figures().accuracy.has_value());
-    EXPECT_EQ(*b().session().figures().accuracy, *trainer->TestAccuracy());
+    ASSERT_TRUE(b().session().figures().evaluation.has_value());
+    EXPECT_EQ(b().session().figures().evaluation->accuracy, trainer->Evaluate()->accuracy);
+    EXPECT_EQ(b().session().figures().evaluation->loss, trainer->Evaluate()->loss);
     for (auto& site : sites_) {
       const std::vector<v1::SiteReport> reports = gateway_.reports(site->id());
       ASSERT_FALSE(reports.empty());

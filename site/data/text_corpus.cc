@@ -1,0 +1,130 @@
+#include "site/data/text_corpus.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+
+namespace strait::site {
+namespace {
+
+// Offset of the first byte that does not belong to well-formed UTF-8 (RFC 3629: no overlong forms,
+// no surrogates, nothing above U+10FFFF), or -1.
+int64_t FirstInvalidUtf8(const std::string& text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const int64_t n = static_cast<int64_t>(text.size());
+  for (int64_t i = 0; i < n;) {
+    const unsigned c = s[i];
+    int length = 0;
+    unsigned low = 0x80, high = 0xBF;  // Range of the second byte.
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      length = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      length = 3;
+      if (c == 0xE0) low = 0xA0;
+      if (c == 0xED) high = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      length = 4;
+      if (c == 0xF0) low = 0x90;
+      if (c == 0xF4) high = 0x8F;
+    } else {
+      return i;
+    }
+    if (i + length > n) return i;
+    if (s[i + 1] < low || s[i + 1] > high) return i;
+    for (int k = 2; k < length; ++k) {
+      if (s[i + k] < 0x80 || s[i + k] > 0xBF) return i;
+    }
+    i += length;
+  }
+  return -1;
+}
+
+// Tokens [begin, end) of a split: the training split is the head, the validation split the tail.
+std::pair<int64_t, int64_t> SplitRange(int64_t tokens, double validation, Split split) {
+  const int64_t held_out = static_cast<int64_t>(std::llround(static_cast<double>(tokens) * validation));
+  const int64_t cut = tokens - held_out;
+  return split == Split::kTrain ? std::pair{int64_t{0}, cut} : std::pair{cut, tokens};
+}
+
+int64_t Windows(int64_t tokens, int context) { return tokens > 0 ? (tokens - 1) / context : 0; }
+
+const char* SplitName(Split split) { return split == Split::kTrain ? "training" : "validation"; }
+
+}  // namespace
+
+absl::StatusOr<std::vector<int32_t>> ReadByteTokens(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat(path, ": cannot open the text file (data.path); check the path"));
+  }
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
+  if (const int64_t bad = FirstInvalidUtf8(text); bad >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": not UTF-8 text (byte ", bad,
+        " starts no valid character); convert it first, e.g. iconv -f LATIN1 -t UTF-8"));
+  }
+  return std::vector<int32_t>(reinterpret_cast<const unsigned char*>(text.data()),
+                              reinterpret_cast<const unsigned char*>(text.data()) + text.size());
+}
+
+absl::StatusOr<Dataset> MakeTextWindows(const std::vector<int32_t>& tokens, double validation,
+                                        const GptSpec& gpt, Split split) {
+  const auto [begin, end] = SplitRange(static_cast<int64_t>(tokens.size()), validation, split);
+  const int t = gpt.context;
+  Dataset d;
+  d.size = Windows(end - begin, t);
+  if (d.size == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", SplitName(split), " split has ", end - begin, " tokens, fewer than one window of ",
+        t + 1, " (model.context + 1); use more text, a shorter context or another data.validation"));
+  }
+  d.features = t;
+  d.classes = gpt.vocab;
+  d.targets = t;
+  d.inputs.resize(static_cast<size_t>(d.size) * t);
+  d.labels.resize(static_cast<size_t>(d.size) * t);
+  for (int64_t i = 0; i < d.size * t; ++i) {
+    const int32_t token = tokens[begin + i], next = tokens[begin + i + 1];
+    if (token < 0 || token >= gpt.vocab || next < 0 || next >= gpt.vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token ", token < 0 || token >= gpt.vocab ? token : next, " at position ",
+                       begin + i, " is not in the model's vocabulary [0, ", gpt.vocab, ")"));
+    }
+    d.inputs[i] = static_cast<float>(token);
+    d.labels[i] = next;
+  }
+  return d;
+}
+
+absl::StatusOr<Dataset> LoadTextDataset(const DataSpec& data, const GptSpec& gpt, Split split) {
+  if (data.tokenizer != "bytes") {
+    return absl::UnimplementedError(absl::StrCat(
+        "data.tokenizer ", data.tokenizer, ": only 'bytes' is supported by this build"));
+  }
+  STRAIT_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, ReadByteTokens(data.path));
+  absl::StatusOr<Dataset> d = MakeTextWindows(tokens, data.validation, gpt, split);
+  if (!d.ok()) return absl::Status(d.status().code(), absl::StrCat(data.path, ": ", d.status().message()));
+  return d;
+}
+
+absl::StatusOr<int64_t> TextDatasetSize(const DataSpec& data, const GptSpec& gpt, Split split) {
+  std::error_code error;
+  const auto bytes = std::filesystem::file_size(data.path, error);
+  if (error) {
+    return absl::NotFoundError(
+        absl::StrCat(data.path, ": cannot read the text file (data.path): ", error.message()));
+  }
+  const auto [begin, end] = SplitRange(static_cast<int64_t>(bytes), data.validation, split);
+  return Windows(end - begin, gpt.context);
+}
+
+}  // namespace strait::site

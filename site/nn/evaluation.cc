@@ -1,0 +1,27 @@
+#include "site/nn/evaluation.h"
+
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+
+namespace strait::site {
+
+double BitsPerByte(const Evaluation& e) { return e.loss / std::log(2.0); }
+
+std::string DescribeEvaluation(const ModelSpec& model, const Evaluation& e) {
+  if (model.family != ModelFamily::kGpt) {
+    return absl::StrFormat("test accuracy %.2f%%", 100 * e.accuracy);
+  }
+  return absl::StrFormat("validation loss %.4f nats/token (%.4f bits/byte), next-token accuracy %.2f%%",
+                         e.loss, BitsPerByte(e), 100 * e.accuracy);
+}
+
+void AddEvaluationJson(const ModelSpec& model, const Evaluation& e, nlohmann::json& out) {
+  out["test_accuracy"] = e.accuracy;
+  if (model.family == ModelFamily::kGpt) {
+    out["val_loss"] = e.loss;
+    out["val_bits_per_byte"] = BitsPerByte(e);
+  }
+}
+
+}  // namespace strait::site

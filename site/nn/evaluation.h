@@ -1,0 +1,31 @@
+// A model's figures on the held-out split (dropout off): what `strait train` and the last site
+// report at the end of a run.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "core/job_spec.h"
+
+namespace strait::site {
+
+// Per target: one per sample for a classifier, one per token for a language model.
+struct Evaluation {
+  double loss = 0.0;      // Mean cross-entropy, nats.
+  double accuracy = 0.0;  // Share of targets whose arg-max logit is the label.
+};
+
+// Bits per byte of text for a language model's loss in nats per token (with byte tokens, one
+// token is one byte).
+double BitsPerByte(const Evaluation& e);
+
+// "test accuracy 88.21%" for a classifier; "validation loss 1.234 nats/token (1.780 bits/byte),
+// next-token accuracy 61.20%" for a language model.
+std::string DescribeEvaluation(const ModelSpec& model, const Evaluation& e);
+
+// metrics.json fields: test_accuracy for a classifier, plus val_loss and val_bits_per_byte for a
+// language model.
+void AddEvaluationJson(const ModelSpec& model, const Evaluation& e, nlohmann::json& out);
+
+}  // namespace strait::site

@@ -1,0 +1,45 @@
+// The GPT language model's own layers: embed (layer 0) and lm_head (the last); its blocks are
+// causal TransformerBlocks (site/nn/transformer_block.h).
+#pragma once
+
+#include "core/job_spec.h"
+#include "site/nn/layer.h"
+
+namespace strait::site {
+
+// Layer 0: y[t] = token_embed[x[t]] + pos_embed[t], then dropout. x is a window of `context` token
+// ids (floats holding whole numbers). Params: token_embed [vocab, D], pos_embed [context, D]. The
+// input is data, so Backward writes zeros to dx when asked for it.
+class TokenEmbedLayer final : public Layer {
+ public:
+  TokenEmbedLayer(LayerLayout layout, const GptSpec& gpt);
+  int64_t SavedFloats(int n) const override { return 0; }
+  int64_t ScratchFloats(int n) const override { return 0; }
+  void Forward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
+               const float* x, float* y, float* saved, float* scratch) override;
+  void Backward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
+                const float* x, const float* y, float* dy, float* dx, const float* saved,
+                float* scratch) override;
+
+ private:
+  GptSpec gpt_;
+};
+
+// The last layer: the final LayerNorm, then Linear to the logits over the vocabulary at every
+// position. Params: ln.gamma [D], ln.beta [D], fc.weight [vocab, D], fc.bias [vocab].
+class LmHead final : public Layer {
+ public:
+  LmHead(LayerLayout layout, const GptSpec& gpt);
+  int64_t SavedFloats(int n) const override;
+  int64_t ScratchFloats(int n) const override;
+  void Forward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
+               const float* x, float* y, float* saved, float* scratch) override;
+  void Backward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
+                const float* x, const float* y, float* dy, float* dx, const float* saved,
+                float* scratch) override;
+
+ private:
+  GptSpec gpt_;
+};
+
+}  // namespace strait::site
