@@ -10,6 +10,7 @@ namespace strait::tools {
 void AddConfigCommand(CLI::App& app, int* exit_code);
 void AddCertsCommand(CLI::App& app, int* exit_code);
 void AddTrainCommand(CLI::App& app, int* exit_code);
+void AddGenerateCommand(CLI::App& app, int* exit_code);
 void AddDemoCommand(CLI::App& app, int* exit_code);
 void AddWanCommand(CLI::App& app, int* exit_code);
 

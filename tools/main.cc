@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   strait::tools::AddConfigCommand(app, &exit_code);
   strait::tools::AddCertsCommand(app, &exit_code);
   strait::tools::AddTrainCommand(app, &exit_code);
+  strait::tools::AddGenerateCommand(app, &exit_code);
   strait::tools::AddWanCommand(app, &exit_code);
 
   // Benchmarks print figures measured side by side in one run; each registers under `strait bench`.
