@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "core/job_spec.h"
 #include "tools/command.h"
+#include "tools/text_sampling.h"
 #include "tools/job_spec_options.h"
 #include "tools/local_federation.h"
 
@@ -70,7 +71,7 @@ void Forward(std::vector<Follower>& followers, size_t width) {
 // Reads the sites' metrics.json and prints what the federation achieved.
 void PrintSummary(const JobSpec& spec, LocalFederation& fed, double wall_seconds) {
   double raw = 0, wire = 0;
-  std::optional<double> accuracy;
+  std::optional<double> accuracy, val_loss, val_bits_per_byte;
   double samples_per_second = 0;
   int64_t steps = 0;
   std::printf("\nstrait demo: done in %.0f s\n", wall_seconds);
@@ -80,6 +81,8 @@ void PrintSummary(const JobSpec& spec, LocalFederation& fed, double wall_seconds
                               /*allow_exceptions=*/false);
     if (m.is_discarded()) continue;
     if (m.contains("test_accuracy")) accuracy = m["test_accuracy"].get<double>();
+    if (m.contains("val_loss")) val_loss = m["val_loss"].get<double>();
+    if (m.contains("val_bits_per_byte")) val_bits_per_byte = m["val_bits_per_byte"].get<double>();
     if (site.id == spec.sites.back().id) {
       samples_per_second = m.value("samples_per_second", 0.0);
       steps = m.value("steps", int64_t{0});
@@ -98,7 +101,21 @@ void PrintSummary(const JobSpec& spec, LocalFederation& fed, double wall_seconds
               static_cast<long long>(steps), samples_per_second);
   std::printf("  bytes on the wire %s for %s of raw fp32 tensors (%.2fx)\n", Mib(wire).c_str(),
               Mib(raw).c_str(), wire > 0 ? raw / wire : 0.0);
-  if (accuracy) std::printf("  test accuracy %.2f%%\n", 100 * *accuracy);
+  if (val_loss && val_bits_per_byte) {
+    std::printf("  validation loss %.4f nats/token (%.4f bits/byte), next-token accuracy %.2f%%\n",
+                *val_loss, *val_bits_per_byte, 100 * accuracy.value_or(0.0));
+  } else if (accuracy) {
+    std::printf("  test accuracy %.2f%%\n", 100 * *accuracy);
+  }
+  if (spec.model.family != ModelFamily::kGpt) return;
+  // A language model shows what it learned: text sampled from the sites' final checkpoints.
+  absl::StatusOr<TextSample> sample = SampleFromCheckpoints(
+      spec, fed.dir().File("out"), "", 300, {.temperature = 0.8, .top_k = 40, .seed = 1}, 0);
+  if (!sample.ok()) {
+    std::printf("  no text sample: %s\n", std::string(sample.status().message()).c_str());
+    return;
+  }
+  std::printf("  a sample of the model's text (strait generate):\n%s\n", sample->text.c_str());
 }
 
 int RunDemo(DemoOptions o) {

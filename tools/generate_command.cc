@@ -2,14 +2,11 @@
 #include <cstdio>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "core/job_spec.h"
-#include "site/backend/backend_factory.h"
-#include "site/nn/text_generator.h"
 #include "tools/command.h"
-#include "tools/model_checkpoints.h"
+#include "tools/text_sampling.h"
 
 namespace strait::tools {
 namespace {
@@ -33,33 +30,17 @@ int Fail(const absl::Status& status, int code) {
 int RunGenerate(const GenerateOptions& o) {
   absl::StatusOr<JobSpec> spec = LoadJobSpec(o.config);
   if (!spec.ok()) return Fail(spec.status(), 2);
-  if (spec->model.family != ModelFamily::kGpt) {
-    return Fail(absl::InvalidArgumentError(absl::StrFormat(
-                    "%s trains a %s model; generate samples from language models (family gpt)",
-                    o.config, ToString(spec->model.family))),
-                2);
+  absl::StatusOr<TextSample> sample =
+      SampleFromCheckpoints(*spec, o.checkpoint, o.prompt, o.tokens,
+                            {o.temperature, o.top_k, o.seed}, o.threads);
+  if (!sample.ok()) {
+    const bool bad_input = sample.status().code() == absl::StatusCode::kInvalidArgument ||
+                           sample.status().code() == absl::StatusCode::kUnimplemented;
+    return Fail(sample.status(), bad_input ? 2 : 1);
   }
-  if (spec->data.tokenizer != "bytes") {
-    return Fail(absl::UnimplementedError("only 'tokenizer: bytes' is supported by this build"), 2);
-  }
-  absl::StatusOr<ModelParams> params = LoadModelParams(*spec, o.checkpoint);
-  if (!params.ok()) return Fail(params.status(), 1);
-  auto backend = site::CreateBackend(DeviceKind::kCpu, {o.threads, 0});
-  if (!backend.ok()) return Fail(backend.status(), 1);
-  auto generator = site::TextGenerator::Create(spec->model, params->params, *std::move(backend));
-  if (!generator.ok()) return Fail(generator.status(), 1);
-  std::fprintf(stderr, "strait generate: %s after %lld steps, from %zu checkpoint file(s)\n",
-               spec->name.c_str(), static_cast<long long>(params->step), params->sources.size());
-
-  // Byte tokens: the prompt's bytes in, bytes out. An empty prompt starts from a newline.
-  std::vector<int32_t> prompt(o.prompt.begin(), o.prompt.end());
-  for (int32_t& t : prompt) t &= 0xFF;
-  if (prompt.empty()) prompt.push_back('\n');
-  const site::SamplingOptions sampling{o.temperature, o.top_k, o.seed};
-  absl::StatusOr<std::vector<int32_t>> text = (*generator)->Generate(prompt, o.tokens, sampling);
-  if (!text.ok()) return Fail(text.status(), 1);
-  std::string out(text->begin(), text->end());
-  std::printf("%s\n", out.c_str());
+  std::fprintf(stderr, "strait generate: %s after %lld steps, from %d checkpoint file(s)\n",
+               spec->name.c_str(), static_cast<long long>(sample->step), sample->files);
+  std::printf("%s\n", sample->text.c_str());
   return 0;
 }
 

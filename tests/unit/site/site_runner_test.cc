@@ -9,9 +9,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "core/job_spec.h"
 #include "site/backend/cpu/cpu_backend.h"
 #include "site/nn/trainer.h"
@@ -269,6 +272,50 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple("2bw, update: eager", "none"),
                       std::make_tuple("2bw, update: eager, extra_in_flight: 1", "shuffle+zstd")));
 INSTANTIATE_TEST_SUITE_P(Schedules, SiteRunnerWorkersTest, ::testing::Values("1f1b", "2bw"));
+
+// A language model across three sites: what crosses each boundary is the residual stream, the
+// first site reads the token windows and the last their next tokens; the final parameters and the
+// evaluation are Trainer's bits.
+class SiteRunnerGptTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SiteRunnerGptTest, ThreeSitesReproduceOneProcessBitForBit) {
+  const std::string corpus =
+      (std::filesystem::temp_directory_path() / "strait_runner_gpt_corpus.txt").string();
+  {
+    std::ofstream out(corpus);
+    for (int i = 0; i < 60; ++i) out << "And God said, Let there be light: and there was light.\n";
+  }
+  const std::string text = absl::StrCat(R"(name: runner-gpt
+model: {family: gpt, context: 12, dim: 16, depth: 2, heads: 2, dropout: 0.1, init_seed: 4}
+data: {path: )", corpus, R"(, seed: 2, validation: 0.05}
+training: {steps: 5, global_batch: 8, microbatches: 4, schedule: )", GetParam(), R"(,
+           grad_clip: 1.0, optimizer: {name: adamw, lr: 0.01}}
+sites:
+  - {id: a, layers: [0, 1]}
+  - {id: b, layers: [1, 3]}
+  - {id: c, layers: [3, 4]}
+)");
+  absl::StatusOr<JobSpec> parsed = ParseJobSpec(text, "runner-gpt.yaml", "/");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const JobSpec& spec = *parsed;
+  FakeGateway gateway;
+  FakeGateway::Link link(gateway);
+  auto sites = Federation(spec, gateway, link);
+  RunAll(sites, spec.training.steps);
+
+  auto trainer = *Trainer::Create(spec, CreateCpuBackend(1));
+  for (int64_t s = 0; s < spec.training.steps; ++s) ASSERT_TRUE(trainer->Step().ok());
+  const std::vector<float> reference = *trainer->stage().Params();
+  const std::vector<float> params = AllParams(sites);
+  ASSERT_EQ(params.size(), reference.size());
+  EXPECT_EQ(0, std::memcmp(params.data(), reference.data(), 4 * params.size()));
+  ASSERT_TRUE(sites.back()->evaluation.has_value());
+  EXPECT_EQ(sites.back()->evaluation->loss, trainer->Evaluate()->loss);
+  EXPECT_EQ(gateway.stored(), 0u);
+  std::filesystem::remove(corpus);
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, SiteRunnerGptTest, ::testing::Values("1f1b", "2bw"));
 
 // A 2bw federation stopped between steps and resumed from the checkpoints its sites take then (the
 // state right after the update that made L_k: SiteRunner::updates()) trains the same bits as an
