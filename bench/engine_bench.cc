@@ -51,8 +51,8 @@ absl::Status TrainStep(site::StageExecutor& stage, int64_t step, int microbatche
     const float* x = inputs.data() + static_cast<int64_t>(m) * n * stage.input_features();
     if (absl::Status s = stage.Forward(step, m, n, x, nullptr); !s.ok()) return s;
     const int64_t targets = labels.size() / microbatches;  // Per microbatch.
-    absl::StatusOr<site::LossResult> loss =
-        stage.Loss(m, labels.data() + m * targets, 1.0f / static_cast<float>(targets * microbatches));
+    absl::StatusOr<site::LossResult> loss = stage.Loss(
+        m, labels.data() + m * targets, 1.0f / static_cast<float>(targets * microbatches));
     if (!loss.ok()) return loss.status();
     if (absl::Status s = stage.Backward(m, nullptr, nullptr, m == microbatches - 1); !s.ok()) {
       return s;
@@ -91,7 +91,8 @@ int RunEngineBench(const EngineBenchOptions& o) {
   std::vector<float> inputs(static_cast<size_t>(o.batch) * (*stage)->input_features());
   std::vector<int32_t> labels(static_cast<size_t>(o.batch) * spec->model.TargetsPerSample());
   for (size_t i = 0; i < inputs.size(); ++i) {
-    inputs[i] = tokens ? static_cast<float>(i * 7919 % classes) : 2 * site::CounterUniform(1, i) - 1;
+    inputs[i] =
+        tokens ? static_cast<float>(i * 7919 % classes) : 2 * site::CounterUniform(1, i) - 1;
   }
   for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % classes);
 

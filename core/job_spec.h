@@ -72,8 +72,8 @@ struct VitSpec {
 // Decoder-only transformer language model (GPT-2's shape): layer 0 is the token embedding plus a
 // learned position embedding, layers 1..depth are pre-LN blocks with causal self-attention, layer
 // depth+1 is the final LayerNorm and the LM head (logits over the vocabulary at every position). So
-// it has depth + 2 layers. A sample is a window of `context` tokens; what crosses a boundary between
-// sites is the residual stream [context, dim] per sample.
+// it has depth + 2 layers. A sample is a window of `context` tokens; what crosses a boundary
+// between sites is the residual stream [context, dim] per sample.
 struct GptSpec {
   int vocab = 256;  // Token ids in [0, vocab): 256 for `tokenizer: bytes`, else the model's size.
   int context = 128;

@@ -148,7 +148,8 @@ class JobSpecParser {
       return root.Missing("model", "a mapping with 'family: mlp', 'family: vit' or 'family: gpt'");
     ModelSpec& m = spec_.model;
     STRAIT_RETURN_IF_ERROR(map.Enum(
-        "family", {{"mlp", ModelFamily::kMlp}, {"vit", ModelFamily::kVit}, {"gpt", ModelFamily::kGpt}},
+        "family",
+        {{"mlp", ModelFamily::kMlp}, {"vit", ModelFamily::kVit}, {"gpt", ModelFamily::kGpt}},
         &m.family, /*required=*/true));
     int64_t seed = static_cast<int64_t>(m.init_seed);
     STRAIT_RETURN_IF_ERROR(map.Int("init_seed", int64_t{0}, INT64_MAX, &seed));
@@ -159,8 +160,7 @@ class JobSpecParser {
         {ModelFamily::kMlp, {"input", "hidden", "activation", "classes", "dropout"}},
         {ModelFamily::kVit,
          {"image", "patch", "dim", "depth", "heads", "mlp_dim", "classes", "dropout"}},
-        {ModelFamily::kGpt,
-         {"vocab", "context", "dim", "depth", "heads", "mlp_dim", "dropout"}}};
+        {ModelFamily::kGpt, {"vocab", "context", "dim", "depth", "heads", "mlp_dim", "dropout"}}};
     const std::vector<absl::string_view>& own = family_keys.at(m.family);
     for (const auto& [family, keys] : family_keys) {
       for (absl::string_view key : keys) {
@@ -221,7 +221,8 @@ class JobSpecParser {
     STRAIT_RETURN_IF_ERROR(map.Int("depth", 1, kMaxDepth, &g.depth, /*required=*/true));
     STRAIT_RETURN_IF_ERROR(map.Int("heads", 1, 1024, &g.heads, /*required=*/true));
     if (g.dim % g.heads != 0) {
-      return map.ErrorAt("heads", absl::StrCat("dim ", g.dim, " must be divisible by heads ", g.heads));
+      return map.ErrorAt("heads",
+                         absl::StrCat("dim ", g.dim, " must be divisible by heads ", g.heads));
     }
     g.mlp_dim = 4 * g.dim;
     STRAIT_RETURN_IF_ERROR(map.Int("mlp_dim", 1, kMaxWidth, &g.mlp_dim));

@@ -16,9 +16,9 @@
 #include "absl/strings/str_format.h"
 #include "core/job_spec.h"
 #include "tools/command.h"
-#include "tools/text_sampling.h"
 #include "tools/job_spec_options.h"
 #include "tools/local_federation.h"
+#include "tools/text_sampling.h"
 
 namespace strait::tools {
 namespace {

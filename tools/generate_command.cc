@@ -30,9 +30,8 @@ int Fail(const absl::Status& status, int code) {
 int RunGenerate(const GenerateOptions& o) {
   absl::StatusOr<JobSpec> spec = LoadJobSpec(o.config);
   if (!spec.ok()) return Fail(spec.status(), 2);
-  absl::StatusOr<TextSample> sample =
-      SampleFromCheckpoints(*spec, o.checkpoint, o.prompt, o.tokens,
-                            {o.temperature, o.top_k, o.seed}, o.threads);
+  absl::StatusOr<TextSample> sample = SampleFromCheckpoints(
+      *spec, o.checkpoint, o.prompt, o.tokens, {o.temperature, o.top_k, o.seed}, o.threads);
   if (!sample.ok()) {
     const bool bad_input = sample.status().code() == absl::StatusCode::kInvalidArgument ||
                            sample.status().code() == absl::StatusCode::kUnimplemented;

@@ -56,7 +56,8 @@ absl::StatusOr<ModelParams> LoadModelParams(const JobSpec& spec, const std::stri
   ModelParams out;
   const fs::path root(dir);
   if (fs::exists(root / "final.ckpt")) {
-    STRAIT_RETURN_IF_ERROR(Append((root / "final.ckpt").string(), {0, spec.model.NumLayers()}, out));
+    STRAIT_RETURN_IF_ERROR(
+        Append((root / "final.ckpt").string(), {0, spec.model.NumLayers()}, out));
     return out;
   }
   bool all_final = true;
@@ -81,9 +82,10 @@ absl::StatusOr<ModelParams> LoadModelParams(const JobSpec& spec, const std::stri
   }
   if (common.empty()) {
     return absl::NotFoundError(absl::StrCat(
-        dir, " holds no checkpoint of this model: expected final.ckpt (strait train --out), "
-             "<site>/final.ckpt for every site (strait-site --out, the demo's out/ folder) or "
-             "<site>/step-N.ckpt of one step for every site (checkpoint.dir)"));
+        dir,
+        " holds no checkpoint of this model: expected final.ckpt (strait train --out), "
+        "<site>/final.ckpt for every site (strait-site --out, the demo's out/ folder) or "
+        "<site>/step-N.ckpt of one step for every site (checkpoint.dir)"));
   }
   const int64_t step = *common.rbegin();
   for (const SiteSpec& site : spec.sites) {

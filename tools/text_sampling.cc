@@ -24,8 +24,9 @@ absl::StatusOr<TextSample> SampleFromCheckpoints(const JobSpec& spec, const std:
   STRAIT_ASSIGN_OR_RETURN(ModelParams params, LoadModelParams(spec, dir));
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<site::Backend> backend,
                           site::CreateBackend(DeviceKind::kCpu, {threads, 0}));
-  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<site::TextGenerator> generator,
-                          site::TextGenerator::Create(spec.model, params.params, std::move(backend)));
+  STRAIT_ASSIGN_OR_RETURN(
+      std::unique_ptr<site::TextGenerator> generator,
+      site::TextGenerator::Create(spec.model, params.params, std::move(backend)));
   // Byte tokens: the prompt's bytes in, bytes out.
   std::vector<int32_t> start;
   for (unsigned char c : prompt) start.push_back(c);

@@ -48,7 +48,8 @@ int64_t FirstInvalidUtf8(const std::string& text) {
 
 // Tokens [begin, end) of a split: the training split is the head, the validation split the tail.
 std::pair<int64_t, int64_t> SplitRange(int64_t tokens, double validation, Split split) {
-  const int64_t held_out = static_cast<int64_t>(std::llround(static_cast<double>(tokens) * validation));
+  const int64_t held_out =
+      static_cast<int64_t>(std::llround(static_cast<double>(tokens) * validation));
   const int64_t cut = tokens - held_out;
   return split == Split::kTrain ? std::pair{int64_t{0}, cut} : std::pair{cut, tokens};
 }
@@ -85,7 +86,8 @@ absl::StatusOr<Dataset> MakeTextWindows(const std::vector<int32_t>& tokens, doub
   if (d.size == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the ", SplitName(split), " split has ", end - begin, " tokens, fewer than one window of ",
-        t + 1, " (model.context + 1); use more text, a shorter context or another data.validation"));
+        t + 1,
+        " (model.context + 1); use more text, a shorter context or another data.validation"));
   }
   d.features = t;
   d.classes = gpt.vocab;
@@ -107,12 +109,13 @@ absl::StatusOr<Dataset> MakeTextWindows(const std::vector<int32_t>& tokens, doub
 
 absl::StatusOr<Dataset> LoadTextDataset(const DataSpec& data, const GptSpec& gpt, Split split) {
   if (data.tokenizer != "bytes") {
-    return absl::UnimplementedError(absl::StrCat(
-        "data.tokenizer ", data.tokenizer, ": only 'bytes' is supported by this build"));
+    return absl::UnimplementedError(absl::StrCat("data.tokenizer ", data.tokenizer,
+                                                 ": only 'bytes' is supported by this build"));
   }
   STRAIT_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, ReadByteTokens(data.path));
   absl::StatusOr<Dataset> d = MakeTextWindows(tokens, data.validation, gpt, split);
-  if (!d.ok()) return absl::Status(d.status().code(), absl::StrCat(data.path, ": ", d.status().message()));
+  if (!d.ok())
+    return absl::Status(d.status().code(), absl::StrCat(data.path, ": ", d.status().message()));
   return d;
 }
 

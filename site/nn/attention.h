@@ -10,10 +10,10 @@
 namespace strait::site {
 
 struct AttentionShape {
-  int n = 0;       // samples
-  int tokens = 0;  // T
-  int heads = 0;   // H
-  int dh = 0;      // per-head width; model width D = heads * dh
+  int n = 0;            // samples
+  int tokens = 0;       // T
+  int heads = 0;        // H
+  int dh = 0;           // per-head width; model width D = heads * dh
   bool causal = false;  // token t attends to tokens 0..t only (a language model)
   int64_t dim() const { return int64_t{heads} * dh; }
   int64_t rows() const { return int64_t{n} * tokens; }

@@ -12,8 +12,9 @@ std::string DescribeEvaluation(const ModelSpec& model, const Evaluation& e) {
   if (model.family != ModelFamily::kGpt) {
     return absl::StrFormat("test accuracy %.2f%%", 100 * e.accuracy);
   }
-  return absl::StrFormat("validation loss %.4f nats/token (%.4f bits/byte), next-token accuracy %.2f%%",
-                         e.loss, BitsPerByte(e), 100 * e.accuracy);
+  return absl::StrFormat(
+      "validation loss %.4f nats/token (%.4f bits/byte), next-token accuracy %.2f%%", e.loss,
+      BitsPerByte(e), 100 * e.accuracy);
 }
 
 void AddEvaluationJson(const ModelSpec& model, const Evaluation& e, nlohmann::json& out) {

@@ -38,9 +38,7 @@ LmHead::LmHead(LayerLayout layout, const GptSpec& gpt) : Layer(std::move(layout)
 
 // Saved: ln(x) [R, D], mean [R], rstd [R] for R = n * context rows. Scratch: dln(x) [R, D] and,
 // when the caller wants no dx, a place for it [R, D].
-int64_t LmHead::SavedFloats(int n) const {
-  return int64_t{n} * gpt_.context * (gpt_.dim + 2);
-}
+int64_t LmHead::SavedFloats(int n) const { return int64_t{n} * gpt_.context * (gpt_.dim + 2); }
 int64_t LmHead::ScratchFloats(int n) const { return int64_t{n} * gpt_.context * 2 * gpt_.dim; }
 
 void LmHead::Forward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
@@ -66,8 +64,8 @@ void LmHead::Backward(Backend& backend, const LayerParams& params, const PassInf
   const float* rstd = mean + rows;
   float* dxn = scratch;
   float* dx_acc = dx != nullptr ? dx : dxn + rows * d;
-  LinearBackward(backend, rows, d, gpt_.vocab, xn, params.value[kFcW], dy, dxn,
-                 params.grad[kFcW], params.grad[kFcB]);
+  LinearBackward(backend, rows, d, gpt_.vocab, xn, params.value[kFcW], dy, dxn, params.grad[kFcW],
+                 params.grad[kFcB]);
   backend.Fill(dx_acc, rows * d, 0.0f);  // LayerNormBackward accumulates into dx.
   backend.LayerNormBackward(rows, d, x, params.value[kLnGamma], mean, rstd, dxn, dx_acc,
                             params.grad[kLnGamma], params.grad[kLnBeta]);

@@ -198,9 +198,8 @@ absl::StatusOr<LossResult> Stage::Loss(int microbatch, const int32_t* labels, fl
   const int classes = static_cast<int>(output_features() / per_sample);
   for (int64_t i = 0; i < n; ++i) {
     if (labels[i] < 0 || labels[i] >= classes) {
-      return absl::InvalidArgumentError(absl::StrCat("label ", labels[i], " of sample ",
-                                                     i / per_sample, " is not in [0, ", classes,
-                                                     ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "label ", labels[i], " of sample ", i / per_sample, " is not in [0, ", classes, ")"));
     }
   }
   backend_->CopyToDevice(labels_.i32(), labels, sizeof(int32_t) * n);

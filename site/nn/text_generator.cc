@@ -13,9 +13,8 @@ namespace strait::site {
 absl::StatusOr<std::unique_ptr<TextGenerator>> TextGenerator::Create(
     const ModelSpec& model, const std::vector<float>& params, std::unique_ptr<Backend> backend) {
   if (model.family != ModelFamily::kGpt) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("text generation needs a language model (family gpt), not ",
-                     ToString(model.family)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "text generation needs a language model (family gpt), not ", ToString(model.family)));
   }
   std::unique_ptr<TextGenerator> g(new TextGenerator());
   g->model_ = model;
@@ -24,13 +23,13 @@ absl::StatusOr<std::unique_ptr<TextGenerator>> TextGenerator::Create(
                           Stage::Create(model, {0, model.NumLayers()}, 1, g->backend_.get()));
   const int64_t count = g->stage_->param_count();
   if (static_cast<int64_t>(params.size()) != count) {
-    return absl::InvalidArgumentError(absl::StrCat("the checkpoints hold ", params.size(),
-                                                   " parameters; the job spec's model has ",
-                                                   count));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the checkpoints hold ", params.size(), " parameters; the job spec's model has ", count));
   }
   STRAIT_ASSIGN_OR_RETURN(g->weights_,
                           DeviceBuffer::Create(g->backend_.get(), sizeof(float) * count));
-  STRAIT_ASSIGN_OR_RETURN(g->grads_, DeviceBuffer::Create(g->backend_.get(), sizeof(float) * count));
+  STRAIT_ASSIGN_OR_RETURN(g->grads_,
+                          DeviceBuffer::Create(g->backend_.get(), sizeof(float) * count));
   g->backend_->CopyToDevice(g->weights_.f32(), params.data(), sizeof(float) * count);
   g->views_ = g->stage_->Views(g->weights_.f32(), g->grads_.f32());
   for (const LayerParams& v : g->views_) g->view_pointers_.push_back(&v);
@@ -53,12 +52,10 @@ absl::StatusOr<std::vector<float>> TextGenerator::NextLogits(absl::Span<const in
   STRAIT_RETURN_IF_ERROR(
       stage_->Forward(0, 1, window.data(), logits.data(), view_pointers_, {.training = false}));
   stage_->Discard(0);
-  return std::vector<float>(logits.begin() + (seen - 1) * vocab,
-                            logits.begin() + seen * vocab);
+  return std::vector<float>(logits.begin() + (seen - 1) * vocab, logits.begin() + seen * vocab);
 }
 
-absl::StatusOr<std::vector<int32_t>> TextGenerator::Generate(std::vector<int32_t> prompt,
-                                                             int count,
+absl::StatusOr<std::vector<int32_t>> TextGenerator::Generate(std::vector<int32_t> prompt, int count,
                                                              const SamplingOptions& options) {
   for (int i = 0; i < count; ++i) {
     STRAIT_ASSIGN_OR_RETURN(std::vector<float> logits, NextLogits(prompt));
@@ -67,8 +64,7 @@ absl::StatusOr<std::vector<int32_t>> TextGenerator::Generate(std::vector<int32_t
   return prompt;
 }
 
-int32_t SampleToken(const std::vector<float>& logits, const SamplingOptions& options,
-                    double draw) {
+int32_t SampleToken(const std::vector<float>& logits, const SamplingOptions& options, double draw) {
   std::vector<int32_t> order(logits.size());
   std::iota(order.begin(), order.end(), 0);
   // Most likely first; ties keep the lower id, so the order is the same everywhere.

@@ -71,7 +71,8 @@ absl::StatusOr<StepStats> Trainer::Step() {
     Gather(train_, batch.data() + int64_t{m} * mb, mb);
     STRAIT_RETURN_IF_ERROR(
         stage_->Forward(step_, m, mb, inputs_.data(), nullptr, WeightsOfSites(m)));
-    STRAIT_ASSIGN_OR_RETURN(LossResult loss, stage_->Loss(m, labels_.data(), 1.0f / static_cast<float>(targets)));
+    STRAIT_ASSIGN_OR_RETURN(LossResult loss,
+                            stage_->Loss(m, labels_.data(), 1.0f / static_cast<float>(targets)));
     STRAIT_RETURN_IF_ERROR(stage_->Backward(m, nullptr, nullptr, m == t.microbatches - 1));
     stats.loss += loss.loss_sum;
     correct += loss.correct;

@@ -204,7 +204,8 @@ absl::Status SiteRunner::RunForward(int64_t step, int m, StepTally& tally) {
     if (last) {
       // The loss is the mean over the step's targets (tokens, for a language model).
       const int64_t targets = int64_t{t.global_batch} * spec_.model.TargetsPerSample();
-      STRAIT_ASSIGN_OR_RETURN(LossResult loss, stage_.Loss(m, labels_.data(), 1.0f / static_cast<float>(targets)));
+      STRAIT_ASSIGN_OR_RETURN(LossResult loss,
+                              stage_.Loss(m, labels_.data(), 1.0f / static_cast<float>(targets)));
       tally.loss_sum += loss.loss_sum;
       tally.correct += loss.correct;
     }

@@ -118,8 +118,8 @@ __global__ void LayerNormBackwardParamsKernel(int64_t rows, int dim, const float
   }
 }
 
-__global__ void SoftmaxRowsKernel(int64_t rows, int cols, float scale, bool causal,
-                                  const float* x, float* y) {
+__global__ void SoftmaxRowsKernel(int64_t rows, int cols, float scale, bool causal, const float* x,
+                                  float* y) {
   const int64_t r = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (r >= rows) return;

@@ -57,7 +57,8 @@ TEST(ModelLayoutTest, VitLayersShapesAndParameters) {
 TEST(ModelLayoutTest, GptLayersShapesAndParameters) {
   ModelSpec model;
   model.family = ModelFamily::kGpt;
-  model.gpt = GptSpec{.vocab = 256, .context = 128, .dim = 64, .depth = 3, .heads = 4, .mlp_dim = 256};
+  model.gpt =
+      GptSpec{.vocab = 256, .context = 128, .dim = 64, .depth = 3, .heads = 4, .mlp_dim = 256};
   EXPECT_EQ(model.NumLayers(), 5);
   EXPECT_EQ(model.InputFeatures(), 128);
   EXPECT_EQ(model.Classes(), 256);

@@ -193,7 +193,8 @@ TEST_F(BackendOpsTest, Embedding) {
   const int rows = 300, dim = 40, vocab = 50;
   std::vector<float> id_values(rows);
   for (int r = 0; r < rows; ++r) id_values[r] = r == 7 ? -1.0f : r == 9 ? vocab : (r * 37) % vocab;
-  auto ids = Make(id_values), table = Make(Random(vocab * dim, 50)), y = Make(Random(rows * dim, 51));
+  auto ids = Make(id_values), table = Make(Random(vocab * dim, 50)),
+       y = Make(Random(rows * dim, 51));
   cpu_->EmbeddingLookup(rows, dim, vocab, ids.cpu(), table.cpu(), y.cpu());
   dev_->EmbeddingLookup(rows, dim, vocab, ids.dev(), table.dev(), y.dev());
   y.Expect("embedding lookup", 0, 0);

@@ -287,8 +287,10 @@ TEST_P(SiteRunnerGptTest, ThreeSitesReproduceOneProcessBitForBit) {
   }
   const std::string text = absl::StrCat(R"(name: runner-gpt
 model: {family: gpt, context: 12, dim: 16, depth: 2, heads: 2, dropout: 0.1, init_seed: 4}
-data: {path: )", corpus, R"(, seed: 2, validation: 0.05}
-training: {steps: 5, global_batch: 8, microbatches: 4, schedule: )", GetParam(), R"(,
+data: {path: )",
+                                        corpus, R"(, seed: 2, validation: 0.05}
+training: {steps: 5, global_batch: 8, microbatches: 4, schedule: )",
+                                        GetParam(), R"(,
            grad_clip: 1.0, optimizer: {name: adamw, lr: 0.01}}
 sites:
   - {id: a, layers: [0, 1]}

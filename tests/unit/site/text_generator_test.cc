@@ -81,8 +81,8 @@ TEST(TextGeneratorTest, ATrainedModelContinuesItsText) {
   auto g = TextGenerator::Create(spec.model, *(*trainer)->stage().Params(), CreateCpuBackend(1));
   ASSERT_TRUE(g.ok()) << g.status();
   const std::string prompt = "the quick brown ";
-  auto out = (*g)->Generate(std::vector<int32_t>(prompt.begin(), prompt.end()), 12,
-                            {.temperature = 0.0});
+  auto out =
+      (*g)->Generate(std::vector<int32_t>(prompt.begin(), prompt.end()), 12, {.temperature = 0.0});
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(std::string(out->begin(), out->end()), "the quick brown fox jumps ov");
   std::filesystem::remove_all(dir);
