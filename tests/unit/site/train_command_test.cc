@@ -1,9 +1,11 @@
 // `strait train` end to end on a tiny synthetic job: exit codes, metrics.json, a checkpoint that
-// is bit-identical across two runs.
+// is bit-identical across two runs; and on a tiny language model whose checkpoint `strait generate`
+// samples from, with the errors a user meets (text that is not UTF-8, no checkpoint).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -39,8 +41,9 @@ class TrainCommandTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  int Run(const std::string& args) {
-    const std::string cmd = std::string(STRAIT_BINARY_DIR) + "/tools/strait train " + args + " > " +
+  // Runs `strait <args>` (stdout and stderr to dir_/log); returns its exit code.
+  int Strait(const std::string& args) {
+    const std::string cmd = std::string(STRAIT_BINARY_DIR) + "/tools/strait " + args + " > " +
                             (dir_ / "log").string() + " 2>&1";
     const int status = std::system(cmd.c_str());
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -54,7 +57,7 @@ class TrainCommandTest : public ::testing::Test {
 
 TEST_F(TrainCommandTest, WritesMetricsAndDeterministicCheckpoint) {
   const std::string job = (dir_ / "job.yaml").string();
-  ASSERT_EQ(Run("--config " + job + " --threads 2 --out " + (dir_ / "a").string()), 0)
+  ASSERT_EQ(Strait("train --config " + job + " --threads 2 --out " + (dir_ / "a").string()), 0)
       << Read(dir_ / "log");
   EXPECT_NE(Read(dir_ / "log").find("test accuracy"), std::string::npos);
   const nlohmann::json metrics = nlohmann::json::parse(Read(dir_ / "a" / "metrics.json"));
@@ -62,15 +65,72 @@ TEST_F(TrainCommandTest, WritesMetricsAndDeterministicCheckpoint) {
   EXPECT_GE(metrics["test_accuracy"].get<double>(), 0.0);
   EXPECT_GT(metrics["samples_per_second"].get<double>(), 0.0);
 
-  ASSERT_EQ(Run("--config " + job + " --threads 2 --steps 6 --out " + (dir_ / "b").string()), 0);
+  ASSERT_EQ(
+      Strait("train --config " + job + " --threads 2 --steps 6 --out " + (dir_ / "b").string()), 0);
   const std::string a = Read(dir_ / "a" / "final.ckpt"), b = Read(dir_ / "b" / "final.ckpt");
   EXPECT_FALSE(a.empty());
   EXPECT_EQ(a, b);
 }
 
 TEST_F(TrainCommandTest, ExitCodes) {
-  EXPECT_EQ(Run("--config " + (dir_ / "missing.yaml").string()), 2);
-  EXPECT_NE(Run("--config " + (dir_ / "job.yaml").string() + " --device tpu"), 0);
+  EXPECT_EQ(Strait("train --config " + (dir_ / "missing.yaml").string()), 2);
+  EXPECT_NE(Strait("train --config " + (dir_ / "job.yaml").string() + " --device tpu"), 0);
+}
+
+constexpr char kGptJob[] = R"(name: tiny-lm
+model: {family: gpt, context: 16, dim: 32, depth: 2, heads: 4}
+data: {path: corpus.txt, validation: 0.1}
+training:
+  steps: 80
+  global_batch: 16
+  microbatches: 2
+  optimizer: {name: adamw, lr: 0.01}
+sites:
+  - {id: a, layers: [0, 2]}
+  - {id: b, layers: [2, 4]}
+)";
+
+TEST_F(TrainCommandTest, AGptTrainsOnTextAndGenerateContinuesIt) {
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "the quick brown fox jumps over the lazy dog. ";
+  std::ofstream(dir_ / "corpus.txt") << text;
+  std::ofstream(dir_ / "lm.yaml") << kGptJob;
+  const std::string job = (dir_ / "lm.yaml").string(), out = (dir_ / "lm").string();
+  ASSERT_EQ(Strait("train --config " + job + " --threads 2 --out " + out), 0) << Read(dir_ / "log");
+  EXPECT_NE(Read(dir_ / "log").find("bits/byte"), std::string::npos) << Read(dir_ / "log");
+  const nlohmann::json metrics = nlohmann::json::parse(Read(dir_ / "lm" / "metrics.json"));
+  EXPECT_LT(metrics["val_loss"].get<double>(), 1.0);
+  EXPECT_NEAR(metrics["val_bits_per_byte"].get<double>(),
+              metrics["val_loss"].get<double>() / std::log(2.0), 1e-9);
+
+  ASSERT_EQ(Strait("generate --config " + job + " --checkpoint " + out +
+                   " --prompt 'the quick brown ' --tokens 12 --temperature 0"),
+            0)
+      << Read(dir_ / "log");
+  EXPECT_NE(Read(dir_ / "log").find("the quick brown fox jumps ov"), std::string::npos)
+      << Read(dir_ / "log");
+  // Sampling is seeded: the same seed gives the same text.
+  ASSERT_EQ(Strait("generate -c " + job + " --checkpoint " + out + " --tokens 40 --seed 3"), 0);
+  const std::string first = Read(dir_ / "log");
+  ASSERT_EQ(Strait("generate -c " + job + " --checkpoint " + out + " --tokens 40 --seed 3"), 0);
+  EXPECT_EQ(Read(dir_ / "log"), first);
+
+  // No checkpoint there: exit 1 and a message that says what it looked for.
+  EXPECT_EQ(Strait("generate -c " + job + " --checkpoint " + dir_.string()), 1);
+  EXPECT_NE(Read(dir_ / "log").find("holds no checkpoint of this model"), std::string::npos)
+      << Read(dir_ / "log");
+  // A classifier's job spec: exit 2.
+  EXPECT_EQ(Strait("generate -c " + (dir_ / "job.yaml").string() + " --checkpoint " + out), 2);
+}
+
+TEST_F(TrainCommandTest, TextThatIsNotUtf8IsRefusedWithItsFileName) {
+  std::ofstream(dir_ / "corpus.txt") << std::string(300, 'a') + "\xff" + std::string(300, 'b');
+  std::ofstream(dir_ / "lm.yaml") << kGptJob;
+  EXPECT_EQ(
+      Strait("train --config " + (dir_ / "lm.yaml").string() + " --out " + (dir_ / "lm").string()),
+      1);
+  EXPECT_NE(Read(dir_ / "log").find("corpus.txt: not UTF-8 text (byte 300"), std::string::npos)
+      << Read(dir_ / "log");
 }
 
 }  // namespace
