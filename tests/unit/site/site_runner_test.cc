@@ -155,36 +155,6 @@ void RunAll(std::vector<std::unique_ptr<SiteUnderTest>>& sites, int64_t steps,
   for (auto& t : threads) t.join();
 }
 
-class SiteRunnerTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
-
-TEST_P(SiteRunnerTest, ThreeSitesReproduceOneProcessBitForBit) {
-  const JobSpec spec = Spec(std::get<0>(GetParam()), std::get<1>(GetParam()));
-  FakeGateway gateway;
-  FakeGateway::Link link(gateway);
-  auto sites = Federation(spec, gateway, link);
-  RunAll(sites, spec.training.steps);
-
-  auto trainer = *Trainer::Create(spec, CreateCpuBackend(1));
-  for (int64_t s = 0; s < spec.training.steps; ++s) ASSERT_TRUE(trainer->Step().ok());
-  const std::vector<float> reference = *trainer->stage().Params();
-  size_t offset = 0;
-  for (auto& site : sites) {
-    ASSERT_TRUE(site->status.ok()) << site->status;
-    const std::vector<float> params = *site->stage->Params();
-    EXPECT_EQ(0, std::memcmp(params.data(), reference.data() + offset, 4 * params.size()));
-    offset += params.size();
-  }
-  EXPECT_EQ(offset, reference.size());
-  ASSERT_TRUE(sites.back()->evaluation.has_value());
-  EXPECT_EQ(sites.back()->evaluation->accuracy, trainer->Evaluate()->accuracy);
-  EXPECT_EQ(sites.back()->evaluation->loss, trainer->Evaluate()->loss);
-  EXPECT_FALSE(sites.front()->evaluation.has_value());
-  EXPECT_EQ(gateway.stored(), 0u);  // Everything pushed was consumed and acknowledged.
-  const SiteMetrics::Totals middle = sites[1]->metrics.Snapshot();
-  EXPECT_EQ(middle.links.size(), 4u);  // Both boundaries, both directions.
-  EXPECT_EQ(middle.rejected_frames, 0u);
-}
-
 // The parameters of every site, concatenated.
 std::vector<float> AllParams(std::vector<std::unique_ptr<SiteUnderTest>>& sites) {
   std::vector<float> all;
@@ -194,6 +164,39 @@ std::vector<float> AllParams(std::vector<std::unique_ptr<SiteUnderTest>>& sites)
     all.insert(all.end(), params.begin(), params.end());
   }
   return all;
+}
+
+// Trains `spec` in one process, the reference, and expects the sites' parameters to be its bits.
+std::unique_ptr<Trainer> ExpectTrainerBits(const JobSpec& spec,
+                                           std::vector<std::unique_ptr<SiteUnderTest>>& sites) {
+  auto trainer = *Trainer::Create(spec, CreateCpuBackend(1));
+  for (int64_t s = 0; s < spec.training.steps; ++s) EXPECT_TRUE(trainer->Step().ok());
+  const std::vector<float> reference = *trainer->stage().Params();
+  const std::vector<float> params = AllParams(sites);
+  EXPECT_EQ(params.size(), reference.size());
+  EXPECT_TRUE(params.size() == reference.size() &&
+              std::memcmp(params.data(), reference.data(), 4 * params.size()) == 0);
+  return trainer;
+}
+
+class SiteRunnerTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(SiteRunnerTest, ThreeSitesReproduceOneProcessBitForBit) {
+  const JobSpec spec = Spec(std::get<0>(GetParam()), std::get<1>(GetParam()));
+  FakeGateway gateway;
+  FakeGateway::Link link(gateway);
+  auto sites = Federation(spec, gateway, link);
+  RunAll(sites, spec.training.steps);
+
+  std::unique_ptr<Trainer> trainer = ExpectTrainerBits(spec, sites);
+  ASSERT_TRUE(sites.back()->evaluation.has_value());
+  EXPECT_EQ(sites.back()->evaluation->accuracy, trainer->Evaluate()->accuracy);
+  EXPECT_EQ(sites.back()->evaluation->loss, trainer->Evaluate()->loss);
+  EXPECT_FALSE(sites.front()->evaluation.has_value());
+  EXPECT_EQ(gateway.stored(), 0u);  // Everything pushed was consumed and acknowledged.
+  const SiteMetrics::Totals middle = sites[1]->metrics.Snapshot();
+  EXPECT_EQ(middle.links.size(), 4u);  // Both boundaries, both directions.
+  EXPECT_EQ(middle.rejected_frames, 0u);
 }
 
 // Eager updates are their own semantics: neither the deferred one-step-stale run nor a
@@ -305,12 +308,7 @@ sites:
   auto sites = Federation(spec, gateway, link);
   RunAll(sites, spec.training.steps);
 
-  auto trainer = *Trainer::Create(spec, CreateCpuBackend(1));
-  for (int64_t s = 0; s < spec.training.steps; ++s) ASSERT_TRUE(trainer->Step().ok());
-  const std::vector<float> reference = *trainer->stage().Params();
-  const std::vector<float> params = AllParams(sites);
-  ASSERT_EQ(params.size(), reference.size());
-  EXPECT_EQ(0, std::memcmp(params.data(), reference.data(), 4 * params.size()));
+  std::unique_ptr<Trainer> trainer = ExpectTrainerBits(spec, sites);
   ASSERT_TRUE(sites.back()->evaluation.has_value());
   EXPECT_EQ(sites.back()->evaluation->loss, trainer->Evaluate()->loss);
   EXPECT_EQ(gateway.stored(), 0u);
