@@ -141,6 +141,11 @@ int RunEngineBench(const EngineBenchOptions& o) {
       "matrix products\n",
       o.batch, microbatches, n, 1e3 * step_seconds, o.batch / step_seconds, flops * 1e-9,
       calls.size());
+  if (tokens) {
+    std::printf("tokens/s of a whole training step: %.0f (%d tokens per window)\n",
+                o.batch * spec->model.TargetsPerSample() / step_seconds,
+                spec->model.TargetsPerSample());
+  }
   std::printf("%-34s %10s %10s\n", "", "ms/step", "GFLOP/s");
   std::printf("%-34s %10.2f %10.1f\n", "training step (all ops)", 1e3 * step_seconds, step_gflops);
   std::printf("%-34s %10.2f %10.1f\n", "same products, backend Gemm alone", 1e3 * gemm_seconds,
