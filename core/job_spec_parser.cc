@@ -259,8 +259,11 @@ class JobSpecParser {
     if (text) {
       STRAIT_RETURN_IF_ERROR(map.String("tokenizer", &d.tokenizer));
       if (d.tokenizer != "bytes") {
-        d.tokenizer = Resolve(d.tokenizer);
-      } else if (m.gpt.vocab != 256) {
+        return map.ErrorAt("tokenizer",
+                           absl::StrCat("expected 'bytes', found '", d.tokenizer,
+                                        "' (SentencePiece models are not supported yet)"));
+      }
+      if (m.gpt.vocab != 256) {
         return map.ErrorAt("tokenizer",
                            absl::StrCat("byte tokens need model.vocab 256, found ", m.gpt.vocab));
       }

@@ -33,8 +33,7 @@ int RunGenerate(const GenerateOptions& o) {
   absl::StatusOr<TextSample> sample = SampleFromCheckpoints(
       *spec, o.checkpoint, o.prompt, o.tokens, {o.temperature, o.top_k, o.seed}, o.threads);
   if (!sample.ok()) {
-    const bool bad_input = sample.status().code() == absl::StatusCode::kInvalidArgument ||
-                           sample.status().code() == absl::StatusCode::kUnimplemented;
+    const bool bad_input = sample.status().code() == absl::StatusCode::kInvalidArgument;
     return Fail(sample.status(), bad_input ? 2 : 1);
   }
   std::fprintf(stderr, "strait generate: %s after %lld steps, from %d checkpoint file(s)\n",

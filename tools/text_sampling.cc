@@ -19,7 +19,7 @@ absl::StatusOr<TextSample> SampleFromCheckpoints(const JobSpec& spec, const std:
                                                    " model; text comes from family gpt"));
   }
   if (spec.data.tokenizer != "bytes") {
-    return absl::UnimplementedError("only 'tokenizer: bytes' is supported by this build");
+    return absl::InvalidArgumentError("only 'tokenizer: bytes' is supported");
   }
   STRAIT_ASSIGN_OR_RETURN(ModelParams params, LoadModelParams(spec, dir));
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<site::Backend> backend,
