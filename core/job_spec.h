@@ -67,6 +67,8 @@ struct VitSpec {
   int mlp_dim = 256;  // Hidden width of each block's MLP.
   int classes = 10;
   float dropout = 0.0f;
+  int Patches() const { return (height / patch) * (width / patch); }
+  int Tokens() const { return Patches() + 1; }  // The patches and the class token.
 };
 
 // Decoder-only transformer language model (GPT-2's shape): layer 0 is the token embedding plus a

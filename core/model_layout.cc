@@ -59,8 +59,7 @@ LayerLayout TransformerBlockLayout(int index, int block, int64_t tokens, int64_t
 }
 
 std::vector<LayerLayout> VitLayout(const VitSpec& vit) {
-  const int64_t patches = int64_t{vit.height / vit.patch} * (vit.width / vit.patch);
-  const int64_t tokens = patches + 1;  // + class token
+  const int64_t patches = vit.Patches(), tokens = vit.Tokens();
   const int64_t patch_size = int64_t{vit.channels} * vit.patch * vit.patch;
   const int64_t d = vit.dim, h = vit.mlp_dim;
   std::vector<LayerLayout> layers;

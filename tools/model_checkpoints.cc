@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <map>
 #include <set>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "core/status.h"
 #include "site/nn/checkpoint.h"
 
@@ -39,12 +40,12 @@ std::set<int64_t> StepsIn(const fs::path& dir) {
   std::set<int64_t> steps;
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(dir, error)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("step-", 0) == 0 && name.size() > 10 && name.ends_with(".ckpt")) {
-      try {
-        steps.insert(std::stoll(name.substr(5, name.size() - 10)));
-      } catch (...) {
-      }
+    const std::string file = entry.path().filename().string();
+    absl::string_view name = file;
+    int64_t step = 0;
+    if (absl::ConsumePrefix(&name, "step-") && absl::ConsumeSuffix(&name, ".ckpt") &&
+        absl::SimpleAtoi(name, &step)) {
+      steps.insert(step);
     }
   }
   return steps;

@@ -7,9 +7,7 @@ enum : int { kLnGamma, kLnBeta, kFcW, kFcB };
 }  // namespace
 
 ClassifierHead::ClassifierHead(LayerLayout layout, const VitSpec& vit)
-    : Layer(std::move(layout)),
-      vit_(vit),
-      tokens_((vit.height / vit.patch) * (vit.width / vit.patch) + 1) {}
+    : Layer(std::move(layout)), vit_(vit), tokens_(vit.Tokens()) {}
 
 // Saved: class tokens c [n, D], ln(c) [n, D], mean [n], rstd [n]. Scratch: dln [n, D], dc [n, D].
 int64_t ClassifierHead::SavedFloats(int n) const { return int64_t{n} * (2 * vit_.dim + 2); }

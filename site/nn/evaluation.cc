@@ -6,6 +6,11 @@
 
 namespace strait::site {
 
+Evaluation MeanOverTargets(double loss_sum, int64_t correct, double targets) {
+  if (targets == 0) return Evaluation{};
+  return Evaluation{loss_sum / targets, static_cast<double>(correct) / targets};
+}
+
 double BitsPerByte(const Evaluation& e) { return e.loss / std::log(2.0); }
 
 std::string DescribeEvaluation(const ModelSpec& model, const Evaluation& e) {

@@ -2,6 +2,7 @@
 // report at the end of a run.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -14,6 +15,10 @@ struct Evaluation {
   double loss = 0.0;      // Mean cross-entropy, nats.
   double accuracy = 0.0;  // Share of targets whose arg-max logit is the label.
 };
+
+// The per-target means of a loss sum and a count of correct targets over `targets` targets (zeros
+// when there are none).
+Evaluation MeanOverTargets(double loss_sum, int64_t correct, double targets);
 
 // Bits per byte of text for a language model's loss in nats per token (with byte tokens, one
 // token is one byte).

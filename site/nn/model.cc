@@ -38,9 +38,8 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec&
       } else if (i == total - 1) {
         layers.push_back(std::make_unique<ClassifierHead>(std::move(l), v));
       } else {
-        const int tokens = (v.height / v.patch) * (v.width / v.patch) + 1;
         layers.push_back(std::make_unique<TransformerBlock>(
-            std::move(l), TransformerBlockSpec{tokens, v.dim, v.heads, v.mlp_dim, v.dropout,
+            std::move(l), TransformerBlockSpec{v.Tokens(), v.dim, v.heads, v.mlp_dim, v.dropout,
                                                /*causal=*/false}));
       }
     } else {

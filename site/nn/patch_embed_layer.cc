@@ -6,7 +6,7 @@ namespace strait::site {
 PatchEmbedLayer::PatchEmbedLayer(LayerLayout layout, const VitSpec& vit)
     : Layer(std::move(layout)),
       vit_(vit),
-      patches_((vit.height / vit.patch) * (vit.width / vit.patch)),
+      patches_(vit.Patches()),
       patch_size_(vit.channels * vit.patch * vit.patch),
       tokens_(patches_ + 1) {}
 

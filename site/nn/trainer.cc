@@ -127,9 +127,8 @@ absl::StatusOr<Evaluation> Trainer::Evaluate() {
     sum.loss_sum += loss->loss_sum;
     sum.correct += loss->correct;
   }
-  const double targets = static_cast<double>(test_.size) * test_.targets;
-  if (targets == 0) return Evaluation{};
-  return Evaluation{sum.loss_sum / targets, static_cast<double>(sum.correct) / targets};
+  return MeanOverTargets(sum.loss_sum, sum.correct,
+                         static_cast<double>(test_.size) * test_.targets);
 }
 
 absl::Status Trainer::SaveCheckpoint(const std::string& path) {

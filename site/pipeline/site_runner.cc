@@ -332,10 +332,8 @@ absl::StatusOr<std::optional<Evaluation>> SiteRunner::Evaluate() {
     }
   }
   if (!last) return std::optional<Evaluation>();
-  const double targets = static_cast<double>(size) * spec_.model.TargetsPerSample();
-  if (targets == 0) return std::optional<Evaluation>(Evaluation{});
-  return std::optional<Evaluation>(
-      Evaluation{sum.loss_sum / targets, static_cast<double>(sum.correct) / targets});
+  return std::optional<Evaluation>(MeanOverTargets(
+      sum.loss_sum, sum.correct, static_cast<double>(size) * spec_.model.TargetsPerSample()));
 }
 
 absl::Status SiteRunner::Flush() {

@@ -149,6 +149,7 @@ training:
   schedule: SCHEDULE
   grad_clip: 1.0
   optimizer: {name: adamw, lr: 0.003}
+  checkpoint: {every: 6}
 sites:
   - {id: dc-a, layers: [0, 2]}
   - {id: dc-b, layers: [2, 4]}
@@ -186,6 +187,12 @@ links:
       site::ReadCheckpoint(fed.ReferenceDir() + "/final.ckpt");
   ASSERT_TRUE(reference.ok()) << reference.status();
   EXPECT_EQ(assembled->params, reference->params);
+  // So do the coordinated checkpoints of the last step (checkpoint.dir/<site>/step-N.ckpt).
+  absl::StatusOr<tools::ModelParams> coordinated =
+      tools::LoadModelParams(*spec, spec->training.checkpoint.dir);
+  ASSERT_TRUE(coordinated.ok()) << coordinated.status();
+  EXPECT_EQ(coordinated->step, 12);
+  EXPECT_EQ(coordinated->params, reference->params);
   absl::StatusOr<tools::TextSample> sample = tools::SampleFromCheckpoints(
       *spec, fed.dir().File("out"), "And God", 20, {.temperature = 0.0}, 1);
   ASSERT_TRUE(sample.ok()) << sample.status();

@@ -291,7 +291,7 @@ TEST(LayerGradientTest, TransformerBlock) {
   for (float dropout : {0.0f, 0.2f}) {
     Harness h{TinyVit(dropout), 1};
     const VitSpec v = h.model.vit;
-    const int t = (v.height / v.patch) * (v.width / v.patch) + 1;
+    const int t = v.Tokens();
     h.ref = BlockRef(h.n, t, v.dim, v.heads, v.mlp_dim, v.dropout, /*causal=*/false);
     CheckLayer(h);
   }
@@ -300,7 +300,7 @@ TEST(LayerGradientTest, TransformerBlock) {
 TEST(LayerGradientTest, ClassifierHead) {
   Harness h{TinyVit(0.0f), 2};
   const VitSpec v = h.model.vit;
-  const int t = (v.height / v.patch) * (v.width / v.patch) + 1, d = v.dim, n = h.n;
+  const int t = v.Tokens(), d = v.dim, n = h.n;
   h.ref = [=](const Params& p, const Vec& x, uint64_t) {
     Vec cls(static_cast<size_t>(n) * d);
     for (int b = 0; b < n; ++b)
