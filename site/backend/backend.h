@@ -87,7 +87,8 @@ class Backend {
                                    const float* dy, float* dx) = 0;
   // Softmax cross-entropy per row: loss[r] = -log softmax(logits[r])[label[r]], correct[r] = 1 when
   // the first maximal logit is the label's, and dlogits = (softmax - onehot) * grad_scale.
-  // Labels outside [0, classes) give loss 0, correct 0 and a zero gradient row.
+  // Labels outside [0, classes) give loss 0, correct 0 and a zero gradient row. dlogits must not
+  // overlap logits.
   virtual void CrossEntropy(int64_t rows, int classes, const float* logits /*[rows, classes]*/,
                             const int32_t* labels /*[rows]*/, float grad_scale,
                             float* loss /*[rows]*/, int32_t* correct /*[rows]*/,

@@ -287,13 +287,15 @@ class CpuBackend final : public Backend {
       }
       const float mx = lr[argmax];
       float sum = 0.0f;
-      for (int c = 0; c < classes; ++c) sum += std::exp(lr[c] - mx);
+      for (int c = 0; c < classes; ++c) {  // dr holds the exponentials until they are scaled.
+        dr[c] = std::exp(lr[c] - mx);
+        sum += dr[c];
+      }
       loss[r] = std::log(sum) + mx - lr[label];
       correct[r] = argmax == label ? 1 : 0;
       const float inv = 1.0f / sum;
-      for (int c = 0; c < classes; ++c) {
-        dr[c] = (std::exp(lr[c] - mx) * inv - (c == label ? 1.0f : 0.0f)) * grad_scale;
-      }
+      for (int c = 0; c < classes; ++c)
+        dr[c] = (dr[c] * inv - (c == label ? 1.0f : 0.0f)) * grad_scale;
     }
   }
 
