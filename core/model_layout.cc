@@ -149,4 +149,31 @@ std::vector<LayerLayout> BuildModelLayout(const ModelSpec& model) {
   return {};
 }
 
+absl::Status CheckShardParams(const ModelSpec& model, LayerRange range, int64_t params,
+                              const std::string& path) {
+  const std::vector<LayerLayout> layers = BuildModelLayout(model);
+  int64_t expected = 0;
+  for (int i = range.start; i < range.end && i < static_cast<int>(layers.size()); ++i) {
+    expected += layers[i].param_count;
+  }
+  if (params == expected) return absl::OkStatus();
+  // Layer 0 of a gpt is [vocab + context, dim]: a difference of whole rows of width dim is the
+  // position table of another context.
+  const int64_t diff = params - expected;
+  if (model.family == ModelFamily::kGpt && range.start == 0 && diff % model.gpt.dim == 0 &&
+      model.gpt.context + diff / model.gpt.dim > 0) {
+    const int64_t trained = model.gpt.context + diff / model.gpt.dim;
+    return absl::FailedPreconditionError(
+        absl::StrCat("model.context ", model.gpt.context, " is ",
+                     trained < model.gpt.context ? "longer" : "shorter",
+                     " than the position table of ", path, " (", trained,
+                     " positions: the model was trained with that context, and cannot attend "
+                     "beyond the positions it learned); set model.context: ",
+                     trained));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      path, " holds ", params, " parameters for layers [", range.start, ", ", range.end,
+      ") but the job spec's model has ", expected, ": use the job spec the run was trained with"));
+}
+
 }  // namespace strait

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "core/job_spec.h"
 
 namespace strait {
@@ -32,6 +33,12 @@ struct LayerLayout {
 
 // All layers 0 .. NumLayers()-1 of the model. The spec must be valid (ParseJobSpec checked it).
 std::vector<LayerLayout> BuildModelLayout(const ModelSpec& model);
+
+// Checks that a checkpoint shard (`path`) holding `params` floats for layers `range` fits `model`.
+// A gpt shard whose position table is another context is named as such ("model.context 256 is
+// longer than the position table of ...: set model.context: 128"); other sizes say both counts.
+absl::Status CheckShardParams(const ModelSpec& model, LayerRange range, int64_t params,
+                              const std::string& path);
 
 // Product of a shape's dimensions (1 for an empty shape).
 int64_t NumElements(const std::vector<int64_t>& shape);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "core/model_layout.h"
 #include "core/status.h"
 #include "site/nn/checkpoint.h"
 
@@ -16,8 +17,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Appends the shard at `path`, which must hold layers `range` of the model.
-absl::Status Append(const std::string& path, LayerRange range, ModelParams& out) {
+// Appends the shard at `path`, which must hold layers `range` of `model`.
+absl::Status Append(const ModelSpec& model, const std::string& path, LayerRange range,
+                    ModelParams& out) {
   STRAIT_ASSIGN_OR_RETURN(site::CheckpointState state, site::ReadCheckpoint(path));
   if (state.first_layer != range.start || state.end_layer != range.end) {
     return absl::FailedPreconditionError(
@@ -25,6 +27,8 @@ absl::Status Append(const std::string& path, LayerRange range, ModelParams& out)
                      ") but the job spec gives that site layers [", range.start, ", ", range.end,
                      "); use the job spec the run was trained with"));
   }
+  STRAIT_RETURN_IF_ERROR(
+      CheckShardParams(model, range, static_cast<int64_t>(state.params.size()), path));
   if (!out.sources.empty() && state.step != out.step) {
     return absl::FailedPreconditionError(absl::StrCat(path, " is of step ", state.step, ", ",
                                                       out.sources.front(), " of step ", out.step));
@@ -58,14 +62,15 @@ absl::StatusOr<ModelParams> LoadModelParams(const JobSpec& spec, const std::stri
   const fs::path root(dir);
   if (fs::exists(root / "final.ckpt")) {
     STRAIT_RETURN_IF_ERROR(
-        Append((root / "final.ckpt").string(), {0, spec.model.NumLayers()}, out));
+        Append(spec.model, (root / "final.ckpt").string(), {0, spec.model.NumLayers()}, out));
     return out;
   }
   bool all_final = true;
   for (const SiteSpec& site : spec.sites) all_final &= fs::exists(root / site.id / "final.ckpt");
   if (all_final) {
     for (const SiteSpec& site : spec.sites) {
-      STRAIT_RETURN_IF_ERROR(Append((root / site.id / "final.ckpt").string(), site.layers, out));
+      STRAIT_RETURN_IF_ERROR(
+          Append(spec.model, (root / site.id / "final.ckpt").string(), site.layers, out));
     }
     return out;
   }
@@ -91,7 +96,7 @@ absl::StatusOr<ModelParams> LoadModelParams(const JobSpec& spec, const std::stri
   const int64_t step = *common.rbegin();
   for (const SiteSpec& site : spec.sites) {
     const fs::path path = root / site.id / absl::StrFormat("step-%08d.ckpt", step);
-    STRAIT_RETURN_IF_ERROR(Append(path.string(), site.layers, out));
+    STRAIT_RETURN_IF_ERROR(Append(spec.model, path.string(), site.layers, out));
   }
   return out;
 }

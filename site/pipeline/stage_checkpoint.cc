@@ -1,6 +1,7 @@
 #include "site/pipeline/stage_checkpoint.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/model_layout.h"
 #include "core/status.h"
 #include "site/nn/checkpoint.h"
 
@@ -40,6 +41,10 @@ absl::StatusOr<int64_t> LoadStageCheckpoint(const std::string& path, const JobSp
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint ", path, " does not match this job: ", what));
   };
+  if (s.first_layer == stage.range().start && s.end_layer == stage.range().end) {
+    STRAIT_RETURN_IF_ERROR(
+        CheckShardParams(spec.model, stage.range(), static_cast<int64_t>(s.params.size()), path));
+  }
   if (s.fingerprint != stage.Fingerprint() || s.first_layer != stage.range().start ||
       s.end_layer != stage.range().end) {
     return mismatch(absl::StrCat("it holds layers [", s.first_layer, ", ", s.end_layer,

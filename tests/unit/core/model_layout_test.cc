@@ -1,5 +1,6 @@
 #include "core/model_layout.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 namespace strait {
@@ -76,6 +77,28 @@ TEST(ModelLayoutTest, GptLayersShapesAndParameters) {
   EXPECT_EQ(layers[4].out_shape, (std::vector<int64_t>{128, 256}));
   EXPECT_EQ(layers[4].param_count, 2 * 64 + 64 * 256 + 256);
   for (size_t i = 1; i < layers.size(); ++i) EXPECT_EQ(layers[i].in_shape, layers[i - 1].out_shape);
+}
+
+TEST(ModelLayoutTest, ShardOfAnotherContextIsNamedAsSuch) {
+  ModelSpec model;
+  model.family = ModelFamily::kGpt;
+  model.gpt =
+      GptSpec{.vocab = 256, .context = 256, .dim = 64, .depth = 3, .heads = 4, .mlp_dim = 256};
+  const std::vector<LayerLayout> layers = BuildModelLayout(model);
+  const int64_t first_two = layers[0].param_count + layers[1].param_count;
+  EXPECT_TRUE(CheckShardParams(model, {0, 2}, first_two, "a.ckpt").ok());
+  // Trained with context 128: 128 rows of the position table fewer.
+  absl::Status longer = CheckShardParams(model, {0, 2}, first_two - 128 * 64, "a.ckpt");
+  EXPECT_EQ(longer.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(longer.message(), testing::HasSubstr("model.context 256 is longer than the position "
+                                                   "table of a.ckpt (128 positions"));
+  EXPECT_THAT(longer.message(), testing::HasSubstr("set model.context: 128"));
+  absl::Status shorter = CheckShardParams(model, {0, 1}, layers[0].param_count + 64, "a.ckpt");
+  EXPECT_THAT(shorter.message(), testing::HasSubstr("shorter than the position table"));
+  // Blocks do not depend on the context: any other size is another model.
+  absl::Status other = CheckShardParams(model, {1, 2}, layers[1].param_count + 64, "b.ckpt");
+  EXPECT_THAT(other.message(), testing::HasSubstr("b.ckpt holds"));
+  EXPECT_THAT(other.message(), testing::HasSubstr("use the job spec the run was trained with"));
 }
 
 TEST(ModelLayoutTest, ShapeHelpers) {

@@ -121,6 +121,16 @@ TEST_F(TrainCommandTest, AGptTrainsOnTextAndGenerateContinuesIt) {
       << Read(dir_ / "log");
   // A classifier's job spec: exit 2.
   EXPECT_EQ(Strait("generate -c " + (dir_ / "job.yaml").string() + " --checkpoint " + out), 2);
+  // A longer context than the checkpoint's position table: exit 1, naming the file and the fix.
+  std::string longer = kGptJob;
+  longer.replace(longer.find("context: 16"), 11, "context: 32");
+  std::ofstream(dir_ / "lm32.yaml") << longer;
+  EXPECT_EQ(Strait("generate -c " + (dir_ / "lm32.yaml").string() + " --checkpoint " + out), 1);
+  EXPECT_NE(Read(dir_ / "log")
+                .find("model.context 32 is longer than the position table of " + out +
+                      "/final.ckpt (16 positions"),
+            std::string::npos)
+      << Read(dir_ / "log");
 }
 
 TEST_F(TrainCommandTest, TextThatIsNotUtf8IsRefusedWithItsFileName) {
