@@ -70,8 +70,8 @@ int RunEngineBench(const EngineBenchOptions& o) {
   }
   const int n = o.batch / microbatches;
   const int threads = o.threads > 0 ? o.threads : UsableCores();
-  auto inner =
-      site::CreateBackend(o.device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu, {threads, 0});
+  auto inner = site::CreateBackend(o.device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu,
+                                   {threads, 0, spec->training.precision});
   if (!inner.ok()) return Fail(inner.status());
   // The stage's one worker runs on a recording wrapper of the backend (which the stage owns).
   RecordingBackend* backend = nullptr;

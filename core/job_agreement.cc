@@ -64,6 +64,7 @@ std::string AgreedJobText(const JobSpec& spec) {
   Line(out, "training.extra_in_flight", absl::StrCat(t.extra_in_flight));
   Line(out, "training.lookahead", Exact(t.lookahead));
   Line(out, "training.grad_clip", Exact(t.grad_clip));
+  Line(out, "training.precision", ToString(t.precision));
   const OptimizerSpec& o = t.optimizer;
   Line(out, "training.optimizer.name", ToString(o.kind));
   Line(out, "training.optimizer.lr", Exact(o.lr));

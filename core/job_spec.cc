@@ -43,6 +43,7 @@ const char* ToString(UpdateTiming v) { return v == UpdateTiming::kEager ? "eager
 const char* ToString(OptimizerKind v) { return v == OptimizerKind::kSgd ? "sgd" : "adamw"; }
 const char* ToString(LrDecay v) { return v == LrDecay::kCosine ? "cosine" : "none"; }
 const char* ToString(DeviceKind v) { return v == DeviceKind::kCpu ? "cpu" : "cuda"; }
+const char* ToString(Precision v) { return v == Precision::kBf16 ? "bf16" : "fp32"; }
 
 OptimizerSpec WithDecayHorizon(OptimizerSpec optimizer, int64_t total_steps) {
   if (optimizer.decay_steps == 0) optimizer.decay_steps = total_steps;

@@ -33,6 +33,10 @@ enum class UpdateTiming { kDeferred, kEager };
 enum class OptimizerKind { kSgd, kAdamW };
 enum class LrDecay { kNone, kCosine };
 enum class DeviceKind { kCpu, kCuda };
+// Matrix products' inputs (training.precision): fp32, or rounded to bf16 (round to nearest even)
+// with fp32 accumulation, as tensor cores compute them. Weights, optimizer state and every other
+// op stay fp32.
+enum class Precision { kFp32, kBf16 };
 
 const char* ToString(ModelFamily v);
 const char* ToString(Activation v);
@@ -42,6 +46,7 @@ const char* ToString(UpdateTiming v);
 const char* ToString(OptimizerKind v);
 const char* ToString(LrDecay v);
 const char* ToString(DeviceKind v);
+const char* ToString(Precision v);
 
 // Multi-layer perceptron: input -> hidden[0] -> ... -> hidden[n-1] -> classes. Layer i (< n) is
 // Linear + activation; layer n is the output Linear (logits). So it has hidden.size() + 1 layers.
@@ -161,6 +166,7 @@ struct TrainingSpec {
   // 2bw only (see UpdateTiming); eager needs grad_clip 0 (a stage cannot wait for the other stages'
   // norms without stalling) and lookahead 0 (its default under eager).
   UpdateTiming update = UpdateTiming::kDeferred;
+  Precision precision = Precision::kFp32;
   OptimizerSpec optimizer;
   double grad_clip = 0.0;  // Clip by global norm across all stages; 0 = off.
   CheckpointSpec checkpoint;

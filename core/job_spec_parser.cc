@@ -382,6 +382,8 @@ class JobSpecParser {
                          absl::StrCat("applies to schedule 2bw only (this job's schedule is ",
                                       ToString(t.schedule), "); remove it or set it to 0"));
     }
+    STRAIT_RETURN_IF_ERROR(map.Enum(
+        "precision", {{"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}}, &t.precision));
     STRAIT_RETURN_IF_ERROR(ParseOptimizer(map));
     STRAIT_RETURN_IF_ERROR(map.Double("grad_clip", 0.0, 1e12, &t.grad_clip));
     STRAIT_RETURN_IF_ERROR(ParseUpdateTiming(map));

@@ -22,8 +22,9 @@ absl::StatusOr<TextSample> SampleFromCheckpoints(const JobSpec& spec, const std:
     return absl::InvalidArgumentError("only 'tokenizer: bytes' is supported");
   }
   STRAIT_ASSIGN_OR_RETURN(ModelParams params, LoadModelParams(spec, dir));
-  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<site::Backend> backend,
-                          site::CreateBackend(DeviceKind::kCpu, {threads, 0}));
+  STRAIT_ASSIGN_OR_RETURN(
+      std::unique_ptr<site::Backend> backend,
+      site::CreateBackend(DeviceKind::kCpu, {threads, 0, spec.training.precision}));
   STRAIT_ASSIGN_OR_RETURN(
       std::unique_ptr<site::TextGenerator> generator,
       site::TextGenerator::Create(spec.model, params.params, std::move(backend)));

@@ -44,7 +44,7 @@ int RunTrain(const TrainOptions& o) {
   }
   const int threads = o.threads > 0 ? o.threads : UsableCores();
   const DeviceKind device = o.device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu;
-  auto backend = site::CreateBackend(device, {threads, 0});
+  auto backend = site::CreateBackend(device, {threads, 0, spec->training.precision});
   if (!backend.ok()) return Fail(backend.status(), 1);
   const std::string backend_name = (*backend)->Name();
   auto trainer = site::Trainer::Create(*spec, *std::move(backend));

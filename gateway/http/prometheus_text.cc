@@ -166,6 +166,21 @@ void WriteSites(const v1::FederationState& state, Exposition& e) {
   for (const v1::SiteMetrics& m : metrics) {
     if (m.last_report().has_loss()) e.Sample({{"site", m.site_id()}}, m.last_report().loss());
   }
+  e.Family("strait_site_heldout_loss", "gauge",
+           "Cross-entropy per target on the held-out split after the last step (the last stage "
+           "only; nats per token for a language model).");
+  for (const v1::SiteMetrics& m : metrics) {
+    if (m.last_report().has_evaluation()) {
+      e.Sample({{"site", m.site_id()}}, m.last_report().evaluation().loss());
+    }
+  }
+  e.Family("strait_site_heldout_accuracy", "gauge",
+           "Share of held-out targets predicted (test accuracy; next-token accuracy).");
+  for (const v1::SiteMetrics& m : metrics) {
+    if (m.last_report().has_evaluation()) {
+      e.Sample({{"site", m.site_id()}}, m.last_report().evaluation().accuracy());
+    }
+  }
   e.Family("strait_site_samples_per_second", "gauge", "Training throughput last reported.");
   for (const v1::SiteMetrics& m : metrics) {
     e.Sample({{"site", m.site_id()}}, m.last_report().samples_per_second());

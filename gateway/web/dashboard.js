@@ -419,6 +419,19 @@ function renderKpis(state, sites) {
     sub.textContent = last ? `reported by ${last.id}` : "";
   }
 
+  // The model on the held-out split: the last stage reports it once, after the last step.
+  const evaluation = report.evaluation;
+  if (!evaluation) {
+    setText("kpi-eval", "—");
+    setText("kpi-eval-sub", "after the last step");
+  } else if (evaluation.language_model) {
+    setText("kpi-eval", num(evaluation.loss).toFixed(3));
+    setText("kpi-eval-sub", `nats/token · ${num(evaluation.bits_per_byte).toFixed(3)} bits/byte`);
+  } else {
+    setText("kpi-eval", `${(100 * num(evaluation.accuracy)).toFixed(2)}%`);
+    setText("kpi-eval-sub", "test accuracy");
+  }
+
   setText("kpi-throughput", report.samples_per_second !== undefined ? fmtNumber(report.samples_per_second) : "—");
   setText("kpi-eta", num(report.eta_s) > 0 ? fmtDuration(report.eta_s) : "—");
   setText("kpi-eta-sub", num(report.eta_s) > 0 ? `done around ${fmtClock(Date.now() + num(report.eta_s) * 1000)}` : "");

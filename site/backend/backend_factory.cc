@@ -11,9 +11,9 @@ bool BuiltWithCuda() { return STRAIT_WITH_CUDA != 0; }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(DeviceKind kind,
                                                        const BackendOptions& options) {
-  if (kind == DeviceKind::kCpu) return CreateCpuBackend(options.threads);
+  if (kind == DeviceKind::kCpu) return CreateCpuBackend(options.threads, options.precision);
 #if STRAIT_WITH_CUDA
-  return CreateCudaBackend(options.device);
+  return CreateCudaBackend(options.device, options.precision);
 #else
   return absl::FailedPreconditionError(
       "device 'cuda' requested, but this build has no CUDA support: install the CUDA toolkit and "

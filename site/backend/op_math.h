@@ -3,6 +3,8 @@
 #pragma once
 
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "site/backend/counter_rng.h"
 
@@ -26,6 +28,26 @@ STRAIT_HOST_DEVICE inline float FastTanh(float u) {
   const float q = ((2.280999033e-04f * s + 2.376315929e-02f) * s + 4.625250995e-01f) * s + 1.0f;
   const float t = u * p / q;
   return t < -1.0f ? -1.0f : (t > 1.0f ? 1.0f : t);
+}
+
+// x rounded to the nearest bfloat16 (ties to even), held in a float: what a tensor core multiplies
+// (training.precision: bf16). NaN stays NaN; beyond bf16's largest value it rounds to infinity.
+STRAIT_HOST_DEVICE inline float RoundToBf16(float x) {
+  uint32_t bits;
+  memcpy(&bits, &x, sizeof bits);
+  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+  bits = (bits & 0x7fffffffu) > 0x7f800000u ? bits : rounded;
+  float y;
+  memcpy(&y, &bits, sizeof y);
+  return y;
+}
+
+// Floats that `batch` row-major matrices of [rows, cols] with leading dimension `ld`, each
+// `stride` after the previous, span from the first: what a matrix product reads of an operand.
+STRAIT_HOST_DEVICE inline int64_t MatrixSpan(int rows, int cols, int ld, int64_t stride = 0,
+                                             int batch = 1) {
+  if (rows <= 0 || cols <= 0 || batch <= 0) return 0;
+  return (batch - 1) * stride + int64_t{rows - 1} * ld + cols;
 }
 
 // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).

@@ -59,6 +59,7 @@ void SiteReportSender::Send() {
       report.set_has_checkpoint(true);
       report.set_checkpoint_step(static_cast<uint64_t>(*progress_.checkpoint));
     }
+    if (progress_.evaluation) *report.mutable_evaluation() = *progress_.evaluation;
   }
   report.set_compute_s(delta.Seconds(Timer::kCompute));
   report.set_wait_s(delta.Seconds(Timer::kWait));

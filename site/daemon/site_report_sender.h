@@ -26,6 +26,7 @@ struct SiteProgress {
   std::optional<double> loss;
   double samples_per_second = 0.0;
   double eta_s = 0.0;
+  std::optional<v1::HeldOutEvaluation> evaluation;  // The last stage's, once evaluated.
 };
 
 // Sends a SiteReport every `interval_s` (and once more on destruction) with the figures of the

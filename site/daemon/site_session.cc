@@ -118,10 +118,12 @@ StageFactory MakeStageFactory(const JobSpec& spec, int index, int64_t total_step
   const OptimizerSpec optimizer = WithDecayHorizon(spec.training.optimizer, total_steps);
   return [&spec, index, optimizer, threads] {
     const SiteSpec& site = spec.sites[index];
-    return StageExecutor::Create(
-        spec.model, site.layers, optimizer, spec.training.MicrobatchSize(),
-        VersioningOf(spec.training),
-        {.device = site.device, .count = site.workers, .threads = threads});
+    return StageExecutor::Create(spec.model, site.layers, optimizer, spec.training.MicrobatchSize(),
+                                 VersioningOf(spec.training),
+                                 {.device = site.device,
+                                  .count = site.workers,
+                                  .threads = threads,
+                                  .precision = spec.training.precision});
   };
 }
 
@@ -315,12 +317,25 @@ absl::Status SiteSession::TrainGeneration(SiteRunner& runner, int64_t from,
     absl::StatusOr<std::optional<Evaluation>> evaluated = runner.Evaluate();
     if (evaluated.ok()) {
       figures_.evaluation = *evaluated;
+      if (*evaluated) ReportEvaluation(**evaluated);
     } else {
       result = evaluated.status();
     }
   }
   if (result.ok()) result = runner.Flush();
   return result;
+}
+
+void SiteSession::ReportEvaluation(const Evaluation& e) {
+  v1::HeldOutEvaluation report;
+  report.set_loss(e.loss);
+  report.set_accuracy(e.accuracy);
+  if (spec_.model.family == ModelFamily::kGpt) {
+    report.set_language_model(true);
+    report.set_bits_per_byte(BitsPerByte(e));
+  }
+  std::lock_guard<std::mutex> lock(progress_.mu);
+  progress_.evaluation = report;
 }
 
 // The bookkeeping of a step just taken: figures, the loss, a coordinated checkpoint when one is

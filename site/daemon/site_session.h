@@ -119,6 +119,8 @@ class SiteSession {
   absl::Status TrainGeneration(SiteRunner& runner, int64_t from, SiteReportSender& sender);
   absl::Status AfterStep(const SiteRunner& runner, const StepResult& step, Pass& pass,
                          SiteReportSender& sender);
+  // Puts the held-out figures in the reports from now on (the last one among them).
+  void ReportEvaluation(const Evaluation& e);
   void ShowProgress(const SiteRunner& runner, const StepResult& step, const Pass& pass,
                     std::chrono::steady_clock::time_point now);
 

@@ -48,7 +48,8 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
     if (workers.make_backend) {
       STRAIT_ASSIGN_OR_RETURN(worker.backend, workers.make_backend(w));
     } else {
-      STRAIT_ASSIGN_OR_RETURN(worker.backend, CreateBackend(workers.device, {workers.threads, w}));
+      STRAIT_ASSIGN_OR_RETURN(
+          worker.backend, CreateBackend(workers.device, {workers.threads, w, workers.precision}));
     }
     STRAIT_ASSIGN_OR_RETURN(worker.stage,
                             Stage::Create(model, range, worker_batch, worker.backend.get()));

@@ -107,6 +107,7 @@ struct StageWorkers {
   DeviceKind device = DeviceKind::kCpu;
   int count = 1;    // W >= 1.
   int threads = 1;  // CPU threads of each worker's backend (fixed: deterministic).
+  Precision precision = Precision::kFp32;  // Of the backends' matrix products.
   // Optional: makes the backends instead of CreateBackend(device, {threads, w}) (`strait train`
   // hands over the backend it made; a benchmark wraps one to record its calls).
   BackendMaker make_backend;

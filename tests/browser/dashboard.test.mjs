@@ -83,6 +83,10 @@ async function main() {
     assert.deepEqual(links, ["0/forward", "0/backward", "1/forward", "1/backward"]);
     assert.equal(await page.isVisible("#insecure-banner"), true, "the insecure banner shows");
     assert.match(await page.textContent("#federation"), /fashion-demo/);
+    if (mode !== "real") {  // The fake federation's last stage reports its test accuracy.
+      assert.equal(await page.textContent("#kpi-eval"), "88.21%");
+      assert.equal(await page.textContent("#kpi-eval-sub"), "test accuracy");
+    }
 
     // The charts and the step move on their own (the server samples every 250 ms).
     const points = () => page.$eval("#chart-loss", (c) => Number(c.dataset.points || 0));

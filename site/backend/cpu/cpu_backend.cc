@@ -61,11 +61,14 @@ class CpuBackend final : public Backend {
  public:
   // OpenBLAS runs single-threaded inside our pool: its own worker threads busy-wait between calls
   // and would compete with the pool for the cores.
-  explicit CpuBackend(int threads) : threads_(threads), pool_(threads) {
+  CpuBackend(int threads, Precision precision)
+      : threads_(threads), bf16_(precision == Precision::kBf16), pool_(threads) {
     openblas_set_num_threads(1);
   }
 
-  std::string Name() const override { return absl::StrCat("cpu (", threads_, " threads)"); }
+  std::string Name() const override {
+    return absl::StrCat("cpu (", threads_, " threads", bf16_ ? ", bf16 products" : "", ")");
+  }
 
   absl::StatusOr<void*> Allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
@@ -87,6 +90,10 @@ class CpuBackend final : public Backend {
   void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
             const float* b, int ldb, float beta, float* c, int ldc) override {
     if (m == 0 || n == 0) return;
+    if (bf16_) {
+      a = RoundedToBf16(a, MatrixSpan(ta ? k : m, ta ? m : k, lda), bf16_a_);
+      b = RoundedToBf16(b, MatrixSpan(tb ? n : k, tb ? k : n, ldb), bf16_b_);
+    }
     // Split the larger of C's dimensions over the pool; each part is one single-threaded sgemm
     // over the whole k, so the parts (and the result) depend only on the thread count.
     const int64_t grain = std::max<int64_t>(
@@ -107,6 +114,10 @@ class CpuBackend final : public Backend {
   void GemmBatched(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
                    int64_t stride_a, const float* b, int ldb, int64_t stride_b, float beta,
                    float* c, int ldc, int64_t stride_c, int batch) override {
+    if (bf16_) {
+      a = RoundedToBf16(a, MatrixSpan(ta ? k : m, ta ? m : k, lda, stride_a, batch), bf16_a_);
+      b = RoundedToBf16(b, MatrixSpan(tb ? n : k, tb ? k : n, ldb, stride_b, batch), bf16_b_);
+    }
     const bool small = int64_t{m} * n * k < 64 * 64 * 64;
     const int64_t grain = std::max<int64_t>(1, kGrainFloats / std::max(1, m * n * k / 8));
     pool_.ParallelFor(batch, grain, [&](int64_t begin, int64_t end) {
@@ -447,14 +458,28 @@ class CpuBackend final : public Backend {
     if (bytes > 0) std::memmove(dst, src, bytes);
   }
 
+  // The `n` floats from x rounded to bf16 into `out`: a product of them in fp32 is exactly what a
+  // tensor core computes with bf16 inputs (every product of two bf16 is exact in fp32), up to the
+  // order of the sums.
+  const float* RoundedToBf16(const float* x, int64_t n, std::vector<float>& out) {
+    out.resize(n);
+    float* y = out.data();
+    pool_.ParallelFor(n, kGrainFloats, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) y[i] = RoundToBf16(x[i]);
+    });
+    return y;
+  }
+
   int threads_;
+  bool bf16_;  // training.precision: bf16.
+  std::vector<float> bf16_a_, bf16_b_;
   ThreadPool pool_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> CreateCpuBackend(int threads) {
-  return std::make_unique<CpuBackend>(std::max(1, threads));
+std::unique_ptr<Backend> CreateCpuBackend(int threads, Precision precision) {
+  return std::make_unique<CpuBackend>(std::max(1, threads), precision);
 }
 
 }  // namespace strait::site

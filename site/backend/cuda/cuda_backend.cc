@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "compression/cuda/cuda_check.h"
 #include "site/backend/cuda/cuda_kernels.h"
+#include "site/backend/op_math.h"
 
 namespace strait::site {
 namespace {
@@ -20,16 +21,19 @@ cublasOperation_t Op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, std::string name, cudaStream_t stream, cublasHandle_t cublas,
+  CudaBackend(int device, std::string name, bool bf16, cudaStream_t stream, cublasHandle_t cublas,
               double* partials)
       : device_(device),
         name_(std::move(name)),
+        bf16_(bf16),
         stream_(stream),
         cublas_(cublas),
         partials_(partials) {}
 
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    cudaFree(bf16_a_.data);
+    cudaFree(bf16_b_.data);
     cudaFree(partials_);
     cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
@@ -85,17 +89,35 @@ class CudaBackend final : public Backend {
   void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
             const float* b, int ldb, float beta, float* c, int ldc) override {
     if (m == 0 || n == 0) return;
-    Check(STRAIT_CUBLAS_CHECK(
-        cublasSgemm(cublas_, Op(tb), Op(ta), n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc)));
+    if (!bf16_) {
+      Check(STRAIT_CUBLAS_CHECK(
+          cublasSgemm(cublas_, Op(tb), Op(ta), n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc)));
+      return;
+    }
+    a = RoundedToBf16(a, MatrixSpan(ta ? k : m, ta ? m : k, lda), bf16_a_);
+    b = RoundedToBf16(b, MatrixSpan(tb ? n : k, tb ? k : n, ldb), bf16_b_);
+    if (a == nullptr || b == nullptr) return;
+    Check(STRAIT_CUBLAS_CHECK(cublasGemmEx(cublas_, Op(tb), Op(ta), n, m, k, &alpha, b, CUDA_R_32F,
+                                           ldb, a, CUDA_R_32F, lda, &beta, c, CUDA_R_32F, ldc,
+                                           kBf16Compute, CUBLAS_GEMM_DEFAULT)));
   }
 
   void GemmBatched(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
                    int64_t stride_a, const float* b, int ldb, int64_t stride_b, float beta,
                    float* c, int ldc, int64_t stride_c, int batch) override {
     if (m == 0 || n == 0 || batch == 0) return;
-    Check(STRAIT_CUBLAS_CHECK(cublasSgemmStridedBatched(cublas_, Op(tb), Op(ta), n, m, k, &alpha, b,
-                                                        ldb, stride_b, a, lda, stride_a, &beta, c,
-                                                        ldc, stride_c, batch)));
+    if (!bf16_) {
+      Check(STRAIT_CUBLAS_CHECK(cublasSgemmStridedBatched(cublas_, Op(tb), Op(ta), n, m, k, &alpha,
+                                                          b, ldb, stride_b, a, lda, stride_a, &beta,
+                                                          c, ldc, stride_c, batch)));
+      return;
+    }
+    a = RoundedToBf16(a, MatrixSpan(ta ? k : m, ta ? m : k, lda, stride_a, batch), bf16_a_);
+    b = RoundedToBf16(b, MatrixSpan(tb ? n : k, tb ? k : n, ldb, stride_b, batch), bf16_b_);
+    if (a == nullptr || b == nullptr) return;
+    Check(STRAIT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        cublas_, Op(tb), Op(ta), n, m, k, &alpha, b, CUDA_R_32F, ldb, stride_b, a, CUDA_R_32F, lda,
+        stride_a, &beta, c, CUDA_R_32F, ldc, stride_c, batch, kBf16Compute, CUBLAS_GEMM_DEFAULT)));
   }
 
   void BiasActivation(int64_t rows, int cols, const float* bias, ActivationOp act, float* x,
@@ -189,12 +211,43 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // A device buffer that grows to the largest operand rounded so far.
+  struct Scratch {
+    float* data = nullptr;
+    int64_t floats = 0;
+  };
+
   void Check(absl::Status s) {
     if (!s.ok() && error_.ok()) error_ = std::move(s);
   }
 
+  // The `n` floats from x rounded to bf16 into `scratch` (nullptr after an error, kept for Sync).
+  // Inputs that are already bf16 values make cuBLAS's down-conversion for the tensor cores exact,
+  // so the products are the CPU emulation's up to the order of the sums.
+  const float* RoundedToBf16(const float* x, int64_t n, Scratch& scratch) {
+    if (n > scratch.floats) {
+      Check(STRAIT_CUDA_CHECK(cudaStreamSynchronize(stream_)));
+      cudaFree(scratch.data);
+      scratch = {};
+      absl::Status s =
+          STRAIT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&scratch.data), sizeof(float) * n));
+      if (!s.ok()) {
+        Check(std::move(s));
+        return nullptr;
+      }
+      scratch.floats = n;
+    }
+    Check(STRAIT_CUDA_CHECK(LaunchRoundToBf16(stream_, x, n, scratch.data)));
+    return scratch.data;
+  }
+
+  // bf16 tensor-core products with fp32 accumulation, on fp32 buffers (cuBLAS converts them).
+  static constexpr cublasComputeType_t kBf16Compute = CUBLAS_COMPUTE_32F_FAST_16BF;
+
   int device_;
   std::string name_;
+  bool bf16_;  // training.precision: bf16.
+  Scratch bf16_a_, bf16_b_;
   cudaStream_t stream_;
   cublasHandle_t cublas_;
   double* partials_;  // [kSumSquaresBlocks] on the device
@@ -208,7 +261,7 @@ void* CudaStreamOf(Backend& backend) {
   return cuda != nullptr ? cuda->stream() : nullptr;
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device, Precision precision) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
@@ -240,8 +293,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
     cudaStreamDestroy(stream);
     return s;
   }
-  return std::unique_ptr<Backend>(new CudaBackend(
-      device, absl::StrCat("cuda:", device, " ", prop.name), stream, cublas, partials));
+  const bool bf16 = precision == Precision::kBf16;
+  return std::unique_ptr<Backend>(
+      new CudaBackend(device, absl::StrCat("cuda:", device, " ", prop.name, bf16 ? " (bf16)" : ""),
+                      bf16, stream, cublas, partials));
 }
 
 }  // namespace strait::site

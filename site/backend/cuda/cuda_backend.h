@@ -6,13 +6,17 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "core/job_spec.h"
 #include "site/backend/backend.h"
 
 namespace strait::site {
 
 // A backend on CUDA device `device`. FailedPrecondition when there is no such device (or no
-// driver); the message says what CUDA reported. The backend is used by one thread at a time.
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device);
+// driver); the message says what CUDA reported. With Precision::kBf16 the matrix products round
+// their inputs to bf16 (as the CPU backend's emulation does) and run on tensor cores with fp32
+// accumulation. The backend is used by one thread at a time.
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device,
+                                                           Precision precision = Precision::kFp32);
 
 // The cudaStream_t on which `backend` queues its ops, or nullptr when it is not a CUDA backend.
 // For the local all-reduce (site/collective), which orders NCCL calls after the backward's work

@@ -32,6 +32,10 @@ __device__ float WarpMax(float v) {
 
 __global__ void FillKernel(float* x, int64_t n, float v) { GRID_STRIDE(i, n) x[i] = v; }
 
+__global__ void RoundToBf16Kernel(const float* x, int64_t n, float* y) {
+  GRID_STRIDE(i, n) y[i] = RoundToBf16(x[i]);
+}
+
 __global__ void BiasActivationKernel(int64_t rows, int cols, const float* bias, ActivationOp act,
                                      float* x, float* y) {
   GRID_STRIDE(i, rows * cols) {
@@ -330,6 +334,9 @@ cudaError_t LaunchWarps(cudaStream_t s, void (*kernel)(KernelArgs...), int64_t r
 
 cudaError_t LaunchFill(cudaStream_t s, float* x, int64_t n, float value) {
   return Launch(s, FillKernel, n, x, n, value);
+}
+cudaError_t LaunchRoundToBf16(cudaStream_t s, const float* x, int64_t n, float* y) {
+  return Launch(s, RoundToBf16Kernel, n, x, n, y);
 }
 cudaError_t LaunchBiasActivation(cudaStream_t s, int64_t rows, int cols, const float* bias,
                                  ActivationOp act, float* x, float* y) {

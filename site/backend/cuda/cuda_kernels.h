@@ -15,6 +15,8 @@ namespace strait::site {
 inline constexpr int kSumSquaresBlocks = 256;
 
 cudaError_t LaunchFill(cudaStream_t s, float* x, int64_t n, float value);
+// y[i] = RoundToBf16(x[i]) (op_math.h).
+cudaError_t LaunchRoundToBf16(cudaStream_t s, const float* x, int64_t n, float* y);
 cudaError_t LaunchBiasActivation(cudaStream_t s, int64_t rows, int cols, const float* bias,
                                  ActivationOp act, float* x, float* y);
 cudaError_t LaunchActivationBackward(cudaStream_t s, int64_t n, ActivationOp act, const float* x,

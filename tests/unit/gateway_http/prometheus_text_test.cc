@@ -179,8 +179,11 @@ TEST(PrometheusText, FakeFederationParsesAndMatchesTheSnapshot) {
                    {"device", "cpu"},
                    {"workers", "8"}}),
             1);
-  // Only the last stage reports a loss.
+  // Only the last stage reports a loss, and the held-out figures.
   EXPECT_EQ(Count(e, "strait_site_loss"), 1u);
+  EXPECT_EQ(Count(e, "strait_site_heldout_accuracy"), 1u);
+  EXPECT_DOUBLE_EQ(Value(e, "strait_site_heldout_accuracy", {{"site", "dc-c"}}),
+                   state.sites(2).last_report().evaluation().accuracy());
   EXPECT_DOUBLE_EQ(Value(e, "strait_site_loss", {{"site", "dc-c"}}),
                    state.sites(2).last_report().loss());
   EXPECT_DOUBLE_EQ(Value(e, "strait_site_time_seconds", {{"site", "dc-a"}, {"phase", "compute"}}),

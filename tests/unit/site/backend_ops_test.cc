@@ -106,6 +106,34 @@ TEST_F(BackendOpsTest, GemmAllTransposes) {
   }
 }
 
+// training.precision: bf16: the device's tensor-core products against the CPU's emulation (the
+// same rounding of the inputs; only the order of the fp32 sums may differ).
+TEST_F(BackendOpsTest, Bf16GemmMatchesTheCpuEmulation) {
+  auto cpu = CreateBackend(DeviceKind::kCpu, {.threads = 2, .precision = Precision::kBf16});
+  auto dev = CreateBackend(DeviceKind::kCuda, {.precision = Precision::kBf16});
+  ASSERT_TRUE(cpu.ok() && dev.ok());
+  const int m = 64, n = 48, k = 96;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      auto a = Make(Random(m * k, 11)), b = Make(Random(k * n, 12)), c = Make(Random(m * n, 13));
+      (*cpu)->Gemm(ta, tb, m, n, k, 0.7f, a.cpu(), ta ? m : k, b.cpu(), tb ? k : n, 0.5f, c.cpu(),
+                   n);
+      (*dev)->Gemm(ta, tb, m, n, k, 0.7f, a.dev(), ta ? m : k, b.dev(), tb ? k : n, 0.5f, c.dev(),
+                   n);
+      ASSERT_TRUE((*dev)->Sync().ok());
+      c.Expect("bf16 gemm", 1e-5f, 1e-5f);
+      auto a3 = Make(Random(3 * m * k, 14)), b3 = Make(Random(3 * k * n, 15));
+      auto c3 = Make(Random(3 * m * n, 16));
+      (*cpu)->GemmBatched(ta, tb, m, n, k, 1.0f, a3.cpu(), ta ? m : k, m * k, b3.cpu(), tb ? k : n,
+                          k * n, 0.0f, c3.cpu(), n, m * n, 3);
+      (*dev)->GemmBatched(ta, tb, m, n, k, 1.0f, a3.dev(), ta ? m : k, m * k, b3.dev(), tb ? k : n,
+                          k * n, 0.0f, c3.dev(), n, m * n, 3);
+      ASSERT_TRUE((*dev)->Sync().ok());
+      c3.Expect("bf16 gemm batched", 1e-5f, 1e-5f);
+    }
+  }
+}
+
 TEST_F(BackendOpsTest, ElementwiseAndRowOps) {
   const int rows = 70, cols = 45;
   const int64_t n = rows * cols;

@@ -410,7 +410,11 @@ class SiteSessionTest : public ::testing::Test {
       ASSERT_FALSE(reports.empty());
       EXPECT_TRUE(reports.back().finished()) << site->id();
       EXPECT_EQ(reports.back().step(), static_cast<uint64_t>(kSteps));
+      // The last stage's last report carries the held-out figures (for the dashboard).
+      EXPECT_EQ(reports.back().has_evaluation(), site.get() == &b()) << site->id();
     }
+    EXPECT_EQ(gateway_.reports(b().id()).back().evaluation().accuracy(),
+              trainer->Evaluate()->accuracy);
   }
 
   tools::TempDir dir_;

@@ -45,7 +45,7 @@ JobSpec SyntheticJob(ModelFamily family) {
 }
 
 std::unique_ptr<Trainer> MakeTrainer(const JobSpec& spec) {
-  auto t = Trainer::Create(spec, CreateCpuBackend(2));
+  auto t = Trainer::Create(spec, CreateCpuBackend(2, spec.training.precision));
   EXPECT_TRUE(t.ok()) << t.status();
   return t.ok() ? *std::move(t) : nullptr;
 }
@@ -88,11 +88,11 @@ TEST_F(TrainerTest, VitLearnsSyntheticData) {
   EXPECT_GT(t->Evaluate()->accuracy, 0.8);
 }
 
-// A tiny GPT on a text the test writes: a short verse repeated, which it learns to continue.
-TEST_F(TrainerTest, GptLearnsRepeatedText) {
+// A tiny GPT on a text the test writes: a short verse repeated.
+JobSpec TinyGptOnAVerse(const std::string& corpus) {
   std::string text;
   for (int i = 0; i < 200; ++i) text += "In the beginning God created the heaven and the earth.\n";
-  std::ofstream(Path("corpus.txt")) << text;
+  std::ofstream(corpus) << text;
   JobSpec spec = SyntheticJob(ModelFamily::kGpt);
   spec.model.gpt.context = 16;
   spec.model.gpt.dim = 32;
@@ -100,12 +100,17 @@ TEST_F(TrainerTest, GptLearnsRepeatedText) {
   spec.model.gpt.heads = 4;
   spec.model.gpt.mlp_dim = 64;
   spec.data.kind = DatasetKind::kText;
-  spec.data.path = Path("corpus.txt");
+  spec.data.path = corpus;
   spec.data.validation = 0.1;
   spec.training.steps = 60;
   spec.training.global_batch = 16;
   spec.training.optimizer.lr = 1e-2;
-  auto t = MakeTrainer(spec);
+  return spec;
+}
+
+// The model learns to continue the verse.
+TEST_F(TrainerTest, GptLearnsRepeatedText) {
+  auto t = MakeTrainer(TinyGptOnAVerse(Path("corpus.txt")));
   ASSERT_NE(t, nullptr);
   double first = 0, last = 0;
   for (int i = 0; i < 60; ++i) {
@@ -120,6 +125,24 @@ TEST_F(TrainerTest, GptLearnsRepeatedText) {
   ASSERT_TRUE(evaluation.ok()) << evaluation.status();
   EXPECT_GT(evaluation->accuracy, 0.6) << "next-byte accuracy";
   EXPECT_LT(evaluation->loss, 1.0) << "nats per byte";
+}
+
+// training.precision: bf16 (products of bf16-rounded inputs) learns as fp32 does, a little apart.
+TEST_F(TrainerTest, GptInBf16EndsCloseToFp32) {
+  JobSpec spec = TinyGptOnAVerse(Path("corpus.txt"));
+  std::vector<double> losses;
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    spec.training.precision = precision;
+    auto t = MakeTrainer(spec);
+    ASSERT_NE(t, nullptr);
+    for (int i = 0; i < 60; ++i) ASSERT_TRUE(t->Step().ok());
+    auto evaluation = t->Evaluate();
+    ASSERT_TRUE(evaluation.ok()) << evaluation.status();
+    losses.push_back(evaluation->loss);
+  }
+  EXPECT_NE(losses[0], losses[1]) << "bf16 rounding changed nothing";
+  EXPECT_LT(losses[1], 1.0) << "nats per byte in bf16";
+  EXPECT_NEAR(losses[1], losses[0], 0.1 * losses[0]);
 }
 
 TEST_F(TrainerTest, SameSeedSameBits) {
