@@ -5,7 +5,9 @@
 // (shapes, transposes, batch); the ceiling is the replay of those calls alone on the same backend
 // (the CPU backend's pooled OpenBLAS sgemm, or cuBLAS on CUDA) and, on the CPU, as plain
 // cblas_sgemm calls with OpenBLAS's own threading. FLOPs are those of the recorded products, so
-// each ratio is the share of the ceiling that the whole step achieves.
+// each ratio is the share of the ceiling that the whole step achieves. A large square product on
+// the same backend (training.precision's: bf16 on tensor cores) measures the device's own rate;
+// the step's share of it is the model FLOP utilisation.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -13,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "bench/command.h"
 #include "bench/recording_backend.h"
 #include "core/cpu_time.h"
@@ -32,6 +35,7 @@ struct EngineBenchOptions {
   int threads = 0;
   int steps = 10;  // per round
   int rounds = 5;
+  int square = 0;  // Side of the square product that measures the device's rate; 0: by device.
 };
 
 int Fail(const absl::Status& s) {
@@ -59,6 +63,28 @@ absl::Status TrainStep(site::StageExecutor& stage, int64_t step, int microbatche
     }
   }
   return stage.OptimizerStep(step + 1, 1.0f);
+}
+
+// GFLOP/s of the best of `reps` square products of side n on `backend` (synchronised).
+absl::StatusOr<double> SquareProductGflops(site::Backend& backend, int n, int reps) {
+  const size_t floats = static_cast<size_t>(n) * n;
+  std::vector<float> host(floats);
+  for (size_t i = 0; i < floats; ++i) host[i] = 2 * site::CounterUniform(9, i) - 1;
+  std::vector<site::DeviceBuffer> m;
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<site::DeviceBuffer> b = site::DeviceBuffer::Create(&backend, 4 * floats);
+    if (!b.ok()) return b.status();
+    backend.CopyToDevice(b->f32(), host.data(), 4 * floats);
+    m.push_back(*std::move(b));
+  }
+  double best = 1e30;
+  for (int r = 0; r < reps + 1; ++r) {  // The first is a warm-up.
+    const auto start = std::chrono::steady_clock::now();
+    backend.Gemm(false, false, n, n, n, 1.0f, m[0].f32(), n, m[1].f32(), n, 0.0f, m[2].f32(), n);
+    if (absl::Status s = backend.Sync(); !s.ok()) return s;
+    if (r > 0) best = std::min(best, Seconds(start));
+  }
+  return 2.0 * n * n * n / best * 1e-9;
 }
 
 int RunEngineBench(const EngineBenchOptions& o) {
@@ -157,6 +183,15 @@ int RunEngineBench(const EngineBenchOptions& o) {
     std::printf("step / plain OpenBLAS sgemm: %.1f%%\n", 100 * step_gflops / plain_gflops);
   }
   std::printf("step / backend Gemm alone: %.1f%%\n", 100 * step_gflops / gemm_gflops);
+  const int side = o.square > 0 ? o.square : (o.device == "cuda" ? 8192 : 1024);
+  absl::StatusOr<double> peak = SquareProductGflops(**inner, side, 5);
+  if (!peak.ok()) return Fail(peak.status());
+  std::printf(
+      "%-34s %10s %10.1f\n",
+      absl::StrCat("square product ", side, "^3, ", ToString(spec->training.precision)).c_str(), "",
+      *peak);
+  std::printf("model FLOP utilisation (step / square product): %.1f%%\n",
+              100 * step_gflops / *peak);
   return 0;
 }
 
@@ -172,6 +207,10 @@ void AddBenchEngineCommand(CLI::App& bench, int* exit_code) {
       ->required()
       ->type_name("FILE");
   cmd->add_option("--batch", o->batch, "Global batch")->check(CLI::PositiveNumber);
+  cmd->add_option("--square", o->square,
+                  "Side of the square product that measures the device's own rate, in the job "
+                  "spec's training.precision (default 8192 on cuda, 1024 on cpu)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--microbatches", o->microbatches, "Microbatches per step (default: the spec's)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--device", o->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));

@@ -40,11 +40,12 @@ void PrintSplit(const JobSpec& spec) {
   const std::string schedule = t.schedule == Schedule::k2BW
                                    ? absl::StrCat("2bw (", ToString(t.update), " updates)")
                                    : ToString(t.schedule);
-  std::printf("training: %s, global batch %d = %d microbatches x %d, schedule %s, %s lr %g\n",
+  std::printf("training: %s, global batch %d = %d microbatches x %d, schedule %s, %s lr %g%s\n",
               t.steps > 0 ? absl::StrCat(t.steps, " steps").c_str()
                           : absl::StrCat(t.epochs, " epochs").c_str(),
               t.global_batch, t.microbatches, t.MicrobatchSize(), schedule.c_str(),
-              std::string(ToString(t.optimizer.kind)).c_str(), t.optimizer.lr);
+              std::string(ToString(t.optimizer.kind)).c_str(), t.optimizer.lr,
+              t.precision == Precision::kBf16 ? ", bf16 products" : "");
   std::printf("data: %s (%s), gateway %s, dashboard http://%s\n",
               std::string(ToString(spec.data.kind)).c_str(), spec.data.path.c_str(),
               spec.gateway.address.c_str(), spec.dashboard.address.c_str());
