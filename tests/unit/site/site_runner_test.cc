@@ -84,10 +84,11 @@ std::vector<std::unique_ptr<SiteUnderTest>> Federation(
   const int stages = static_cast<int>(spec.sites.size());
   for (int i = 0; i < stages; ++i) {
     auto site = std::make_unique<SiteUnderTest>();
-    site->stage = *StageExecutor::Create(
-        spec.model, spec.sites[i].layers,
-        WithDecayHorizon(spec.training.optimizer, spec.training.steps),
-        spec.training.MicrobatchSize(), VersioningOf(spec.training), {.count = workers[i]});
+    site->stage =
+        *StageExecutor::Create(spec.model, spec.sites[i].layers,
+                               WithDecayHorizon(spec.training.optimizer, spec.training.steps),
+                               spec.training.MicrobatchSize(), VersioningOf(spec.training),
+                               {.count = workers[i], .precision = spec.training.precision});
     if (!checkpoints.empty()) {
       absl::StatusOr<int64_t> loaded = LoadStageCheckpoint(checkpoints[i], spec, *site->stage);
       EXPECT_TRUE(loaded.ok()) << loaded.status();
@@ -169,7 +170,7 @@ std::vector<float> AllParams(std::vector<std::unique_ptr<SiteUnderTest>>& sites)
 // Trains `spec` in one process, the reference, and expects the sites' parameters to be its bits.
 std::unique_ptr<Trainer> ExpectTrainerBits(const JobSpec& spec,
                                            std::vector<std::unique_ptr<SiteUnderTest>>& sites) {
-  auto trainer = *Trainer::Create(spec, CreateCpuBackend(1));
+  auto trainer = *Trainer::Create(spec, CreateCpuBackend(1, spec.training.precision));
   for (int64_t s = 0; s < spec.training.steps; ++s) EXPECT_TRUE(trainer->Step().ok());
   const std::vector<float> reference = *trainer->stage().Params();
   const std::vector<float> params = AllParams(sites);
@@ -205,7 +206,7 @@ TEST(SiteRunnerEagerTest, TrainsDifferentBitsThanDeferredAndThanSynchronous) {
   auto params = [](const std::string& schedule) {
     JobSpec spec = Spec(schedule, "none");
     spec.training.grad_clip = 0.0;
-    auto trainer = *Trainer::Create(spec, CreateCpuBackend(1));
+    auto trainer = *Trainer::Create(spec, CreateCpuBackend(1, spec.training.precision));
     for (int64_t s = 0; s < spec.training.steps; ++s) EXPECT_TRUE(trainer->Step().ok());
     return *trainer->stage().Params();
   };
@@ -331,7 +332,9 @@ sites:
   std::filesystem::remove(corpus);
 }
 
-INSTANTIATE_TEST_SUITE_P(Schedules, SiteRunnerGptTest, ::testing::Values("1f1b", "2bw"));
+// The last: products of bf16-rounded inputs (training.precision), the same on every site.
+INSTANTIATE_TEST_SUITE_P(Schedules, SiteRunnerGptTest,
+                         ::testing::Values("1f1b", "2bw", "1f1b, precision: bf16"));
 
 // A 2bw federation stopped between steps and resumed from the checkpoints its sites take then (the
 // state right after the update that made L_k: SiteRunner::updates()) trains the same bits as an
@@ -362,7 +365,7 @@ TEST_P(SiteRunnerTwoBwTest, ResumedFromCheckpointsEqualsUninterrupted) {
   FakeGateway::Link link(gateway);
   auto resumed = Federation(spec, gateway, link, {1, 1, 1}, at, paths);
   RunAll(resumed, spec.training.steps);
-  auto trainer = *Trainer::Create(spec, CreateCpuBackend(1));
+  auto trainer = *Trainer::Create(spec, CreateCpuBackend(1, spec.training.precision));
   for (int64_t s = 0; s < spec.training.steps; ++s) ASSERT_TRUE(trainer->Step().ok());
   const std::vector<float> reference = *trainer->stage().Params();
   const std::vector<float> params = AllParams(resumed);
