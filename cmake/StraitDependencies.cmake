@@ -13,6 +13,18 @@ find_package(nlohmann_json CONFIG REQUIRED)
 find_package(Boost 1.74 REQUIRED)
 find_package(ZLIB REQUIRED)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
+# SentencePiece (libsentencepiece-dev): its processor and trainer libraries, linked by one module
+# only (site/data/CMakeLists.txt says why).
+pkg_check_modules(SENTENCEPIECE REQUIRED sentencepiece>=0.1.90)
+find_path(STRAIT_SENTENCEPIECE_INCLUDE sentencepiece_processor.h HINTS ${SENTENCEPIECE_INCLUDE_DIRS} REQUIRED)
+find_library(STRAIT_SENTENCEPIECE_LIBRARY sentencepiece HINTS ${SENTENCEPIECE_LIBRARY_DIRS} REQUIRED)
+find_library(STRAIT_SENTENCEPIECE_TRAIN_LIBRARY sentencepiece_train HINTS ${SENTENCEPIECE_LIBRARY_DIRS}
+             REQUIRED)
+add_library(strait_sentencepiece_libraries INTERFACE)
+target_include_directories(strait_sentencepiece_libraries SYSTEM INTERFACE ${STRAIT_SENTENCEPIECE_INCLUDE})
+target_link_libraries(strait_sentencepiece_libraries INTERFACE ${STRAIT_SENTENCEPIECE_TRAIN_LIBRARY}
+                                                              ${STRAIT_SENTENCEPIECE_LIBRARY})
+add_library(SentencePiece::SentencePiece ALIAS strait_sentencepiece_libraries)
 set(BLA_VENDOR OpenBLAS)
 find_package(BLAS REQUIRED)
 find_path(STRAIT_CBLAS_INCLUDE cblas.h PATHS /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/openblas

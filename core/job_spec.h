@@ -82,7 +82,7 @@ struct VitSpec {
 // it has depth + 2 layers. A sample is a window of `context` tokens; what crosses a boundary
 // between sites is the residual stream [context, dim] per sample.
 struct GptSpec {
-  int vocab = 256;  // Token ids in [0, vocab): 256 for `tokenizer: bytes`.
+  int vocab = 256;  // Token ids in [0, vocab): 256 for `tokenizer: bytes`, else the model's size.
   int context = 128;
   int dim = 256;  // Must be divisible by heads.
   int depth = 6;
@@ -114,9 +114,10 @@ struct DataSpec {
   uint64_t seed = 1;           // Sample order (epoch shuffling); shared by first and last stage.
   int synthetic_train = 4096;  // Sizes of the generated data set (kind: synthetic only).
   int synthetic_test = 1024;
-  // kind: text only. `path` is a UTF-8 file; "bytes" reads it byte by byte (vocab 256), the only
-  // tokenizer so far (the parser refuses others). The last `validation` fraction of the tokens is
-  // the held-out split.
+  // kind: text only. `path` is a UTF-8 file; `tokenizer` is "bytes" (one token per byte, vocab
+  // 256) or a SentencePiece model file (absolute, resolved against the job spec's folder; its
+  // vocabulary must be model.vocab). The last `validation` fraction of the tokens is the held-out
+  // split.
   std::string tokenizer = "bytes";
   double validation = 0.05;
 };

@@ -258,12 +258,14 @@ class JobSpecParser {
     }
     if (text) {
       STRAIT_RETURN_IF_ERROR(map.String("tokenizer", &d.tokenizer));
-      if (d.tokenizer != "bytes") {
+      if (d.tokenizer.empty()) {
         return map.ErrorAt("tokenizer",
-                           absl::StrCat("expected 'bytes', found '", d.tokenizer,
-                                        "' (SentencePiece models are not supported yet)"));
+                           "expected 'bytes' or the path of a SentencePiece model (`strait "
+                           "tokenizer train` writes one)");
       }
-      if (m.gpt.vocab != 256) {
+      // A model's vocabulary is checked where the file is read (site, strait train, generate).
+      if (d.tokenizer != "bytes") d.tokenizer = Resolve(d.tokenizer);
+      if (d.tokenizer == "bytes" && m.gpt.vocab != 256) {
         return map.ErrorAt("tokenizer",
                            absl::StrCat("byte tokens need model.vocab 256, found ", m.gpt.vocab));
       }

@@ -13,5 +13,6 @@ void AddTrainCommand(CLI::App& app, int* exit_code);
 void AddGenerateCommand(CLI::App& app, int* exit_code);
 void AddDemoCommand(CLI::App& app, int* exit_code);
 void AddWanCommand(CLI::App& app, int* exit_code);
+void AddTokenizerCommand(CLI::App& app, int* exit_code);
 
 }  // namespace strait::tools

@@ -1,5 +1,6 @@
 // `strait config check FILE...`: validates job specs and prints how each splits the model.
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -7,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "core/job_spec.h"
 #include "core/model_layout.h"
+#include "site/data/tokenizer.h"
 #include "tools/command.h"
 
 namespace strait::tools {
@@ -46,8 +48,11 @@ void PrintSplit(const JobSpec& spec) {
               t.global_batch, t.microbatches, t.MicrobatchSize(), schedule.c_str(),
               std::string(ToString(t.optimizer.kind)).c_str(), t.optimizer.lr,
               t.precision == Precision::kBf16 ? ", bf16 products" : "");
-  std::printf("data: %s (%s), gateway %s, dashboard http://%s\n",
+  std::printf("data: %s (%s%s), gateway %s, dashboard http://%s\n",
               std::string(ToString(spec.data.kind)).c_str(), spec.data.path.c_str(),
+              spec.data.kind == DatasetKind::kText
+                  ? absl::StrCat(", tokenizer ", spec.data.tokenizer).c_str()
+                  : "",
               spec.gateway.address.c_str(), spec.dashboard.address.c_str());
 
   for (size_t s = 0; s < spec.sites.size(); ++s) {
@@ -77,12 +82,30 @@ void PrintSplit(const JobSpec& spec) {
   }
 }
 
+// A SentencePiece model is checked against model.vocab where it is present (loading one takes
+// milliseconds); a machine without it, such as the gateway's, may still check the file.
+absl::Status CheckTokenizer(const JobSpec& spec, bool quiet) {
+  if (spec.data.kind != DatasetKind::kText || spec.data.tokenizer == "bytes") {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<site::Tokenizer>> t =
+      site::LoadTokenizer(spec.data, spec.model.gpt);
+  if (t.status().code() == absl::StatusCode::kNotFound) {
+    if (!quiet) {
+      std::fprintf(stderr, "note: the tokenizer's vocabulary is not checked here: %s\n",
+                   std::string(t.status().message()).c_str());
+    }
+    return absl::OkStatus();
+  }
+  return t.status();
+}
+
 int RunCheck(const std::vector<std::string>& files, bool quiet) {
   int exit_code = 0;
   for (size_t i = 0; i < files.size(); ++i) {
     absl::StatusOr<JobSpec> spec = LoadJobSpec(files[i]);
-    if (!spec.ok()) {
-      std::fprintf(stderr, "%s\n", std::string(spec.status().message()).c_str());
+    if (absl::Status s = spec.ok() ? CheckTokenizer(*spec, quiet) : spec.status(); !s.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
       exit_code = 2;
       continue;
     }

@@ -71,7 +71,7 @@ void Forward(std::vector<Follower>& followers, size_t width) {
 // Reads the sites' metrics.json and prints what the federation achieved.
 void PrintSummary(const JobSpec& spec, LocalFederation& fed, double wall_seconds) {
   double raw = 0, wire = 0;
-  std::optional<double> accuracy, val_loss, val_bits_per_byte;
+  std::optional<double> accuracy, val_loss, val_bits_per_byte, val_bytes_per_token;
   double samples_per_second = 0;
   int64_t steps = 0;
   std::printf("\nstrait demo: done in %.0f s\n", wall_seconds);
@@ -83,6 +83,9 @@ void PrintSummary(const JobSpec& spec, LocalFederation& fed, double wall_seconds
     if (m.contains("test_accuracy")) accuracy = m["test_accuracy"].get<double>();
     if (m.contains("val_loss")) val_loss = m["val_loss"].get<double>();
     if (m.contains("val_bits_per_byte")) val_bits_per_byte = m["val_bits_per_byte"].get<double>();
+    if (m.contains("val_bytes_per_token")) {
+      val_bytes_per_token = m["val_bytes_per_token"].get<double>();
+    }
     if (site.id == spec.sites.back().id) {
       samples_per_second = m.value("samples_per_second", 0.0);
       steps = m.value("steps", int64_t{0});
@@ -102,8 +105,14 @@ void PrintSummary(const JobSpec& spec, LocalFederation& fed, double wall_seconds
   std::printf("  bytes on the wire %s for %s of raw fp32 tensors (%.2fx)\n", Mib(wire).c_str(),
               Mib(raw).c_str(), wire > 0 ? raw / wire : 0.0);
   if (val_loss && val_bits_per_byte) {
-    std::printf("  validation loss %.4f nats/token (%.4f bits/byte), next-token accuracy %.2f%%\n",
-                *val_loss, *val_bits_per_byte, 100 * accuracy.value_or(0.0));
+    // As DescribeEvaluation words it: bytes per token where a token is not one byte.
+    const std::string per_token =
+        val_bytes_per_token.value_or(1.0) == 1.0
+            ? ""
+            : absl::StrFormat(" at %.3f bytes/token", *val_bytes_per_token);
+    std::printf(
+        "  validation loss %.4f nats/token (%.4f bits/byte%s), next-token accuracy %.2f%%\n",
+        *val_loss, *val_bits_per_byte, per_token.c_str(), 100 * accuracy.value_or(0.0));
   } else if (accuracy) {
     std::printf("  test accuracy %.2f%%\n", 100 * *accuracy);
   }

@@ -49,7 +49,9 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "generate",
       "Sample text from a trained language model (family gpt): the checkpoints of `strait train` "
-      "or of a federation's sites, assembled. Prints the prompt and what follows it.");
+      "or of a federation's sites, assembled. The job spec's data.tokenizer (bytes or a "
+      "SentencePiece model) encodes the prompt and decodes the text. Prints the prompt and what "
+      "follows it.");
   cmd->add_option("-c,--config", o->config, "Job spec the model was trained with")
       ->required()
       ->type_name("FILE");

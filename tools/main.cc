@@ -1,4 +1,5 @@
-// `strait`: the operator's tool (demo, config check, certs, train, wan, bench).
+// `strait`: the operator's tool (demo, config check, certs, train, generate, tokenizer, wan,
+// bench).
 #include <CLI/CLI.hpp>
 
 #include "bench/command.h"
@@ -13,8 +14,8 @@ int main(int argc, char** argv) {
   strait::SkipMutexDeadlockDetection();
   CLI::App app{
       "strait: train one neural network across several datacenters.\n"
-      "Operator tool: check job specs, run the demo federation, train a reference, emulate a WAN "
-      "link, benchmark."};
+      "Operator tool: check job specs, run the demo federation, train a reference, train a "
+      "tokenizer, emulate a WAN link, benchmark."};
   app.set_version_flag("--version", "strait " STRAIT_VERSION);
   app.require_subcommand(1);
   int exit_code = 0;
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   strait::tools::AddCertsCommand(app, &exit_code);
   strait::tools::AddTrainCommand(app, &exit_code);
   strait::tools::AddGenerateCommand(app, &exit_code);
+  strait::tools::AddTokenizerCommand(app, &exit_code);
   strait::tools::AddWanCommand(app, &exit_code);
 
   // Benchmarks print figures measured side by side in one run; each registers under `strait bench`.

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "site/backend/backend_factory.h"
+#include "site/data/tokenizer.h"
 #include "tools/model_checkpoints.h"
 
 namespace strait::tools {
@@ -18,9 +19,8 @@ absl::StatusOr<TextSample> SampleFromCheckpoints(const JobSpec& spec, const std:
                                                    ToString(spec.model.family),
                                                    " model; text comes from family gpt"));
   }
-  if (spec.data.tokenizer != "bytes") {
-    return absl::InvalidArgumentError("only 'tokenizer: bytes' is supported");
-  }
+  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<site::Tokenizer> tokenizer,
+                          site::LoadTokenizer(spec.data, spec.model.gpt));
   STRAIT_ASSIGN_OR_RETURN(ModelParams params, LoadModelParams(spec, dir));
   STRAIT_ASSIGN_OR_RETURN(
       std::unique_ptr<site::Backend> backend,
@@ -28,13 +28,11 @@ absl::StatusOr<TextSample> SampleFromCheckpoints(const JobSpec& spec, const std:
   STRAIT_ASSIGN_OR_RETURN(
       std::unique_ptr<site::TextGenerator> generator,
       site::TextGenerator::Create(spec.model, params.params, std::move(backend)));
-  // Byte tokens: the prompt's bytes in, bytes out.
-  std::vector<int32_t> start;
-  for (unsigned char c : prompt) start.push_back(c);
-  if (start.empty()) start.push_back('\n');
-  STRAIT_ASSIGN_OR_RETURN(std::vector<int32_t> text, generator->Generate(start, tokens, sampling));
+  STRAIT_ASSIGN_OR_RETURN(std::vector<int32_t> start,
+                          tokenizer->Encode(prompt.empty() ? "\n" : prompt));
+  STRAIT_ASSIGN_OR_RETURN(std::vector<int32_t> ids, generator->Generate(start, tokens, sampling));
   TextSample sample;
-  sample.text.assign(text.begin(), text.end());
+  STRAIT_ASSIGN_OR_RETURN(sample.text, tokenizer->Decode(ids));
   sample.step = params.step;
   sample.files = static_cast<int>(params.sources.size());
   return sample;

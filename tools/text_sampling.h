@@ -15,8 +15,9 @@ struct TextSample {
   int files = 0;     // Checkpoint files assembled.
 };
 
-// Loads the model of `spec` from `dir` (LoadModelParams) and samples `tokens` byte tokens after
-// `prompt` (a new line when empty) on the CPU with `threads` threads (0: every core it may use).
+// Loads the model of `spec` from `dir` (LoadModelParams) and its tokenizer (data.tokenizer,
+// checked against model.vocab) and samples `tokens` tokens after `prompt` (a new line when empty)
+// on the CPU with `threads` threads (0: every core it may use).
 absl::StatusOr<TextSample> SampleFromCheckpoints(const JobSpec& spec, const std::string& dir,
                                                  const std::string& prompt, int tokens,
                                                  const site::SamplingOptions& sampling,

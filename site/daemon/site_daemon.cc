@@ -18,6 +18,7 @@
 #include "site/daemon/checkpoint_store.h"
 #include "site/daemon/site_session.h"
 #include "site/data/dataset.h"
+#include "site/data/tokenizer.h"
 #include "site/nn/evaluation.h"
 #include "site/pipeline/stage_checkpoint.h"
 #include "site/rpc/gateway_connection.h"
@@ -98,6 +99,11 @@ absl::StatusOr<SiteSetup> LoadSetup(const SiteOptions& o) {
       (index > 0 && spec.links[index - 1].encryption) ||
       (index + 1 < static_cast<int>(spec.sites.size()) && spec.links[index].encryption);
   if (o.threads < 1) return Invalid("--threads must be at least 1");
+  // A tokenizer that does not fit the model stops the site before it joins (every site checks:
+  // a middle stage tokenizes too, to count the evaluation windows).
+  if (spec.data.kind == DatasetKind::kText) {
+    STRAIT_RETURN_IF_ERROR(LoadTokenizer(spec.data, spec.model.gpt).status());
+  }
   // Identity: the certificate authenticates the gRPC channel and signs each epoch's link key.
   if (!o.insecure || sealed) {
     STRAIT_ASSIGN_OR_RETURN(setup.tls, LoadSiteTls(o, spec));

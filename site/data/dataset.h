@@ -19,6 +19,9 @@ struct Dataset {
   int targets = 1;              // Labels per sample (ModelSpec::TargetsPerSample).
   std::vector<float> inputs;    // [size, features]
   std::vector<int32_t> labels;  // [size, targets], each in [0, classes)
+  // Text: the UTF-8 bytes the labels stand for, per label (1 with byte tokens). Turns a loss in
+  // nats per token into bits per byte.
+  double bytes_per_token = 1.0;
 };
 
 // The data set of a job spec (`data:`), checked against the model's input size and classes.

@@ -5,7 +5,10 @@
 #include <fstream>
 #include <iterator>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "core/status.h"
 
 namespace strait::site {
@@ -60,21 +63,54 @@ const char* SplitName(Split split) { return split == Split::kTrain ? "training" 
 
 }  // namespace
 
-absl::StatusOr<std::vector<int32_t>> ReadByteTokens(const std::string& path) {
+absl::StatusOr<std::string> ReadUtf8File(const std::string& path, absl::string_view what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::NotFoundError(
-        absl::StrCat(path, ": cannot open the text file (data.path); check the path"));
+        absl::StrCat(path, ": cannot open the text file (", what, "); check the path"));
   }
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
   if (const int64_t bad = FirstInvalidUtf8(text); bad >= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": not UTF-8 text (byte ", bad,
         " starts no valid character); convert it first, e.g. iconv -f LATIN1 -t UTF-8"));
   }
-  return std::vector<int32_t>(reinterpret_cast<const unsigned char*>(text.data()),
-                              reinterpret_cast<const unsigned char*>(text.data()) + text.size());
+  return text;
+}
+
+absl::StatusOr<std::vector<int32_t>> ReadByteTokens(const std::string& path) {
+  STRAIT_ASSIGN_OR_RETURN(const std::string text, ReadUtf8File(path, "data.path"));
+  return MakeByteTokenizer()->Encode(text);
+}
+
+absl::StatusOr<std::shared_ptr<const TextTokens>> TokenizeTextFile(const DataSpec& data,
+                                                                   const GptSpec& gpt) {
+  STRAIT_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> tokenizer, LoadTokenizer(data, gpt));
+  STRAIT_ASSIGN_OR_RETURN(const std::string text, ReadUtf8File(data.path, "data.path"));
+  // One entry per process, never freed (a site's data set lives as long as the process anyway).
+  struct Memo {
+    absl::Mutex mutex;
+    std::string key ABSL_GUARDED_BY(mutex);
+    std::shared_ptr<const TextTokens> tokens ABSL_GUARDED_BY(mutex);
+  };
+  static Memo* const memo = new Memo;
+  const bool keep = data.tokenizer != "bytes";  // Bytes are cheap to redo.
+  const std::string key = absl::StrCat(tokenizer->fingerprint(), " ", text.size(), " ",
+                                       absl::Hash<std::string>()(text), " ", data.path);
+  if (keep) {
+    absl::MutexLock lock(&memo->mutex);
+    if (memo->tokens != nullptr && memo->key == key) return memo->tokens;
+  }
+  auto tokens = std::make_shared<TextTokens>();
+  STRAIT_ASSIGN_OR_RETURN(tokens->ids, tokenizer->Encode(text));
+  tokens->tokenizer = std::move(tokenizer);
+  if (keep) {
+    absl::MutexLock lock(&memo->mutex);
+    memo->key = key;
+    memo->tokens = tokens;
+  }
+  return std::shared_ptr<const TextTokens>(std::move(tokens));
 }
 
 absl::StatusOr<Dataset> MakeTextWindows(const std::vector<int32_t>& tokens, double validation,
@@ -108,25 +144,32 @@ absl::StatusOr<Dataset> MakeTextWindows(const std::vector<int32_t>& tokens, doub
 }
 
 absl::StatusOr<Dataset> LoadTextDataset(const DataSpec& data, const GptSpec& gpt, Split split) {
-  if (data.tokenizer != "bytes") {  // The parser refuses others; a spec built in code may not.
-    return absl::InvalidArgumentError(
-        absl::StrCat("data.tokenizer ", data.tokenizer, ": only 'bytes' is supported"));
-  }
-  STRAIT_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, ReadByteTokens(data.path));
-  absl::StatusOr<Dataset> d = MakeTextWindows(tokens, data.validation, gpt, split);
+  STRAIT_ASSIGN_OR_RETURN(std::shared_ptr<const TextTokens> tokens, TokenizeTextFile(data, gpt));
+  absl::StatusOr<Dataset> d = MakeTextWindows(tokens->ids, data.validation, gpt, split);
   if (!d.ok())
     return absl::Status(d.status().code(), absl::StrCat(data.path, ": ", d.status().message()));
+  // What the loss is measured on: the labels, as UTF-8 bytes (bits per byte).
+  int64_t bytes = 0;
+  for (int32_t label : d->labels) bytes += tokens->tokenizer->TokenBytes(label);
+  d->bytes_per_token = static_cast<double>(bytes) / static_cast<double>(d->labels.size());
   return d;
 }
 
 absl::StatusOr<int64_t> TextDatasetSize(const DataSpec& data, const GptSpec& gpt, Split split) {
-  std::error_code error;
-  const auto bytes = std::filesystem::file_size(data.path, error);
-  if (error) {
-    return absl::NotFoundError(
-        absl::StrCat(data.path, ": cannot read the text file (data.path): ", error.message()));
+  int64_t tokens = 0;
+  if (data.tokenizer == "bytes") {
+    std::error_code error;
+    const auto bytes = std::filesystem::file_size(data.path, error);
+    if (error) {
+      return absl::NotFoundError(
+          absl::StrCat(data.path, ": cannot read the text file (data.path): ", error.message()));
+    }
+    tokens = static_cast<int64_t>(bytes);
+  } else {
+    STRAIT_ASSIGN_OR_RETURN(std::shared_ptr<const TextTokens> t, TokenizeTextFile(data, gpt));
+    tokens = static_cast<int64_t>(t->ids.size());
   }
-  const auto [begin, end] = SplitRange(static_cast<int64_t>(bytes), data.validation, split);
+  const auto [begin, end] = SplitRange(tokens, data.validation, split);
   return Windows(end - begin, gpt.context);
 }
 

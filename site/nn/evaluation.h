@@ -14,22 +14,26 @@ namespace strait::site {
 struct Evaluation {
   double loss = 0.0;      // Mean cross-entropy, nats.
   double accuracy = 0.0;  // Share of targets whose arg-max logit is the label.
+  // Language model: UTF-8 bytes per target token of the split (Dataset::bytes_per_token; 1 with
+  // byte tokens).
+  double bytes_per_token = 1.0;
 };
 
 // The per-target means of a loss sum and a count of correct targets over `targets` targets (zeros
 // when there are none).
 Evaluation MeanOverTargets(double loss_sum, int64_t correct, double targets);
 
-// Bits per byte of text for a language model's loss in nats per token (with byte tokens, one
-// token is one byte).
+// Bits per byte of text for a language model's loss in nats per token: loss / bytes_per_token /
+// ln 2 (with byte tokens, one token is one byte).
 double BitsPerByte(const Evaluation& e);
 
 // "test accuracy 88.21%" for a classifier; "validation loss 1.234 nats/token (1.780 bits/byte),
-// next-token accuracy 61.20%" for a language model.
+// next-token accuracy 61.20%" for a language model (with " at 3.780 bytes/token" after bits/byte
+// where a token is not one byte).
 std::string DescribeEvaluation(const ModelSpec& model, const Evaluation& e);
 
-// metrics.json fields: test_accuracy for a classifier, plus val_loss and val_bits_per_byte for a
-// language model.
+// metrics.json fields: test_accuracy for a classifier, plus val_loss, val_bits_per_byte and
+// val_bytes_per_token for a language model.
 void AddEvaluationJson(const ModelSpec& model, const Evaluation& e, nlohmann::json& out);
 
 }  // namespace strait::site

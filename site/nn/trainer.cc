@@ -127,8 +127,10 @@ absl::StatusOr<Evaluation> Trainer::Evaluate() {
     sum.loss_sum += loss->loss_sum;
     sum.correct += loss->correct;
   }
-  return MeanOverTargets(sum.loss_sum, sum.correct,
-                         static_cast<double>(test_.size) * test_.targets);
+  Evaluation e =
+      MeanOverTargets(sum.loss_sum, sum.correct, static_cast<double>(test_.size) * test_.targets);
+  e.bytes_per_token = test_.bytes_per_token;
+  return e;
 }
 
 absl::Status Trainer::SaveCheckpoint(const std::string& path) {

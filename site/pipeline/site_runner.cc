@@ -332,8 +332,10 @@ absl::StatusOr<std::optional<Evaluation>> SiteRunner::Evaluate() {
     }
   }
   if (!last) return std::optional<Evaluation>();
-  return std::optional<Evaluation>(MeanOverTargets(
-      sum.loss_sum, sum.correct, static_cast<double>(size) * spec_.model.TargetsPerSample()));
+  Evaluation e = MeanOverTargets(sum.loss_sum, sum.correct,
+                                 static_cast<double>(size) * spec_.model.TargetsPerSample());
+  if (data_.test) e.bytes_per_token = data_.test->bytes_per_token;
+  return std::optional<Evaluation>(e);
 }
 
 absl::Status SiteRunner::Flush() {

@@ -23,6 +23,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "site/data/tokenizer_trainer.h"
 #include "site/rpc/tls_credentials.h"
 #include "strait/v1/gateway.grpc.pb.h"
 #include "tests/integration/federation_fixture.h"
@@ -133,15 +134,18 @@ INSTANTIATE_TEST_SUITE_P(
 
 // A language model across three processes (issue #28): the residual stream crosses the links, the
 // first site reads token windows and the last their next tokens; every step's loss, the parameters,
-// the optimizer state and the validation loss are `strait train`'s bits, for 1f1b and 2bw. The
-// sites' final checkpoints, assembled, are what `strait generate` samples from.
+// the optimizer state and the validation loss are `strait train`'s bits, for 1f1b and 2bw, with
+// byte tokens or a SentencePiece model (whose bytes per token the last site measures as `strait
+// train` does). The sites' final checkpoints, assembled, are what `strait generate` samples from.
 class GptFidelityTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GptFidelityTest, LosslessLinksTrainTheSameBitsAsOneProcess) {
-  const std::string job = absl::StrReplaceAll(R"(name: gpt-fed-test
+  const bool sentencepiece = absl::EndsWith(GetParam(), "-sentencepiece");
+  const std::string job =
+      absl::StrReplaceAll(R"(name: gpt-fed-test
 gateway: {memory_budget: 64MiB}
-model: {family: gpt, context: 32, dim: 32, depth: 3, heads: 4, dropout: 0.1, init_seed: 5}
-data: {path: corpus.txt, validation: 0.05, seed: 11}
+model: {family: gpt, vocab: VOCAB, context: 32, dim: 32, depth: 3, heads: 4, dropout: 0.1, init_seed: 5}
+data: {path: corpus.txt, tokenizer: TOKENIZER, validation: 0.05, seed: 11}
 training:
   steps: 12
   global_batch: 16
@@ -158,13 +162,23 @@ links:
   - {between: [dc-a, dc-b], forward: none, backward: none}
   - {between: [dc-b, dc-c], forward: none, backward: none}
 )",
-                                              {{"SCHEDULE", GetParam()}});
+                          {{"SCHEDULE", GetParam().substr(0, GetParam().find('-'))},
+                           {"VOCAB", sentencepiece ? "300" : "256"},
+                           {"TOKENIZER", sentencepiece ? "corpus.model" : "bytes"}});
   BuildTreeFederation fed(job, kSites);
   {
     std::ofstream corpus(fed.dir().File("corpus.txt"));
-    for (int i = 0; i < 100; ++i) {
+    for (int i = 0; i < (sentencepiece ? 300 : 100); ++i) {
       corpus << "  " << i % 31 + 1 << " And God said, Let there be light: and there was light.\n";
     }
+  }
+  if (sentencepiece) {
+    site::TokenizerTrainOptions o;
+    o.input = fed.dir().File("corpus.txt");
+    o.out = fed.dir().File("corpus.model");
+    o.vocab = 300;
+    absl::StatusOr<site::TokenizerTrainResult> trained = site::TrainTokenizer(o);
+    ASSERT_TRUE(trained.ok()) << trained.status();
   }
   TrainBoth(fed);
   if (HasFatalFailure()) return;
@@ -174,6 +188,8 @@ links:
   EXPECT_EQ(last["loss"], single["loss"]);  // Every step's loss, in nats per token, exactly.
   EXPECT_EQ(last["val_loss"], single["val_loss"]);
   EXPECT_EQ(last["val_bits_per_byte"], single["val_bits_per_byte"]);
+  EXPECT_EQ(last["val_bytes_per_token"], single["val_bytes_per_token"]);
+  EXPECT_EQ(last["val_bytes_per_token"].get<double>() > 1.5, sentencepiece);
 
   // The sites' final checkpoints assemble into the reference's whole model.
   absl::StatusOr<JobSpec> spec = LoadJobSpec(fed.config());
@@ -196,11 +212,21 @@ links:
   absl::StatusOr<tools::TextSample> sample = tools::SampleFromCheckpoints(
       *spec, fed.dir().File("out"), "And God", 20, {.temperature = 0.0}, 1);
   ASSERT_TRUE(sample.ok()) << sample.status();
-  EXPECT_EQ(sample->text.size(), 27u);
+  // Byte tokens: 7 + 20 bytes; SentencePiece tokens: a byte or more each (12 steps of training
+  // favour the space piece).
+  if (sentencepiece) {
+    EXPECT_GE(sample->text.size(), 27u) << sample->text;
+  } else {
+    EXPECT_EQ(sample->text.size(), 27u) << sample->text;
+  }
   EXPECT_EQ(sample->text.rfind("And God", 0), 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Schedules, GptFidelityTest, ::testing::Values("1f1b", "2bw"));
+INSTANTIATE_TEST_SUITE_P(Schedules, GptFidelityTest,
+                         ::testing::Values("1f1b", "2bw", "1f1b-sentencepiece"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return absl::StrReplaceAll(info.param, {{"-", "_"}});
+                         });
 
 TEST(LossyLinkTest, Int8ForwardBf16BackwardForAnEpochStaysWithinHalfAPoint) {
   JobOptions o;

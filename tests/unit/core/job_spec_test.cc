@@ -1,5 +1,6 @@
 #include "core/job_spec.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 namespace strait {
@@ -123,6 +124,42 @@ sites: [{id: a, layers: [0, 2]}, {id: b, layers: [2, 5]}]
   EXPECT_EQ(spec->data.path, "/fed/corpus/kjv.txt");
   EXPECT_EQ(spec->data.tokenizer, "bytes");
   EXPECT_DOUBLE_EQ(spec->data.validation, 0.02);
+}
+
+TEST(JobSpecTest, ATokenizerModelResolvesAgainstTheFileLikeTheData) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(R"(
+name: lm
+model: {family: gpt, vocab: 4096, context: 64, dim: 48, depth: 3, heads: 6}
+data: {path: corpus/kjv.txt, tokenizer: ../models/kjv-4096.model}
+training: {steps: 3}
+sites: [{id: a, layers: [0, 2]}, {id: b, layers: [2, 5]}]
+)",
+                                              "lm.yaml", "/fed/jobs");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data.tokenizer, "/fed/models/kjv-4096.model");
+  EXPECT_EQ(spec->model.gpt.vocab, 4096);  // Checked against the file where it is read.
+  // Absolute stays; bytes stays bytes (and needs 256).
+  spec = ParseJobSpec(R"(
+name: lm
+model: {family: gpt, vocab: 300, context: 8, dim: 8, depth: 1, heads: 1}
+data: {path: /data/t.txt, tokenizer: /models/t.model}
+training: {steps: 3}
+sites: [{id: a, layers: [0, 3]}]
+)",
+                      "lm.yaml", "/fed");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data.tokenizer, "/models/t.model");
+  spec = ParseJobSpec(R"(
+name: lm
+model: {family: gpt, vocab: 300, context: 8, dim: 8, depth: 1, heads: 1}
+data: {path: /data/t.txt, tokenizer: bytes}
+training: {steps: 3}
+sites: [{id: a, layers: [0, 3]}]
+)",
+                      "lm.yaml", "/fed");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(std::string(spec.status().message()),
+              ::testing::HasSubstr("byte tokens need model.vocab 256, found 300"));
 }
 
 TEST(JobSpecTest, DefaultsFillEverythingOptional) {

@@ -1,6 +1,7 @@
 // `strait train` end to end on a tiny synthetic job: exit codes, metrics.json, a checkpoint that
 // is bit-identical across two runs; and on a tiny language model whose checkpoint `strait generate`
-// samples from, with the errors a user meets (text that is not UTF-8, no checkpoint).
+// samples from, with the errors a user meets (text that is not UTF-8, no checkpoint); and the same
+// with a SentencePiece tokenizer trained by `strait tokenizer train`.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +13,9 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
+
+#include "site/data/tokenizer.h"
 
 namespace {
 
@@ -130,6 +134,95 @@ TEST_F(TrainCommandTest, AGptTrainsOnTextAndGenerateContinuesIt) {
                 .find("model.context 32 is longer than the position table of " + out +
                       "/final.ckpt (16 positions"),
             std::string::npos)
+      << Read(dir_ / "log");
+}
+
+constexpr char kSentencePieceJob[] = R"(name: tiny-spm
+model: {family: gpt, vocab: 400, context: 12, dim: 32, depth: 2, heads: 4}
+data: {path: corpus.txt, tokenizer: models/corpus.model, validation: 0.1}
+training:
+  steps: 80
+  global_batch: 16
+  microbatches: 2
+  optimizer: {name: adamw, lr: 0.01}
+sites:
+  - {id: a, layers: [0, 2]}
+  - {id: b, layers: [2, 4]}
+)";
+
+// Lines of a few pangrams, numbered: enough pieces for a 400-token BPE.
+std::string PangramLines() {
+  const char* sentences[] = {
+      "the quick brown fox jumps over the lazy dog.", "pack my box with five dozen liquor jugs;",
+      "how vexingly quick daft zebras jump!", "sphinx of black quartz, judge my vow."};
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += std::to_string(i) + " " + sentences[i % 4] + "\n";
+  return text;
+}
+
+TEST_F(TrainCommandTest, AGptTrainsOnSentencePieceTokensAndGenerateDecodesThem) {
+  const std::string text = PangramLines();
+  std::ofstream(dir_ / "corpus.txt") << text;
+  fs::create_directories(dir_ / "models");
+  const std::string model = (dir_ / "models" / "corpus.model").string();
+  ASSERT_EQ(Strait("tokenizer train --input " + (dir_ / "corpus.txt").string() +
+                   " --vocab 400 --threads 2 --out " + model),
+            0)
+      << Read(dir_ / "log");
+  EXPECT_NE(Read(dir_ / "log").find("bytes/token"), std::string::npos) << Read(dir_ / "log");
+  std::ofstream(dir_ / "spm.yaml") << kSentencePieceJob;
+  const std::string job = (dir_ / "spm.yaml").string(), out = (dir_ / "spm").string();
+  ASSERT_EQ(Strait("train --config " + job + " --threads 2 --out " + out), 0) << Read(dir_ / "log");
+  EXPECT_NE(Read(dir_ / "log").find("bytes/token)"), std::string::npos) << Read(dir_ / "log");
+
+  // Bytes per token of the validation labels, measured here: the tail's tokens decoded.
+  absl::StatusOr<std::unique_ptr<strait::site::Tokenizer>> tokenizer =
+      strait::site::LoadSentencePieceTokenizer(model);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  const std::vector<int32_t> ids = *(*tokenizer)->Encode(text);
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const int64_t cut = n - std::llround(static_cast<double>(n) * 0.1);
+  const int64_t labels = (n - cut - 1) / 12 * 12;
+  const std::string decoded =
+      *(*tokenizer)
+           ->Decode(std::vector<int32_t>(ids.begin() + cut + 1, ids.begin() + cut + 1 + labels));
+  const double bytes_per_token = static_cast<double>(decoded.size()) / static_cast<double>(labels);
+  EXPECT_GT(bytes_per_token, 2.0);
+
+  const nlohmann::json metrics = nlohmann::json::parse(Read(dir_ / "spm" / "metrics.json"));
+  EXPECT_NEAR(metrics["val_bytes_per_token"].get<double>(), bytes_per_token, 1e-12);
+  EXPECT_NEAR(metrics["val_bits_per_byte"].get<double>(),
+              metrics["val_loss"].get<double>() / bytes_per_token / std::log(2.0), 1e-9);
+  EXPECT_LT(metrics["val_loss"].get<double>(), 2.0);
+
+  ASSERT_EQ(Strait("generate --config " + job + " --checkpoint " + out +
+                   " --prompt '13 pack my box' --tokens 6 --temperature 0"),
+            0)
+      << Read(dir_ / "log");
+  EXPECT_NE(Read(dir_ / "log").find("13 pack my box with five dozen"), std::string::npos)
+      << Read(dir_ / "log");
+
+  // A job spec whose model.vocab is not the tokenizer's: refused, naming the file and the fix.
+  std::string other = kSentencePieceJob;
+  other.replace(other.find("vocab: 400"), 10, "vocab: 512");
+  std::ofstream(dir_ / "other.yaml") << other;
+  const std::string other_job = (dir_ / "other.yaml").string();
+  EXPECT_EQ(Strait("train --config " + other_job + " --out " + (dir_ / "x").string()), 1);
+  EXPECT_NE(Read(dir_ / "log")
+                .find(model + ": the tokenizer has a vocabulary of 400 tokens but "
+                              "model.vocab is 512; set model.vocab: 400"),
+            std::string::npos)
+      << Read(dir_ / "log");
+  EXPECT_EQ(Strait("generate -c " + other_job + " --checkpoint " + out), 2);
+  EXPECT_NE(Read(dir_ / "log").find("set model.vocab: 400"), std::string::npos)
+      << Read(dir_ / "log");
+  EXPECT_EQ(Strait("config check " + other_job), 2);
+  EXPECT_NE(Read(dir_ / "log").find("set model.vocab: 400"), std::string::npos)
+      << Read(dir_ / "log");
+  // No model file: what to run to make one.
+  fs::remove(model);
+  EXPECT_EQ(Strait("train --config " + job + " --out " + (dir_ / "x").string()), 1);
+  EXPECT_NE(Read(dir_ / "log").find(model + ": cannot open the tokenizer model"), std::string::npos)
       << Read(dir_ / "log");
 }
 
