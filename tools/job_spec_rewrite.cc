@@ -36,6 +36,9 @@ absl::StatusOr<RewrittenJobSpec> RewriteJobSpec(const std::string& path,
     root["dashboard"]["token_file"] = spec->dashboard.token_file;
   }
   if (root["data"] && root["data"]["path"]) root["data"]["path"] = spec->data.path;
+  if (root["data"] && root["data"]["tokenizer"]) {  // "bytes", or a model's resolved path.
+    root["data"]["tokenizer"] = spec->data.tokenizer;
+  }
   root["training"]["checkpoint"]["dir"] = "checkpoints";
   if (o.steps > 0) {
     root["training"].remove("epochs");

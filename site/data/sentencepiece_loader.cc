@@ -64,8 +64,10 @@ Opened Open() {
     return {entry(), ""};  // Never closed: the process may use it until it exits.
   }
   return {nullptr, "cannot load " + std::string(kModuleName) +
-                       " (SentencePiece; built with Strait, next to its executables or in " +
-                       std::string(STRAIT_SENTENCEPIECE_MODULE) + ")" +
+                       ", SentencePiece's module (looked for the build's " +
+                       std::string(STRAIT_SENTENCEPIECE_MODULE) +
+                       ", then beside the executable and in lib/ beside or above it, e.g. "
+                       "/usr/local/lib for /usr/local/bin)" +
                        (tried.empty() ? "" : ": " + tried)};
 #endif
 }

@@ -39,7 +39,6 @@ class ByteTokenizer final : public Tokenizer {
   }
   int TokenBytes(int32_t) const override { return 1; }
   const std::string& fingerprint() const override { return fingerprint_; }
-  std::string Describe() const override { return "bytes"; }
 
  private:
   const std::string fingerprint_ = "bytes";
@@ -102,9 +101,6 @@ class SentencePieceTokenizer final : public Tokenizer {
 
   int TokenBytes(int32_t id) const override { return token_bytes_[id]; }
   const std::string& fingerprint() const override { return fingerprint_; }
-  std::string Describe() const override {
-    return absl::StrFormat("SentencePiece model %s (%d tokens)", path_, vocab());
-  }
 
  private:
   SentencePieceTokenizer(const std::string& path, const std::string& contents)

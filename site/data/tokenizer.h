@@ -36,8 +36,6 @@ class Tokenizer {
   // Identifies the tokenization: "bytes", or "sentencepiece:" and a hash of the model file. Equal
   // fingerprints encode every text alike.
   virtual const std::string& fingerprint() const = 0;
-  // "bytes" or "SentencePiece bpe model FILE (4096 pieces)".
-  virtual std::string Describe() const = 0;
 };
 
 // One token per byte, vocabulary 256.

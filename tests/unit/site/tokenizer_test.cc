@@ -52,12 +52,17 @@ std::string Corpus() {
 class TokenizerTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    // A sanitizer build cannot load SentencePiece (sentencepiece_api.h says why).
+    std::string error;
+    if (spm::OpenLibrary(&error) == nullptr) GTEST_SKIP() << error;
     dir_ = std::filesystem::temp_directory_path() /
            ("strait_tokenizer_" + std::to_string(::getpid()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::create_directories(dir_);
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
 
   std::string Write(const std::string& name, const std::string& bytes) {
     const std::string path = (dir_ / name).string();
@@ -101,7 +106,7 @@ const std::string kUnseen =
     "Unseen text: \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e, \xe2\x9c\x93 and \xf0\x9f\x98\x80;\ttabs,"
     "  two spaces,\n\nempty lines, trailing space \nZQXJ 12345 {}[]~\n";
 
-TEST_F(TokenizerTest, BytesAreOneTokenEach) {
+TEST(ByteTokenizerTest, BytesAreOneTokenEach) {
   std::unique_ptr<Tokenizer> t = MakeByteTokenizer();
   EXPECT_EQ(t->vocab(), 256);
   EXPECT_EQ(*t->Encode("A\xc3\xa9"), (std::vector<int32_t>{65, 0xc3, 0xa9}));
@@ -115,7 +120,6 @@ TEST_F(TokenizerTest, BpeRoundTripsAnyTextExactly) {
   absl::StatusOr<std::unique_ptr<Tokenizer>> t = LoadSentencePieceTokenizer(model);
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ((*t)->vocab(), 400);
-  EXPECT_THAT((*t)->Describe(), HasSubstr(model));
   ExpectRoundTrip(**t, Corpus());
   ExpectRoundTrip(**t, kUnseen);  // Byte fallback for the characters it never saw.
   // Long text goes in chunks that end after a newline; the ids are those of the whole text.

@@ -38,6 +38,17 @@ TEST(JobSpecRewriteTest, WithoutOverridesOnlyPathsChange) {
   }
 }
 
+TEST(JobSpecRewriteTest, ATokenizerModelStaysWhereTheOriginalSaid) {
+  const std::string config = std::string(STRAIT_SOURCE_DIR) + "/configs/kjv-gpt-bpe-3site.yaml";
+  absl::StatusOr<RewrittenJobSpec> yaml = RewriteJobSpec(config, {});
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  absl::StatusOr<JobSpec> original = LoadJobSpec(config);
+  ASSERT_TRUE(original.ok());
+  EXPECT_EQ(original->data.tokenizer, std::string(STRAIT_SOURCE_DIR) + "/data/kjv-4096.model");
+  EXPECT_EQ(Reload(*yaml).data.tokenizer, original->data.tokenizer);
+  EXPECT_EQ(Reload(*RewriteJobSpec(kConfig, {})).data.tokenizer, "bytes");
+}
+
 TEST(JobSpecRewriteTest, StepsAndCodecsOverride) {
   JobSpecOverrides o;
   o.steps = 12;
