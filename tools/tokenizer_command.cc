@@ -1,5 +1,6 @@
 // `strait tokenizer train`: trains a SentencePiece model for `data.tokenizer`.
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -27,7 +28,9 @@ int RunTrainTokenizer(site::TokenizerTrainOptions o) {
               o.input.c_str(), static_cast<long long>(r->bytes), static_cast<long long>(r->tokens),
               r->tokens > 0 ? static_cast<double>(r->bytes) / static_cast<double>(r->tokens) : 0.0,
               r->train_seconds);
-  std::printf("use it: data: {tokenizer: %s}, model: {vocab: %d}\n", o.out.c_str(), r->vocab);
+  // Absolute: a job spec resolves a relative path against its own folder, not this one.
+  std::printf("use it: data: {tokenizer: %s}, model: {vocab: %d}\n",
+              std::filesystem::absolute(o.out).lexically_normal().c_str(), r->vocab);
   return 0;
 }
 

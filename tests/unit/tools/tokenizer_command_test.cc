@@ -79,7 +79,8 @@ TEST_F(TokenizerCommandTest, TrainsAModelAndSaysHowToUseIt) {
   EXPECT_FALSE(fs::exists(dir_ / "t.model.vocab"));
   for (const std::string& expected :
        {"wrote " + Path("t.model") + ": SentencePiece unigram, vocabulary 320",
-        std::string("bytes/token"), std::string("model: {vocab: 320}")}) {
+        std::string("bytes/token"),
+        "use it: data: {tokenizer: " + Path("t.model") + "}, model: {vocab: 320}"}) {
     EXPECT_NE(r.output.find(expected), std::string::npos) << expected << " in\n" << r.output;
   }
   // Quiet: SentencePiece's own log only with --verbose.
