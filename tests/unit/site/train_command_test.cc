@@ -82,10 +82,8 @@ TEST_F(TrainCommandTest, ExitCodes) {
   EXPECT_NE(Strait("train --config " + (dir_ / "job.yaml").string() + " --device tpu"), 0);
 }
 
-constexpr char kGptJob[] = R"(name: tiny-lm
-model: {family: gpt, context: 16, dim: 32, depth: 2, heads: 4}
-data: {path: corpus.txt, validation: 0.1}
-training:
+// What the two language-model jobs share: training and a split over two sites.
+constexpr char kLmTrainingAndSites[] = R"(training:
   steps: 80
   global_batch: 16
   microbatches: 2
@@ -94,6 +92,11 @@ sites:
   - {id: a, layers: [0, 2]}
   - {id: b, layers: [2, 4]}
 )";
+
+const std::string kGptJob = std::string(R"(name: tiny-lm
+model: {family: gpt, context: 16, dim: 32, depth: 2, heads: 4}
+data: {path: corpus.txt, validation: 0.1}
+)") + kLmTrainingAndSites;
 
 TEST_F(TrainCommandTest, AGptTrainsOnTextAndGenerateContinuesIt) {
   std::string text;
@@ -138,18 +141,10 @@ TEST_F(TrainCommandTest, AGptTrainsOnTextAndGenerateContinuesIt) {
       << Read(dir_ / "log");
 }
 
-constexpr char kSentencePieceJob[] = R"(name: tiny-spm
+const std::string kSentencePieceJob = std::string(R"(name: tiny-spm
 model: {family: gpt, vocab: 400, context: 12, dim: 32, depth: 2, heads: 4}
 data: {path: corpus.txt, tokenizer: models/corpus.model, validation: 0.1}
-training:
-  steps: 80
-  global_batch: 16
-  microbatches: 2
-  optimizer: {name: adamw, lr: 0.01}
-sites:
-  - {id: a, layers: [0, 2]}
-  - {id: b, layers: [2, 4]}
-)";
+)") + kLmTrainingAndSites;
 
 // Lines of a few pangrams, numbered: enough pieces for a 400-token BPE.
 std::string PangramLines() {
