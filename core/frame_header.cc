@@ -1,11 +1,13 @@
 #include "core/frame_header.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/model_layout.h"
 #include "core/status.h"
 #include "core/tensor_key.h"
+#include "core/tied_embeddings.h"
 
 namespace strait {
 
@@ -16,6 +18,9 @@ uint64_t MaxFrameWireBytes(const JobSpec& spec) {
     const LayerLayout& last = layers[spec.sites[s].layers.end - 1];
     largest = std::max<uint64_t>(
         largest, NumElements(last.out_shape) * spec.training.MicrobatchSize() * sizeof(float));
+  }
+  if (const std::optional<TiedMatrix> tied = TiedMatrixOf(spec.model)) {
+    largest = std::max<uint64_t>(largest, tied->numel * sizeof(float));  // The TIED frames.
   }
   // zstd's worst case is well under 1/128 extra; headers and the tag fit in 64 KiB.
   return largest + largest / 128 + (64 << 10);

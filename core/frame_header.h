@@ -24,8 +24,9 @@ struct FramePieces {
 FramePieces CutIntoPieces(uint64_t wire_bytes, uint64_t chunk_bytes);
 
 // The most wire bytes one frame of this job can have: the largest tensor crossing a boundary (one
-// microbatch of activations, fp32) plus the worst case a lossless codec adds, the codec header and
-// the AEAD tag. The gateway refuses larger frames, and its memory budget must hold at least one.
+// microbatch of activations, fp32, or a tied matrix's gradient) plus the worst case a lossless
+// codec adds, the codec header and the AEAD tag. The gateway refuses larger frames, and its memory
+// budget must hold at least one.
 uint64_t MaxFrameWireBytes(const JobSpec& spec);
 
 // OK when the header describes a frame this federation can carry: a valid key (ValidateTensorKey),

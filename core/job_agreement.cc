@@ -39,6 +39,9 @@ std::string AgreedJobText(const JobSpec& spec) {
                       ShapeToString(layer.out_shape), " ", absl::StrJoin(params, " ")));
   }
   if (m.family == ModelFamily::kMlp) Line(out, "model.activation", ToString(m.mlp.activation));
+  if (m.family == ModelFamily::kGpt) {
+    Line(out, "model.tie_embeddings", m.gpt.tie_embeddings ? "true" : "false");
+  }
   const float dropout = m.family == ModelFamily::kMlp   ? m.mlp.dropout
                         : m.family == ModelFamily::kVit ? m.vit.dropout
                                                         : m.gpt.dropout;

@@ -89,6 +89,10 @@ struct GptSpec {
   int heads = 8;
   int mlp_dim = 1024;  // 4 * dim unless set.
   float dropout = 0.0f;
+  // The LM head's weight is the token embedding (one matrix, [vocab, dim]). Each of the two layers
+  // keeps a copy; both copies take the sum of the two gradients every step, so they stay equal
+  // (across sites: exchanged through the gateway, sealed end to end; core/tied_embeddings.h).
+  bool tie_embeddings = false;
 };
 
 struct ModelSpec {

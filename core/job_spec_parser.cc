@@ -160,7 +160,8 @@ class JobSpecParser {
         {ModelFamily::kMlp, {"input", "hidden", "activation", "classes", "dropout"}},
         {ModelFamily::kVit,
          {"image", "patch", "dim", "depth", "heads", "mlp_dim", "classes", "dropout"}},
-        {ModelFamily::kGpt, {"vocab", "context", "dim", "depth", "heads", "mlp_dim", "dropout"}}};
+        {ModelFamily::kGpt,
+         {"vocab", "context", "dim", "depth", "heads", "mlp_dim", "dropout", "tie_embeddings"}}};
     const std::vector<absl::string_view>& own = family_keys.at(m.family);
     for (const auto& [family, keys] : family_keys) {
       for (absl::string_view key : keys) {
@@ -227,6 +228,7 @@ class JobSpecParser {
     g.mlp_dim = 4 * g.dim;
     STRAIT_RETURN_IF_ERROR(map.Int("mlp_dim", 1, kMaxWidth, &g.mlp_dim));
     STRAIT_RETURN_IF_ERROR(map.Float("dropout", 0.0, 0.95, &g.dropout));
+    STRAIT_RETURN_IF_ERROR(map.Bool("tie_embeddings", &g.tie_embeddings));
     return map.Finish();
   }
 

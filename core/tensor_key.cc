@@ -4,11 +4,13 @@
 
 namespace strait {
 
-int ProducerStage(const v1::TensorKey& key) {
+int ProducerStage(const v1::TensorKey& key, int stages) {
+  if (key.purpose() == v1::TIED) return key.direction() == v1::FORWARD ? 0 : stages - 1;
   return static_cast<int>(key.boundary()) + (key.direction() == v1::BACKWARD ? 1 : 0);
 }
 
-int ConsumerStage(const v1::TensorKey& key) {
+int ConsumerStage(const v1::TensorKey& key, int stages) {
+  if (key.purpose() == v1::TIED) return key.direction() == v1::FORWARD ? stages - 1 : 0;
   return static_cast<int>(key.boundary()) + (key.direction() == v1::FORWARD ? 1 : 0);
 }
 
@@ -40,9 +42,20 @@ absl::Status ValidateTensorKey(const v1::TensorKey& key, const JobSpec& spec) {
         return absl::InvalidArgumentError("evaluation keys go FORWARD only");
       }
       return absl::OkStatus();
+    case v1::TIED:
+      if (spec.model.family != ModelFamily::kGpt || !spec.model.gpt.tie_embeddings) {
+        return absl::InvalidArgumentError(
+            "tied-embedding key in a job without model.tie_embeddings");
+      }
+      if (key.boundary() != 0 || key.microbatch() != 0) {
+        return absl::InvalidArgumentError(absl::StrCat("tied-embedding key has boundary ",
+                                                       key.boundary(), " and microbatch ",
+                                                       key.microbatch(), "; expected 0 and 0"));
+      }
+      return absl::OkStatus();
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor key has purpose ", key.purpose(), "; expected TRAIN, CLIP or EVAL"));
+      return absl::InvalidArgumentError(absl::StrCat("tensor key has purpose ", key.purpose(),
+                                                     "; expected TRAIN, CLIP, EVAL or TIED"));
   }
   if (key.microbatch() >= static_cast<uint32_t>(spec.training.microbatches)) {
     return absl::InvalidArgumentError(absl::StrCat("tensor key has microbatch ", key.microbatch(),
@@ -58,6 +71,7 @@ std::string TensorKeyToString(const v1::TensorKey& key) {
   const char* purpose = key.purpose() == v1::TRAIN  ? ""
                         : key.purpose() == v1::CLIP ? "/clip"
                         : key.purpose() == v1::EVAL ? "/eval"
+                        : key.purpose() == v1::TIED ? "/tied"
                                                     : "/purpose?";
   return absl::StrCat(key.job(), "/s", key.step(), "/m", key.microbatch(), "/b", key.boundary(),
                       "/", direction, "/g", key.generation(), purpose);

@@ -9,10 +9,11 @@
 
 namespace strait {
 
-// Stage (site index) that produces the key: `boundary` for FORWARD, `boundary + 1` for BACKWARD.
-int ProducerStage(const v1::TensorKey& key);
-// Stage that consumes the key: the other end of the boundary.
-int ConsumerStage(const v1::TensorKey& key);
+// Stage (site index) that produces the key in a job of `stages` stages: `boundary` for FORWARD,
+// `boundary + 1` for BACKWARD; for TIED keys the first stage (FORWARD) or the last (BACKWARD).
+int ProducerStage(const v1::TensorKey& key, int stages);
+// Stage that consumes the key: the other end of the boundary (TIED: of the first-last link).
+int ConsumerStage(const v1::TensorKey& key, int stages);
 
 // Checks a key received from the network against the job: job name, a real boundary, a direction, a
 // microbatch below the job's count. The message says which field is wrong.

@@ -1,6 +1,7 @@
 // `strait config check FILE...`: validates job specs and prints how each splits the model.
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -8,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "core/job_spec.h"
 #include "core/model_layout.h"
+#include "core/tied_embeddings.h"
 #include "site/data/tokenizer.h"
 #include "tools/command.h"
 
@@ -39,6 +41,18 @@ void PrintSplit(const JobSpec& spec) {
   std::printf("federation %s: %s model, %zu layers, %s parameters (%s as fp32)\n",
               spec.name.c_str(), std::string(ToString(spec.model.family)).c_str(), layers.size(),
               Thousands(total).c_str(), HumanBytes(4.0 * total).c_str());
+  if (const std::optional<TiedMatrix> tied = TiedMatrixOf(spec.model)) {
+    std::printf(
+        "tied embeddings: lm_head's weight is the token embedding (%s parameters counted twice "
+        "above)%s\n",
+        Thousands(tied->numel).c_str(),
+        TiedAcrossSites(spec)
+            ? absl::StrCat("; ", spec.sites.front().id, " and ", spec.sites.back().id,
+                           " exchange its gradient every step, ", HumanBytes(4.0 * tied->numel),
+                           " each way, lossless", TiedLink(spec).encryption ? " and encrypted" : "")
+                  .c_str()
+            : "");
+  }
   const std::string schedule = t.schedule == Schedule::k2BW
                                    ? absl::StrCat("2bw (", ToString(t.update), " updates)")
                                    : ToString(t.schedule);

@@ -30,11 +30,13 @@ absl::StatusOr<int> StageOfSite(const JobSpec& spec, const std::string& site_id)
 }
 
 absl::Status CheckPush(const JobSpec& spec, int site, const v1::TensorKey& key) {
-  return CheckRole(spec, site, key, ProducerStage(key), "push", "producer");
+  return CheckRole(spec, site, key, ProducerStage(key, static_cast<int>(spec.sites.size())), "push",
+                   "producer");
 }
 
 absl::Status CheckPull(const JobSpec& spec, int site, const v1::TensorKey& key) {
-  return CheckRole(spec, site, key, ConsumerStage(key), "pull", "consumer");
+  return CheckRole(spec, site, key, ConsumerStage(key, static_cast<int>(spec.sites.size())), "pull",
+                   "consumer");
 }
 
 }  // namespace strait::gateway

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/job_agreement.h"
+#include "core/tied_embeddings.h"
 
 namespace strait::gateway {
 namespace {
@@ -15,6 +16,20 @@ uint64_t UnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+// The sites whose keys site `index` gets, and which get its key: its neighbours, and the other end
+// of the first and last stage's own link for tied embeddings (core/tied_embeddings.h).
+std::vector<int> KeyPartners(const JobSpec& spec, int index) {
+  const int stages = static_cast<int>(spec.sites.size());
+  std::vector<int> partners;
+  for (int neighbour : {index - 1, index + 1}) {
+    if (neighbour >= 0 && neighbour < stages) partners.push_back(neighbour);
+  }
+  if (TiedAcrossSites(spec) && stages >= 3 && (index == 0 || index == stages - 1)) {
+    partners.push_back(stages - 1 - index);
+  }
+  return partners;
 }
 
 v1::GatewayMessage ControlMessage(const v1::SignedKey& key) {
@@ -156,8 +171,7 @@ absl::StatusOr<v1::JoinReply> Federation::Join(const std::string& site_id,
     site.info.set_checkpoint_step(request.has_checkpoint() ? request.checkpoint_step() : 0);
     site.last_report.Clear();
     site.last_seen = now;
-    for (int neighbour : {index - 1, index + 1}) {
-      if (neighbour < 0 || neighbour >= static_cast<int>(sites_.size())) continue;
+    for (int neighbour : KeyPartners(spec_, index)) {
       Site& n = sites_[neighbour];
       if (n.key) *reply.add_neighbour_keys() = *n.key;
       if (n.channel != nullptr) actions.push_back({n.channel, ControlMessage(request.key()), {}});
@@ -199,8 +213,7 @@ absl::StatusOr<int> Federation::Attach(const std::string& site_id, uint32_t epoc
     // Neighbours may have (re)joined between this site's Join and its Hello: send their current
     // keys on the new stream so that no key update falls in between. Sites ignore keys they already
     // have.
-    for (int neighbour : {index - 1, index + 1}) {
-      if (neighbour < 0 || neighbour >= static_cast<int>(sites_.size())) continue;
+    for (int neighbour : KeyPartners(spec_, index)) {
       if (sites_[neighbour].key)
         actions.push_back({channel, ControlMessage(*sites_[neighbour].key), {}});
     }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "core/cpu_time.h"
 #include "core/status.h"
+#include "core/tied_embeddings.h"
 #include "site/pipeline/schedule.h"
 
 namespace strait::site {
@@ -41,8 +42,8 @@ int LinkWindow(const JobSpec& spec) {
   return window;
 }
 
-// The keys of the link with neighbour `peer` for `generation` (no sealing when the link is not
-// encrypted).
+// The keys of the link with `peer` (a neighbour, or the other end of the tied link) for
+// `generation` (no sealing when the link is not encrypted).
 absl::StatusOr<LinkSecurity::LinkCrypto> LinkCryptoWith(
     const JobSpec& spec, const LinkSpec& link, int peer, const LinkSecurity* security,
     const std::map<std::string, v1::SignedKey>& peer_keys, uint32_t generation) {
@@ -58,13 +59,14 @@ absl::StatusOr<LinkSecurity::LinkCrypto> LinkCryptoWith(
   if (!crypto.ok()) {
     return absl::Status(
         crypto.status().code(),
-        absl::StrCat("the key of neighbour ", id, " does not verify: ", crypto.status().message()));
+        absl::StrCat("the key of site ", id, " does not verify: ", crypto.status().message()));
   }
   return crypto;
 }
 
-// The four link directions of stage `index` for `generation`: codecs from the job spec, link keys
-// derived from the neighbours' current signed keys and the generation.
+// The four link directions of stage `index` for `generation` (and the tied link of the first and
+// the last stage: core/tied_embeddings.h): codecs from the job spec, link keys derived from the
+// peers' current signed keys and the generation.
 absl::StatusOr<StageLinks> BuildLinks(const JobSpec& spec, int index, GatewayLink& gateway,
                                       const LinkSecurity* security,
                                       const std::map<std::string, v1::SignedKey>& peer_keys,
@@ -93,6 +95,20 @@ absl::StatusOr<StageLinks> BuildLinks(const JobSpec& spec, int index, GatewayLin
     links.backward_in = std::make_unique<FrameReceiver>(
         gateway, std::make_unique<FrameDecoder>(std::move(c.opener), max_raw),
         spec.sites[index + 1].id, index, v1::BACKWARD, metrics, window);
+  }
+  if (TiedAcrossSites(spec) && stages >= 3 && (index == 0 || index == stages - 1)) {
+    const bool first = index == 0;
+    const int peer = first ? stages - 1 : 0;
+    const LinkSpec link = TiedLink(spec);
+    STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c,
+                            LinkCryptoWith(spec, link, peer, security, peer_keys, generation));
+    STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create("none", std::move(c.sealer)));
+    links.tied_out = std::make_unique<FrameSender>(
+        gateway, std::move(encoder), 0, first ? v1::FORWARD : v1::BACKWARD, metrics, window);
+    const uint64_t tied_raw = static_cast<uint64_t>(spec.model.gpt.vocab) * spec.model.gpt.dim * 4;
+    links.tied_in = std::make_unique<FrameReceiver>(
+        gateway, std::make_unique<FrameDecoder>(std::move(c.opener), tied_raw), spec.sites[peer].id,
+        0, first ? v1::BACKWARD : v1::FORWARD, metrics, window);
   }
   return links;
 }
@@ -143,11 +159,7 @@ SiteSession::SiteSession(const JobSpec& spec, SessionOptions options, StageFacto
       build_stage_(std::move(build_stage)),
       checkpoints_(checkpoints),
       report_(report) {
-  const int index = options_.index;
-  if (index > 0 && spec_.links[index - 1].encryption) peers_.push_back(spec_.sites[index - 1].id);
-  if (index + 1 < static_cast<int>(spec_.sites.size()) && spec_.links[index].encryption) {
-    peers_.push_back(spec_.sites[index + 1].id);
-  }
+  for (int peer : KeyPeers(spec_, options_.index)) peers_.push_back(spec_.sites[peer].id);
 }
 
 ConnectionEvents SiteSession::events() {
@@ -198,6 +210,10 @@ absl::Status SiteSession::Join(GatewayConnector& connector) {
   window_ = LinkWindow(spec_);
   max_raw_ = static_cast<uint64_t>(spec_.training.MicrobatchSize()) *
              std::max(stage_->input_features(), stage_->output_features()) * 4;
+  if (TiedAcrossSites(spec_)) {  // With two sites the tied gradients ride on the one link.
+    max_raw_ = std::max<uint64_t>(
+        max_raw_, static_cast<uint64_t>(spec_.model.gpt.vocab) * spec_.model.gpt.dim * 4);
+  }
   spdlog::info("stage {} of {} (layers [{}, {})), joining the gateway at {}", options_.index,
                spec_.sites.size(), site.layers.start, site.layers.end, spec_.gateway.address);
   STRAIT_ASSIGN_OR_RETURN(v1::JoinReply reply, connector.Join(checkpoint()));

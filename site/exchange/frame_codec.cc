@@ -68,9 +68,11 @@ absl::StatusOr<FrameEncoder::Frame> FrameEncoder::Encode(const v1::TensorKey& ke
     return absl::InvalidArgumentError(
         absl::StrCat("tensor of ", values.size(), " values for a shape of ", elements));
   }
-  // Clipping scalars must arrive exactly, whatever the link's chain. Error feedback carries over
-  // between the tensors of the same purpose and microbatch slot, step after step.
-  compression::CodecChain& chain = key.purpose() == v1::CLIP ? *lossless_ : *chain_;
+  // Clipping scalars and tied-embedding gradients must arrive exactly, whatever the link's chain
+  // (both ends must compute the same sums). Error feedback carries over between the tensors of the
+  // same purpose and microbatch slot, step after step.
+  const bool exact = key.purpose() == v1::CLIP || key.purpose() == v1::TIED;
+  compression::CodecChain& chain = exact ? *lossless_ : *chain_;
   const auto start = std::chrono::steady_clock::now();
   STRAIT_ASSIGN_OR_RETURN(absl::Span<const uint8_t> encoded,
                           chain.Encode(values, dims, &residuals_,

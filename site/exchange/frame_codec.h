@@ -36,8 +36,8 @@ class FrameEncoder {
     double encode_s = 0.0;  // Time spent in the codec chain.
     double seal_s = 0.0;    // Time spent sealing.
   };
-  // `values` row-major with `shape`; `key` is the tensor's routing key. CLIP keys are encoded with
-  // the lossless chain `none` whatever the link's chain.
+  // `values` row-major with `shape`; `key` is the tensor's routing key. CLIP and TIED keys are
+  // encoded with the lossless chain `none` whatever the link's chain.
   absl::StatusOr<Frame> Encode(const v1::TensorKey& key, absl::Span<const float> values,
                                const std::vector<int64_t>& shape);
 

@@ -1,9 +1,11 @@
 #include "site/nn/model.h"
 
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/tied_embeddings.h"
 #include "site/backend/counter_rng.h"
 #include "site/nn/dense_layer.h"
 #include "site/nn/gpt_layers.h"
@@ -60,9 +62,14 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec&
 
 void InitParameter(const ModelSpec& model, const LayerLayout& layer, int param, float* out) {
   const ParamLayout& p = layer.params[param];
-  const uint64_t key = CombineKey(CombineKey(model.init_seed, layer.index), param);
+  uint64_t key = CombineKey(CombineKey(model.init_seed, layer.index), param);
   float bound = 0.0f, constant = 0.0f;
-  if (absl::EndsWith(p.name, "weight")) {
+  const std::optional<TiedMatrix> tied = TiedMatrixOf(model);
+  if (tied && layer.index == tied->head_layer && param == tied->head_param) {
+    // The head's copy of a tied matrix starts as the token embedding.
+    key = CombineKey(CombineKey(model.init_seed, tied->embed_layer), tied->embed_param);
+    bound = 0.02f * std::sqrt(3.0f);
+  } else if (absl::EndsWith(p.name, "weight")) {
     const double out_features = p.shape[0], in_features = p.shape[1];
     bound = model.family == ModelFamily::kMlp
                 ? static_cast<float>(1.0 / std::sqrt(in_features))

@@ -1,10 +1,12 @@
 #include "site/nn/stage.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "core/tied_embeddings.h"
 #include "site/backend/counter_rng.h"
 #include "site/nn/model.h"
 
@@ -68,6 +70,19 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSpec& model, Lay
     }
   }
   s->layer_offsets_.push_back(offset);
+  if (const std::optional<TiedMatrix> tied = TiedMatrixOf(model)) {
+    // Tied and untied checkpoints hold different models; untied fingerprints stay as they were.
+    fp = CombineKey(fp, 0x5449454400000001ull);
+    s->tied_numel_ = tied->numel;
+    if (range.start <= tied->embed_layer) {
+      s->tied_offsets_.push_back(
+          s->param_offsets_[tied->embed_layer - range.start][tied->embed_param]);
+    }
+    if (range.end > tied->head_layer) {
+      s->tied_head_offset_ = s->param_offsets_[tied->head_layer - range.start][tied->head_param];
+      s->tied_offsets_.push_back(s->tied_head_offset_);
+    }
+  }
   s->fingerprint_ = fp;
 
   // Per-microbatch and shared buffers, sized for max_batch.
@@ -262,9 +277,18 @@ void Stage::Discard(int microbatch) {
 
 absl::StatusOr<double> Stage::GradSumSquares(const float* grads, double downstream) const {
   double sum = downstream;
+  auto add = [&](int64_t begin, int64_t end) {
+    if (end > begin) sum += backend_->SumSquares(end - begin, grads + begin);
+  };
   for (size_t k = layers_.size(); k-- > 0;) {
-    const int64_t numel = layer_offsets_[k + 1] - layer_offsets_[k];
-    if (numel > 0) sum += backend_->SumSquares(numel, grads + layer_offsets_[k]);
+    const int64_t begin = layer_offsets_[k], end = layer_offsets_[k + 1];
+    if (tied_head_offset_ >= begin && tied_head_offset_ < end) {
+      // The head's copy of the tied matrix holds the same sum as the embedding's, which counts.
+      add(begin, tied_head_offset_);
+      add(tied_head_offset_ + tied_numel_, end);
+    } else {
+      add(begin, end);
+    }
   }
   STRAIT_RETURN_IF_ERROR(backend_->Sync());
   return sum;

@@ -71,6 +71,11 @@ class Stage {
   // Where layer k's parameters start in a parameter arena (layout order: layer by layer, param by
   // param); [layers().size()] = param_count().
   const std::vector<int64_t>& layer_offsets() const { return layer_offsets_; }
+  // The copies of a tied matrix (core/tied_embeddings.h) this stage holds: where each starts in a
+  // parameter or gradient arena, the embedding's before the head's; empty without tied embeddings
+  // or when the stage holds neither layer. Each copy is tied_numel() floats.
+  const std::vector<int64_t>& tied_offsets() const { return tied_offsets_; }
+  int64_t tied_numel() const { return tied_numel_; }
   Backend& backend() const { return *backend_; }
 
   // The initial parameters L_0 in layout order (InitParameter: a pure function of the seed, the
@@ -111,7 +116,7 @@ class Stage {
   // layout order), added layer by layer from the last layer to the first: chaining stages from the
   // last to the first (each passing its result on as the previous stage's `downstream`) adds in
   // the same order as one stage of all layers, so global-norm clipping across sites gives the same
-  // bits as one process.
+  // bits as one process. The head's copy of a tied matrix is left out (the embedding's counts).
   absl::StatusOr<double> GradSumSquares(const float* grads, double downstream) const;
 
   // Hash of the family and the layouts (names, shapes) of this stage's layers: checkpoints of a
@@ -136,6 +141,9 @@ class Stage {
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<int64_t> layer_offsets_;               // Layer k's params start at [k]; [size]: all.
   std::vector<std::vector<int64_t>> param_offsets_;  // [layer][param]: where the param starts.
+  std::vector<int64_t> tied_offsets_;
+  int64_t tied_numel_ = 0;
+  int64_t tied_head_offset_ = -1;  // -1: the stage holds no head copy.
   // Per microbatch: activations a_0 (input) .. a_k (output) and each layer's saved floats.
   std::vector<int64_t> activation_offsets_, saved_offsets_;
   int64_t activation_floats_ = 0, saved_floats_ = 0;

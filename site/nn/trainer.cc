@@ -79,6 +79,8 @@ absl::StatusOr<StepStats> Trainer::Step() {
   }
   stats.loss /= static_cast<double>(targets);
   stats.accuracy = static_cast<double>(correct) / static_cast<double>(targets);
+  // Tied embeddings: both copies take g_embed + g_head, as the two sites of a federation sum them.
+  STRAIT_RETURN_IF_ERROR(stage_->TieLocalGrads(step_));
   float scale = 1.0f;
   if (t.grad_clip > 0.0) {
     STRAIT_ASSIGN_OR_RETURN(double sum_squares, stage_->GradSumSquares(0.0, step_));

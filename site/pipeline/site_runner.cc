@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "core/tied_embeddings.h"
 #include "site/nn/optimizer.h"
 
 namespace strait::site {
@@ -58,6 +59,7 @@ SiteRunner::SiteRunner(const JobSpec& spec, int index, StageExecutor& stage, Sta
       first_step_(start_step),
       generation_(generation),
       microbatch_size_(spec.training.MicrobatchSize()),
+      tied_across_(TiedAcrossSites(spec)),
       step_(start_step),
       updates_(start_step),
       expected_through_(start_step - 1) {
@@ -77,9 +79,24 @@ v1::TensorKey SiteRunner::Key(int64_t step, int microbatch, int boundary, v1::Di
   return key;
 }
 
+v1::TensorKey SiteRunner::TiedKey(int64_t step, bool from_first) const {
+  return Key(step, 0, 0, from_first ? v1::FORWARD : v1::BACKWARD, v1::TIED);
+}
+
+FrameSender& SiteRunner::TiedOut() const {
+  if (links_.tied_out) return *links_.tied_out;
+  return stage_.is_first() ? *links_.forward_out : *links_.backward_out;
+}
+
+FrameReceiver& SiteRunner::TiedIn() const {
+  if (links_.tied_in) return *links_.tied_in;
+  return stage_.is_first() ? *links_.backward_in : *links_.forward_in;
+}
+
 void SiteRunner::ExpectStep(int64_t step) {
   const int64_t n = microbatch_size_;
   const bool clip = spec_.training.grad_clip > 0.0;
+  const std::vector<int64_t> tied_shape = {spec_.model.gpt.vocab, spec_.model.gpt.dim};
   for (int m = 0; m < spec_.training.microbatches; ++m) {
     if (links_.forward_in) {
       links_.forward_in->Expect(Key(step, m, index_ - 1, v1::FORWARD),
@@ -89,18 +106,28 @@ void SiteRunner::ExpectStep(int64_t step) {
       links_.backward_in->Expect(Key(step, m, index_, v1::BACKWARD), {n, stage_.output_features()});
     }
   }
-  if (clip && links_.forward_in) {
-    // Scales are taken by the updates: 1f1b applies step's gradient after its forwards; 2bw the
-    // previous step's (right before the next step's first forward), and its last step both.
-    auto expect_scale = [&](int64_t of) {
-      links_.forward_in->Expect(Key(of, 0, index_ - 1, v1::FORWARD, v1::CLIP), {1});
+  const bool tied_last = tied_across_ && stage_.is_last();
+  if ((clip && links_.forward_in) || tied_last) {
+    // What the updates take, in their order (the first stage's tied gradient, then the scale):
+    // 1f1b and eager 2bw apply step's gradient after its backwards; deferred 2bw the previous
+    // step's (right before the next step's first forward), and its last step both.
+    auto expect_update = [&](int64_t of) {
+      if (tied_last) TiedIn().Expect(TiedKey(of, /*from_first=*/true), tied_shape);
+      if (clip && links_.forward_in) {
+        links_.forward_in->Expect(Key(of, 0, index_ - 1, v1::FORWARD, v1::CLIP), {1});
+      }
     };
-    if (spec_.training.schedule != Schedule::k2BW) {
-      expect_scale(step);
+    if (spec_.training.schedule != Schedule::k2BW ||
+        spec_.training.update == UpdateTiming::kEager) {
+      expect_update(step);
     } else {
-      if (step - 1 >= first_step_) expect_scale(step - 1);
-      if (step == total_steps_ - 1) expect_scale(step);
+      if (step - 1 >= first_step_) expect_update(step - 1);
+      if (step == total_steps_ - 1) expect_update(step);
     }
+  }
+  // kClipNorm's: the last stage's tied gradient, then the norm.
+  if (tied_across_ && stage_.is_first()) {
+    TiedIn().Expect(TiedKey(step, /*from_first=*/false), tied_shape);
   }
   if (clip && links_.backward_in) {
     links_.backward_in->Expect(Key(step, 0, index_, v1::BACKWARD, v1::CLIP), {2});
@@ -159,6 +186,7 @@ absl::StatusOr<StepResult> SiteRunner::Step() {
         STRAIT_RETURN_IF_ERROR(RunBackward(op.step, op.microbatch));
         break;
       case ScheduleOp::kClipNorm:
+        STRAIT_RETURN_IF_ERROR(ShareTiedGrad(op.step));
         STRAIT_RETURN_IF_ERROR(SendNorm(op.step));
         break;
       case ScheduleOp::kUpdate: {
@@ -236,6 +264,26 @@ absl::Status SiteRunner::RunBackward(int64_t step, int m) {
                 {mb, stage_.input_features()});
 }
 
+absl::Status SiteRunner::ShareTiedGrad(int64_t s) {
+  if (!tied_across_) {
+    ScopedTimer timer(metrics_, Timer::kCompute, Timer::kUpdate);
+    return stage_.TieLocalGrads(s);  // One site holds both copies (or none: a no-op).
+  }
+  if (!stage_.is_first() && !stage_.is_last()) return absl::OkStatus();
+  std::vector<float> own;
+  {
+    ScopedTimer timer(metrics_, Timer::kCompute, Timer::kUpdate);
+    STRAIT_ASSIGN_OR_RETURN(own, stage_.TiedGrad(s));
+  }
+  STRAIT_RETURN_IF_ERROR(SendTo(TiedOut(), TiedKey(s, stage_.is_first()), std::move(own),
+                                {spec_.model.gpt.vocab, spec_.model.gpt.dim}));
+  if (!stage_.is_first()) return absl::OkStatus();  // The last stage adds the first's at kUpdate.
+  STRAIT_ASSIGN_OR_RETURN(std::vector<float> other,
+                          Receive(TiedIn(), TiedKey(s, /*from_first=*/false)));
+  ScopedTimer timer(metrics_, Timer::kCompute, Timer::kUpdate);
+  return stage_.AddTiedGrad(s, other);
+}
+
 absl::Status SiteRunner::SendNorm(int64_t s) {
   if (spec_.training.grad_clip <= 0.0) return absl::OkStatus();
   double downstream = 0.0;
@@ -259,6 +307,12 @@ absl::Status SiteRunner::SendNorm(int64_t s) {
 }
 
 absl::Status SiteRunner::Update(int64_t s) {
+  if (tied_across_ && stage_.is_last()) {
+    STRAIT_ASSIGN_OR_RETURN(std::vector<float> first,
+                            Receive(TiedIn(), TiedKey(s, /*from_first=*/true)));
+    ScopedTimer timer(metrics_, Timer::kCompute, Timer::kUpdate);
+    STRAIT_RETURN_IF_ERROR(stage_.AddTiedGrad(s, first));
+  }
   float scale = 1.0f;
   if (spec_.training.grad_clip > 0.0) {
     if (links_.forward_in) {
@@ -342,6 +396,7 @@ absl::Status SiteRunner::Flush() {
   ScopedTimer timer(metrics_, Timer::kWait);
   if (links_.forward_out) STRAIT_RETURN_IF_ERROR(links_.forward_out->Flush());
   if (links_.backward_out) STRAIT_RETURN_IF_ERROR(links_.backward_out->Flush());
+  if (links_.tied_out) STRAIT_RETURN_IF_ERROR(links_.tied_out->Flush());
   return absl::OkStatus();
 }
 
@@ -350,6 +405,8 @@ void SiteRunner::Abort(const absl::Status& status) {
   if (links_.backward_in) links_.backward_in->Stop(status);
   if (links_.forward_out) links_.forward_out->Stop(status);
   if (links_.backward_out) links_.backward_out->Stop(status);
+  if (links_.tied_in) links_.tied_in->Stop(status);
+  if (links_.tied_out) links_.tied_out->Stop(status);
 }
 
 }  // namespace strait::site

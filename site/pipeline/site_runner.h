@@ -17,6 +17,10 @@
 // its last backward is done, and applies g_{t-1} (making L_t) right before its first forward of
 // step t+1; the scale of g_{t-1} travels ahead of that forward's activations on the same link.
 // The last step also applies its own gradient, so a run ends with the weights L_T.
+//
+// Tied embeddings (core/tied_embeddings.h): at kClipNorm the first and the last stage each send
+// the other their gradient of the shared matrix; the first stage adds the last's right away (its
+// part of the norm counts the sum), the last stage adds the first's at kUpdate, before the scale.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +48,11 @@ struct StageLinks {
   std::unique_ptr<FrameSender> backward_out;   // Their gradients, to stage i-1.
   std::unique_ptr<FrameSender> forward_out;    // Activations to stage i+1.
   std::unique_ptr<FrameReceiver> backward_in;  // Their gradients, from stage i+1.
+  // Tied embeddings across three stages or more (core/tied_embeddings.h), first and last stage
+  // only: the link with the other end. Null otherwise (two stages: the TIED frames ride on the
+  // neighbours' link).
+  std::unique_ptr<FrameSender> tied_out;
+  std::unique_ptr<FrameReceiver> tied_in;
 };
 
 // What the stage's own data holds: the first stage reads inputs, the last stage labels; a middle
@@ -117,6 +126,12 @@ class SiteRunner {
   // kClipNorm: this stage's part of the clipping norm of `step`'s gradient goes upstream; on the
   // first stage it becomes the scale.
   absl::Status SendNorm(int64_t step);
+  // kClipNorm, before SendNorm: the tied-embedding exchange's first half (see above).
+  absl::Status ShareTiedGrad(int64_t step);
+  // The link of the TIED frames: the stages' own, or the neighbours' with two stages.
+  FrameSender& TiedOut() const;
+  FrameReceiver& TiedIn() const;
+  v1::TensorKey TiedKey(int64_t step, bool from_first) const;
   // kUpdate: takes (and relays downstream) the clipping scale of `step`'s gradient and applies it.
   absl::Status Update(int64_t step);
   absl::StatusOr<std::vector<float>> Receive(FrameReceiver& from, const v1::TensorKey& key);
@@ -138,6 +153,7 @@ class SiteRunner {
   std::optional<Sampler> sampler_;
   int64_t step_;
   int64_t updates_;
+  const bool tied_across_;           // The first and the last stage exchange tied gradients.
   std::map<int64_t, float> scales_;  // First stage: clipping scales computed, not yet applied.
   int64_t expected_through_;         // Last step whose frames were announced to the receivers.
   std::vector<float> inputs_;

@@ -290,6 +290,54 @@ absl::StatusOr<double> StageExecutor::GradSumSquares(double downstream, int64_t 
       [&](const Worker& w) { return w.stage->GradSumSquares(w.history->grads(step), downstream); });
 }
 
+absl::StatusOr<std::vector<float>> StageExecutor::TiedGrad(int64_t step) const {
+  return FromWorker0<std::vector<float>>(
+      [step](const Worker& w) -> absl::StatusOr<std::vector<float>> {
+        const Stage& stage = *w.stage;
+        if (stage.tied_offsets().empty()) return std::vector<float>();
+        std::vector<float> out(stage.tied_numel());
+        w.backend->CopyToHost(out.data(), w.history->grads(step) + stage.tied_offsets().front(),
+                              sizeof(float) * out.size());
+        STRAIT_RETURN_IF_ERROR(w.backend->Sync());
+        return out;
+      });
+}
+
+absl::Status StageExecutor::AddTiedGrad(int64_t step, absl::Span<const float> other) {
+  return OnWorkers([&](int w) -> absl::Status {
+    Worker& worker = workers_[w];
+    const Stage& stage = *worker.stage;
+    if (static_cast<int64_t>(other.size()) != stage.tied_numel() || stage.tied_offsets().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("AddTiedGrad: ", other.size(), " floats for a stage holding ",
+                       stage.tied_offsets().size(), " copies of ", stage.tied_numel()));
+    }
+    STRAIT_ASSIGN_OR_RETURN(
+        DeviceBuffer buffer,
+        DeviceBuffer::Create(worker.backend.get(), sizeof(float) * other.size()));
+    worker.backend->CopyToDevice(buffer.f32(), other.data(), buffer.bytes());
+    for (int64_t offset : stage.tied_offsets()) {
+      worker.backend->Axpy(stage.tied_numel(), 1.0f, buffer.f32(),
+                           worker.history->grads(step) + offset);
+    }
+    return worker.backend->Sync();  // Before the buffer goes.
+  });
+}
+
+absl::Status StageExecutor::TieLocalGrads(int64_t step) {
+  return OnWorkers([&](int w) -> absl::Status {
+    Worker& worker = workers_[w];
+    const Stage& stage = *worker.stage;
+    if (stage.tied_offsets().size() != 2) return absl::OkStatus();
+    float* grads = worker.history->grads(step);
+    float* embed = grads + stage.tied_offsets()[0];
+    float* head = grads + stage.tied_offsets()[1];
+    worker.backend->Axpy(stage.tied_numel(), 1.0f, head, embed);
+    worker.backend->CopyOnDevice(head, embed, sizeof(float) * stage.tied_numel());
+    return absl::OkStatus();
+  });
+}
+
 absl::Status StageExecutor::OptimizerStep(int64_t step, float grad_scale) {
   const WeightHistory& h = history(0);
   for (const auto& [index, mb] : in_flight_) {

@@ -192,6 +192,14 @@ class StageExecutor {
   // result on as the previous stage's `downstream`) adds in the same order as one stage of all
   // layers, so global-norm clipping across sites gives the same bits as one process.
   absl::StatusOr<double> GradSumSquares(double downstream = 0.0, int64_t step = 0);
+  // Tied embeddings (core/tied_embeddings.h), on the reduced gradient of step `step`, before
+  // GradSumSquares. TiedGrad: this stage's gradient of the tied matrix (of its first copy; host
+  // memory; empty when it holds no copy). AddTiedGrad: adds `other` (the other end's TiedGrad) to
+  // every copy on every worker. TieLocalGrads: a stage that holds both copies gives each their
+  // sum; a no-op otherwise. Either way each copy ends with g_embed + g_head, the same bits.
+  absl::StatusOr<std::vector<float>> TiedGrad(int64_t step) const;
+  absl::Status AddTiedGrad(int64_t step, absl::Span<const float> other);
+  absl::Status TieLocalGrads(int64_t step);
   // Every worker applies the optimizer to the newest weights with the gradient of step `step` - 1
   // scaled by grad_scale (`step` counts updates from 1): the newest weights become L_step
   // (WeightHistory::Update). With two versions, FailedPrecondition (nothing changed) while a

@@ -137,18 +137,22 @@ INSTANTIATE_TEST_SUITE_P(
 // first site reads token windows and the last their next tokens; every step's loss, the parameters,
 // the optimizer state and the validation loss are `strait train`'s bits, for 1f1b and 2bw, with
 // byte tokens or a SentencePiece model (whose bytes per token the last site measures as `strait
-// train` does). The sites' final checkpoints, assembled, are what `strait generate` samples from.
+// train` does), and with tied embeddings (the first and the last site summing the shared matrix's
+// gradients over their own sealed link, its keys relayed by the gateway). The sites' final
+// checkpoints, assembled, are what `strait generate` samples from.
 class GptFidelityTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GptFidelityTest, LosslessLinksTrainTheSameBitsAsOneProcess) {
   const bool sentencepiece = absl::EndsWith(GetParam(), "-sentencepiece");
+  const bool tied = absl::EndsWith(GetParam(), "-tied");
   if (std::string error; sentencepiece && site::spm::OpenLibrary(&error) == nullptr) {
     GTEST_SKIP() << error;  // A sanitizer build cannot load SentencePiece (sentencepiece_api.h).
   }
   const std::string job =
       absl::StrReplaceAll(R"(name: gpt-fed-test
 gateway: {memory_budget: 64MiB}
-model: {family: gpt, vocab: VOCAB, context: 32, dim: 32, depth: 3, heads: 4, dropout: 0.1, init_seed: 5}
+model: {family: gpt, vocab: VOCAB, context: 32, dim: 32, depth: 3, heads: 4, dropout: 0.1, init_seed: 5,
+        tie_embeddings: TIE}
 data: {path: corpus.txt, tokenizer: TOKENIZER, validation: 0.05, seed: 11}
 training:
   steps: 12
@@ -168,6 +172,7 @@ links:
 )",
                           {{"SCHEDULE", GetParam().substr(0, GetParam().find('-'))},
                            {"VOCAB", sentencepiece ? "300" : "256"},
+                           {"TIE", tied ? "true" : "false"},
                            {"TOKENIZER", sentencepiece ? "corpus.model" : "bytes"}});
   BuildTreeFederation fed(job, kSites);
   {
@@ -227,7 +232,7 @@ links:
 }
 
 INSTANTIATE_TEST_SUITE_P(Schedules, GptFidelityTest,
-                         ::testing::Values("1f1b", "2bw", "1f1b-sentencepiece"),
+                         ::testing::Values("1f1b", "2bw", "1f1b-sentencepiece", "2bw-tied"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return absl::StrReplaceAll(info.param, {{"-", "_"}});
                          });

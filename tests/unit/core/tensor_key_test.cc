@@ -24,10 +24,33 @@ v1::TensorKey Key(uint32_t boundary, v1::Direction direction, uint32_t microbatc
 }
 
 TEST(TensorKeyTest, ProducerAndConsumer) {
-  EXPECT_EQ(ProducerStage(Key(1, v1::FORWARD)), 1);
-  EXPECT_EQ(ConsumerStage(Key(1, v1::FORWARD)), 2);
-  EXPECT_EQ(ProducerStage(Key(1, v1::BACKWARD)), 2);
-  EXPECT_EQ(ConsumerStage(Key(1, v1::BACKWARD)), 1);
+  EXPECT_EQ(ProducerStage(Key(1, v1::FORWARD), 3), 1);
+  EXPECT_EQ(ConsumerStage(Key(1, v1::FORWARD), 3), 2);
+  EXPECT_EQ(ProducerStage(Key(1, v1::BACKWARD), 3), 2);
+  EXPECT_EQ(ConsumerStage(Key(1, v1::BACKWARD), 3), 1);
+}
+
+TEST(TensorKeyTest, TiedKeysJoinTheFirstAndTheLastStage) {
+  v1::TensorKey forward = Key(0, v1::FORWARD), backward = Key(0, v1::BACKWARD);
+  forward.set_purpose(v1::TIED);
+  backward.set_purpose(v1::TIED);
+  EXPECT_EQ(ProducerStage(forward, 4), 0);
+  EXPECT_EQ(ConsumerStage(forward, 4), 3);
+  EXPECT_EQ(ProducerStage(backward, 4), 3);
+  EXPECT_EQ(ConsumerStage(backward, 4), 0);
+  EXPECT_EQ(TensorKeyToString(forward), "fed/s12/m0/b0/fwd/g0/tied");
+
+  JobSpec spec = ThreeSites();
+  spec.model.family = ModelFamily::kGpt;
+  EXPECT_FALSE(ValidateTensorKey(forward, spec).ok());  // the job does not tie them
+  spec.model.gpt.tie_embeddings = true;
+  EXPECT_TRUE(ValidateTensorKey(forward, spec).ok());
+  v1::TensorKey elsewhere = forward;
+  elsewhere.set_boundary(1);
+  EXPECT_FALSE(ValidateTensorKey(elsewhere, spec).ok());
+  elsewhere = forward;
+  elsewhere.set_microbatch(1);
+  EXPECT_FALSE(ValidateTensorKey(elsewhere, spec).ok());
 }
 
 TEST(TensorKeyTest, Validates) {

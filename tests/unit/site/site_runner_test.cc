@@ -15,7 +15,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "core/job_spec.h"
+#include "core/tied_embeddings.h"
 #include "site/backend/cpu/cpu_backend.h"
 #include "site/nn/trainer.h"
 #include "site/pipeline/stage_checkpoint.h"
@@ -119,6 +121,18 @@ std::vector<std::unique_ptr<SiteUnderTest>> Federation(
           link,
           std::make_unique<FrameDecoder>(*crypto::Opener::Create(DirectionKey(2 * i + 1)), max_raw),
           spec.sites[i + 1].id, i, v1::BACKWARD, site->metrics, 3);
+    }
+    if (TiedAcrossSites(spec) && stages >= 3 && (i == 0 || i + 1 == stages)) {
+      // The first and the last site's own link: keys 2 * stages (forward) and 2 * stages + 1.
+      const bool first = i == 0;
+      const uint8_t out = 2 * stages + (first ? 0 : 1), in = 2 * stages + (first ? 1 : 0);
+      links.tied_out = std::make_unique<FrameSender>(
+          link, *FrameEncoder::Create("none", *crypto::Sealer::Create(DirectionKey(out), 1 << 30)),
+          0, first ? v1::FORWARD : v1::BACKWARD, site->metrics, 3);
+      links.tied_in = std::make_unique<FrameReceiver>(
+          link, std::make_unique<FrameDecoder>(*crypto::Opener::Create(DirectionKey(in)), max_raw),
+          spec.sites[first ? stages - 1 : 0].id, 0, first ? v1::BACKWARD : v1::FORWARD,
+          site->metrics, 3);
     }
     StageData data;
     if (i == 0 || i + 1 == stages) {
@@ -279,7 +293,9 @@ INSTANTIATE_TEST_SUITE_P(Schedules, SiteRunnerWorkersTest, ::testing::Values("1f
 
 // A language model across three sites: what crosses each boundary is the residual stream, the
 // first site reads the token windows and the last their next tokens; the final parameters and the
-// evaluation are Trainer's bits.
+// evaluation are Trainer's bits. "tied": tie_embeddings, the first and the last site summing the
+// shared matrix's gradients over their own link; "tied2": the same over two sites, on their one
+// link.
 class SiteRunnerGptTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SiteRunnerGptTest, ThreeSitesReproduceOneProcessBitForBit) {
@@ -289,18 +305,28 @@ TEST_P(SiteRunnerGptTest, ThreeSitesReproduceOneProcessBitForBit) {
     std::ofstream out(corpus);
     for (int i = 0; i < 60; ++i) out << "And God said, Let there be light: and there was light.\n";
   }
-  const std::string text = absl::StrCat(R"(name: runner-gpt
-model: {family: gpt, context: 12, dim: 16, depth: 2, heads: 2, dropout: 0.1, init_seed: 4}
-data: {path: )",
-                                        corpus, R"(, seed: 2, validation: 0.05}
-training: {steps: 5, global_batch: 8, microbatches: 4, schedule: )",
-                                        GetParam(), R"(,
-           grad_clip: 1.0, optimizer: {name: adamw, lr: 0.01}}
-sites:
+  const std::vector<std::string> words = absl::StrSplit(GetParam(), ' ');
+  const bool tied = words[0] == "tied" || words[0] == "tied2";
+  const std::string sites_block = words[0] == "tied2" ? R"(
+  - {id: a, layers: [0, 2]}
+  - {id: c, layers: [2, 4]}
+)"
+                                                      : R"(
   - {id: a, layers: [0, 1]}
   - {id: b, layers: [1, 3]}
   - {id: c, layers: [3, 4]}
-)");
+)";
+  const std::string text = absl::StrCat(
+      R"(name: runner-gpt
+model: {family: gpt, context: 12, dim: 16, depth: 2, heads: 2, dropout: 0.1, init_seed: 4, )",
+      "tie_embeddings: ", tied ? "true" : "false", R"(}
+data: {path: )",
+      corpus, R"(, seed: 2, validation: 0.05}
+training: {steps: 5, global_batch: 8, microbatches: 4, schedule: )",
+      tied ? GetParam().substr(words[0].size() + 1) : GetParam(), R"(,
+           grad_clip: 1.0, optimizer: {name: adamw, lr: 0.01}}
+sites:)",
+      sites_block);
   absl::StatusOr<JobSpec> parsed = ParseJobSpec(text, "runner-gpt.yaml", "/");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   const JobSpec& spec = *parsed;
@@ -318,7 +344,9 @@ sites:
   // the order of float sums changes. AdamW turns last-bit differences in near-zero gradients into
   // steps of up to lr (0.01), hence 6e-4 after 5 steps; labels off by a worker's offset give 0.09
   // and a validation loss 0.06 away (checked).
-  auto split = Federation(spec, gateway, link, {1, 1, 2});
+  auto split = Federation(
+      spec, gateway, link,
+      tied && spec.sites.size() == 2 ? std::vector<int>{1, 2} : std::vector<int>{1, 1, 2});
   RunAll(split, spec.training.steps);
   const std::vector<float> reference = *trainer->stage().Params(), params = AllParams(split);
   ASSERT_EQ(params.size(), reference.size());
@@ -334,7 +362,8 @@ sites:
 
 // The last: products of bf16-rounded inputs (training.precision), the same on every site.
 INSTANTIATE_TEST_SUITE_P(Schedules, SiteRunnerGptTest,
-                         ::testing::Values("1f1b", "2bw", "1f1b, precision: bf16"));
+                         ::testing::Values("1f1b", "2bw", "1f1b, precision: bf16", "tied 1f1b",
+                                           "tied 2bw", "tied2 1f1b"));
 
 // A 2bw federation stopped between steps and resumed from the checkpoints its sites take then (the
 // state right after the update that made L_k: SiteRunner::updates()) trains the same bits as an

@@ -7,10 +7,13 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "core/model_layout.h"
+#include "core/tied_embeddings.h"
 #include "site/backend/cpu/cpu_backend.h"
 #include "site/nn/checkpoint.h"
 
@@ -143,6 +146,67 @@ TEST_F(TrainerTest, GptInBf16EndsCloseToFp32) {
   EXPECT_NE(losses[0], losses[1]) << "bf16 rounding changed nothing";
   EXPECT_LT(losses[1], 1.0) << "nats per byte in bf16";
   EXPECT_NEAR(losses[1], losses[0], 0.1 * losses[0]);
+}
+
+// tie_embeddings: the head's copy of the matrix starts as the token embedding; both copies take the
+// sum of the two gradients (the untied model's two gradients at the same values, summed; and
+// finite differences of the loss in the shared matrix), and they stay one matrix.
+TEST_F(TrainerTest, TiedEmbeddingsAreOneMatrixWithTheSumOfBothGradients) {
+  JobSpec spec = TinyGptOnAVerse(Path("corpus.txt"));
+  spec.model.gpt.tie_embeddings = true;
+  spec.training.grad_clip = 0.0;
+  spec.training.optimizer = {.kind = OptimizerKind::kSgd, .lr = 1.0, .momentum = 0.0};
+  const TiedMatrix tied = *TiedMatrixOf(spec.model);
+  const std::vector<LayerLayout> layout = BuildModelLayout(spec.model);
+  int64_t head = 0;  // Where the head's copy starts: after every other layer and the final LN.
+  for (size_t k = 0; k + 1 < layout.size(); ++k) head += layout[k].param_count;
+  for (int p = 0; p < tied.head_param; ++p) head += layout.back().params[p].numel;
+  const int64_t n = tied.numel;
+  auto same = [n](const float* a, const float* b) { return std::memcmp(a, b, 4 * n) == 0; };
+
+  auto t = MakeTrainer(spec);
+  ASSERT_NE(t, nullptr);
+  const std::vector<float> start = *t->stage().Params();
+  EXPECT_TRUE(same(start.data(), start.data() + head)) << "the copies start apart";
+
+  JobSpec untied = spec;
+  untied.model.gpt.tie_embeddings = false;
+  auto u = MakeTrainer(untied);
+  ASSERT_TRUE(u->stage().SetParams(start).ok());
+  ASSERT_TRUE(u->Step().ok());
+  const std::vector<float> g = *u->stage().Grads(0);
+
+  ASSERT_TRUE(t->Step().ok());
+  const std::vector<float> after = *t->stage().Params();
+  EXPECT_TRUE(same(after.data(), after.data() + head));
+  int64_t largest = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float sum = g[i] + g[head + i];
+    ASSERT_EQ(after[i], start[i] - sum) << "element " << i;  // SGD, lr 1
+    if (std::abs(sum) > std::abs(g[largest] + g[head + largest])) largest = i;
+  }
+  // Both uses contribute to the element checked.
+  EXPECT_GT(std::abs(g[largest]), 1e-4);
+  EXPECT_GT(std::abs(g[head + largest]), 1e-4);
+
+  // d loss / d E[largest], moving both copies.
+  const double eps = 1e-2;
+  std::vector<double> losses;
+  for (double sign : {1.0, -1.0}) {
+    std::vector<float> moved = start;
+    moved[largest] += static_cast<float>(sign * eps);
+    moved[head + largest] = moved[largest];
+    auto m = MakeTrainer(spec);
+    ASSERT_TRUE(m->stage().SetParams(moved).ok());
+    losses.push_back(m->Step()->loss);
+  }
+  const double numeric = (losses[0] - losses[1]) / (2 * eps);
+  const double analytic = g[largest] + g[head + largest];
+  EXPECT_NEAR(numeric, analytic, 0.03 * std::abs(analytic) + 1e-4);
+
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(t->Step().ok());
+  const std::vector<float> later = *t->stage().Params();
+  EXPECT_TRUE(same(later.data(), later.data() + head));
 }
 
 TEST_F(TrainerTest, SameSeedSameBits) {
