@@ -29,6 +29,25 @@ TEST(AuthorizerTest, WrongProducerOrConsumerIsDeniedWithBothNames) {
             absl::StatusCode::kPermissionDenied);
 }
 
+// Tied embeddings: the first and the last stage swap the shared matrix's gradients; the stage
+// between them may neither push nor pull those frames.
+TEST(AuthorizerTest, TiedFramesJoinTheFirstAndTheLastSiteOnly) {
+  JobSpec spec = testing::ThreeSiteSpec();
+  spec.model.family = ModelFamily::kGpt;
+  spec.model.gpt.tie_embeddings = true;
+  v1::TensorKey forward = Key(0, 0, 0, v1::FORWARD), backward = Key(0, 0, 0, v1::BACKWARD);
+  forward.set_purpose(v1::TIED);
+  backward.set_purpose(v1::TIED);
+  EXPECT_TRUE(CheckPush(spec, 0, forward).ok());
+  EXPECT_TRUE(CheckPull(spec, 2, forward).ok());
+  EXPECT_TRUE(CheckPush(spec, 2, backward).ok());
+  EXPECT_TRUE(CheckPull(spec, 0, backward).ok());
+  EXPECT_EQ(CheckPull(spec, 1, forward).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(CheckPush(spec, 1, backward).code(), absl::StatusCode::kPermissionDenied);
+  spec.model.gpt.tie_embeddings = false;  // A job that ties nothing has no such frames.
+  EXPECT_EQ(CheckPush(spec, 0, forward).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(AuthorizerTest, MalformedKeysAreInvalidNotDenied) {
   JobSpec spec = testing::ThreeSiteSpec();
   EXPECT_EQ(CheckPush(spec, 0, Key(0, 0, 7, v1::FORWARD)).code(),
