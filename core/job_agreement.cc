@@ -68,6 +68,8 @@ std::string AgreedJobText(const JobSpec& spec) {
   Line(out, "training.lookahead", Exact(t.lookahead));
   Line(out, "training.grad_clip", Exact(t.grad_clip));
   Line(out, "training.precision", ToString(t.precision));
+  // Sites that evaluate at different steps would wait for each other's evaluation frames forever.
+  Line(out, "training.eval_every", absl::StrCat(t.eval_every));
   const OptimizerSpec& o = t.optimizer;
   Line(out, "training.optimizer.name", ToString(o.kind));
   Line(out, "training.optimizer.lr", Exact(o.lr));

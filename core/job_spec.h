@@ -175,7 +175,18 @@ struct TrainingSpec {
   OptimizerSpec optimizer;
   double grad_clip = 0.0;  // Clip by global norm across all stages; 0 = off.
   CheckpointSpec checkpoint;
+  // Steps between held-out evaluations during training (validation loss for a language model,
+  // test accuracy for a classifier); 0 = only after the last step. Not with 2bw, whose pipeline
+  // never holds one consistent version of the weights between steps.
+  int64_t eval_every = 0;
   int MicrobatchSize() const { return global_batch / microbatches; }
+  // Whether a run of `total_steps` evaluates on the held-out split once `steps_done` steps are
+  // done, before the next step: every eval_every steps, but not after the last (the run's final
+  // evaluation is there). `strait train` and every site of a federation evaluate at these steps.
+  bool EvaluatesAfter(int64_t steps_done, int64_t total_steps) const {
+    return eval_every > 0 && steps_done % eval_every == 0 && steps_done > 0 &&
+           steps_done < total_steps;
+  }
 };
 
 struct GatewaySpec {

@@ -391,8 +391,21 @@ class JobSpecParser {
     STRAIT_RETURN_IF_ERROR(ParseOptimizer(map));
     STRAIT_RETURN_IF_ERROR(map.Double("grad_clip", 0.0, 1e12, &t.grad_clip));
     STRAIT_RETURN_IF_ERROR(ParseUpdateTiming(map));
+    STRAIT_RETURN_IF_ERROR(ParseEvalEvery(map));
     STRAIT_RETURN_IF_ERROR(ParseCheckpoint(map));
     return map.Finish();
+  }
+
+  // Every site evaluates between the same steps, with the weights all stages hold then: 1f1b and
+  // gpipe flush the pipeline at every step's end, 2bw never does.
+  absl::Status ParseEvalEvery(YamlMap& map) {
+    TrainingSpec& t = spec_.training;
+    STRAIT_RETURN_IF_ERROR(map.Int("eval_every", int64_t{0}, int64_t{1} << 40, &t.eval_every));
+    if (t.eval_every == 0 || t.schedule != Schedule::k2BW) return absl::OkStatus();
+    return map.ErrorAt("eval_every",
+                       "schedule 2bw never flushes the pipeline, so between steps the sites' "
+                       "weights are never one consistent version to evaluate; remove eval_every "
+                       "(the run is still evaluated after its last step) or use schedule 1f1b");
   }
 
   absl::Status ParseUpdateTiming(YamlMap& map) {

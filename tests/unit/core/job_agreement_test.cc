@@ -57,6 +57,13 @@ TEST(JobAgreementTest, TheFirstDifferenceIsNamedWithBothValues) {
           "ours"),
       "model.layer0: fc0+relu [784] -> [33] weight[33, 784] bias[33] (ours: fc0+relu [784] -> "
       "[32] weight[32, 784] bias[32])");
+  // Sites that evaluate at other steps would wait for each other (2bw cannot evaluate: 1f1b).
+  EXPECT_EQ(
+      FirstDisagreement(
+          AgreedJobText(Parse(absl::StrReplaceAll(kSpec, {{"2bw", "1f1b"}}))),
+          AgreedJobText(Parse(absl::StrReplaceAll(kSpec, {{"2bw", "1f1b\n  eval_every: 5"}}))),
+          "ours"),
+      "training.eval_every: 5 (ours: 0)");
   EXPECT_EQ(FirstDisagreement("x: 1\n", "x: 1\ny: 2\n", "ours"), "y: 2 (ours: (nothing))");
 }
 

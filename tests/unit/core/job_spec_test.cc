@@ -211,6 +211,33 @@ TEST(JobSpecTest, LookaheadDefaultsToTwoAndAppliesTo2bw) {
           .ok());
 }
 
+TEST(JobSpecTest, EvalEveryDefaultsToTheEndOnlyAndAppliesToFlushingSchedules) {
+  const std::string base =
+      "name: ev\nmodel: {family: mlp, input: 784, hidden: [4], classes: 10}\n"
+      "sites: [{id: only, layers: [0, 2]}]\n";
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(base + "training: {steps: 10}\n", "ev.yaml", "/x");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->training.eval_every, 0);
+  EXPECT_FALSE(spec->training.EvaluatesAfter(5, 10));
+  for (const std::string schedule : {"1f1b", "gpipe"}) {
+    spec = ParseJobSpec(base + "training: {steps: 10, eval_every: 4, schedule: " + schedule + "}\n",
+                        "ev.yaml", "/x");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->training.eval_every, 4);
+  }
+  // After steps 4 and 8; not before the first step nor after the last (the final evaluation).
+  std::vector<int64_t> after;
+  for (int64_t s = 0; s <= 10; ++s) {
+    if (spec->training.EvaluatesAfter(s, 10)) after.push_back(s);
+  }
+  EXPECT_EQ(after, (std::vector<int64_t>{4, 8}));
+  EXPECT_FALSE(spec->training.EvaluatesAfter(8, 8));
+  // 0 is accepted with 2bw; tests/data/bad_specs has the error for N > 0 and for N < 0.
+  EXPECT_TRUE(
+      ParseJobSpec(base + "training: {steps: 3, schedule: 2bw, eval_every: 0}\n", "ev.yaml", "/x")
+          .ok());
+}
+
 TEST(JobSpecTest, LinksDefaultToLosslessAndEncrypted) {
   absl::StatusOr<JobSpec> spec = ParseJobSpec(R"(
 name: three
