@@ -167,8 +167,9 @@ void WriteSites(const v1::FederationState& state, Exposition& e) {
     if (m.last_report().has_loss()) e.Sample({{"site", m.site_id()}}, m.last_report().loss());
   }
   e.Family("strait_site_heldout_loss", "gauge",
-           "Cross-entropy per target on the held-out split after the last step (the last stage "
-           "only; nats per token for a language model).");
+           "Cross-entropy per target on the held-out split, newest evaluation (every "
+           "training.eval_every steps and after the last step; the last stage only; nats per "
+           "token for a language model).");
   for (const v1::SiteMetrics& m : metrics) {
     if (m.last_report().has_evaluation()) {
       e.Sample({{"site", m.site_id()}}, m.last_report().evaluation().loss());

@@ -419,11 +419,12 @@ function renderKpis(state, sites) {
     sub.textContent = last ? `reported by ${last.id}` : "";
   }
 
-  // The model on the held-out split: the last stage reports it once, after the last step.
+  // The model on the held-out split: the last stage reports the newest evaluation (every
+  // training.eval_every steps and after the last step).
   const evaluation = report.evaluation;
   if (!evaluation) {
     setText("kpi-eval", "—");
-    setText("kpi-eval-sub", "after the last step");
+    setText("kpi-eval-sub", "not evaluated yet");
   } else if (evaluation.language_model) {
     setText("kpi-eval", num(evaluation.loss).toFixed(3));
     setText("kpi-eval-sub", `nats/token · ${num(evaluation.bits_per_byte).toFixed(3)} bits/byte`);

@@ -164,6 +164,9 @@ nlohmann::json SiteMetricsJson(const SiteOptions& o, const SiteSetup& setup, Sit
     summary["loss_first_step"] = losses.first_step();
   }
   if (figures.evaluation) AddEvaluationJson(setup.spec.model, *figures.evaluation, summary);
+  if (!figures.evaluations.empty()) {
+    summary["evaluations"] = EvaluationsJson(setup.spec.model, figures.evaluations);
+  }
   return summary;
 }
 

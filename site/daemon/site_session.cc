@@ -246,7 +246,9 @@ absl::Status SiteSession::Run(GatewayConnector& connector, const StageData& data
     result = RunGenerations(connector, data, sender);
     if (result.ok()) sender.MarkFinished();
   }
-  if (first_step_end_) figures_.steady_seconds = Seconds(*first_step_end_, last_step_end_);
+  if (first_step_end_) {
+    figures_.steady_seconds = Seconds(*first_step_end_, last_step_end_) - evaluating_s_;
+  }
   return result;
 }
 
@@ -302,20 +304,24 @@ absl::StatusOr<std::unique_ptr<SiteRunner>> SiteSession::StartGeneration(
                                      peer_keys, generation, metrics_, window_, max_raw_));
   auto runner = std::make_unique<SiteRunner>(spec_, options_.index, *stage_, std::move(links), data,
                                              metrics_, options_.total_steps, from, generation);
-  // Losses of the steps replayed from here on replace the ones of the abandoned generation.
+  // Losses and evaluations of the steps replayed from here on replace the abandoned generation's
+  // (the evaluation due at `from` is made again: an interruption may have cut it short).
   report_.losses().Restart(from);
+  std::erase_if(figures_.evaluations, [from](const StepEvaluation& e) { return e.step >= from; });
   std::lock_guard<std::mutex> lock(progress_.mu);
   progress_.generation = generation;
   return runner;
 }
 
-// Trains `runner` to the last step, then evaluates and flushes. A Pause, Rollback or Stop aborts
-// it (the runner's error, which RunGenerations tells from a failure by TrainingControl).
+// Trains `runner` to the last step, evaluating every training.eval_every steps, then evaluates
+// and flushes. A Pause, Rollback or Stop aborts it (the runner's error, which RunGenerations tells
+// from a failure by TrainingControl). A replayed step evaluates again, as it trains again, and so
+// does the step a generation starts from.
 absl::Status SiteSession::TrainGeneration(SiteRunner& runner, int64_t from,
                                           SiteReportSender& sender) {
   ActiveRunner active(control_, runner);
   // Training time counts the step loops only (as `strait train` does), not the waits for the other
-  // sites to join and for the gateway's start.
+  // sites to join and for the gateway's start, nor the evaluations.
   Pass pass{.from = from,
             .start = Clock::now(),
             .trained_before = figures_.train_seconds,
@@ -323,17 +329,20 @@ absl::Status SiteSession::TrainGeneration(SiteRunner& runner, int64_t from,
   const double cpu_at_start = ProcessCpuSeconds();
   report_.RestartWindow(pass.start);
   absl::Status result;
+  if (EvaluatesAfter(from)) result = EvaluateBetweenSteps(runner, pass, sender);
   while (result.ok() && runner.step() < options_.total_steps) {
-    absl::StatusOr<StepResult> step = runner.Step();
+    const bool evaluate = EvaluatesAfter(runner.step() + 1);
+    absl::StatusOr<StepResult> step = runner.Step(/*then_evaluate=*/evaluate);
     result = step.ok() ? AfterStep(runner, *step, pass, sender) : step.status();
+    if (result.ok() && evaluate) result = EvaluateBetweenSteps(runner, pass, sender);
   }
-  figures_.train_seconds = pass.trained_before + Seconds(pass.start, Clock::now());
-  figures_.train_cpu_seconds += ProcessCpuSeconds() - cpu_at_start;
+  figures_.train_seconds = pass.TrainedSeconds(Clock::now());
+  figures_.train_cpu_seconds += ProcessCpuSeconds() - cpu_at_start - pass.evaluating_cpu_s;
   if (result.ok() && options_.evaluate) {
     absl::StatusOr<std::optional<Evaluation>> evaluated = runner.Evaluate();
     if (evaluated.ok()) {
       figures_.evaluation = *evaluated;
-      if (*evaluated) ReportEvaluation(**evaluated);
+      if (*evaluated) ReportEvaluation(runner.step(), **evaluated);
     } else {
       result = evaluated.status();
     }
@@ -342,7 +351,33 @@ absl::Status SiteSession::TrainGeneration(SiteRunner& runner, int64_t from,
   return result;
 }
 
-void SiteSession::ReportEvaluation(const Evaluation& e) {
+// Every site evaluates after the same steps: they all read the same training.eval_every (the
+// gateway checks that their job specs agree) and total steps.
+bool SiteSession::EvaluatesAfter(int64_t steps_done) const {
+  return options_.evaluate && spec_.training.EvaluatesAfter(steps_done, options_.total_steps);
+}
+
+absl::Status SiteSession::EvaluateBetweenSteps(SiteRunner& runner, Pass& pass,
+                                               SiteReportSender& sender) {
+  const Clock::time_point start = Clock::now();
+  const double cpu_at_start = ProcessCpuSeconds();
+  absl::StatusOr<std::optional<Evaluation>> evaluated = runner.Evaluate();
+  if (evaluated.ok() && *evaluated) {
+    ReportEvaluation(runner.step(), **evaluated);
+    report_.Print(DescribeEvaluationAt(spec_.model, figures_.evaluations.back()));
+    sender.SendSoon();  // The dashboard shows it now rather than at the next report.
+  }
+  // Taken out of the training time even when a Pause or Rollback cut it short.
+  const Clock::time_point end = Clock::now();
+  pass.evaluating_s += Seconds(start, end);
+  pass.evaluating_cpu_s += ProcessCpuSeconds() - cpu_at_start;
+  if (first_step_end_) evaluating_s_ += Seconds(start, end);  // Inside the steady window.
+  report_.RestartWindow(end);  // The next progress line's rate is of training only.
+  return evaluated.status();
+}
+
+void SiteSession::ReportEvaluation(int64_t step, const Evaluation& e) {
+  figures_.evaluations.push_back({step, e});
   v1::HeldOutEvaluation report;
   report.set_loss(e.loss);
   report.set_accuracy(e.accuracy);
@@ -388,11 +423,11 @@ absl::Status SiteSession::AfterStep(const SiteRunner& runner, const StepResult& 
 }
 
 // Rate and ETA over all the steps trained so far, for the reports; a progress line every
-// kProgressInterval, at a generation's first step and at the last step.
+// kProgressInterval, at a generation's first step, before an evaluation and at the last step.
 void SiteSession::ShowProgress(const SiteRunner& runner, const StepResult& step, const Pass& pass,
                                Clock::time_point now) {
   const int global_batch = spec_.training.global_batch;
-  const double elapsed = pass.trained_before + Seconds(pass.start, now);
+  const double elapsed = pass.TrainedSeconds(now);
   const double rate =
       static_cast<double>(figures_.steps_done) * global_batch / std::max(elapsed, 1e-9);
   const double eta_s = static_cast<double>(options_.total_steps - runner.step()) * global_batch /
@@ -405,7 +440,7 @@ void SiteSession::ShowProgress(const SiteRunner& runner, const StepResult& step,
     progress_.eta_s = eta_s;
   }
   if (report_.WindowSeconds(now) >= kProgressInterval || runner.step() == options_.total_steps ||
-      runner.step() == pass.from + 1) {
+      runner.step() == pass.from + 1 || EvaluatesAfter(runner.step())) {
     report_.PrintProgress(runner.step(), std::nullopt, step.loss, eta_s, now);
   }
 }

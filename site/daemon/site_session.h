@@ -47,8 +47,11 @@ StageFactory MakeStageFactory(const JobSpec& spec, int index, int64_t total_step
 struct SessionOptions {
   int index = 0;            // This site's stage.
   int64_t total_steps = 0;  // How far the run goes.
-  bool evaluate = true;     // Test accuracy through the pipeline after the last step.
-  bool resume = false;      // Offer the newest valid checkpoint of this site at the join.
+  // Held-out evaluations through the pipeline: every training.eval_every steps and after the last
+  // step. Every site of a federation must say the same (a site that skips an evaluation leaves its
+  // neighbours waiting for its frames).
+  bool evaluate = true;
+  bool resume = false;  // Offer the newest valid checkpoint of this site at the join.
   double report_interval_s = 2.0;
   // How often the wait for the gateway's start is logged.
   std::chrono::milliseconds start_notice = std::chrono::seconds(10);
@@ -66,6 +69,9 @@ struct SessionFigures {
   // (StepResult::drain_s): neither the pipeline's fill nor its drain counts.
   double steady_seconds = 0;
   std::optional<Evaluation> evaluation;  // Of the last generation's run (last stage).
+  // Last stage: every evaluation, in step order (training.eval_every's, then the final one); those
+  // from the step a rollback resumes at on are replaced by the replay's.
+  std::vector<StepEvaluation> evaluations;
 
   double SamplesPerSecond(int global_batch) const;
   // Over the steady state (for benchmarks); SamplesPerSecond() with fewer than two steps.
@@ -106,6 +112,13 @@ class SiteSession {
     std::chrono::steady_clock::time_point start;
     double trained_before = 0;  // train_seconds of the earlier generations.
     int64_t saved_through = 0;  // Newest checkpoint of this pass (or the one it resumed from).
+    // Wall and CPU time of this pass's evaluations between steps, which are no training time.
+    double evaluating_s = 0;
+    double evaluating_cpu_s = 0;
+    // train_seconds at `now`.
+    double TrainedSeconds(std::chrono::steady_clock::time_point now) const {
+      return trained_before + std::chrono::duration<double>(now - start).count() - evaluating_s;
+    }
   };
 
   void HandleControl(const v1::Control& control);
@@ -119,8 +132,14 @@ class SiteSession {
   absl::Status TrainGeneration(SiteRunner& runner, int64_t from, SiteReportSender& sender);
   absl::Status AfterStep(const SiteRunner& runner, const StepResult& step, Pass& pass,
                          SiteReportSender& sender);
-  // Puts the held-out figures in the reports from now on (the last one among them).
-  void ReportEvaluation(const Evaluation& e);
+  // Whether the session evaluates once `steps_done` steps are done, before the next step.
+  bool EvaluatesAfter(int64_t steps_done) const;
+  // The held-out evaluation after step runner.step(): on the last stage recorded, reported and
+  // printed. Its time is taken out of the pass's training time and the report's rate window.
+  absl::Status EvaluateBetweenSteps(SiteRunner& runner, Pass& pass, SiteReportSender& sender);
+  // Records an evaluation after `step` steps (last stage) and puts it in the reports from now on
+  // (the last one among them).
+  void ReportEvaluation(int64_t step, const Evaluation& e);
   void ShowProgress(const SiteRunner& runner, const StepResult& step, const Pass& pass,
                     std::chrono::steady_clock::time_point now);
 
@@ -142,6 +161,9 @@ class SiteSession {
   SessionFigures figures_;
   std::optional<std::chrono::steady_clock::time_point> first_step_end_;
   std::chrono::steady_clock::time_point last_step_end_;
+  // Evaluations between steps after the first step's end (all before the last's): out of
+  // steady_seconds.
+  double evaluating_s_ = 0;
 };
 
 }  // namespace strait::site

@@ -34,4 +34,18 @@ void AddEvaluationJson(const ModelSpec& model, const Evaluation& e, nlohmann::js
   }
 }
 
+std::string DescribeEvaluationAt(const ModelSpec& model, const StepEvaluation& e) {
+  return absl::StrFormat("step %d: %s", e.step, DescribeEvaluation(model, e.evaluation));
+}
+
+nlohmann::json EvaluationsJson(const ModelSpec& model, const std::vector<StepEvaluation>& all) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const StepEvaluation& e : all) {
+    nlohmann::json entry = {{"step", e.step}, {"loss", e.evaluation.loss}};
+    AddEvaluationJson(model, e.evaluation, entry);
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 }  // namespace strait::site

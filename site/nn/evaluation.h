@@ -1,10 +1,11 @@
 // A model's figures on the held-out split (dropout off): what `strait train` and the last site
-// report at the end of a run.
+// report every training.eval_every steps and at the end of a run.
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "core/job_spec.h"
 
@@ -35,5 +36,18 @@ std::string DescribeEvaluation(const ModelSpec& model, const Evaluation& e);
 // metrics.json fields: test_accuracy for a classifier, plus val_loss, val_bits_per_byte and
 // val_bytes_per_token for a language model.
 void AddEvaluationJson(const ModelSpec& model, const Evaluation& e, nlohmann::json& out);
+
+// An evaluation of a run, once `step` steps were done.
+struct StepEvaluation {
+  int64_t step = 0;
+  Evaluation evaluation;
+};
+
+// The line a run prints for an evaluation during training: "step 100: " and DescribeEvaluation.
+std::string DescribeEvaluationAt(const ModelSpec& model, const StepEvaluation& e);
+
+// metrics.json "evaluations": [{"step": N, "loss": ..., and AddEvaluationJson's fields}, ...] in
+// the order given.
+nlohmann::json EvaluationsJson(const ModelSpec& model, const std::vector<StepEvaluation>& all);
 
 }  // namespace strait::site

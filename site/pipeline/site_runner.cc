@@ -163,13 +163,18 @@ void SiteRunner::Gather(const Dataset& data, const int64_t* indices, int n) {
   }
 }
 
-absl::StatusOr<StepResult> SiteRunner::Step() {
+absl::StatusOr<StepResult> SiteRunner::Step(bool then_evaluate) {
   const TrainingSpec& t = spec_.training;
   const int64_t s = step_;
-  // One step ahead: 2bw's Step(s) also runs step s + 1's first forwards.
-  for (int64_t e = expected_through_ + 1; e <= std::min(s + 1, total_steps_ - 1); ++e) {
-    ExpectStep(e);
+  if (then_evaluate && t.schedule == Schedule::k2BW) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot evaluate after step ", s + 1,
+                     ": schedule 2bw never flushes the pipeline between steps"));
   }
+  // One step ahead: 2bw's Step(s) also runs step s + 1's first forwards. Not before an evaluation:
+  // its frames come between the two steps on every link.
+  const int64_t announce_through = then_evaluate ? s : std::min(s + 1, total_steps_ - 1);
+  for (int64_t e = expected_through_ + 1; e <= announce_through; ++e) ExpectStep(e);
 
   StepResult result;
   result.step = s;
@@ -340,6 +345,13 @@ absl::Status SiteRunner::Update(int64_t s) {
 }
 
 absl::StatusOr<std::optional<Evaluation>> SiteRunner::Evaluate() {
+  if (expected_through_ >= step_) {
+    // The receivers would wait for the next step's frames before the evaluation's.
+    return absl::FailedPreconditionError(
+        absl::StrCat("evaluation after step ", step_,
+                     ": the next step's frames are announced already (evaluating between steps "
+                     "needs Step(/*then_evaluate=*/true) before, and a schedule that flushes)"));
+  }
   const bool first = stage_.is_first(), last = stage_.is_last();
   const int64_t size = data_.test ? data_.test->size : data_.test_size;
   const int64_t batches = (size + microbatch_size_ - 1) / microbatch_size_;

@@ -95,13 +95,17 @@ class SiteRunner {
 
   // One global step: the schedule's forwards and backwards, clipping, optimizer update(s)
   // (StepOps). Blocks on the neighbours. An error (a refused frame, the gateway gone) leaves the
-  // runner unusable.
-  absl::StatusOr<StepResult> Step();
+  // runner unusable. Announces the next step's frames to the receivers ahead (so their pulls wait
+  // at the gateway), unless `then_evaluate`: Evaluate() comes next (1f1b and gpipe only; 2bw's step
+  // runs the next step's first forwards), and a receiver takes frames in the order announced.
+  absl::StatusOr<StepResult> Step(bool then_evaluate = false);
 
   // Loss and accuracy on the test split, evaluated through the whole pipeline (dropout off);
-  // returned on the last stage, nullopt elsewhere. Does not change the model. Call between steps
-  // with nothing in flight: before the first step or after the last one (2bw holds microbatches
-  // across steps).
+  // returned on the last stage, nullopt elsewhere. Does not change the model, the data order or
+  // anything random (dropout masks are keyed by step and microbatch). Call between steps with
+  // nothing in flight, at the same step on every stage: before the first step, after
+  // Step(/*then_evaluate=*/true) or after the last step (FailedPrecondition otherwise). Its frames'
+  // keys have purpose EVAL and the step count step(), so they are distinct per evaluation.
   absl::StatusOr<std::optional<Evaluation>> Evaluate();
 
   // Blocks until the gateway holds everything this stage sent.

@@ -1,7 +1,8 @@
 // The site pipeline in one process: three SiteRunners (one thread each, their own CPU backends)
 // exchanging sealed frames through an in-process gateway reproduce Trainer's bits (1f1b, gpipe and
-// 2bw, whose stream runs across steps; also a 2bw run resumed from checkpoints), and a frame
-// altered on the way is refused, counted, and stops the consumer.
+// 2bw, whose stream runs across steps; also a 2bw run resumed from checkpoints; with evaluations
+// between steps, whose figures are Trainer's too), and a frame altered on the way is refused,
+// counted, and stops the consumer.
 #include "site/pipeline/site_runner.h"
 
 #include <gmock/gmock.h>
@@ -67,12 +68,15 @@ crypto::DirectionKey DirectionKey(uint8_t seed) {
 }
 
 struct SiteUnderTest {
+  const JobSpec* spec = nullptr;
   std::unique_ptr<StageExecutor> stage;
   std::unique_ptr<SiteRunner> runner;
   SiteMetrics metrics;
   absl::Status status;
   std::optional<Evaluation> evaluation;
-  std::vector<double> drains;  // StepResult::drain_s of each step taken.
+  std::vector<double> drains;               // StepResult::drain_s of each step taken.
+  std::vector<double> losses;               // Of each step taken (last stage).
+  std::vector<StepEvaluation> evaluations;  // Between steps and at the end (last stage).
 };
 
 // Builds the three sites over `gateway` (site i with workers[i] CPU workers); the link of boundary
@@ -86,6 +90,7 @@ std::vector<std::unique_ptr<SiteUnderTest>> Federation(
   const int stages = static_cast<int>(spec.sites.size());
   for (int i = 0; i < stages; ++i) {
     auto site = std::make_unique<SiteUnderTest>();
+    site->spec = &spec;
     site->stage =
         *StageExecutor::Create(spec.model, spec.sites[i].layers,
                                WithDecayHorizon(spec.training.optimizer, spec.training.steps),
@@ -148,7 +153,17 @@ std::vector<std::unique_ptr<SiteUnderTest>> Federation(
   return sites;
 }
 
-// Trains every site up to `steps` steps on its own thread, then (at the end of the run) evaluates
+// Evaluates through the pipeline after the steps done so far; the last stage records it.
+absl::Status EvaluateNow(SiteUnderTest& s) {
+  absl::StatusOr<std::optional<Evaluation>> evaluation = s.runner->Evaluate();
+  if (!evaluation.ok()) return evaluation.status();
+  if (*evaluation) s.evaluations.push_back({s.runner->step(), **evaluation});
+  s.evaluation = *evaluation;
+  return absl::OkStatus();
+}
+
+// Trains every site up to `steps` steps on its own thread, evaluating between steps where
+// training.eval_every says (as the site's session does), then (at the end of the run) evaluates
 // and flushes.
 void RunAll(std::vector<std::unique_ptr<SiteUnderTest>>& sites, int64_t steps,
             bool end_of_run = true) {
@@ -156,15 +171,19 @@ void RunAll(std::vector<std::unique_ptr<SiteUnderTest>>& sites, int64_t steps,
   for (auto& site : sites) {
     threads.emplace_back([&site, steps, end_of_run] {
       SiteUnderTest& s = *site;
+      const TrainingSpec& t = s.spec->training;
       while (s.status.ok() && s.runner->step() < steps) {
-        absl::StatusOr<StepResult> step = s.runner->Step();
+        const bool evaluate = t.EvaluatesAfter(s.runner->step() + 1, t.steps);
+        absl::StatusOr<StepResult> step = s.runner->Step(evaluate);
         s.status = step.status();
-        if (step.ok()) s.drains.push_back(step->drain_s);
+        if (!step.ok()) break;
+        s.drains.push_back(step->drain_s);
+        if (step->loss) s.losses.push_back(*step->loss);
+        if (evaluate) s.status = EvaluateNow(s);
       }
       if (!s.status.ok() || !end_of_run) return;
-      absl::StatusOr<std::optional<Evaluation>> evaluation = s.runner->Evaluate();
-      s.status = evaluation.ok() ? s.runner->Flush() : evaluation.status();
-      if (evaluation.ok()) s.evaluation = *evaluation;
+      s.status = EvaluateNow(s);
+      if (s.status.ok()) s.status = s.runner->Flush();
     });
   }
   for (auto& t : threads) t.join();
@@ -192,6 +211,33 @@ std::unique_ptr<Trainer> ExpectTrainerBits(const JobSpec& spec,
   EXPECT_TRUE(params.size() == reference.size() &&
               std::memcmp(params.data(), reference.data(), 4 * params.size()) == 0);
   return trainer;
+}
+
+// Trains `spec` in one process as `strait train` does, evaluating after the same steps as the
+// sites, and expects the last site's evaluations and losses to be its bits: the same figures after
+// the same steps.
+void ExpectTrainerEvaluations(const JobSpec& spec, const SiteUnderTest& last) {
+  auto trainer = *Trainer::Create(spec, CreateCpuBackend(1, spec.training.precision));
+  const int64_t total = spec.training.steps;
+  std::vector<double> losses;
+  std::vector<StepEvaluation> expected;
+  while (trainer->step() < total) {
+    losses.push_back(trainer->Step()->loss);
+    if (spec.training.EvaluatesAfter(trainer->step(), total)) {
+      expected.push_back({trainer->step(), *trainer->Evaluate()});
+    }
+  }
+  expected.push_back({total, *trainer->Evaluate()});
+  EXPECT_EQ(last.losses, losses);
+  ASSERT_EQ(last.evaluations.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(last.evaluations[i].step, expected[i].step) << i;
+    EXPECT_EQ(last.evaluations[i].evaluation.loss, expected[i].evaluation.loss) << i;
+    EXPECT_EQ(last.evaluations[i].evaluation.accuracy, expected[i].evaluation.accuracy) << i;
+    EXPECT_EQ(last.evaluations[i].evaluation.bytes_per_token,
+              expected[i].evaluation.bytes_per_token)
+        << i;
+  }
 }
 
 class SiteRunnerTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
@@ -249,6 +295,54 @@ TEST(SiteRunnerDrainTest, OnlyDeferredTwoBwsFinalUpdateIsTheDrain) {
         EXPECT_EQ(site->drains.back(), 0.0);
       }
     }
+  }
+}
+
+// training.eval_every: evaluations between steps through the pipeline (their frames between two
+// steps' on every link, with clipping's frames around them) give `strait train`'s figures after
+// the same steps, and training is the bits of a run that never evaluates: evaluating uses no data
+// order, dropout mask or optimizer state.
+class SiteRunnerEvalEveryTest
+    : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(SiteRunnerEvalEveryTest, EvaluatesLikeOneProcessAndTrainsTheSameBits) {
+  const JobSpec spec = Spec(std::get<0>(GetParam()), std::get<1>(GetParam()));
+  ASSERT_GT(spec.training.eval_every, 0);
+  FakeGateway gateway;
+  FakeGateway::Link link(gateway);
+  auto sites = Federation(spec, gateway, link);
+  RunAll(sites, spec.training.steps);
+  for (auto& site : sites) ASSERT_TRUE(site->status.ok()) << site->status;
+
+  ExpectTrainerEvaluations(spec, *sites.back());
+  EXPECT_GE(sites.back()->evaluations.size(), 2u);  // Between steps and the final one.
+  JobSpec never = spec;
+  never.training.eval_every = 0;
+  ExpectTrainerBits(never, sites);
+  EXPECT_TRUE(sites.front()->evaluations.empty());
+  EXPECT_EQ(gateway.stored(), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(SchedulesAndChains, SiteRunnerEvalEveryTest,
+                         ::testing::Values(std::make_tuple("1f1b, eval_every: 2", "none"),
+                                           std::make_tuple("gpipe, eval_every: 1", "shuffle+zstd"),
+                                           std::make_tuple("1f1b, eval_every: 3, "
+                                                           "extra_in_flight: 2",
+                                                           "none")));
+
+// 2bw holds microbatches across steps: a runner refuses to evaluate between its steps, before it
+// sends or waits for anything.
+TEST(SiteRunnerEvalEveryTest, TwoBwCannotEvaluateBetweenSteps) {
+  const JobSpec spec = Spec("2bw", "none");
+  FakeGateway gateway;
+  FakeGateway::Link link(gateway);
+  auto sites = Federation(spec, gateway, link);
+  RunAll(sites, 2, /*end_of_run=*/false);
+  for (auto& site : sites) {
+    ASSERT_TRUE(site->status.ok()) << site->status;
+    EXPECT_EQ(site->runner->Step(/*then_evaluate=*/true).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(site->runner->Evaluate().status().code(), absl::StatusCode::kFailedPrecondition);
   }
 }
 
@@ -338,6 +432,7 @@ sites:)",
   std::unique_ptr<Trainer> trainer = ExpectTrainerBits(spec, sites);
   ASSERT_TRUE(sites.back()->evaluation.has_value());
   EXPECT_EQ(sites.back()->evaluation->loss, trainer->Evaluate()->loss);
+  ExpectTrainerEvaluations(spec, *sites.back());  // With eval_every, after the same steps too.
   EXPECT_EQ(gateway.stored(), 0u);
 
   // The last site split over two workers: each takes its rows' [rows, context] labels, so only
@@ -360,10 +455,13 @@ sites:)",
   std::filesystem::remove(corpus);
 }
 
-// The last: products of bf16-rounded inputs (training.precision), the same on every site.
+// Products of bf16-rounded inputs (training.precision), the same on every site; validation loss
+// every 2 steps (also with the tied gradients on the one link between two sites, where the
+// evaluation's frames travel between two steps' TIED frames).
 INSTANTIATE_TEST_SUITE_P(Schedules, SiteRunnerGptTest,
                          ::testing::Values("1f1b", "2bw", "1f1b, precision: bf16", "tied 1f1b",
-                                           "tied 2bw", "tied2 1f1b"));
+                                           "tied 2bw", "tied2 1f1b", "1f1b, eval_every: 2",
+                                           "tied2 1f1b, eval_every: 2"));
 
 // A 2bw federation stopped between steps and resumed from the checkpoints its sites take then (the
 // state right after the update that made L_k: SiteRunner::updates()) trains the same bits as an

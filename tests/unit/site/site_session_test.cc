@@ -1,9 +1,10 @@
 // The site's session state machine against an in-process gateway: two SiteSessions (one thread
 // each) joined through fake connectors, with sealed links, driven by the test as the gateway would
-// drive them: the start barrier, a normal run, a Pause then a Rollback to a checkpoint, a newer
-// Rollback replacing one not taken yet, a lost gateway joined again, a rejoin that gives up, a
-// Stop, and a resume past the last step. Runs that recover end with the parameters and per-step
-// losses of `strait train`'s Trainer, bit for bit.
+// drive them: the start barrier, a normal run, a Pause then a Rollback to a checkpoint (also with
+// evaluations every N steps, which the replay repeats), a newer Rollback replacing one not taken
+// yet, a lost gateway joined again, a rejoin that gives up, a Stop, and a resume past the last
+// step. Runs that recover end with the parameters and per-step losses of `strait train`'s Trainer,
+// bit for bit.
 //
 // No timing: the fake gateway holds back the frames of a chosen step, so the sessions stop there
 // until the test moves on; every wait is a condition wait.
@@ -14,6 +15,7 @@
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -470,6 +472,54 @@ TEST_F(SiteSessionTest, PauseThenRollbackResumesFromTheCheckpoint) {
   }
   EXPECT_THAT(log_->Text(), HasSubstr("step-00000002.ckpt (generation 2)"));
   EXPECT_THAT(log_->Text(), HasSubstr("training again from step 2"));
+}
+
+// training.eval_every: the last site evaluates through the pipeline after every 2 steps, prints and
+// reports it; a rollback replays the evaluations of the steps it replays. The figures are those of
+// `strait train`'s Trainer evaluating after the same steps, and training is the bits of a run that
+// never evaluates (ExpectLikeOneProcess).
+TEST_F(SiteSessionTest, EvaluatesEveryNStepsAndAgainWhereARollbackReplays) {
+  spec_.training.eval_every = 2;
+  StartBoth();
+  TrainUntil(5, 1);  // Evaluated after steps 2 and 4.
+  gateway_.Send(Pause("site c is down"));
+  gateway_.Send(Rollback(2, 2));  // From step 2 again: evaluated at 2, 4, 6, then at the end.
+  ExpectLikeOneProcess();
+
+  auto trainer = *Trainer::Create(spec_, CreateCpuBackend(1));
+  std::vector<StepEvaluation> expected;
+  while (trainer->step() < kSteps) {
+    ASSERT_TRUE(trainer->Step().ok());
+    if (trainer->step() % 2 == 0) expected.push_back({trainer->step(), *trainer->Evaluate()});
+  }
+  const std::vector<StepEvaluation>& evaluations = b().session().figures().evaluations;
+  ASSERT_EQ(evaluations.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(evaluations[i].step, expected[i].step);
+    EXPECT_EQ(evaluations[i].evaluation.loss, expected[i].evaluation.loss) << i;
+    EXPECT_EQ(evaluations[i].evaluation.accuracy, expected[i].evaluation.accuracy) << i;
+  }
+  EXPECT_TRUE(a().session().figures().evaluations.empty());
+
+  // The last site prints each one (steps 2 and 4 in both generations: the second starts with the
+  // evaluation of the checkpoint it resumes from); the first site evaluates silently.
+  const std::string out = b().Output();
+  const std::string after = out.substr(out.find("interrupted"));
+  const std::string before = out.substr(0, out.find("interrupted"));
+  for (const char* line : {"step 2: test accuracy ", "step 4: test accuracy "}) {
+    EXPECT_THAT(before, HasSubstr(line)) << out;
+  }
+  EXPECT_THAT(before, Not(HasSubstr("step 6: "))) << out;
+  for (const char* line :
+       {"step 2: test accuracy ", "step 4: test accuracy ", "step 6: test accuracy "}) {
+    EXPECT_THAT(after, HasSubstr(line)) << out;
+  }
+  EXPECT_THAT(a().Output(), Not(HasSubstr("test accuracy")));
+  // The reports carry the newest evaluation while training goes on (the dashboard's Held-out).
+  const std::vector<v1::SiteReport> reports = gateway_.reports(b().id());
+  EXPECT_TRUE(std::any_of(reports.begin(), reports.end(), [](const v1::SiteReport& r) {
+    return r.has_evaluation() && r.step() < static_cast<uint64_t>(kSteps);
+  }));
 }
 
 TEST_F(SiteSessionTest, ANewerRollbackReplacesOneNotTakenYet) {
