@@ -76,6 +76,8 @@ int RunTrain(const TrainOptions& o) {
                       {"global_batch", ts.global_batch},
                       {"microbatches", ts.microbatches}};
   nlohmann::json epochs = nlohmann::json::array();
+  // training.eval_every's, then the final one: the steps a federation's last site evaluates at.
+  std::vector<site::StepEvaluation> evaluations;
   double train_seconds = 0, epoch_loss = 0;
   int64_t epoch_steps = 0;
   while (t.step() < total) {
@@ -88,14 +90,20 @@ int RunTrain(const TrainOptions& o) {
     report.CountStep();
     epoch_loss += stats->loss;
     ++epoch_steps;
-    const bool epoch_end = t.step() % per_epoch == 0;
-    if (t.step() % o.log_every == 0 || t.step() == total || epoch_end) {
+    const bool epoch_end = t.step() % per_epoch == 0 && t.step() < total;
+    const bool periodic = ts.EvaluatesAfter(t.step(), total);
+    if (t.step() % o.log_every == 0 || t.step() == total || epoch_end || periodic) {
       report.PrintProgress(t.step(), static_cast<double>(t.step()) / per_epoch, stats->loss,
                            std::nullopt, end);
     }
-    if (epoch_end && t.step() < total) {
-      absl::StatusOr<site::Evaluation> evaluation = t.Evaluate();
-      if (!evaluation.ok()) return Fail(evaluation.status(), 1);
+    if (!epoch_end && !periodic) continue;
+    absl::StatusOr<site::Evaluation> evaluation = t.Evaluate();
+    if (!evaluation.ok()) return Fail(evaluation.status(), 1);
+    if (periodic) {
+      evaluations.push_back({t.step(), *evaluation});
+      report.Print(site::DescribeEvaluationAt(spec->model, evaluations.back()));
+    }
+    if (epoch_end) {
       nlohmann::json epoch = {{"epoch", t.step() / per_epoch},
                               {"mean_loss", epoch_loss / epoch_steps}};
       site::AddEvaluationJson(spec->model, *evaluation, epoch);
@@ -105,11 +113,12 @@ int RunTrain(const TrainOptions& o) {
                                    site::DescribeEvaluation(spec->model, *evaluation)));
       epoch_loss = 0;
       epoch_steps = 0;
-      report.RestartWindow(std::chrono::steady_clock::now());  // The evaluation is no training.
     }
+    report.RestartWindow(std::chrono::steady_clock::now());  // The evaluation is no training.
   }
   absl::StatusOr<site::Evaluation> evaluation = t.Evaluate();
   if (!evaluation.ok()) return Fail(evaluation.status(), 1);
+  evaluations.push_back({t.step(), *evaluation});
   if (epoch_steps > 0) {
     nlohmann::json epoch = {{"epoch", static_cast<double>(t.step()) / per_epoch},
                             {"mean_loss", epoch_loss / epoch_steps}};
@@ -127,6 +136,7 @@ int RunTrain(const TrainOptions& o) {
   metrics["steps"] = total;
   metrics["loss"] = report.losses().losses();
   metrics["epochs"] = epochs;
+  metrics["evaluations"] = site::EvaluationsJson(spec->model, evaluations);
   site::AddEvaluationJson(spec->model, *evaluation, metrics);
   metrics["samples_per_second"] = samples_per_second;
   metrics["train_seconds"] = train_seconds;
@@ -143,7 +153,8 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
       "train",
       "Train the whole model of a job spec in one process (the reference for fidelity "
       "and speed): same microbatching and data order as the federation. Prints progress "
-      "and the test accuracy; writes metrics.json and final.ckpt to --out.");
+      "and the held-out figures (every training.eval_every steps and at the end); writes "
+      "metrics.json and final.ckpt to --out.");
   train->add_option("-c,--config", o->config, "Job spec (federation YAML)")
       ->required()
       ->type_name("FILE");

@@ -77,6 +77,36 @@ TEST_F(TrainCommandTest, WritesMetricsAndDeterministicCheckpoint) {
   EXPECT_EQ(a, b);
 }
 
+// training.eval_every: held-out figures after every 2 steps, printed and in metrics.json's
+// "evaluations" with the final one; training is the bits of a run that does not evaluate.
+TEST_F(TrainCommandTest, EvaluatesEveryNStepsWithoutChangingTraining) {
+  std::string every = kJob;
+  every.replace(every.find("  microbatches: 2\n"), 0, "  eval_every: 2\n");
+  std::ofstream(dir_ / "every.yaml") << every;
+  const std::string job = (dir_ / "job.yaml").string(), out = (dir_ / "every").string();
+  ASSERT_EQ(
+      Strait("train --config " + (dir_ / "every.yaml").string() + " --threads 2 --out " + out), 0)
+      << Read(dir_ / "log");
+  const std::string log = Read(dir_ / "log");
+  EXPECT_NE(log.find("step 2: test accuracy "), std::string::npos) << log;
+  EXPECT_NE(log.find("step 4: test accuracy "), std::string::npos) << log;
+  EXPECT_EQ(log.find("step 6: "), std::string::npos) << log;  // The final line says it.
+  const nlohmann::json metrics = nlohmann::json::parse(Read(dir_ / "every" / "metrics.json"));
+  const nlohmann::json& evaluations = metrics["evaluations"];
+  ASSERT_EQ(evaluations.size(), 3u) << metrics.dump();
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(evaluations[i]["step"], 2 * (i + 1));
+    EXPECT_TRUE(evaluations[i].contains("loss") && evaluations[i].contains("test_accuracy"));
+  }
+  EXPECT_EQ(evaluations[2]["test_accuracy"], metrics["test_accuracy"]);
+
+  ASSERT_EQ(Strait("train --config " + job + " --threads 2 --out " + (dir_ / "never").string()), 0);
+  const nlohmann::json never = nlohmann::json::parse(Read(dir_ / "never" / "metrics.json"));
+  EXPECT_EQ(metrics["loss"], never["loss"]);
+  EXPECT_EQ(never["evaluations"].size(), 1u);  // The final one.
+  EXPECT_EQ(Read(dir_ / "every" / "final.ckpt"), Read(dir_ / "never" / "final.ckpt"));
+}
+
 TEST_F(TrainCommandTest, ExitCodes) {
   EXPECT_EQ(Strait("train --config " + (dir_ / "missing.yaml").string()), 2);
   EXPECT_NE(Strait("train --config " + (dir_ / "job.yaml").string() + " --device tpu"), 0);
