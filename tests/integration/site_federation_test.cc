@@ -135,11 +135,12 @@ INSTANTIATE_TEST_SUITE_P(
 
 // A language model across three processes (issue #28): the residual stream crosses the links, the
 // first site reads token windows and the last their next tokens; every step's loss, the parameters,
-// the optimizer state and the validation loss are `strait train`'s bits, for 1f1b and 2bw, with
-// byte tokens or a SentencePiece model (whose bytes per token the last site measures as `strait
-// train` does), and with tied embeddings (the first and the last site summing the shared matrix's
-// gradients over their own sealed link, its keys relayed by the gateway). The sites' final
-// checkpoints, assembled, are what `strait generate` samples from.
+// the optimizer state and the validation loss (every 4 steps with 1f1b, and at the end) are
+// `strait train`'s bits, for 1f1b and 2bw, with byte tokens or a SentencePiece model (whose bytes
+// per token the last site measures as `strait train` does), and with tied embeddings (the first and
+// the last site summing the shared matrix's gradients over their own sealed link, its keys relayed
+// by the gateway). The sites' final checkpoints, assembled, are what `strait generate` samples
+// from.
 class GptFidelityTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GptFidelityTest, LosslessLinksTrainTheSameBitsAsOneProcess) {
@@ -148,6 +149,7 @@ TEST_P(GptFidelityTest, LosslessLinksTrainTheSameBitsAsOneProcess) {
   if (std::string error; sentencepiece && site::spm::OpenLibrary(&error) == nullptr) {
     GTEST_SKIP() << error;  // A sanitizer build cannot load SentencePiece (sentencepiece_api.h).
   }
+  const std::string schedule = GetParam().substr(0, GetParam().find('-'));
   const std::string job =
       absl::StrReplaceAll(R"(name: gpt-fed-test
 gateway: {memory_budget: 64MiB}
@@ -159,6 +161,7 @@ training:
   global_batch: 16
   microbatches: 4
   schedule: SCHEDULE
+  eval_every: EVAL_EVERY
   grad_clip: 1.0
   optimizer: {name: adamw, lr: 0.003}
   checkpoint: {every: 6}
@@ -170,7 +173,9 @@ links:
   - {between: [dc-a, dc-b], forward: none, backward: none}
   - {between: [dc-b, dc-c], forward: none, backward: none}
 )",
-                          {{"SCHEDULE", GetParam().substr(0, GetParam().find('-'))},
+                          {{"SCHEDULE", schedule},
+                           // 2bw cannot evaluate between steps.
+                           {"EVAL_EVERY", schedule == "2bw" ? "0" : "4"},
                            {"VOCAB", sentencepiece ? "300" : "256"},
                            {"TIE", tied ? "true" : "false"},
                            {"TOKENIZER", sentencepiece ? "corpus.model" : "bytes"}});
@@ -199,6 +204,9 @@ links:
   EXPECT_EQ(last["val_bits_per_byte"], single["val_bits_per_byte"]);
   EXPECT_EQ(last["val_bytes_per_token"], single["val_bytes_per_token"]);
   EXPECT_EQ(last["val_bytes_per_token"].get<double>() > 1.5, sentencepiece);
+  // The validation figures during training (eval_every: after steps 4 and 8) and the final one.
+  EXPECT_EQ(last["evaluations"], single["evaluations"]);
+  EXPECT_EQ(last["evaluations"].size(), schedule == "2bw" ? 1u : 3u) << last["evaluations"];
 
   // The sites' final checkpoints assemble into the reference's whole model.
   absl::StatusOr<JobSpec> spec = LoadJobSpec(fed.config());
