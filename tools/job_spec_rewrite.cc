@@ -47,6 +47,9 @@ absl::StatusOr<RewrittenJobSpec> RewriteJobSpec(const std::string& path,
   if (o.global_batch > 0) root["training"]["global_batch"] = o.global_batch;
   if (o.microbatches > 0) root["training"]["microbatches"] = o.microbatches;
   if (!o.schedule.empty()) root["training"]["schedule"] = o.schedule;
+  // 2bw cannot evaluate between steps (the loader refuses it): its run is evaluated at the end
+  // only.
+  if (o.schedule == "2bw") root["training"].remove("eval_every");
   if (o.extra_in_flight >= 0) root["training"]["extra_in_flight"] = o.extra_in_flight;
   if (o.lookahead >= 0) root["training"]["lookahead"] = o.lookahead;
   if (!o.update.empty()) root["training"]["update"] = o.update;

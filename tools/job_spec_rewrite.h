@@ -19,7 +19,7 @@ struct JobSpecOverrides {
   std::string backward_codec;  // ...non-empty: every link's backward chain.
   int global_batch = 0;        // > 0: training.global_batch.
   int microbatches = 0;        // > 0: training.microbatches.
-  std::string schedule;        // Non-empty: training.schedule.
+  std::string schedule;        // Non-empty: training.schedule (2bw: without eval_every).
   int extra_in_flight = -1;    // >= 0: training.extra_in_flight.
   double lookahead = -1;       // >= 0: training.lookahead.
   std::string update;          // Non-empty: training.update.

@@ -97,6 +97,19 @@ TEST(JobSpecRewriteTest, BatchAndScheduleOverride) {
   EXPECT_FALSE(RewriteJobSpec(kConfig, o).ok());
 }
 
+// The language model's config evaluates during training, which 2bw cannot: the schedule's
+// override leaves its run evaluated at the end only.
+TEST(JobSpecRewriteTest, TwoBwDropsEvaluationsDuringTraining) {
+  const std::string config = std::string(STRAIT_SOURCE_DIR) + "/configs/kjv-gpt-3site.yaml";
+  absl::StatusOr<RewrittenJobSpec> kept = RewriteJobSpec(config, {.schedule = "gpipe"});
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(Reload(*kept).training.eval_every, 100);
+  absl::StatusOr<RewrittenJobSpec> dropped = RewriteJobSpec(config, {.schedule = "2bw"});
+  ASSERT_TRUE(dropped.ok()) << dropped.status();
+  EXPECT_EQ(Reload(*dropped).training.schedule, Schedule::k2BW);
+  EXPECT_EQ(Reload(*dropped).training.eval_every, 0);
+}
+
 TEST(JobSpecRewriteTest, BadInputIsAClearError) {
   JobSpecOverrides o;
   o.forward_codec = "int9";
