@@ -154,10 +154,10 @@ class SiteRunner {
   const int64_t first_step_;
   const uint32_t generation_;
   const int microbatch_size_;
+  const bool tied_across_;  // The first and the last stage exchange tied gradients.
   std::optional<Sampler> sampler_;
   int64_t step_;
   int64_t updates_;
-  const bool tied_across_;           // The first and the last stage exchange tied gradients.
   std::map<int64_t, float> scales_;  // First stage: clipping scales computed, not yet applied.
   int64_t expected_through_;         // Last step whose frames were announced to the receivers.
   std::vector<float> inputs_;
