@@ -38,14 +38,24 @@ LinkSpec TiedLink(const JobSpec& spec) {
   return link;
 }
 
+std::optional<int> TiedLinkPeer(const JobSpec& spec, int stage) {
+  const int stages = static_cast<int>(spec.sites.size());
+  if (!TiedAcrossSites(spec) || stages < 3 || (stage != 0 && stage != stages - 1)) {
+    return std::nullopt;
+  }
+  return stages - 1 - stage;
+}
+
 std::vector<int> KeyPeers(const JobSpec& spec, int stage) {
   const int stages = static_cast<int>(spec.sites.size());
   std::vector<int> peers;
-  const bool own_tied_link = TiedAcrossSites(spec) && stages >= 3 && TiedLink(spec).encryption;
-  if (own_tied_link && stage == stages - 1) peers.push_back(0);
   if (stage > 0 && spec.links[stage - 1].encryption) peers.push_back(stage - 1);
   if (stage + 1 < stages && spec.links[stage].encryption) peers.push_back(stage + 1);
-  if (own_tied_link && stage == 0) peers.push_back(stages - 1);
+  if (const std::optional<int> tied = TiedLinkPeer(spec, stage);
+      tied && TiedLink(spec).encryption) {
+    peers.push_back(*tied);
+  }
+  std::sort(peers.begin(), peers.end());  // In stage order.
   return peers;
 }
 

@@ -39,6 +39,10 @@ bool TiedAcrossSites(const JobSpec& spec);
 // rekeyed after the smallest rotate_bytes of the job's links.
 LinkSpec TiedLink(const JobSpec& spec);
 
+// The other end of TiedLink for stage `stage`: the last stage for the first and the first for the
+// last, when the two exchange tied gradients and are not neighbours; nullopt otherwise.
+std::optional<int> TiedLinkPeer(const JobSpec& spec, int stage);
+
 // The stages whose signed keys stage `stage` needs to seal its links: its neighbours where the
 // link between them is sealed, and the other end of a sealed TiedLink. In stage order.
 std::vector<int> KeyPeers(const JobSpec& spec, int stage);

@@ -26,9 +26,7 @@ std::vector<int> KeyPartners(const JobSpec& spec, int index) {
   for (int neighbour : {index - 1, index + 1}) {
     if (neighbour >= 0 && neighbour < stages) partners.push_back(neighbour);
   }
-  if (TiedAcrossSites(spec) && stages >= 3 && (index == 0 || index == stages - 1)) {
-    partners.push_back(stages - 1 - index);
-  }
+  if (const std::optional<int> tied = TiedLinkPeer(spec, index)) partners.push_back(*tied);
   return partners;
 }
 

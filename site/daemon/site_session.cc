@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -96,18 +97,16 @@ absl::StatusOr<StageLinks> BuildLinks(const JobSpec& spec, int index, GatewayLin
         gateway, std::make_unique<FrameDecoder>(std::move(c.opener), max_raw),
         spec.sites[index + 1].id, index, v1::BACKWARD, metrics, window);
   }
-  if (TiedAcrossSites(spec) && stages >= 3 && (index == 0 || index == stages - 1)) {
+  if (const std::optional<int> peer = TiedLinkPeer(spec, index)) {
     const bool first = index == 0;
-    const int peer = first ? stages - 1 : 0;
     const LinkSpec link = TiedLink(spec);
     STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c,
-                            LinkCryptoWith(spec, link, peer, security, peer_keys, generation));
+                            LinkCryptoWith(spec, link, *peer, security, peer_keys, generation));
     STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create("none", std::move(c.sealer)));
     links.tied_out = std::make_unique<FrameSender>(
         gateway, std::move(encoder), 0, first ? v1::FORWARD : v1::BACKWARD, metrics, window);
-    const uint64_t tied_raw = static_cast<uint64_t>(spec.model.gpt.vocab) * spec.model.gpt.dim * 4;
     links.tied_in = std::make_unique<FrameReceiver>(
-        gateway, std::make_unique<FrameDecoder>(std::move(c.opener), tied_raw), spec.sites[peer].id,
+        gateway, std::make_unique<FrameDecoder>(std::move(c.opener), max_raw), spec.sites[*peer].id,
         0, first ? v1::BACKWARD : v1::FORWARD, metrics, window);
   }
   return links;
@@ -210,9 +209,8 @@ absl::Status SiteSession::Join(GatewayConnector& connector) {
   window_ = LinkWindow(spec_);
   max_raw_ = static_cast<uint64_t>(spec_.training.MicrobatchSize()) *
              std::max(stage_->input_features(), stage_->output_features()) * 4;
-  if (TiedAcrossSites(spec_)) {  // With two sites the tied gradients ride on the one link.
-    max_raw_ = std::max<uint64_t>(
-        max_raw_, static_cast<uint64_t>(spec_.model.gpt.vocab) * spec_.model.gpt.dim * 4);
+  if (TiedAcrossSites(spec_)) {  // Tied gradients: on their own link, or on the one of two sites.
+    max_raw_ = std::max<uint64_t>(max_raw_, TiedMatrixOf(spec_.model)->numel * sizeof(float));
   }
   spdlog::info("stage {} of {} (layers [{}, {})), joining the gateway at {}", options_.index,
                spec_.sites.size(), site.layers.start, site.layers.end, spec_.gateway.address);

@@ -83,6 +83,10 @@ v1::TensorKey SiteRunner::TiedKey(int64_t step, bool from_first) const {
   return Key(step, 0, 0, from_first ? v1::FORWARD : v1::BACKWARD, v1::TIED);
 }
 
+std::vector<int64_t> SiteRunner::TiedShape() const {
+  return {spec_.model.gpt.vocab, spec_.model.gpt.dim};
+}
+
 FrameSender& SiteRunner::TiedOut() const {
   if (links_.tied_out) return *links_.tied_out;
   return stage_.is_first() ? *links_.forward_out : *links_.backward_out;
@@ -96,7 +100,6 @@ FrameReceiver& SiteRunner::TiedIn() const {
 void SiteRunner::ExpectStep(int64_t step) {
   const int64_t n = microbatch_size_;
   const bool clip = spec_.training.grad_clip > 0.0;
-  const std::vector<int64_t> tied_shape = {spec_.model.gpt.vocab, spec_.model.gpt.dim};
   for (int m = 0; m < spec_.training.microbatches; ++m) {
     if (links_.forward_in) {
       links_.forward_in->Expect(Key(step, m, index_ - 1, v1::FORWARD),
@@ -112,7 +115,7 @@ void SiteRunner::ExpectStep(int64_t step) {
     // 1f1b and eager 2bw apply step's gradient after its backwards; deferred 2bw the previous
     // step's (right before the next step's first forward), and its last step both.
     auto expect_update = [&](int64_t of) {
-      if (tied_last) TiedIn().Expect(TiedKey(of, /*from_first=*/true), tied_shape);
+      if (tied_last) TiedIn().Expect(TiedKey(of, /*from_first=*/true), TiedShape());
       if (clip && links_.forward_in) {
         links_.forward_in->Expect(Key(of, 0, index_ - 1, v1::FORWARD, v1::CLIP), {1});
       }
@@ -127,7 +130,7 @@ void SiteRunner::ExpectStep(int64_t step) {
   }
   // kClipNorm's: the last stage's tied gradient, then the norm.
   if (tied_across_ && stage_.is_first()) {
-    TiedIn().Expect(TiedKey(step, /*from_first=*/false), tied_shape);
+    TiedIn().Expect(TiedKey(step, /*from_first=*/false), TiedShape());
   }
   if (clip && links_.backward_in) {
     links_.backward_in->Expect(Key(step, 0, index_, v1::BACKWARD, v1::CLIP), {2});
@@ -280,8 +283,8 @@ absl::Status SiteRunner::ShareTiedGrad(int64_t s) {
     ScopedTimer timer(metrics_, Timer::kCompute, Timer::kUpdate);
     STRAIT_ASSIGN_OR_RETURN(own, stage_.TiedGrad(s));
   }
-  STRAIT_RETURN_IF_ERROR(SendTo(TiedOut(), TiedKey(s, stage_.is_first()), std::move(own),
-                                {spec_.model.gpt.vocab, spec_.model.gpt.dim}));
+  STRAIT_RETURN_IF_ERROR(
+      SendTo(TiedOut(), TiedKey(s, stage_.is_first()), std::move(own), TiedShape()));
   if (!stage_.is_first()) return absl::OkStatus();  // The last stage adds the first's at kUpdate.
   STRAIT_ASSIGN_OR_RETURN(std::vector<float> other,
                           Receive(TiedIn(), TiedKey(s, /*from_first=*/false)));

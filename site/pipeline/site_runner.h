@@ -136,6 +136,7 @@ class SiteRunner {
   FrameSender& TiedOut() const;
   FrameReceiver& TiedIn() const;
   v1::TensorKey TiedKey(int64_t step, bool from_first) const;
+  std::vector<int64_t> TiedShape() const;  // [vocab, dim]
   // kUpdate: takes (and relays downstream) the clipping scale of `step`'s gradient and applies it.
   absl::Status Update(int64_t step);
   absl::StatusOr<std::vector<float>> Receive(FrameReceiver& from, const v1::TensorKey& key);

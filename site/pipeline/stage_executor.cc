@@ -325,10 +325,11 @@ absl::Status StageExecutor::AddTiedGrad(int64_t step, absl::Span<const float> ot
 }
 
 absl::Status StageExecutor::TieLocalGrads(int64_t step) {
+  // Called every step whatever the model: without both copies, no dispatch to the workers.
+  if (stage(0).tied_offsets().size() != 2) return absl::OkStatus();
   return OnWorkers([&](int w) -> absl::Status {
     Worker& worker = workers_[w];
     const Stage& stage = *worker.stage;
-    if (stage.tied_offsets().size() != 2) return absl::OkStatus();
     float* grads = worker.history->grads(step);
     float* embed = grads + stage.tied_offsets()[0];
     float* head = grads + stage.tied_offsets()[1];

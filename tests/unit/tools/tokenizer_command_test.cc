@@ -10,6 +10,7 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "site/data/sentencepiece_api.h"
 
 namespace {
@@ -133,17 +134,16 @@ sites: [{id: a, layers: [0, 4]}]
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("tokenizer " + Path("t.model")), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("not checked here"), std::string::npos) << r.output;
-  ASSERT_EQ(Strait("tokenizer train --input " + Path("text.txt") + " --vocab 300 --out " +
-                   Path("t.model"))
-                .exit_code,
-            0);
+  auto train_vocab = [&](int vocab) {
+    return Strait(absl::StrCat("tokenizer train --input ", Path("text.txt"), " --vocab ", vocab,
+                               " --out ", Path("t.model")))
+        .exit_code;
+  };
+  ASSERT_EQ(train_vocab(300), 0);
   r = Strait("config check " + Path("job.yaml"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.find("not checked here"), std::string::npos) << r.output;
-  ASSERT_EQ(Strait("tokenizer train --input " + Path("text.txt") + " --vocab 310 --out " +
-                   Path("t.model"))
-                .exit_code,
-            0);
+  ASSERT_EQ(train_vocab(310), 0);
   r = Strait("config check " + Path("job.yaml"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find(Path("t.model") + ": the tokenizer has a vocabulary of 310 tokens"),
