@@ -43,15 +43,20 @@ void RecordingBackend::GemmBatched(bool ta, bool tb, int m, int n, int k, float 
 
 absl::StatusOr<GemmReplay> GemmReplay::Create(std::vector<GemmCall> calls, site::Backend* backend) {
   // Each call gets its own operands, as in the real step (its weights and gradients are distinct
-  // tensors): operands shared across calls would stay in cache and flatter the ceiling.
+  // tensors): operands shared across calls would stay in cache and flatter the ceiling. Past 1 GiB
+  // (far beyond any cache) the operands wrap around to the arena's start: a GPU model's attention
+  // products alone would otherwise take tens of GiB.
+  constexpr int64_t kWrapFloats = int64_t{1} << 28;
   GemmReplay r;
-  int64_t total = 0;
+  int64_t next = 0, total = 0;
   for (const GemmCall& g : calls) {
     const int64_t a = Span(g.trans_a ? g.k : g.m, g.lda, g.stride_a, g.batch);
     const int64_t b = Span(g.trans_b ? g.n : g.k, g.ldb, g.stride_b, g.batch);
     const int64_t c = Span(g.m, g.ldc, g.stride_c, g.batch);
-    r.offsets_.push_back({total, total + a, total + a + b});
-    total += a + b + c;
+    if (next > 0 && next + a + b + c > kWrapFloats) next = 0;
+    r.offsets_.push_back({next, next + a, next + a + b});
+    next += a + b + c;
+    total = std::max(total, next);
   }
   r.calls_ = std::move(calls);
   r.backend_ = backend;

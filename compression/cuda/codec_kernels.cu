@@ -139,8 +139,10 @@ absl::Status SelectIndices(const Kept& kept, uint64_t n, uint32_t* out, uint64_t
   size_t temp_bytes = 0;
   STRAIT_RETURN_IF_ERROR(STRAIT_CUDA_CHECK(cub::DeviceSelect::If(
       temp, temp_bytes, first, out, d_count, static_cast<int64_t>(n), kept, stream)));
-  STRAIT_RETURN_IF_ERROR(STRAIT_CUDA_CHECK(cudaMallocAsync(&temp, temp_bytes + 8, stream)));
-  d_count = reinterpret_cast<uint64_t*>(static_cast<char*>(temp) + temp_bytes);
+  // The count goes after cub's scratch, at an 8-byte boundary (cub's size need not be one).
+  const size_t count_offset = (temp_bytes + 7) & ~size_t{7};
+  STRAIT_RETURN_IF_ERROR(STRAIT_CUDA_CHECK(cudaMallocAsync(&temp, count_offset + 8, stream)));
+  d_count = reinterpret_cast<uint64_t*>(static_cast<char*>(temp) + count_offset);
   cudaError_t error = cub::DeviceSelect::If(temp, temp_bytes, first, out, d_count,
                                             static_cast<int64_t>(n), kept, stream);
   if (error == cudaSuccess) {
