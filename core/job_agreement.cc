@@ -64,6 +64,7 @@ std::string AgreedJobText(const JobSpec& spec) {
   Line(out, "training.microbatches", absl::StrCat(t.microbatches));
   Line(out, "training.schedule", ToString(t.schedule));
   Line(out, "training.update", ToString(t.update));
+  Line(out, "training.stale_gradients", ToString(t.stale_gradients));
   Line(out, "training.extra_in_flight", absl::StrCat(t.extra_in_flight));
   Line(out, "training.lookahead", Exact(t.lookahead));
   Line(out, "training.grad_clip", Exact(t.grad_clip));

@@ -40,6 +40,7 @@ const char* ToString(Schedule v) {
   return "?";
 }
 const char* ToString(UpdateTiming v) { return v == UpdateTiming::kEager ? "eager" : "deferred"; }
+const char* ToString(StaleGradients v) { return v == StaleGradients::kDrop ? "drop" : "keep"; }
 const char* ToString(OptimizerKind v) { return v == OptimizerKind::kSgd ? "sgd" : "adamw"; }
 const char* ToString(LrDecay v) { return v == LrDecay::kCosine ? "cosine" : "none"; }
 const char* ToString(DeviceKind v) { return v == DeviceKind::kCpu ? "cpu" : "cuda"; }

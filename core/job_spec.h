@@ -30,6 +30,12 @@ enum class Schedule { k1F1B, kGPipe, k2BW };
 // backward of the step is done, so only the microbatches the stage started before then (its
 // warm-up) compute with the older weights (site/pipeline/schedule.h).
 enum class UpdateTiming { kDeferred, kEager };
+// 2bw with update eager: what becomes of the parameter gradients of a stage's warm-up microbatches,
+// the ones it computed with the weights of one update before (training.stale_gradients). Keep:
+// they count like the others. Drop: the stage's gradient is the mean over its other microbatches,
+// all computed with its newest weights, so no stale gradient reaches its optimizer
+// (site/pipeline/weight_history.h).
+enum class StaleGradients { kKeep, kDrop };
 enum class OptimizerKind { kSgd, kAdamW };
 enum class LrDecay { kNone, kCosine };
 enum class DeviceKind { kCpu, kCuda };
@@ -43,6 +49,7 @@ const char* ToString(Activation v);
 const char* ToString(DatasetKind v);
 const char* ToString(Schedule v);
 const char* ToString(UpdateTiming v);
+const char* ToString(StaleGradients v);
 const char* ToString(OptimizerKind v);
 const char* ToString(LrDecay v);
 const char* ToString(DeviceKind v);
@@ -168,12 +175,15 @@ struct TrainingSpec {
   // 2bw only: forward weights extrapolated this many updates along the last one (weight_history.h);
   // 0 = PipeDream-2BW's plain one-step-stale weights.
   double lookahead = 2.0;
-  // 2bw only (see UpdateTiming); eager needs grad_clip 0 (a stage cannot wait for the other stages'
-  // norms without stalling) and lookahead 0 (its default under eager).
+  // 2bw only (see UpdateTiming); eager needs lookahead 0 (its default under eager), and clips each
+  // step with the global norm of the step before (a stage cannot wait for the other stages' norms
+  // of its own step without stalling: site/pipeline/schedule.h LaggedClip).
   UpdateTiming update = UpdateTiming::kDeferred;
+  // 2bw with update eager only (see StaleGradients).
+  StaleGradients stale_gradients = StaleGradients::kKeep;
   Precision precision = Precision::kFp32;
   OptimizerSpec optimizer;
-  double grad_clip = 0.0;  // Clip by global norm across all stages; 0 = off.
+  double grad_clip = 0.0;  // Clip by global norm across all stages; 0 = off (2bw eager: lagged).
   CheckpointSpec checkpoint;
   // Steps between held-out evaluations during training (validation loss for a language model,
   // test accuracy for a classifier); 0 = only after the last step. Not with 2bw, whose pipeline

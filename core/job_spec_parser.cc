@@ -413,17 +413,22 @@ class JobSpecParser {
     STRAIT_RETURN_IF_ERROR(
         map.Enum("update", {{"deferred", UpdateTiming::kDeferred}, {"eager", UpdateTiming::kEager}},
                  &t.update));
-    if (t.update != UpdateTiming::kEager) return absl::OkStatus();
+    STRAIT_RETURN_IF_ERROR(map.Enum(
+        "stale_gradients", {{"keep", StaleGradients::kKeep}, {"drop", StaleGradients::kDrop}},
+        &t.stale_gradients));
+    if (t.update != UpdateTiming::kEager) {
+      if (map.Has("stale_gradients")) {
+        return map.ErrorAt("stale_gradients",
+                           "applies to update: eager only (with update deferred every microbatch "
+                           "computes with the weights of one update before); remove it or set "
+                           "update: eager");
+      }
+      return absl::OkStatus();
+    }
     if (t.schedule != Schedule::k2BW) {
       return map.ErrorAt("update", absl::StrCat("eager applies to schedule 2bw only (this job's "
                                                 "schedule is ",
                                                 ToString(t.schedule), "); remove it"));
-    }
-    if (t.grad_clip > 0.0) {
-      return map.ErrorAt("update",
-                         "eager needs grad_clip: 0 (a stage applies its update before the other "
-                         "stages' gradient norms could reach it); remove grad_clip or use "
-                         "update: deferred");
     }
     if (map.Has("lookahead") && t.lookahead != 0.0) {
       return map.ErrorAt("lookahead",

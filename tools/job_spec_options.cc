@@ -30,9 +30,17 @@ void AddJobSpecOverrideOptions(CLI::App& cmd, JobSpecOverrides& o, const std::st
       ->check(CLI::Range(0.0, 16.0));
   cmd.add_option("--update", o.update,
                  "2bw: when a stage applies a step's update: deferred (PipeDream-2BW, one step "
-                 "late) or eager (after its own last backward of the step; needs grad_clip 0) "
+                 "late) or eager (after its own last backward of the step; clips with the last "
+                 "step's norm) "
                  "(training.update)")
       ->check(CLI::IsMember({"deferred", "eager"}));
+  cmd.add_option("--stale-gradients", o.stale_gradients,
+                 "2bw with update eager: keep or drop the parameter gradients of the microbatches "
+                 "a stage computed with its previous weights (training.stale_gradients)")
+      ->check(CLI::IsMember({"keep", "drop"}));
+  cmd.add_option("--grad-clip", o.grad_clip,
+                 "Clip the gradient at this global norm; 0 = off (training.grad_clip)")
+      ->check(CLI::NonNegativeNumber);
   cmd.add_option(
          "--chunk-size", o.chunk_size,
          "Size of the pieces a frame is pushed in (default 128KiB; a piece may be 1/64 larger "

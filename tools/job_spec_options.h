@@ -9,10 +9,9 @@
 namespace strait::tools {
 
 // Adds --steps (described by `steps_help`), --codec, --forward-codec, --backward-codec,
-// --global-batch, --microbatches, --schedule, --extra-in-flight, --lookahead, --update and
-// --chunk-size to
-// `cmd`, filling `overrides`,
-// which must outlive the parsing.
+// --global-batch, --microbatches, --schedule, --extra-in-flight, --lookahead, --update,
+// --stale-gradients, --grad-clip and --chunk-size to `cmd`, filling `overrides`, which must outlive
+// the parsing.
 void AddJobSpecOverrideOptions(CLI::App& cmd, JobSpecOverrides& overrides,
                                const std::string& steps_help);
 

@@ -53,6 +53,8 @@ absl::StatusOr<RewrittenJobSpec> RewriteJobSpec(const std::string& path,
   if (o.extra_in_flight >= 0) root["training"]["extra_in_flight"] = o.extra_in_flight;
   if (o.lookahead >= 0) root["training"]["lookahead"] = o.lookahead;
   if (!o.update.empty()) root["training"]["update"] = o.update;
+  if (!o.stale_gradients.empty()) root["training"]["stale_gradients"] = o.stale_gradients;
+  if (o.grad_clip >= 0) root["training"]["grad_clip"] = o.grad_clip;
   if (!o.chunk_size.empty()) root["gateway"]["chunk_size"] = o.chunk_size;
   if (!o.forward_codec.empty() || !o.backward_codec.empty()) {
     // Every boundary gets a link entry (the defaults are lossless), then the overrides.

@@ -13,17 +13,19 @@
 namespace strait::tools {
 
 struct JobSpecOverrides {
-  int64_t steps = 0;           // > 0: train this many steps instead of training.steps / epochs.
-  std::string codec;           // Non-empty: every link's chain in both directions, unless...
-  std::string forward_codec;   // ...non-empty: every link's forward chain.
-  std::string backward_codec;  // ...non-empty: every link's backward chain.
-  int global_batch = 0;        // > 0: training.global_batch.
-  int microbatches = 0;        // > 0: training.microbatches.
-  std::string schedule;        // Non-empty: training.schedule (2bw: without eval_every).
-  int extra_in_flight = -1;    // >= 0: training.extra_in_flight.
-  double lookahead = -1;       // >= 0: training.lookahead.
-  std::string update;          // Non-empty: training.update.
-  std::string chunk_size;      // Non-empty: gateway.chunk_size (checked by the job spec loader).
+  int64_t steps = 0;            // > 0: train this many steps instead of training.steps / epochs.
+  std::string codec;            // Non-empty: every link's chain in both directions, unless...
+  std::string forward_codec;    // ...non-empty: every link's forward chain.
+  std::string backward_codec;   // ...non-empty: every link's backward chain.
+  int global_batch = 0;         // > 0: training.global_batch.
+  int microbatches = 0;         // > 0: training.microbatches.
+  std::string schedule;         // Non-empty: training.schedule (2bw: without eval_every).
+  int extra_in_flight = -1;     // >= 0: training.extra_in_flight.
+  double lookahead = -1;        // >= 0: training.lookahead.
+  std::string update;           // Non-empty: training.update.
+  std::string stale_gradients;  // Non-empty: training.stale_gradients.
+  double grad_clip = -1;        // >= 0: training.grad_clip.
+  std::string chunk_size;       // Non-empty: gateway.chunk_size (checked by the job spec loader).
 };
 
 struct RewrittenJobSpec {

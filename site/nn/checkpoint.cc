@@ -18,8 +18,10 @@ namespace {
 constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'I', 'T', 'C', 'K'};
 constexpr uint32_t kVersion = 1;            // One weight version.
 constexpr uint32_t kVersionTwoWeights = 2;  // Adds the weight-array count, previous (+ lookahead).
+constexpr uint32_t kVersionClipScale = 3;   // Version 2 and the lagged clipping scale.
 constexpr size_t kHeaderBytes = 8 + 4 + 4 + 8 + 8 + 4 + 4 + 8 + 8 + 8 + 8;
 constexpr size_t kHeaderBytesV2 = kHeaderBytes + 4;
+constexpr size_t kHeaderBytesV3 = kHeaderBytesV2 + 4;
 
 std::array<uint32_t, 256> MakeCrcTable() {
   std::array<uint32_t, 256> table{};
@@ -90,17 +92,20 @@ absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) 
   const bool two = s.weight_versions == 2;
   if ((s.weight_versions != 1 && !two) ||
       s.previous_params.size() != (two ? s.params.size() : size_t{0}) ||
-      (!s.lookahead_params.empty() && (!two || s.lookahead_params.size() != s.params.size()))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint of ", s.weight_versions, " weight versions with ", s.params.size(),
-                     " params, ", s.previous_params.size(), " previous and ",
-                     s.lookahead_params.size(), " lookahead params"));
+      (!s.lookahead_params.empty() && (!two || s.lookahead_params.size() != s.params.size())) ||
+      (s.lagged_clip_scale.has_value() && !two)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint of ", s.weight_versions, " weight versions with ", s.params.size(), " params, ",
+        s.previous_params.size(), " previous and ", s.lookahead_params.size(), " lookahead params",
+        s.lagged_clip_scale.has_value() ? " and a lagged clip scale" : ""));
   }
   const uint32_t arrays = two ? (s.lookahead_params.empty() ? 2 : 3) : 1;
   std::string data;
-  data.reserve(kHeaderBytesV2 + 4 * (arrays * s.params.size() + s.optimizer_state.size()) + 4);
+  data.reserve(kHeaderBytesV3 + 4 * (arrays * s.params.size() + s.optimizer_state.size()) + 4);
   data.append(kMagic, sizeof(kMagic));
-  Put<uint32_t>(data, two ? kVersionTwoWeights : kVersion);
+  Put<uint32_t>(data, s.lagged_clip_scale.has_value() ? kVersionClipScale
+                      : two                           ? kVersionTwoWeights
+                                                      : kVersion);
   Put<uint32_t>(data, s.optimizer_kind);
   Put<int64_t>(data, s.step);
   Put<uint64_t>(data, s.fingerprint);
@@ -111,6 +116,7 @@ absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) 
   Put<uint64_t>(data, s.params.size());
   Put<uint64_t>(data, s.optimizer_state.size());
   if (two) Put<uint32_t>(data, arrays);
+  if (s.lagged_clip_scale.has_value()) Put<float>(data, *s.lagged_clip_scale);
   for (const std::vector<float>* w : {&s.params, &s.previous_params, &s.lookahead_params}) {
     data.append(reinterpret_cast<const char*>(w->data()), 4 * w->size());
   }
@@ -160,11 +166,13 @@ absl::StatusOr<CheckpointState> ParseCheckpoint(const std::string& data) {
   Reader r(data);
   r.Get<uint64_t>();  // magic
   const uint32_t version = r.Get<uint32_t>();
-  if (version != kVersion && version != kVersionTwoWeights) {
+  if (version != kVersion && version != kVersionTwoWeights && version != kVersionClipScale) {
     return bad(absl::StrCat("format version ", version, " is not supported by this build (expects ",
-                            kVersion, " or ", kVersionTwoWeights, ")"));
+                            kVersion, " to ", kVersionClipScale, ")"));
   }
-  const size_t header = version == kVersion ? kHeaderBytes : kHeaderBytesV2;
+  const size_t header = version == kVersion             ? kHeaderBytes
+                        : version == kVersionTwoWeights ? kHeaderBytesV2
+                                                        : kHeaderBytesV3;
   if (data.size() < header + 4) return bad("truncated (shorter than its header)");
   CheckpointState s;
   s.optimizer_kind = r.Get<uint32_t>();
@@ -176,13 +184,15 @@ absl::StatusOr<CheckpointState> ParseCheckpoint(const std::string& data) {
   s.data_seed = r.Get<uint64_t>();
   const uint64_t params = r.Get<uint64_t>(), state = r.Get<uint64_t>();
   uint64_t versions = 1;  // weight arrays
-  if (version == kVersionTwoWeights) {
+  if (version != kVersion) {
     versions = r.Get<uint32_t>();
     if (versions != 2 && versions != 3) {
-      return bad(absl::StrCat("format version 2 with ", versions, " weight arrays (2 or 3)"));
+      return bad(
+          absl::StrCat("format version ", version, " with ", versions, " weight arrays (2 or 3)"));
     }
     s.weight_versions = 2;
   }
+  if (version == kVersionClipScale) s.lagged_clip_scale = r.Get<float>();
   const uint64_t payload = (data.size() - header - 4) / 4;
   if (params > payload / versions || state > payload - versions * params ||
       header + 4 * (versions * params + state) + 4 != data.size()) {

@@ -10,13 +10,18 @@
 // (L_{step-1}, or P_{step-1} with lookahead: site/pipeline/weight_history.h), then with lookahead
 // P_step:
 //   | previous params (f32, param floats of them) [| lookahead params (f32, as many)].
-// Files of one weight version are always written as version 1, byte for byte as before.
+// Version 3 (2bw with update eager and grad_clip) is version 2 with, after the weight-array count,
+//   | f32 lagged clip scale
+// the scale the next update applies (CheckpointState::lagged_clip_scale).
+// Files of one weight version are always written as version 1, byte for byte as before, and 2bw
+// files without a clip scale as version 2.
 // The RNG state is the pair of seeds: every random number is keyed by (seed, step, ...), so
 // (seeds, step) is the whole state. Writes are atomic: a temporary file in the same directory is
 // written, fsynced and renamed over the target, then the directory is fsynced.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +42,9 @@ struct CheckpointState {
   std::vector<float> previous_params;   // weight_versions == 2: Stage::PreviousParams; else empty.
   std::vector<float> lookahead_params;  // 2bw with lookahead: Stage::LookaheadParams; else empty.
   std::vector<float> optimizer_state;
+  // 2bw with update eager and grad_clip: the clipping scale the next update applies, from the
+  // last step's global norm (site/pipeline/schedule.h LaggedClip). Needs weight_versions 2.
+  std::optional<float> lagged_clip_scale;
 };
 
 // Writes `state` to `path` atomically. Blocks on disk I/O. Thread-safe for distinct paths.

@@ -79,12 +79,25 @@ absl::StatusOr<StepStats> Trainer::Step() {
   }
   stats.loss /= static_cast<double>(targets);
   stats.accuracy = static_cast<double>(correct) / static_cast<double>(targets);
+  // Dropped stale gradients: each site's layers take the mean over the microbatches they kept.
+  const int stages = static_cast<int>(spec_.sites.size());
+  for (int site = 0; site < stages; ++site) {
+    const float kept = site::KeptGradientScale(t, stages, site, step_);
+    if (kept != 1.0f) {
+      STRAIT_RETURN_IF_ERROR(stage_->ScaleGrads(step_, spec_.sites[site].layers, kept));
+    }
+  }
   // Tied embeddings: both copies take g_embed + g_head, as the two sites of a federation sum them.
   STRAIT_RETURN_IF_ERROR(stage_->TieLocalGrads(step_));
   float scale = 1.0f;
   if (t.grad_clip > 0.0) {
     STRAIT_ASSIGN_OR_RETURN(double sum_squares, stage_->GradSumSquares(0.0, step_));
     scale = GlobalNormClipScale(sum_squares, t.grad_clip);
+    if (site::LaggedClip(t)) {  // This step applies the last step's scale and keeps its own.
+      const float newest = scale;
+      scale = stage_->lagged_clip_scale();
+      stage_->set_lagged_clip_scale(newest);
+    }
   }
   // 2bw: L_{step+1} = Opt(L_step, clip(g_step)); the stage keeps L_step for the next step.
   STRAIT_RETURN_IF_ERROR(stage_->OptimizerStep(step_ + 1, scale));

@@ -53,6 +53,21 @@ int64_t ForwardWeights(const TrainingSpec& training, int stages, int stage, int6
   return microbatch < warmup ? step - 1 : step;
 }
 
+bool LaggedClip(const TrainingSpec& training) {
+  return training.schedule == Schedule::k2BW && training.update == UpdateTiming::kEager &&
+         training.grad_clip > 0.0;
+}
+
+float KeptGradientScale(const TrainingSpec& training, int stages, int stage, int64_t step) {
+  if (training.schedule != Schedule::k2BW || training.update != UpdateTiming::kEager ||
+      training.stale_gradients != StaleGradients::kDrop || step == 0) {
+    return 1.0f;
+  }
+  const int m = training.microbatches;
+  const int stale = StreamWarmup(stages, stage, m, training.extra_in_flight);
+  return static_cast<float>(m) / static_cast<float>(m - stale);
+}
+
 namespace {
 
 // 2bw: see StepOps.

@@ -17,11 +17,11 @@
 //          held by stage s, across step boundaries; needs M >= S (the job spec checks it) so that
 //          they have distinct indices within their steps.
 //   2bw with training.update eager: the same stream, but the stage applies the update of step t
-//          right after its own last backward of t (kClipNorm is then a no-op: eager needs
-//          grad_clip 0). Its next forwards compute with L_{t+1}; only the w it ran before that
-//          backward (microbatches 0 .. w-1 of step t+1) compute with L_t (ForwardWeights). The
-//          staleness now depends on the stage and the warm-up, not the step: stage 0 with a deep
-//          warm-up is mostly stale, the last stage (w = 0) never.
+//          right after its own last backward of t, clipped with step t - 1's norm (LaggedClip;
+//          kClipNorm sends step t's on). Its next forwards compute with L_{t+1}; only the w it
+//          ran before that backward (microbatches 0 .. w-1 of step t+1) compute with L_t
+//          (ForwardWeights). The staleness now depends on the stage and the warm-up, not the step:
+//          stage 0 with a deep warm-up is mostly stale, the last stage (w = 0) never.
 #pragma once
 
 #include <cstdint>
@@ -87,5 +87,18 @@ int StreamWarmup(int stages, int stage, int microbatches, int extra_in_flight);
 // of the step (run before the update of step - 1) and `step` for the rest.
 int64_t ForwardWeights(const TrainingSpec& training, int stages, int stage, int64_t step,
                        int microbatch);
+
+// 2bw with update eager and grad_clip > 0: the update of step t is clipped with the global norm of
+// step t - 1's gradient (1 at the first step). A stage applies its update right after its own last
+// backward of the step, before the earlier stages' parts of that step's norm could reach it; the
+// norm of t - 1 is known at the first stage before the last microbatch of step t enters the
+// pipeline, and travels downstream in front of it.
+bool LaggedClip(const TrainingSpec& training);
+
+// What the gradient of `step` on stage `stage` is multiplied by before its clipping norm and update
+// so that it is the mean over the microbatches that count: M / (M - w) when stale gradients are
+// dropped (training.stale_gradients drop) and the step has w > 0 microbatches computed with the
+// weights of one update before; 1 otherwise.
+float KeptGradientScale(const TrainingSpec& training, int stages, int stage, int64_t step);
 
 }  // namespace strait::site

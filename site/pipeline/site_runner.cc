@@ -194,6 +194,7 @@ absl::StatusOr<StepResult> SiteRunner::Step(bool then_evaluate) {
         STRAIT_RETURN_IF_ERROR(RunBackward(op.step, op.microbatch));
         break;
       case ScheduleOp::kClipNorm:
+        STRAIT_RETURN_IF_ERROR(KeepFreshGrads(op.step));
         STRAIT_RETURN_IF_ERROR(ShareTiedGrad(op.step));
         STRAIT_RETURN_IF_ERROR(SendNorm(op.step));
         break;
@@ -225,6 +226,7 @@ absl::Status SiteRunner::RunForward(int64_t step, int m, StepTally& tally) {
   const int mb = microbatch_size_;
   const bool first = stage_.is_first(), last = stage_.is_last();
   if (sampler_) Gather(*data_.train, sampler_->Batch(step).data() + int64_t{m} * mb, mb);
+  if (m == t.microbatches - 1 && LaggedClip(t)) STRAIT_RETURN_IF_ERROR(PassLaggedScale(step));
   std::vector<float> input;
   if (!first) {
     STRAIT_ASSIGN_OR_RETURN(input,
@@ -292,6 +294,14 @@ absl::Status SiteRunner::ShareTiedGrad(int64_t s) {
   return stage_.AddTiedGrad(s, other);
 }
 
+absl::Status SiteRunner::KeepFreshGrads(int64_t s) {
+  const float kept =
+      KeptGradientScale(spec_.training, static_cast<int>(spec_.sites.size()), index_, s);
+  if (kept == 1.0f) return absl::OkStatus();
+  ScopedTimer timer(metrics_, Timer::kCompute, Timer::kUpdate);
+  return stage_.ScaleGrads(s, stage_.range(), kept);
+}
+
 absl::Status SiteRunner::SendNorm(int64_t s) {
   if (spec_.training.grad_clip <= 0.0) return absl::OkStatus();
   double downstream = 0.0;
@@ -310,8 +320,28 @@ absl::Status SiteRunner::SendNorm(int64_t s) {
     return SendTo(*links_.backward_out, Key(s, 0, index_ - 1, v1::BACKWARD, v1::CLIP),
                   DoubleAsFloats(total), {2});
   }
-  scales_[s] = GlobalNormClipScale(total, spec_.training.grad_clip);
+  const float scale = GlobalNormClipScale(total, spec_.training.grad_clip);
+  if (LaggedClip(spec_.training)) {
+    stage_.set_lagged_clip_scale(scale);  // For the next step (PassLaggedScale).
+  } else {
+    scales_[s] = scale;
+  }
   return absl::OkStatus();
+}
+
+absl::Status SiteRunner::PassLaggedScale(int64_t s) {
+  float scale;
+  if (links_.forward_in) {
+    STRAIT_ASSIGN_OR_RETURN(
+        std::vector<float> relayed,
+        Receive(*links_.forward_in, Key(s, 0, index_ - 1, v1::FORWARD, v1::CLIP)));
+    scale = relayed[0];
+  } else {
+    scale = stage_.lagged_clip_scale();  // Of step s - 1's norm: its SendNorm came before.
+  }
+  scales_[s] = scale;
+  if (!links_.forward_out) return absl::OkStatus();
+  return SendTo(*links_.forward_out, Key(s, 0, index_, v1::FORWARD, v1::CLIP), {scale}, {1});
 }
 
 absl::Status SiteRunner::Update(int64_t s) {
@@ -323,7 +353,7 @@ absl::Status SiteRunner::Update(int64_t s) {
   }
   float scale = 1.0f;
   if (spec_.training.grad_clip > 0.0) {
-    if (links_.forward_in) {
+    if (links_.forward_in && !LaggedClip(spec_.training)) {
       STRAIT_ASSIGN_OR_RETURN(
           std::vector<float> relayed,
           Receive(*links_.forward_in, Key(s, 0, index_ - 1, v1::FORWARD, v1::CLIP)));
@@ -336,7 +366,7 @@ absl::Status SiteRunner::Update(int64_t s) {
       scale = it->second;
       scales_.erase(it);
     }
-    if (links_.forward_out) {
+    if (links_.forward_out && !LaggedClip(spec_.training)) {
       STRAIT_RETURN_IF_ERROR(
           SendTo(*links_.forward_out, Key(s, 0, index_, v1::FORWARD, v1::CLIP), {scale}, {1}));
     }

@@ -130,6 +130,13 @@ class SiteRunner {
   // kClipNorm: this stage's part of the clipping norm of `step`'s gradient goes upstream; on the
   // first stage it becomes the scale.
   absl::Status SendNorm(int64_t step);
+  // Before the forward of step's last microbatch, with LaggedClip: the first stage takes the scale
+  // of the last step's norm, the others receive it from upstream; each passes it downstream (in
+  // front of the microbatch) and keeps it for the step's update.
+  absl::Status PassLaggedScale(int64_t step);
+  // kClipNorm, first: with dropped stale gradients, the gradient of `step` becomes the mean over
+  // the microbatches kept (schedule.h KeptGradientScale).
+  absl::Status KeepFreshGrads(int64_t step);
   // kClipNorm, before SendNorm: the tied-embedding exchange's first half (see above).
   absl::Status ShareTiedGrad(int64_t step);
   // The link of the TIED frames: the stages' own, or the neighbours' with two stages.
@@ -159,8 +166,9 @@ class SiteRunner {
   std::optional<Sampler> sampler_;
   int64_t step_;
   int64_t updates_;
-  std::map<int64_t, float> scales_;  // First stage: clipping scales computed, not yet applied.
-  int64_t expected_through_;         // Last step whose frames were announced to the receivers.
+  // Clipping scales not yet applied, by step: the first stage's, or with LaggedClip every stage's.
+  std::map<int64_t, float> scales_;
+  int64_t expected_through_;  // Last step whose frames were announced to the receivers.
   std::vector<float> inputs_;
   std::vector<int32_t> labels_;
 };

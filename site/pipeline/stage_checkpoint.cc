@@ -4,6 +4,7 @@
 #include "core/model_layout.h"
 #include "core/status.h"
 #include "site/nn/checkpoint.h"
+#include "site/pipeline/schedule.h"
 
 namespace strait::site {
 
@@ -31,6 +32,7 @@ absl::Status SaveStageCheckpoint(const std::string& path, const JobSpec& spec,
   s.data_seed = spec.data.seed;
   STRAIT_ASSIGN_OR_RETURN(s.params, stage.Params());
   STRAIT_ASSIGN_OR_RETURN(s.optimizer_state, stage.OptimizerState());
+  if (LaggedClip(spec.training)) s.lagged_clip_scale = stage.lagged_clip_scale();
   return WriteCheckpoint(path, s);
 }
 
@@ -70,8 +72,16 @@ absl::StatusOr<int64_t> LoadStageCheckpoint(const std::string& path, const JobSp
         "it was written by a 2bw run ", s.lookahead_params.empty() ? "without" : "with",
         " lookahead, and this job's training.lookahead is ", stage.lookahead()));
   }
+  if (s.lagged_clip_scale.has_value() != LaggedClip(spec.training)) {
+    return mismatch(s.lagged_clip_scale.has_value()
+                        ? "it carries the clipping scale of a 2bw run with update eager and "
+                          "grad_clip, and this job clips otherwise"
+                        : "this job (2bw, update eager, grad_clip) needs the clipping scale of the "
+                          "step before, which the checkpoint lacks");
+  }
   STRAIT_RETURN_IF_ERROR(
       stage.RestoreWeights(s.step, s.params, s.previous_params, s.lookahead_params));
+  if (s.lagged_clip_scale.has_value()) stage.set_lagged_clip_scale(*s.lagged_clip_scale);
   STRAIT_RETURN_IF_ERROR(stage.SetOptimizerState(s.optimizer_state));
   return s.step;
 }

@@ -303,6 +303,25 @@ absl::StatusOr<std::vector<float>> StageExecutor::TiedGrad(int64_t step) const {
       });
 }
 
+absl::Status StageExecutor::ScaleGrads(int64_t step, LayerRange layers, float factor) {
+  const LayerRange own = range();
+  if (layers.start < own.start || layers.end > own.end || layers.start > layers.end) {
+    return absl::InvalidArgumentError(absl::StrCat("ScaleGrads of layers [", layers.start, ", ",
+                                                   layers.end, ") on a stage of layers [",
+                                                   own.start, ", ", own.end, ")"));
+  }
+  const std::vector<int64_t>& offsets = stage(0).layer_offsets();
+  const int64_t begin = offsets[layers.start - own.start], end = offsets[layers.end - own.start];
+  if (end == begin) return absl::OkStatus();
+  return OnWorkers([&](int w) -> absl::Status {
+    Worker& worker = workers_[w];
+    float* grads = worker.history->grads(step) + begin;
+    // factor * g + 0 * g: exactly factor * g (the zero product adds nothing) on every backend.
+    worker.backend->Axpby(end - begin, factor, grads, 0.0f, grads);
+    return worker.backend->Sync();
+  });
+}
+
 absl::Status StageExecutor::AddTiedGrad(int64_t step, absl::Span<const float> other) {
   return OnWorkers([&](int w) -> absl::Status {
     Worker& worker = workers_[w];

@@ -153,6 +153,11 @@ class StageExecutor {
   float lookahead() const { return history(0).lookahead(); }
   // k of the newest weights L_k: the updates applied (counting those of a restored checkpoint).
   int64_t weights_version() const { return history(0).newest(); }
+  // 2bw with update eager and grad_clip (schedule.h LaggedClip): the clipping scale of the newest
+  // global norm, which the next update applies. The stage that computes the norm (the first, or
+  // `strait train`'s only one) keeps it here so that its checkpoint carries it; 1 before any.
+  float lagged_clip_scale() const { return lagged_clip_scale_; }
+  void set_lagged_clip_scale(float scale) { lagged_clip_scale_ = scale; }
   // Hash of the family and the layouts of the stage's layers (Stage::Fingerprint): checkpoints of
   // a different model or split do not load.
   uint64_t Fingerprint() const { return stage(0).Fingerprint(); }
@@ -198,6 +203,11 @@ class StageExecutor {
   // every copy on every worker. TieLocalGrads: a stage that holds both copies gives each their
   // sum; a no-op otherwise. Either way each copy ends with g_embed + g_head, the same bits.
   absl::StatusOr<std::vector<float>> TiedGrad(int64_t step) const;
+  // Multiplies the (reduced) gradient of step `step` of layers `layers` (model indices inside
+  // range()) by `factor` on every worker: a stage that dropped stale gradients makes its gradient
+  // the mean over the microbatches it kept (schedule.h KeptGradientScale), before the tied
+  // exchange and GradSumSquares. InvalidArgument for layers outside range().
+  absl::Status ScaleGrads(int64_t step, LayerRange layers, float factor);
   absl::Status AddTiedGrad(int64_t step, absl::Span<const float> other);
   absl::Status TieLocalGrads(int64_t step);
   // Every worker applies the optimizer to the newest weights with the gradient of step `step` - 1
@@ -262,6 +272,7 @@ class StageExecutor {
   std::vector<int> layer_bucket_;  // Stage layer -> reduction bucket (-1: no parameters).
   int num_buckets_ = 0;
   std::map<int, InFlight> in_flight_;  // By microbatch.
+  float lagged_clip_scale_ = 1.0f;
 };
 
 }  // namespace strait::site

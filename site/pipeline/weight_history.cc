@@ -12,7 +12,9 @@ namespace strait::site {
 
 WeightVersioning VersioningOf(const TrainingSpec& training) {
   if (training.schedule != Schedule::k2BW) return {};
-  return {2, static_cast<float>(training.lookahead)};
+  return {
+      2, static_cast<float>(training.lookahead),
+      training.update == UpdateTiming::kEager && training.stale_gradients == StaleGradients::kDrop};
 }
 
 absl::StatusOr<std::unique_ptr<WeightHistory>> WeightHistory::Create(const Stage& stage,
@@ -72,9 +74,10 @@ absl::StatusOr<int> WeightHistory::Slot(int64_t version, const char* what) const
 
 absl::StatusOr<const std::vector<LayerParams>*> WeightHistory::Views(int64_t version, int64_t step,
                                                                      const char* what) const {
-  STRAIT_ASSIGN_OR_RETURN(const int slot,
-                          Slot(version == kNewestWeights ? newest_ : version, what));
-  return &views_[slot * versioning_.versions + GradArena(step)];
+  if (version == kNewestWeights) version = newest_;
+  STRAIT_ASSIGN_OR_RETURN(const int slot, Slot(version, what));
+  const int64_t arena_step = versioning_.drop_stale && version < step ? step - 1 : step;
+  return &views_[slot * versioning_.versions + GradArena(arena_step)];
 }
 
 void WeightHistory::ZeroGrads(int64_t step) { backend_->Fill(grads(step), param_count_, 0.0f); }

@@ -21,6 +21,13 @@
 // L_k (which updates apply to) and P_k, P_{k-1} for the microbatches in flight: three weight
 // arenas. The update that makes L_{k+1} writes P_{k+1} over P_{k-1}, once per update.
 //
+// Dropping stale gradients (2bw with update eager and training.stale_gradients drop): a microbatch
+// of step t that computes with L_{t-1} (a stage's warm-up under eager updates) adds its parameter
+// gradients to the arena of step t - 1 instead of t's. Under eager updates that arena was applied
+// before the microbatch's backward pass and is zeroed before step t + 1 uses it, so those
+// gradients never reach the optimizer; only the step's microbatches computed with the newest
+// weights make its gradient (the caller rescales it to their mean: schedule.h KeptGradientScale).
+//
 // Views (per layer, the form Stage::Forward and Backward take) are made once at Create for every
 // (weight arena, gradient arena) pair, so handing weights to a pass copies nothing.
 //
@@ -47,12 +54,13 @@ inline constexpr int64_t kNewestWeights = -1;
 
 // How a schedule versions a stage's weights.
 struct WeightVersioning {
-  int versions = 1;        // 2 for 2bw, 1 otherwise.
-  float lookahead = 0.0f;  // c >= 0; > 0 only with two versions.
+  int versions = 1;         // 2 for 2bw, 1 otherwise.
+  float lookahead = 0.0f;   // c >= 0; > 0 only with two versions.
+  bool drop_stale = false;  // Gradients of microbatches of step t computed with L_{t-1} dropped.
 };
 
-// The versioning of `training`'s schedule: two versions and training.lookahead for 2bw; one
-// version and no lookahead otherwise.
+// The versioning of `training`'s schedule: two versions and training.lookahead for 2bw (and
+// drop_stale for update eager with stale_gradients drop); one version and no lookahead otherwise.
 WeightVersioning VersioningOf(const TrainingSpec& training);
 
 class WeightHistory {
@@ -77,6 +85,7 @@ class WeightHistory {
   // `version` compute with (L_version, or P_version with lookahead), their gradients going to the
   // arena of step `step`. The history must hold the version: the newest or, with two versions,
   // the previous one (FailedPrecondition naming `what` otherwise). kNewestWeights: the newest.
+  // With drop_stale, a version older than `step` gets the arena of step - 1 (dropped).
   // The views live as long as the history, but which version an arena holds changes with Update
   // and Restore: ask again after either.
   absl::StatusOr<const std::vector<LayerParams>*> Views(int64_t version, int64_t step,

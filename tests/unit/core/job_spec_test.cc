@@ -209,6 +209,15 @@ TEST(JobSpecTest, LookaheadDefaultsToTwoAndAppliesTo2bw) {
       ParseJobSpec(base + "training: {steps: 3, schedule: 2bw, update: eager, lookahead: 0}\n",
                    "la.yaml", "/x")
           .ok());
+  // Eager keeps the stale gradients unless told, and clips (with the last step's norm).
+  EXPECT_EQ(spec->training.stale_gradients, StaleGradients::kKeep);
+  spec = ParseJobSpec(base +
+                          "training: {steps: 3, schedule: 2bw, update: eager, grad_clip: 1, "
+                          "stale_gradients: drop}\n",
+                      "la.yaml", "/x");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->training.stale_gradients, StaleGradients::kDrop);
+  EXPECT_DOUBLE_EQ(spec->training.grad_clip, 1.0);
 }
 
 TEST(JobSpecTest, EvalEveryDefaultsToTheEndOnlyAndAppliesToFlushingSchedules) {

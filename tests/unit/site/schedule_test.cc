@@ -246,6 +246,29 @@ bool StreamRunsToCompletion(Schedule schedule, int stages, int microbatches, int
   return true;
 }
 
+// Dropped stale gradients: a stage's gradient becomes the mean over its M - w fresh microbatches
+// (none are stale at step 0); clipping under eager updates lags one step.
+TEST(ScheduleTest, KeptGradientScaleAndLaggedClip) {
+  TrainingSpec t;
+  t.schedule = Schedule::k2BW;
+  t.microbatches = 4;
+  t.update = UpdateTiming::kEager;
+  t.grad_clip = 1.0;
+  EXPECT_TRUE(LaggedClip(t));
+  EXPECT_EQ(KeptGradientScale(t, 3, 0, 1), 1.0f);  // Stale gradients kept.
+  t.stale_gradients = StaleGradients::kDrop;
+  EXPECT_EQ(KeptGradientScale(t, 3, 0, 0), 1.0f);
+  EXPECT_EQ(KeptGradientScale(t, 3, 0, 1), 2.0f);  // Warm-up 2 of 4.
+  EXPECT_EQ(KeptGradientScale(t, 3, 1, 1), 4.0f / 3.0f);
+  EXPECT_EQ(KeptGradientScale(t, 3, 2, 1), 1.0f);  // The last stage is never stale.
+  t.update = UpdateTiming::kDeferred;
+  EXPECT_EQ(KeptGradientScale(t, 3, 0, 1), 1.0f);
+  EXPECT_FALSE(LaggedClip(t));
+  t.update = UpdateTiming::kEager;
+  t.grad_clip = 0.0;
+  EXPECT_FALSE(LaggedClip(t));
+}
+
 TEST(ScheduleTest, TwoBwStreamInvariantsForManyShapes) {
   for (int stages = 1; stages <= 5; ++stages) {
     for (int microbatches = stages; microbatches <= 7; ++microbatches) {

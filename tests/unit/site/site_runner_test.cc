@@ -43,15 +43,15 @@ links:
 )";
 
 // schedule may add training keys ("2bw, extra_in_flight: 2") and end in " +cosine" (the
-// optimizer's cosine learning-rate decay); with "update: eager" the job does not clip (eager
-// needs it off).
+// optimizer's cosine learning-rate decay). Every job clips; with "update: eager" (clipping with the
+// norm of the step before) at 0.05, below the steps' norms, so that the lagged scale matters.
 JobSpec Spec(std::string schedule, const std::string& chain) {
   const std::string kCosine = " +cosine";
   const bool cosine = absl::EndsWith(schedule, kCosine);
   if (cosine) schedule.resize(schedule.size() - kCosine.size());
   std::string text = kJob;
   text.replace(text.find("SCHEDULE"), 8, schedule);
-  if (absl::StrContains(schedule, "eager")) text.replace(text.find("0.3"), 3, "0");
+  if (absl::StrContains(schedule, "eager")) text.replace(text.find("0.3"), 3, "0.05");
   for (size_t at; (at = text.find("CHAIN")) != std::string::npos;) text.replace(at, 5, chain);
   absl::StatusOr<JobSpec> spec = ParseJobSpec(text, "runner-test.yaml", "/");
   EXPECT_TRUE(spec.ok()) << spec.status();
@@ -273,6 +273,23 @@ TEST(SiteRunnerEagerTest, TrainsDifferentBitsThanDeferredAndThanSynchronous) {
   const std::vector<float> eager = params("2bw, update: eager");
   EXPECT_NE(eager, params("2bw, lookahead: 0"));
   EXPECT_NE(eager, params("1f1b"));
+  EXPECT_NE(eager, params("2bw, update: eager, stale_gradients: drop"));
+}
+
+// Under eager updates the first step is not clipped (no norm before it) and each later step is
+// clipped with the global norm of the step before.
+TEST(SiteRunnerEagerTest, ClipsEachStepWithTheNormOfTheStepBefore) {
+  JobSpec clipped = Spec("2bw, update: eager", "none"), plain = clipped;
+  plain.training.grad_clip = 0.0;
+  auto a = *Trainer::Create(clipped, CreateCpuBackend(1, clipped.training.precision));
+  auto b = *Trainer::Create(plain, CreateCpuBackend(1, plain.training.precision));
+  ASSERT_TRUE(a->Step().ok() && b->Step().ok());
+  EXPECT_EQ(*a->stage().Params(), *b->stage().Params());
+  const float first_scale = a->stage().lagged_clip_scale();  // From step 0's norm, for step 1.
+  EXPECT_GT(first_scale, 0.0f);
+  EXPECT_LT(first_scale, 1.0f);
+  ASSERT_TRUE(a->Step().ok() && b->Step().ok());
+  EXPECT_NE(*a->stage().Params(), *b->stage().Params());
 }
 
 // Only deferred 2bw's last step holds a drain: the update of its own gradient, which with
@@ -382,7 +399,12 @@ INSTANTIATE_TEST_SUITE_P(
                       // Eager: the sites' stages use different weights for
                       // one microbatch, and strait train follows them.
                       std::make_tuple("2bw, update: eager", "none"),
-                      std::make_tuple("2bw, update: eager, extra_in_flight: 1", "shuffle+zstd")));
+                      std::make_tuple("2bw, update: eager, extra_in_flight: 1", "shuffle+zstd"),
+                      // Dropped stale gradients: each site scales its own.
+                      std::make_tuple("2bw, update: eager, stale_gradients: drop", "none"),
+                      std::make_tuple("2bw, update: eager, stale_gradients: drop, "
+                                      "extra_in_flight: 1",
+                                      "shuffle+zstd")));
 INSTANTIATE_TEST_SUITE_P(Schedules, SiteRunnerWorkersTest, ::testing::Values("1f1b", "2bw"));
 
 // A language model across three sites: what crosses each boundary is the residual stream, the
@@ -460,7 +482,9 @@ sites:)",
 // evaluation's frames travel between two steps' TIED frames).
 INSTANTIATE_TEST_SUITE_P(Schedules, SiteRunnerGptTest,
                          ::testing::Values("1f1b", "2bw", "1f1b, precision: bf16", "tied 1f1b",
-                                           "tied 2bw", "tied2 1f1b", "1f1b, eval_every: 2",
+                                           "tied 2bw",
+                                           "tied 2bw, update: eager, stale_gradients: drop",
+                                           "tied2 1f1b", "1f1b, eval_every: 2",
                                            "tied2 1f1b, eval_every: 2"));
 
 // A 2bw federation stopped between steps and resumed from the checkpoints its sites take then (the
@@ -484,6 +508,8 @@ TEST_P(SiteRunnerTwoBwTest, ResumedFromCheckpointsEqualsUninterrupted) {
       ASSERT_EQ(sites[i]->runner->step(), 4);
       at = sites[i]->runner->updates();
       ASSERT_EQ(at, eager ? 4 : 3);  // Deferred: step 3's gradient is still to be applied.
+      // Eager: the first site's checkpoint carries the clipping scale of step 3's norm.
+      if (eager && i == 0) EXPECT_LT(sites[i]->stage->lagged_clip_scale(), 1.0f);
       paths.push_back(dir + "/runner-2bw-" + std::to_string(i) + ".ckpt");
       ASSERT_TRUE(SaveStageCheckpoint(paths.back(), spec, *sites[i]->stage, at).ok());
     }
@@ -503,7 +529,8 @@ TEST_P(SiteRunnerTwoBwTest, ResumedFromCheckpointsEqualsUninterrupted) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Updates, SiteRunnerTwoBwTest,
-                         ::testing::Values("2bw", "2bw, update: eager, extra_in_flight: 1"));
+                         ::testing::Values("2bw", "2bw, update: eager, extra_in_flight: 1",
+                                           "2bw, update: eager, stale_gradients: drop"));
 
 TEST(SiteRunnerSecurityTest, AnAlteredFrameIsRefusedAndStopsTheConsumer) {
   const JobSpec spec = Spec("1f1b", "none");

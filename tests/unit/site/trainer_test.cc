@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 
 #include "core/model_layout.h"
 #include "core/tied_embeddings.h"
@@ -273,7 +274,7 @@ TEST_F(TrainerTest, BadCheckpointsAreClearErrors) {
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(
       std::string(s.message()),
-      ::testing::HasSubstr("format version 9 is not supported by this build (expects 1 or 2)"));
+      ::testing::HasSubstr("format version 9 is not supported by this build (expects 1 to 3)"));
 
   JobSpec other = spec;
   other.model.mlp.hidden = {32, 16};
@@ -313,16 +314,24 @@ TEST_F(TrainerTest, TwoBwLearnsAndIsOneUpdateStale) {
   EXPECT_GT(t->Evaluate()->accuracy, 0.9);
 }
 
+// Lookahead 2 and 0, and eager updates with clipping and dropped stale gradients, whose checkpoint
+// carries the clipping scale of the last step's norm (so the resumed run clips as the other).
 TEST_F(TrainerTest, TwoBwSaveLoadContinueEqualsUninterrupted) {
-  for (auto [opt, lookahead] : {std::pair{OptimizerKind::kAdamW, 2.0},
-                                {OptimizerKind::kSgd, 2.0},
-                                {OptimizerKind::kAdamW, 0.0}}) {
-    SCOPED_TRACE(testing::Message() << "lookahead " << lookahead);
+  for (auto [opt, lookahead, eager] : {std::tuple{OptimizerKind::kAdamW, 2.0, false},
+                                       {OptimizerKind::kSgd, 2.0, false},
+                                       {OptimizerKind::kAdamW, 0.0, false},
+                                       {OptimizerKind::kAdamW, 0.0, true}}) {
+    SCOPED_TRACE(testing::Message() << "lookahead " << lookahead << (eager ? " eager" : ""));
     JobSpec spec = SyntheticJob(ModelFamily::kMlp);
     spec.model.mlp.dropout = 0.2f;
     spec.training.optimizer.kind = opt;
     spec.training.schedule = Schedule::k2BW;
     spec.training.lookahead = lookahead;
+    if (eager) {
+      spec.training.update = UpdateTiming::kEager;
+      spec.training.stale_gradients = StaleGradients::kDrop;
+      spec.training.grad_clip = 0.05;  // Below the steps' norms: the scale matters.
+    }
     auto straight = MakeTrainer(spec);
     std::vector<double> losses;
     for (int i = 0; i < 6; ++i) losses.push_back(straight->Step()->loss);
@@ -340,6 +349,11 @@ TEST_F(TrainerTest, TwoBwSaveLoadContinueEqualsUninterrupted) {
     if (lookahead > 0.0) {
       EXPECT_EQ(state->lookahead_params, *first->stage().LookaheadParams());
     }
+    EXPECT_EQ(state->lagged_clip_scale.has_value(), eager);
+    if (eager) {
+      EXPECT_EQ(*state->lagged_clip_scale, first->stage().lagged_clip_scale());
+      EXPECT_LT(*state->lagged_clip_scale, 1.0f);
+    }
     first.reset();
     auto resumed = MakeTrainer(spec);
     ASSERT_TRUE(resumed->LoadCheckpoint(Path("ck")).ok());
@@ -349,6 +363,26 @@ TEST_F(TrainerTest, TwoBwSaveLoadContinueEqualsUninterrupted) {
     EXPECT_EQ(*resumed->stage().PreviousParams(), *straight->stage().PreviousParams());
     EXPECT_EQ(*resumed->stage().OptimizerState(), *straight->stage().OptimizerState());
   }
+}
+
+// The lagged clipping scale of 2bw with eager updates and grad_clip: a job that clips otherwise
+// refuses a checkpoint that carries one, and such a job refuses a checkpoint without it.
+TEST_F(TrainerTest, CheckpointsDoNotCrossBetweenLaggedAndOtherClipping) {
+  JobSpec spec = SyntheticJob(ModelFamily::kMlp);
+  spec.training.schedule = Schedule::k2BW;
+  spec.training.update = UpdateTiming::kEager;
+  spec.training.lookahead = 0.0;
+  spec.training.grad_clip = 0.05;
+  JobSpec unclipped = spec;
+  unclipped.training.grad_clip = 0.0;
+  ASSERT_TRUE(MakeTrainer(spec)->SaveCheckpoint(Path("clipped")).ok());
+  ASSERT_TRUE(MakeTrainer(unclipped)->SaveCheckpoint(Path("unclipped")).ok());
+  absl::Status s = MakeTrainer(unclipped)->LoadCheckpoint(Path("clipped"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("carries the clipping scale"));
+  s = MakeTrainer(spec)->LoadCheckpoint(Path("unclipped"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("which the checkpoint lacks"));
 }
 
 TEST_F(TrainerTest, CheckpointsDoNotCrossBetweenTwoBwAndOneFOneB) {
@@ -411,6 +445,8 @@ TEST_F(TrainerTest, CheckpointsDoNotCrossBetweenTwoBwAndOneFOneB) {
 // Checkpoints that an earlier build wrote (tests/data/checkpoints: its `strait train` after 3 steps
 // of a job, and after 6 as the reference) still load, and training on from them gives that build's
 // bits: the same weights, weight versions and optimizer state, and a file equal byte for byte.
+// Bits depend on OpenBLAS's kernels, which it picks by CPU: CTest runs this with the Haswell ones
+// the files were written with (OPENBLAS_CORETYPE, tests/unit/site/CMakeLists.txt).
 TEST_F(TrainerTest, CheckpointsOfEarlierBuildsLoadAndContinue) {
   for (const std::string name : {"1f1b", "2bw", "2bw-eager"}) {
     SCOPED_TRACE(name);
@@ -479,6 +515,27 @@ TEST(CheckpointTest, ReadsTheDocumentedFormatWithLookahead) {
   EXPECT_EQ(s->previous_params, (std::vector<float>{0.25f, -1.0f, 1.5f}));
   EXPECT_EQ(s->lookahead_params, (std::vector<float>{1.0f, -1.75f, 3.0f}));
   EXPECT_EQ(s->optimizer_state, (std::vector<float>{0.0f, 0.125f, 0.25f, 0.375f, 0.5f, 0.625f}));
+}
+
+// Version 3 (2bw with update eager and grad_clip: the lagged clipping scale), written by a Python
+// encoder of the documented format (struct.pack and a bitwise CRC32C).
+TEST(CheckpointTest, ReadsTheDocumentedFormatVersionThree) {
+  auto s = ReadCheckpoint(STRAIT_SOURCE_DIR
+                          "/tests/fuzz/corpus/checkpoint_fuzzer/small-2bw-eager-clip.ckpt");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->step, 10);
+  EXPECT_EQ(s->weight_versions, 2u);
+  EXPECT_EQ(s->lagged_clip_scale, 0.375f);
+  EXPECT_EQ(s->params, (std::vector<float>{0.5f, -1.25f, 2.0f}));
+  EXPECT_EQ(s->previous_params, (std::vector<float>{0.25f, -1.0f, 1.5f}));
+  EXPECT_TRUE(s->lookahead_params.empty());
+  EXPECT_EQ(s->optimizer_state, (std::vector<float>{0.0f, 0.125f, 0.25f, 0.375f, 0.5f, 0.625f}));
+  // A lagged scale needs two weight versions.
+  CheckpointState one;
+  one.params = {1.0f};
+  one.lagged_clip_scale = 0.5f;
+  EXPECT_EQ(WriteCheckpoint(::testing::TempDir() + "/one.ckpt", one).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // Every fuzz seed (the regression inputs among them) parses or is refused as DataLoss: replayed

@@ -100,6 +100,19 @@ TEST_F(WeightHistoryTest, TwoVersionsKeepThePreviousAndGradientsByStepParity) {
   EXPECT_EQ((**h->Views(2, 2, "test"))[0].grad[0], h->grads(2));
 }
 
+// Dropping stale gradients: a microbatch of step t computing with L_{t-1} writes its gradients to
+// the arena of step t - 1 (already applied, zeroed before step t + 1), the newest to step t's.
+TEST_F(WeightHistoryTest, DroppedStaleGradientsGoToTheAppliedArena) {
+  auto h = *WeightHistory::Create(*stage_, {2, 0.0f, /*drop_stale=*/true});
+  ASSERT_TRUE(h->Update(1, *optimizer_, 1.0f).ok());  // L_1; step 1's stale microbatches use L_0
+  EXPECT_EQ((**h->Views(0, 1, "test"))[0].grad[0], h->grads(0));
+  EXPECT_EQ((**h->Views(1, 1, "test"))[0].grad[0], h->grads(1));
+  EXPECT_EQ((**h->Views(kNewestWeights, 1, "test"))[0].grad[0], h->grads(1));
+  auto kept = *WeightHistory::Create(*stage_, {2, 0.0f});
+  ASSERT_TRUE(kept->Update(1, *optimizer_, 1.0f).ok());
+  EXPECT_EQ((**kept->Views(0, 1, "test"))[0].grad[0], kept->grads(1));
+}
+
 // P_k = L_k + c (L_k - L_{k-1}), computed as Backend::Axpby does, once per update.
 TEST_F(WeightHistoryTest, LookaheadExtrapolatesAlongTheLastUpdate) {
   const float c = 2.0f;
@@ -156,6 +169,11 @@ TEST(WeightVersioningTest, FollowsTheSchedule) {
   t.schedule = Schedule::k2BW;
   EXPECT_EQ(VersioningOf(t).versions, 2);
   EXPECT_EQ(VersioningOf(t).lookahead, 2.0f);
+  EXPECT_FALSE(VersioningOf(t).drop_stale);
+  t.stale_gradients = StaleGradients::kDrop;  // Eager only.
+  EXPECT_FALSE(VersioningOf(t).drop_stale);
+  t.update = UpdateTiming::kEager;
+  EXPECT_TRUE(VersioningOf(t).drop_stale);
 }
 
 }  // namespace

@@ -83,6 +83,12 @@ TEST(JobSpecRewriteTest, BatchAndScheduleOverride) {
   o.update = "eager";
   spec = Reload(*RewriteJobSpec(kConfig, o));
   EXPECT_EQ(spec.training.update, UpdateTiming::kEager);
+  o.stale_gradients = "drop";
+  o.grad_clip = 0.5;
+  spec = Reload(*RewriteJobSpec(kConfig, o));
+  EXPECT_EQ(spec.training.stale_gradients, StaleGradients::kDrop);
+  EXPECT_DOUBLE_EQ(spec.training.grad_clip, 0.5);
+  o.stale_gradients.clear();
   o.schedule = "gpipe";
   EXPECT_FALSE(RewriteJobSpec(kConfig, o).ok());  // eager is for 2bw only
   o.update.clear();
