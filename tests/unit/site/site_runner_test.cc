@@ -405,7 +405,9 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple("2bw, update: eager, stale_gradients: drop, "
                                       "extra_in_flight: 1",
                                       "shuffle+zstd")));
-INSTANTIATE_TEST_SUITE_P(Schedules, SiteRunnerWorkersTest, ::testing::Values("1f1b", "2bw"));
+INSTANTIATE_TEST_SUITE_P(Schedules, SiteRunnerWorkersTest,
+                         ::testing::Values("1f1b", "2bw",
+                                           "2bw, update: eager, stale_gradients: drop"));
 
 // A language model across three sites: what crosses each boundary is the residual stream, the
 // first site reads the token windows and the last their next tokens; the final parameters and the
