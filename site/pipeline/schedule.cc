@@ -58,11 +58,13 @@ bool LaggedClip(const TrainingSpec& training) {
          training.grad_clip > 0.0;
 }
 
+bool DropsStaleGradients(const TrainingSpec& training) {
+  return training.schedule == Schedule::k2BW && training.update == UpdateTiming::kEager &&
+         training.stale_gradients == StaleGradients::kDrop;
+}
+
 float KeptGradientScale(const TrainingSpec& training, int stages, int stage, int64_t step) {
-  if (training.schedule != Schedule::k2BW || training.update != UpdateTiming::kEager ||
-      training.stale_gradients != StaleGradients::kDrop || step == 0) {
-    return 1.0f;
-  }
+  if (!DropsStaleGradients(training) || step == 0) return 1.0f;
   const int m = training.microbatches;
   const int stale = StreamWarmup(stages, stage, m, training.extra_in_flight);
   return static_cast<float>(m) / static_cast<float>(m - stale);

@@ -95,6 +95,11 @@ int64_t ForwardWeights(const TrainingSpec& training, int stages, int stage, int6
 // pipeline, and travels downstream in front of it.
 bool LaggedClip(const TrainingSpec& training);
 
+// 2bw with update eager and training.stale_gradients drop: the parameter gradients of each stage's
+// warm-up microbatches (computed with the weights of one update before) are dropped
+// (weight_history.h).
+bool DropsStaleGradients(const TrainingSpec& training);
+
 // What the gradient of `step` on stage `stage` is multiplied by before its clipping norm and update
 // so that it is the mean over the microbatches that count: M / (M - w) when stale gradients are
 // dropped (training.stale_gradients drop) and the step has w > 0 microbatches computed with the

@@ -7,14 +7,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "site/pipeline/schedule.h"
 
 namespace strait::site {
 
 WeightVersioning VersioningOf(const TrainingSpec& training) {
   if (training.schedule != Schedule::k2BW) return {};
-  return {
-      2, static_cast<float>(training.lookahead),
-      training.update == UpdateTiming::kEager && training.stale_gradients == StaleGradients::kDrop};
+  return {2, static_cast<float>(training.lookahead), DropsStaleGradients(training)};
 }
 
 absl::StatusOr<std::unique_ptr<WeightHistory>> WeightHistory::Create(const Stage& stage,

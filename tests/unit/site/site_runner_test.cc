@@ -511,7 +511,9 @@ TEST_P(SiteRunnerTwoBwTest, ResumedFromCheckpointsEqualsUninterrupted) {
       at = sites[i]->runner->updates();
       ASSERT_EQ(at, eager ? 4 : 3);  // Deferred: step 3's gradient is still to be applied.
       // Eager: the first site's checkpoint carries the clipping scale of step 3's norm.
-      if (eager && i == 0) EXPECT_LT(sites[i]->stage->lagged_clip_scale(), 1.0f);
+      if (eager && i == 0) {
+        EXPECT_LT(sites[i]->stage->lagged_clip_scale(), 1.0f);
+      }
       paths.push_back(dir + "/runner-2bw-" + std::to_string(i) + ".ckpt");
       ASSERT_TRUE(SaveStageCheckpoint(paths.back(), spec, *sites[i]->stage, at).ok());
     }

@@ -493,15 +493,20 @@ TEST(CheckpointTest, ReadsTheDocumentedFormat) {
   EXPECT_EQ(s->optimizer_state.size(), 6u);
 }
 
+// The arrays every 2bw seed of the checkpoint fuzz corpus holds (written by independent encoders).
+void ExpectTwoBwSeedArrays(const CheckpointState& s) {
+  EXPECT_EQ(s.weight_versions, 2u);
+  EXPECT_EQ(s.params, (std::vector<float>{0.5f, -1.25f, 2.0f}));
+  EXPECT_EQ(s.previous_params, (std::vector<float>{0.25f, -1.0f, 1.5f}));
+  EXPECT_EQ(s.optimizer_state, (std::vector<float>{0.0f, 0.125f, 0.25f, 0.375f, 0.5f, 0.625f}));
+}
+
 // Version 2 (two weight versions, schedule 2bw), written by the same independent encoder.
 TEST(CheckpointTest, ReadsTheDocumentedFormatVersionTwo) {
   auto s = ReadCheckpoint(STRAIT_SOURCE_DIR "/tests/fuzz/corpus/checkpoint_fuzzer/small-2bw.ckpt");
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->step, 8);
-  EXPECT_EQ(s->weight_versions, 2u);
-  EXPECT_EQ(s->params, (std::vector<float>{0.5f, -1.25f, 2.0f}));
-  EXPECT_EQ(s->previous_params, (std::vector<float>{0.25f, -1.0f, 1.5f}));
-  EXPECT_EQ(s->optimizer_state, (std::vector<float>{0.0f, 0.125f, 0.25f, 0.375f, 0.5f, 0.625f}));
+  ExpectTwoBwSeedArrays(*s);
 }
 
 // Version 2 with the third weight array of lookahead, written by the same independent encoder.
@@ -510,11 +515,8 @@ TEST(CheckpointTest, ReadsTheDocumentedFormatWithLookahead) {
                           "/tests/fuzz/corpus/checkpoint_fuzzer/small-2bw-lookahead.ckpt");
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->step, 9);
-  EXPECT_EQ(s->weight_versions, 2u);
-  EXPECT_EQ(s->params, (std::vector<float>{0.5f, -1.25f, 2.0f}));
-  EXPECT_EQ(s->previous_params, (std::vector<float>{0.25f, -1.0f, 1.5f}));
+  ExpectTwoBwSeedArrays(*s);
   EXPECT_EQ(s->lookahead_params, (std::vector<float>{1.0f, -1.75f, 3.0f}));
-  EXPECT_EQ(s->optimizer_state, (std::vector<float>{0.0f, 0.125f, 0.25f, 0.375f, 0.5f, 0.625f}));
 }
 
 // Version 3 (2bw with update eager and grad_clip: the lagged clipping scale), written by a Python
@@ -524,12 +526,9 @@ TEST(CheckpointTest, ReadsTheDocumentedFormatVersionThree) {
                           "/tests/fuzz/corpus/checkpoint_fuzzer/small-2bw-eager-clip.ckpt");
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->step, 10);
-  EXPECT_EQ(s->weight_versions, 2u);
+  ExpectTwoBwSeedArrays(*s);
   EXPECT_EQ(s->lagged_clip_scale, 0.375f);
-  EXPECT_EQ(s->params, (std::vector<float>{0.5f, -1.25f, 2.0f}));
-  EXPECT_EQ(s->previous_params, (std::vector<float>{0.25f, -1.0f, 1.5f}));
   EXPECT_TRUE(s->lookahead_params.empty());
-  EXPECT_EQ(s->optimizer_state, (std::vector<float>{0.0f, 0.125f, 0.25f, 0.375f, 0.5f, 0.625f}));
   // A lagged scale needs two weight versions.
   CheckpointState one;
   one.params = {1.0f};
