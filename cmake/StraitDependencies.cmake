@@ -25,6 +25,8 @@ target_include_directories(strait_sentencepiece_libraries SYSTEM INTERFACE ${STR
 target_link_libraries(strait_sentencepiece_libraries INTERFACE ${STRAIT_SENTENCEPIECE_TRAIN_LIBRARY}
                                                               ${STRAIT_SENTENCEPIECE_LIBRARY})
 add_library(SentencePiece::SentencePiece ALIAS strait_sentencepiece_libraries)
+# Gloo (libgloo-dev): the collective library across the ranks of a multi-machine CPU site.
+find_package(Gloo CONFIG REQUIRED)
 set(BLA_VENDOR OpenBLAS)
 find_package(BLAS REQUIRED)
 find_path(STRAIT_CBLAS_INCLUDE cblas.h PATHS /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/openblas

@@ -84,7 +84,8 @@ std::string AgreedJobText(const JobSpec& spec) {
   for (const SiteSpec& s : spec.sites) {
     Line(out, absl::StrCat("sites.", s.id),
          absl::StrCat("layers [", s.layers.start, ", ", s.layers.end, ") on ", ToString(s.device),
-                      " x", s.workers));
+                      " x", s.workers,
+                      s.machines > 1 ? absl::StrCat(" on ", s.machines, " machines") : ""));
   }
   for (const LinkSpec& l : spec.links) {
     Line(out, absl::StrCat("links.", l.boundary),

@@ -238,7 +238,11 @@ struct SiteSpec {
   std::string id;
   LayerRange layers;
   DeviceKind device = DeviceKind::kCpu;
-  int workers = 1;
+  int workers = 1;  // Per machine (rank).
+  // Processes ("ranks") the site runs on, one per machine (DESIGN.md §4): rank 0 is the leader,
+  // the one WAN endpoint; a microbatch's rows are split over machines x workers.
+  int machines = 1;
+  int parts() const { return machines * workers; }  // How many ways a microbatch is split.
 };
 
 // The link across boundary b joins sites[b] (producer of forward tensors) and sites[b + 1].

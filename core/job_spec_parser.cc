@@ -20,6 +20,7 @@ namespace {
 constexpr int kMaxWidth = 1 << 20;  // Largest layer width / class count accepted.
 constexpr int kMaxSites = 64;
 constexpr int kMaxWorkers = 1024;
+constexpr int kMaxMachines = 4096;
 constexpr int kMaxDepth = 1024;
 
 class JobSpecParser {
@@ -493,6 +494,13 @@ class JobSpecParser {
                            absl::StrCat(site.workers, " workers cannot share a microbatch of ",
                                         spec_.training.MicrobatchSize(),
                                         " samples; use at most that many workers"));
+      }
+      STRAIT_RETURN_IF_ERROR(map.Int("machines", 1, kMaxMachines, &site.machines));
+      if (site.parts() > spec_.training.MicrobatchSize()) {
+        return map.ErrorAt("machines", absl::StrCat(site.machines, " machines x ", site.workers,
+                                                    " workers cannot share a microbatch of ",
+                                                    spec_.training.MicrobatchSize(),
+                                                    " samples; use fewer machines or workers"));
       }
       STRAIT_RETURN_IF_ERROR(map.Finish());
       spec_.sites.push_back(std::move(site));

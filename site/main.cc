@@ -56,6 +56,19 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_flag("!--no-eval", o.evaluate, "Skip the test-set evaluation after the last step");
+  app.add_option("--rank", o.rank,
+                 "This process's rank in a site of several machines (sites[i].machines): 0 is the "
+                 "leader, the only one that talks to the gateway")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--leader", o.leader,
+                 "A site of several machines: where rank 0 listens for the other ranks (every "
+                 "rank gives the same address; rank 0 binds it)")
+      ->type_name("HOST:PORT");
+  app.add_option("--collective-host", o.collective_host,
+                 "Address of this machine that the site's Gloo all-reduce binds (default: "
+                 "127.0.0.1 when --leader is on loopback, else the machine's hostname)")
+      ->type_name("HOST");
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();

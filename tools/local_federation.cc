@@ -1,5 +1,10 @@
 #include "tools/local_federation.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -130,6 +135,50 @@ void LocalFederation::StartSite(const std::string& site, const std::vector<std::
                                    "--gateway",       dial, "--out",  OutDir(site)};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   sites_[site] = std::make_unique<Process>(args, SiteLogFile(site));
+}
+
+namespace {
+
+// A port of 127.0.0.1 that is free now (the kernel's pick for port 0); a process binds it soon.
+std::string FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(addr);
+  std::string port = "0";
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0) {
+    port = std::to_string(ntohs(addr.sin_port));
+  }
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+}  // namespace
+
+std::string LocalFederation::RankName(const std::string& site, int rank) {
+  return site + ".rank" + std::to_string(rank);
+}
+
+void LocalFederation::StartSiteRanks(const std::string& site, int machines,
+                                     const std::vector<std::string>& extra_args) {
+  leaders_[site] = "127.0.0.1:" + FreeLoopbackPort();
+  std::vector<std::string> leader = {"--rank", "0", "--leader", leaders_[site]};
+  leader.insert(leader.end(), extra_args.begin(), extra_args.end());
+  StartSite(site, leader);
+  for (int r = 1; r < machines; ++r) StartRank(site, r, extra_args);
+}
+
+void LocalFederation::StartRank(const std::string& site, int rank,
+                                const std::vector<std::string>& extra_args) {
+  std::vector<std::string> args = {
+      executables_.site,    "-c",       config(),         "--site", site, "--rank",
+      std::to_string(rank), "--leader", leaders_.at(site)};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  const std::string name = RankName(site, rank);
+  sites_[name].reset();  // A restart: the old process goes first.
+  sites_[name] = std::make_unique<Process>(args, SiteLogFile(name));
 }
 
 int LocalFederation::WaitSite(const std::string& site, std::chrono::seconds timeout) {

@@ -80,6 +80,15 @@ class LocalFederation {
   // proxy in between).
   void StartSite(const std::string& site, const std::vector<std::string>& extra_args = {},
                  const std::string& gateway = "");
+  // A site of `machines` > 1 ranks, all on loopback: rank 0 (the leader, started as `site`, with
+  // --out) listening for the others on a free port, and ranks 1 .. machines - 1 as processes named
+  // RankName(site, r). Every rank gets `extra_args`.
+  void StartSiteRanks(const std::string& site, int machines,
+                      const std::vector<std::string>& extra_args = {});
+  // (Re)starts follower rank `rank` of `site` (after StartSiteRanks).
+  void StartRank(const std::string& site, int rank,
+                 const std::vector<std::string>& extra_args = {});
+  static std::string RankName(const std::string& site, int rank);
   Process& site(const std::string& site) { return *sites_.at(site); }
   // Waits for site `site` to exit; its exit code (-1 on timeout).
   int WaitSite(const std::string& site, std::chrono::seconds timeout);
@@ -97,6 +106,7 @@ class LocalFederation {
 
   TempDir dir_;
   Executables executables_;
+  std::map<std::string, std::string> leaders_;  // Site -> its leader's address for its ranks.
   absl::Status certificates_;
   std::unique_ptr<Process> gateway_;
   std::string gateway_address_;

@@ -47,6 +47,19 @@ class AllReducer {
 absl::StatusOr<std::unique_ptr<AllReducer>> CreateCpuAllReducer(std::vector<float*> buffers,
                                                                 std::vector<Bucket> buckets);
 
+class GlooGroup;
+
+// The all-reduce of a CPU site of several ranks (DESIGN.md §4): hierarchical. Once every local
+// replica has made a bucket ready, a thread of the reducer's own sums the bucket in process (buffer
+// 0 + buffer 1 + ..., in this order, into buffer 0), sums it across the group's ranks with Gloo and
+// copies the result to the other local buffers, while the replicas go on with the backward pass.
+// Buckets are summed in increasing order, the order every rank makes them ready, so the ranks'
+// collectives pair up; the tag of bucket b is b. Not owned: `group` and the buffers must outlive
+// the reducer; no other collective may run on `group` during a round.
+absl::StatusOr<std::unique_ptr<AllReducer>> CreateCrossRankCpuReducer(std::vector<float*> buffers,
+                                                                      std::vector<Bucket> buckets,
+                                                                      GlooGroup* group);
+
 // NCCL all-reduce (sum) of CUDA replicas: buffers[w] is device memory of backends[w], a CUDA
 // backend on device devices[w] (distinct devices). Each bucket is one ncclAllReduce on a
 // communication stream of the replica's device that waits for the work queued on the backend's

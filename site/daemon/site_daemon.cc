@@ -16,6 +16,8 @@
 #include "crypto/certificates.h"
 #include "crypto/deny_list.h"
 #include "site/daemon/checkpoint_store.h"
+#include "site/daemon/rank_follower.h"
+#include "site/daemon/rank_leader.h"
 #include "site/daemon/site_session.h"
 #include "site/data/dataset.h"
 #include "site/data/tokenizer.h"
@@ -99,13 +101,25 @@ absl::StatusOr<SiteSetup> LoadSetup(const SiteOptions& o) {
       (index > 0 && spec.links[index - 1].encryption) ||
       (index + 1 < static_cast<int>(spec.sites.size()) && spec.links[index].encryption);
   if (o.threads < 1) return Invalid("--threads must be at least 1");
+  const SiteSpec& site = spec.sites[index];
+  if (o.rank < 0 || o.rank >= site.machines) {
+    return Invalid(absl::StrCat("--rank ", o.rank, ": site '", site.id, "' runs on ", site.machines,
+                                " machine(s), ranks 0 to ", site.machines - 1, " (sites[", index,
+                                "].machines in ", o.config, ")"));
+  }
+  if (site.machines > 1 && o.leader.empty()) {
+    return Invalid(absl::StrCat("site '", site.id, "' runs on ", site.machines,
+                                " machines: give every rank --leader HOST:PORT, the address on "
+                                "which rank 0 listens for the others"));
+  }
   // A tokenizer that does not fit the model stops the site before it joins (every site checks:
   // a middle stage tokenizes too, to count the evaluation windows).
   if (spec.data.kind == DatasetKind::kText) {
     STRAIT_RETURN_IF_ERROR(LoadTokenizer(spec.data, spec.model.gpt).status());
   }
   // Identity: the certificate authenticates the gRPC channel and signs each epoch's link key.
-  if (!o.insecure || sealed) {
+  // The ranks of a site of several machines authenticate each other with the site's certificate.
+  if (!o.insecure || sealed || site.machines > 1) {
     STRAIT_ASSIGN_OR_RETURN(setup.tls, LoadSiteTls(o, spec));
   }
   if (!spec.tls.deny_list.empty()) {
@@ -204,30 +218,32 @@ GatewayConnection::Options ConnectionOptionsFor(const SiteOptions& o, const Site
   return options;
 }
 
-}  // namespace
-
-absl::Status RunSite(const SiteOptions& o) {
-  const auto process_start = std::chrono::steady_clock::now();
-  STRAIT_ASSIGN_OR_RETURN(const SiteSetup setup, LoadSetup(o));
+// One join of the federation: the session of this process (or of this formation of the site's
+// group), from the join to the end of training or the failure that ends it. `epoch`: the newest
+// join epoch so far, updated (a later join must use a larger one).
+absl::Status TrainSite(const SiteOptions& o, const SiteSetup& setup, const StageData& data,
+                       StageFactory factory, bool resume, uint32_t& epoch, RunReport& report,
+                       std::chrono::steady_clock::time_point process_start) {
   const JobSpec& spec = setup.spec;
   const int stages = static_cast<int>(spec.sites.size());
   const LayerRange& layers = spec.sites[setup.index].layers;
   CheckpointStore checkpoints(spec, o.site_id);
-  RunReport report(setup.total_steps, spec.training.global_batch);
   SessionOptions session_options = SessionOptionsFor(o, setup);
+  session_options.resume = resume;
   session_options.process_start = process_start;
-  SiteSession session(spec, session_options,
-                      MakeStageFactory(spec, setup.index, setup.total_steps, o.threads),
-                      checkpoints, report);
+  SiteSession session(spec, session_options, std::move(factory), checkpoints, report);
+  GatewayConnection::Options connection_options = ConnectionOptionsFor(o, setup);
+  connection_options.min_epoch = epoch + 1;
   // After the session, whose handlers it calls: destroyed (and so closed) first, on every path.
-  GatewayConnection connection(ConnectionOptionsFor(o, setup), session.events());
-  STRAIT_RETURN_IF_ERROR(session.Join(connection));
-  STRAIT_ASSIGN_OR_RETURN(StageData data,
-                          LoadStageData(spec, setup.index == 0, setup.index == stages - 1));
+  GatewayConnection connection(connection_options, session.events());
+  absl::Status result = session.Join(connection);
+  epoch = std::max(epoch, connection.epoch());
+  if (!result.ok()) return result;
 
   report.Print(absl::StrFormat("%s: stage %d of %d, layers [%d, %d), %d steps", o.site_id,
                                setup.index, stages, layers.start, layers.end, setup.total_steps));
-  absl::Status result = session.Run(connection, data);
+  result = session.Run(connection, data);
+  epoch = std::max(epoch, connection.epoch());
   if (const std::optional<Evaluation> evaluation = session.figures().evaluation) {
     report.Print(absl::StrFormat("%s after %d steps; %.0f samples/s",
                                  DescribeEvaluation(spec.model, *evaluation), setup.total_steps,
@@ -238,6 +254,90 @@ absl::Status RunSite(const SiteOptions& o) {
     spdlog::debug("stream closed: {}", closed.ToString());
   }
   return result;
+}
+
+// Where this rank's Gloo connections bind: --collective-host, else loopback when the leader is on
+// loopback (one machine), else the machine's name.
+std::string CollectiveHost(const SiteOptions& o) {
+  if (!o.collective_host.empty()) return o.collective_host;
+  const std::string host = o.leader.substr(0, o.leader.rfind(':'));
+  if (host == "127.0.0.1" || host == "localhost" || host == "[::1]") return "127.0.0.1";
+  return "";  // Gloo resolves the hostname.
+}
+
+// Rank 0 of a site of several machines: forms the site's group, trains, and after a rank's failure
+// leaves the federation, forms the group again and rejoins from its checkpoint.
+absl::Status LeadSite(const SiteOptions& o, const SiteSetup& setup, const StageData& data,
+                      RunReport& report, std::chrono::steady_clock::time_point process_start) {
+  const JobSpec& spec = setup.spec;
+  const int machines = spec.sites[setup.index].machines;
+  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<RankLeader> leader,
+                          RankLeader::Start({.spec = &spec,
+                                             .index = setup.index,
+                                             .listen = o.leader,
+                                             .tls = *setup.tls,
+                                             .deny_list = setup.deny_list,
+                                             .collective_host = CollectiveHost(o)}));
+  report.Print(absl::StrFormat("%s: leader of %d ranks, listening for them on %s", o.site_id,
+                               machines, o.leader));
+  const auto wait = std::chrono::milliseconds(static_cast<int64_t>(o.reconnect_timeout_s * 1000));
+  bool resume = o.resume;
+  uint32_t epoch = 0;
+  for (;;) {
+    STRAIT_RETURN_IF_ERROR(leader->FormGroup(wait));
+    const StageFactory stage = MakeStageFactory(
+        spec, setup.index, setup.total_steps, o.threads,
+        {.rank = 0, .ranks = machines, .peers = leader.get(), .group = leader->group()});
+    RankLeader* group = leader.get();
+    const int64_t total_steps = setup.total_steps;
+    auto factory = [group, stage, total_steps]() -> absl::StatusOr<std::unique_ptr<StageExecutor>> {
+      STRAIT_RETURN_IF_ERROR(group->BuildFollowers(total_steps));
+      return stage();
+    };
+    absl::Status result = TrainSite(o, setup, data, factory, resume, epoch, report, process_start);
+    const absl::Status rank_failure = leader->failure();
+    if (result.ok() || rank_failure.ok()) {
+      leader->EndGroup(/*finished=*/result.ok());
+      return result;
+    }
+    report.Print(absl::StrFormat(
+        "%s: %s; the site left the federation and resumes from its checkpoint once every rank "
+        "is attached again",
+        o.site_id, rank_failure.message()));
+    leader->EndGroup(/*finished=*/false);
+    resume = true;
+  }
+}
+
+}  // namespace
+
+absl::Status RunSite(const SiteOptions& o) {
+  const auto process_start = std::chrono::steady_clock::now();
+  STRAIT_ASSIGN_OR_RETURN(const SiteSetup setup, LoadSetup(o));
+  const JobSpec& spec = setup.spec;
+  const int stages = static_cast<int>(spec.sites.size());
+  if (setup.spec.sites[setup.index].machines > 1 && o.rank > 0) {
+    return RunFollower({.spec = &spec,
+                        .index = setup.index,
+                        .rank = o.rank,
+                        .threads = o.threads,
+                        .leader = {.address = o.leader,
+                                   .site_id = o.site_id,
+                                   .tls = *setup.tls,
+                                   .deny_list = setup.deny_list},
+                        .collective_host = CollectiveHost(o),
+                        .reconnect_timeout_s = o.reconnect_timeout_s});
+  }
+  RunReport report(setup.total_steps, spec.training.global_batch);
+  STRAIT_ASSIGN_OR_RETURN(StageData data,
+                          LoadStageData(spec, setup.index == 0, setup.index == stages - 1));
+  if (setup.spec.sites[setup.index].machines > 1) {
+    return LeadSite(o, setup, data, report, process_start);
+  }
+  uint32_t epoch = 0;
+  return TrainSite(o, setup, data,
+                   MakeStageFactory(spec, setup.index, setup.total_steps, o.threads), o.resume,
+                   epoch, report, process_start);
 }
 
 }  // namespace strait::site

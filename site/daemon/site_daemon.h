@@ -4,7 +4,10 @@
 //
 // RunSite composes the rooms: the job spec and identity, a GatewayConnection
 // (site/rpc/gateway_connection.h), a SiteSession that runs the generation loop
-// (site/daemon/site_session.h) and the run's RunReport (core/run_report.h).
+// (site/daemon/site_session.h) and the run's RunReport (core/run_report.h). On a site of several
+// machines, rank 0 does all that as the leader of the site's group (site/daemon/rank_leader.h),
+// forming it again and rejoining from its checkpoint whenever a rank fails; the other ranks serve
+// it (site/daemon/rank_follower.h).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +31,13 @@ struct SiteOptions {
   bool evaluate = true;  // Test accuracy through the pipeline after the last step.
   bool resume = false;   // Offer the newest valid checkpoint of this site to resume from.
   double reconnect_timeout_s = 300;  // After losing the gateway: how long to try joining again.
+  // A site of several machines (sites[i].machines > 1; DESIGN.md §4): this process's rank (0: the
+  // leader, which alone talks to the gateway), the leader's address for the site's ranks (rank 0
+  // listens there, the others dial it), and where this rank's collective (Gloo) connections bind.
+  int rank = 0;
+  std::string leader;
+  std::string collective_host;  // Empty: 127.0.0.1 when the leader is on loopback, else the
+                                // machine's hostname.
 };
 
 // Runs the site to the end of training. InvalidArgument for a bad config or option (exit code 2);

@@ -129,16 +129,33 @@ class ActiveRunner {
 
 }  // namespace
 
-StageFactory MakeStageFactory(const JobSpec& spec, int index, int64_t total_steps, int threads) {
+StageFactory MakeStageFactory(const JobSpec& spec, int index, int64_t total_steps, int threads,
+                              StageRanks ranks) {
   const OptimizerSpec optimizer = WithDecayHorizon(spec.training.optimizer, total_steps);
-  return [&spec, index, optimizer, threads] {
+  return [&spec, index, optimizer, threads,
+          ranks]() -> absl::StatusOr<std::unique_ptr<StageExecutor>> {
     const SiteSpec& site = spec.sites[index];
+    StageWorkers workers{.device = site.device,
+                         .count = site.workers,
+                         .threads = threads,
+                         .precision = spec.training.precision,
+                         .rank = ranks.rank,
+                         .ranks = ranks.ranks,
+                         .peers = ranks.peers};
+    if (ranks.ranks > 1) {
+      if (site.device != DeviceKind::kCpu) {
+        return absl::UnimplementedError(
+            "a CUDA site of several machines needs NCCL across its ranks, which this build "
+            "does not have yet; use device: cpu or machines: 1");
+      }
+      GlooGroup* group = ranks.group;
+      workers.make_reducer = [group](const std::vector<Backend*>&, std::vector<float*> arenas,
+                                     std::vector<Bucket> buckets) {
+        return CreateCrossRankCpuReducer(std::move(arenas), std::move(buckets), group);
+      };
+    }
     return StageExecutor::Create(spec.model, site.layers, optimizer, spec.training.MicrobatchSize(),
-                                 VersioningOf(spec.training),
-                                 {.device = site.device,
-                                  .count = site.workers,
-                                  .threads = threads,
-                                  .precision = spec.training.precision});
+                                 VersioningOf(spec.training), workers);
   };
 }
 

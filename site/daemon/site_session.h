@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "core/job_spec.h"
 #include "core/run_report.h"
+#include "site/collective/gloo_group.h"
 #include "site/daemon/checkpoint_store.h"
 #include "site/daemon/neighbour_keys.h"
 #include "site/daemon/site_report_sender.h"
@@ -39,10 +40,20 @@ namespace strait::site {
 // then loads its checkpoint). The session's only way to make a stage.
 using StageFactory = std::function<absl::StatusOr<std::unique_ptr<StageExecutor>>()>;
 
+// Where this process sits in its site (DESIGN.md §4): rank `rank` of the site's `ranks` machines.
+struct StageRanks {
+  int rank = 0;
+  int ranks = 1;
+  RankPeers* peers = nullptr;  // The leader of several ranks: its followers.
+  GlooGroup* group = nullptr;  // Several ranks: the site's collective group.
+};
+
 // The stage of site `index` of `spec` (its layers, device and workers) for a run of `total_steps`
-// (the horizon of the optimizer's decay), with `threads` compute threads per worker. `spec` must
-// outlive the factory.
-StageFactory MakeStageFactory(const JobSpec& spec, int index, int64_t total_steps, int threads);
+// (the horizon of the optimizer's decay), with `threads` compute threads per worker, as rank
+// `ranks` of its site (its gradients summed across the ranks' group). `spec` and the peers and
+// group must outlive the factory's stages.
+StageFactory MakeStageFactory(const JobSpec& spec, int index, int64_t total_steps, int threads,
+                              StageRanks ranks = {});
 
 struct SessionOptions {
   int index = 0;            // This site's stage.

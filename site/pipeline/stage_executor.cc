@@ -8,10 +8,10 @@
 
 namespace strait::site {
 
-std::pair<int64_t, int> RowSplit::Rows(int n, int worker) const {
-  const int part = first_part_ + worker;
+std::pair<int64_t, int> RowSplit::PartRows(int n, int first_part, int count) const {
   const int base = n / parts_, extra = n % parts_;
-  return {int64_t{part} * base + std::min(part, extra), base + (part < extra ? 1 : 0)};
+  auto start = [&](int part) { return int64_t{part} * base + std::min(part, extra); };
+  return {start(first_part), static_cast<int>(start(first_part + count) - start(first_part))};
 }
 
 ReducerMaker InProcessReducer(DeviceKind device) {
@@ -27,9 +27,15 @@ ReducerMaker InProcessReducer(DeviceKind device) {
   };
 }
 
-StageExecutor::StageExecutor(int max_batch, int workers, DeviceKind device)
-    : max_batch_(max_batch), device_(device), rows_(workers, 0), workers_(workers) {
-  if (workers > 1) pool_ = std::make_unique<WorkerPool>(workers);
+StageExecutor::StageExecutor(int max_batch, const StageWorkers& w)
+    : max_batch_(max_batch),
+      device_(w.device),
+      rows_(w.ranks * w.count, w.rank * w.count),
+      rank_(w.rank),
+      ranks_(w.ranks),
+      peers_(w.peers),
+      workers_(w.count) {
+  if (w.count > 1) pool_ = std::make_unique<WorkerPool>(w.count);
 }
 
 absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
@@ -40,7 +46,15 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
         absl::StrCat("stage of ", workers.count, " workers with ", workers.threads,
                      " threads each and microbatches of ", max_batch, ": all must be at least 1"));
   }
-  std::unique_ptr<StageExecutor> e(new StageExecutor(max_batch, workers.count, workers.device));
+  const bool leads = workers.rank == 0 && workers.ranks > 1;
+  if (workers.ranks < 1 || workers.rank < 0 || workers.rank >= workers.ranks ||
+      leads != (workers.peers != nullptr) || (leads && workers.peers->ranks() != workers.ranks)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stage of rank ", workers.rank, " of ", workers.ranks,
+                     workers.peers != nullptr ? " with followers" : " without followers",
+                     ": the leader of several ranks, and only it, mirrors its calls to them"));
+  }
+  std::unique_ptr<StageExecutor> e(new StageExecutor(max_batch, workers));
   // Each worker makes its backend and the rest on its own thread (CUDA: device w becomes current).
   const int worker_batch = e->rows_.MaxRows(max_batch);
   STRAIT_RETURN_IF_ERROR(e->OnWorkers([&](int w) -> absl::Status {
@@ -169,17 +183,37 @@ absl::Status StageExecutor::Forward(int64_t step, int microbatch, int n, const f
   }
   const int64_t in = input_features(), out = output_features();
   const PassOptions pass{step, options.training, 0};
-  absl::Status s = OnWorkers([&](int w) -> absl::Status {
-    const auto [first, rows] = rows_.Rows(n, w);
-    if (rows == 0) return absl::OkStatus();
-    Worker& worker = workers_[w];
-    STRAIT_RETURN_IF_ERROR(ComposeViews(worker, mb, "Forward"));
-    PassOptions worker_pass = pass;
-    worker_pass.first_row = first;
-    return worker.stage->Forward(microbatch, rows, input + first * in,
-                                 output != nullptr ? output + first * out : nullptr, worker.views,
-                                 worker_pass);
-  });
+  auto call = [&](int rank) {
+    const auto [first, rows] = RankRows(n, rank);
+    RankCall c{.op = RankOp::kForward,
+               .step = step,
+               .microbatch = microbatch,
+               .rows = n,
+               .training = options.training,
+               .wants_output = output != nullptr,
+               .weights = mb.weights,
+               .layer_weights = mb.layer_weights};
+    c.values.assign(input + first * in, input + (first + rows) * in);
+    return c;
+  };
+  auto local = [&] {
+    return OnWorkers([&](int w) -> absl::Status {
+      const auto [first, rows] = rows_.Rows(n, w);
+      if (rows == 0) return absl::OkStatus();
+      Worker& worker = workers_[w];
+      STRAIT_RETURN_IF_ERROR(ComposeViews(worker, mb, "Forward"));
+      PassOptions worker_pass = pass;
+      worker_pass.first_row = first;
+      return worker.stage->Forward(microbatch, rows, input + first * in,
+                                   output != nullptr ? output + first * out : nullptr, worker.views,
+                                   worker_pass);
+    });
+  };
+  auto gather = [&](int rank, RankResult& result) {
+    return output == nullptr ? absl::OkStatus()
+                             : PlaceRows(result.values, RankRows(n, rank), out, output, "output");
+  };
+  absl::Status s = Mirrored(call, local, gather);
   if (!s.ok()) {
     OnWorkers([&](int w) {
       workers_[w].stage->Discard(microbatch);
@@ -200,21 +234,44 @@ absl::StatusOr<LossResult> StageExecutor::Loss(int microbatch, const int32_t* la
         absl::StrCat("Loss(microbatch ", microbatch, ") without a Forward of that microbatch"));
   }
   const int n = it->second.rows;
-  std::vector<LossResult> parts(workers());
-  STRAIT_RETURN_IF_ERROR(OnWorkers([&](int w) -> absl::Status {
-    const auto [first, rows] = rows_.Rows(n, w);
-    if (rows == 0) return absl::OkStatus();
-    Stage& stage = *workers_[w].stage;
-    STRAIT_ASSIGN_OR_RETURN(
-        parts[w], stage.Loss(microbatch, labels + first * stage.targets_per_sample(), grad_scale));
+  const int64_t targets = stage(0).targets_per_sample();
+  // Every part's result, summed in part order below: the same sum as one process of all parts.
+  std::vector<LossResult> parts(int64_t{ranks_} * workers());
+  auto call = [&](int rank) {
+    const auto [first, rows] = RankRows(n, rank);
+    RankCall c{.op = RankOp::kLoss, .microbatch = microbatch, .scale = grad_scale};
+    c.labels.assign(labels + first * targets, labels + (first + rows) * targets);
+    return c;
+  };
+  auto local = [&] {
+    return OnWorkers([&](int w) -> absl::Status {
+      STRAIT_ASSIGN_OR_RETURN(parts[w], LossOnWorker(w, microbatch, n, labels, grad_scale));
+      return absl::OkStatus();
+    });
+  };
+  auto gather = [&](int rank, RankResult& result) {
+    if (result.losses.size() != static_cast<size_t>(workers())) {
+      return absl::InternalError(absl::StrCat("rank ", rank, " sent ", result.losses.size(),
+                                              " losses for ", workers(), " workers"));
+    }
+    std::copy(result.losses.begin(), result.losses.end(), parts.begin() + rank * workers());
     return absl::OkStatus();
-  }));
+  };
+  STRAIT_RETURN_IF_ERROR(Mirrored(call, local, gather));
   LossResult sum;
   for (const LossResult& p : parts) {
     sum.loss_sum += p.loss_sum;
     sum.correct += p.correct;
   }
   return sum;
+}
+
+absl::StatusOr<LossResult> StageExecutor::LossOnWorker(int w, int microbatch, int n,
+                                                       const int32_t* labels, float grad_scale) {
+  const auto [first, rows] = rows_.Rows(n, w);
+  if (rows == 0) return LossResult{};
+  Stage& stage = *workers_[w].stage;
+  return stage.Loss(microbatch, labels + first * stage.targets_per_sample(), grad_scale);
 }
 
 absl::Status StageExecutor::Backward(int microbatch, const float* grad_output, float* grad_input,
@@ -225,9 +282,29 @@ absl::Status StageExecutor::Backward(int microbatch, const float* grad_output, f
         absl::StrCat("Backward(microbatch ", microbatch, ") without a Forward of that microbatch"));
   }
   const InFlight& mb = it->second;
-  STRAIT_RETURN_IF_ERROR(OnWorkers([&](int w) {
-    return BackwardOnWorker(w, microbatch, mb, grad_output, grad_input, last_of_step);
-  }));
+  const int64_t in = input_features(), out = output_features();
+  auto call = [&](int rank) {
+    const auto [first, rows] = RankRows(mb.rows, rank);
+    RankCall c{.op = RankOp::kBackward,
+               .microbatch = microbatch,
+               .last_of_step = last_of_step,
+               .wants_output = grad_input != nullptr};
+    if (grad_output != nullptr) {
+      c.values.assign(grad_output + first * out, grad_output + (first + rows) * out);
+    }
+    return c;
+  };
+  auto local = [&] {
+    return OnWorkers([&](int w) {
+      return BackwardOnWorker(w, microbatch, mb, grad_output, grad_input, last_of_step);
+    });
+  };
+  auto gather = [&](int rank, RankResult& result) {
+    return grad_input == nullptr ? absl::OkStatus()
+                                 : PlaceRows(result.values, RankRows(mb.rows, rank), in, grad_input,
+                                             "input gradient");
+  };
+  STRAIT_RETURN_IF_ERROR(Mirrored(call, local, gather));
   in_flight_.erase(it);  // Kept after an error: Discard frees what the workers still hold.
   return absl::OkStatus();
 }
@@ -272,17 +349,26 @@ absl::Status StageExecutor::BackwardOnWorker(int w, int microbatch, const InFlig
 
 void StageExecutor::Discard(int microbatch) {
   if (in_flight_.erase(microbatch) == 0) return;
-  OnWorkers([&](int w) {
-    workers_[w].stage->Discard(microbatch);
-    return absl::OkStatus();
-  }).IgnoreError();
+  // A follower's failure shows in the next call that returns a Status.
+  Mirrored([&](int) { return RankCall{.op = RankOp::kDiscard, .microbatch = microbatch}; },
+           [&] {
+             return OnWorkers([&](int w) {
+               workers_[w].stage->Discard(microbatch);
+               return absl::OkStatus();
+             });
+           })
+      .IgnoreError();
 }
 
 void StageExecutor::ZeroGrad(int64_t step) {
-  OnWorkers([&](int w) {
-    workers_[w].history->ZeroGrads(step);
-    return absl::OkStatus();
-  }).IgnoreError();
+  Mirrored([&](int) { return RankCall{.op = RankOp::kZeroGrad, .step = step}; },
+           [&] {
+             return OnWorkers([&](int w) {
+               workers_[w].history->ZeroGrads(step);
+               return absl::OkStatus();
+             });
+           })
+      .IgnoreError();
 }
 
 absl::StatusOr<double> StageExecutor::GradSumSquares(double downstream, int64_t step) {
@@ -313,16 +399,34 @@ absl::Status StageExecutor::ScaleGrads(int64_t step, LayerRange layers, float fa
   const std::vector<int64_t>& offsets = stage(0).layer_offsets();
   const int64_t begin = offsets[layers.start - own.start], end = offsets[layers.end - own.start];
   if (end == begin) return absl::OkStatus();
-  return OnWorkers([&](int w) -> absl::Status {
-    Worker& worker = workers_[w];
-    float* grads = worker.history->grads(step) + begin;
-    // factor * g + 0 * g: exactly factor * g (the zero product adds nothing) on every backend.
-    worker.backend->Axpby(end - begin, factor, grads, 0.0f, grads);
-    return worker.backend->Sync();
+  auto call = [&](int) {
+    return RankCall{.op = RankOp::kScaleGrads,
+                    .step = step,
+                    .scale = factor,
+                    .layer_start = layers.start,
+                    .layer_end = layers.end};
+  };
+  return Mirrored(call, [&] {
+    return OnWorkers([&](int w) -> absl::Status {
+      Worker& worker = workers_[w];
+      float* grads = worker.history->grads(step) + begin;
+      // factor * g + 0 * g: exactly factor * g (the zero product adds nothing) on every backend.
+      worker.backend->Axpby(end - begin, factor, grads, 0.0f, grads);
+      return worker.backend->Sync();
+    });
   });
 }
 
 absl::Status StageExecutor::AddTiedGrad(int64_t step, absl::Span<const float> other) {
+  auto call = [&](int) {
+    RankCall c{.op = RankOp::kAddTiedGrad, .step = step};
+    c.values.assign(other.begin(), other.end());
+    return c;
+  };
+  return Mirrored(call, [&] { return AddTiedGradLocally(step, other); });
+}
+
+absl::Status StageExecutor::AddTiedGradLocally(int64_t step, absl::Span<const float> other) {
   return OnWorkers([&](int w) -> absl::Status {
     Worker& worker = workers_[w];
     const Stage& stage = *worker.stage;
@@ -346,16 +450,19 @@ absl::Status StageExecutor::AddTiedGrad(int64_t step, absl::Span<const float> ot
 absl::Status StageExecutor::TieLocalGrads(int64_t step) {
   // Called every step whatever the model: without both copies, no dispatch to the workers.
   if (stage(0).tied_offsets().size() != 2) return absl::OkStatus();
-  return OnWorkers([&](int w) -> absl::Status {
-    Worker& worker = workers_[w];
-    const Stage& stage = *worker.stage;
-    float* grads = worker.history->grads(step);
-    float* embed = grads + stage.tied_offsets()[0];
-    float* head = grads + stage.tied_offsets()[1];
-    worker.backend->Axpy(stage.tied_numel(), 1.0f, head, embed);
-    worker.backend->CopyOnDevice(head, embed, sizeof(float) * stage.tied_numel());
-    return absl::OkStatus();
-  });
+  return Mirrored([&](int) { return RankCall{.op = RankOp::kTieLocalGrads, .step = step}; },
+                  [&] {
+                    return OnWorkers([&](int w) -> absl::Status {
+                      Worker& worker = workers_[w];
+                      const Stage& stage = *worker.stage;
+                      float* grads = worker.history->grads(step);
+                      float* embed = grads + stage.tied_offsets()[0];
+                      float* head = grads + stage.tied_offsets()[1];
+                      worker.backend->Axpy(stage.tied_numel(), 1.0f, head, embed);
+                      worker.backend->CopyOnDevice(head, embed, sizeof(float) * stage.tied_numel());
+                      return absl::OkStatus();
+                    });
+                  });
 }
 
 absl::Status StageExecutor::OptimizerStep(int64_t step, float grad_scale) {
@@ -370,9 +477,14 @@ absl::Status StageExecutor::OptimizerStep(int64_t step, float grad_scale) {
                        " still uses weights L_", version, ", which it would overwrite"));
     }
   }
-  return OnWorkers([&](int w) {
-    Worker& worker = workers_[w];
-    return worker.history->Update(step, *worker.optimizer, grad_scale);
+  auto call = [&](int) {
+    return RankCall{.op = RankOp::kOptimizerStep, .step = step, .scale = grad_scale};
+  };
+  return Mirrored(call, [&] {
+    return OnWorkers([&](int w) {
+      Worker& worker = workers_[w];
+      return worker.history->Update(step, *worker.optimizer, grad_scale);
+    });
   });
 }
 
@@ -403,17 +515,42 @@ absl::StatusOr<std::vector<float>> StageExecutor::OptimizerState() const {
 }
 
 absl::Status StageExecutor::SetParams(absl::Span<const float> params) {
-  return OnWorkers([&](int w) { return workers_[w].history->SetNewest(params); });
+  auto call = [&](int) {
+    RankCall c{.op = RankOp::kSetParams};
+    c.values.assign(params.begin(), params.end());
+    return c;
+  };
+  return Mirrored(call, [&] {
+    return OnWorkers([&](int w) { return workers_[w].history->SetNewest(params); });
+  });
 }
 
 absl::Status StageExecutor::RestoreWeights(int64_t version, absl::Span<const float> newest,
                                            absl::Span<const float> previous,
                                            absl::Span<const float> lookahead) {
-  return OnWorkers(
-      [&](int w) { return workers_[w].history->Restore(version, newest, previous, lookahead); });
+  auto call = [&](int) {
+    RankCall c{.op = RankOp::kRestoreWeights, .weights = version};
+    c.values.assign(newest.begin(), newest.end());
+    c.previous.assign(previous.begin(), previous.end());
+    c.lookahead.assign(lookahead.begin(), lookahead.end());
+    return c;
+  };
+  return Mirrored(call, [&] {
+    return OnWorkers(
+        [&](int w) { return workers_[w].history->Restore(version, newest, previous, lookahead); });
+  });
 }
 
 absl::Status StageExecutor::SetOptimizerState(absl::Span<const float> state) {
+  auto call = [&](int) {
+    RankCall c{.op = RankOp::kSetOptimizerState};
+    c.values.assign(state.begin(), state.end());
+    return c;
+  };
+  return Mirrored(call, [&] { return SetOptimizerStateLocally(state); });
+}
+
+absl::Status StageExecutor::SetOptimizerStateLocally(absl::Span<const float> state) {
   return OnWorkers([&](int w) -> absl::Status {
     const Worker& worker = workers_[w];
     if (static_cast<int64_t>(state.size()) != worker.optimizer->state_floats()) {

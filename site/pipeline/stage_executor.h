@@ -32,17 +32,20 @@
 // dropout: (init_seed, step, microbatch, layer)), so any split of the model and any schedule give
 // the same bits.
 //
-// The seam for sites that span several machines (DESIGN.md §4: ranks across processes, Gloo or
-// NCCL between them), which plug in here without changing the callers:
+// Sites that span several machines (DESIGN.md §4: ranks across processes, Gloo or NCCL between
+// them) plug in here without changing the callers:
 //   * Rows: RowSplit is the one place that divides a microbatch. A site of R ranks of W workers
-//     each would divide it into R * W parts, rank r's workers taking parts r * W .. r * W + W - 1
-//     (the leader scattering inputs and gathering outputs, losses and input gradients).
+//     each divides it into R * W parts, rank r's workers taking parts r * W .. r * W + W - 1.
+//   * The leader's executor mirrors every call that computes or changes state to the followers
+//     (StageWorkers::peers, site/pipeline/rank_call.h), scattering their rows of inputs, labels and
+//     gradients and gathering their outputs, losses and input gradients; a follower's executor
+//     runs them (Serve). Neighbouring stages see whole microbatches from the leader only.
 //   * Gradients: the reduction is an AllReducer made by StageWorkers::make_reducer over the
-//     workers' gradient arenas. A cross-rank reducer sums in process, then across ranks, bucket
+//     workers' gradient arenas. The cross-rank reducer sums in process, then across ranks, bucket
 //     by bucket behind the same Ready/Finish calls, so the backward pass and the update do not
-//     change; it would also run for W = 1 (the default maker makes none for one worker).
-//   * Replicated state (weights, versions, optimizer state) is the same on every worker, so the
-//     getters read worker 0's: on a multi-rank site, the leader's, which checkpoints save.
+//     change; it runs for W = 1 too.
+//   * Replicated state (weights, versions, optimizer state) is the same on every worker of every
+//     rank, so the getters read worker 0's: the leader's, which checkpoints save.
 //
 // Inputs and outputs are whole microbatches in host memory: what crosses a boundary between
 // stages; neighbours never see the split. Workers run on a persistent pool of W threads (none
@@ -66,6 +69,7 @@
 #include "site/collective/worker_pool.h"
 #include "site/nn/optimizer.h"
 #include "site/nn/stage.h"
+#include "site/pipeline/rank_call.h"
 #include "site/pipeline/weight_history.h"
 
 namespace strait::site {
@@ -78,7 +82,11 @@ class RowSplit {
   RowSplit(int parts, int first_part) : parts_(parts), first_part_(first_part) {}
   // Rows [first, first + count) of an n-row microbatch that local worker `worker` takes; count
   // may be 0 when n < parts.
-  std::pair<int64_t, int> Rows(int n, int worker) const;
+  std::pair<int64_t, int> Rows(int n, int worker) const {
+    return PartRows(n, first_part_ + worker, 1);
+  }
+  // The rows of parts [first_part, first_part + count), which are contiguous.
+  std::pair<int64_t, int> PartRows(int n, int first_part, int count) const;
   // The most rows one part holds of a microbatch of `n` rows.
   int MaxRows(int n) const { return (n + parts_ - 1) / parts_; }
 
@@ -111,8 +119,16 @@ struct StageWorkers {
   // Optional: makes the backends instead of CreateBackend(device, {threads, w}) (`strait train`
   // hands over the backend it made; a benchmark wraps one to record its calls).
   BackendMaker make_backend;
-  // Optional: the gradient reduction instead of InProcessReducer(device).
+  // Optional: the gradient reduction instead of InProcessReducer(device). A site of several
+  // ranks gives the cross-rank one (it also runs for count = 1).
   ReducerMaker make_reducer;
+  // A site of several ranks: this process is rank `rank` of `ranks`, its workers taking parts
+  // rank * count .. rank * count + count - 1 of each microbatch's ranks * count parts.
+  int rank = 0;
+  int ranks = 1;
+  // The leader (rank 0 of ranks > 1): the followers, which mirror its calls. Not owned; must
+  // outlive the executor.
+  RankPeers* peers = nullptr;
 };
 
 // What a Forward computes with, besides its input.
@@ -232,6 +248,11 @@ class StageExecutor {
                               absl::Span<const float> lookahead = {});
   absl::Status SetOptimizerState(absl::Span<const float> state);
 
+  // A follower rank: runs the call its leader mirrored (see rank_call.h), with this rank's rows of
+  // the microbatch; returns this rank's rows of the outputs. InvalidArgument for a call whose
+  // sizes do not fit the stage (the leader's link is authenticated, but is checked like any input).
+  absl::StatusOr<RankResult> Serve(const RankCall& call);
+
  private:
   struct Worker {
     std::unique_ptr<Backend> backend;
@@ -249,7 +270,7 @@ class StageExecutor {
     std::vector<int64_t> layer_weights;  // ... or one per layer.
   };
 
-  StageExecutor(int max_batch, int workers, DeviceKind device);
+  StageExecutor(int max_batch, const StageWorkers& workers);
   absl::Status MakeReducers(const StageWorkers& workers);
   const Stage& stage(int w) const { return *workers_[w].stage; }
   const WeightHistory& history(int w) const { return *workers_[w].history; }
@@ -262,10 +283,31 @@ class StageExecutor {
   absl::Status ComposeViews(Worker& w, const InFlight& mb, const char* what);
   absl::Status BackwardOnWorker(int w, int microbatch, const InFlight& mb, const float* grad_output,
                                 float* grad_input, bool last_of_step);
+  // The rows [first, first + count) of an n-row microbatch that rank `rank` takes.
+  std::pair<int64_t, int> RankRows(int n, int rank) const;
+  // On the leader of several ranks: sends make(r) to every follower r, runs `local`, then hands
+  // each follower's result to take(r, result) (when given), in rank order; the first error wins,
+  // and every call sent is awaited. Elsewhere: just `local`.
+  absl::Status Mirrored(const std::function<RankCall(int rank)>& make,
+                        const std::function<absl::Status()>& local,
+                        const std::function<absl::Status(int rank, RankResult&)>& take = nullptr);
+  absl::StatusOr<LossResult> LossOnWorker(int w, int microbatch, int n, const int32_t* labels,
+                                          float grad_scale);
+  absl::Status AddTiedGradLocally(int64_t step, absl::Span<const float> other);
+  absl::Status SetOptimizerStateLocally(absl::Span<const float> state);
+  // Copies a rank's `rows` (first, count) of `features` floats each from `values` into `whole`
+  // (a whole microbatch); Internal when the sizes differ (`what` names the tensor).
+  static absl::Status PlaceRows(const std::vector<float>& values, std::pair<int64_t, int> rows,
+                                int64_t features, float* whole, const char* what);
+  // Serve's Forward and Backward: the call's rows placed in a whole-microbatch buffer.
+  absl::StatusOr<RankResult> ServeForward(const RankCall& call);
+  absl::StatusOr<RankResult> ServeBackward(const RankCall& call);
 
   const int max_batch_;
   const DeviceKind device_;
   const RowSplit rows_;
+  const int rank_, ranks_;
+  RankPeers* const peers_;  // The leader's followers, or null.
   std::vector<Worker> workers_;
   std::unique_ptr<WorkerPool> pool_;                   // W > 1 only.
   std::vector<std::unique_ptr<AllReducer>> reducers_;  // Per gradient arena, or none.

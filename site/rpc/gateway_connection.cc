@@ -55,7 +55,7 @@ absl::StatusOr<v1::JoinReply> GatewayConnection::Join(std::optional<int64_t> che
   const auto now_s = static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::seconds>(
                                                std::chrono::system_clock::now().time_since_epoch())
                                                .count());
-  epoch_ = std::max(now_s, epoch_ + 1);
+  epoch_ = std::max({now_s, epoch_ + 1, options_.min_epoch});
   v1::SignedKey own_key = UnsignedKey(spec.sites[options_.index].id, epoch_);
   if (options_.tls) {
     STRAIT_ASSIGN_OR_RETURN(

@@ -39,6 +39,9 @@ class GatewayConnection final : public GatewayConnector, private GatewayLink {
     crypto::DenyList deny_list;  // Revoked neighbours' certificates.
     double reconnect_timeout_s = 300;
     std::chrono::seconds join_timeout{10};  // Per join attempt.
+    // No join uses a smaller epoch: a process that joins again through a new connection (a site
+    // whose ranks failed) passes the last one's epoch() + 1.
+    uint32_t min_epoch = 0;
   };
 
   // Does not connect yet (Join does). `events` are called as ConnectionEvents says.
@@ -50,6 +53,7 @@ class GatewayConnection final : public GatewayConnector, private GatewayLink {
   absl::StatusOr<v1::JoinReply> Rejoin(std::optional<int64_t> checkpoint) override;
   GatewayLink& link() override { return *this; }
   const LinkSecurity* security() const override { return security_.get(); }
+  uint32_t epoch() const { return epoch_; }  // Of the newest join attempt (0 before any).
 
   // Ends the current connection's streams (GatewayClient::Close) and returns the final status of
   // its primary stream; OK when there is none. Idempotent; the connection may join again after.

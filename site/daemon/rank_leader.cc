@@ -1,0 +1,213 @@
+#include "site/daemon/rank_leader.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/job_agreement.h"
+#include "core/status.h"
+#include "site/daemon/rank_messages.h"
+
+namespace strait::site {
+namespace {
+
+// Building a stage or forming the group may take longer than a call of a step.
+constexpr std::chrono::milliseconds kSetupTimeout = std::chrono::seconds(120);
+
+std::chrono::milliseconds Millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+}  // namespace
+
+RankLeader::RankLeader(Options options)
+    : options_(std::move(options)),
+      machines_(options_.spec->sites[options_.index].machines),
+      job_text_(AgreedJobText(*options_.spec)),
+      call_timeout_(Millis(options_.spec->gateway.heartbeat_timeout_s)) {}
+
+RankLeader::~RankLeader() {
+  EndGroup(/*finished=*/false);
+  server_.reset();
+}
+
+absl::StatusOr<std::unique_ptr<RankLeader>> RankLeader::Start(Options options) {
+  std::unique_ptr<RankLeader> leader(new RankLeader(std::move(options)));
+  const Options& o = leader->options_;
+  STRAIT_ASSIGN_OR_RETURN(leader->server_, RankServer::Start({.listen = o.listen,
+                                                              .site_id = o.spec->sites[o.index].id,
+                                                              .tls = o.tls,
+                                                              .deny_list = o.deny_list},
+                                                             *leader));
+  return leader;
+}
+
+absl::Status RankLeader::Admit(const v1::RankHello& hello, const std::string& certified_site) {
+  if (hello.site_id() != certified_site) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "a rank of site '", certified_site, "' says it is of site '", hello.site_id(), "'"));
+  }
+  if (hello.machines() != static_cast<uint32_t>(machines_)) {
+    return absl::InvalidArgumentError(absl::StrCat("the rank's job spec gives site '",
+                                                   certified_site, "' ", hello.machines(),
+                                                   " machines; the leader's gives ", machines_,
+                                                   " (start every rank with the "
+                                                   "same file)"));
+  }
+  if (hello.rank() < 1 || hello.rank() >= static_cast<uint32_t>(machines_)) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", hello.rank(), " of a site of ",
+                                                   machines_, " machines: ranks are 1 to ",
+                                                   machines_ - 1, " (0 is the leader)"));
+  }
+  if (hello.job_text() != job_text_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", hello.rank(), "'s job spec differs from the leader's: ",
+                     FirstDisagreement(job_text_, hello.job_text(), "leader")));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (grouped_) {
+    return absl::UnavailableError(
+        "the site's group is running; a rank attaches when the group forms again");
+  }
+  if (links_.count(static_cast<int>(hello.rank())) != 0) {
+    return absl::UnavailableError(absl::StrCat("rank ", hello.rank(), " is attached already"));
+  }
+  return absl::OkStatus();
+}
+
+void RankLeader::Attached(int rank, std::shared_ptr<FollowerLink> link) {
+  std::lock_guard<std::mutex> lock(mu_);
+  links_[rank] = std::move(link);
+  spdlog::info("rank {} attached ({} of {} followers)", rank, links_.size(), machines_ - 1);
+  cv_.notify_all();
+}
+
+absl::Status RankLeader::FormGroup(std::chrono::milliseconds wait) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (static_cast<int>(links_.size()) < machines_ - 1) {
+      std::vector<std::string> missing;
+      for (int r = 1; r < machines_; ++r) {
+        if (links_.count(r) == 0) missing.push_back(absl::StrCat(r));
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("rank(s) ", absl::StrJoin(missing, ", "), " of site '",
+                         options_.spec->sites[options_.index].id,
+                         "' did not attach to the leader at ", options_.listen, " in time"));
+      }
+      spdlog::info("waiting for rank(s) {} to attach at {}", absl::StrJoin(missing, ", "),
+                   options_.listen);
+      cv_.wait_until(
+          lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(10)));
+    }
+    grouped_ = true;
+    failure_ = absl::OkStatus();
+    ++generation_;
+  }
+  const std::string prefix = absl::StrCat("group-", generation_, "/");
+  const std::chrono::milliseconds timeout =
+      std::max(call_timeout_, std::chrono::milliseconds(1000));
+  v1::RankOrder order;
+  order.mutable_group()->set_prefix(prefix);
+  order.mutable_group()->set_timeout_s(timeout.count() / 1000.0);
+  for (int r = 1; r < machines_; ++r) STRAIT_RETURN_IF_ERROR(Fail(Link(r)->Send(order)));
+  absl::StatusOr<std::unique_ptr<GlooGroup>> group =
+      GlooGroup::Connect(store_, {.rank = 0,
+                                  .size = machines_,
+                                  .prefix = prefix,
+                                  .host = options_.collective_host,
+                                  .timeout = timeout});
+  absl::Status status = group.status();
+  for (int r = 1; r < machines_; ++r) {
+    absl::StatusOr<v1::RankAnswer> answer = Link(r)->Receive(kSetupTimeout);
+    status.Update(answer.ok() ? AnswerStatus(*answer) : answer.status());
+  }
+  if (!status.ok()) return Fail(status);
+  group_ = *std::move(group);
+  spdlog::info("site group {} formed: {} ranks", generation_, machines_);
+  return absl::OkStatus();
+}
+
+absl::Status RankLeader::BuildFollowers(int64_t total_steps) {
+  v1::RankOrder order;
+  order.mutable_build()->set_total_steps(total_steps);
+  return Broadcast(order, kSetupTimeout);
+}
+
+absl::Status RankLeader::Broadcast(const v1::RankOrder& order, std::chrono::milliseconds timeout) {
+  STRAIT_RETURN_IF_ERROR(failure());
+  for (int r = 1; r < machines_; ++r) STRAIT_RETURN_IF_ERROR(Fail(Link(r)->Send(order)));
+  absl::Status status;
+  for (int r = 1; r < machines_; ++r) {
+    absl::StatusOr<v1::RankAnswer> answer = Link(r)->Receive(timeout);
+    status.Update(answer.ok() ? AnswerStatus(*answer) : answer.status());
+  }
+  return Fail(status);
+}
+
+absl::Status RankLeader::failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!grouped_) return absl::FailedPreconditionError("the site's group is not formed");
+  return failure_;
+}
+
+absl::Status RankLeader::Fail(absl::Status status) {
+  if (status.ok()) return status;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (failure_.ok()) {
+    failure_ = absl::UnavailableError(absl::StrCat(
+        "site '", options_.spec->sites[options_.index].id, "' failed: ", status.message()));
+    spdlog::error("{}", std::string(failure_.message()));
+  }
+  return failure_;
+}
+
+std::shared_ptr<FollowerLink> RankLeader::Link(int rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return links_.at(rank);
+}
+
+void RankLeader::EndGroup(bool finished) {
+  std::map<int, std::shared_ptr<FollowerLink>> links;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    links.swap(links_);
+  }
+  for (auto& [rank, link] : links) {
+    if (finished) {
+      v1::RankOrder order;
+      order.mutable_finish();
+      link->Send(order).IgnoreError();
+    }
+    link->Close();
+  }
+  group_.reset();
+  store_.EraseWithPrefix(absl::StrCat("group-", generation_, "/"));
+  std::lock_guard<std::mutex> lock(mu_);
+  grouped_ = false;
+}
+
+absl::Status RankLeader::Send(int rank, RankCall call) {
+  STRAIT_RETURN_IF_ERROR(failure());
+  v1::RankOrder order;
+  *order.mutable_call() = ToOrder(call);
+  return Fail(Link(rank)->Send(std::move(order)));
+}
+
+absl::StatusOr<RankResult> RankLeader::Await(int rank) {
+  absl::StatusOr<v1::RankAnswer> answer = Link(rank)->Receive(call_timeout_);
+  if (!answer.ok()) return Fail(answer.status());
+  absl::StatusOr<RankResult> result = FromAnswer(*answer);
+  if (!result.ok()) {
+    return Fail(absl::Status(result.status().code(),
+                             absl::StrCat("rank ", rank, ": ", result.status().message())));
+  }
+  return result;
+}
+
+}  // namespace strait::site

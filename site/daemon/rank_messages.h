@@ -1,0 +1,23 @@
+// RankCall / RankResult (site/pipeline/rank_call.h) as the messages of the leader's link to its
+// followers (proto/strait/v1/site_ranks.proto). Decoding checks what it reads: the link is
+// authenticated, but its bytes are handled like any other input from the network.
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "site/pipeline/rank_call.h"
+#include "strait/v1/site_ranks.pb.h"
+
+namespace strait::site {
+
+v1::RankCallOrder ToOrder(const RankCall& call);
+// InvalidArgument for an unknown op or a byte string that is not whole floats.
+absl::StatusOr<RankCall> FromOrder(const v1::RankCallOrder& order);
+
+// A result, or the error the follower met (its code and message).
+v1::RankAnswer ToAnswer(const absl::StatusOr<RankResult>& result);
+absl::StatusOr<RankResult> FromAnswer(const v1::RankAnswer& answer);
+v1::RankAnswer StatusAnswer(const absl::Status& status);
+// The error an answer carries, OK when none.
+absl::Status AnswerStatus(const v1::RankAnswer& answer);
+
+}  // namespace strait::site
