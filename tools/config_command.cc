@@ -76,6 +76,17 @@ void PrintSplit(const JobSpec& spec) {
     std::printf("\nsite %-10s layers [%d, %d)  %s x%d  %s parameters\n", site.id.c_str(),
                 site.layers.start, site.layers.end, std::string(ToString(site.device)).c_str(),
                 site.workers, Thousands(params).c_str());
+    if (site.machines > 1) {
+      // The site's ranks: each microbatch split over machines x workers, gradients summed in
+      // process, then across the ranks.
+      std::printf(
+          "  %d ranks (rank 0 leads: joins the gateway, seals, checkpoints), each %d %s "
+          "worker(s): a microbatch of %d split %d ways; gradients summed in process, then across "
+          "ranks with %s\n",
+          site.machines, site.workers, std::string(ToString(site.device)).c_str(),
+          spec.training.MicrobatchSize(), site.parts(),
+          site.device == DeviceKind::kCpu ? "Gloo (TCP)" : "NCCL");
+    }
     for (int i = site.layers.start; i < site.layers.end; ++i) {
       const LayerLayout& l = layers[i];
       std::printf("  %3d  %-14s %12s -> %-12s %12s params\n", i, l.name.c_str(),

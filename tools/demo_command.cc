@@ -209,13 +209,27 @@ int RunDemo(DemoOptions o) {
   std::fflush(stdout);
 
   std::vector<Follower> followers = {{"gateway", LogFollower(fed.GatewayLogFile()), true}};
-  for (const std::string& id : ids) {
-    fed.StartSite(id, o.resume ? std::vector<std::string>{"--resume"} : std::vector<std::string>{});
+  // Processes that must end with code 0: every site and every follower rank of a site of
+  // several machines (its rank 0 is the site's process, whose log is followed).
+  std::vector<std::string> processes;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string& id = ids[i];
+    const std::vector<std::string> args =
+        o.resume ? std::vector<std::string>{"--resume"} : std::vector<std::string>{};
+    const int machines = spec->sites[i].machines;
+    if (machines > 1) {
+      fed.StartSiteRanks(id, machines, args);
+      std::printf("strait demo: site %s runs as %d ranks on loopback\n", id.c_str(), machines);
+      for (int r = 1; r < machines; ++r) processes.push_back(LocalFederation::RankName(id, r));
+    } else {
+      fed.StartSite(id, args);
+    }
+    processes.push_back(id);
     followers.push_back({id, LogFollower(fed.SiteLogFile(id)), id == ids.back()});
   }
   const auto start = std::chrono::steady_clock::now();
   std::set<std::string> finished;
-  while (finished.size() < ids.size()) {
+  while (finished.size() < processes.size()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     Forward(followers, width);
     if (g_interrupted) {
@@ -226,7 +240,7 @@ int RunDemo(DemoOptions o) {
       return fail("the gateway", absl::StrFormat("exited (code %d)", fed.gateway().Wait({})),
                   fed.gateway().LogTail());
     }
-    for (const std::string& id : ids) {
+    for (const std::string& id : processes) {
       if (finished.count(id) || fed.site(id).Running()) continue;
       const int code = fed.site(id).Wait(std::chrono::seconds(0));
       if (code != 0)
