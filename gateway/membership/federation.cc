@@ -70,6 +70,7 @@ Federation::Federation(const JobSpec& spec, bool insecure,
     site.info.mutable_layers()->set_end(s.layers.end);
     site.info.set_device(ToString(s.device));
     site.info.set_workers(s.workers);
+    site.info.set_machines(s.machines);
     site.info.set_state(v1::SITE_ABSENT);
     sites_.push_back(std::move(site));
   }

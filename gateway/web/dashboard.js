@@ -464,8 +464,18 @@ function siteCard(state, site, stage) {
       el("div", {class: "site-head"}, el("span", {class: "stage"}, `STAGE ${stage}`), el("span", {class: "pill"}, name)),
       el("div", {class: "site-id"}, site.id),
       el("div", {class: "site-layers"}, `layers [${num(layers.start)}, ${num(layers.end)})`),
-      el("div", {class: "site-device"}, `${site.device || "?"} × ${num(site.workers)}`, el("span", {class: "muted"}, deviceName || " ")),
+      el("div", {class: "site-device"}, `${site.device || "?"} × ${num(site.workers)}` +
+          (num(site.machines) > 1 ? ` × ${num(site.machines)} machines` : ""), el("span", {class: "muted"}, deviceName || " ")),
+      rankPills(report.ranks || []),
       el("div", {class: "site-stats"}, ...stats.map(([k, v]) => el("div", {}, el("span", {}, k), el("b", {}, v)))));
+}
+
+// A site of several machines: one pill per rank with its state; the peer address on hover.
+function rankPills(ranks) {
+  if (ranks.length === 0) return el("div", {class: "site-ranks"});
+  return el("div", {class: "site-ranks"}, ...ranks.map((r) =>
+      el("span", {class: `rank rank-${r.state}`, title: `rank ${num(r.rank)}: ${r.state} (${r.peer || "?"})`},
+         `r${num(r.rank)} ${r.state}`)));
 }
 
 function linkRow(state, boundary, direction) {

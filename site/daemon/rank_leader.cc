@@ -78,9 +78,10 @@ absl::Status RankLeader::Admit(const v1::RankHello& hello, const std::string& ce
   return absl::OkStatus();
 }
 
-void RankLeader::Attached(int rank, std::shared_ptr<FollowerLink> link) {
+void RankLeader::Attached(int rank, std::shared_ptr<FollowerLink> link, const std::string& peer) {
   std::lock_guard<std::mutex> lock(mu_);
   links_[rank] = std::move(link);
+  peers_[rank] = peer;
   spdlog::info("rank {} attached ({} of {} followers)", rank, links_.size(), machines_ - 1);
   cv_.notify_all();
 }
@@ -165,6 +166,24 @@ absl::Status RankLeader::Fail(absl::Status status) {
     spdlog::error("{}", std::string(failure_.message()));
   }
   return failure_;
+}
+
+std::vector<v1::RankStatus> RankLeader::RankStates() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::RankStatus> states(machines_);
+  for (int r = 0; r < machines_; ++r) {
+    states[r].set_rank(r);
+    if (r == 0) {
+      states[r].set_state("leader");
+      states[r].set_peer(options_.listen);
+    } else if (links_.count(r) == 0) {
+      states[r].set_state("absent");
+    } else {
+      states[r].set_state(failure_.ok() ? "training" : "failed");
+      states[r].set_peer(peers_.at(r));
+    }
+  }
+  return states;
 }
 
 std::shared_ptr<FollowerLink> RankLeader::Link(int rank) {

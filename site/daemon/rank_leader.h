@@ -28,6 +28,7 @@
 #include "site/pipeline/rank_call.h"
 #include "site/rpc/rank_link.h"
 #include "site/rpc/rank_server.h"
+#include "strait/v1/gateway.pb.h"
 
 namespace strait::site {
 
@@ -56,13 +57,15 @@ class RankLeader final : public RankAdmission, public RankPeers {
   absl::Status BuildFollowers(int64_t total_steps);
   // Whether the group has failed, and why.
   absl::Status failure() const;
+  // Every rank as the leader sees it, for the site's reports (the dashboard). Thread-safe.
+  std::vector<v1::RankStatus> RankStates() const;
   // Ends the group: `finished`: the followers are told training is over (they exit); otherwise
   // their streams end and they attach again. Destroy every stage built on group() first.
   void EndGroup(bool finished);
 
   // RankAdmission.
   absl::Status Admit(const v1::RankHello& hello, const std::string& certified_site) override;
-  void Attached(int rank, std::shared_ptr<FollowerLink> link) override;
+  void Attached(int rank, std::shared_ptr<FollowerLink> link, const std::string& peer) override;
   RendezvousStore& store() override { return store_; }
 
   // RankPeers.
@@ -87,6 +90,7 @@ class RankLeader final : public RankAdmission, public RankPeers {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<int, std::shared_ptr<FollowerLink>> links_;  // Attached followers, by rank.
+  std::map<int, std::string> peers_;                    // Their addresses.
   bool grouped_ = false;  // A group is formed (attaching is refused until it ends).
   absl::Status failure_;
   int generation_ = 0;  // Of the group: its keys' prefix in the store.

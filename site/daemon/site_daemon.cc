@@ -223,7 +223,8 @@ GatewayConnection::Options ConnectionOptionsFor(const SiteOptions& o, const Site
 // join epoch so far, updated (a later join must use a larger one).
 absl::Status TrainSite(const SiteOptions& o, const SiteSetup& setup, const StageData& data,
                        StageFactory factory, bool resume, uint32_t& epoch, RunReport& report,
-                       std::chrono::steady_clock::time_point process_start) {
+                       std::chrono::steady_clock::time_point process_start,
+                       const RankLeader* leader = nullptr) {
   const JobSpec& spec = setup.spec;
   const int stages = static_cast<int>(spec.sites.size());
   const LayerRange& layers = spec.sites[setup.index].layers;
@@ -231,6 +232,7 @@ absl::Status TrainSite(const SiteOptions& o, const SiteSetup& setup, const Stage
   SessionOptions session_options = SessionOptionsFor(o, setup);
   session_options.resume = resume;
   session_options.process_start = process_start;
+  if (leader != nullptr) session_options.ranks = [leader] { return leader->RankStates(); };
   SiteSession session(spec, session_options, std::move(factory), checkpoints, report);
   GatewayConnection::Options connection_options = ConnectionOptionsFor(o, setup);
   connection_options.min_epoch = epoch + 1;
@@ -294,7 +296,8 @@ absl::Status LeadSite(const SiteOptions& o, const SiteSetup& setup, const StageD
       STRAIT_RETURN_IF_ERROR(group->BuildFollowers(total_steps));
       return stage();
     };
-    absl::Status result = TrainSite(o, setup, data, factory, resume, epoch, report, process_start);
+    absl::Status result =
+        TrainSite(o, setup, data, factory, resume, epoch, report, process_start, leader.get());
     const absl::Status rank_failure = leader->failure();
     if (result.ok() || rank_failure.ok()) {
       leader->EndGroup(/*finished=*/result.ok());

@@ -256,8 +256,14 @@ absl::Status SiteSession::Rejoin(GatewayConnector& connector) {
 absl::Status SiteSession::Run(GatewayConnector& connector, const StageData& data) {
   absl::Status result;
   {
-    SiteReportSender sender([&connector](const v1::SiteReport& r) { connector.link().Report(r); },
-                            metrics_, progress_, options_.report_interval_s);
+    SiteReportSender sender(
+        [this, &connector](const v1::SiteReport& r) {
+          if (!options_.ranks) return connector.link().Report(r);
+          v1::SiteReport with_ranks = r;
+          for (v1::RankStatus& s : options_.ranks()) *with_ranks.add_ranks() = std::move(s);
+          connector.link().Report(with_ranks);
+        },
+        metrics_, progress_, options_.report_interval_s);
     result = RunGenerations(connector, data, sender);
     if (result.ok()) sender.MarkFinished();
   }

@@ -66,6 +66,8 @@ struct SessionOptions {
   double report_interval_s = 2.0;
   // How often the wait for the gateway's start is logged.
   std::chrono::milliseconds start_notice = std::chrono::seconds(10);
+  // A site of several machines (its leader): the ranks' states, added to every report.
+  std::function<std::vector<v1::RankStatus>()> ranks;
   // For the log line that says how long a restarted site took to train again.
   std::chrono::steady_clock::time_point process_start = std::chrono::steady_clock::now();
 };

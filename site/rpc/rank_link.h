@@ -33,8 +33,9 @@ class RankAdmission {
   // A follower whose certificate names site `certified_site` says `hello`: OK to admit it (then
   // Attached follows), or the error it is refused with.
   virtual absl::Status Admit(const v1::RankHello& hello, const std::string& certified_site) = 0;
-  // An admitted follower's link; it stays open until Close or the stream breaks.
-  virtual void Attached(int rank, std::shared_ptr<FollowerLink> link) = 0;
+  // An admitted follower's link, from `peer` (its address); it stays open until Close or the
+  // stream breaks.
+  virtual void Attached(int rank, std::shared_ptr<FollowerLink> link, const std::string& peer) = 0;
   // The site's rendezvous store, which StoreSet and StoreGet serve.
   virtual RendezvousStore& store() = 0;
 };

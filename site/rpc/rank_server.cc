@@ -135,7 +135,7 @@ class RankServer::Service final : public v1::SiteRanks::Service {
     }
     const int rank = static_cast<int>(first.hello().rank());
     auto link = std::make_shared<StreamLink>(rank, context);
-    admission_.Attached(rank, link);
+    admission_.Attached(rank, link, context->peer());
     std::thread reader([&] {
       v1::RankUp up;
       while (stream->Read(&up)) {

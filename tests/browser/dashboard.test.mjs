@@ -86,6 +86,11 @@ async function main() {
     if (mode !== "real") {  // The fake federation's last stage reports its test accuracy.
       assert.equal(await page.textContent("#kpi-eval"), "88.21%");
       assert.equal(await page.textContent("#kpi-eval-sub"), "test accuracy");
+      // Its dc-b is a site of two machines: both ranks and their state.
+      assert.match(sites[1].device, /cpu × 8 × 2 machines/);
+      const ranks = await page.$$eval('#pipeline .site[data-site-id="dc-b"] .site-ranks .rank',
+                                      (nodes) => nodes.map((n) => n.textContent));
+      assert.deepEqual(ranks, ["r0 leader", "r1 training"]);
     }
 
     // The charts and the step move on their own (the server samples every 250 ms).

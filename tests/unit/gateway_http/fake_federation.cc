@@ -44,6 +44,7 @@ v1::FederationState FakeFederationState(double t_s, bool insecure) {
     info.set_device(f.device);
     for (uint32_t w = 0; w < f.workers; ++w) info.add_device_names(f.device_name);
     info.set_workers(f.workers);
+    info.set_machines(i == 1 ? 2 : 1);
     info.set_state(v1::SITE_TRAINING);
     info.set_epoch(i == 1 ? 2 : 1);
     info.set_step(step);
@@ -72,6 +73,16 @@ v1::FederationState FakeFederationState(double t_s, bool insecure) {
     r.set_open_s(0.010);
     r.set_eta_s(std::max(0.0, 1500.0 - s) / 4.0);
     r.set_rejected_frames(i == 2 ? 1 : 0);
+    if (i == 1) {  // dc-b: a site of two machines.
+      v1::RankStatus& leader = *r.add_ranks();
+      leader.set_rank(0);
+      leader.set_state("leader");
+      leader.set_peer("10.0.2.1:7600");
+      v1::RankStatus& follower = *r.add_ranks();
+      follower.set_rank(1);
+      follower.set_state("training");
+      follower.set_peer("ipv4:10.0.2.2:51544");
+    }
   }
 
   // 4 microbatches per step, 4 steps/s, 256 x 1024 floats per activation; int8+zstd forward, bf16
