@@ -37,6 +37,14 @@ class AllReducer {
   // Blocks until every bucket of replica `replica`'s buffer holds the sum and ends the round for
   // this replica. Returns the first error of this replica's round.
   virtual absl::Status Finish(int replica) = 0;
+
+  // Cumulative seconds since creation: reducing (`busy`), and replica 0's Finish waiting for the
+  // reduction (`exposed`: what the backward pass did not hide). Zeros where not measured.
+  struct Times {
+    double busy_s = 0;
+    double exposed_s = 0;
+  };
+  virtual Times times() const { return {}; }
 };
 
 // buffers[w]: replica w's buffer in host memory (the CPU backend's memory); every bucket lies

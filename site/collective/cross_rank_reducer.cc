@@ -1,5 +1,6 @@
 // The hierarchical all-reduce of a multi-rank CPU site: local sum, Gloo across ranks, copy back,
 // bucket by bucket on one communication thread that overlaps the backward pass.
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -40,10 +41,12 @@ class CrossRankCpuReducer final : public AllReducer {
     }
   }
 
-  absl::Status Finish(int /*replica*/) override {
+  absl::Status Finish(int replica) override {
     std::unique_lock<std::mutex> lock(mu_);
     const uint64_t round = round_;
+    const auto waiting = std::chrono::steady_clock::now();
     cv_.wait(lock, [&] { return reduced_ == buckets_.size(); });
+    if (replica == 0) times_.exposed_s += Since(waiting);
     const absl::Status status = error_;
     // Barrier: every replica has seen the round complete before it resets.
     if (++finished_ == replicas()) {
@@ -59,8 +62,16 @@ class CrossRankCpuReducer final : public AllReducer {
     return status;
   }
 
+  Times times() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return times_;
+  }
+
  private:
   int replicas() const { return static_cast<int>(buffers_.size()); }
+  static double Since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
 
   void Loop() {
     std::unique_lock<std::mutex> lock(mu_);
@@ -70,8 +81,10 @@ class CrossRankCpuReducer final : public AllReducer {
       const int bucket = queue_.front();
       queue_.pop_front();
       lock.unlock();
+      const auto start = std::chrono::steady_clock::now();
       absl::Status s = Reduce(bucket);
       lock.lock();
+      times_.busy_s += Since(start);
       if (!s.ok() && error_.ok()) error_ = std::move(s);
       ++reduced_;
       cv_.notify_all();
@@ -95,8 +108,9 @@ class CrossRankCpuReducer final : public AllReducer {
   const std::vector<float*> buffers_;
   const std::vector<Bucket> buckets_;
   GlooGroup* const group_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
+  Times times_;
   std::vector<int> arrived_;  // This round: per bucket, the local replicas that made it ready.
   std::deque<int> queue_;     // Buckets ready everywhere in process, not yet reduced.
   size_t reduced_ = 0;        // Buckets of this round done (summed, or failed).

@@ -7,6 +7,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <exception>
+#include <future>
 #include <stdexcept>
 #include <utility>
 
@@ -71,6 +72,25 @@ absl::StatusOr<std::unique_ptr<GlooGroup>> GlooGroup::Connect(RendezvousStore& s
     return absl::UnavailableError(absl::StrCat("Gloo rendezvous of rank ", o.rank, " of ", o.size,
                                                " on ", o.host, " failed: ", e.what()));
   }
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<GlooGroup>>> GlooGroup::ConnectInProcess(int size) {
+  MemoryRendezvousStore store;
+  std::vector<std::future<absl::StatusOr<std::unique_ptr<GlooGroup>>>> pending;
+  for (int r = 0; r < size; ++r) {
+    pending.push_back(std::async(std::launch::async, [&store, r, size] {
+      return Connect(store, {.rank = r, .size = size, .prefix = "local/"});
+    }));
+  }
+  std::vector<std::unique_ptr<GlooGroup>> groups;
+  absl::Status status;
+  for (auto& p : pending) {
+    absl::StatusOr<std::unique_ptr<GlooGroup>> g = p.get();  // Every future, also after an error.
+    status.Update(g.status());
+    if (g.ok()) groups.push_back(*std::move(g));
+  }
+  if (!status.ok()) return status;
+  return groups;
 }
 
 absl::Status GlooGroup::AllReduceSum(float* data, int64_t count, uint32_t tag) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "site/collective/rendezvous_store.h"
@@ -37,6 +38,9 @@ class GlooGroup {
   // called Connect with the same prefix and size, or the timeout. `store` is used only here.
   static absl::StatusOr<std::unique_ptr<GlooGroup>> Connect(RendezvousStore& store,
                                                             const GlooGroupOptions& options);
+  // Every rank of a group of `size` in this process (tests, benchmarks): connected concurrently
+  // over loopback through a store of their own.
+  static absl::StatusOr<std::vector<std::unique_ptr<GlooGroup>>> ConnectInProcess(int size);
   ~GlooGroup();
 
   int rank() const { return rank_; }

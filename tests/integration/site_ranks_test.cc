@@ -182,6 +182,35 @@ TEST(SiteRanksTest, AFollowerRankKilledMidRunFailsItsSiteAndTheRestartedRankRejo
   ExpectSameFinalState(fed, calm);
 }
 
+// A rank that stops answering (SIGSTOP: its process and sockets stay) fails its site within the
+// heartbeat timeout (5 s here; the test allows 30 s, it prints the time), not never; killed and
+// restarted, it rejoins and the run completes.
+TEST(SiteRanksTest, AHungFollowerRankIsDetectedWithinTheHeartbeatTimeout) {
+  BuildTreeFederation fed(JobYaml(2, 1, 200), kSites);
+  Start(fed, 2);
+  if (HasFatalFailure()) return;
+  const std::string rank1 = BuildTreeFederation::RankName("dc-b", 1);
+  const auto deadline = std::chrono::steady_clock::now() + seconds(300);
+  while (!std::filesystem::exists(CheckpointFile(fed, "dc-b", 20))) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << fed.SiteLog("dc-b");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  fed.site(rank1).Kill(SIGSTOP);
+  const auto stopped = std::chrono::steady_clock::now();
+  while (ReadFile(fed.SiteLogFile("dc-b")).find("the site left the federation") ==
+         std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now() - stopped, seconds(30)) << fed.SiteLog("dc-b");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const double detected_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+  std::printf("the leader gave up on the stopped rank after %.1f s\n", detected_s);
+  fed.site(rank1).Kill(SIGKILL);
+  EXPECT_EQ(fed.WaitSite(rank1, seconds(10)), 128 + SIGKILL);
+  fed.StartRank("dc-b", 1, kThreads);
+  Finish(fed, 2);
+}
+
 // Only the leader (dc-b's rank 0) runs: the ranks are refused before anything joins a gateway.
 TEST(SiteRanksTest, ARankWithAnotherSitesOrAnotherCasCertificateIsRefused) {
   BuildTreeFederation fed(JobYaml(2, 1, 10), kSites);

@@ -1,16 +1,13 @@
 // A stage on a site of several ranks, in one process: the ranks' Gloo group (real TCP on loopback,
 // rendezvous through a MemoryRendezvousStore), the hierarchical cross-rank reducer, and the
 // leader's StageExecutor mirroring its calls to followers that Serve them (each follower on a
-// thread of its own behind an in-process RankPeers; strait-site puts a gRPC stream there). Two
+// thread of its own behind LocalRankPeers; strait-site puts a gRPC stream there). Two
 // ranks of one worker give the bits of one process of two workers; more give them up to float
 // order.
 #include <gtest/gtest.h>
 
-#include <condition_variable>
-#include <deque>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -18,6 +15,7 @@
 #include "site/collective/all_reducer.h"
 #include "site/collective/gloo_group.h"
 #include "site/collective/rendezvous_store.h"
+#include "site/pipeline/local_rank_peers.h"
 #include "site/pipeline/stage_executor.h"
 
 namespace strait::site {
@@ -43,119 +41,10 @@ OptimizerSpec AdamW() {
   return o;
 }
 
-// Every rank's group, connected concurrently (Connect blocks until all ranks have come).
-std::vector<std::unique_ptr<GlooGroup>> ConnectGroups(int ranks, const std::string& prefix) {
-  MemoryRendezvousStore store;
-  std::vector<std::future<absl::StatusOr<std::unique_ptr<GlooGroup>>>> pending;
-  for (int r = 0; r < ranks; ++r) {
-    pending.push_back(std::async(std::launch::async, [&store, r, ranks, prefix] {
-      return GlooGroup::Connect(store, {.rank = r, .size = ranks, .prefix = prefix});
-    }));
-  }
-  std::vector<std::unique_ptr<GlooGroup>> groups;
-  for (auto& p : pending) {
-    absl::StatusOr<std::unique_ptr<GlooGroup>> g = p.get();
-    EXPECT_TRUE(g.ok()) << g.status();
-    groups.push_back(g.ok() ? *std::move(g) : nullptr);
-  }
-  return groups;
-}
-
-// Followers on threads of this process: each serves the calls queued for it, in order.
-class ThreadPeers final : public RankPeers {
- public:
-  explicit ThreadPeers(std::vector<StageExecutor*> followers) : ranks_(followers.size() + 1) {
-    for (size_t i = 0; i < followers.size(); ++i) {
-      lanes_.push_back(std::make_unique<Lane>());
-      Lane* lane = lanes_.back().get();
-      StageExecutor* stage = followers[i];
-      lane->thread = std::thread([lane, stage] {
-        for (;;) {
-          std::unique_lock<std::mutex> lock(lane->mu);
-          lane->cv.wait(lock, [&] { return lane->stop || !lane->calls.empty(); });
-          if (lane->calls.empty()) return;
-          RankCall call = std::move(lane->calls.front());
-          lane->calls.pop_front();
-          lock.unlock();
-          absl::StatusOr<RankResult> result = stage->Serve(call);
-          lock.lock();
-          lane->results.push_back(std::move(result));
-          lane->cv.notify_all();
-        }
-      });
-    }
-  }
-  ~ThreadPeers() override {
-    for (auto& lane : lanes_) {
-      {
-        std::lock_guard<std::mutex> lock(lane->mu);
-        lane->stop = true;
-        lane->cv.notify_all();
-      }
-      lane->thread.join();
-    }
-  }
-  int ranks() const override { return ranks_; }
-  absl::Status Send(int rank, RankCall call) override {
-    Lane& lane = *lanes_[rank - 1];
-    std::lock_guard<std::mutex> lock(lane.mu);
-    lane.calls.push_back(std::move(call));
-    lane.cv.notify_all();
-    return absl::OkStatus();
-  }
-  absl::StatusOr<RankResult> Await(int rank) override {
-    Lane& lane = *lanes_[rank - 1];
-    std::unique_lock<std::mutex> lock(lane.mu);
-    lane.cv.wait(lock, [&] { return !lane.results.empty(); });
-    absl::StatusOr<RankResult> result = std::move(lane.results.front());
-    lane.results.pop_front();
-    return result;
-  }
-
- private:
-  struct Lane {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::deque<RankCall> calls;
-    std::deque<absl::StatusOr<RankResult>> results;
-    bool stop = false;
-    std::thread thread;
-  };
-  const int ranks_;
-  std::vector<std::unique_ptr<Lane>> lanes_;
-};
-
-// A site of `ranks` ranks of `workers` CPU workers each, in this process.
-struct Site {
-  std::vector<std::unique_ptr<GlooGroup>> groups;
-  std::vector<std::unique_ptr<StageExecutor>> stages;  // stages[0]: the leader's.
-  std::unique_ptr<ThreadPeers> peers;
-
-  StageExecutor& leader() { return *stages[0]; }
-};
-
-std::unique_ptr<Site> MakeSite(int ranks, int workers, const std::string& prefix) {
-  auto site = std::make_unique<Site>();
-  site->groups = ConnectGroups(ranks, prefix);
-  site->stages.resize(ranks);
-  std::vector<StageExecutor*> followers;
-  for (int r = ranks; r-- > 0;) {  // Followers first: the leader's peers point at them.
-    StageWorkers w{.count = workers, .rank = r, .ranks = ranks};
-    GlooGroup* group = site->groups[r].get();
-    w.make_reducer = [group](const std::vector<Backend*>&, std::vector<float*> arenas,
-                             std::vector<Bucket> buckets) {
-      return CreateCrossRankCpuReducer(std::move(arenas), std::move(buckets), group);
-    };
-    if (r == 0) {
-      site->peers = std::make_unique<ThreadPeers>(followers);
-      w.peers = site->peers.get();
-    }
-    auto stage = StageExecutor::Create(Mlp(), {0, 5}, AdamW(), 6, {}, w);
-    EXPECT_TRUE(stage.ok()) << stage.status();
-    site->stages[r] = *std::move(stage);
-    if (r > 0) followers.insert(followers.begin(), site->stages[r].get());
-  }
-  return site;
+std::unique_ptr<LocalRankSite> MakeSite(int ranks, int workers) {
+  auto site = LocalRankSite::Create(Mlp(), {0, 5}, AdamW(), 6, {}, ranks, {.count = workers});
+  EXPECT_TRUE(site.ok()) << site.status();
+  return *std::move(site);
 }
 
 std::unique_ptr<StageExecutor> MakeProcess(int workers) {
@@ -200,7 +89,7 @@ Trace Train(StageExecutor& s, int steps) {
 }
 
 TEST(GlooGroupTest, SumsAcrossRanks) {
-  auto groups = ConnectGroups(3, "sum/");
+  auto groups = *GlooGroup::ConnectInProcess(3);
   std::vector<std::vector<float>> data(3);
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r) {
@@ -220,7 +109,7 @@ TEST(GlooGroupTest, RendezvousTimesOutWhenARankNeverComes) {
 }
 
 TEST(RankStageTest, TwoRanksOfOneWorkerAreBitIdenticalToOneProcessOfTwo) {
-  auto site = MakeSite(2, 1, "two/");
+  auto site = MakeSite(2, 1);
   auto process = MakeProcess(2);
   const Trace a = Train(site->leader(), 3), b = Train(*process, 3);
   EXPECT_EQ(a.logits, b.logits);
@@ -232,7 +121,7 @@ TEST(RankStageTest, TwoRanksOfOneWorkerAreBitIdenticalToOneProcessOfTwo) {
 }
 
 TEST(RankStageTest, MoreRanksAndWorkersMatchOneProcessUpToFloatOrder) {
-  auto site = MakeSite(3, 2, "six/");
+  auto site = MakeSite(3, 2);
   auto process = MakeProcess(6);
   const Trace a = Train(site->leader(), 3), b = Train(*process, 3);
   EXPECT_EQ(a.logits.size(), b.logits.size());
@@ -245,7 +134,7 @@ TEST(RankStageTest, MoreRanksAndWorkersMatchOneProcessUpToFloatOrder) {
 }
 
 TEST(RankStageTest, RestoredStateReachesEveryRank) {
-  auto site = MakeSite(2, 1, "restore/");
+  auto site = MakeSite(2, 1);
   auto process = MakeProcess(1);
   Train(*process, 2);
   ASSERT_TRUE(site->leader().SetParams(*process->Params()).ok());

@@ -1,0 +1,61 @@
+// RankPeers (site/pipeline/rank_call.h) for follower ranks in this process: each follower's
+// StageExecutor serves the calls queued for it, in order, on a thread of its own. For the tests and
+// benchmarks of a site of several ranks on one machine; strait-site's ranks are processes behind a
+// gRPC stream (site/daemon/rank_leader.h).
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "site/collective/gloo_group.h"
+#include "site/pipeline/rank_call.h"
+#include "site/pipeline/stage_executor.h"
+
+namespace strait::site {
+
+class LocalRankPeers final : public RankPeers {
+ public:
+  // followers[r - 1]: rank r's executor (not owned; must outlive this).
+  explicit LocalRankPeers(std::vector<StageExecutor*> followers);
+  ~LocalRankPeers() override;  // Joins the threads once their queued calls are served.
+
+  int ranks() const override { return static_cast<int>(lanes_.size()) + 1; }
+  absl::Status Send(int rank, RankCall call) override;
+  absl::StatusOr<RankResult> Await(int rank) override;
+
+ private:
+  struct Lane {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<RankCall> calls;
+    std::deque<absl::StatusOr<RankResult>> results;
+    bool stop = false;
+    std::thread thread;
+  };
+  static void Serve(Lane& lane, StageExecutor& stage);
+
+  std::vector<std::unique_ptr<Lane>> lanes_;
+};
+
+// A whole site of `ranks` ranks in this process (tests, benchmarks): their Gloo group over
+// loopback TCP, each rank's StageExecutor of `workers` with the cross-rank reducer, and the
+// leader's LocalRankPeers. Members are destroyed peers first, then stages, then groups.
+struct LocalRankSite {
+  std::vector<std::unique_ptr<GlooGroup>> groups;
+  std::vector<std::unique_ptr<StageExecutor>> stages;  // stages[0]: the leader's.
+  std::unique_ptr<LocalRankPeers> peers;
+  std::vector<AllReducer*> leader_reducers;  // The leader's, one per gradient arena.
+
+  StageExecutor& leader() { return *stages[0]; }
+
+  // `workers`: each rank's (its rank, ranks, peers and make_reducer are set here).
+  static absl::StatusOr<std::unique_ptr<LocalRankSite>> Create(
+      const ModelSpec& model, LayerRange range, const OptimizerSpec& optimizer, int max_batch,
+      WeightVersioning versioning, int ranks, StageWorkers workers);
+};
+
+}  // namespace strait::site
