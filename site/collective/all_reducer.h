@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -73,8 +74,21 @@ absl::StatusOr<std::unique_ptr<AllReducer>> CreateCrossRankCpuReducer(std::vecto
 // communication stream of the replica's device that waits for the work queued on the backend's
 // stream so far, so it overlaps the rest of the backward pass. FailedPrecondition in a build
 // without CUDA. Not owned: backends and buffers must outlive the reducer.
+//
+// With `clique`, the replicas are NCCL ranks clique->first_rank + w of clique->total, the other
+// ranks in other processes (a CUDA site of several machines: every rank's devices, joined through
+// the unique id that the site's leader made with NewNcclUniqueId and handed out through its
+// rendezvous store; one id per reducer). Without, they form a clique of their own.
+struct NcclClique {
+  std::string unique_id;  // NewNcclUniqueId's bytes.
+  int total = 0;
+  int first_rank = 0;
+};
 absl::StatusOr<std::unique_ptr<AllReducer>> CreateNcclAllReducer(
     const std::vector<Backend*>& backends, const std::vector<int>& devices,
-    std::vector<float*> buffers, std::vector<Bucket> buckets);
+    std::vector<float*> buffers, std::vector<Bucket> buckets, const NcclClique* clique = nullptr);
+
+// A fresh NCCL unique id (ncclGetUniqueId), as bytes. FailedPrecondition without CUDA.
+absl::StatusOr<std::string> NewNcclUniqueId();
 
 }  // namespace strait::site

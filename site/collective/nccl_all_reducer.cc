@@ -1,8 +1,10 @@
 // The NCCL all-reduce of CUDA replicas (built only with STRAIT_WITH_CUDA): per replica one
-// communicator of a clique made by ncclCommInitAll, one communication stream, and one event per
-// bucket that orders the bucket's ncclAllReduce after the backward work that wrote it.
+// communicator of a clique made by ncclCommInitAll (this process's devices) or ncclCommInitRank
+// (every rank's devices of a site of several machines), one communication stream, and one event
+// per bucket that orders the bucket's ncclAllReduce after the backward work that wrote it.
 #include <nccl.h>
 
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -64,12 +66,28 @@ class NcclAllReducer final : public AllReducer {
   }
 
   // Makes the clique, the streams and the events; restores the caller's current device.
-  absl::Status Init(const std::vector<int>& devices) {
+  absl::Status Init(const std::vector<int>& devices, const NcclClique* clique) {
     int caller_device = 0;
     STRAIT_RETURN_IF_ERROR(STRAIT_CUDA_CHECK(cudaGetDevice(&caller_device)));
     std::vector<ncclComm_t> comms(replicas_.size());
-    absl::Status s = STRAIT_NCCL_CHECK(
-        ncclCommInitAll(comms.data(), static_cast<int>(comms.size()), devices.data()));
+    absl::Status s;
+    if (clique == nullptr) {
+      s = STRAIT_NCCL_CHECK(
+          ncclCommInitAll(comms.data(), static_cast<int>(comms.size()), devices.data()));
+    } else {
+      ncclUniqueId id;
+      std::memcpy(&id, clique->unique_id.data(), sizeof(id));
+      // One group call: the communicators of this process's devices initialise together.
+      s = STRAIT_NCCL_CHECK(ncclGroupStart());
+      for (size_t w = 0; w < replicas_.size() && s.ok(); ++w) {
+        s = STRAIT_CUDA_CHECK(cudaSetDevice(devices[w]));
+        if (s.ok()) {
+          s = STRAIT_NCCL_CHECK(ncclCommInitRank(&comms[w], clique->total, id,
+                                                 clique->first_rank + static_cast<int>(w)));
+        }
+      }
+      s.Update(STRAIT_NCCL_CHECK(ncclGroupEnd()));
+    }
     for (size_t w = 0; w < replicas_.size() && s.ok(); ++w) {
       Replica& r = replicas_[w];
       r.nccl = comms[w];
@@ -92,9 +110,23 @@ class NcclAllReducer final : public AllReducer {
 
 }  // namespace
 
+absl::StatusOr<std::string> NewNcclUniqueId() {
+  ncclUniqueId id;
+  STRAIT_RETURN_IF_ERROR(STRAIT_NCCL_CHECK(ncclGetUniqueId(&id)));
+  return std::string(reinterpret_cast<const char*>(&id), sizeof(id));
+}
+
 absl::StatusOr<std::unique_ptr<AllReducer>> CreateNcclAllReducer(
     const std::vector<Backend*>& backends, const std::vector<int>& devices,
-    std::vector<float*> buffers, std::vector<Bucket> buckets) {
+    std::vector<float*> buffers, std::vector<Bucket> buckets, const NcclClique* clique) {
+  if (clique != nullptr &&
+      (clique->unique_id.size() != sizeof(ncclUniqueId) || clique->first_rank < 0 ||
+       clique->first_rank + static_cast<int>(backends.size()) > clique->total)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("NCCL clique: ranks ", clique->first_rank, " + ", backends.size(), " of ",
+                     clique->total, " with a unique id of ", clique->unique_id.size(), " bytes (",
+                     sizeof(ncclUniqueId), " expected)"));
+  }
   if (backends.empty() || backends.size() != devices.size() || backends.size() != buffers.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("NCCL all-reduce: ", backends.size(), " backends, ", devices.size(),
@@ -111,7 +143,7 @@ absl::StatusOr<std::unique_ptr<AllReducer>> CreateNcclAllReducer(
     }
   }
   auto reducer = std::make_unique<NcclAllReducer>(std::move(replicas), std::move(buckets));
-  STRAIT_RETURN_IF_ERROR(reducer->Init(devices));
+  STRAIT_RETURN_IF_ERROR(reducer->Init(devices, clique));
   return std::unique_ptr<AllReducer>(std::move(reducer));
 }
 

@@ -3,12 +3,19 @@
 
 namespace strait::site {
 
+namespace {
+constexpr char kNoCuda[] =
+    "NCCL all-reduce requested, but this build has no CUDA support (-DSTRAIT_CUDA=ON)";
+}
+
 absl::StatusOr<std::unique_ptr<AllReducer>> CreateNcclAllReducer(const std::vector<Backend*>&,
                                                                  const std::vector<int>&,
                                                                  std::vector<float*>,
-                                                                 std::vector<Bucket>) {
-  return absl::FailedPreconditionError(
-      "NCCL all-reduce requested, but this build has no CUDA support (-DSTRAIT_CUDA=ON)");
+                                                                 std::vector<Bucket>,
+                                                                 const NcclClique*) {
+  return absl::FailedPreconditionError(kNoCuda);
 }
+
+absl::StatusOr<std::string> NewNcclUniqueId() { return absl::FailedPreconditionError(kNoCuda); }
 
 }  // namespace strait::site

@@ -10,6 +10,7 @@
 #include "core/job_agreement.h"
 #include "core/status.h"
 #include "site/collective/gloo_group.h"
+#include "site/daemon/rank_leader.h"
 #include "site/daemon/rank_messages.h"
 #include "site/daemon/site_session.h"
 #include "site/pipeline/stage_executor.h"
@@ -28,6 +29,7 @@ bool Refusal(const absl::Status& s) {
 // error that ended the group otherwise.
 absl::Status Serve(const FollowerOptions& o, LeaderLink& link, bool& grouped) {
   std::unique_ptr<GlooGroup> group;
+  std::string prefix;                    // Of the group's keys in the leader's store.
   std::unique_ptr<StageExecutor> stage;  // Destroyed before the group its reducers use.
   for (;;) {
     absl::StatusOr<v1::RankOrder> order = link.Next();
@@ -51,6 +53,7 @@ absl::Status Serve(const FollowerOptions& o, LeaderLink& link, bool& grouped) {
         done = made.status();
         if (made.ok()) {
           group = *std::move(made);
+          prefix = g.prefix();
           grouped = true;
           spdlog::info("rank {}: in the site's group", o.rank);
         }
@@ -62,8 +65,11 @@ absl::Status Serve(const FollowerOptions& o, LeaderLink& link, bool& grouped) {
           done = absl::FailedPreconditionError("build before the group formed");
           break;
         }
-        StageRanks ranks{
-            .rank = o.rank, .ranks = o.spec->sites[o.index].machines, .group = group.get()};
+        StageRanks ranks{.rank = o.rank,
+                         .ranks = o.spec->sites[o.index].machines,
+                         .group = group.get(),
+                         .store = &link.store(),
+                         .nccl_prefix = BuildKeyPrefix(prefix, order->build().build())};
         absl::StatusOr<std::unique_ptr<StageExecutor>> made =
             MakeStageFactory(*o.spec, o.index, order->build().total_steps(), o.threads, ranks)();
         done = made.status();

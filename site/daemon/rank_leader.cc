@@ -109,6 +109,7 @@ absl::Status RankLeader::FormGroup(std::chrono::milliseconds wait) {
     grouped_ = true;
     failure_ = absl::OkStatus();
     ++generation_;
+    builds_ = 0;
   }
   const std::string prefix = absl::StrCat("group-", generation_, "/");
   const std::chrono::milliseconds timeout =
@@ -134,10 +135,16 @@ absl::Status RankLeader::FormGroup(std::chrono::milliseconds wait) {
   return absl::OkStatus();
 }
 
-absl::Status RankLeader::BuildFollowers(int64_t total_steps) {
+std::string BuildKeyPrefix(const std::string& group_prefix, uint32_t build) {
+  return absl::StrCat(group_prefix, "build-", build, "/");
+}
+
+absl::StatusOr<std::string> RankLeader::BuildFollowers(int64_t total_steps) {
   v1::RankOrder order;
   order.mutable_build()->set_total_steps(total_steps);
-  return Broadcast(order, kSetupTimeout);
+  order.mutable_build()->set_build(++builds_);
+  STRAIT_RETURN_IF_ERROR(Broadcast(order, kSetupTimeout));
+  return BuildKeyPrefix(absl::StrCat("group-", generation_, "/"), builds_);
 }
 
 absl::Status RankLeader::Broadcast(const v1::RankOrder& order, std::chrono::milliseconds timeout) {

@@ -32,6 +32,9 @@
 
 namespace strait::site {
 
+// The keys of build `build` of the group whose keys start with `group_prefix`.
+std::string BuildKeyPrefix(const std::string& group_prefix, uint32_t build);
+
 class RankLeader final : public RankAdmission, public RankPeers {
  public:
   struct Options {
@@ -53,8 +56,9 @@ class RankLeader final : public RankAdmission, public RankPeers {
   absl::Status FormGroup(std::chrono::milliseconds wait);
   GlooGroup* group() const { return group_.get(); }
   // Every follower builds a fresh stage for a run of `total_steps` (a generation begins; the
-  // leader's own is built by the caller, with this as its peers).
-  absl::Status BuildFollowers(int64_t total_steps);
+  // leader's own is built by the caller, with this as its peers). Returns the prefix of this
+  // build's keys in store() (NcclKeyPrefix).
+  absl::StatusOr<std::string> BuildFollowers(int64_t total_steps);
   // Whether the group has failed, and why.
   absl::Status failure() const;
   // Every rank as the leader sees it, for the site's reports (the dashboard). Thread-safe.
@@ -93,7 +97,8 @@ class RankLeader final : public RankAdmission, public RankPeers {
   std::map<int, std::string> peers_;                    // Their addresses.
   bool grouped_ = false;  // A group is formed (attaching is refused until it ends).
   absl::Status failure_;
-  int generation_ = 0;  // Of the group: its keys' prefix in the store.
+  int generation_ = 0;   // Of the group: its keys' prefix in the store.
+  uint32_t builds_ = 0;  // Stages built in this group.
   std::unique_ptr<GlooGroup> group_;
 };
 

@@ -287,14 +287,16 @@ absl::Status LeadSite(const SiteOptions& o, const SiteSetup& setup, const StageD
   uint32_t epoch = 0;
   for (;;) {
     STRAIT_RETURN_IF_ERROR(leader->FormGroup(wait));
-    const StageFactory stage = MakeStageFactory(
-        spec, setup.index, setup.total_steps, o.threads,
-        {.rank = 0, .ranks = machines, .peers = leader.get(), .group = leader->group()});
     RankLeader* group = leader.get();
-    const int64_t total_steps = setup.total_steps;
-    auto factory = [group, stage, total_steps]() -> absl::StatusOr<std::unique_ptr<StageExecutor>> {
-      STRAIT_RETURN_IF_ERROR(group->BuildFollowers(total_steps));
-      return stage();
+    auto factory = [&o, &setup, group]() -> absl::StatusOr<std::unique_ptr<StageExecutor>> {
+      STRAIT_ASSIGN_OR_RETURN(const std::string keys, group->BuildFollowers(setup.total_steps));
+      return MakeStageFactory(setup.spec, setup.index, setup.total_steps, o.threads,
+                              {.rank = 0,
+                               .ranks = group->ranks(),
+                               .peers = group,
+                               .group = group->group(),
+                               .store = &group->store(),
+                               .nccl_prefix = keys})();
     };
     absl::Status result =
         TrainSite(o, setup, data, factory, resume, epoch, report, process_start, leader.get());

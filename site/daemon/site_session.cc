@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -129,6 +130,33 @@ class ActiveRunner {
 
 }  // namespace
 
+namespace {
+
+// The gradient reduction of a CUDA site of several ranks: NCCL over every rank's devices (rank r's
+// device w is NCCL rank r * W + w), one clique per reduction, its unique id made by the leader and
+// read by the others from the site's store.
+ReducerMaker NcclAcrossRanks(const StageRanks& ranks) {
+  auto made = std::make_shared<int>(0);  // Reductions made so far by this stage: the key's index.
+  return [ranks, made](const std::vector<Backend*>& backends, std::vector<float*> arenas,
+                       std::vector<Bucket> buckets) -> absl::StatusOr<std::unique_ptr<AllReducer>> {
+    const int workers = static_cast<int>(backends.size());
+    const std::string key = absl::StrCat(ranks.nccl_prefix, "nccl-id-", (*made)++);
+    std::string id;
+    if (ranks.rank == 0) {
+      STRAIT_ASSIGN_OR_RETURN(id, NewNcclUniqueId());
+      STRAIT_RETURN_IF_ERROR(ranks.store->Set(key, id));
+    } else {
+      STRAIT_ASSIGN_OR_RETURN(id, ranks.store->Get(key, std::chrono::seconds(120)));
+    }
+    std::vector<int> devices(workers);
+    std::iota(devices.begin(), devices.end(), 0);
+    const NcclClique clique{id, ranks.ranks * workers, ranks.rank * workers};
+    return CreateNcclAllReducer(backends, devices, std::move(arenas), std::move(buckets), &clique);
+  };
+}
+
+}  // namespace
+
 StageFactory MakeStageFactory(const JobSpec& spec, int index, int64_t total_steps, int threads,
                               StageRanks ranks) {
   const OptimizerSpec optimizer = WithDecayHorizon(spec.training.optimizer, total_steps);
@@ -142,17 +170,14 @@ StageFactory MakeStageFactory(const JobSpec& spec, int index, int64_t total_step
                          .rank = ranks.rank,
                          .ranks = ranks.ranks,
                          .peers = ranks.peers};
-    if (ranks.ranks > 1) {
-      if (site.device != DeviceKind::kCpu) {
-        return absl::UnimplementedError(
-            "a CUDA site of several machines needs NCCL across its ranks, which this build "
-            "does not have yet; use device: cpu or machines: 1");
-      }
+    if (ranks.ranks > 1 && site.device == DeviceKind::kCpu) {
       GlooGroup* group = ranks.group;
       workers.make_reducer = [group](const std::vector<Backend*>&, std::vector<float*> arenas,
                                      std::vector<Bucket> buckets) {
         return CreateCrossRankCpuReducer(std::move(arenas), std::move(buckets), group);
       };
+    } else if (ranks.ranks > 1) {
+      workers.make_reducer = NcclAcrossRanks(ranks);
     }
     return StageExecutor::Create(spec.model, site.layers, optimizer, spec.training.MicrobatchSize(),
                                  VersioningOf(spec.training), workers);

@@ -45,7 +45,11 @@ struct StageRanks {
   int rank = 0;
   int ranks = 1;
   RankPeers* peers = nullptr;  // The leader of several ranks: its followers.
-  GlooGroup* group = nullptr;  // Several ranks: the site's collective group.
+  GlooGroup* group = nullptr;  // Several ranks: the site's collective group (CPU).
+  // Several CUDA ranks: the site's rendezvous store and this build's prefix of keys in it, under
+  // which the leader hands out one NCCL unique id per gradient reduction.
+  RendezvousStore* store = nullptr;
+  std::string nccl_prefix;
 };
 
 // The stage of site `index` of `spec` (its layers, device and workers) for a run of `total_steps`
