@@ -83,9 +83,10 @@ std::string AgreedJobText(const JobSpec& spec) {
   Line(out, "training.optimizer.decay_steps", absl::StrCat(o.decay_steps));
   for (const SiteSpec& s : spec.sites) {
     Line(out, absl::StrCat("sites.", s.id),
-         absl::StrCat("layers [", s.layers.start, ", ", s.layers.end, ") on ", ToString(s.device),
-                      " x", s.workers,
-                      s.machines > 1 ? absl::StrCat(" on ", s.machines, " machines") : ""));
+         absl::StrCat(
+             "layers [", s.layers.start, ", ", s.layers.end, ") on ", ToString(s.device), " x",
+             s.workers, s.machines > 1 ? absl::StrCat(" on ", s.machines, " machines") : "",
+             s.tensor_parallel > 1 ? absl::StrCat(", tensor parallel ", s.tensor_parallel) : ""));
   }
   for (const LinkSpec& l : spec.links) {
     Line(out, absl::StrCat("links.", l.boundary),

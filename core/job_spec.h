@@ -242,7 +242,11 @@ struct SiteSpec {
   // Processes ("ranks") the site runs on, one per machine (DESIGN.md §4): rank 0 is the leader,
   // the one WAN endpoint; a microbatch's rows are split over machines x workers.
   int machines = 1;
-  int parts() const { return machines * workers; }  // How many ways a microbatch is split.
+  // Ranks that split every layer of the site Megatron-style (core/tensor_split.h); machines =
+  // tensor_parallel x the data-parallel degree. Rank r is tensor rank r % T of replica r / T.
+  int tensor_parallel = 1;
+  int replicas() const { return machines / tensor_parallel; }  // Data-parallel degree.
+  int parts() const { return replicas() * workers; }  // How many ways a microbatch is split.
 };
 
 // The link across boundary b joins sites[b] (producer of forward tensors) and sites[b + 1].

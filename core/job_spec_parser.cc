@@ -12,6 +12,7 @@
 #include "core/frame_header.h"
 #include "core/job_spec.h"
 #include "core/status.h"
+#include "core/tensor_split.h"
 #include "core/yaml_reader.h"
 
 namespace strait {
@@ -461,7 +462,7 @@ class JobSpecParser {
                           absl::StrCat("at most ", kMaxSites, " sites, found ", sites.size()));
     }
     const int num_layers = spec_.model.NumLayers();
-    std::vector<YAML::Node> layer_nodes;
+    std::vector<YAML::Node> layer_nodes, tensor_nodes;
     for (size_t i = 0; i < sites.size(); ++i) {
       YamlMap map(file_, sites[i], absl::StrCat("sites[", i, "]"));
       STRAIT_RETURN_IF_ERROR(map.status());
@@ -496,6 +497,47 @@ class JobSpecParser {
                                         " samples; use at most that many workers"));
       }
       STRAIT_RETURN_IF_ERROR(map.Int("machines", 1, kMaxMachines, &site.machines));
+      STRAIT_RETURN_IF_ERROR(map.Int("tensor_parallel", 1, kMaxMachines, &site.tensor_parallel));
+      if (site.tensor_parallel > 1) {
+        if (site.machines % site.tensor_parallel != 0) {
+          return map.ErrorAt(
+              "tensor_parallel",
+              absl::StrCat("machines: ", site.machines,
+                           " is not a multiple of "
+                           "tensor_parallel: ",
+                           site.tensor_parallel,
+                           " (machines = tensor_parallel x data-parallel replicas)"));
+        }
+        if (site.workers != 1 || site.device != DeviceKind::kCpu) {
+          return map.ErrorAt("tensor_parallel",
+                             "tensor parallelism runs on CPU ranks of one worker each: set "
+                             "device: cpu and workers: 1 (give each rank its threads with "
+                             "strait-site --threads)");
+        }
+      }
+      tensor_nodes.push_back(map.Get("tensor_parallel"));
+      STRAIT_RETURN_IF_ERROR(map.Int("tensor_parallel", 1, kMaxMachines, &site.tensor_parallel));
+      if (site.tensor_parallel > 1) {
+        if (site.machines % site.tensor_parallel != 0) {
+          return map.ErrorAt(
+              "tensor_parallel",
+              absl::StrCat("machines: ", site.machines,
+                           " is not a multiple of "
+                           "tensor_parallel: ",
+                           site.tensor_parallel,
+                           " (machines = tensor_parallel x data-parallel replicas)"));
+        }
+        if (site.workers != 1 || site.device != DeviceKind::kCpu) {
+          return map.ErrorAt("tensor_parallel",
+                             "tensor parallelism runs on CPU ranks of one worker each: set "
+                             "device: cpu and workers: 1 (give each rank its threads with "
+                             "strait-site --threads)");
+        }
+        if (absl::Status s = CheckTensorSplit(spec_.model, site.layers, site.tensor_parallel);
+            !s.ok()) {
+          return map.ErrorAt("tensor_parallel", std::string(s.message()));
+        }
+      }
       if (site.parts() > spec_.training.MicrobatchSize()) {
         return map.ErrorAt("machines", absl::StrCat(site.machines, " machines x ", site.workers,
                                                     " workers cannot share a microbatch of ",
@@ -505,7 +547,17 @@ class JobSpecParser {
       STRAIT_RETURN_IF_ERROR(map.Finish());
       spec_.sites.push_back(std::move(site));
     }
-    return CheckLayerSplit(layer_nodes, num_layers);
+    STRAIT_RETURN_IF_ERROR(CheckLayerSplit(layer_nodes, num_layers));
+    // With the ranges known good: every split dimension of a tensor-parallel site divides.
+    for (size_t i = 0; i < spec_.sites.size(); ++i) {
+      const SiteSpec& site = spec_.sites[i];
+      if (absl::Status s = CheckTensorSplit(spec_.model, site.layers, site.tensor_parallel);
+          !s.ok()) {
+        return YamlError(file_, tensor_nodes[i], absl::StrCat("sites[", i, "].tensor_parallel"),
+                         std::string(s.message()));
+      }
+    }
+    return absl::OkStatus();
   }
 
   // The sites' ranges, in order, must tile [0, num_layers) exactly.

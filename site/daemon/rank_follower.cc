@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/job_agreement.h"
 #include "core/status.h"
-#include "site/collective/gloo_group.h"
+#include "site/collective/site_groups.h"
 #include "site/daemon/rank_leader.h"
 #include "site/daemon/rank_messages.h"
 #include "site/daemon/site_session.h"
@@ -28,7 +28,7 @@ bool Refusal(const absl::Status& s) {
 // One attachment: the group, the stages of its generations, the calls. OK after a finish; the
 // error that ended the group otherwise.
 absl::Status Serve(const FollowerOptions& o, LeaderLink& link, bool& grouped) {
-  std::unique_ptr<GlooGroup> group;
+  SiteGroups groups;
   std::string prefix;                    // Of the group's keys in the leader's store.
   std::unique_ptr<StageExecutor> stage;  // Destroyed before the group its reducers use.
   for (;;) {
@@ -44,15 +44,13 @@ absl::Status Serve(const FollowerOptions& o, LeaderLink& link, bool& grouped) {
         const auto timeout = std::chrono::milliseconds(
             static_cast<int64_t>(std::clamp(g.timeout_s(), 1.0, 3600.0) * 1000));
         stage.reset();
-        absl::StatusOr<std::unique_ptr<GlooGroup>> made =
-            GlooGroup::Connect(link.store(), {.rank = o.rank,
-                                              .size = o.spec->sites[o.index].machines,
-                                              .prefix = g.prefix(),
-                                              .host = o.collective_host,
-                                              .timeout = timeout});
+        const SiteSpec& site = o.spec->sites[o.index];
+        absl::StatusOr<SiteGroups> made =
+            ConnectSiteGroups(link.store(), g.prefix(), o.rank, site.machines, site.tensor_parallel,
+                              o.collective_host, timeout);
         done = made.status();
         if (made.ok()) {
-          group = *std::move(made);
+          groups = *std::move(made);
           prefix = g.prefix();
           grouped = true;
           spdlog::info("rank {}: in the site's group", o.rank);
@@ -61,13 +59,15 @@ absl::Status Serve(const FollowerOptions& o, LeaderLink& link, bool& grouped) {
       }
       case v1::RankOrder::kBuild: {
         stage.reset();
-        if (group == nullptr) {
+        if (prefix.empty()) {
           done = absl::FailedPreconditionError("build before the group formed");
           break;
         }
         StageRanks ranks{.rank = o.rank,
                          .ranks = o.spec->sites[o.index].machines,
-                         .group = group.get(),
+                         .group = groups.data.get(),
+                         .tensor_parallel = o.spec->sites[o.index].tensor_parallel,
+                         .tensor = groups.reducer.get(),
                          .store = &link.store(),
                          .nccl_prefix = BuildKeyPrefix(prefix, order->build().build())};
         absl::StatusOr<std::unique_ptr<StageExecutor>> made =

@@ -118,19 +118,16 @@ absl::Status RankLeader::FormGroup(std::chrono::milliseconds wait) {
   order.mutable_group()->set_prefix(prefix);
   order.mutable_group()->set_timeout_s(timeout.count() / 1000.0);
   for (int r = 1; r < machines_; ++r) STRAIT_RETURN_IF_ERROR(Fail(Link(r)->Send(order)));
-  absl::StatusOr<std::unique_ptr<GlooGroup>> group =
-      GlooGroup::Connect(store_, {.rank = 0,
-                                  .size = machines_,
-                                  .prefix = prefix,
-                                  .host = options_.collective_host,
-                                  .timeout = timeout});
-  absl::Status status = group.status();
+  absl::StatusOr<SiteGroups> groups = ConnectSiteGroups(
+      store_, prefix, 0, machines_, options_.spec->sites[options_.index].tensor_parallel,
+      options_.collective_host, timeout);
+  absl::Status status = groups.status();
   for (int r = 1; r < machines_; ++r) {
     absl::StatusOr<v1::RankAnswer> answer = Link(r)->Receive(kSetupTimeout);
     status.Update(answer.ok() ? AnswerStatus(*answer) : answer.status());
   }
   if (!status.ok()) return Fail(status);
-  group_ = *std::move(group);
+  groups_ = *std::move(groups);
   spdlog::info("site group {} formed: {} ranks", generation_, machines_);
   return absl::OkStatus();
 }
@@ -212,7 +209,7 @@ void RankLeader::EndGroup(bool finished) {
     }
     link->Close();
   }
-  group_.reset();
+  groups_ = SiteGroups();
   store_.EraseWithPrefix(absl::StrCat("group-", generation_, "/"));
   std::lock_guard<std::mutex> lock(mu_);
   grouped_ = false;

@@ -25,6 +25,7 @@
 #include "crypto/deny_list.h"
 #include "site/collective/gloo_group.h"
 #include "site/collective/rendezvous_store.h"
+#include "site/collective/site_groups.h"
 #include "site/pipeline/rank_call.h"
 #include "site/rpc/rank_link.h"
 #include "site/rpc/rank_server.h"
@@ -54,7 +55,10 @@ class RankLeader final : public RankAdmission, public RankPeers {
   // Waits until every follower rank has attached (saying every 10 s which are missing; at most
   // `wait`), then forms the collective group of all ranks.
   absl::Status FormGroup(std::chrono::milliseconds wait);
-  GlooGroup* group() const { return group_.get(); }
+  // The group's data-parallel Gloo group (null with one replica) and tensor reducer (null without
+  // tensor parallelism).
+  GlooGroup* group() const { return groups_.data.get(); }
+  TensorReducer* tensor_reducer() const { return groups_.reducer.get(); }
   // Every follower builds a fresh stage for a run of `total_steps` (a generation begins; the
   // leader's own is built by the caller, with this as its peers). Returns the prefix of this
   // build's keys in store() (NcclKeyPrefix).
@@ -99,7 +103,7 @@ class RankLeader final : public RankAdmission, public RankPeers {
   absl::Status failure_;
   int generation_ = 0;   // Of the group: its keys' prefix in the store.
   uint32_t builds_ = 0;  // Stages built in this group.
-  std::unique_ptr<GlooGroup> group_;
+  SiteGroups groups_;
 };
 
 }  // namespace strait::site

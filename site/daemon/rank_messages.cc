@@ -50,7 +50,7 @@ v1::RankCallOrder ToOrder(const RankCall& c) {
 }
 
 absl::StatusOr<RankCall> FromOrder(const v1::RankCallOrder& o) {
-  if (o.op() > static_cast<uint32_t>(RankOp::kSetOptimizerState)) {
+  if (o.op() > static_cast<uint32_t>(RankOp::kGradSumSquares)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown mirrored call ", o.op()));
   }
   RankCall c{.op = static_cast<RankOp>(o.op()),
@@ -83,6 +83,7 @@ v1::RankAnswer ToAnswer(const absl::StatusOr<RankResult>& result) {
   if (!result.ok()) return StatusAnswer(result.status());
   v1::RankAnswer a;
   a.set_values(Bytes(result->values));
+  a.set_sum(result->sum);
   for (const LossResult& l : result->losses) {
     a.add_loss_sums(l.loss_sum);
     a.add_corrects(l.correct);
@@ -105,6 +106,7 @@ absl::StatusOr<RankResult> FromAnswer(const v1::RankAnswer& a) {
   }
   RankResult r;
   STRAIT_ASSIGN_OR_RETURN(r.values, Floats(a.values(), "answer"));
+  r.sum = a.sum();
   for (int i = 0; i < a.loss_sums_size(); ++i) r.losses.push_back({a.loss_sums(i), a.corrects(i)});
   return r;
 }

@@ -295,6 +295,8 @@ absl::Status LeadSite(const SiteOptions& o, const SiteSetup& setup, const StageD
                                .ranks = group->ranks(),
                                .peers = group,
                                .group = group->group(),
+                               .tensor_parallel = setup.spec.sites[setup.index].tensor_parallel,
+                               .tensor = group->tensor_reducer(),
                                .store = &group->store(),
                                .nccl_prefix = keys})();
     };

@@ -169,11 +169,16 @@ StageFactory MakeStageFactory(const JobSpec& spec, int index, int64_t total_step
                          .precision = spec.training.precision,
                          .rank = ranks.rank,
                          .ranks = ranks.ranks,
-                         .peers = ranks.peers};
+                         .peers = ranks.peers,
+                         .tensor_parallel = ranks.tensor_parallel,
+                         .tensor_reducer = ranks.tensor};
     if (ranks.ranks > 1 && site.device == DeviceKind::kCpu) {
       GlooGroup* group = ranks.group;
-      workers.make_reducer = [group](const std::vector<Backend*>&, std::vector<float*> arenas,
-                                     std::vector<Bucket> buckets) {
+      workers.make_reducer =
+          [group](const std::vector<Backend*>& backends, std::vector<float*> arenas,
+                  std::vector<Bucket> buckets) -> absl::StatusOr<std::unique_ptr<AllReducer>> {
+        // One replica (tensor parallelism alone): a rank's gradient is its own shard's.
+        if (group == nullptr) return InProcessReducer(DeviceKind::kCpu)(backends, arenas, buckets);
         return CreateCrossRankCpuReducer(std::move(arenas), std::move(buckets), group);
       };
     } else if (ranks.ranks > 1) {

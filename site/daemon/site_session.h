@@ -45,7 +45,9 @@ struct StageRanks {
   int rank = 0;
   int ranks = 1;
   RankPeers* peers = nullptr;  // The leader of several ranks: its followers.
-  GlooGroup* group = nullptr;  // Several ranks: the site's collective group (CPU).
+  GlooGroup* group = nullptr;  // Several CPU replicas: the data-parallel group of this rank.
+  int tensor_parallel = 1;     // Tensor ranks per replica; `tensor` sums between them.
+  TensorReducer* tensor = nullptr;
   // Several CUDA ranks: the site's rendezvous store and this build's prefix of keys in it, under
   // which the leader hands out one NCCL unique id per gradient reduction.
   RendezvousStore* store = nullptr;

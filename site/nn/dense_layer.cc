@@ -4,35 +4,98 @@
 
 namespace strait::site {
 
-DenseLayer::DenseLayer(LayerLayout layout, ActivationOp act, float dropout)
-    : Layer(std::move(layout)), act_(act), dropout_(dropout) {}
+DenseLayer::DenseLayer(LayerLayout layout, ActivationOp act, float dropout, ShardRole role,
+                       TensorShard shard)
+    : Layer(std::move(layout)), act_(act), dropout_(dropout), role_(role), shard_(shard) {}
 
 // GELU's derivative needs the pre-activation; ReLU's is read off the output.
 int64_t DenseLayer::SavedFloats(int n) const {
   return act_ == ActivationOp::kGelu ? n * out_features() : 0;
 }
 
+// A row-sliced layer keeps its slice of the input and of the input's gradient there.
+int64_t DenseLayer::ScratchFloats(int n) const {
+  return role_ == ShardRole::kRowSliced ? 2 * int64_t{n} * (in_features() / shard_.parts) : 0;
+}
+
+void DenseLayer::DropColumns(Backend& backend, const PassInfo& pass, int n, float* y) const {
+  const int64_t out = out_features(), whole = out * shard_.parts;
+  for (int i = 0; i < n; ++i) {
+    backend.Dropout(out, dropout_, pass.dropout_key,
+                    (pass.first_row + i) * whole + shard_.index * out, y + i * out, y + i * out);
+  }
+}
+
 void DenseLayer::Forward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
                          const float* x, float* y, float* saved, float* scratch) {
-  const int in = static_cast<int>(in_features()), out = static_cast<int>(out_features());
+  const int out = static_cast<int>(out_features());
   float* pre = act_ == ActivationOp::kGelu ? saved : y;
-  LinearForward(backend, n, in, out, x, params.value[0], params.value[1], act_, pre, y);
-  if (pass.training && dropout_ > 0.0f)
+  const bool drop = pass.training && dropout_ > 0.0f;
+  if (role_ == ShardRole::kReplicated || role_ == ShardRole::kColumn) {
+    const int in = static_cast<int>(in_features());
+    LinearForward(backend, n, in, out, x, params.value[0], params.value[1], act_, pre, y);
+    if (drop && role_ == ShardRole::kColumn) {
+      DropColumns(backend, pass, n, y);
+    } else if (drop) {
+      backend.Dropout(int64_t{n} * out, dropout_, pass.dropout_key, pass.first_row * out, y, y);
+    }
+    return;
+  }
+  // Row-parallel: this rank's input features times its columns of W, summed across the ranks,
+  // then the bias, activation and dropout of the whole output (the same on every rank).
+  // A row layer's input is its slice already; a row-sliced one takes its slice of the whole.
+  const int in = static_cast<int>(role_ == ShardRole::kRowSliced ? in_features() / shard_.parts
+                                                                 : in_features());
+  const float* slice = x;
+  if (role_ == ShardRole::kRowSliced) {
+    backend.Copy2D(n, in, x + int64_t{shard_.index} * in, in_features(), scratch, in);
+    slice = scratch;
+  }
+  backend.Gemm(false, true, n, out, in, 1.0f, slice, in, params.value[0], in, 0.0f, pre, out);
+  shard_.reducer->AllReduceSum(backend, pre, int64_t{n} * out);
+  backend.BiasActivation(n, out, params.value[1], act_, pre, y);
+  if (drop)
     backend.Dropout(int64_t{n} * out, dropout_, pass.dropout_key, pass.first_row * out, y, y);
 }
 
 void DenseLayer::Backward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
                           const float* x, const float* y, float* dy, float* dx, const float* saved,
                           float* scratch) {
-  const int in = static_cast<int>(in_features()), out = static_cast<int>(out_features());
-  const int64_t count = int64_t{n} * out;
-  if (pass.training && dropout_ > 0.0f)
-    backend.Dropout(count, dropout_, pass.dropout_key, pass.first_row * out, dy, dy);
+  const int64_t in = in_features(), out = out_features(), count = int64_t{n} * out;
+  if (pass.training && dropout_ > 0.0f) {
+    if (role_ == ShardRole::kColumn) {
+      DropColumns(backend, pass, n, dy);
+    } else {
+      backend.Dropout(count, dropout_, pass.dropout_key, pass.first_row * out, dy, dy);
+    }
+  }
   // ReLU after dropout: a dropped unit has y = 0 and gets no gradient either way.
   if (act_ != ActivationOp::kNone) {
     backend.ActivationBackward(count, act_, act_ == ActivationOp::kGelu ? saved : y, dy, dy);
   }
-  LinearBackward(backend, n, in, out, x, params.value[0], dy, dx, params.grad[0], params.grad[1]);
+  const int o = static_cast<int>(out);
+  if (role_ == ShardRole::kRowSliced) {
+    // Gradients of this rank's input slice; the whole input gradient is the sum of the ranks'
+    // zero-padded slices.
+    const int slice = static_cast<int>(in / shard_.parts);
+    float* x_slice = scratch;
+    float* dx_slice = scratch + int64_t{n} * slice;
+    backend.Copy2D(n, slice, x + int64_t{shard_.index} * slice, in, x_slice, slice);
+    LinearBackward(backend, n, slice, o, x_slice, params.value[0], dy,
+                   dx != nullptr ? dx_slice : nullptr, params.grad[0], params.grad[1]);
+    if (dx != nullptr) {
+      backend.Fill(dx, int64_t{n} * in, 0.0f);
+      backend.Copy2D(n, slice, dx_slice, slice, dx + int64_t{shard_.index} * slice, in);
+      shard_.reducer->AllReduceSum(backend, dx, int64_t{n} * in);
+    }
+    return;
+  }
+  LinearBackward(backend, n, static_cast<int>(in), o, x, params.value[0], dy, dx, params.grad[0],
+                 params.grad[1]);
+  // A column layer's input gradient is partial on every rank: the sum is the whole.
+  if (role_ == ShardRole::kColumn && dx != nullptr) {
+    shard_.reducer->AllReduceSum(backend, dx, int64_t{n} * in);
+  }
 }
 
 }  // namespace strait::site

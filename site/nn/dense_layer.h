@@ -1,17 +1,21 @@
-// The MLP layer fc{i}: Linear, then (hidden layers) an activation and dropout.
+// The MLP layer fc{i}: Linear, then (hidden layers) an activation and dropout; whole, or this
+// rank's part of it under tensor parallelism (core/tensor_split.h: column, row or row-sliced).
 #pragma once
 
+#include "core/tensor_split.h"
 #include "site/nn/layer.h"
 
 namespace strait::site {
 
 class DenseLayer final : public Layer {
  public:
-  // `layout` has params weight [out, in] and bias [out]. act kNone for the logits layer.
-  DenseLayer(LayerLayout layout, ActivationOp act, float dropout);
+  // `layout` (this rank's, ShardLayout) has params weight [out, in] and bias [out]. act kNone for
+  // the logits layer.
+  DenseLayer(LayerLayout layout, ActivationOp act, float dropout,
+             ShardRole role = ShardRole::kReplicated, TensorShard shard = {});
 
   int64_t SavedFloats(int n) const override;
-  int64_t ScratchFloats(int n) const override { return 0; }
+  int64_t ScratchFloats(int n) const override;
   void Forward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
                const float* x, float* y, float* saved, float* scratch) override;
   void Backward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
@@ -19,8 +23,13 @@ class DenseLayer final : public Layer {
                 float* scratch) override;
 
  private:
+  // Dropout of this rank's columns of the whole layer's output (kColumn), row by row.
+  void DropColumns(Backend& backend, const PassInfo& pass, int n, float* y) const;
+
   ActivationOp act_;
   float dropout_;
+  ShardRole role_;
+  TensorShard shard_;
 };
 
 }  // namespace strait::site

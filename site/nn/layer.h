@@ -32,6 +32,24 @@ struct PassInfo {
   int64_t first_row = 0;
 };
 
+// Sums a tensor across the ranks of a tensor-parallel site, in place (site/collective). A failure
+// is kept by the implementation and reported after the pass, so that layers stay void.
+class TensorReducer {
+ public:
+  virtual ~TensorReducer() = default;
+  // data[0, count) (on `backend`, after the work queued so far) becomes the sum over the ranks.
+  virtual void AllReduceSum(Backend& backend, float* data, int64_t count) = 0;
+  // The first failure since the reducer was made (a sum after one is skipped).
+  virtual absl::Status status() const = 0;
+};
+
+// This rank's part of a layer split `parts` ways (core/tensor_split.h); parts 1: the whole layer.
+struct TensorShard {
+  int parts = 1;
+  int index = 0;
+  TensorReducer* reducer = nullptr;  // Set when parts > 1.
+};
+
 class Layer {
  public:
   explicit Layer(LayerLayout layout) : layout_(std::move(layout)) {}

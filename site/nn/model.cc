@@ -5,6 +5,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "core/tensor_split.h"
 #include "core/tied_embeddings.h"
 #include "site/backend/counter_rng.h"
 #include "site/nn/dense_layer.h"
@@ -15,24 +17,29 @@
 namespace strait::site {
 
 absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec& model,
-                                                                LayerRange range) {
+                                                                LayerRange range,
+                                                                TensorShard shard) {
   const int total = model.NumLayers();
   if (range.start < 0 || range.end > total || range.start >= range.end) {
     return absl::InvalidArgumentError(absl::StrCat("layer range [", range.start, ", ", range.end,
                                                    ") is not a non-empty part of the model's ",
                                                    total, " layers"));
   }
-  std::vector<LayerLayout> layout = BuildModelLayout(model);
+  STRAIT_RETURN_IF_ERROR(CheckTensorSplit(model, range, shard.parts));
+  const std::vector<LayerLayout> layout = BuildModelLayout(model);
+  const std::vector<LayerShard> shards = SplitLayers(model, range, shard.parts);
   std::vector<std::unique_ptr<Layer>> layers;
   for (int i = range.start; i < range.end; ++i) {
-    LayerLayout l = std::move(layout[i]);
+    const LayerShard& part = shards[i - range.start];
+    LayerLayout l = ShardLayout(layout[i], part, shard.parts);
+    const TensorShard layer_shard = part.role == ShardRole::kReplicated ? TensorShard{} : shard;
     if (model.family == ModelFamily::kMlp) {
       const bool hidden = i < total - 1;
       const ActivationOp act = !hidden                                     ? ActivationOp::kNone
                                : model.mlp.activation == Activation::kRelu ? ActivationOp::kRelu
                                                                            : ActivationOp::kGelu;
-      layers.push_back(
-          std::make_unique<DenseLayer>(std::move(l), act, hidden ? model.mlp.dropout : 0.0f));
+      layers.push_back(std::make_unique<DenseLayer>(
+          std::move(l), act, hidden ? model.mlp.dropout : 0.0f, part.role, layer_shard));
     } else if (model.family == ModelFamily::kVit) {
       const VitSpec& v = model.vit;
       if (i == 0) {
@@ -41,8 +48,10 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec&
         layers.push_back(std::make_unique<ClassifierHead>(std::move(l), v));
       } else {
         layers.push_back(std::make_unique<TransformerBlock>(
-            std::move(l), TransformerBlockSpec{v.Tokens(), v.dim, v.heads, v.mlp_dim, v.dropout,
-                                               /*causal=*/false}));
+            std::move(l),
+            TransformerBlockSpec{v.Tokens(), v.dim, v.heads, v.mlp_dim, v.dropout,
+                                 /*causal=*/false},
+            layer_shard));
       }
     } else {
       const GptSpec& g = model.gpt;
@@ -52,8 +61,9 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec&
         layers.push_back(std::make_unique<LmHead>(std::move(l), g));
       } else {
         layers.push_back(std::make_unique<TransformerBlock>(
-            std::move(l), TransformerBlockSpec{g.context, g.dim, g.heads, g.mlp_dim, g.dropout,
-                                               /*causal=*/true}));
+            std::move(l),
+            TransformerBlockSpec{g.context, g.dim, g.heads, g.mlp_dim, g.dropout, /*causal=*/true},
+            layer_shard));
       }
     }
   }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "core/tensor_split.h"
 #include "core/tied_embeddings.h"
 #include "site/backend/counter_rng.h"
 #include "site/nn/model.h"
@@ -44,7 +45,8 @@ absl::StatusOr<DeviceBuffer> Floats(Backend* backend, int64_t n) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSpec& model, LayerRange range,
-                                                     int max_batch, Backend* backend) {
+                                                     int max_batch, Backend* backend,
+                                                     TensorShard shard) {
   if (max_batch < 1) return absl::InvalidArgumentError("max_batch must be at least 1");
   std::unique_ptr<Stage> s(new Stage());
   s->backend_ = backend;
@@ -52,24 +54,36 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSpec& model, Lay
   s->range_ = range;
   s->num_model_layers_ = model.NumLayers();
   s->max_batch_ = max_batch;
-  STRAIT_ASSIGN_OR_RETURN(s->layers_, BuildLayers(model, range));
+  STRAIT_ASSIGN_OR_RETURN(s->layers_, BuildLayers(model, range, shard));
+  s->parts_ = shard.parts;
+  s->index_ = shard.index;
+  s->shards_ = SplitLayers(model, range, shard.parts);
+  std::vector<LayerLayout> whole = BuildModelLayout(model);
+  s->full_layouts_.assign(whole.begin() + range.start, whole.begin() + range.end);
 
   // Parameter layout: layers in order, each layer's params in layout order. The fingerprint's
-  // recipe must not change: checkpoints carry it.
+  // recipe must not change: checkpoints carry it. It hashes the whole layers, so that checkpoints
+  // (of whole parameters) do not depend on tensor parallelism.
   uint64_t fp = CombineKey(0x5354524149540001ull, static_cast<uint64_t>(model.family));
-  int64_t offset = 0;
-  for (const auto& layer : s->layers_) {
-    const LayerLayout& l = layer->layout();
+  int64_t offset = 0, full_offset = 0;
+  for (size_t k = 0; k < s->layers_.size(); ++k) {
+    const LayerLayout& l = s->full_layouts_[k];
     fp = HashShape(HashShape(HashString(CombineKey(fp, l.index), l.name), l.in_shape), l.out_shape);
     s->layer_offsets_.push_back(offset);
     s->param_offsets_.emplace_back();
-    for (const ParamLayout& p : l.params) {
-      fp = HashShape(HashString(fp, p.name), p.shape);
+    s->full_offsets_.emplace_back();
+    for (const ParamLayout& p : l.params) fp = HashShape(HashString(fp, p.name), p.shape);
+    for (const ParamLayout& p : s->layers_[k]->layout().params) {
       s->param_offsets_.back().push_back(offset);
       offset += p.numel;
     }
+    for (const ParamLayout& p : l.params) {
+      s->full_offsets_.back().push_back(full_offset);
+      full_offset += p.numel;
+    }
   }
   s->layer_offsets_.push_back(offset);
+  s->full_offsets_.push_back({full_offset});
   if (const std::optional<TiedMatrix> tied = TiedMatrixOf(model)) {
     // Tied and untied checkpoints hold different models; untied fingerprints stay as they were.
     fp = CombineKey(fp, 0x5449454400000001ull);
@@ -116,14 +130,35 @@ int64_t Stage::input_features() const { return layers_.front()->in_features(); }
 int64_t Stage::output_features() const { return layers_.back()->out_features(); }
 
 std::vector<float> Stage::InitialParams() const {
-  std::vector<float> init(param_count());
+  std::vector<float> whole(full_param_count());
   for (size_t k = 0; k < layers_.size(); ++k) {
-    for (size_t p = 0; p < param_offsets_[k].size(); ++p) {
-      InitParameter(model_, layers_[k]->layout(), static_cast<int>(p),
-                    init.data() + param_offsets_[k][p]);
+    for (size_t p = 0; p < full_offsets_[k].size(); ++p) {
+      InitParameter(model_, full_layouts_[k], static_cast<int>(p),
+                    whole.data() + full_offsets_[k][p]);
     }
   }
+  if (parts_ == 1) return whole;
+  std::vector<float> init(param_count());
+  TakeShards(whole.data(), index_, init.data());
   return init;
+}
+
+void Stage::TakeShards(const float* full, int index, float* local) const {
+  for (size_t k = 0; k < layers_.size(); ++k) {
+    for (size_t p = 0; p < param_offsets_[k].size(); ++p) {
+      TakeShard(full + full_offsets_[k][p], full_layouts_[k].params[p].shape, shards_[k].params[p],
+                parts_, index, local + param_offsets_[k][p]);
+    }
+  }
+}
+
+void Stage::PutShards(const float* local, int index, float* full) const {
+  for (size_t k = 0; k < layers_.size(); ++k) {
+    for (size_t p = 0; p < param_offsets_[k].size(); ++p) {
+      PutShard(local + param_offsets_[k][p], full_layouts_[k].params[p].shape, shards_[k].params[p],
+               parts_, index, full + full_offsets_[k][p]);
+    }
+  }
 }
 
 std::vector<LayerParams> Stage::Views(float* weights, float* grads) const {
@@ -288,6 +323,21 @@ absl::StatusOr<double> Stage::GradSumSquares(const float* grads, double downstre
       add(tied_head_offset_ + tied_numel_, end);
     } else {
       add(begin, end);
+    }
+  }
+  STRAIT_RETURN_IF_ERROR(backend_->Sync());
+  return sum;
+}
+
+absl::StatusOr<double> Stage::GradSumSquaresOf(const float* grads, double downstream,
+                                               bool split) const {
+  double sum = downstream;
+  for (size_t k = layers_.size(); k-- > 0;) {
+    const std::vector<ParamLayout>& params = layers_[k]->layout().params;
+    for (size_t p = params.size(); p-- > 0;) {
+      const int64_t at = param_offsets_[k][p];
+      if ((shards_[k].params[p].axis >= 0) != split || at == tied_head_offset_) continue;
+      sum += backend_->SumSquares(params[p].numel, grads + at);
     }
   }
   STRAIT_RETURN_IF_ERROR(backend_->Sync());

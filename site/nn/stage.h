@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/job_spec.h"
+#include "core/tensor_split.h"
 #include "site/backend/backend.h"
 #include "site/nn/layer.h"
 
@@ -54,9 +55,12 @@ struct PassOptions {
 class Stage {
  public:
   // Layers `range` of `model`, microbatches of at most `max_batch` samples, on `backend` (which
-  // must outlive the stage).
+  // must outlive the stage). With shard.parts > 1: rank shard.index's part of every layer under
+  // tensor parallelism (core/tensor_split.h; the reducer must outlive the stage); its arenas hold
+  // that rank's shards, in the same order.
   static absl::StatusOr<std::unique_ptr<Stage>> Create(const ModelSpec& model, LayerRange range,
-                                                       int max_batch, Backend* backend);
+                                                       int max_batch, Backend* backend,
+                                                       TensorShard shard = {});
   ~Stage();
 
   LayerRange range() const { return range_; }
@@ -77,6 +81,15 @@ class Stage {
   const std::vector<int64_t>& tied_offsets() const { return tied_offsets_; }
   int64_t tied_numel() const { return tied_numel_; }
   Backend& backend() const { return *backend_; }
+
+  // Tensor parallelism: the whole layers' parameter count, and an arena of the whole layers
+  // (layout order, full_param_count() floats) <-> rank `index`'s shards of it (param_count()
+  // floats, this stage's order; every rank's stage has the same sizes). Host memory. Without
+  // tensor parallelism both are copies.
+  int64_t full_param_count() const { return full_offsets_.back().back(); }
+  void TakeShards(const float* full, int index, float* local) const;
+  void PutShards(const float* local, int index, float* full) const;
+  int tensor_parts() const { return parts_; }
 
   // The initial parameters L_0 in layout order (InitParameter: a pure function of the seed, the
   // layer and the parameter, so every split has the same). Host memory.
@@ -118,6 +131,10 @@ class Stage {
   // the same order as one stage of all layers, so global-norm clipping across sites gives the same
   // bits as one process. The head's copy of a tied matrix is left out (the embedding's counts).
   absl::StatusOr<double> GradSumSquares(const float* grads, double downstream) const;
+  // Under tensor parallelism: the same over the split parameters only (`split`: each rank holds
+  // its shards, so the ranks' results add up to the whole), or the replicated ones only (the same
+  // on every rank), each layer by layer from the last to the first, params in reverse order.
+  absl::StatusOr<double> GradSumSquaresOf(const float* grads, double downstream, bool split) const;
 
   // Hash of the family and the layouts (names, shapes) of this stage's layers: checkpoints of a
   // different model or split do not load. Unchanged across builds for the same layers, so that
@@ -138,6 +155,12 @@ class Stage {
   int num_model_layers_ = 0;
   int max_batch_ = 0;
   uint64_t fingerprint_ = 0;
+  int parts_ = 1;  // Tensor-parallel ranks; this is rank index_.
+  int index_ = 0;
+  std::vector<LayerShard> shards_;         // Per layer of the stage.
+  std::vector<LayerLayout> full_layouts_;  // The whole layers'.
+  std::vector<std::vector<int64_t>>
+      full_offsets_;  // [layer][param] in a whole arena; .back().back(): all.
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<int64_t> layer_offsets_;               // Layer k's params start at [k]; [size]: all.
   std::vector<std::vector<int64_t>> param_offsets_;  // [layer][param]: where the param starts.

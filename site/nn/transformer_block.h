@@ -18,9 +18,13 @@ struct TransformerBlockSpec {
 // r = x + drop(attn(ln1(x))); y = r + drop(mlp(ln2(r))), the MLP being fc1 -> GELU -> fc2.
 // Params: ln1.{gamma,beta}, attn.qkv.{weight,bias}, attn.proj.{weight,bias}, ln2.{gamma,beta},
 // mlp.fc1.{weight,bias}, mlp.fc2.{weight,bias}.
+// Under tensor parallelism (`shard`, core/tensor_split.h) this rank holds heads/parts heads and
+// mlp_dim/parts of the MLP; the proj and fc2 outputs are summed across the ranks before their
+// bias, and the layer norms' input gradients likewise.
 class TransformerBlock final : public Layer {
  public:
-  TransformerBlock(LayerLayout layout, const TransformerBlockSpec& spec);
+  // `layout`: this rank's (ShardLayout).
+  TransformerBlock(LayerLayout layout, const TransformerBlockSpec& spec, TensorShard shard = {});
   int64_t SavedFloats(int n) const override;
   int64_t ScratchFloats(int n) const override;
   void Forward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
@@ -30,8 +34,16 @@ class TransformerBlock final : public Layer {
                 float* scratch) override;
 
  private:
-  AttentionShape Shape(int n) const;
+  AttentionShape Shape(int n) const;  // This rank's heads.
+  // y [rows, D] = x [rows, in] W^T summed over the ranks, + b.
+  void RowParallel(Backend& backend, int64_t rows, int in, const float* x, const float* w,
+                   const float* b, float* y) const;
+  // Sums a partial gradient over the ranks (nothing for a whole block).
+  void SumPartial(Backend& backend, float* x, int64_t count) const;
+
   TransformerBlockSpec spec_;
+  TensorShard shard_;
+  int dl_, fl_;  // This rank's attention width (its heads) and MLP width.
 };
 
 }  // namespace strait::site

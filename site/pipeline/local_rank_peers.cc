@@ -59,20 +59,40 @@ absl::StatusOr<RankResult> LocalRankPeers::Await(int rank) {
 
 absl::StatusOr<std::unique_ptr<LocalRankSite>> LocalRankSite::Create(
     const ModelSpec& model, LayerRange range, const OptimizerSpec& optimizer, int max_batch,
-    WeightVersioning versioning, int ranks, StageWorkers workers) {
+    WeightVersioning versioning, int ranks, StageWorkers workers, int tensor_parallel) {
   auto site = std::make_unique<LocalRankSite>();
-  STRAIT_ASSIGN_OR_RETURN(site->groups, GlooGroup::ConnectInProcess(ranks));
+  const int replicas = ranks / tensor_parallel;
+  site->groups.resize(ranks);
+  for (int dp = 0; dp < replicas && tensor_parallel > 1; ++dp) {
+    STRAIT_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<GlooGroup>> tensor,
+                            GlooGroup::ConnectInProcess(tensor_parallel));
+    for (int tp = 0; tp < tensor_parallel; ++tp) {
+      SiteGroups& g = site->groups[dp * tensor_parallel + tp];
+      g.tensor = std::move(tensor[tp]);
+      g.reducer = std::make_unique<GlooTensorReducer>(g.tensor.get());
+    }
+  }
+  for (int tp = 0; tp < tensor_parallel && replicas > 1; ++tp) {
+    STRAIT_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<GlooGroup>> data,
+                            GlooGroup::ConnectInProcess(replicas));
+    for (int dp = 0; dp < replicas; ++dp) {
+      site->groups[dp * tensor_parallel + tp].data = std::move(data[dp]);
+    }
+  }
   site->stages.resize(ranks);
   std::vector<StageExecutor*> followers;
   for (int r = ranks; r-- > 0;) {  // Followers first: the leader's peers point at them.
     StageWorkers w = workers;
     w.rank = r;
     w.ranks = ranks;
-    GlooGroup* group = site->groups[r].get();
+    w.tensor_parallel = tensor_parallel;
+    w.tensor_reducer = site->groups[r].reducer.get();
+    GlooGroup* group = site->groups[r].data.get();
     std::vector<AllReducer*>* made = r == 0 ? &site->leader_reducers : nullptr;
     w.make_reducer =
-        [group, made](const std::vector<Backend*>&, std::vector<float*> arenas,
+        [group, made](const std::vector<Backend*>& backends, std::vector<float*> arenas,
                       std::vector<Bucket> buckets) -> absl::StatusOr<std::unique_ptr<AllReducer>> {
+      if (group == nullptr) return InProcessReducer(DeviceKind::kCpu)(backends, arenas, buckets);
       STRAIT_ASSIGN_OR_RETURN(
           std::unique_ptr<AllReducer> reducer,
           CreateCrossRankCpuReducer(std::move(arenas), std::move(buckets), group));

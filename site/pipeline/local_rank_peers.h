@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "site/collective/gloo_group.h"
+#include "site/collective/site_groups.h"
 #include "site/pipeline/rank_call.h"
 #include "site/pipeline/stage_executor.h"
 
@@ -41,21 +42,23 @@ class LocalRankPeers final : public RankPeers {
   std::vector<std::unique_ptr<Lane>> lanes_;
 };
 
-// A whole site of `ranks` ranks in this process (tests, benchmarks): their Gloo group over
-// loopback TCP, each rank's StageExecutor of `workers` with the cross-rank reducer, and the
-// leader's LocalRankPeers. Members are destroyed peers first, then stages, then groups.
+// A whole site of `ranks` ranks in this process (tests, benchmarks): their Gloo groups over
+// loopback TCP (site/collective/site_groups.h), each rank's StageExecutor of `workers` with the
+// cross-rank reducer, and the leader's LocalRankPeers. Members are destroyed peers first, then
+// stages, then groups.
 struct LocalRankSite {
-  std::vector<std::unique_ptr<GlooGroup>> groups;
+  std::vector<SiteGroups> groups;                      // Per rank.
   std::vector<std::unique_ptr<StageExecutor>> stages;  // stages[0]: the leader's.
   std::unique_ptr<LocalRankPeers> peers;
   std::vector<AllReducer*> leader_reducers;  // The leader's, one per gradient arena.
 
   StageExecutor& leader() { return *stages[0]; }
 
-  // `workers`: each rank's (its rank, ranks, peers and make_reducer are set here).
+  // `workers`: each rank's (its rank, ranks, peers, tensor parallelism and make_reducer are set
+  // here).
   static absl::StatusOr<std::unique_ptr<LocalRankSite>> Create(
       const ModelSpec& model, LayerRange range, const OptimizerSpec& optimizer, int max_batch,
-      WeightVersioning versioning, int ranks, StageWorkers workers);
+      WeightVersioning versioning, int ranks, StageWorkers workers, int tensor_parallel = 1);
 };
 
 }  // namespace strait::site

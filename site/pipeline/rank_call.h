@@ -26,7 +26,13 @@ enum class RankOp {
   kSetParams,
   kRestoreWeights,
   kSetOptimizerState,
+  // Tensor parallelism: the leader reads its tensor peers' shards and sums.
+  kReadShard,       // `weights`: which state (ShardedState); `step`: the gradient's step.
+  kGradSumSquares,  // Of the split parameters' gradient of step `step`.
 };
+
+// What kReadShard reads.
+enum class ShardedState { kParams, kPrevious, kLookahead, kGrads, kOptimizer };
 
 // The arguments of one StageExecutor call; which fields count depends on `op` (see Serve).
 struct RankCall {
@@ -49,7 +55,9 @@ struct RankCall {
 };
 
 struct RankResult {
-  std::vector<float> values;       // Forward: the output rows; Backward: the input-gradient rows.
+  // Forward: the output rows; Backward: the input-gradient rows; kReadShard: the shard.
+  std::vector<float> values;
+  double sum = 0;                  // kGradSumSquares.
   std::vector<LossResult> losses;  // Loss: one per worker of the rank, in worker order.
 };
 

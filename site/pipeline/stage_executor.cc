@@ -30,10 +30,12 @@ ReducerMaker InProcessReducer(DeviceKind device) {
 StageExecutor::StageExecutor(int max_batch, const StageWorkers& w)
     : max_batch_(max_batch),
       device_(w.device),
-      rows_(w.ranks * w.count, w.rank * w.count),
+      rows_(w.ranks / w.tensor_parallel * w.count, w.rank / w.tensor_parallel * w.count),
       rank_(w.rank),
       ranks_(w.ranks),
       peers_(w.peers),
+      tensor_parallel_(w.tensor_parallel),
+      tensor_reducer_(w.tensor_reducer),
       workers_(w.count) {
   if (w.count > 1) pool_ = std::make_unique<WorkerPool>(w.count);
 }
@@ -54,7 +56,17 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
                      workers.peers != nullptr ? " with followers" : " without followers",
                      ": the leader of several ranks, and only it, mirrors its calls to them"));
   }
+  if (workers.tensor_parallel < 1 || workers.ranks % workers.tensor_parallel != 0 ||
+      (workers.tensor_parallel > 1 && (workers.count != 1 || workers.tensor_reducer == nullptr))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor parallel ", workers.tensor_parallel, " over ", workers.ranks,
+                     " ranks of ", workers.count,
+                     " workers: it needs a multiple of it in ranks, one worker each, and a "
+                     "tensor reducer"));
+  }
   std::unique_ptr<StageExecutor> e(new StageExecutor(max_batch, workers));
+  const TensorShard shard{workers.tensor_parallel, workers.rank % workers.tensor_parallel,
+                          workers.tensor_reducer};
   // Each worker makes its backend and the rest on its own thread (CUDA: device w becomes current).
   const int worker_batch = e->rows_.MaxRows(max_batch);
   STRAIT_RETURN_IF_ERROR(e->OnWorkers([&](int w) -> absl::Status {
@@ -66,7 +78,7 @@ absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
           worker.backend, CreateBackend(workers.device, {workers.threads, w, workers.precision}));
     }
     STRAIT_ASSIGN_OR_RETURN(worker.stage,
-                            Stage::Create(model, range, worker_batch, worker.backend.get()));
+                            Stage::Create(model, range, worker_batch, worker.backend.get(), shard));
     STRAIT_ASSIGN_OR_RETURN(worker.history, WeightHistory::Create(*worker.stage, versioning));
     STRAIT_ASSIGN_OR_RETURN(
         worker.optimizer,
@@ -190,7 +202,7 @@ absl::Status StageExecutor::Forward(int64_t step, int microbatch, int n, const f
                .microbatch = microbatch,
                .rows = n,
                .training = options.training,
-               .wants_output = output != nullptr,
+               .wants_output = output != nullptr && Answers(rank),
                .weights = mb.weights,
                .layer_weights = mb.layer_weights};
     c.values.assign(input + first * in, input + (first + rows) * in);
@@ -204,14 +216,16 @@ absl::Status StageExecutor::Forward(int64_t step, int microbatch, int n, const f
       STRAIT_RETURN_IF_ERROR(ComposeViews(worker, mb, "Forward"));
       PassOptions worker_pass = pass;
       worker_pass.first_row = first;
-      return worker.stage->Forward(microbatch, rows, input + first * in,
-                                   output != nullptr ? output + first * out : nullptr, worker.views,
-                                   worker_pass);
+      STRAIT_RETURN_IF_ERROR(worker.stage->Forward(
+          microbatch, rows, input + first * in, output != nullptr ? output + first * out : nullptr,
+          worker.views, worker_pass));
+      return TensorStatus();
     });
   };
   auto gather = [&](int rank, RankResult& result) {
-    return output == nullptr ? absl::OkStatus()
-                             : PlaceRows(result.values, RankRows(n, rank), out, output, "output");
+    return output == nullptr || !Answers(rank)
+               ? absl::OkStatus()
+               : PlaceRows(result.values, RankRows(n, rank), out, output, "output");
   };
   absl::Status s = Mirrored(call, local, gather);
   if (!s.ok()) {
@@ -236,7 +250,7 @@ absl::StatusOr<LossResult> StageExecutor::Loss(int microbatch, const int32_t* la
   const int n = it->second.rows;
   const int64_t targets = stage(0).targets_per_sample();
   // Every part's result, summed in part order below: the same sum as one process of all parts.
-  std::vector<LossResult> parts(int64_t{ranks_} * workers());
+  std::vector<LossResult> parts(int64_t{ranks_ / tensor_parallel_} * workers());
   auto call = [&](int rank) {
     const auto [first, rows] = RankRows(n, rank);
     RankCall c{.op = RankOp::kLoss, .microbatch = microbatch, .scale = grad_scale};
@@ -250,11 +264,13 @@ absl::StatusOr<LossResult> StageExecutor::Loss(int microbatch, const int32_t* la
     });
   };
   auto gather = [&](int rank, RankResult& result) {
+    if (!Answers(rank)) return absl::OkStatus();  // Its replica's first tensor rank counts.
     if (result.losses.size() != static_cast<size_t>(workers())) {
       return absl::InternalError(absl::StrCat("rank ", rank, " sent ", result.losses.size(),
                                               " losses for ", workers(), " workers"));
     }
-    std::copy(result.losses.begin(), result.losses.end(), parts.begin() + rank * workers());
+    std::copy(result.losses.begin(), result.losses.end(),
+              parts.begin() + rank / tensor_parallel_ * workers());
     return absl::OkStatus();
   };
   STRAIT_RETURN_IF_ERROR(Mirrored(call, local, gather));
@@ -288,6 +304,8 @@ absl::Status StageExecutor::Backward(int microbatch, const float* grad_output, f
     RankCall c{.op = RankOp::kBackward,
                .microbatch = microbatch,
                .last_of_step = last_of_step,
+               // Every tensor rank computes the input gradient (its last all-reduce is part of
+               // that); only the first of a replica's is used.
                .wants_output = grad_input != nullptr};
     if (grad_output != nullptr) {
       c.values.assign(grad_output + first * out, grad_output + (first + rows) * out);
@@ -295,14 +313,16 @@ absl::Status StageExecutor::Backward(int microbatch, const float* grad_output, f
     return c;
   };
   auto local = [&] {
-    return OnWorkers([&](int w) {
+    STRAIT_RETURN_IF_ERROR(OnWorkers([&](int w) {
       return BackwardOnWorker(w, microbatch, mb, grad_output, grad_input, last_of_step);
-    });
+    }));
+    return TensorStatus();
   };
   auto gather = [&](int rank, RankResult& result) {
-    return grad_input == nullptr ? absl::OkStatus()
-                                 : PlaceRows(result.values, RankRows(mb.rows, rank), in, grad_input,
-                                             "input gradient");
+    return grad_input == nullptr || !Answers(rank)
+               ? absl::OkStatus()
+               : PlaceRows(result.values, RankRows(mb.rows, rank), in, grad_input,
+                           "input gradient");
   };
   STRAIT_RETURN_IF_ERROR(Mirrored(call, local, gather));
   in_flight_.erase(it);  // Kept after an error: Discard frees what the workers still hold.
@@ -372,8 +392,25 @@ void StageExecutor::ZeroGrad(int64_t step) {
 }
 
 absl::StatusOr<double> StageExecutor::GradSumSquares(double downstream, int64_t step) {
-  return FromWorker0<double>(
-      [&](const Worker& w) { return w.stage->GradSumSquares(w.history->grads(step), downstream); });
+  if (tensor_parallel_ == 1 || peers_ == nullptr) {
+    return FromWorker0<double>([&](const Worker& w) {
+      return w.stage->GradSumSquares(w.history->grads(step), downstream);
+    });
+  }
+  // The split parameters' sums of every tensor rank of the leader's replica, in rank order, then
+  // the replicated parameters once.
+  for (int r = 1; r < tensor_parallel_; ++r) {
+    STRAIT_RETURN_IF_ERROR(peers_->Send(r, {.op = RankOp::kGradSumSquares, .step = step}));
+  }
+  const Worker& w = workers_[0];
+  absl::StatusOr<double> sum = w.stage->GradSumSquaresOf(w.history->grads(step), downstream, true);
+  for (int r = 1; r < tensor_parallel_; ++r) {
+    absl::StatusOr<RankResult> part = peers_->Await(r);
+    if (!part.ok()) return part.status();
+    if (sum.ok()) *sum += part->sum;
+  }
+  if (!sum.ok()) return sum;
+  return w.stage->GradSumSquaresOf(w.history->grads(step), *sum, false);
 }
 
 absl::StatusOr<std::vector<float>> StageExecutor::TiedGrad(int64_t step) const {
@@ -489,65 +526,86 @@ absl::Status StageExecutor::OptimizerStep(int64_t step, float grad_scale) {
 }
 
 absl::StatusOr<std::vector<float>> StageExecutor::Params() const {
-  return FromWorker0<std::vector<float>>([](const Worker& w) { return w.history->Newest(); });
+  return Whole(ShardedState::kParams, 0);
 }
 
 absl::StatusOr<std::vector<float>> StageExecutor::PreviousParams() const {
-  return FromWorker0<std::vector<float>>([](const Worker& w) { return w.history->Previous(); });
+  return Whole(ShardedState::kPrevious, 0);
 }
 
 absl::StatusOr<std::vector<float>> StageExecutor::LookaheadParams() const {
-  return FromWorker0<std::vector<float>>([](const Worker& w) { return w.history->Lookahead(); });
+  return Whole(ShardedState::kLookahead, 0);
 }
 
 absl::StatusOr<std::vector<float>> StageExecutor::Grads(int64_t step) const {
-  return FromWorker0<std::vector<float>>(
-      [step](const Worker& w) { return w.history->Grads(step); });
+  return Whole(ShardedState::kGrads, step);
 }
 
 absl::StatusOr<std::vector<float>> StageExecutor::OptimizerState() const {
-  return FromWorker0<std::vector<float>>([](const Worker& w) -> absl::StatusOr<std::vector<float>> {
-    std::vector<float> out(w.optimizer->state_floats());
-    w.backend->CopyToHost(out.data(), w.optimizer->state(), sizeof(float) * out.size());
-    STRAIT_RETURN_IF_ERROR(w.backend->Sync());
-    return out;
-  });
+  return Whole(ShardedState::kOptimizer, 0);
+}
+
+absl::StatusOr<std::vector<float>> StageExecutor::Local(ShardedState which, int64_t step) const {
+  return FromWorker0<std::vector<float>>(
+      [which, step](const Worker& w) -> absl::StatusOr<std::vector<float>> {
+        switch (which) {
+          case ShardedState::kParams:
+            return w.history->Newest();
+          case ShardedState::kPrevious:
+            return w.history->Previous();
+          case ShardedState::kLookahead:
+            return w.history->Lookahead();
+          case ShardedState::kGrads:
+            return w.history->Grads(step);
+          case ShardedState::kOptimizer:
+            break;
+        }
+        std::vector<float> out(w.optimizer->state_floats());
+        w.backend->CopyToHost(out.data(), w.optimizer->state(), sizeof(float) * out.size());
+        STRAIT_RETURN_IF_ERROR(w.backend->Sync());
+        return out;
+      });
 }
 
 absl::Status StageExecutor::SetParams(absl::Span<const float> params) {
-  auto call = [&](int) {
+  auto call = [&](int rank) {
     RankCall c{.op = RankOp::kSetParams};
-    c.values.assign(params.begin(), params.end());
+    c.values = ShardsFor(params, rank);
     return c;
   };
-  return Mirrored(call, [&] {
-    return OnWorkers([&](int w) { return workers_[w].history->SetNewest(params); });
-  });
+  const std::vector<float> own = ShardsFor(params, rank_);
+  return Mirrored(
+      call, [&] { return OnWorkers([&](int w) { return workers_[w].history->SetNewest(own); }); });
 }
 
 absl::Status StageExecutor::RestoreWeights(int64_t version, absl::Span<const float> newest,
                                            absl::Span<const float> previous,
                                            absl::Span<const float> lookahead) {
-  auto call = [&](int) {
+  auto call = [&](int rank) {
     RankCall c{.op = RankOp::kRestoreWeights, .weights = version};
-    c.values.assign(newest.begin(), newest.end());
-    c.previous.assign(previous.begin(), previous.end());
-    c.lookahead.assign(lookahead.begin(), lookahead.end());
+    c.values = ShardsFor(newest, rank);
+    c.previous = ShardsFor(previous, rank);
+    c.lookahead = ShardsFor(lookahead, rank);
     return c;
   };
+  const std::vector<float> own_newest = ShardsFor(newest, rank_),
+                           own_previous = ShardsFor(previous, rank_),
+                           own_lookahead = ShardsFor(lookahead, rank_);
   return Mirrored(call, [&] {
-    return OnWorkers(
-        [&](int w) { return workers_[w].history->Restore(version, newest, previous, lookahead); });
+    return OnWorkers([&](int w) {
+      return workers_[w].history->Restore(version, own_newest, own_previous, own_lookahead);
+    });
   });
 }
 
 absl::Status StageExecutor::SetOptimizerState(absl::Span<const float> state) {
-  auto call = [&](int) {
+  auto call = [&](int rank) {
     RankCall c{.op = RankOp::kSetOptimizerState};
-    c.values.assign(state.begin(), state.end());
+    c.values = ShardsFor(state, rank);
     return c;
   };
-  return Mirrored(call, [&] { return SetOptimizerStateLocally(state); });
+  const std::vector<float> own = ShardsFor(state, rank_);
+  return Mirrored(call, [&] { return SetOptimizerStateLocally(own); });
 }
 
 absl::Status StageExecutor::SetOptimizerStateLocally(absl::Span<const float> state) {

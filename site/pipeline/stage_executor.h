@@ -129,6 +129,12 @@ struct StageWorkers {
   // The leader (rank 0 of ranks > 1): the followers, which mirror its calls. Not owned; must
   // outlive the executor.
   RankPeers* peers = nullptr;
+  // Tensor parallelism (core/tensor_split.h): rank r is tensor rank r % tensor_parallel of the
+  // data-parallel replica r / tensor_parallel; its one worker holds that tensor rank's shards and
+  // sums partial results with `tensor_reducer` (its replica's ranks; not owned). The getters and
+  // setters of the leader take and give whole parameters, gathering and scattering the shards.
+  int tensor_parallel = 1;
+  TensorReducer* tensor_reducer = nullptr;
 };
 
 // What a Forward computes with, besides its input.
@@ -162,7 +168,7 @@ class StageExecutor {
   bool is_last() const { return stage(0).is_last(); }
   int64_t input_features() const { return stage(0).input_features(); }    // Floats per sample in.
   int64_t output_features() const { return stage(0).output_features(); }  // Floats per sample out.
-  int64_t param_count() const { return stage(0).param_count(); }
+  int64_t param_count() const { return stage(0).full_param_count(); }     // Of the whole layers.
   int max_batch() const { return max_batch_; }
   int workers() const { return static_cast<int>(workers_.size()); }
   int weight_versions() const { return history(0).versions(); }
@@ -283,8 +289,21 @@ class StageExecutor {
   absl::Status ComposeViews(Worker& w, const InFlight& mb, const char* what);
   absl::Status BackwardOnWorker(int w, int microbatch, const InFlight& mb, const float* grad_output,
                                 float* grad_input, bool last_of_step);
-  // The rows [first, first + count) of an n-row microbatch that rank `rank` takes.
+  // The rows [first, first + count) of an n-row microbatch that rank `rank` takes (its replica's).
   std::pair<int64_t, int> RankRows(int n, int rank) const;
+  // Whether rank `rank` returns outputs: the first tensor rank of its replica (the others compute
+  // the same).
+  bool Answers(int rank) const { return rank % tensor_parallel_ == 0; }
+  // The leader under tensor parallelism: the state `which` of every tensor rank of its replica,
+  // assembled into whole parameters (layout order; arenas side by side for the optimizer state).
+  // Elsewhere: this rank's own.
+  absl::StatusOr<std::vector<float>> Whole(ShardedState which, int64_t step) const;
+  absl::StatusOr<std::vector<float>> Local(ShardedState which, int64_t step) const;
+  // Rank `rank`'s shards of whole parameters `whole` (arenas side by side); a copy without tensor
+  // parallelism.
+  std::vector<float> ShardsFor(absl::Span<const float> whole, int rank) const;
+  // The tensor reducer's error after a pass, if any.
+  absl::Status TensorStatus() const;
   // On the leader of several ranks: sends make(r) to every follower r, runs `local`, then hands
   // each follower's result to take(r, result) (when given), in rank order; the first error wins,
   // and every call sent is awaited. Elsewhere: just `local`.
@@ -308,6 +327,8 @@ class StageExecutor {
   const RowSplit rows_;
   const int rank_, ranks_;
   RankPeers* const peers_;  // The leader's followers, or null.
+  const int tensor_parallel_;
+  TensorReducer* const tensor_reducer_;
   std::vector<Worker> workers_;
   std::unique_ptr<WorkerPool> pool_;                   // W > 1 only.
   std::vector<std::unique_ptr<AllReducer>> reducers_;  // Per gradient arena, or none.

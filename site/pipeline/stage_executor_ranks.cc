@@ -9,7 +9,61 @@
 namespace strait::site {
 
 std::pair<int64_t, int> StageExecutor::RankRows(int n, int rank) const {
-  return rows_.PartRows(n, rank * workers(), workers());
+  return rows_.PartRows(n, rank / tensor_parallel_ * workers(), workers());
+}
+
+absl::Status StageExecutor::TensorStatus() const {
+  return tensor_reducer_ == nullptr ? absl::OkStatus() : tensor_reducer_->status();
+}
+
+std::vector<float> StageExecutor::ShardsFor(absl::Span<const float> whole, int rank) const {
+  if (tensor_parallel_ == 1 || peers_ == nullptr || whole.empty()) {
+    return std::vector<float>(whole.begin(), whole.end());  // A follower's are its shards.
+  }
+  const Stage& s = stage(0);
+  const int64_t full = s.full_param_count(), local = s.param_count();
+  const int64_t arenas = static_cast<int64_t>(whole.size()) / full;
+  std::vector<float> out(arenas * local);
+  for (int64_t a = 0; a < arenas; ++a) {
+    s.TakeShards(whole.data() + a * full, rank % tensor_parallel_, out.data() + a * local);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<float>> StageExecutor::Whole(ShardedState which, int64_t step) const {
+  STRAIT_ASSIGN_OR_RETURN(std::vector<float> own, Local(which, step));
+  if (tensor_parallel_ == 1 || peers_ == nullptr || own.empty()) return own;
+  // Every tensor rank of the leader's replica (ranks 0 .. T-1) holds a shard of each arena.
+  for (int r = 1; r < tensor_parallel_; ++r) {
+    STRAIT_RETURN_IF_ERROR(peers_->Send(
+        r, {.op = RankOp::kReadShard, .step = step, .weights = static_cast<int64_t>(which)}));
+  }
+  const Stage& s = stage(0);
+  const int64_t full = s.full_param_count(), local = s.param_count();
+  const int64_t arenas = static_cast<int64_t>(own.size()) / local;
+  std::vector<float> whole(arenas * full);
+  absl::Status status;
+  auto place = [&](const std::vector<float>& shard, int index) {
+    if (shard.size() != own.size()) {
+      status.Update(absl::InternalError(absl::StrCat("tensor rank ", index, " holds ", shard.size(),
+                                                     " floats; rank 0 ", own.size())));
+      return;
+    }
+    for (int64_t a = 0; a < arenas; ++a) {
+      s.PutShards(shard.data() + a * local, index, whole.data() + a * full);
+    }
+  };
+  place(own, 0);
+  for (int r = 1; r < tensor_parallel_; ++r) {
+    absl::StatusOr<RankResult> shard = peers_->Await(r);
+    if (shard.ok()) {
+      place(shard->values, r);
+    } else {
+      status.Update(shard.status());
+    }
+  }
+  if (!status.ok()) return status;
+  return whole;
 }
 
 absl::Status StageExecutor::Mirrored(
@@ -154,6 +208,17 @@ absl::StatusOr<RankResult> StageExecutor::Serve(const RankCall& c) {
     case RankOp::kSetOptimizerState:
       STRAIT_RETURN_IF_ERROR(SetOptimizerState(c.values));
       return result;
+    case RankOp::kReadShard: {
+      if (c.weights < 0 || c.weights > static_cast<int64_t>(ShardedState::kOptimizer)) break;
+      STRAIT_ASSIGN_OR_RETURN(result.values, Local(static_cast<ShardedState>(c.weights), c.step));
+      return result;
+    }
+    case RankOp::kGradSumSquares: {
+      const Worker& w = workers_[0];
+      STRAIT_ASSIGN_OR_RETURN(result.sum,
+                              w.stage->GradSumSquaresOf(w.history->grads(c.step), 0.0, true));
+      return result;
+    }
   }
   return absl::InvalidArgumentError("unknown mirrored call");
 }
