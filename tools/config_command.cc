@@ -77,15 +77,19 @@ void PrintSplit(const JobSpec& spec) {
                 site.layers.start, site.layers.end, std::string(ToString(site.device)).c_str(),
                 site.workers, Thousands(params).c_str());
     if (site.machines > 1) {
-      // The site's ranks: each microbatch split over machines x workers, gradients summed in
-      // process, then across the ranks.
+      // The site's ranks: each microbatch split over its replicas x workers, each replica's layers
+      // split over its tensor ranks; gradients summed in process, then across the replicas.
+      std::printf("  %d ranks (rank 0 leads: joins the gateway, seals, checkpoints)", site.machines);
+      if (site.tensor_parallel > 1) {
+        std::printf(" = %d tensor ranks x %d replica(s): every Linear, attention head and MLP of "
+                    "the site split %d ways (Megatron-style, Gloo between them)",
+                    site.tensor_parallel, site.replicas(), site.tensor_parallel);
+      }
       std::printf(
-          "  %d ranks (rank 0 leads: joins the gateway, seals, checkpoints), each %d %s "
-          "worker(s): a microbatch of %d split %d ways; gradients summed in process, then across "
-          "ranks with %s\n",
-          site.machines, site.workers, std::string(ToString(site.device)).c_str(),
-          spec.training.MicrobatchSize(), site.parts(),
-          site.device == DeviceKind::kCpu ? "Gloo (TCP)" : "NCCL");
+          "; each replica %d %s worker(s): a microbatch of %d split %d ways, gradients summed in "
+          "process, then across replicas with %s\n",
+          site.workers, std::string(ToString(site.device)).c_str(), spec.training.MicrobatchSize(),
+          site.parts(), site.device == DeviceKind::kCpu ? "Gloo (TCP)" : "NCCL");
     }
     for (int i = site.layers.start; i < site.layers.end; ++i) {
       const LayerLayout& l = layers[i];
