@@ -490,60 +490,10 @@ class JobSpecParser {
       STRAIT_RETURN_IF_ERROR(map.Enum(
           "device", {{"cpu", DeviceKind::kCpu}, {"cuda", DeviceKind::kCuda}}, &site.device));
       STRAIT_RETURN_IF_ERROR(map.Int("workers", 1, kMaxWorkers, &site.workers));
-      if (site.workers > spec_.training.MicrobatchSize()) {
-        return map.ErrorAt("workers",
-                           absl::StrCat(site.workers, " workers cannot share a microbatch of ",
-                                        spec_.training.MicrobatchSize(),
-                                        " samples; use at most that many workers"));
-      }
       STRAIT_RETURN_IF_ERROR(map.Int("machines", 1, kMaxMachines, &site.machines));
       STRAIT_RETURN_IF_ERROR(map.Int("tensor_parallel", 1, kMaxMachines, &site.tensor_parallel));
-      if (site.tensor_parallel > 1) {
-        if (site.machines % site.tensor_parallel != 0) {
-          return map.ErrorAt(
-              "tensor_parallel",
-              absl::StrCat("machines: ", site.machines,
-                           " is not a multiple of "
-                           "tensor_parallel: ",
-                           site.tensor_parallel,
-                           " (machines = tensor_parallel x data-parallel replicas)"));
-        }
-        if (site.workers != 1 || site.device != DeviceKind::kCpu) {
-          return map.ErrorAt("tensor_parallel",
-                             "tensor parallelism runs on CPU ranks of one worker each: set "
-                             "device: cpu and workers: 1 (give each rank its threads with "
-                             "strait-site --threads)");
-        }
-      }
       tensor_nodes.push_back(map.Get("tensor_parallel"));
-      STRAIT_RETURN_IF_ERROR(map.Int("tensor_parallel", 1, kMaxMachines, &site.tensor_parallel));
-      if (site.tensor_parallel > 1) {
-        if (site.machines % site.tensor_parallel != 0) {
-          return map.ErrorAt(
-              "tensor_parallel",
-              absl::StrCat("machines: ", site.machines,
-                           " is not a multiple of "
-                           "tensor_parallel: ",
-                           site.tensor_parallel,
-                           " (machines = tensor_parallel x data-parallel replicas)"));
-        }
-        if (site.workers != 1 || site.device != DeviceKind::kCpu) {
-          return map.ErrorAt("tensor_parallel",
-                             "tensor parallelism runs on CPU ranks of one worker each: set "
-                             "device: cpu and workers: 1 (give each rank its threads with "
-                             "strait-site --threads)");
-        }
-        if (absl::Status s = CheckTensorSplit(spec_.model, site.layers, site.tensor_parallel);
-            !s.ok()) {
-          return map.ErrorAt("tensor_parallel", std::string(s.message()));
-        }
-      }
-      if (site.parts() > spec_.training.MicrobatchSize()) {
-        return map.ErrorAt("machines", absl::StrCat(site.machines, " machines x ", site.workers,
-                                                    " workers cannot share a microbatch of ",
-                                                    spec_.training.MicrobatchSize(),
-                                                    " samples; use fewer machines or workers"));
-      }
+      STRAIT_RETURN_IF_ERROR(CheckSiteLayout(map, site));
       STRAIT_RETURN_IF_ERROR(map.Finish());
       spec_.sites.push_back(std::move(site));
     }
@@ -556,6 +506,36 @@ class JobSpecParser {
         return YamlError(file_, tensor_nodes[i], absl::StrCat("sites[", i, "].tensor_parallel"),
                          std::string(s.message()));
       }
+    }
+    return absl::OkStatus();
+  }
+
+  // How a site's machines and workers divide a microbatch and its layers (the model's sizes are
+  // checked once the layer ranges are known good).
+  absl::Status CheckSiteLayout(YamlMap& map, const SiteSpec& site) {
+    if (site.machines % site.tensor_parallel != 0) {
+      return map.ErrorAt(
+          "tensor_parallel",
+          absl::StrCat("machines: ", site.machines, " is not a multiple of ", site.tensor_parallel,
+                       " (machines = tensor_parallel x data-parallel replicas)"));
+    }
+    if (site.tensor_parallel > 1 && (site.workers != 1 || site.device != DeviceKind::kCpu)) {
+      return map.ErrorAt("tensor_parallel",
+                         "tensor parallelism runs on CPU ranks of one worker each: set device: "
+                         "cpu and workers: 1 (give each rank its threads with strait-site "
+                         "--threads)");
+    }
+    const int microbatch = spec_.training.MicrobatchSize();
+    if (site.workers > microbatch) {
+      return map.ErrorAt("workers",
+                         absl::StrCat(site.workers, " workers cannot share a microbatch of ",
+                                      microbatch, " samples; use at most that many workers"));
+    }
+    if (site.parts() > microbatch) {
+      return map.ErrorAt("machines",
+                         absl::StrCat(site.replicas(), " replicas x ", site.workers,
+                                      " workers cannot share a microbatch of ", microbatch,
+                                      " samples; use fewer machines or workers"));
     }
     return absl::OkStatus();
   }

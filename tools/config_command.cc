@@ -79,11 +79,13 @@ void PrintSplit(const JobSpec& spec) {
     if (site.machines > 1) {
       // The site's ranks: each microbatch split over its replicas x workers, each replica's layers
       // split over its tensor ranks; gradients summed in process, then across the replicas.
-      std::printf("  %d ranks (rank 0 leads: joins the gateway, seals, checkpoints)", site.machines);
+      std::printf("  %d ranks (rank 0 leads: joins the gateway, seals, checkpoints)",
+                  site.machines);
       if (site.tensor_parallel > 1) {
-        std::printf(" = %d tensor ranks x %d replica(s): every Linear, attention head and MLP of "
-                    "the site split %d ways (Megatron-style, Gloo between them)",
-                    site.tensor_parallel, site.replicas(), site.tensor_parallel);
+        std::printf(
+            " = %d tensor ranks x %d replica(s): every Linear, attention head and MLP of "
+            "the site split %d ways (Megatron-style, Gloo between them)",
+            site.tensor_parallel, site.replicas(), site.tensor_parallel);
       }
       std::printf(
           "; each replica %d %s worker(s): a microbatch of %d split %d ways, gradients summed in "

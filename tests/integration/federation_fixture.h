@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -52,6 +55,40 @@ inline void ExpectSameStateAsReference(BuildTreeFederation& fed,
     offset += k;
   }
   EXPECT_EQ(offset, n);
+}
+
+// The sites' final.ckpt files hold the reference run's parameters (`strait train`, RunReference)
+// up to the order of float sums (a site that splits rows or features over several GEMMs and sums
+// partial results): per stage ||site - reference|| / ||reference|| <= 1e-5, printed and returned.
+inline std::vector<double> ExpectLikeReferenceUpToFloatOrder(
+    BuildTreeFederation& fed, const std::vector<std::string>& sites) {
+  std::vector<double> relative;
+  absl::StatusOr<site::CheckpointState> reference =
+      site::ReadCheckpoint(fed.ReferenceDir() + "/final.ckpt");
+  EXPECT_TRUE(reference.ok()) << reference.status();
+  if (!reference.ok()) return relative;
+  size_t offset = 0;
+  for (const std::string& id : sites) {
+    absl::StatusOr<site::CheckpointState> stage =
+        site::ReadCheckpoint(fed.OutDir(id) + "/final.ckpt");
+    EXPECT_TRUE(stage.ok()) << stage.status();
+    if (!stage.ok() || offset + stage->params.size() > reference->params.size()) break;
+    // AdamW turns a last-bit difference in a near-zero gradient into a step of up to lr, so
+    // single parameters can differ by more; the stage as a whole may not.
+    double diff = 0.0, norm = 0.0;
+    for (size_t i = 0; i < stage->params.size(); ++i) {
+      const double want = reference->params[offset + i], d = stage->params[i] - want;
+      diff += d * d;
+      norm += want * want;
+    }
+    relative.push_back(std::sqrt(diff / norm));
+    std::printf("%s: ||federation - strait train|| / ||strait train|| = %.3g\n", id.c_str(),
+                relative.back());
+    EXPECT_LE(relative.back(), 1e-5) << id;
+    offset += stage->params.size();
+  }
+  EXPECT_EQ(offset, reference->params.size());
+  return relative;
 }
 
 }  // namespace strait::testing

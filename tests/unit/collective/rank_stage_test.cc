@@ -18,21 +18,13 @@
 #include "site/collective/rendezvous_store.h"
 #include "site/pipeline/local_rank_peers.h"
 #include "site/pipeline/stage_executor.h"
+#include "tests/unit/collective/test_pipeline.h"
 
 namespace strait::site {
 namespace {
 
-ModelSpec Mlp() {
-  ModelSpec m;
-  m.family = ModelFamily::kMlp;
-  m.mlp.input = 20;
-  m.mlp.hidden = {16, 12, 12, 8};  // 5 layers
-  m.mlp.classes = 4;
-  m.mlp.activation = Activation::kGelu;
-  m.mlp.dropout = 0.1f;
-  m.init_seed = 11;
-  return m;
-}
+using harness::Mlp;
+using harness::Vit;
 
 OptimizerSpec AdamW() {
   OptimizerSpec o;
@@ -52,23 +44,6 @@ std::unique_ptr<StageExecutor> MakeProcess(int workers) {
   auto stage = StageExecutor::Create(Mlp(), {0, 5}, AdamW(), 6, {}, {.count = workers});
   EXPECT_TRUE(stage.ok()) << stage.status();
   return *std::move(stage);
-}
-
-ModelSpec Vit() {
-  ModelSpec m;
-  m.family = ModelFamily::kVit;
-  m.vit.channels = 1;
-  m.vit.height = 8;
-  m.vit.width = 8;
-  m.vit.patch = 4;
-  m.vit.dim = 16;
-  m.vit.depth = 3;  // 5 layers
-  m.vit.heads = 2;
-  m.vit.mlp_dim = 24;
-  m.vit.classes = 4;
-  m.vit.dropout = 0.1f;
-  m.init_seed = 5;
-  return m;
 }
 
 ModelSpec Gpt() {
