@@ -89,7 +89,8 @@ absl::Status Serve(const FollowerOptions& o, LeaderLink& link, bool& grouped) {
         break;
       }
       case v1::RankOrder::kFinish:
-        return absl::OkStatus();
+        if (order->finish().error().empty()) return absl::OkStatus();
+        return absl::AbortedError(absl::StrCat("the leader stopped: ", order->finish().error()));
       default:
         done = absl::InvalidArgumentError("an order of an unknown kind");
     }
@@ -120,6 +121,7 @@ absl::Status RunFollower(const FollowerOptions& o) {
         spdlog::info("rank {}: the leader finished the run", o.rank);
         return ended;
       }
+      if (ended.code() == absl::StatusCode::kAborted) return ended;  // The leader stopped.
     } else {
       ended = link.status();
     }

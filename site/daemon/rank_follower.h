@@ -25,8 +25,9 @@ struct FollowerOptions {
   double reconnect_timeout_s = 300;           // How long to keep attaching after the group ended.
 };
 
-// Serves until the leader finishes the run (OK), refuses this rank (its error: InvalidArgument or
-// PermissionDenied), or cannot be reached for reconnect_timeout_s (Unavailable). Blocks.
+// Serves until the leader finishes the run (OK) or stops it (Aborted with the leader's reason),
+// refuses this rank (its error: InvalidArgument or PermissionDenied), or cannot be reached for
+// reconnect_timeout_s (Unavailable). Blocks.
 absl::Status RunFollower(const FollowerOptions& options);
 
 }  // namespace strait::site

@@ -30,7 +30,7 @@ RankLeader::RankLeader(Options options)
       call_timeout_(Millis(options_.spec->gateway.heartbeat_timeout_s)) {}
 
 RankLeader::~RankLeader() {
-  EndGroup(/*finished=*/false);
+  EndGroup(/*regroup=*/false, absl::AbortedError("the leader stopped"));
   server_.reset();
 }
 
@@ -195,16 +195,16 @@ std::shared_ptr<FollowerLink> RankLeader::Link(int rank) {
   return links_.at(rank);
 }
 
-void RankLeader::EndGroup(bool finished) {
+void RankLeader::EndGroup(bool regroup, const absl::Status& outcome) {
   std::map<int, std::shared_ptr<FollowerLink>> links;
   {
     std::lock_guard<std::mutex> lock(mu_);
     links.swap(links_);
   }
   for (auto& [rank, link] : links) {
-    if (finished) {
+    if (!regroup) {
       v1::RankOrder order;
-      order.mutable_finish();
+      order.mutable_finish()->set_error(std::string(outcome.message()));
       link->Send(order).IgnoreError();
     }
     link->Close();

@@ -67,9 +67,10 @@ class RankLeader final : public RankAdmission, public RankPeers {
   absl::Status failure() const;
   // Every rank as the leader sees it, for the site's reports (the dashboard). Thread-safe.
   std::vector<v1::RankStatus> RankStates() const;
-  // Ends the group: `finished`: the followers are told training is over (they exit); otherwise
-  // their streams end and they attach again. Destroy every stage built on group() first.
-  void EndGroup(bool finished);
+  // Ends the group. After a rank failure (`regroup`) the followers' streams end and they attach
+  // again; otherwise they are told the run is over (`outcome`: OK, or why the leader stops) and
+  // exit. Destroy every stage built on group() first.
+  void EndGroup(bool regroup, const absl::Status& outcome = absl::OkStatus());
 
   // RankAdmission.
   absl::Status Admit(const v1::RankHello& hello, const std::string& certified_site) override;

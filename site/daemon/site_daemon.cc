@@ -304,14 +304,14 @@ absl::Status LeadSite(const SiteOptions& o, const SiteSetup& setup, const StageD
         TrainSite(o, setup, data, factory, resume, epoch, report, process_start, leader.get());
     const absl::Status rank_failure = leader->failure();
     if (result.ok() || rank_failure.ok()) {
-      leader->EndGroup(/*finished=*/result.ok());
+      leader->EndGroup(/*regroup=*/false, result);  // Done, or stopped: the followers exit too.
       return result;
     }
     report.Print(absl::StrFormat(
         "%s: %s; the site left the federation and resumes from its checkpoint once every rank "
         "is attached again",
         o.site_id, rank_failure.message()));
-    leader->EndGroup(/*finished=*/false);
+    leader->EndGroup(/*regroup=*/true);
     resume = true;
   }
 }
