@@ -286,7 +286,14 @@ absl::Status LeadSite(const SiteOptions& o, const SiteSetup& setup, const StageD
   bool resume = o.resume;
   uint32_t epoch = 0;
   for (;;) {
-    STRAIT_RETURN_IF_ERROR(leader->FormGroup(wait));
+    // Ranks that never attach end the run; one that fails while the group forms is a rank
+    // failure like any other.
+    if (absl::Status formed = leader->FormGroup(wait); !formed.ok()) {
+      if (formed.code() == absl::StatusCode::kDeadlineExceeded) return formed;
+      report.Print(absl::StrFormat("%s: %s; forming the group again", o.site_id, formed.message()));
+      leader->EndGroup(/*regroup=*/true);
+      continue;
+    }
     RankLeader* group = leader.get();
     auto factory = [&o, &setup, group]() -> absl::StatusOr<std::unique_ptr<StageExecutor>> {
       STRAIT_ASSIGN_OR_RETURN(const std::string keys, group->BuildFollowers(setup.total_steps));

@@ -2,6 +2,7 @@
 // strait-gateway process and one strait-site process per site) running this build tree's binaries.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "crypto/certificates.h"
 #include "site/nn/checkpoint.h"
+#include "site/rpc/tls_credentials.h"
+#include "strait/v1/gateway.grpc.pb.h"
 #include "tools/local_federation.h"
 
 namespace strait::testing {
@@ -89,6 +93,21 @@ inline std::vector<double> ExpectLikeReferenceUpToFloatOrder(
   }
   EXPECT_EQ(offset, reference->params.size());
   return relative;
+}
+
+// GetState over mutual TLS with site dc-a's certificate.
+inline v1::FederationState GatewayState(tools::LocalFederation& fed) {
+  const std::string certs = fed.dir().File("certs") + "/";
+  auto material = crypto::LoadTlsMaterial(certs + "ca.pem", certs + "dc-a.pem", certs + "dc-a.key");
+  EXPECT_TRUE(material.ok()) << material.status();
+  auto stub = v1::Gateway::NewStub(
+      grpc::CreateChannel(fed.gateway_address(), *site::MakeSiteChannelCredentials(*material)));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::FederationState state;
+  grpc::Status status = stub->GetState(&context, v1::GetStateRequest(), &state);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return state;
 }
 
 }  // namespace strait::testing

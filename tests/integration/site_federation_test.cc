@@ -315,21 +315,6 @@ TEST(AgreementTest, ASiteThatWouldTrainAnotherNumberOfStepsCannotJoin) {
                                    "strait-site with the same --steps"));
 }
 
-// GetState over mutual TLS with site dc-a's certificate.
-v1::FederationState GatewayState(tools::LocalFederation& fed) {
-  const std::string certs = fed.dir().File("certs") + "/";
-  auto material = crypto::LoadTlsMaterial(certs + "ca.pem", certs + "dc-a.pem", certs + "dc-a.key");
-  EXPECT_TRUE(material.ok()) << material.status();
-  auto stub = v1::Gateway::NewStub(
-      grpc::CreateChannel(fed.gateway_address(), *site::MakeSiteChannelCredentials(*material)));
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + seconds(10));
-  v1::FederationState state;
-  grpc::Status status = stub->GetState(&context, v1::GetStateRequest(), &state);
-  EXPECT_TRUE(status.ok()) << status.error_message();
-  return state;
-}
-
 TEST(SecurityTest, AFrameAlteredInTheGatewayIsRefusedCountedAndStopsTraining) {
   // The test gateway (tamper_gateway_main.cc): strait-gateway that flips a byte of the third frame.
   tools::Executables executables = tools::Executables::InBuildTree(STRAIT_BINARY_DIR);

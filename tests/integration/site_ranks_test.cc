@@ -116,6 +116,13 @@ TEST(SiteRanksTest, TwoRanksTrainTheBitsOfOneProcessOfTwoWorkersAndMatchOneMachi
   ExpectSameFinalState(ranks, workers);
   const std::string leader_log = ReadFile(ranks.SiteLogFile("dc-b"));
   EXPECT_THAT(leader_log, ::testing::HasSubstr("site group 1 formed: 2 ranks"));
+  // What the dashboard shows: dc-b's machines and, from its leader's reports, each rank's state.
+  const v1::FederationState state = GatewayState(ranks);
+  ASSERT_EQ(state.view().sites_size(), 3);
+  EXPECT_EQ(state.view().sites(1).machines(), 2u);
+  ASSERT_EQ(state.sites(1).last_report().ranks_size(), 2);
+  EXPECT_EQ(state.sites(1).last_report().ranks(0).state(), "leader");
+  EXPECT_EQ(state.sites(1).last_report().ranks(1).state(), "training");
 
   ASSERT_EQ(ranks.RunReference(kThreads, seconds(600)), 0)
       << ReadFile(ranks.dir().File("reference.log"));
