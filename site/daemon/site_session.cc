@@ -239,7 +239,12 @@ std::optional<int64_t> SiteSession::checkpoint() {
 absl::Status SiteSession::Join(GatewayConnector& connector) {
   const SiteSpec& site = spec_.sites[options_.index];
   STRAIT_ASSIGN_OR_RETURN(stage_, build_stage_());
-  spdlog::info("{} worker(s): {}", site.workers, stage_->device_names());
+  if (site.machines > 1) {
+    spdlog::info("{} ranks ({} tensor-parallel), {} worker(s) each; this rank's: {}", site.machines,
+                 site.tensor_parallel, site.workers, stage_->device_names());
+  } else {
+    spdlog::info("{} worker(s): {}", site.workers, stage_->device_names());
+  }
   if (options_.resume) {
     absl::StatusOr<int64_t> newest = checkpoints_.NewestValid(*stage_);
     if (newest.ok()) {
