@@ -72,9 +72,12 @@ absl::Status RankLeader::Admit(const v1::RankHello& hello, const std::string& ce
     return absl::UnavailableError(
         "the site's group is running; a rank attaches when the group forms again");
   }
-  if (links_.count(static_cast<int>(hello.rank())) != 0) {
+  auto old = links_.find(static_cast<int>(hello.rank()));
+  if (old != links_.end() && !old->second->gone()) {
     return absl::UnavailableError(absl::StrCat("rank ", hello.rank(), " is attached already"));
   }
+  // A rank that died while the group was forming comes back: its new link replaces the old.
+  if (old != links_.end()) links_.erase(old);
   return absl::OkStatus();
 }
 
@@ -90,11 +93,13 @@ absl::Status RankLeader::FormGroup(std::chrono::milliseconds wait) {
   const auto deadline = std::chrono::steady_clock::now() + wait;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    while (static_cast<int>(links_.size()) < machines_ - 1) {
-      std::vector<std::string> missing;
+    for (;;) {
+      std::vector<std::string> missing;  // Ranks without a live link.
       for (int r = 1; r < machines_; ++r) {
-        if (links_.count(r) == 0) missing.push_back(absl::StrCat(r));
+        auto it = links_.find(r);
+        if (it == links_.end() || it->second->gone()) missing.push_back(absl::StrCat(r));
       }
+      if (missing.empty()) break;
       if (std::chrono::steady_clock::now() >= deadline) {
         return absl::DeadlineExceededError(
             absl::StrCat("rank(s) ", absl::StrJoin(missing, ", "), " of site '",

@@ -24,6 +24,8 @@ class FollowerLink {
   virtual absl::StatusOr<v1::RankAnswer> Receive(std::chrono::milliseconds timeout) = 0;
   // Ends the stream (the follower sees it end); idempotent.
   virtual void Close() = 0;
+  // Whether the follower's end is gone (its stream ended or broke).
+  virtual bool gone() const = 0;
 };
 
 // What the leader's server asks of the leader. Called on the server's threads.

@@ -67,6 +67,11 @@ class StreamLink final : public FollowerLink {
     }
   }
 
+  bool gone() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !broken_.empty();
+  }
+
   // The handler's side.
   std::optional<v1::RankOrder> NextOrder() {
     std::unique_lock<std::mutex> lock(mu_);
@@ -105,7 +110,7 @@ class StreamLink final : public FollowerLink {
 
   const int rank_;
   grpc::ServerContext* const context_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<v1::RankOrder> orders_;
   std::deque<v1::RankAnswer> answers_;
