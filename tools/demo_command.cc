@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "core/job_spec.h"
 #include "tools/command.h"
@@ -32,6 +33,7 @@ struct DemoOptions {
   std::string workdir;  // Empty: a temporary one.
   bool resume = false;
   std::string wan;  // Link profile between each site and the gateway; empty: plain loopback.
+  std::vector<std::string> site_cpus;  // SITE=CORES: a CPU quota for that site's processes.
   // After the summary: keep the gateway and its dashboard up until Ctrl-C (when a dashboard is
   // served and a person is at the terminal), or exit at once.
   bool exit_when_done = false;
@@ -208,6 +210,26 @@ int RunDemo(DemoOptions o) {
   }
   std::fflush(stdout);
 
+  for (const std::string& cap : o.site_cpus) {
+    const size_t eq = cap.find('=');
+    double cores = 0;
+    const std::string site = cap.substr(0, eq);
+    if (eq == std::string::npos || !absl::SimpleAtod(cap.substr(eq + 1), &cores) ||
+        std::find(ids.begin(), ids.end(), site) == ids.end()) {
+      std::fprintf(stderr,
+                   "strait demo: --site-cpus %s: expected SITE=CORES with a site of the "
+                   "job spec, e.g. dc-b=0.3\n",
+                   cap.c_str());
+      return 2;
+    }
+    if (absl::Status s = fed.LimitSiteCpus(site, cores); !s.ok()) {
+      std::fprintf(stderr, "strait demo: --site-cpus %s: %s\n", cap.c_str(),
+                   std::string(s.message()).c_str());
+      return 2;
+    }
+    std::printf("strait demo: site %s is capped at %g CPU cores (a cgroup CPU quota)\n",
+                site.c_str(), cores);
+  }
   std::vector<Follower> followers = {{"gateway", LogFollower(fed.GatewayLogFile()), true}};
   // Processes that must end with code 0: every site and every follower rank of a site of
   // several machines (its rank 0 is the site's process, whose log is followed).
@@ -298,6 +320,10 @@ void AddDemoCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--exit-when-done", o->exit_when_done,
                 "Exit after the summary. Without it, a run with a dashboard started from a "
                 "terminal keeps the gateway and dashboard up until Ctrl-C");
+  cmd->add_option("--site-cpus", o->site_cpus,
+                  "Cap a site's processes at this many CPU cores with a cgroup quota, to stand for "
+                  "a slower datacenter (repeatable: --site-cpus dc-b=0.3 --site-cpus dc-c=0.7)")
+      ->type_name("SITE=CORES");
   cmd->add_option(
          "--wan", o->wan,
          "Put an emulated WAN link (profile metro, region, continent or satellite) between "

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -135,6 +136,23 @@ void LocalFederation::StartSite(const std::string& site, const std::vector<std::
                                    "--gateway",       dial, "--out",  OutDir(site)};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   sites_[site] = std::make_unique<Process>(args, SiteLogFile(site));
+  CapCpus(site, *sites_[site]);
+}
+
+absl::Status LocalFederation::LimitSiteCpus(const std::string& site, double cores) {
+  absl::StatusOr<std::unique_ptr<CpuQuota>> quota = CpuQuota::Create(site, cores);
+  if (!quota.ok()) return quota.status();
+  quotas_[site] = *std::move(quota);
+  return absl::OkStatus();
+}
+
+void LocalFederation::CapCpus(const std::string& site, Process& process) {
+  auto it = quotas_.find(site);
+  if (it == quotas_.end()) return;
+  if (absl::Status s = it->second->Add(process.pid()); !s.ok()) {
+    std::fprintf(stderr, "strait: site %s runs without its CPU quota: %s\n", site.c_str(),
+                 std::string(s.message()).c_str());
+  }
 }
 
 namespace {
@@ -179,6 +197,7 @@ void LocalFederation::StartRank(const std::string& site, int rank,
   const std::string name = RankName(site, rank);
   sites_[name].reset();  // A restart: the old process goes first.
   sites_[name] = std::make_unique<Process>(args, SiteLogFile(name));
+  CapCpus(site, *sites_[name]);
 }
 
 int LocalFederation::WaitSite(const std::string& site, std::chrono::seconds timeout) {

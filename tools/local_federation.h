@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "crypto/certificates.h"
+#include "tools/cpu_quota.h"
 #include "tools/subprocess.h"
 #include "tools/wan/emulator_thread.h"
 #include "tools/wan/link_emulator.h"
@@ -80,6 +81,10 @@ class LocalFederation {
   // proxy in between).
   void StartSite(const std::string& site, const std::vector<std::string>& extra_args = {},
                  const std::string& gateway = "");
+  // Caps the CPU of `site`'s processes started from now on (all its ranks) at `cores` CPUs with a
+  // cgroup of their own (tools/cpu_quota.h); the error says why where cgroups are not writable.
+  absl::Status LimitSiteCpus(const std::string& site, double cores);
+
   // A site of `machines` > 1 ranks, all on loopback: rank 0 (the leader, started as `site`, with
   // --out) listening for the others on a free port, and ranks 1 .. machines - 1 as processes named
   // RankName(site, r). Every rank gets `extra_args`.
@@ -103,10 +108,14 @@ class LocalFederation {
 
  private:
   void Init(const std::string& yaml, const std::vector<std::string>& sites);
+  // Puts a process of `site` under the site's CPU quota, if it has one.
+  void CapCpus(const std::string& site, Process& process);
 
   TempDir dir_;
   Executables executables_;
   std::map<std::string, std::string> leaders_;  // Site -> its leader's address for its ranks.
+  // Site -> its CPU quota; declared before the processes, so that it outlives them.
+  std::map<std::string, std::unique_ptr<CpuQuota>> quotas_;
   absl::Status certificates_;
   std::unique_ptr<Process> gateway_;
   std::string gateway_address_;
