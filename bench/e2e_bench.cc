@@ -50,7 +50,8 @@ struct E2eOptions {
   JobSpecOverrides overrides = {.steps = 150};  // --steps, codecs, batch, schedule.
   int rounds = 1;
   bool json = false;
-  std::string wan;  // Profile name; empty: federation against strait train.
+  std::string wan;                     // Profile name; empty: federation against strait train.
+  std::vector<std::string> site_cpus;  // SITE=CORES: cgroup CPU quotas of the federation's sites.
 };
 
 struct SiteFigures {
@@ -95,8 +96,10 @@ std::vector<std::string> SiteIds(const JobSpec& spec) {
 
 // One federated run of `spec` in `fed`, every site behind an emulated link when `wan` is set.
 absl::StatusOr<FederationRun> RunFederation(LocalFederation& fed, const JobSpec& spec,
-                                            const std::optional<LinkProfile>& wan) {
+                                            const std::optional<LinkProfile>& wan,
+                                            const std::vector<std::string>& site_cpus) {
   const std::vector<std::string> ids = SiteIds(spec);
+  if (absl::Status s = fed.LimitSiteCpus(site_cpus); !s.ok()) return s;
   std::string error;
   if (!fed.StartGateway({"--log-level", "warn"}, &error)) {
     return absl::InternalError("the gateway did not start:\n" + error);
@@ -211,8 +214,9 @@ int RunAgainstTrain(const E2eOptions& o, const std::string& yaml, const JobSpec&
   for (int r = 0; r < o.rounds; ++r) {
     LocalFederation fed(yaml, SiteIds(spec));
     absl::StatusOr<double> train = RunReference(fed);
-    absl::StatusOr<FederationRun> run = train.ok() ? RunFederation(fed, spec, std::nullopt)
-                                                   : absl::StatusOr<FederationRun>(train.status());
+    absl::StatusOr<FederationRun> run = train.ok()
+                                            ? RunFederation(fed, spec, std::nullopt, o.site_cpus)
+                                            : absl::StatusOr<FederationRun>(train.status());
     if (!run.ok()) {
       std::fprintf(stderr, "strait bench e2e: %s\n", std::string(run.status().message()).c_str());
       return 1;
@@ -322,7 +326,7 @@ int RunWan(const E2eOptions& o) {
       if (kind == LinkKind::kProfile) link = *profile;
       const std::string link_name = kind == LinkKind::kLoopback ? "loopback" : link->name;
       LocalFederation fed(rewritten->yaml, SiteIds(spec));
-      absl::StatusOr<FederationRun> run = RunFederation(fed, spec, link);
+      absl::StatusOr<FederationRun> run = RunFederation(fed, spec, link, o.site_cpus);
       if (!run.ok()) {
         std::fprintf(stderr, "strait bench e2e: %s\n", std::string(run.status().message()).c_str());
         return 1;
@@ -457,6 +461,10 @@ void AddBenchE2eCommand(CLI::App& bench, int* exit_code) {
                   "Rounds of (strait train, federation); the best ratio counts (without --wan)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--site-cpus", o->site_cpus,
+                  "Cap a site's processes at this many CPU cores (a cgroup quota): repeatable, "
+                  "e.g. --site-cpus dc-b=0.3")
+      ->type_name("SITE=CORES");
   cmd->add_option(
          "--wan", o->wan,
          "Emulated link profile between every site and the gateway (metro, region, continent, "

@@ -13,7 +13,6 @@
 #include <thread>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "core/job_spec.h"
 #include "tools/command.h"
@@ -210,25 +209,13 @@ int RunDemo(DemoOptions o) {
   }
   std::fflush(stdout);
 
+  if (absl::Status s = fed.LimitSiteCpus(o.site_cpus); !s.ok()) {
+    std::fprintf(stderr, "strait demo: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
   for (const std::string& cap : o.site_cpus) {
-    const size_t eq = cap.find('=');
-    double cores = 0;
-    const std::string site = cap.substr(0, eq);
-    if (eq == std::string::npos || !absl::SimpleAtod(cap.substr(eq + 1), &cores) ||
-        std::find(ids.begin(), ids.end(), site) == ids.end()) {
-      std::fprintf(stderr,
-                   "strait demo: --site-cpus %s: expected SITE=CORES with a site of the "
-                   "job spec, e.g. dc-b=0.3\n",
-                   cap.c_str());
-      return 2;
-    }
-    if (absl::Status s = fed.LimitSiteCpus(site, cores); !s.ok()) {
-      std::fprintf(stderr, "strait demo: --site-cpus %s: %s\n", cap.c_str(),
-                   std::string(s.message()).c_str());
-      return 2;
-    }
-    std::printf("strait demo: site %s is capped at %g CPU cores (a cgroup CPU quota)\n",
-                site.c_str(), cores);
+    std::printf("strait demo: %s CPU cores (a cgroup quota for that site's processes)\n",
+                cap.c_str());
   }
   std::vector<Follower> followers = {{"gateway", LogFollower(fed.GatewayLogFile()), true}};
   // Processes that must end with code 0: every site and every follower rank of a site of

@@ -11,6 +11,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
 namespace strait::tools {
 
 absl::StatusOr<crypto::CertifiedKey> MakeCertificates(const std::string& dir,
@@ -143,6 +146,24 @@ absl::Status LocalFederation::LimitSiteCpus(const std::string& site, double core
   absl::StatusOr<std::unique_ptr<CpuQuota>> quota = CpuQuota::Create(site, cores);
   if (!quota.ok()) return quota.status();
   quotas_[site] = *std::move(quota);
+  return absl::OkStatus();
+}
+
+absl::Status LocalFederation::LimitSiteCpus(const std::vector<std::string>& caps) {
+  for (const std::string& cap : caps) {
+    const size_t eq = cap.find('=');
+    double cores = 0;
+    const std::string site = cap.substr(0, eq);
+    if (eq == std::string::npos || !absl::SimpleAtod(cap.substr(eq + 1), &cores) ||
+        std::find(site_ids_.begin(), site_ids_.end(), site) == site_ids_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--site-cpus ", cap, ": expected SITE=CORES with a site of the job spec, e.g. ",
+          site_ids_.empty() ? "dc-b" : site_ids_.back(), "=0.3"));
+    }
+    if (absl::Status s = LimitSiteCpus(site, cores); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("--site-cpus ", cap, ": ", s.message()));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -84,6 +84,9 @@ class LocalFederation {
   // Caps the CPU of `site`'s processes started from now on (all its ranks) at `cores` CPUs with a
   // cgroup of their own (tools/cpu_quota.h); the error says why where cgroups are not writable.
   absl::Status LimitSiteCpus(const std::string& site, double cores);
+  // The same from command-line values "SITE=CORES" (e.g. "dc-b=0.3"); InvalidArgument for one
+  // that is malformed or names no site of the federation.
+  absl::Status LimitSiteCpus(const std::vector<std::string>& caps);
 
   // A site of `machines` > 1 ranks, all on loopback: rank 0 (the leader, started as `site`, with
   // --out) listening for the others on a free port, and ranks 1 .. machines - 1 as processes named
