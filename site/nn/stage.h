@@ -70,6 +70,9 @@ class Stage {
   int64_t output_features() const;  // Floats per sample that Forward returns.
   int64_t param_count() const { return layer_offsets_.back(); }
   int max_batch() const { return max_batch_; }
+  // Floats one microbatch in flight keeps: its activations (input, every layer's output) and what
+  // the layers save for the backward pass (the memory a schedule's in-flight microbatches take).
+  int64_t floats_per_microbatch() const { return activation_floats_ + saved_floats_; }
   int targets_per_sample() const { return model_.TargetsPerSample(); }  // Labels per sample.
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   // Where layer k's parameters start in a parameter arena (layout order: layer by layer, param by
