@@ -573,7 +573,8 @@ absl::Status StageExecutor::SetParams(absl::Span<const float> params) {
     c.values = ShardsFor(params, rank);
     return c;
   };
-  const std::vector<float> own = ShardsFor(params, rank_);
+  std::vector<float> storage;
+  const absl::Span<const float> own = OwnShards(params, storage);
   return Mirrored(
       call, [&] { return OnWorkers([&](int w) { return workers_[w].history->SetNewest(own); }); });
 }
@@ -588,9 +589,10 @@ absl::Status StageExecutor::RestoreWeights(int64_t version, absl::Span<const flo
     c.lookahead = ShardsFor(lookahead, rank);
     return c;
   };
-  const std::vector<float> own_newest = ShardsFor(newest, rank_),
-                           own_previous = ShardsFor(previous, rank_),
-                           own_lookahead = ShardsFor(lookahead, rank_);
+  std::vector<float> storage[3];
+  const absl::Span<const float> own_newest = OwnShards(newest, storage[0]),
+                                own_previous = OwnShards(previous, storage[1]),
+                                own_lookahead = OwnShards(lookahead, storage[2]);
   return Mirrored(call, [&] {
     return OnWorkers([&](int w) {
       return workers_[w].history->Restore(version, own_newest, own_previous, own_lookahead);
@@ -604,7 +606,8 @@ absl::Status StageExecutor::SetOptimizerState(absl::Span<const float> state) {
     c.values = ShardsFor(state, rank);
     return c;
   };
-  const std::vector<float> own = ShardsFor(state, rank_);
+  std::vector<float> storage;
+  const absl::Span<const float> own = OwnShards(state, storage);
   return Mirrored(call, [&] { return SetOptimizerStateLocally(own); });
 }
 

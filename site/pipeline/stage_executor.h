@@ -305,6 +305,10 @@ class StageExecutor {
   // Rank `rank`'s shards of whole parameters `whole` (arenas side by side); a copy without tensor
   // parallelism.
   std::vector<float> ShardsFor(absl::Span<const float> whole, int rank) const;
+  // This rank's part of `whole`: `whole` itself unless the leader shards it (then kept in
+  // `storage`), so that a site of one machine copies nothing.
+  absl::Span<const float> OwnShards(absl::Span<const float> whole,
+                                    std::vector<float>& storage) const;
   // The tensor reducer's error after a pass, if any.
   absl::Status TensorStatus() const;
   // On the leader of several ranks: sends make(r) to every follower r, runs `local`, then hands

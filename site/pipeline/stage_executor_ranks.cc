@@ -30,6 +30,13 @@ std::vector<float> StageExecutor::ShardsFor(absl::Span<const float> whole, int r
   return out;
 }
 
+absl::Span<const float> StageExecutor::OwnShards(absl::Span<const float> whole,
+                                                 std::vector<float>& storage) const {
+  if (tensor_parallel_ == 1 || peers_ == nullptr) return whole;
+  storage = ShardsFor(whole, rank_);
+  return storage;
+}
+
 absl::StatusOr<std::vector<float>> StageExecutor::Whole(ShardedState which, int64_t step) const {
   STRAIT_ASSIGN_OR_RETURN(std::vector<float> own, Local(which, step));
   if (tensor_parallel_ == 1 || peers_ == nullptr || own.empty()) return own;

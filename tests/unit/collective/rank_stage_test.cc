@@ -26,13 +26,14 @@ namespace {
 using harness::Mlp;
 using harness::Vit;
 
-OptimizerSpec AdamW() {
+OptimizerSpec Optimizer(OptimizerKind kind, double lr) {
   OptimizerSpec o;
-  o.kind = OptimizerKind::kAdamW;
-  o.lr = 0.01;
+  o.kind = kind;
+  o.lr = lr;
   o.weight_decay = 0.01;
   return o;
 }
+OptimizerSpec AdamW() { return Optimizer(OptimizerKind::kAdamW, 0.01); }
 
 std::unique_ptr<LocalRankSite> MakeSite(int ranks, int workers) {
   auto site = LocalRankSite::Create(Mlp(), {0, 5}, AdamW(), 6, {}, ranks, {.count = workers});
@@ -190,13 +191,7 @@ double Relative(const std::vector<float>& a, const std::vector<float>& b) {
 
 // SGD with momentum: AdamW would turn the float-order noise of a gradient that is zero in exact
 // arithmetic (an attention key bias: softmax ignores a constant) into whole steps of lr.
-OptimizerSpec Sgd() {
-  OptimizerSpec o;
-  o.kind = OptimizerKind::kSgd;
-  o.lr = 0.05;
-  o.weight_decay = 0.01;
-  return o;
-}
+OptimizerSpec Sgd() { return Optimizer(OptimizerKind::kSgd, 0.05); }
 
 // `ranks` ranks, `tensor` of them splitting every layer, against one process of one worker; the
 // same bits on a second run.
