@@ -10,7 +10,7 @@
 // loopback, then with every site behind its own emulated link with no delay and no rate limit
 // ("pass-through": the emulators' CPU without the link's physics), then behind links of the
 // profile (tools/wan), and each run is set against the lower bound on step time that its measured
-// compute and the links allow (bench/step_time_bound.h): achieved/bound says how much of the step
+// compute and the links allow (core/step_time_bound.h): achieved/bound says how much of the step
 // is overhead that physics does not demand.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -23,9 +23,9 @@
 
 #include "absl/strings/str_format.h"
 #include "bench/command.h"
-#include "bench/step_time_bound.h"
 #include "core/cpu_time.h"
 #include "core/job_spec.h"
+#include "core/step_time_bound.h"
 #include "tools/job_spec_options.h"
 #include "tools/job_spec_rewrite.h"
 #include "tools/local_federation.h"

@@ -20,7 +20,7 @@ namespace strait {
 enum class ModelFamily { kMlp, kVit, kGpt };
 enum class Activation { kRelu, kGelu };
 enum class DatasetKind { kFashionMnist, kSynthetic, kText };
-// Pipeline schedules (site/pipeline/schedule.h): 1f1b and gpipe flush the pipeline every step and
+// Pipeline schedules (core/schedule.h): 1f1b and gpipe flush the pipeline every step and
 // equal single-process gradient accumulation; 2bw (PipeDream-2BW) never flushes, and step t
 // computes its gradient with the weights of one update before (L_{t-1}: pipeline/weight_history.h).
 enum class Schedule { k1F1B, kGPipe, k2BW };
@@ -28,7 +28,7 @@ enum class Schedule { k1F1B, kGPipe, k2BW };
 // (PipeDream-2BW): right before its first forward of the step after next, so every microbatch of a
 // step computes with the weights of one update before. Eager: as soon as the stage's own last
 // backward of the step is done, so only the microbatches the stage started before then (its
-// warm-up) compute with the older weights (site/pipeline/schedule.h).
+// warm-up) compute with the older weights (core/schedule.h).
 enum class UpdateTiming { kDeferred, kEager };
 // 2bw with update eager: what becomes of the parameter gradients of a stage's warm-up microbatches,
 // the ones it computed with the weights of one update before (training.stale_gradients). Keep:
@@ -169,7 +169,7 @@ struct TrainingSpec {
   Schedule schedule = Schedule::k1F1B;
   // Microbatches stage 0 keeps in flight beyond the schedule's own S (1f1b, 2bw), so that it keeps
   // computing while its activations travel a slow link to the last stage and their gradients come
-  // back; later stages get a share in proportion to their round trip (site/pipeline/schedule.h).
+  // back; later stages get a share in proportion to their round trip (core/schedule.h).
   // Costs that many more microbatches of activations held; the results stay the same bits.
   int extra_in_flight = 0;
   // 2bw only: forward weights extrapolated this many updates along the last one (weight_history.h);
@@ -177,7 +177,7 @@ struct TrainingSpec {
   double lookahead = 2.0;
   // 2bw only (see UpdateTiming); eager needs lookahead 0 (its default under eager), and clips each
   // step with the global norm of the step before (a stage cannot wait for the other stages' norms
-  // of its own step without stalling: site/pipeline/schedule.h LaggedClip).
+  // of its own step without stalling: core/schedule.h LaggedClip).
   UpdateTiming update = UpdateTiming::kDeferred;
   // 2bw with update eager only (see StaleGradients).
   StaleGradients stale_gradients = StaleGradients::kKeep;

@@ -11,9 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/cpu_time.h"
+#include "core/schedule.h"
 #include "core/status.h"
 #include "core/tied_embeddings.h"
-#include "site/pipeline/schedule.h"
 
 namespace strait::site {
 namespace {

@@ -43,7 +43,7 @@ struct CheckpointState {
   std::vector<float> lookahead_params;  // 2bw with lookahead: Stage::LookaheadParams; else empty.
   std::vector<float> optimizer_state;
   // 2bw with update eager and grad_clip: the clipping scale the next update applies, from the
-  // last step's global norm (site/pipeline/schedule.h LaggedClip). Needs weight_versions 2.
+  // last step's global norm (core/schedule.h LaggedClip). Needs weight_versions 2.
   std::optional<float> lagged_clip_scale;
 };
 

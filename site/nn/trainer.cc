@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/schedule.h"
 #include "core/status.h"
-#include "site/pipeline/schedule.h"
 #include "site/pipeline/stage_checkpoint.h"
 
 namespace strait::site {
@@ -82,7 +82,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
   // Dropped stale gradients: each site's layers take the mean over the microbatches they kept.
   const int stages = static_cast<int>(spec_.sites.size());
   for (int site = 0; site < stages; ++site) {
-    const float kept = site::KeptGradientScale(t, stages, site, step_);
+    const float kept = KeptGradientScale(t, stages, site, step_);
     if (kept != 1.0f) {
       STRAIT_RETURN_IF_ERROR(stage_->ScaleGrads(step_, spec_.sites[site].layers, kept));
     }
@@ -93,7 +93,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
   if (t.grad_clip > 0.0) {
     STRAIT_ASSIGN_OR_RETURN(double sum_squares, stage_->GradSumSquares(0.0, step_));
     scale = GlobalNormClipScale(sum_squares, t.grad_clip);
-    if (site::LaggedClip(t)) {  // This step applies the last step's scale and keeps its own.
+    if (LaggedClip(t)) {  // This step applies the last step's scale and keeps its own.
       const float newest = scale;
       scale = stage_->lagged_clip_scale();
       stage_->set_lagged_clip_scale(newest);
@@ -108,9 +108,9 @@ absl::StatusOr<StepStats> Trainer::Step() {
 site::ForwardOptions Trainer::WeightsOfSites(int microbatch) const {
   const int stages = static_cast<int>(spec_.sites.size());
   site::ForwardOptions options;
-  options.weights = site::ForwardWeights(spec_.training, stages, 0, step_, microbatch);
+  options.weights = ForwardWeights(spec_.training, stages, 0, step_, microbatch);
   for (int s = 1; s < stages; ++s) {
-    if (site::ForwardWeights(spec_.training, stages, s, step_, microbatch) == options.weights) {
+    if (ForwardWeights(spec_.training, stages, s, step_, microbatch) == options.weights) {
       continue;
     }
     // The sites differ (2bw with update eager: a later site has already applied the update that
@@ -120,7 +120,7 @@ site::ForwardOptions Trainer::WeightsOfSites(int microbatch) const {
       const LayerRange layers = spec_.sites[site].layers;
       std::fill(options.layer_weights.begin() + layers.start,
                 options.layer_weights.begin() + layers.end,
-                site::ForwardWeights(spec_.training, stages, site, step_, microbatch));
+                ForwardWeights(spec_.training, stages, site, step_, microbatch));
     }
     break;
   }

@@ -5,7 +5,7 @@
 // newest L_t into L_{t+1} (site/pipeline/weight_history.h): the one-step-stale semantics of the
 // federation's 2bw, in one process and without its pipelining. With 2bw and update eager each
 // site's layers compute a microbatch with the weights that site's stage uses for it
-// (site/pipeline/schedule.h ForwardWeights), so the split and the warm-up matter here too.
+// (core/schedule.h ForwardWeights), so the split and the warm-up matter here too.
 // The model runs through the same StageExecutor as a site's stage, with one worker.
 #pragma once
 

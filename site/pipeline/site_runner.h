@@ -11,7 +11,7 @@
 // stage taking and relaying it right before its update. Both are CLIP-purpose frames, sealed like
 // the tensors and never lossy.
 //
-// The schedule's ops come from StepOps (site/pipeline/schedule.h). With 1f1b and gpipe a step ends
+// The schedule's ops come from StepOps (core/schedule.h). With 1f1b and gpipe a step ends
 // with a flush: clipping norm, scale, update. With 2bw the stream runs across steps: Step(t) runs
 // the pairs whose backward belongs to step t (and forwards of step t+1), sends the norm of g_t when
 // its last backward is done, and applies g_{t-1} (making L_t) right before its first forward of
@@ -31,12 +31,12 @@
 
 #include "absl/status/statusor.h"
 #include "core/job_spec.h"
+#include "core/schedule.h"
 #include "site/data/dataset.h"
 #include "site/data/sampler.h"
 #include "site/nn/evaluation.h"
 #include "site/pipeline/frame_receiver.h"
 #include "site/pipeline/frame_sender.h"
-#include "site/pipeline/schedule.h"
 #include "site/pipeline/site_metrics.h"
 #include "site/pipeline/stage_executor.h"
 

@@ -2,9 +2,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/model_layout.h"
+#include "core/schedule.h"
 #include "core/status.h"
 #include "site/nn/checkpoint.h"
-#include "site/pipeline/schedule.h"
 
 namespace strait::site {
 

@@ -15,7 +15,7 @@
 // Training step s with M microbatches:
 //   ZeroGrad(s);
 //   for each microbatch m, in the schedule's order: Forward(s, m, ...) with the weights the
-//     schedule says (site/pipeline/schedule.h ForwardWeights); on the last stage Loss(m, labels,
+//     schedule says (core/schedule.h ForwardWeights); on the last stage Loss(m, labels,
 //     1 / global_batch) right after it;
 //   Backward(m, ..., last_of_step = m == M - 1) for m = 0 .. M-1 in this order (so gradients sum
 //     in the same order as one process accumulating them);
@@ -140,7 +140,7 @@ struct StageWorkers {
 // What a Forward computes with, besides its input.
 struct ForwardOptions {
   bool training = true;  // false disables dropout (evaluation).
-  // The weights L_k to compute with (site/pipeline/schedule.h ForwardWeights): the newest or,
+  // The weights L_k to compute with (core/schedule.h ForwardWeights): the newest or,
   // with two versions, the previous one (FailedPrecondition otherwise); kNewestWeights: the newest.
   int64_t weights = kNewestWeights;
   // Optional, one per layer of the stage, in place of `weights`: layer i computes with

@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/schedule.h"
 #include "core/status.h"
-#include "site/pipeline/schedule.h"
 
 namespace strait::site {
 

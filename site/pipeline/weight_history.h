@@ -8,7 +8,7 @@
 // computes with L_t and the update L_{t+1} = Opt(L_t, clip(g_t)) happens after a flush.
 //
 // Two versions (2bw, PipeDream-2BW): step t computes g_t with L_{max(t-1, 0)}
-// (site/pipeline/schedule.h ForwardWeights) and the update of g_t applies to the newest weights:
+// (core/schedule.h ForwardWeights) and the update of g_t applies to the newest weights:
 // L_{t+1} = Opt(L_t, clip(g_t)), the optimizer's step counter t + 1. So step t+1's microbatches
 // can run (with L_t) while g_t's clipping norm travels between the sites. The history holds the
 // newest L_k and the previous L_{k-1}, and two gradient arenas (the gradient of step t in arena

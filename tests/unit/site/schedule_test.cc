@@ -2,7 +2,7 @@
 // (the fidelity invariant), the activation bound of each schedule, and no deadlock when all stages
 // run their schedules against each other's dependencies; for 2bw the same across step boundaries,
 // plus the weight versions each pass uses and the updates' dependencies on the clipping chain.
-#include "site/pipeline/schedule.h"
+#include "core/schedule.h"
 
 #include <gtest/gtest.h>
 

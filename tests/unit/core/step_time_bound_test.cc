@@ -1,10 +1,10 @@
-#include "bench/step_time_bound.h"
+#include "core/step_time_bound.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-namespace strait::bench {
+namespace strait {
 namespace {
 
 BoundInput Uniform(int stages, int microbatches, StageCost cost, SiteLink link,
@@ -178,4 +178,4 @@ TEST(StepTimeBound, QueuedModelNeverBeatsTheBound) {
 }
 
 }  // namespace
-}  // namespace strait::bench
+}  // namespace strait

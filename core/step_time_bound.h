@@ -3,7 +3,7 @@
 // (docs/notes/wan-step-time-bound.md derives it). Two limits, and the step can beat neither:
 //   * the critical path of the schedule's dependency graph: every forward and backward pass of
 //     every microbatch on every stage, in the order the schedule runs them on that stage (the op
-//     stream of site::StepOps over many steps: flushed per step for 1f1b and gpipe, overlapping
+//     stream of StepOps over many steps: flushed per step for 1f1b and gpipe, overlapping
 //     steps for 2bw), each waiting for its input from the neighbouring stage; a crossing from
 //     stage i to stage j costs the one-way delay of both sites' links (site -> gateway -> site)
 //     plus the frame's bytes over the slower link (sent once: a frame streamed through the
@@ -28,7 +28,7 @@
 
 #include "core/job_spec.h"
 
-namespace strait::bench {
+namespace strait {
 
 struct StageCost {
   double forward_s = 0;   // One microbatch's forward pass (the loss included on the last stage).
@@ -72,4 +72,4 @@ struct StepBound {
 // stages.size() - 1 entries, microbatches >= 1.
 StepBound StepTimeLowerBound(const BoundInput& input);
 
-}  // namespace strait::bench
+}  // namespace strait

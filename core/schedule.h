@@ -29,7 +29,7 @@
 
 #include "core/job_spec.h"
 
-namespace strait::site {
+namespace strait {
 
 struct ScheduleOp {
   enum Kind {
@@ -106,4 +106,4 @@ bool DropsStaleGradients(const TrainingSpec& training);
 // weights of one update before; 1 otherwise.
 float KeptGradientScale(const TrainingSpec& training, int stages, int stage, int64_t step);
 
-}  // namespace strait::site
+}  // namespace strait

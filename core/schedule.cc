@@ -1,8 +1,8 @@
-#include "site/pipeline/schedule.h"
+#include "core/schedule.h"
 
 #include <algorithm>
 
-namespace strait::site {
+namespace strait {
 
 int WarmupForwards(int stages, int stage, int extra_in_flight) {
   const int crossings = stages - 1 - stage, most = stages - 1;
@@ -123,4 +123,4 @@ std::vector<ScheduleOp> StepOps(Schedule schedule, int stages, int stage, int mi
   return ops;
 }
 
-}  // namespace strait::site
+}  // namespace strait

@@ -1,4 +1,4 @@
-#include "bench/step_time_bound.h"
+#include "core/step_time_bound.h"
 
 #include <algorithm>
 #include <cstddef>
@@ -9,9 +9,9 @@
 #include <tuple>
 #include <utility>
 
-#include "site/pipeline/schedule.h"
+#include "core/schedule.h"
 
-namespace strait::bench {
+namespace strait {
 namespace {
 
 // When an op (or a message) is done, and what the path that ends there is made of.
@@ -45,8 +45,8 @@ struct Input {
   int from;
   double bytes;
 };
-std::optional<Input> InputOf(const BoundInput& in, int s, const site::ScheduleOp& op) {
-  using Op = site::ScheduleOp;
+std::optional<Input> InputOf(const BoundInput& in, int s, const ScheduleOp& op) {
+  using Op = ScheduleOp;
   const int stages = static_cast<int>(in.stages.size());
   switch (op.kind) {
     case Op::kForward:
@@ -81,17 +81,16 @@ class PathSimulator {
     down_free_.assign(stages_, 0);
   }
 
-  // Runs `steps` steps of the schedule's op stream (site::StepOps: with 2bw the steps overlap);
+  // Runs `steps` steps of the schedule's op stream (StepOps: with 2bw the steps overlap);
   // the time every stage finished its update of each step's gradient. The run goes on for a few
   // more steps, so that the last ones measured are not shortened by the end of the stream.
   std::vector<std::vector<Event>> Run(int steps) {
     const int run = steps + 2;
-    std::vector<std::vector<site::ScheduleOp>> ops(stages_);
+    std::vector<std::vector<ScheduleOp>> ops(stages_);
     for (int s = 0; s < stages_; ++s) {
       for (int t = 0; t < run; ++t) {
-        const std::vector<site::ScheduleOp> step =
-            site::StepOps(in_.schedule, stages_, s, in_.microbatches, t, 0, run - 1,
-                          in_.extra_in_flight, in_.update);
+        const std::vector<ScheduleOp> step = StepOps(in_.schedule, stages_, s, in_.microbatches, t,
+                                                     0, run - 1, in_.extra_in_flight, in_.update);
         ops[s].insert(ops[s].end(), step.begin(), step.end());
       }
     }
@@ -171,8 +170,8 @@ class PathSimulator {
   }
 
   // Runs `op` on stage s if what it waits for has arrived; false when it must wait.
-  bool TryOp(int s, const site::ScheduleOp& op) {
-    using Op = site::ScheduleOp;
+  bool TryOp(int s, const ScheduleOp& op) {
+    using Op = ScheduleOp;
     const Key key{op.kind, op.step, op.microbatch};
     const bool waits = InputOf(in_, s, op).has_value();
     Event ready = stage_free_[s];
@@ -248,8 +247,8 @@ class FlushedStep {
   explicit FlushedStep(const BoundInput& in)
       : in_(in), stages_(static_cast<int>(in.stages.size())) {
     for (int s = 0; s < stages_; ++s) {
-      for (const site::ScheduleOp& op : site::StepOps(in.schedule, stages_, s, in.microbatches, 0,
-                                                      0, 0, in.extra_in_flight, in.update)) {
+      for (const ScheduleOp& op : StepOps(in.schedule, stages_, s, in.microbatches, 0, 0, 0,
+                                          in.extra_in_flight, in.update)) {
         index_[{s, op.kind, op.microbatch}] = static_cast<int>(nodes_.size());
         nodes_.push_back({s, op, Duration(s, op)});
       }
@@ -277,7 +276,7 @@ class FlushedStep {
         earliest[e.to] = std::max(earliest[e.to], earliest[u] + e.weight);
       }
     }
-    const int last = index_.at({0, site::ScheduleOp::kUpdate, 0});
+    const int last = index_.at({0, ScheduleOp::kUpdate, 0});
     rest[last] = nodes_[last].duration;
     for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
       for (const Edge& e : out_[*it]) {
@@ -317,7 +316,7 @@ class FlushedStep {
  private:
   struct Node {
     int stage;
-    site::ScheduleOp op;
+    ScheduleOp op;
     double duration;
   };
   // `to` starts at least `weight` after `from` starts; a crossing from `from_stage` (-1: the same
@@ -329,15 +328,15 @@ class FlushedStep {
     double bytes;
   };
 
-  double Duration(int s, const site::ScheduleOp& op) const {
+  double Duration(int s, const ScheduleOp& op) const {
     switch (op.kind) {
-      case site::ScheduleOp::kForward:
+      case ScheduleOp::kForward:
         return in_.stages[s].forward_s;
-      case site::ScheduleOp::kBackward:
+      case ScheduleOp::kBackward:
         return in_.stages[s].backward_s;
-      case site::ScheduleOp::kClipNorm:
+      case ScheduleOp::kClipNorm:
         return 0;
-      case site::ScheduleOp::kUpdate:
+      case ScheduleOp::kUpdate:
         return in_.stages[s].update_s;
     }
     return 0;
@@ -347,12 +346,12 @@ class FlushedStep {
   // start, the rest at their sender's end).
   void AddInput(int v) {
     const int s = nodes_[v].stage;
-    const site::ScheduleOp& op = nodes_[v].op;
+    const ScheduleOp& op = nodes_[v].op;
     const std::optional<Input> input = InputOf(in_, s, op);
     if (!input) return;
     const int u = index_.at({input->from, op.kind, op.microbatch});
     const Crossing crossing = CrossingOf(in_, input->from, s, input->bytes);
-    const double leaves = op.kind == site::ScheduleOp::kUpdate ? 0 : nodes_[u].duration;
+    const double leaves = op.kind == ScheduleOp::kUpdate ? 0 : nodes_[u].duration;
     out_[u].push_back(
         {v, leaves + crossing.delay_s + crossing.transfer_s, input->from, input->bytes});
   }
@@ -433,4 +432,4 @@ StepBound StepTimeLowerBound(const BoundInput& in) {
   return bound;
 }
 
-}  // namespace strait::bench
+}  // namespace strait
