@@ -14,10 +14,15 @@ namespace strait {
 uint64_t MaxFrameWireBytes(const JobSpec& spec) {
   const std::vector<LayerLayout> layers = BuildModelLayout(spec.model);
   uint64_t largest = 0;
+  // A planned split (layers: auto) may cut after any layer but the last.
+  std::vector<int> cuts;
   for (size_t s = 0; s + 1 < spec.sites.size(); ++s) {
-    const LayerLayout& last = layers[spec.sites[s].layers.end - 1];
+    if (!spec.PlansSplit()) cuts.push_back(spec.sites[s].layers.end - 1);
+  }
+  for (size_t k = 0; spec.PlansSplit() && k + 1 < layers.size(); ++k) cuts.push_back(k);
+  for (int k : cuts) {
     largest = std::max<uint64_t>(
-        largest, NumElements(last.out_shape) * spec.training.MicrobatchSize() * sizeof(float));
+        largest, NumElements(layers[k].out_shape) * spec.training.MicrobatchSize() * sizeof(float));
   }
   if (const std::optional<TiedMatrix> tied = TiedMatrixOf(spec.model)) {
     largest = std::max<uint64_t>(largest, tied->numel * sizeof(float));  // The TIED frames.

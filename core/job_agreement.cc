@@ -65,7 +65,8 @@ std::string AgreedJobText(const JobSpec& spec) {
   Line(out, "training.schedule", ToString(t.schedule));
   Line(out, "training.update", ToString(t.update));
   Line(out, "training.stale_gradients", ToString(t.stale_gradients));
-  Line(out, "training.extra_in_flight", absl::StrCat(t.extra_in_flight));
+  Line(out, "training.extra_in_flight",
+       t.plan_extra_in_flight ? "auto" : absl::StrCat(t.extra_in_flight));
   Line(out, "training.lookahead", Exact(t.lookahead));
   Line(out, "training.grad_clip", Exact(t.grad_clip));
   Line(out, "training.precision", ToString(t.precision));
@@ -84,8 +85,10 @@ std::string AgreedJobText(const JobSpec& spec) {
   for (const SiteSpec& s : spec.sites) {
     Line(out, absl::StrCat("sites.", s.id),
          absl::StrCat(
-             "layers [", s.layers.start, ", ", s.layers.end, ") on ", ToString(s.device), " x",
-             s.workers, s.machines > 1 ? absl::StrCat(" on ", s.machines, " machines") : "",
+             s.plan_layers ? "layers auto"
+                           : absl::StrCat("layers [", s.layers.start, ", ", s.layers.end, ")"),
+             " on ", ToString(s.device), " x", s.workers,
+             s.machines > 1 ? absl::StrCat(" on ", s.machines, " machines") : "",
              s.tensor_parallel > 1 ? absl::StrCat(", tensor parallel ", s.tensor_parallel) : ""));
   }
   for (const LinkSpec& l : spec.links) {

@@ -1,5 +1,6 @@
 #include "core/job_spec.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -108,6 +109,10 @@ std::string TlsSpec::SiteCert(absl::string_view site_id) const {
 
 std::string TlsSpec::SiteKey(absl::string_view site_id) const {
   return ReplaceSite(site_key, site_id);
+}
+
+bool JobSpec::PlansSplit() const {
+  return std::any_of(sites.begin(), sites.end(), [](const SiteSpec& s) { return s.plan_layers; });
 }
 
 int JobSpec::SiteIndex(absl::string_view id) const {

@@ -172,6 +172,8 @@ struct TrainingSpec {
   // back; later stages get a share in proportion to their round trip (core/schedule.h).
   // Costs that many more microbatches of activations held; the results stay the same bits.
   int extra_in_flight = 0;
+  // `extra_in_flight: auto`: the split planner chooses extra_in_flight (core/split_planner.h).
+  bool plan_extra_in_flight = false;
   // 2bw only: forward weights extrapolated this many updates along the last one (weight_history.h);
   // 0 = PipeDream-2BW's plain one-step-stale weights.
   double lookahead = 2.0;
@@ -232,11 +234,15 @@ struct LayerRange {
   int start = 0;  // First layer, inclusive.
   int end = 0;    // One past the last layer.
   int size() const { return end - start; }
+  bool operator==(const LayerRange&) const = default;
 };
 
 struct SiteSpec {
   std::string id;
   LayerRange layers;
+  // `layers: auto`: the split planner assigns `layers` (core/split_planner.h); until then it is
+  // empty, and what runs a stage needs the planned spec (WithSplit).
+  bool plan_layers = false;
   DeviceKind device = DeviceKind::kCpu;
   int workers = 1;  // Per machine (rank).
   // Processes ("ranks") the site runs on, one per machine (DESIGN.md §4): rank 0 is the leader,
@@ -272,6 +278,8 @@ struct JobSpec {
 
   // Index of the site with this id, or -1.
   int SiteIndex(absl::string_view id) const;
+  // True when some site has layers: auto (the split is the planner's to choose).
+  bool PlansSplit() const;
 };
 
 // Parses and validates the YAML text of a job spec. `file_name` is used in error messages and

@@ -381,7 +381,14 @@ class JobSpecParser {
         map.Enum("schedule",
                  {{"1f1b", Schedule::k1F1B}, {"gpipe", Schedule::kGPipe}, {"2bw", Schedule::k2BW}},
                  &t.schedule));
-    STRAIT_RETURN_IF_ERROR(map.Int("extra_in_flight", 0, 1 << 16, &t.extra_in_flight));
+    if (map.Has("extra_in_flight") && map.Get("extra_in_flight").IsScalar() &&
+        map.Get("extra_in_flight").Scalar() == "auto") {
+      YAML::Node extra = map.Get("extra_in_flight");
+      t.plan_extra_in_flight = true;  // The split planner chooses it (core/split_planner.h).
+      extra_in_flight_node_ = extra;
+    } else {
+      STRAIT_RETURN_IF_ERROR(map.Int("extra_in_flight", 0, 1 << 16, &t.extra_in_flight));
+    }
     STRAIT_RETURN_IF_ERROR(map.Double("lookahead", 0.0, 16.0, &t.lookahead));
     if (map.Has("lookahead") && t.schedule != Schedule::k2BW && t.lookahead != 0.0) {
       return map.ErrorAt("lookahead",
@@ -483,9 +490,14 @@ class JobSpecParser {
         return map.ErrorAt("id", absl::StrCat("duplicate site id '", site.id, "' (also sites[",
                                               other, "]); site ids must be unique"));
       }
-      std::vector<int> range;
-      STRAIT_RETURN_IF_ERROR(map.IntList("layers", 0, 1 << 20, 2, &range, /*required=*/true));
-      site.layers = {range[0], range[1]};
+      if (map.Has("layers") && map.Get("layers").IsScalar() &&
+          map.Get("layers").Scalar() == "auto") {
+        site.plan_layers = true;  // The split planner assigns its range (core/split_planner.h).
+      } else {
+        std::vector<int> range;
+        STRAIT_RETURN_IF_ERROR(map.IntList("layers", 0, 1 << 20, 2, &range, /*required=*/true));
+        site.layers = {range[0], range[1]};
+      }
       layer_nodes.push_back(map.Get("layers"));
       STRAIT_RETURN_IF_ERROR(map.Enum(
           "device", {{"cpu", DeviceKind::kCpu}, {"cuda", DeviceKind::kCuda}}, &site.device));
@@ -498,9 +510,16 @@ class JobSpecParser {
       spec_.sites.push_back(std::move(site));
     }
     STRAIT_RETURN_IF_ERROR(CheckLayerSplit(layer_nodes, num_layers));
-    // With the ranges known good: every split dimension of a tensor-parallel site divides.
+    if (spec_.training.plan_extra_in_flight && !spec_.PlansSplit()) {
+      return YamlError(file_, extra_in_flight_node_, "training.extra_in_flight",
+                       "auto is chosen by the split planner, which runs only when some site has "
+                       "layers: auto; give a number instead (0 by default)");
+    }
+    // With the ranges known good: every split dimension of a tensor-parallel site divides (the
+    // planner checks the ranges it gives).
     for (size_t i = 0; i < spec_.sites.size(); ++i) {
       const SiteSpec& site = spec_.sites[i];
+      if (site.plan_layers) continue;
       if (absl::Status s = CheckTensorSplit(spec_.model, site.layers, site.tensor_parallel);
           !s.ok()) {
         return YamlError(file_, tensor_nodes[i], absl::StrCat("sites[", i, "].tensor_parallel"),
@@ -540,14 +559,35 @@ class JobSpecParser {
     return absl::OkStatus();
   }
 
-  // The sites' ranges, in order, must tile [0, num_layers) exactly.
+  // The sites' ranges, in order, must tile [0, num_layers) exactly. Sites with layers: auto take
+  // what the pinned ranges leave, at least one layer each.
   absl::Status CheckLayerSplit(const std::vector<YAML::Node>& nodes, int num_layers) {
     auto range = [](const LayerRange& r) { return absl::StrCat("[", r.start, ", ", r.end, ")"); };
     const std::string rule =
         absl::StrCat("ranges must be contiguous and cover layers 0..", num_layers, " (the ",
                      ToString(spec_.model.family), " model has ", num_layers, " layers)");
+    int next = 0;          // The first layer no earlier site holds.
+    int planned = 0;       // Sites with layers: auto since the last pinned range.
+    std::string previous;  // The last pinned range, for messages.
+    // The `planned` sites before sites[i] (pinned at `end`; i past the last site: the model's
+    // end) share [next, end): at least a layer each.
+    auto check_gap = [&](int end, size_t i) -> absl::Status {
+      if (end - next >= planned) return absl::OkStatus();
+      const size_t at = std::min(i, spec_.sites.size() - 1);
+      return YamlError(
+          file_, nodes[at], absl::StrCat("sites[", at, "].layers"),
+          absl::StrCat(planned, " site(s) with layers: auto before it (the last is '",
+                       spec_.sites[i - 1].id, "') get no layers: the pinned ranges leave only [",
+                       next, ", ", end, ")", previous.empty() ? "" : " after " + previous,
+                       "; pin fewer layers or give those sites ranges"));
+    };
     for (size_t i = 0; i < spec_.sites.size(); ++i) {
-      const LayerRange& r = spec_.sites[i].layers;
+      const SiteSpec& site = spec_.sites[i];
+      if (site.plan_layers) {
+        ++planned;
+        continue;
+      }
+      const LayerRange& r = site.layers;
       std::string path = absl::StrCat("sites[", i, "].layers");
       if (r.start >= r.end) {
         return YamlError(
@@ -558,25 +598,27 @@ class JobSpecParser {
         return YamlError(file_, nodes[i], path,
                          absl::StrCat("range ", range(r), " goes past the last layer; ", rule));
       }
-      int expected_start = i == 0 ? 0 : spec_.sites[i - 1].layers.end;
-      if (r.start < expected_start) {
+      if (r.start < next) {
         return YamlError(file_, nodes[i], path,
-                         absl::StrCat("range ", range(r), " overlaps sites[", i - 1, "] ",
-                                      range(spec_.sites[i - 1].layers), "; ", rule));
+                         absl::StrCat("range ", range(r), " overlaps ", previous, "; ", rule));
       }
-      if (r.start > expected_start) {
+      if (r.start > next && planned == 0) {
         return YamlError(file_, nodes[i], path,
-                         absl::StrCat("range ", range(r), " leaves layers [", expected_start, ", ",
-                                      r.start, ") to no site; ", rule));
+                         absl::StrCat("range ", range(r), " leaves layers [", next, ", ", r.start,
+                                      ") to no site; ", rule));
       }
+      STRAIT_RETURN_IF_ERROR(check_gap(r.start, i));
+      next = r.end;
+      planned = 0;
+      previous = absl::StrCat("sites[", i, "] ", range(r));
     }
-    if (spec_.sites.back().layers.end != num_layers) {
-      return YamlError(
-          file_, nodes.back(), absl::StrCat("sites[", spec_.sites.size() - 1, "].layers"),
-          absl::StrCat("range ", range(spec_.sites.back().layers), " leaves layers [",
-                       spec_.sites.back().layers.end, ", ", num_layers, ") to no site; ", rule));
+    const size_t last = spec_.sites.size() - 1;
+    if (planned == 0 && next != num_layers) {
+      return YamlError(file_, nodes.back(), absl::StrCat("sites[", last, "].layers"),
+                       absl::StrCat("range ", range(spec_.sites.back().layers), " leaves layers [",
+                                    next, ", ", num_layers, ") to no site; ", rule));
     }
-    return absl::OkStatus();
+    return check_gap(num_layers, last + 1);
   }
 
   absl::Status ParseLinks(YamlMap& root) {
@@ -675,6 +717,7 @@ class JobSpecParser {
   std::string file_;
   std::filesystem::path base_dir_;
   JobSpec spec_;
+  YAML::Node extra_in_flight_node_;  // training.extra_in_flight when it says auto.
 };
 
 }  // namespace

@@ -1,0 +1,68 @@
+// What the split planner (core/split_planner.h) knows of a federation: each site's measured cost
+// of every layer of the job's model (site/plan/layer_profile.h measures it), and each site's link
+// to the gateway. Profiles travel with a site's join and live in files for `strait plan`
+// (JSON, below), so a plan can be made offline and a rejoin need not measure again.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/job_spec.h"
+
+namespace strait {
+
+// One layer on one site, at the job's microbatch size, on the site's devices and workers.
+struct LayerProfile {
+  int layer = 0;
+  double forward_s = 0;   // One microbatch, the loss included on the model's last layer.
+  double backward_s = 0;  // One microbatch.
+  double update_s = 0;    // The optimizer's step over the layer's parameters, once per step.
+  int64_t param_bytes = 0;
+  int64_t optimizer_bytes = 0;
+  int64_t microbatch_bytes = 0;  // Activations and saved tensors of one microbatch in flight.
+};
+
+struct SiteProfile {
+  std::string site;
+  std::string model;   // ProfiledModel of the job it was measured for.
+  std::string device;  // What measured it, e.g. "cpu x 2 workers" (for people; not checked).
+  // Memory the site's stage may use, bytes (0: not limited).
+  int64_t memory_bytes = 0;
+  std::vector<LayerProfile> layers;  // Every layer of the model, in order.
+};
+
+// A site's link to the gateway, as the gateway measured it with probe frames.
+struct LinkProfile {
+  std::string site;
+  double round_trip_s = 0;
+  double bytes_per_second = 0;  // 0: not limited.
+};
+
+struct FederationProfile {
+  std::vector<SiteProfile> sites;
+  std::vector<LinkProfile> links;
+  const SiteProfile* Site(const std::string& id) const;  // nullptr when absent.
+  const LinkProfile* Link(const std::string& id) const;
+};
+
+// Names what a profile depends on: the model's layers (names, shapes, parameters), the microbatch
+// size and the optimizer, e.g. "mlp 4 layers 235146 params mb 32 adamw #1a2b3c4d". A profile whose
+// text differs was measured for another job and does not count.
+std::string ProfiledModel(const JobSpec& spec);
+
+// JSON: {"sites": [{"site", "model", "device", "memory_bytes", "layers": [{"layer", "forward_s",
+// "backward_s", "update_s", "param_bytes", "optimizer_bytes", "microbatch_bytes"}]}],
+// "links": [{"site", "round_trip_s", "bytes_per_second"}]}. Parse checks every field's type and
+// range and says which entry is wrong.
+std::string FederationProfileToJson(const FederationProfile& profile);
+absl::StatusOr<FederationProfile> ParseFederationProfile(const std::string& json,
+                                                         const std::string& source);
+absl::StatusOr<FederationProfile> ReadFederationProfile(const std::string& path);
+absl::Status WriteFederationProfile(const FederationProfile& profile, const std::string& path);
+
+// `into` with `from`'s sites and links added; an entry of the same site replaces the old one.
+void MergeFederationProfile(const FederationProfile& from, FederationProfile* into);
+
+}  // namespace strait

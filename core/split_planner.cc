@@ -1,0 +1,552 @@
+#include "core/split_planner.h"
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "compression/chain_spec.h"
+#include "core/model_layout.h"
+#include "core/schedule.h"
+#include "core/status.h"
+#include "core/tensor_split.h"
+
+namespace strait {
+namespace {
+
+// Frame header, codec header and AEAD tag around a tensor's bytes (an upper estimate).
+constexpr double kFrameOverheadBytes = 128;
+// Ways of keeping microbatches in flight that `extra_in_flight: auto` tries beyond the least.
+constexpr int kMaxExtraInFlight = 8;
+
+// The share of fp32 bytes a codec chain sends. Lossless byte stages (shuffle, zstd) count as 1:
+// what they save depends on the values, and a plan must not count on it.
+double WireRatio(const std::string& chain) {
+  absl::StatusOr<compression::ChainSpec> parsed = compression::ParseChainSpec(chain);
+  if (!parsed.ok()) return 1.0;  // The job spec's parser refused it already.
+  double ratio = 1.0;
+  for (const compression::StageSpec& stage : parsed->stages) {
+    const double block = stage.block_size;
+    switch (stage.kind) {
+      case compression::StageKind::kFp16:
+      case compression::StageKind::kBf16:
+        ratio *= 0.5;
+        break;
+      case compression::StageKind::kInt8:  // A byte per value and a float scale per block.
+        ratio *= (block + 4) / (4 * block);
+        break;
+      case compression::StageKind::kInt4:
+        ratio *= (block / 2 + 4) / (4 * block);
+        break;
+      case compression::StageKind::kTopK:  // A float and about two bytes of index per value.
+        ratio *= std::min(1.0, stage.fraction * 1.5);
+        break;
+      default:
+        break;
+    }
+  }
+  return ratio;
+}
+
+std::string RangeText(const LayerRange& r) { return absl::StrCat("[", r.start, ", ", r.end, ")"); }
+
+// What every prediction of one job needs, gathered once: per site, prefix sums over the layers of
+// its profile; per boundary, the bytes of a frame cut after each layer.
+class CostTable {
+ public:
+  CostTable(const JobSpec& spec, const FederationProfile& profiles) : spec_(spec) {
+    const std::vector<LayerLayout> layout = BuildModelLayout(spec.model);
+    const int layers = static_cast<int>(layout.size());
+    const int sites = static_cast<int>(spec.sites.size());
+    const bool two_versions = spec.training.schedule == Schedule::k2BW;
+    sum_.assign(sites, std::vector<Sums>(layers + 1));
+    for (int s = 0; s < sites; ++s) {
+      const SiteProfile& site = *profiles.Site(spec.sites[s].id);
+      memory_.push_back(site.memory_bytes);
+      for (int k = 0; k < layers; ++k) {
+        const LayerProfile& p = site.layers[k];
+        Sums next = sum_[s][k];
+        next.forward_s += p.forward_s;
+        next.backward_s += p.backward_s;
+        next.update_s += p.update_s;
+        // Weights, their gradient, the optimizer's state, and 2bw's older weights.
+        next.state_bytes += (two_versions ? 3 : 2) * p.param_bytes + p.optimizer_bytes;
+        next.microbatch_bytes += p.microbatch_bytes;
+        sum_[s][k + 1] = next;
+      }
+      const LinkProfile* link = profiles.Link(spec.sites[s].id);
+      links_.push_back(link == nullptr ? SiteLink{}
+                                       : SiteLink{.one_way_delay_s = link->round_trip_s / 2,
+                                                  .bytes_per_second = link->bytes_per_second});
+    }
+    const double rows = spec.training.MicrobatchSize();
+    for (const LayerLayout& l : layout) out_bytes_.push_back(4.0 * rows * NumElements(l.out_shape));
+    for (const LinkSpec& link : spec.links) {
+      forward_ratio_.push_back(WireRatio(link.forward));
+      backward_ratio_.push_back(WireRatio(link.backward));
+    }
+  }
+
+  // Step time and memory of `choice`.
+  SplitPrediction Predict(const SplitChoice& choice) const {
+    const TrainingSpec& t = spec_.training;
+    const int sites = static_cast<int>(choice.layers.size());
+    BoundInput in{.schedule = t.schedule,
+                  .extra_in_flight = choice.extra_in_flight,
+                  .update = t.update,
+                  .microbatches = t.microbatches,
+                  .links = links_,
+                  .clip = t.grad_clip > 0};
+    SplitPrediction p{.choice = choice};
+    for (int s = 0; s < sites; ++s) {
+      const Sums cost = Of(s, choice.layers[s]);
+      in.stages.push_back(
+          {.forward_s = cost.forward_s, .backward_s = cost.backward_s, .update_s = cost.update_s});
+      p.memory_bytes.push_back(MemoryOf(s, choice.layers[s], choice.extra_in_flight));
+      if (s + 1 < sites) {
+        const double raw = out_bytes_[choice.layers[s].end - 1];
+        in.forward_frame_bytes.push_back(raw * forward_ratio_[s] + kFrameOverheadBytes);
+        in.backward_frame_bytes.push_back(raw * backward_ratio_[s] + kFrameOverheadBytes);
+      }
+    }
+    p.bound = StepTimeLowerBound(in);
+    p.step_s = std::max(p.bound.queued_s, p.bound.link_s);
+    p.samples_per_s = p.step_s > 0 ? t.global_batch / p.step_s : 0;
+    p.limited_by = LimitOf(in, p);
+    return p;
+  }
+
+  // True when every site of `choice` has the memory it needs.
+  bool Fits(const SplitPrediction& p) const {
+    for (size_t s = 0; s < p.memory_bytes.size(); ++s) {
+      if (memory_[s] > 0 && p.memory_bytes[s] > memory_[s]) return false;
+    }
+    return true;
+  }
+
+  int64_t MemoryOf(int s, LayerRange r, int extra_in_flight) const {
+    const int sites = static_cast<int>(spec_.sites.size());
+    const int held = MaxInFlight(StageSchedule(spec_.training.schedule, sites, s,
+                                               spec_.training.microbatches, extra_in_flight));
+    const Sums cost = Of(s, r);
+    return cost.state_bytes + held * cost.microbatch_bytes;
+  }
+  int64_t memory(int s) const { return memory_[s]; }
+
+  // A lower bound on the step time of any split giving site s layers `r`: its compute, and the
+  // bytes its link carries for the frames at r's edges (lossless bandwidth share of the step).
+  double Bottleneck(int s, LayerRange r) const {
+    const int m = spec_.training.microbatches;
+    const Sums cost = Of(s, r);
+    double busy = m * (cost.forward_s + cost.backward_s) + cost.update_s;
+    const double rate = links_[s].bytes_per_second;
+    if (rate > 0) {
+      double up = 0, down = 0;
+      if (r.end < static_cast<int>(out_bytes_.size())) {  // To the next site and back.
+        up += out_bytes_[r.end - 1] * forward_ratio_[s];
+        down += out_bytes_[r.end - 1] * backward_ratio_[s];
+      }
+      if (r.start > 0) {
+        up += out_bytes_[r.start - 1] * backward_ratio_[s - 1];
+        down += out_bytes_[r.start - 1] * forward_ratio_[s - 1];
+      }
+      busy = std::max(busy, m * std::max(up, down) / rate);
+    }
+    return busy;
+  }
+
+ private:
+  struct Sums {
+    double forward_s = 0, backward_s = 0, update_s = 0;
+    int64_t state_bytes = 0, microbatch_bytes = 0;
+  };
+
+  Sums Of(int s, LayerRange r) const {
+    const Sums& a = sum_[s][r.start];
+    const Sums& b = sum_[s][r.end];
+    return {b.forward_s - a.forward_s, b.backward_s - a.backward_s, b.update_s - a.update_s,
+            b.state_bytes - a.state_bytes, b.microbatch_bytes - a.microbatch_bytes};
+  }
+
+  std::string LimitOf(const BoundInput& in, const SplitPrediction& p) const {
+    const StepBound& b = p.bound;
+    const int sites = static_cast<int>(in.stages.size());
+    if (b.limited_by == "link" || b.limited_by == "bandwidth") {
+      int busiest = 0;
+      double most = -1;
+      for (int s = 0; s < sites; ++s) {
+        if (double t = Bottleneck(s, p.choice.layers[s]);
+            links_[s].bytes_per_second > 0 && t > most) {
+          most = t, busiest = s;
+        }
+      }
+      return absl::StrFormat("the link of %s (%.1f MB/s, %.0f ms round trip)",
+                             spec_.sites[busiest].id, links_[busiest].bytes_per_second / 1e6,
+                             links_[busiest].one_way_delay_s * 2e3);
+    }
+    if (b.limited_by == "latency") {
+      return absl::StrFormat("link latency: %d crossings on the critical path, %.1f ms per step",
+                             b.crossings, b.path_delay_s * 1e3);
+    }
+    if (b.limited_by == "transfer") {
+      return absl::StrFormat("frames on the critical path: %.1f ms of transfer per step",
+                             b.path_transfer_s * 1e3);
+    }
+    int busiest = 0;
+    double most = -1;
+    for (int s = 0; s < sites; ++s) {
+      const double busy = in.microbatches * (in.stages[s].forward_s + in.stages[s].backward_s) +
+                          in.stages[s].update_s;
+      if (busy > most) most = busy, busiest = s;
+    }
+    return absl::StrFormat("the compute of %s (layers %s, %.1f ms of work per step)",
+                           spec_.sites[busiest].id, RangeText(p.choice.layers[busiest]),
+                           most * 1e3);
+  }
+
+  const JobSpec& spec_;
+  std::vector<std::vector<Sums>> sum_;  // [site][k]: layers [0, k) on that site.
+  std::vector<int64_t> memory_;
+  std::vector<SiteLink> links_;
+  std::vector<double> out_bytes_;  // fp32 bytes of one microbatch's output of each layer.
+  std::vector<double> forward_ratio_, backward_ratio_;  // Per boundary.
+};
+
+// The ways to place split points: every site's range, in order, pinned ones kept. `visit` gets
+// each complete split and returns false to stop; `allowed(s, range)` prunes a site's range.
+void ForEachSplit(const JobSpec& spec, const std::function<bool(int, LayerRange)>& allowed,
+                  const std::function<bool(const std::vector<LayerRange>&)>& visit) {
+  const int sites = static_cast<int>(spec.sites.size());
+  const int layers = spec.model.NumLayers();
+  // The end of the free run site s's range must leave room in: the next pinned start (or the
+  // model's end) minus one layer for each planned site between.
+  std::vector<int> last_end(sites);
+  int limit = layers;
+  for (int s = sites - 1; s >= 0; --s) {
+    if (!spec.sites[s].plan_layers) {
+      limit = spec.sites[s].layers.start;
+      last_end[s] = spec.sites[s].layers.end;
+      continue;
+    }
+    last_end[s] = limit;
+    --limit;
+  }
+  std::vector<LayerRange> split(sites);
+  bool go_on = true;
+  std::function<void(int, int)> place = [&](int s, int start) {
+    if (!go_on) return;
+    if (s == sites) {
+      go_on = visit(split);
+      return;
+    }
+    const SiteSpec& site = spec.sites[s];
+    if (!site.plan_layers) {
+      split[s] = site.layers;
+      if (allowed(s, site.layers)) place(s + 1, site.layers.end);
+      return;
+    }
+    const bool next_pinned = s + 1 == sites || !spec.sites[s + 1].plan_layers;
+    const int from = next_pinned ? last_end[s] : start + 1;
+    for (int end = from; end <= last_end[s] && go_on; ++end) {
+      split[s] = {start, end};
+      if (allowed(s, split[s])) place(s + 1, end);
+    }
+  };
+  place(0, 0);
+}
+
+// The least bottleneck (CostTable::Bottleneck's max over sites) any split allows: dynamic
+// programming over (site, first layer), exact for that objective.
+double LeastBottleneck(const JobSpec& spec, const CostTable& costs,
+                       const std::function<bool(int, LayerRange)>& allowed) {
+  const int sites = static_cast<int>(spec.sites.size());
+  const int layers = spec.model.NumLayers();
+  constexpr double kNone = std::numeric_limits<double>::infinity();
+  // best[s][k]: the least bottleneck of sites s.. when site s starts at layer k.
+  std::vector<std::vector<double>> best(sites + 1, std::vector<double>(layers + 1, kNone));
+  best[sites][layers] = 0;
+  for (int s = sites - 1; s >= 0; --s) {
+    for (int k = 0; k < layers; ++k) {
+      const SiteSpec& site = spec.sites[s];
+      const int lo = site.plan_layers ? k + 1 : site.layers.end;
+      const int hi = site.plan_layers ? layers : site.layers.end;
+      if (!site.plan_layers && site.layers.start != k) continue;
+      for (int end = lo; end <= hi; ++end) {
+        if (best[s + 1][end] == kNone || !allowed(s, {k, end})) continue;
+        best[s][k] =
+            std::min(best[s][k], std::max(costs.Bottleneck(s, {k, end}), best[s + 1][end]));
+      }
+    }
+  }
+  return best[0][0];
+}
+
+int64_t CountSplits(const JobSpec& spec, int64_t cap) {
+  int64_t n = 0;
+  ForEachSplit(
+      spec, [](int, LayerRange) { return true; },
+      [&](const std::vector<LayerRange>&) { return ++n < cap; });
+  return n;
+}
+
+// The split's ranges the sites' tensor-parallel layouts can divide.
+bool TensorSplitAllows(const JobSpec& spec, int s, LayerRange r) {
+  const SiteSpec& site = spec.sites[s];
+  return site.tensor_parallel == 1 || CheckTensorSplit(spec.model, r, site.tensor_parallel).ok();
+}
+
+// The extra_in_flight values to try: the spec's own, or with auto 0 up to the most that can still
+// add a microbatch in flight (a step has M).
+std::vector<int> ExtraInFlightChoices(const TrainingSpec& t) {
+  if (!t.plan_extra_in_flight) return {t.extra_in_flight};
+  if (t.schedule == Schedule::kGPipe) return {0};  // GPipe holds every microbatch already.
+  std::vector<int> choices;
+  for (int e = 0; e <= std::min(kMaxExtraInFlight, t.microbatches - 1); ++e) choices.push_back(e);
+  return choices;
+}
+
+// Among `choices` (ascending) for one split, the least extra_in_flight that fits and predicts
+// within 1% of the most that fits (more in flight costs memory, and only helps to cover a link's
+// round trip). Both searches are binary: memory grows with what is in flight, step time does not.
+std::optional<SplitPrediction> BestInFlight(const CostTable& costs,
+                                            const std::vector<LayerRange>& split,
+                                            const std::vector<int>& choices) {
+  int lo = 0, hi = static_cast<int>(choices.size()) - 1;
+  std::optional<SplitPrediction> most;
+  while (lo <= hi) {  // The most in flight that fits.
+    const int mid = (lo + hi + 1) / 2;
+    SplitPrediction p = costs.Predict({split, choices[mid]});
+    if (costs.Fits(p)) {
+      most = std::move(p);
+      if (mid == hi) break;
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  if (!most) return std::nullopt;
+  std::optional<SplitPrediction> least = most;
+  lo = 0,
+  hi = static_cast<int>(std::find(choices.begin(), choices.end(), most->choice.extra_in_flight) -
+                        choices.begin()) -
+       1;
+  while (lo <= hi) {  // The least in flight as fast.
+    const int mid = (lo + hi) / 2;
+    SplitPrediction p = costs.Predict({split, choices[mid]});
+    if (p.step_s <= most->step_s * 1.01) {
+      least = std::move(p);
+      hi = mid - 1;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return least;
+}
+
+// The error when no split fits: the site whose least need (its smallest allowed range, the least
+// in flight) is furthest past its memory.
+absl::Status NothingFits(const JobSpec& spec, const CostTable& costs) {
+  const int layers = spec.model.NumLayers();
+  std::string worst;
+  double worst_ratio = 0;
+  for (size_t s = 0; s < spec.sites.size(); ++s) {
+    const SiteSpec& site = spec.sites[s];
+    if (costs.memory(s) <= 0) continue;
+    int64_t least = std::numeric_limits<int64_t>::max();
+    LayerRange at;
+    for (int k = 0; k < layers; ++k) {
+      LayerRange r = site.plan_layers ? LayerRange{k, k + 1} : site.layers;
+      if (int64_t need = costs.MemoryOf(s, r, 0); need < least) least = need, at = r;
+    }
+    const double ratio = static_cast<double>(least) / costs.memory(s);
+    if (ratio > worst_ratio) {
+      worst_ratio = ratio;
+      worst = absl::StrFormat(
+          "site '%s' has %.1f MiB for its stage, and %s needs %.1f MiB (parameters, gradients, "
+          "optimizer state and the microbatches in flight)",
+          site.id, costs.memory(s) / 1048576.0,
+          site.plan_layers ? absl::StrCat("its smallest share, layers ", RangeText(at))
+                           : absl::StrCat("its pinned layers ", RangeText(at)),
+          least / 1048576.0);
+    }
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "no split of the ", layers, " layers fits the sites' memory",
+      worst.empty() ? "" : ": " + worst,
+      "; give the sites more memory, a smaller microbatch (more microbatches per step) or more "
+      "sites"));
+}
+
+}  // namespace
+
+absl::Status CheckProfiles(const JobSpec& spec, const FederationProfile& profiles) {
+  const std::string model = ProfiledModel(spec);
+  const int layers = spec.model.NumLayers();
+  for (const SiteSpec& site : spec.sites) {
+    const std::string measure = absl::StrCat("measure it with `strait profile --config ",
+                                             spec.source_path, " --site ", site.id, "`");
+    const SiteProfile* p = profiles.Site(site.id);
+    if (p == nullptr) {
+      return absl::NotFoundError(absl::StrCat("no profile of site '", site.id, "'; ", measure));
+    }
+    if (p->model != model) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the profile of site '", site.id, "' was measured for another model (",
+                       p->model, "; this job's is ", model, "); ", measure, " again"));
+    }
+    if (static_cast<int>(p->layers.size()) != layers) {
+      return absl::FailedPreconditionError(absl::StrCat("the profile of site '", site.id, "' has ",
+                                                        p->layers.size(), " layers, the model ",
+                                                        layers, "; ", measure, " again"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SplitPrediction> PredictSplit(const JobSpec& spec, const FederationProfile& profiles,
+                                             const SplitChoice& choice) {
+  STRAIT_RETURN_IF_ERROR(CheckProfiles(spec, profiles));
+  int next = 0;
+  for (const LayerRange& r : choice.layers) {
+    if (r.start != next || r.end <= r.start) break;
+    next = r.end;
+  }
+  if (choice.layers.size() != spec.sites.size() || next != spec.model.NumLayers()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "split ", SplitToString(choice.layers), " does not give each of the ", spec.sites.size(),
+        " sites a range of layers 0..", spec.model.NumLayers(), " in order"));
+  }
+  return CostTable(spec, profiles).Predict(choice);
+}
+
+absl::StatusOr<SplitPlan> PlanSplit(const JobSpec& spec, const FederationProfile& profiles,
+                                    const PlanOptions& options) {
+  STRAIT_RETURN_IF_ERROR(CheckProfiles(spec, profiles));
+  const CostTable costs(spec, profiles);
+  SplitPlan plan;
+  for (const SiteSpec& site : spec.sites) {
+    if (profiles.Link(site.id) == nullptr) {
+      plan.notes.push_back(absl::StrCat("no link profile of '", site.id,
+                                        "': its link is taken as unlimited with no delay"));
+    }
+  }
+  auto tensor_ok = [&](int s, LayerRange r) { return TensorSplitAllows(spec, s, r); };
+  plan.splits = CountSplits(spec, std::numeric_limits<int64_t>::max() / 2);
+  std::function<bool(int, LayerRange)> allowed = tensor_ok;
+  if (plan.splits > options.exhaustive_limit) {
+    const double least = LeastBottleneck(spec, costs, tensor_ok);
+    const double threshold = least * (1 + options.bottleneck_slack);
+    allowed = [&, threshold](int s, LayerRange r) {
+      return tensor_ok(s, r) && costs.Bottleneck(s, r) <= threshold;
+    };
+    plan.notes.push_back(absl::StrFormat(
+        "%d splits: predicted those within %.0f%% of the least bottleneck (%.1f ms per step)",
+        plan.splits, options.bottleneck_slack * 100, least * 1e3));
+  }
+  const std::vector<int> in_flight = ExtraInFlightChoices(spec.training);
+  std::vector<SplitPrediction> fitting;
+  ForEachSplit(spec, allowed, [&](const std::vector<LayerRange>& split) {
+    if (std::optional<SplitPrediction> p = BestInFlight(costs, split, in_flight)) {
+      fitting.push_back(std::move(*p));
+    }
+    return ++plan.predicted < std::max(options.exhaustive_limit, int64_t{1}) * 4;
+  });
+  if (fitting.empty()) return NothingFits(spec, costs);
+  // Ties (equal predictions) go to the earlier split in lexicographic order: a stable choice.
+  std::stable_sort(fitting.begin(), fitting.end(),
+                   [](const SplitPrediction& a, const SplitPrediction& b) {
+                     return a.step_s < b.step_s * (1 - 1e-9);
+                   });
+  fitting.resize(std::min<size_t>(fitting.size(), 1 + std::max(options.runner_ups, 0)));
+  plan.ranked = std::move(fitting);
+  plan.even = BestInFlight(costs, EvenSplit(spec), in_flight);
+  return plan;
+}
+
+std::vector<std::vector<LayerRange>> ContiguousSplits(const JobSpec& spec, int64_t limit) {
+  std::vector<std::vector<LayerRange>> splits;
+  ForEachSplit(
+      spec, [](int, LayerRange) { return true; },
+      [&](const std::vector<LayerRange>& split) {
+        splits.push_back(split);
+        return static_cast<int64_t>(splits.size()) < limit;
+      });
+  return splits;
+}
+
+std::vector<LayerRange> EvenSplit(const JobSpec& spec) {
+  const int sites = static_cast<int>(spec.sites.size());
+  std::vector<LayerRange> split(sites);
+  int s = 0;
+  int start = 0;
+  while (s < sites) {
+    if (!spec.sites[s].plan_layers) {
+      split[s] = spec.sites[s].layers;
+      start = split[s].end;
+      ++s;
+      continue;
+    }
+    int run_end = s;  // The planned sites s .. run_end - 1 share [start, end).
+    while (run_end < sites && spec.sites[run_end].plan_layers) ++run_end;
+    const int end = run_end < sites ? spec.sites[run_end].layers.start : spec.model.NumLayers();
+    const int n = run_end - s, share = (end - start) / n, more = (end - start) % n;
+    for (int i = 0; i < n; ++i, ++s) {
+      split[s] = {start, start + share + (i < more ? 1 : 0)};
+      start = split[s].end;
+    }
+  }
+  return split;
+}
+
+JobSpec WithSplit(JobSpec spec, const SplitChoice& choice) {
+  for (size_t s = 0; s < spec.sites.size(); ++s) {
+    spec.sites[s].layers = choice.layers[s];
+    spec.sites[s].plan_layers = false;
+  }
+  spec.training.extra_in_flight = choice.extra_in_flight;
+  spec.training.plan_extra_in_flight = false;
+  return spec;
+}
+
+std::string SplitToString(const std::vector<LayerRange>& layers) {
+  std::string text;
+  for (const LayerRange& r : layers) absl::StrAppend(&text, text.empty() ? "" : " ", RangeText(r));
+  return text;
+}
+
+std::vector<std::string> DescribePlan(const JobSpec& spec, const SplitPlan& plan) {
+  std::vector<std::string> lines;
+  const SplitPrediction& best = plan.ranked.front();
+  lines.push_back(absl::StrFormat(
+      "planned split %s, extra_in_flight %d: %.1f ms per step, %.0f samples/s predicted",
+      SplitToString(best.choice.layers), best.choice.extra_in_flight, best.step_s * 1e3,
+      best.samples_per_s));
+  for (size_t s = 0; s < spec.sites.size(); ++s) {
+    lines.push_back(absl::StrFormat("  %-12s layers %-9s %.1f MiB", spec.sites[s].id,
+                                    RangeText(best.choice.layers[s]),
+                                    best.memory_bytes[s] / 1048576.0));
+  }
+  lines.push_back("  bounded by " + best.limited_by);
+  for (size_t i = 1; i < plan.ranked.size(); ++i) {
+    const SplitPrediction& p = plan.ranked[i];
+    lines.push_back(absl::StrFormat("runner-up %d: %s, extra_in_flight %d: %.1f ms, %.0f samples/s",
+                                    i, SplitToString(p.choice.layers), p.choice.extra_in_flight,
+                                    p.step_s * 1e3, p.samples_per_s));
+  }
+  if (plan.even) {
+    lines.push_back(
+        absl::StrFormat("even split %s: %.1f ms, %.0f samples/s (the plan is %.2fx faster)",
+                        SplitToString(plan.even->choice.layers), plan.even->step_s * 1e3,
+                        plan.even->samples_per_s, plan.even->step_s / best.step_s));
+  } else {
+    lines.push_back(absl::StrCat("even split ", SplitToString(EvenSplit(spec)),
+                                 ": does not fit the sites' memory"));
+  }
+  lines.push_back(
+      absl::StrFormat("%d of %d contiguous splits predicted", plan.predicted, plan.splits));
+  for (const std::string& note : plan.notes) lines.push_back("note: " + note);
+  return lines;
+}
+
+}  // namespace strait

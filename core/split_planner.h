@@ -1,0 +1,90 @@
+// The split planner (DESIGN.md §4 `layers: auto`, issue 30): which contiguous layers each site
+// runs, and how many microbatches stage 0 keeps in flight, so that a step takes least time.
+//
+// A split is judged by the step time the schedule's model predicts (core/step_time_bound.h) from
+// the sites' measured per-layer costs and their links (core/site_profile.h): each stage's forward,
+// backward and update summed over its layers, each boundary's frame its activations' bytes through
+// the link's codec chain. The prediction is the model's period with links that queue frames, or the
+// busiest link with the latency it cannot overlap, whichever is longer. A split must fit each
+// site's memory: parameters, gradients, optimizer state, the schedule's second weight version
+// (2bw) and the microbatches the schedule holds in flight.
+//
+// The search is exact while the contiguous splits the pinned ranges allow number at most
+// PlanOptions::exhaustive_limit: every one is predicted. Beyond, dynamic programming over split
+// points finds the least possible bottleneck (the slowest stage's compute or busiest link's bytes
+// per step, which the step cannot beat), and the splits whose bottleneck is within
+// PlanOptions::bottleneck_slack of it are predicted (at most 4 x exhaustive_limit of them).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/job_spec.h"
+#include "core/site_profile.h"
+#include "core/step_time_bound.h"
+
+namespace strait {
+
+struct SplitChoice {
+  std::vector<LayerRange> layers;  // One range per site, in pipeline order, tiling the model.
+  int extra_in_flight = 0;
+  bool operator==(const SplitChoice&) const = default;
+};
+
+struct SplitPrediction {
+  SplitChoice choice;
+  StepBound bound;
+  double step_s = 0;  // Predicted time of one step.
+  double samples_per_s = 0;
+  std::string limited_by;  // What bounds it, for people: "compute of dc-b (layers [2, 5))".
+  std::vector<int64_t> memory_bytes;  // What each site needs.
+};
+
+struct PlanOptions {
+  int runner_ups = 3;               // Next-best splits reported beside the chosen one.
+  int64_t exhaustive_limit = 1000;  // Splits predicted one by one before the search prunes.
+  double bottleneck_slack = 0.25;   // Pruned search: splits within this share of the best.
+};
+
+struct SplitPlan {
+  std::vector<SplitPrediction> ranked;  // The chosen split first, then the runner-ups.
+  std::optional<SplitPrediction> even;  // The even split, where it fits, for comparison.
+  int64_t splits = 0;                   // Contiguous splits the pinned ranges allow.
+  int64_t predicted = 0;                // Of them, how many were predicted.
+  std::vector<std::string> notes;       // Assumptions made, e.g. a link without a profile.
+};
+
+// Checks that `profiles` has a profile of the job's model (ProfiledModel) with every layer for
+// every site of `spec`; the error names the site and the command that measures it.
+absl::Status CheckProfiles(const JobSpec& spec, const FederationProfile& profiles);
+
+// The prediction for one split. `choice` must tile the model with one range per site.
+absl::StatusOr<SplitPrediction> PredictSplit(const JobSpec& spec, const FederationProfile& profiles,
+                                             const SplitChoice& choice);
+
+// The best split for `spec` (its pinned ranges kept; extra_in_flight chosen when the spec says
+// `extra_in_flight: auto`, else the spec's), with runner-ups. Errors name the site and what to
+// change: missing or foreign profiles, or no split that fits the sites' memory.
+absl::StatusOr<SplitPlan> PlanSplit(const JobSpec& spec, const FederationProfile& profiles,
+                                    const PlanOptions& options = {});
+
+// Every contiguous split that `spec`'s pinned ranges allow (at most `limit`, in lexicographic order
+// of split points), and the even one: each gap between pins shared out as evenly as it divides,
+// the first sites of a gap taking one more layer.
+std::vector<std::vector<LayerRange>> ContiguousSplits(const JobSpec& spec, int64_t limit);
+std::vector<LayerRange> EvenSplit(const JobSpec& spec);
+
+// `spec` with every site's range (and extra_in_flight) set as `choice` says: what the sites run.
+JobSpec WithSplit(JobSpec spec, const SplitChoice& choice);
+
+// "[0, 2) [2, 5) [5, 6)"
+std::string SplitToString(const std::vector<LayerRange>& layers);
+
+// The plan for people: the chosen split per site, predicted step time and samples/s, what bounds
+// it, the runner-ups and the even split; one line per fact (the gateway logs each line).
+std::vector<std::string> DescribePlan(const JobSpec& spec, const SplitPlan& plan);
+
+}  // namespace strait
