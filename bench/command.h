@@ -14,5 +14,6 @@ void AddBenchEngineCommand(CLI::App& bench, int* exit_code);
 void AddBenchCodecsCommand(CLI::App& bench, int* exit_code);
 void AddBenchCollectiveCommand(CLI::App& bench, int* exit_code);
 void AddBenchE2eCommand(CLI::App& bench, int* exit_code);
+void AddBenchPlanCommand(CLI::App& bench, int* exit_code);
 
 }  // namespace strait::bench

@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -23,6 +24,7 @@
 
 #include "absl/strings/str_format.h"
 #include "bench/command.h"
+#include "bench/federation_run.h"
 #include "core/cpu_time.h"
 #include "core/job_spec.h"
 #include "core/step_time_bound.h"
@@ -54,95 +56,6 @@ struct E2eOptions {
   std::vector<std::string> site_cpus;  // SITE=CORES: cgroup CPU quotas of the federation's sites.
 };
 
-struct SiteFigures {
-  std::string id;
-  double train_seconds = 0;
-  double train_cpu_seconds = 0;
-  nlohmann::json time;  // compute_s, wait_s, encode_s, decode_s, seal_s, open_s, forward_s, ...
-  double WaitFraction() const { return time.value("wait_s", 0.0) / std::max(train_seconds, 1e-9); }
-};
-
-struct FederationRun {
-  double samples_per_second = 0;  // The last stage's, over its whole run.
-  // The last stage's from the end of its first step to the end of its last: the steady state,
-  // without the pipeline's fill and drain (what the bound is a bound on).
-  double steady_samples_per_second = 0;
-  double raw_bytes = 0, wire_bytes = 0;  // Sent across every boundary, both directions, all steps.
-  std::vector<SiteFigures> sites;
-  // CPU seconds of the gateway and of the emulators' threads during the run.
-  double gateway_cpu_seconds = 0, emulator_cpu_seconds = 0;
-  // With the sites' training loops: all the CPU the federation spent.
-  double CpuSeconds() const {
-    double sum = gateway_cpu_seconds + emulator_cpu_seconds;
-    for (const SiteFigures& s : sites) sum += s.train_cpu_seconds;
-    return sum;
-  }
-  // Wire bytes of one frame across each boundary (mean over the run), for the bound.
-  std::vector<double> forward_frame_bytes, backward_frame_bytes;
-};
-
-nlohmann::json Metrics(const std::string& dir) {
-  return nlohmann::json::parse(ReadFile(dir + "/metrics.json"), nullptr,
-                               /*allow_exceptions=*/false);
-}
-
-const auto kLimit = std::chrono::seconds(3600);
-
-std::vector<std::string> SiteIds(const JobSpec& spec) {
-  std::vector<std::string> ids;
-  for (const SiteSpec& s : spec.sites) ids.push_back(s.id);
-  return ids;
-}
-
-// One federated run of `spec` in `fed`, every site behind an emulated link when `wan` is set.
-absl::StatusOr<FederationRun> RunFederation(LocalFederation& fed, const JobSpec& spec,
-                                            const std::optional<LinkProfile>& wan,
-                                            const std::vector<std::string>& site_cpus) {
-  const std::vector<std::string> ids = SiteIds(spec);
-  if (absl::Status s = fed.LimitSiteCpus(site_cpus); !s.ok()) return s;
-  std::string error;
-  if (!fed.StartGateway({"--log-level", "warn"}, &error)) {
-    return absl::InternalError("the gateway did not start:\n" + error);
-  }
-  if (wan) {
-    if (absl::Status s = fed.EmulateWan(*wan); !s.ok()) return s;
-  }
-  for (const std::string& id : ids) fed.StartSite(id, {"--threads", "1", "--no-eval"});
-  for (const std::string& id : ids) {
-    if (int code = fed.WaitSite(id, kLimit); code != 0) {
-      return absl::InternalError(
-          absl::StrFormat("site %s exited with %d:\n%s", id, code, fed.SiteLog(id)));
-    }
-  }
-  FederationRun run;
-  run.gateway_cpu_seconds = fed.gateway().CpuSeconds();
-  run.emulator_cpu_seconds = fed.WanCpuSeconds();
-  const size_t boundaries = ids.size() - 1;
-  run.forward_frame_bytes.assign(boundaries, 0);
-  run.backward_frame_bytes.assign(boundaries, 0);
-  for (const std::string& id : ids) {
-    nlohmann::json m = Metrics(fed.OutDir(id));
-    if (m.is_discarded()) return absl::InternalError("site " + id + " wrote no metrics.json");
-    if (id == ids.back()) {
-      run.samples_per_second = m.value("samples_per_second", 0.0);
-      run.steady_samples_per_second = m.value("steady_samples_per_second", run.samples_per_second);
-    }
-    run.sites.push_back(
-        {id, m.value("train_seconds", 0.0), m.value("train_cpu_seconds", 0.0), m["time"]});
-    for (const auto& link : m["links"]) {
-      if (!link.value("sent", false)) continue;  // Counted once, by the sender.
-      const double wire = link.value("wire_bytes", 0.0), frames = link.value("frames", 0.0);
-      run.raw_bytes += link.value("raw_bytes", 0.0);
-      run.wire_bytes += wire;
-      const size_t b = link.value("boundary", 0);
-      if (b >= boundaries || frames <= 0) continue;
-      (link.value("direction", "") == "forward" ? run.forward_frame_bytes
-                                                : run.backward_frame_bytes)[b] = wire / frames;
-    }
-  }
-  return run;
-}
-
 // The bound for `run` of `spec`, its stages' compute as measured in that run.
 StepBound Bound(const JobSpec& spec, const FederationRun& run, int64_t steps,
                 const std::optional<LinkProfile>& wan) {
@@ -172,7 +85,7 @@ StepBound Bound(const JobSpec& spec, const FederationRun& run, int64_t steps,
 }
 
 absl::StatusOr<double> RunReference(LocalFederation& fed) {
-  if (int code = fed.RunReference({"--threads", "1", "--log-every", "1000000"}, kLimit);
+  if (int code = fed.RunReference({"--threads", "1", "--log-every", "1000000"}, kRunLimit);
       code != 0) {
     return absl::InternalError(absl::StrFormat("strait train exited with %d:\n%s", code,
                                                ReadFile(fed.dir().File("reference.log"))));
@@ -214,9 +127,8 @@ int RunAgainstTrain(const E2eOptions& o, const std::string& yaml, const JobSpec&
   for (int r = 0; r < o.rounds; ++r) {
     LocalFederation fed(yaml, SiteIds(spec));
     absl::StatusOr<double> train = RunReference(fed);
-    absl::StatusOr<FederationRun> run = train.ok()
-                                            ? RunFederation(fed, spec, std::nullopt, o.site_cpus)
-                                            : absl::StatusOr<FederationRun>(train.status());
+    absl::StatusOr<FederationRun> run = train.ok() ? RunFederation(fed, spec, {}, o.site_cpus)
+                                                   : absl::StatusOr<FederationRun>(train.status());
     if (!run.ok()) {
       std::fprintf(stderr, "strait bench e2e: %s\n", std::string(run.status().message()).c_str());
       return 1;
@@ -326,7 +238,11 @@ int RunWan(const E2eOptions& o) {
       if (kind == LinkKind::kProfile) link = *profile;
       const std::string link_name = kind == LinkKind::kLoopback ? "loopback" : link->name;
       LocalFederation fed(rewritten->yaml, SiteIds(spec));
-      absl::StatusOr<FederationRun> run = RunFederation(fed, spec, link, o.site_cpus);
+      std::map<std::string, LinkProfile> links;
+      for (const std::string& id : SiteIds(spec)) {
+        if (link) links[id] = *link;
+      }
+      absl::StatusOr<FederationRun> run = RunFederation(fed, spec, links, o.site_cpus);
       if (!run.ok()) {
         std::fprintf(stderr, "strait bench e2e: %s\n", std::string(run.status().message()).c_str());
         return 1;

@@ -11,4 +11,9 @@ double ProcessCpuSeconds();
 // set it), at least 1; the machine's count when the mask cannot be read.
 int UsableCores();
 
+// The CPU quota of this process's own cgroup in cores (cgroup v2 cpu.max, or v1
+// cpu.cfs_quota_us / cpu.cfs_period_us), e.g. 0.25; 0 when it has none or it cannot be read.
+// Quotas of the cgroup's ancestors are not looked at.
+double CpuQuotaCores();
+
 }  // namespace strait

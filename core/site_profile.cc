@@ -97,10 +97,10 @@ absl::StatusOr<SiteProfile> ParseSite(const json& object, const std::string& whe
   return site;
 }
 
-absl::StatusOr<LinkProfile> ParseLink(const json& object, const std::string& where) {
+absl::StatusOr<MeasuredLink> ParseLink(const json& object, const std::string& where) {
   if (!object.is_object()) return absl::InvalidArgumentError(where + ": expected an object");
   const Fields f(object, where);
-  LinkProfile link;
+  MeasuredLink link;
   STRAIT_RETURN_IF_ERROR(f.Text("site", &link.site, /*required=*/true));
   STRAIT_RETURN_IF_ERROR(f.Number("round_trip_s", &link.round_trip_s));
   STRAIT_RETURN_IF_ERROR(f.Number("bytes_per_second", &link.bytes_per_second));
@@ -123,8 +123,8 @@ const SiteProfile* FederationProfile::Site(const std::string& id) const {
   return nullptr;
 }
 
-const LinkProfile* FederationProfile::Link(const std::string& id) const {
-  for (const LinkProfile& l : links) {
+const MeasuredLink* FederationProfile::Link(const std::string& id) const {
+  for (const MeasuredLink& l : links) {
     if (l.site == id) return &l;
   }
   return nullptr;
@@ -166,7 +166,7 @@ std::string FederationProfileToJson(const FederationProfile& profile) {
                             {"memory_bytes", s.memory_bytes},
                             {"layers", std::move(layers)}});
   }
-  for (const LinkProfile& l : profile.links) {
+  for (const MeasuredLink& l : profile.links) {
     out["links"].push_back({{"site", l.site},
                             {"round_trip_s", l.round_trip_s},
                             {"bytes_per_second", l.bytes_per_second}});
@@ -193,7 +193,7 @@ absl::StatusOr<FederationProfile> ParseFederationProfile(const std::string& text
         STRAIT_ASSIGN_OR_RETURN(SiteProfile site, ParseSite((*it)[i], where));
         profile.sites.push_back(std::move(site));
       } else {
-        STRAIT_ASSIGN_OR_RETURN(LinkProfile link, ParseLink((*it)[i], where));
+        STRAIT_ASSIGN_OR_RETURN(MeasuredLink link, ParseLink((*it)[i], where));
         profile.links.push_back(std::move(link));
       }
     }
@@ -218,8 +218,8 @@ void MergeFederationProfile(const FederationProfile& from, FederationProfile* in
     std::erase_if(into->sites, [&](const SiteProfile& o) { return o.site == s.site; });
     into->sites.push_back(s);
   }
-  for (const LinkProfile& l : from.links) {
-    std::erase_if(into->links, [&](const LinkProfile& o) { return o.site == l.site; });
+  for (const MeasuredLink& l : from.links) {
+    std::erase_if(into->links, [&](const MeasuredLink& o) { return o.site == l.site; });
     into->links.push_back(l);
   }
 }

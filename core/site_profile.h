@@ -34,7 +34,7 @@ struct SiteProfile {
 };
 
 // A site's link to the gateway, as the gateway measured it with probe frames.
-struct LinkProfile {
+struct MeasuredLink {
   std::string site;
   double round_trip_s = 0;
   double bytes_per_second = 0;  // 0: not limited.
@@ -42,9 +42,9 @@ struct LinkProfile {
 
 struct FederationProfile {
   std::vector<SiteProfile> sites;
-  std::vector<LinkProfile> links;
+  std::vector<MeasuredLink> links;
   const SiteProfile* Site(const std::string& id) const;  // nullptr when absent.
-  const LinkProfile* Link(const std::string& id) const;
+  const MeasuredLink* Link(const std::string& id) const;
 };
 
 // Names what a profile depends on: the model's layers (names, shapes, parameters), the microbatch

@@ -75,7 +75,7 @@ class CostTable {
         next.microbatch_bytes += p.microbatch_bytes;
         sum_[s][k + 1] = next;
       }
-      const LinkProfile* link = profiles.Link(spec.sites[s].id);
+      const MeasuredLink* link = profiles.Link(spec.sites[s].id);
       links_.push_back(link == nullptr ? SiteLink{}
                                        : SiteLink{.one_way_delay_s = link->round_trip_s / 2,
                                                   .bytes_per_second = link->bytes_per_second});
@@ -111,6 +111,7 @@ class CostTable {
       }
     }
     p.bound = StepTimeLowerBound(in);
+    p.stages = in.stages;
     p.step_s = std::max(p.bound.queued_s, p.bound.link_s);
     p.samples_per_s = p.step_s > 0 ? t.global_batch / p.step_s : 0;
     p.limited_by = LimitOf(in, p);
@@ -418,6 +419,19 @@ absl::StatusOr<SplitPrediction> PredictSplit(const JobSpec& spec, const Federati
         " sites a range of layers 0..", spec.model.NumLayers(), " in order"));
   }
   return CostTable(spec, profiles).Predict(choice);
+}
+
+absl::StatusOr<SplitPrediction> PredictPlannedSplit(const JobSpec& spec,
+                                                    const FederationProfile& profiles,
+                                                    const std::vector<LayerRange>& layers) {
+  STRAIT_RETURN_IF_ERROR(PredictSplit(spec, profiles, {layers, 0}).status());  // Checks `layers`.
+  std::optional<SplitPrediction> p =
+      BestInFlight(CostTable(spec, profiles), layers, ExtraInFlightChoices(spec.training));
+  if (!p) {
+    return absl::NotFoundError(
+        absl::StrCat("split ", SplitToString(layers), " does not fit the sites' memory"));
+  }
+  return *std::move(p);
 }
 
 absl::StatusOr<SplitPlan> PlanSplit(const JobSpec& spec, const FederationProfile& profiles,

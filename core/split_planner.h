@@ -41,6 +41,7 @@ struct SplitPrediction {
   double samples_per_s = 0;
   std::string limited_by;  // What bounds it, for people: "compute of dc-b (layers [2, 5))".
   std::vector<int64_t> memory_bytes;  // What each site needs.
+  std::vector<StageCost> stages;      // Each site's compute, summed over its layers' profiles.
 };
 
 struct PlanOptions {
@@ -64,6 +65,13 @@ absl::Status CheckProfiles(const JobSpec& spec, const FederationProfile& profile
 // The prediction for one split. `choice` must tile the model with one range per site.
 absl::StatusOr<SplitPrediction> PredictSplit(const JobSpec& spec, const FederationProfile& profiles,
                                              const SplitChoice& choice);
+
+// The prediction for `layers` with extra_in_flight as the planner chooses it: the spec's, or with
+// `extra_in_flight: auto` the least that predicts as fast as the most that fits. NotFound when no
+// choice fits the sites' memory.
+absl::StatusOr<SplitPrediction> PredictPlannedSplit(const JobSpec& spec,
+                                                    const FederationProfile& profiles,
+                                                    const std::vector<LayerRange>& layers);
 
 // The best split for `spec` (its pinned ranges kept; extra_in_flight chosen when the spec says
 // `extra_in_flight: auto`, else the spec's), with runner-ups. Errors name the site and what to

@@ -14,5 +14,6 @@ void AddGenerateCommand(CLI::App& app, int* exit_code);
 void AddDemoCommand(CLI::App& app, int* exit_code);
 void AddWanCommand(CLI::App& app, int* exit_code);
 void AddTokenizerCommand(CLI::App& app, int* exit_code);
+void AddPlanCommands(CLI::App& app, int* exit_code);  // strait profile, strait plan
 
 }  // namespace strait::tools

@@ -73,9 +73,16 @@ void PrintSplit(const JobSpec& spec) {
     const SiteSpec& site = spec.sites[s];
     int64_t params = 0;
     for (int i = site.layers.start; i < site.layers.end; ++i) params += layers[i].param_count;
-    std::printf("\nsite %-10s layers [%d, %d)  %s x%d  %s parameters\n", site.id.c_str(),
-                site.layers.start, site.layers.end, std::string(ToString(site.device)).c_str(),
-                site.workers, Thousands(params).c_str());
+    if (site.plan_layers) {
+      std::printf(
+          "\nsite %-10s layers auto  %s x%d  (planned from the sites' profiles when they join; "
+          "`strait plan` shows the plan offline)\n",
+          site.id.c_str(), std::string(ToString(site.device)).c_str(), site.workers);
+    } else {
+      std::printf("\nsite %-10s layers [%d, %d)  %s x%d  %s parameters\n", site.id.c_str(),
+                  site.layers.start, site.layers.end, std::string(ToString(site.device)).c_str(),
+                  site.workers, Thousands(params).c_str());
+    }
     if (site.machines > 1) {
       // The site's ranks: each microbatch split over its replicas x workers, each replica's layers
       // split over its tensor ranks; gradients summed in process, then across the replicas.
@@ -99,7 +106,12 @@ void PrintSplit(const JobSpec& spec) {
                   ShapeToString(l.in_shape).c_str(), ShapeToString(l.out_shape).c_str(),
                   Thousands(l.param_count).c_str());
     }
-    if (s + 1 < spec.sites.size()) {
+    if (s + 1 < spec.sites.size() && site.plan_layers) {
+      const LinkSpec& link = spec.links[s];
+      std::printf("  -> boundary %zu to %s: where the plan cuts; forward %s, backward %s, %s\n", s,
+                  spec.sites[s + 1].id.c_str(), link.forward.c_str(), link.backward.c_str(),
+                  link.encryption ? "encrypted" : "NOT encrypted");
+    } else if (s + 1 < spec.sites.size()) {
       const LinkSpec& link = spec.links[s];
       std::vector<int64_t> shape = layers[site.layers.end - 1].out_shape;
       shape.insert(shape.begin(), t.MicrobatchSize());

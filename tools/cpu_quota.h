@@ -18,7 +18,7 @@ class CpuQuota {
   // A new cgroup named `name` (made unique with this process's pid) limited to `cores` CPUs
   // (e.g. 0.3: 30 ms of CPU every 100 ms, summed over its threads). FailedPrecondition, saying
   // what to do, where no cgroup hierarchy with a cpu controller is writable; InvalidArgument for
-  // cores <= 0. Thread-compatible.
+  // cores < 0.01 (the kernel grants at least 1 ms per 100 ms period). Thread-compatible.
   static absl::StatusOr<std::unique_ptr<CpuQuota>> Create(const std::string& name, double cores);
   // Removes the cgroup; its processes must have exited (otherwise it stays, and is logged).
   ~CpuQuota();

@@ -56,6 +56,13 @@ absl::StatusOr<RewrittenJobSpec> RewriteJobSpec(const std::string& path,
   if (!o.stale_gradients.empty()) root["training"]["stale_gradients"] = o.stale_gradients;
   if (o.grad_clip >= 0) root["training"]["grad_clip"] = o.grad_clip;
   if (!o.chunk_size.empty()) root["gateway"]["chunk_size"] = o.chunk_size;
+  for (size_t i = 0; i < o.layers.size() && i < root["sites"].size(); ++i) {
+    YAML::Node range(YAML::NodeType::Sequence);
+    range.SetStyle(YAML::EmitterStyle::Flow);
+    range.push_back(o.layers[i].start);
+    range.push_back(o.layers[i].end);
+    root["sites"][i]["layers"] = range;
+  }
   if (!o.forward_codec.empty() || !o.backward_codec.empty()) {
     // Every boundary gets a link entry (the defaults are lossless), then the overrides.
     YAML::Node links(YAML::NodeType::Sequence);

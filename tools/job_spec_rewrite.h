@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/job_spec.h"
@@ -26,6 +27,7 @@ struct JobSpecOverrides {
   std::string stale_gradients;  // Non-empty: training.stale_gradients.
   double grad_clip = -1;        // >= 0: training.grad_clip.
   std::string chunk_size;       // Non-empty: gateway.chunk_size (checked by the job spec loader).
+  std::vector<LayerRange> layers;  // Non-empty: sites[i].layers, one range per site.
 };
 
 struct RewrittenJobSpec {

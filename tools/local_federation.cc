@@ -116,9 +116,10 @@ bool LocalFederation::RestartGateway(std::string* error) {
   return StartGateway(gateway_args_, error);
 }
 
-absl::Status LocalFederation::EmulateWan(const LinkProfile& profile) {
+absl::Status LocalFederation::EmulateWan(const LinkProfile& profile,
+                                         const std::vector<std::string>& sites) {
   if (wan_thread_ == nullptr) wan_thread_ = std::make_shared<EmulatorThread>();
-  for (const std::string& site : site_ids_) {
+  for (const std::string& site : sites.empty() ? site_ids_ : sites) {
     absl::StatusOr<std::unique_ptr<LinkEmulator>> link = LinkEmulator::Start(
         "127.0.0.1:0", gateway_address_, profile, LinkEmulator::kDialTimeout, wan_thread_);
     if (!link.ok()) return link.status();

@@ -72,7 +72,8 @@ class LocalFederation {
   // `gateway` of their own dial it. The links stay across restarts of the sites and of the gateway
   // (which keeps its port). Call after StartGateway. Errors: the emulator's (a profile it refuses,
   // no port).
-  absl::Status EmulateWan(const LinkProfile& profile);
+  // `sites` non-empty: only those sites get the link (the others dial the gateway directly).
+  absl::Status EmulateWan(const LinkProfile& profile, const std::vector<std::string>& sites = {});
   // CPU seconds the emulated links' thread has used so far (0 without them).
   double WanCpuSeconds() const;
 

@@ -1,5 +1,5 @@
 // `strait`: the operator's tool (demo, config check, certs, train, generate, tokenizer, wan,
-// bench).
+// profile, plan, bench).
 #include <CLI/CLI.hpp>
 
 #include "bench/command.h"
@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   strait::tools::AddGenerateCommand(app, &exit_code);
   strait::tools::AddTokenizerCommand(app, &exit_code);
   strait::tools::AddWanCommand(app, &exit_code);
+  strait::tools::AddPlanCommands(app, &exit_code);
 
   // Benchmarks print figures measured side by side in one run; each registers under `strait bench`.
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (results go in docs/benchmarks.md)");
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   strait::bench::AddBenchCodecsCommand(*bench, &exit_code);
   strait::bench::AddBenchCollectiveCommand(*bench, &exit_code);
   strait::bench::AddBenchE2eCommand(*bench, &exit_code);
+  strait::bench::AddBenchPlanCommand(*bench, &exit_code);
 
   if (std::optional<int> code = strait::ParseCommandLine(app, argc, argv)) return *code;
   return exit_code;

@@ -1,7 +1,8 @@
 // What a site measures of itself for the split planner (DESIGN.md §4 `layers: auto`; issue 30):
 // per layer of the model, the forward and backward time of one microbatch of the job's size on
-// this site's devices and workers (warm-up runs, then the median of timed ones), and the memory
-// the layer needs: parameters, optimizer state, and what one microbatch in flight keeps.
+// this site's devices and workers and the optimizer's step (warm-up runs, then the median of timed
+// ones), and the memory the layer needs: parameters, optimizer state, and what one microbatch in
+// flight keeps.
 #pragma once
 
 #include <cstdint>
@@ -9,23 +10,23 @@
 
 #include "absl/status/statusor.h"
 #include "core/job_spec.h"
+#include "core/site_profile.h"
 #include "site/pipeline/stage_executor.h"
 
 namespace strait::site {
-
-struct LayerProfile {
-  int layer = 0;
-  double forward_s = 0;   // One microbatch, the loss included on the model's last layer.
-  double backward_s = 0;  // One microbatch.
-  int64_t param_bytes = 0;
-  int64_t optimizer_bytes = 0;
-  int64_t microbatch_bytes = 0;  // Activations and saved tensors of one microbatch in flight.
-};
 
 struct ProfileOptions {
   int microbatch = 1;  // Rows: the job's microbatch size.
   int warmup = 2;      // Untimed runs first (allocations, caches).
   int repeats = 5;     // Timed runs; the median counts.
+  // Each timed run repeats the pass until it has taken this long (then divides): a process under
+  // a CPU quota is throttled per scheduling period, and a pass shorter than one would be timed
+  // at full speed.
+  double min_run_s = 0;
+  // The process runs under a CPU quota of this many cores (0: none; core/cpu_time.h
+  // CpuQuotaCores): a pass counts at least its CPU time over the quota, the pace the quota allows
+  // over a long run, which a short run may beat while the quota's period has time left.
+  double cpu_quota_cores = 0;
 };
 
 // Profiles layers `range` of `model`, each as a stage of its own on `workers` (the site's device,

@@ -43,6 +43,7 @@ void ExpectProfileOfEveryLayer(const ModelSpec& model) {
     EXPECT_EQ(p.layer, static_cast<int>(k));
     EXPECT_GT(p.forward_s, 0.0) << k;
     EXPECT_GT(p.backward_s, 0.0) << k;
+    EXPECT_GT(p.update_s, 0.0) << k;
     EXPECT_EQ(p.param_bytes, 4 * layout[k].param_count) << k;
     EXPECT_EQ(p.optimizer_bytes, 2 * p.param_bytes) << k;  // AdamW: two moments.
     EXPECT_GE(p.microbatch_bytes, 4 * 4 * NumElements(layout[k].out_shape)) << k;
@@ -56,6 +57,7 @@ TEST(LayerProfileTest, RefusesBadOptions) {
   EXPECT_FALSE(ProfileLayers(Mlp(), {0, 3}, {}, {}, {.microbatch = 0}).ok());
   EXPECT_FALSE(ProfileLayers(Mlp(), {0, 3}, {}, {}, {.microbatch = 4, .repeats = 0}).ok());
   EXPECT_FALSE(ProfileLayers(Mlp(), {0, 9}, {}, {}, {.microbatch = 4}).ok());
+  EXPECT_FALSE(ProfileLayers(Mlp(), {0, 3}, {}, {}, {.microbatch = 4, .min_run_s = -1}).ok());
 }
 
 }  // namespace

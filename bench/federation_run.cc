@@ -1,0 +1,67 @@
+#include "bench/federation_run.h"
+
+#include "absl/strings/str_format.h"
+#include "tools/subprocess.h"
+
+namespace strait::bench {
+
+nlohmann::json Metrics(const std::string& dir) {
+  return nlohmann::json::parse(tools::ReadFile(dir + "/metrics.json"), nullptr,
+                               /*allow_exceptions=*/false);
+}
+
+std::vector<std::string> SiteIds(const JobSpec& spec) {
+  std::vector<std::string> ids;
+  for (const SiteSpec& s : spec.sites) ids.push_back(s.id);
+  return ids;
+}
+
+absl::StatusOr<FederationRun> RunFederation(tools::LocalFederation& fed, const JobSpec& spec,
+                                            const std::map<std::string, tools::LinkProfile>& links,
+                                            const std::vector<std::string>& site_cpus) {
+  const std::vector<std::string> ids = SiteIds(spec);
+  if (absl::Status s = fed.LimitSiteCpus(site_cpus); !s.ok()) return s;
+  std::string error;
+  if (!fed.StartGateway({"--log-level", "warn"}, &error)) {
+    return absl::InternalError("the gateway did not start:\n" + error);
+  }
+  for (const auto& [site, profile] : links) {
+    if (absl::Status s = fed.EmulateWan(profile, {site}); !s.ok()) return s;
+  }
+  for (const std::string& id : ids) fed.StartSite(id, {"--threads", "1", "--no-eval"});
+  for (const std::string& id : ids) {
+    if (int code = fed.WaitSite(id, kRunLimit); code != 0) {
+      return absl::InternalError(
+          absl::StrFormat("site %s exited with %d:\n%s", id, code, fed.SiteLog(id)));
+    }
+  }
+  FederationRun run;
+  run.gateway_cpu_seconds = fed.gateway().CpuSeconds();
+  run.emulator_cpu_seconds = fed.WanCpuSeconds();
+  const size_t boundaries = ids.size() - 1;
+  run.forward_frame_bytes.assign(boundaries, 0);
+  run.backward_frame_bytes.assign(boundaries, 0);
+  for (const std::string& id : ids) {
+    nlohmann::json m = Metrics(fed.OutDir(id));
+    if (m.is_discarded()) return absl::InternalError("site " + id + " wrote no metrics.json");
+    if (id == ids.back()) {
+      run.samples_per_second = m.value("samples_per_second", 0.0);
+      run.steady_samples_per_second = m.value("steady_samples_per_second", run.samples_per_second);
+    }
+    run.sites.push_back(
+        {id, m.value("train_seconds", 0.0), m.value("train_cpu_seconds", 0.0), m["time"]});
+    for (const auto& link : m["links"]) {
+      if (!link.value("sent", false)) continue;  // Counted once, by the sender.
+      const double wire = link.value("wire_bytes", 0.0), frames = link.value("frames", 0.0);
+      run.raw_bytes += link.value("raw_bytes", 0.0);
+      run.wire_bytes += wire;
+      const size_t b = link.value("boundary", 0);
+      if (b >= boundaries || frames <= 0) continue;
+      (link.value("direction", "") == "forward" ? run.forward_frame_bytes
+                                                : run.backward_frame_bytes)[b] = wire / frames;
+    }
+  }
+  return run;
+}
+
+}  // namespace strait::bench
