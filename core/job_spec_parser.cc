@@ -510,6 +510,14 @@ class JobSpecParser {
       spec_.sites.push_back(std::move(site));
     }
     STRAIT_RETURN_IF_ERROR(CheckLayerSplit(layer_nodes, num_layers));
+    for (size_t i = 0; spec_.PlansSplit() && i < spec_.sites.size(); ++i) {
+      if (spec_.sites[i].machines > 1) {
+        return YamlError(file_, layer_nodes[i], absl::StrCat("sites[", i, "].layers"),
+                         absl::StrCat("layers: auto plans sites of one machine each; site '",
+                                      spec_.sites[i].id, "' has ", spec_.sites[i].machines,
+                                      ": pin every site's layers, or run it on one machine"));
+      }
+    }
     if (spec_.training.plan_extra_in_flight && !spec_.PlansSplit()) {
       return YamlError(file_, extra_in_flight_node_, "training.extra_in_flight",
                        "auto is chosen by the split planner, which runs only when some site has "

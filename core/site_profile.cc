@@ -1,5 +1,6 @@
 #include "core/site_profile.h"
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -211,6 +212,61 @@ absl::StatusOr<FederationProfile> ReadFederationProfile(const std::string& path)
 
 absl::Status WriteFederationProfile(const FederationProfile& profile, const std::string& path) {
   return WriteJsonFile(path, json::parse(FederationProfileToJson(profile)));
+}
+
+v1::MeasuredSite ToProto(const SiteProfile& profile) {
+  v1::MeasuredSite m;
+  m.set_model(profile.model);
+  m.set_device(profile.device);
+  m.set_memory_bytes(profile.memory_bytes);
+  for (const LayerProfile& p : profile.layers) {
+    v1::MeasuredLayer* l = m.add_layers();
+    l->set_forward_s(p.forward_s);
+    l->set_backward_s(p.backward_s);
+    l->set_update_s(p.update_s);
+    l->set_param_bytes(p.param_bytes);
+    l->set_optimizer_bytes(p.optimizer_bytes);
+    l->set_microbatch_bytes(p.microbatch_bytes);
+  }
+  return m;
+}
+
+absl::StatusOr<SiteProfile> FromProto(const v1::MeasuredSite& m, const std::string& site) {
+  constexpr int kMaxLayers = 1 << 20;
+  constexpr uint64_t kMaxBytes = uint64_t{1} << 50;  // A petabyte: beyond, a number is garbage.
+  if (m.layers_size() > kMaxLayers || m.memory_bytes() > kMaxBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the profile of site '", site, "' has ",
+                                                   m.layers_size(), " layers and ",
+                                                   m.memory_bytes(), " bytes of memory"));
+  }
+  SiteProfile profile{.site = site,
+                      .model = m.model(),
+                      .device = m.device(),
+                      .memory_bytes = static_cast<int64_t>(m.memory_bytes())};
+  for (int k = 0; k < m.layers_size(); ++k) {
+    const v1::MeasuredLayer& l = m.layers(k);
+    for (double t : {l.forward_s(), l.backward_s(), l.update_s()}) {
+      if (!std::isfinite(t) || t < 0 || t > 1e6) {
+        return absl::InvalidArgumentError(absl::StrCat("the profile of site '", site,
+                                                       "' gives layer ", k, " a time of ", t,
+                                                       " s; expected a number of seconds >= 0"));
+      }
+    }
+    for (uint64_t b : {l.param_bytes(), l.optimizer_bytes(), l.microbatch_bytes()}) {
+      if (b > kMaxBytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the profile of site '", site, "' gives layer ", k, " ", b, " bytes"));
+      }
+    }
+    profile.layers.push_back({.layer = k,
+                              .forward_s = l.forward_s(),
+                              .backward_s = l.backward_s(),
+                              .update_s = l.update_s(),
+                              .param_bytes = static_cast<int64_t>(l.param_bytes()),
+                              .optimizer_bytes = static_cast<int64_t>(l.optimizer_bytes()),
+                              .microbatch_bytes = static_cast<int64_t>(l.microbatch_bytes())});
+  }
+  return profile;
 }
 
 void MergeFederationProfile(const FederationProfile& from, FederationProfile* into) {

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/job_spec.h"
+#include "strait/v1/gateway.pb.h"
 
 namespace strait {
 
@@ -61,6 +62,11 @@ absl::StatusOr<FederationProfile> ParseFederationProfile(const std::string& json
                                                          const std::string& source);
 absl::StatusOr<FederationProfile> ReadFederationProfile(const std::string& path);
 absl::Status WriteFederationProfile(const FederationProfile& profile, const std::string& path);
+
+// The profile as a PlanRequest carries it, and back: FromProto checks every value (times finite
+// and >= 0, at most 1 << 20 layers), since it comes from the network.
+v1::MeasuredSite ToProto(const SiteProfile& profile);
+absl::StatusOr<SiteProfile> FromProto(const v1::MeasuredSite& message, const std::string& site);
 
 // `into` with `from`'s sites and links added; an entry of the same site replaces the old one.
 void MergeFederationProfile(const FederationProfile& from, FederationProfile* into);

@@ -56,6 +56,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_flag("!--no-eval", o.evaluate, "Skip the test-set evaluation after the last step");
+  app.add_flag("--profile-again", o.profile_again,
+               "With layers: auto, measure this site's per-layer profile again instead of using "
+               "the cached one (training.checkpoint.dir/<site>/profile.json)");
   app.add_option("--rank", o.rank,
                  "This process's rank in a site of several machines (sites[i].machines): 0 is the "
                  "leader, the only one that talks to the gateway")

@@ -2,11 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -111,10 +113,8 @@ void WriteReadyFile(const std::string& path, int grpc_port, int http_port) {
   std::rename((path + ".tmp").c_str(), path.c_str());
 }
 
-// Sleeps until SIGINT or SIGTERM, reloading the deny list every 2 seconds.
+// Sleeps until SIGINT or SIGTERM (OnSignal), reloading the deny list every 2 seconds.
 void WaitForSignal(DenyListReloader& deny_list) {
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
   for (int tick = 0; !g_stop; ++tick) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (tick % 20 == 0) {
@@ -155,16 +155,26 @@ int RunGateway(const GatewayDaemonOptions& options) {
       ServerOptions(*spec, options.insecure, deny_list.revoked());
   if (!server_options.ok()) return Fail(server_options.status().message(), 2);
 
-  GatewayOptions core_options;
-  core_options.insecure = options.insecure;
-  core_options.max_frame_bytes = MaxFrameWireBytes(*spec);
-  GatewayCore core(*spec, core_options, options.push_interceptor);
+  // With layers: auto the split is planned first (split_planning.h): the server answers Plan and
+  // Probe until every site's profile is in, and the core serves the planned spec from then on.
+  std::unique_ptr<SplitPlanning> planning;
+  if (spec->PlansSplit()) planning = std::make_unique<SplitPlanning>(*spec);
+  std::unique_ptr<GatewayCore> core;
+  std::atomic<GatewayCore*> serving{nullptr};
+  auto make_core = [&](const JobSpec& job) {
+    GatewayOptions core_options;
+    core_options.insecure = options.insecure;
+    core_options.max_frame_bytes = MaxFrameWireBytes(job);
+    core = std::make_unique<GatewayCore>(job, core_options, options.push_interceptor);
+  };
+  if (!planning) make_core(*spec);
   absl::StatusOr<std::unique_ptr<GatewayServer>> server =
-      GatewayServer::Start(core, *server_options);
+      GatewayServer::Start(core.get(), planning.get(), *server_options);
   if (!server.ok()) {
     return Fail(server.status().message(),
                 server.status().code() == absl::StatusCode::kUnavailable ? 1 : 2);
   }
+  serving.store(core.get());
   spdlog::info("federation {}: serving {} sites on port {}{}", spec->name, spec->sites.size(),
                (*server)->port(), options.insecure ? " (INSECURE)" : " (mutual TLS)");
 
@@ -172,7 +182,15 @@ int RunGateway(const GatewayDaemonOptions& options) {
   if (!options.no_dashboard) {
     absl::StatusOr<DashboardOptions> dashboard_options = DashboardOptionsOf(*spec);
     if (!dashboard_options.ok()) return Fail(dashboard_options.status().message(), 2);
-    auto started = DashboardServer::Start(*dashboard_options, [&core] { return core.Snapshot(); });
+    auto snapshot = [&serving, &planning] {
+      v1::FederationState state;
+      if (GatewayCore* c = serving.load()) state = c->Snapshot();
+      if (planning) {
+        for (const std::string& line : planning->Description()) state.add_plan(line);
+      }
+      return state;
+    };
+    auto started = DashboardServer::Start(*dashboard_options, snapshot);
     if (!started.ok()) return Fail("dashboard: " + std::string(started.status().message()), 1);
     dashboard = *std::move(started);
     spdlog::info("dashboard: http://{}:{}/{}",
@@ -181,6 +199,23 @@ int RunGateway(const GatewayDaemonOptions& options) {
   }
   if (!options.ready_file.empty()) {
     WriteReadyFile(options.ready_file, (*server)->port(), dashboard ? dashboard->port() : 0);
+  }
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  std::optional<JobSpec> planned;
+  if (planning) {
+    spdlog::info("{}", planning->Description().front());
+    absl::StatusOr<JobSpec> plan = planning->WaitForPlan([] { return g_stop != 0; });
+    if (!plan.ok() && plan.status().code() != absl::StatusCode::kCancelled) {
+      std::this_thread::sleep_for(std::chrono::seconds(2));  // The sites get the error first.
+      return Fail(plan.status().message(), 2);
+    }
+    if (plan.ok()) {
+      planned = *std::move(plan);
+      make_core(*planned);
+      (*server)->Attach(*core);
+      serving.store(core.get());
+    }
   }
   WaitForSignal(deny_list);
   spdlog::info("stopping");

@@ -14,7 +14,7 @@ GatewayServer::GatewayServer() = default;
 GatewayServer::~GatewayServer() { Shutdown(std::chrono::seconds(2)); }
 
 absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
-    GatewayCore& core, const GatewayServerOptions& options) {
+    GatewayCore* core, SplitPlanning* planning, const GatewayServerOptions& options) {
   std::shared_ptr<grpc::ServerCredentials> credentials;
   PeerIdentity identity;
   if (options.insecure) {
@@ -28,7 +28,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
     identity = [](const grpc::CallbackServerContext& context) { return PeerSiteId(context); };
   }
   std::unique_ptr<GatewayServer> server(new GatewayServer());
-  server->service_ = std::make_unique<GatewayService>(core, std::move(identity));
+  server->service_ = std::make_unique<GatewayService>(core, planning, std::move(identity));
 
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, credentials, &server->port_);
@@ -45,6 +45,8 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   }
   return server;
 }
+
+void GatewayServer::Attach(GatewayCore& core) { service_->Attach(core); }
 
 void GatewayServer::Shutdown(std::chrono::milliseconds grace) {
   if (server_ == nullptr) return;

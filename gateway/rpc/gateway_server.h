@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "crypto/certificates.h"
 #include "gateway/exchange/gateway_core.h"
+#include "gateway/membership/split_planning.h"
 #include "gateway/rpc/revocation_list.h"
 
 namespace grpc {
@@ -32,10 +33,15 @@ struct GatewayServerOptions {
 
 class GatewayServer {
  public:
-  // Serves `core`, which must outlive the server, as `options` say. INVALID_ARGUMENT when the TLS
-  // material is unusable; UNAVAILABLE when the address cannot be listened on.
-  static absl::StatusOr<std::unique_ptr<GatewayServer>> Start(GatewayCore& core,
+  // Serves `core` as `options` say; with `layers: auto`, also `planning` (else null), and `core`
+  // may be null until the split is planned (Attach): until then Join, Exchange and GetState answer
+  // UNAVAILABLE with what the planning waits for. Both must outlive the server. INVALID_ARGUMENT
+  // when the TLS material is unusable; UNAVAILABLE when the address cannot be listened on.
+  static absl::StatusOr<std::unique_ptr<GatewayServer>> Start(GatewayCore* core,
+                                                              SplitPlanning* planning,
                                                               const GatewayServerOptions& options);
+  // Serves `core` (which must outlive the server) from now on; once, when Start had none.
+  void Attach(GatewayCore& core);
   // Shutdown with a grace of 2 seconds, unless called already.
   ~GatewayServer();
   GatewayServer(const GatewayServer&) = delete;

@@ -396,6 +396,7 @@ function render() {
   renderRejections(state);
   renderSitesTable(state, sites, now);
   renderAlerts(state, now);
+  renderPlan(state);
 }
 
 function renderKpis(state, sites) {
@@ -610,6 +611,13 @@ function renderAlerts(state, now) {
         el("div", {}, el("div", {class: "sev"}, severity), el("div", {class: "when"}, fmtAgo(num(alert.unix_ms), now))),
         el("div", {}, alert.message || ""));
   }));
+}
+
+// layers: auto: the gateway's plan (or which profiles it waits for), one line each.
+function renderPlan(state) {
+  const lines = state.plan || [];
+  document.getElementById("plan-panel").hidden = lines.length === 0;
+  setText("plan", lines.join("\n"));
 }
 
 function renderLive() {

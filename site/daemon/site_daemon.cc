@@ -16,6 +16,7 @@
 #include "crypto/certificates.h"
 #include "crypto/deny_list.h"
 #include "site/daemon/checkpoint_store.h"
+#include "site/daemon/planned_split.h"
 #include "site/daemon/rank_follower.h"
 #include "site/daemon/rank_leader.h"
 #include "site/daemon/site_session.h"
@@ -327,7 +328,20 @@ absl::Status LeadSite(const SiteOptions& o, const SiteSetup& setup, const StageD
 
 absl::Status RunSite(const SiteOptions& o) {
   const auto process_start = std::chrono::steady_clock::now();
-  STRAIT_ASSIGN_OR_RETURN(const SiteSetup setup, LoadSetup(o));
+  STRAIT_ASSIGN_OR_RETURN(SiteSetup setup, LoadSetup(o));
+  if (setup.spec.PlansSplit()) {
+    PlannedSplitOptions plan{
+        .dial = {.address = setup.spec.gateway.address,
+                 .site_id = o.site_id,
+                 .insecure = o.insecure,
+                 .tls = setup.tls},
+        .threads = o.threads,
+        .cache_path =
+            absl::StrCat(setup.spec.training.checkpoint.dir, "/", o.site_id, "/profile.json"),
+        .profile_again = o.profile_again,
+        .timeout = std::chrono::seconds(static_cast<int64_t>(o.reconnect_timeout_s))};
+    STRAIT_ASSIGN_OR_RETURN(setup.spec, TakePlannedSplit(setup.spec, setup.index, plan));
+  }
   const JobSpec& spec = setup.spec;
   const int stages = static_cast<int>(spec.sites.size());
   if (setup.spec.sites[setup.index].machines > 1 && o.rank > 0) {

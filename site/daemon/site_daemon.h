@@ -38,6 +38,9 @@ struct SiteOptions {
   std::string leader;
   std::string collective_host;  // Empty: 127.0.0.1 when the leader is on loopback, else the
                                 // machine's hostname.
+  // layers: auto: measure this site's profile again rather than take the cached one
+  // (<checkpoint dir>/<site>/profile.json).
+  bool profile_again = false;
 };
 
 // Runs the site to the end of training. InvalidArgument for a bad config or option (exit code 2);

@@ -1,0 +1,131 @@
+#include "gateway/membership/split_planning.h"
+
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/job_agreement.h"
+#include "spdlog/spdlog.h"
+
+namespace strait::gateway {
+
+SplitPlanning::SplitPlanning(const JobSpec& spec) : spec_(spec), agreed_job_(AgreedJobText(spec)) {}
+
+uint64_t SplitPlanning::Submit(const std::string& site, const v1::PlanRequest& request, Done done) {
+  auto refuse = [&](absl::Status status) {
+    done(std::move(status));
+    return uint64_t{0};
+  };
+  if (spec_.SiteIndex(site) < 0) {
+    return refuse(absl::PermissionDeniedError(
+        absl::StrCat("site '", site, "' is not in the job spec of federation ", spec_.name)));
+  }
+  if (!request.agreed_job().empty() && request.agreed_job() != agreed_job_) {
+    return refuse(absl::FailedPreconditionError(
+        absl::StrCat("site '", site, "' runs another job spec than the gateway: ",
+                     FirstDisagreement(agreed_job_, request.agreed_job(), "gateway"))));
+  }
+  absl::StatusOr<SiteProfile> profile = FromProto(request.profile(), site);
+  if (!profile.ok()) return refuse(profile.status());
+  FederationProfile one{.sites = {*profile}};
+  if (request.round_trip_s() > 0 || request.bytes_per_second() > 0) {
+    one.links.push_back({.site = site,
+                         .round_trip_s = request.round_trip_s(),
+                         .bytes_per_second = request.bytes_per_second()});
+  }
+  const std::string model = ProfiledModel(spec_);
+  if (profile->model != model ||
+      static_cast<int>(profile->layers.size()) != spec_.model.NumLayers()) {
+    return refuse(absl::FailedPreconditionError(
+        absl::StrCat("site '", site, "' sent a profile of another model (", profile->model, ", ",
+                     profile->layers.size(), " layers; this job's is ", model,
+                     "): restart it with --profile-again to measure this one")));
+  }
+  std::vector<std::pair<Done, absl::StatusOr<v1::PlanReply>>> answers;
+  uint64_t ticket = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (reply_ || !failed_.ok()) {
+      answers.emplace_back(std::move(done), reply_ ? absl::StatusOr<v1::PlanReply>(*reply_)
+                                                   : absl::StatusOr<v1::PlanReply>(failed_));
+    } else {
+      MergeFederationProfile(one, &profiles_);
+      ticket = next_ticket_++;
+      waiting_[ticket] = std::move(done);
+      answers = PlanIfComplete();
+    }
+  }
+  for (auto& [callback, answer] : answers) callback(std::move(answer));
+  return ticket;
+}
+
+void SplitPlanning::Forget(uint64_t ticket) {
+  Done done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = waiting_.find(ticket);
+    if (it == waiting_.end()) return;
+    done = std::move(it->second);
+    waiting_.erase(it);
+  }
+  done(absl::CancelledError("the Plan call ended before the plan was made"));
+}
+
+std::vector<std::pair<SplitPlanning::Done, absl::StatusOr<v1::PlanReply>>>
+SplitPlanning::PlanIfComplete() {
+  for (const SiteSpec& site : spec_.sites) {
+    if (profiles_.Site(site.id) == nullptr) return {};
+  }
+  absl::StatusOr<SplitPlan> plan = PlanSplit(spec_, profiles_);
+  if (plan.ok()) {
+    const SplitChoice& choice = plan->ranked.front().choice;
+    v1::PlanReply reply;
+    for (const LayerRange& r : choice.layers) {
+      v1::LayerRange* range = reply.add_layers();
+      range->set_start(r.start);
+      range->set_end(r.end);
+    }
+    reply.set_extra_in_flight(choice.extra_in_flight);
+    for (const std::string& line : DescribePlan(spec_, *plan)) {
+      spdlog::info("plan: {}", line);
+      reply.add_description(line);
+    }
+    reply_ = std::move(reply);
+    planned_ = WithSplit(spec_, choice);
+  } else {
+    failed_ = plan.status();
+    spdlog::error("cannot plan the split: {}", std::string(failed_.message()));
+  }
+  planned_cv_.notify_all();
+  std::vector<std::pair<Done, absl::StatusOr<v1::PlanReply>>> answers;
+  for (auto& [ticket, done] : waiting_) {
+    answers.emplace_back(std::move(done), reply_ ? absl::StatusOr<v1::PlanReply>(*reply_)
+                                                 : absl::StatusOr<v1::PlanReply>(failed_));
+  }
+  waiting_.clear();
+  return answers;
+}
+
+absl::StatusOr<JobSpec> SplitPlanning::WaitForPlan(const std::function<bool()>& stop) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!planned_ && failed_.ok() && !stop()) {
+    planned_cv_.wait_for(lock, std::chrono::milliseconds(100));
+  }
+  if (planned_) return *planned_;
+  if (!failed_.ok()) return failed_;
+  return absl::CancelledError("stopped before the split was planned");
+}
+
+std::vector<std::string> SplitPlanning::Description() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (reply_) return {reply_->description().begin(), reply_->description().end()};
+  if (!failed_.ok()) return {"cannot plan the split: " + std::string(failed_.message())};
+  std::vector<std::string> missing;
+  for (const SiteSpec& site : spec_.sites) {
+    if (profiles_.Site(site.id) == nullptr) missing.push_back(site.id);
+  }
+  return {"planning the split: waiting for the profiles of " + absl::StrJoin(missing, ", ")};
+}
+
+}  // namespace strait::gateway

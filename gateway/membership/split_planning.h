@@ -1,0 +1,64 @@
+// The gateway's part of `layers: auto` (DESIGN.md §4, core/split_planner.h): it collects every
+// site's profile and link (the Plan call), plans the split once all are in, and answers every
+// waiting site with it. The plan is made once per gateway process: a site that calls again (it
+// restarted, or the gateway did and the sites reconnect) gets the same split. Handler logic only;
+// gateway/rpc/ wires it to gRPC.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/job_spec.h"
+#include "core/site_profile.h"
+#include "core/split_planner.h"
+#include "strait/v1/gateway.pb.h"
+
+namespace strait::gateway {
+
+class SplitPlanning {
+ public:
+  using Done = std::function<void(absl::StatusOr<v1::PlanReply>)>;
+
+  // `spec` plans its split (JobSpec::PlansSplit) and must outlive this.
+  explicit SplitPlanning(const JobSpec& spec);
+
+  // Takes `site`'s request. `done` is called exactly once: at once with the plan if it exists or
+  // with an error for a request that does not fit the job (another job, another model, a site the
+  // spec does not have); else when the plan is made (possibly inside this call, when `site` is the
+  // last) or when Forget(ticket) comes first. The returned ticket names the wait. Thread-safe;
+  // `done` runs without the lock held.
+  uint64_t Submit(const std::string& site, const v1::PlanRequest& request, Done done);
+  // The call behind `ticket` ended first: its `done` gets CANCELLED unless it ran already.
+  void Forget(uint64_t ticket);
+
+  // Blocks until the plan is made or `stop` returns true (checked every 100 ms): the planned spec
+  // (every range and extra_in_flight set: core/split_planner.h WithSplit), the planner's error
+  // when no split works, or CANCELLED when stopped.
+  absl::StatusOr<JobSpec> WaitForPlan(const std::function<bool()>& stop);
+  // The plan for people, or which sites it waits for.
+  std::vector<std::string> Description() const;
+
+ private:
+  // Plans when every site's profile is in; the waiters to answer. Under mu_.
+  std::vector<std::pair<Done, absl::StatusOr<v1::PlanReply>>> PlanIfComplete();
+
+  const JobSpec& spec_;
+  const std::string agreed_job_;
+  mutable std::mutex mu_;
+  std::condition_variable planned_cv_;
+  FederationProfile profiles_;
+  std::optional<v1::PlanReply> reply_;
+  std::optional<JobSpec> planned_;
+  absl::Status failed_;  // Planning itself failed (no split fits): every site gets this.
+  std::map<uint64_t, Done> waiting_;
+  uint64_t next_ticket_ = 1;
+};
+
+}  // namespace strait::gateway

@@ -1,0 +1,141 @@
+// `layers: auto` end to end (issue 30): real processes on loopback with mutual TLS.
+//   Every site measures its profile and probes its link, the gateway plans the split once all
+//   three are in, logs it and serves it in its state, each site trains the range it was given,
+//   and with lossless links the result is the bits of `strait train`.
+//   A site killed mid-run and restarted takes its cached profile and the same plan, and the run
+//   still ends with the bits of `strait train`.
+//   A site running another job spec is refused with the first difference.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "tests/integration/federation_fixture.h"
+
+namespace strait::testing {
+namespace {
+
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+
+const std::vector<std::string> kSites = {"dc-a", "dc-b", "dc-c"};
+const std::vector<std::string> kThreads = {"--threads", "1"};
+
+std::string JobYaml(int steps, int hidden = 128) {
+  return absl::StrReplaceAll(
+      R"(name: planned-test
+gateway: {memory_budget: 64MiB, heartbeat_timeout: 5s}
+model: {family: mlp, input: 784, hidden: [HIDDEN, 128, 128, 128], classes: 10, init_seed: 5}
+data: {dataset: fashion-mnist, seed: 11}
+training:
+  steps: STEPS
+  global_batch: 64
+  microbatches: 4
+  extra_in_flight: auto
+  optimizer: {name: adamw, lr: 0.001}
+  checkpoint: {every: 10, dir: checkpoints, keep: 3}
+sites:
+  - {id: dc-a, layers: auto}
+  - {id: dc-b, layers: auto}
+  - {id: dc-c, layers: auto}
+links:
+  - {between: [dc-a, dc-b], forward: zstd, backward: none}
+  - {between: [dc-b, dc-c], forward: none, backward: shuffle+zstd}
+)",
+      {{"STEPS", absl::StrCat(steps)}, {"HIDDEN", absl::StrCat(hidden)}});
+}
+
+// The range the gateway gave `site`, as its log says ("stage 1 of 3, layers [1, 3)").
+std::string RangeOf(BuildTreeFederation& fed, const std::string& site) {
+  const std::string log = fed.SiteLog(site);
+  const size_t at = log.find(", layers [");
+  return at == std::string::npos ? "" : log.substr(at + 9, log.find(')', at) - at - 8);
+}
+
+void StartAll(BuildTreeFederation& fed) {
+  std::string error;
+  ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
+  for (const std::string& site : kSites) fed.StartSite(site, kThreads);
+}
+
+void FinishAll(BuildTreeFederation& fed) {
+  for (const std::string& site : kSites) {
+    ASSERT_EQ(fed.WaitSite(site, seconds(600)), 0) << site << ":\n" << fed.SiteLog(site);
+  }
+}
+
+TEST(PlannedSplitTest, TheGatewayPlansTheSplitAndTheSitesTrainTheBitsOfOneMachine) {
+  BuildTreeFederation fed(JobYaml(20), kSites);
+  StartAll(fed);
+  if (HasFatalFailure()) return;
+  FinishAll(fed);
+  if (HasFatalFailure()) return;
+  const std::string gateway = ReadFile(fed.GatewayLogFile());
+  EXPECT_THAT(gateway, HasSubstr("planning the split: waiting for the profiles of"));
+  EXPECT_THAT(gateway, HasSubstr("plan: planned split ["));
+  EXPECT_THAT(gateway, HasSubstr("contiguous splits predicted"));
+  // The three ranges tile the model's 5 layers in order.
+  const std::string split =
+      RangeOf(fed, "dc-a") + " " + RangeOf(fed, "dc-b") + " " + RangeOf(fed, "dc-c");
+  EXPECT_THAT(gateway, HasSubstr("plan: planned split " + split)) << split;
+  const v1::FederationState state = GatewayState(fed);  // What the dashboard shows.
+  ASSERT_GT(state.plan_size(), 3);
+  EXPECT_THAT(state.plan(0), HasSubstr("planned split " + split));
+  for (const std::string& site : kSites) {
+    EXPECT_THAT(fed.SiteLog(site), HasSubstr("measured the profile of 5 layers")) << site;
+    EXPECT_TRUE(std::filesystem::exists(fed.dir().File("checkpoints/" + site + "/profile.json")));
+  }
+  ASSERT_EQ(fed.RunReference(kThreads, seconds(600)), 0)
+      << ReadFile(fed.dir().File("reference.log"));
+  ExpectSameStateAsReference(fed, kSites, 20);
+}
+
+TEST(PlannedSplitTest, ARestartedSiteTakesItsCachedProfileAndTheSamePlan) {
+  BuildTreeFederation fed(JobYaml(40), kSites);
+  StartAll(fed);
+  if (HasFatalFailure()) return;
+  // Once dc-b has written its checkpoint of step 20, it dies and comes back.
+  const std::string checkpoint = fed.dir().File("checkpoints/dc-b/step-00000020.ckpt");
+  const auto deadline = std::chrono::steady_clock::now() + seconds(300);
+  while (!std::filesystem::exists(checkpoint) && std::chrono::steady_clock::now() < deadline &&
+         fed.site("dc-b").Running()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(std::filesystem::exists(checkpoint)) << fed.SiteLog("dc-b");
+  const std::string range = RangeOf(fed, "dc-b");
+  fed.site("dc-b").Kill(SIGKILL);
+  fed.site("dc-b").Wait(seconds(10));
+  fed.StartSite("dc-b", {"--threads", "1", "--resume"});
+  FinishAll(fed);
+  if (HasFatalFailure()) return;
+  EXPECT_THAT(fed.SiteLog("dc-b"), HasSubstr("took the cached profile of 5 layers"));
+  EXPECT_EQ(RangeOf(fed, "dc-b"), range);
+  ASSERT_EQ(fed.RunReference(kThreads, seconds(600)), 0)
+      << ReadFile(fed.dir().File("reference.log"));
+  ExpectSameStateAsReference(fed, kSites, 40);
+}
+
+TEST(PlannedSplitTest, ASiteOfAnotherJobSpecIsRefusedWithTheDifference) {
+  BuildTreeFederation fed(JobYaml(5), kSites);
+  std::string error;
+  ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
+  // dc-c's spec has another first hidden layer: the gateway refuses its Plan call.
+  const std::string other = fed.dir().File("other.yaml");
+  std::ofstream(other) << JobYaml(5, 64);
+  const std::string log = fed.dir().File("other.log");
+  tools::Process site(
+      {tools::Executables::InBuildTree(STRAIT_BINARY_DIR).site, "-c", other, "--site", "dc-c",
+       "--gateway", fed.gateway_address(), "--out", fed.OutDir("dc-c"), "--threads", "1"},
+      log);
+  EXPECT_NE(site.Wait(seconds(120)), 0) << ReadFile(log);
+  EXPECT_THAT(ReadFile(log), HasSubstr("runs another job spec than the gateway"));
+}
+
+}  // namespace
+}  // namespace strait::testing
