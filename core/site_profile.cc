@@ -23,7 +23,7 @@ class Fields {
 
   absl::Status Number(const char* key, double* out) const {
     const json* v = Find(key);
-    if (v == nullptr || !v->is_number() || v->get<double>() < 0) {
+    if (v == nullptr || !v->is_number() || !(v->get<double>() >= 0) || v->get<double>() > 1e15) {
       return Bad(key, "a number >= 0");
     }
     *out = v->get<double>();
@@ -31,7 +31,8 @@ class Fields {
   }
   absl::Status Bytes(const char* key, int64_t* out) const {
     const json* v = Find(key);
-    if (v == nullptr || !v->is_number_integer() || v->get<int64_t>() < 0) {
+    if (v == nullptr || !v->is_number_integer() || v->get<int64_t>() < 0 ||
+        v->get<int64_t>() > (int64_t{1} << 50)) {
       return Bad(key, "a whole number of bytes >= 0");
     }
     *out = v->get<int64_t>();
@@ -90,6 +91,12 @@ absl::StatusOr<SiteProfile> ParseSite(const json& object, const std::string& whe
     STRAIT_RETURN_IF_ERROR(l.Number("forward_s", &p.forward_s));
     STRAIT_RETURN_IF_ERROR(l.Number("backward_s", &p.backward_s));
     STRAIT_RETURN_IF_ERROR(l.Number("update_s", &p.update_s));
+    for (double t : {p.forward_s, p.backward_s, p.update_s}) {
+      if (t > 1e6) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(at, ": a time of ", t, " s; expected at most 1e6 s"));
+      }
+    }
     STRAIT_RETURN_IF_ERROR(l.Bytes("param_bytes", &p.param_bytes));
     STRAIT_RETURN_IF_ERROR(l.Bytes("optimizer_bytes", &p.optimizer_bytes));
     STRAIT_RETURN_IF_ERROR(l.Bytes("microbatch_bytes", &p.microbatch_bytes));
@@ -105,6 +112,9 @@ absl::StatusOr<MeasuredLink> ParseLink(const json& object, const std::string& wh
   STRAIT_RETURN_IF_ERROR(f.Text("site", &link.site, /*required=*/true));
   STRAIT_RETURN_IF_ERROR(f.Number("round_trip_s", &link.round_trip_s));
   STRAIT_RETURN_IF_ERROR(f.Number("bytes_per_second", &link.bytes_per_second));
+  if (absl::Status s = CheckMeasuredLink(link); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
+  }
   return link;
 }
 
@@ -116,6 +126,21 @@ uint32_t Digest(const std::string& text) {
 }
 
 }  // namespace
+
+absl::Status CheckMeasuredLink(const MeasuredLink& link) {
+  if (!std::isfinite(link.round_trip_s) || link.round_trip_s < 0 || link.round_trip_s > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat("the link of site '", link.site,
+                                                   "' has a round trip of ", link.round_trip_s,
+                                                   " s; expected 0 to 1000 s"));
+  }
+  const double rate = link.bytes_per_second;
+  if (!std::isfinite(rate) || (rate != 0 && (rate < 1 || rate > 1e15))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the link of site '", link.site, "' has a rate of ", rate,
+                     " bytes/s; expected 0 (not limited) or 1 to 1e15"));
+  }
+  return absl::OkStatus();
+}
 
 const SiteProfile* FederationProfile::Site(const std::string& id) const {
   for (const SiteProfile& s : sites) {

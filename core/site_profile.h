@@ -41,6 +41,10 @@ struct MeasuredLink {
   double bytes_per_second = 0;  // 0: not limited.
 };
 
+// OK when `link`'s figures are ones a link can have: a finite round trip of at most 1000 s, a
+// rate of 0 (not limited) or 1 byte/s to 1e15; the error names the site and the figure.
+absl::Status CheckMeasuredLink(const MeasuredLink& link);
+
 struct FederationProfile {
   std::vector<SiteProfile> sites;
   std::vector<MeasuredLink> links;

@@ -29,11 +29,11 @@ uint64_t SplitPlanning::Submit(const std::string& site, const v1::PlanRequest& r
   absl::StatusOr<SiteProfile> profile = FromProto(request.profile(), site);
   if (!profile.ok()) return refuse(profile.status());
   FederationProfile one{.sites = {*profile}};
-  if (request.round_trip_s() > 0 || request.bytes_per_second() > 0) {
-    one.links.push_back({.site = site,
-                         .round_trip_s = request.round_trip_s(),
-                         .bytes_per_second = request.bytes_per_second()});
-  }
+  const MeasuredLink link{.site = site,
+                          .round_trip_s = request.round_trip_s(),
+                          .bytes_per_second = request.bytes_per_second()};
+  if (absl::Status s = CheckMeasuredLink(link); !s.ok()) return refuse(s);
+  if (link.round_trip_s > 0 || link.bytes_per_second > 0) one.links.push_back(link);
   const std::string model = ProfiledModel(spec_);
   if (profile->model != model ||
       static_cast<int>(profile->layers.size()) != spec_.model.NumLayers()) {

@@ -7,6 +7,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/model_layout.h"
 
 namespace strait {
@@ -224,6 +226,26 @@ TEST(SiteProfileTest, RoundTripsThroughJsonAndRefusesBadFields) {
                   .status()
                   .message(),
               HasSubstr("links[0].round_trip_s: expected a number >= 0, found -1"));
+  EXPECT_THAT(
+      ParseFederationProfile(
+          R"({"links": [{"site": "a", "round_trip_s": 0.1, "bytes_per_second": 0.5}]})", "p.json")
+          .status()
+          .message(),
+      HasSubstr("expected 0 (not limited) or 1 to 1e15"));
+  // From the network: every value is checked.
+  v1::MeasuredSite message = ToProto(profiles.sites[0]);
+  absl::StatusOr<SiteProfile> decoded = FromProto(message, "a");
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->layers.size(), profiles.sites[0].layers.size());
+  EXPECT_DOUBLE_EQ(decoded->layers[3].backward_s, profiles.sites[0].layers[3].backward_s);
+  message.mutable_layers(2)->set_forward_s(std::nan(""));
+  EXPECT_THAT(FromProto(message, "a").status().message(),
+              HasSubstr("gives layer 2 a time of nan s"));
+  message.mutable_layers(2)->set_forward_s(-1);
+  EXPECT_FALSE(FromProto(message, "a").ok());
+  EXPECT_FALSE(CheckMeasuredLink({.site = "a", .round_trip_s = std::nan("")}).ok());
+  EXPECT_TRUE(
+      CheckMeasuredLink({.site = "a", .round_trip_s = 0.15, .bytes_per_second = 1.25e7}).ok());
   FederationProfile newer;
   newer.sites.push_back(Profile(spec, "b", 9));
   MergeFederationProfile(newer, &profiles);
