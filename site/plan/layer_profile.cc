@@ -52,7 +52,7 @@ absl::StatusOr<std::vector<LayerProfile>> ProfileLayers(const ModelSpec& model, 
   for (int k = range.start; k < range.end; ++k) {
     STRAIT_ASSIGN_OR_RETURN(
         std::unique_ptr<StageExecutor> stage,
-        StageExecutor::Create(model, {k, k + 1}, optimizer, o.microbatch, {}, workers));
+        StageExecutor::Create(model, {k, k + 1}, optimizer, o.microbatch, o.versioning, workers));
     const int n = o.microbatch;
     const std::vector<float> input(n * stage->input_features(), 0.0f);
     const std::vector<float> grad_output(stage->is_last() ? 0 : n * stage->output_features(), 1.0f);

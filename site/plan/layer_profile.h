@@ -27,6 +27,9 @@ struct ProfileOptions {
   // CpuQuotaCores): a pass counts at least its CPU time over the quota, the pace the quota allows
   // over a long run, which a short run may beat while the quota's period has time left.
   double cpu_quota_cores = 0;
+  // The schedule's weight versions (2bw keeps two and extrapolates): the update's time includes
+  // what they cost.
+  WeightVersioning versioning;
 };
 
 // Profiles layers `range` of `model`, each as a stage of its own on `workers` (the site's device,

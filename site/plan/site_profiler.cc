@@ -10,6 +10,7 @@
 #include "core/cpu_time.h"
 #include "core/model_layout.h"
 #include "core/status.h"
+#include "site/pipeline/weight_history.h"
 
 namespace strait::site {
 namespace {
@@ -52,6 +53,7 @@ absl::StatusOr<SiteProfile> MeasureSiteProfile(const JobSpec& spec, int index,
   ProfileOptions timing = options.timing;
   timing.microbatch = spec.training.MicrobatchSize();
   timing.cpu_quota_cores = CpuQuotaCores();
+  timing.versioning = VersioningOf(spec.training);
   const StageWorkers workers{.device = site.device,
                              .count = site.workers,
                              .threads = options.threads,

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "core/model_layout.h"
+#include "site/pipeline/weight_history.h"
 
 namespace strait::site {
 namespace {
@@ -52,6 +53,16 @@ void ExpectProfileOfEveryLayer(const ModelSpec& model) {
 
 TEST(LayerProfileTest, MlpHasOneEntryPerLayerWithItsMemory) { ExpectProfileOfEveryLayer(Mlp()); }
 TEST(LayerProfileTest, GptHasOneEntryPerLayerWithItsMemory) { ExpectProfileOfEveryLayer(Gpt()); }
+
+TEST(LayerProfileTest, ProfilesWithTheWeightVersionsOf2bw) {
+  TrainingSpec training;
+  training.schedule = Schedule::k2BW;
+  absl::StatusOr<std::vector<LayerProfile>> profile = ProfileLayers(
+      Mlp(), {0, 3}, OptimizerSpec{}, {},
+      {.microbatch = 4, .warmup = 1, .repeats = 1, .versioning = VersioningOf(training)});
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  EXPECT_GT((*profile)[1].update_s, 0.0);
+}
 
 TEST(LayerProfileTest, RefusesBadOptions) {
   EXPECT_FALSE(ProfileLayers(Mlp(), {0, 3}, {}, {}, {.microbatch = 0}).ok());
