@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/cpu_time.h"
 #include "core/model_layout.h"
 #include "core/status.h"
@@ -27,7 +28,9 @@ int64_t NumberIn(const std::string& path) {
 }  // namespace
 
 std::string ProfiledDevice(const SiteSpec& site, int threads) {
-  return absl::StrCat(ToString(site.device), " x", site.workers, " workers x", threads, " threads");
+  const double quota = CpuQuotaCores();
+  return absl::StrCat(ToString(site.device), " x", site.workers, " workers x", threads, " threads",
+                      quota > 0 ? absl::StrFormat(", quota %.2f cores", quota) : "");
 }
 
 int64_t AvailableMemoryBytes() {

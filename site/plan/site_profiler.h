@@ -21,8 +21,9 @@ struct SiteProfilerOptions {
   ProfileOptions timing{.warmup = 1, .repeats = 3, .min_run_s = 0.25};
 };
 
-// "cpu x2 workers x1 threads": what a profile was measured on (a cached one counts only when this
-// is the same).
+// "cpu x2 workers x1 threads" (", quota 0.25 cores" under a CPU quota: core/cpu_time.h): what a
+// profile was measured on; a cached one counts only when this is the same, so a site whose
+// container got another CPU limit measures again.
 std::string ProfiledDevice(const SiteSpec& site, int threads);
 
 // Measures spec.sites[index]: every layer of the model at the job's microbatch size.
