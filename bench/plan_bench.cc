@@ -18,7 +18,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/command.h"
@@ -26,6 +25,7 @@
 #include "core/site_profile.h"
 #include "core/split_planner.h"
 #include "site/plan/site_profiler.h"
+#include "tools/cpu_quota.h"
 #include "tools/job_spec_options.h"
 #include "tools/job_spec_rewrite.h"
 #include "tools/local_federation.h"
@@ -44,23 +44,6 @@ struct PlanBenchOptions {
   bool plan_in_flight = false;  // Each split with the extra_in_flight the planner chooses for it.
   bool json = false;
 };
-
-// The quota of each site named in `caps` (SITE=CORES); sites not named run uncapped.
-absl::StatusOr<std::map<std::string, double>> Quotas(const JobSpec& spec,
-                                                     const std::vector<std::string>& caps) {
-  std::map<std::string, double> quotas;
-  for (const std::string& cap : caps) {
-    const size_t eq = cap.find('=');
-    double cores = 0;
-    if (eq == std::string::npos || spec.SiteIndex(cap.substr(0, eq)) < 0 ||
-        !absl::SimpleAtod(cap.substr(eq + 1), &cores)) {
-      return absl::InvalidArgumentError("--site-cpus " + cap +
-                                        ": expected SITE=CORES with a site of the job spec");
-    }
-    quotas[cap.substr(0, eq)] = cores;
-  }
-  return quotas;
-}
 
 // Every site's profile, each measured as it will run: under its quota, or in this process.
 absl::StatusOr<FederationProfile> ProfileSites(const std::string& config, const JobSpec& spec,
@@ -128,7 +111,9 @@ int RunPlanBench(const PlanBenchOptions& o) {
     return 2;
   }
   JobSpec spec = rewritten->spec;
-  absl::StatusOr<std::map<std::string, double>> quotas = Quotas(spec, o.site_cpus);
+  // Sites not named run uncapped.
+  absl::StatusOr<std::map<std::string, double>> quotas =
+      tools::ParseSiteCpus(o.site_cpus, SiteIds(spec));
   FederationProfile profiles;
   absl::Status s = quotas.status();
   if (s.ok()) s = tools::AddLinkProfiles(spec, o.links, &profiles);

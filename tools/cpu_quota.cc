@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 
@@ -107,6 +109,24 @@ absl::StatusOr<std::string> CpuQuota::Limit() const {
   absl::StatusOr<std::string> period = ReadFile(path_ + "/cpu.cfs_period_us");
   if (!period.ok()) return period.status();
   return absl::StrCat(*quota, " ", *period);
+}
+
+absl::StatusOr<std::map<std::string, double>> ParseSiteCpus(const std::vector<std::string>& caps,
+                                                            const std::vector<std::string>& sites) {
+  std::map<std::string, double> cores;
+  for (const std::string& cap : caps) {
+    const size_t eq = cap.find('=');
+    const std::string site = cap.substr(0, eq);
+    double n = 0;
+    if (eq == std::string::npos || !absl::SimpleAtod(cap.substr(eq + 1), &n) ||
+        std::find(sites.begin(), sites.end(), site) == sites.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--site-cpus ", cap, ": expected SITE=CORES with a site of the job spec, e.g. ",
+          sites.empty() ? "dc-b" : sites.back(), "=0.3"));
+    }
+    cores[site] = n;
+  }
+  return cores;
 }
 
 }  // namespace strait::tools

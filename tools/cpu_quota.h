@@ -6,8 +6,10 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -38,5 +40,10 @@ class CpuQuota {
   bool v2_;
   double cores_;
 };
+
+// `--site-cpus` values "SITE=CORES" (e.g. "dc-b=0.3") by site. InvalidArgument, with an example,
+// for one that is malformed or names no site of `sites`.
+absl::StatusOr<std::map<std::string, double>> ParseSiteCpus(const std::vector<std::string>& caps,
+                                                            const std::vector<std::string>& sites);
 
 }  // namespace strait::tools

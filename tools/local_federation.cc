@@ -11,7 +11,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace strait::tools {
@@ -151,18 +150,11 @@ absl::Status LocalFederation::LimitSiteCpus(const std::string& site, double core
 }
 
 absl::Status LocalFederation::LimitSiteCpus(const std::vector<std::string>& caps) {
-  for (const std::string& cap : caps) {
-    const size_t eq = cap.find('=');
-    double cores = 0;
-    const std::string site = cap.substr(0, eq);
-    if (eq == std::string::npos || !absl::SimpleAtod(cap.substr(eq + 1), &cores) ||
-        std::find(site_ids_.begin(), site_ids_.end(), site) == site_ids_.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--site-cpus ", cap, ": expected SITE=CORES with a site of the job spec, e.g. ",
-          site_ids_.empty() ? "dc-b" : site_ids_.back(), "=0.3"));
-    }
-    if (absl::Status s = LimitSiteCpus(site, cores); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("--site-cpus ", cap, ": ", s.message()));
+  absl::StatusOr<std::map<std::string, double>> cores = ParseSiteCpus(caps, site_ids_);
+  if (!cores.ok()) return cores.status();
+  for (const auto& [site, n] : *cores) {
+    if (absl::Status s = LimitSiteCpus(site, n); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("--site-cpus ", site, "=", n, ": ", s.message()));
     }
   }
   return absl::OkStatus();

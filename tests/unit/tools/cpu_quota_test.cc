@@ -59,6 +59,21 @@ TEST(CpuQuotaTest, HoldsTheLimitAndTheProcessAndGoesAway) {
 TEST(CpuQuotaTest, RefusesANonPositiveShare) {
   EXPECT_EQ(CpuQuota::Create("x", 0).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(CpuQuota::Create("x", -1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CpuQuota::Create("x", 0.005).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CpuQuotaTest, ParsesSiteCpusAndNamesTheBadOne) {
+  absl::StatusOr<std::map<std::string, double>> cores =
+      ParseSiteCpus({"dc-a=0.7", "dc-b=0.25"}, {"dc-a", "dc-b", "dc-c"});
+  ASSERT_TRUE(cores.ok()) << cores.status();
+  EXPECT_EQ(cores->size(), 2u);
+  EXPECT_DOUBLE_EQ(cores->at("dc-b"), 0.25);
+  for (const char* bad : {"dc-z=0.5", "dc-a", "dc-a=fast"}) {
+    absl::StatusOr<std::map<std::string, double>> refused =
+        ParseSiteCpus({bad}, {"dc-a", "dc-b", "dc-c"});
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(refused.status().message().find("expected SITE=CORES"), std::string::npos);
+  }
 }
 
 }  // namespace
