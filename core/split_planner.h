@@ -12,8 +12,9 @@
 // The search is exact while the contiguous splits the pinned ranges allow number at most
 // PlanOptions::exhaustive_limit: every one is predicted. Beyond, dynamic programming over split
 // points finds the least possible bottleneck (the slowest stage's compute or busiest link's bytes
-// per step, which the step cannot beat), and the splits whose bottleneck is within
-// PlanOptions::bottleneck_slack of it are predicted (at most 4 x exhaustive_limit of them).
+// per step, which the step cannot beat), and of the splits whose bottleneck is within
+// PlanOptions::bottleneck_slack of it, the exhaustive_limit of least bottleneck (found by branch
+// and bound) are predicted.
 #pragma once
 
 #include <cstdint>
@@ -47,7 +48,7 @@ struct SplitPrediction {
 struct PlanOptions {
   int runner_ups = 3;               // Next-best splits reported beside the chosen one.
   int64_t exhaustive_limit = 1000;  // Splits predicted one by one before the search prunes.
-  double bottleneck_slack = 0.25;   // Pruned search: splits within this share of the best.
+  double bottleneck_slack = 0.25;   // Pruned search: splits within this share of the least.
 };
 
 struct SplitPlan {

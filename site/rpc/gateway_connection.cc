@@ -52,9 +52,18 @@ GatewayConnection::~GatewayConnection() { (void)Close(); }
 absl::StatusOr<v1::JoinReply> GatewayConnection::Join(std::optional<int64_t> checkpoint) {
   const JobSpec& spec = *options_.spec;
   // Every join is a new epoch with a fresh ephemeral link key (the gateway refuses older epochs).
-  const auto now_s = static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::seconds>(
-                                               std::chrono::system_clock::now().time_since_epoch())
-                                               .count());
+  // Epochs count seconds, so a process's first join waits for the next second: a site killed and
+  // restarted within one second (a cached profile makes that quick) would otherwise offer the
+  // epoch its last process had, and be refused.
+  auto seconds_now = [] {
+    return std::chrono::duration_cast<std::chrono::seconds>(
+        std::chrono::system_clock::now().time_since_epoch());
+  };
+  if (epoch_ == 0 && options_.min_epoch == 0) {
+    const auto next = seconds_now() + std::chrono::seconds(1);
+    std::this_thread::sleep_until(std::chrono::system_clock::time_point(next));
+  }
+  const auto now_s = static_cast<uint32_t>(seconds_now().count());
   epoch_ = std::max({now_s, epoch_ + 1, options_.min_epoch});
   v1::SignedKey own_key = UnsignedKey(spec.sites[options_.index].id, epoch_);
   if (options_.tls) {

@@ -122,6 +122,31 @@ TEST(SplitPlannerTest, PrunedSearchFindsTheExhaustiveSplit) {
   EXPECT_THAT(pruned->notes.back(), HasSubstr("least bottleneck"));
 }
 
+TEST(SplitPlannerTest, CountsAndPrunesALargeSearchWithoutWalkingIt) {
+  // 98 layers on 8 sites: C(97, 7) = 1.3e10 splits, far too many to predict one by one.
+  std::string hidden = "8";
+  for (int i = 1; i < 97; ++i) hidden += ", 8";
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(
+      "name: big\nmodel: {family: mlp, input: 8, hidden: [" + hidden +
+          "], classes: 2}\n"
+          "data: {dataset: synthetic}\ntraining: {steps: 1, global_batch: 8, microbatches: 8}\n"
+          "sites: [{id: a, layers: auto}, {id: b, layers: auto}, {id: c, layers: auto}, "
+          "{id: d, layers: auto}, {id: e, layers: auto}, {id: f, layers: auto}, "
+          "{id: g, layers: auto}, {id: h, layers: auto}]\n",
+      "big.yaml", "/");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const FederationProfile profiles = Profiles(*spec, {1, 2, 1, 1, 3, 1, 1, 1});
+  absl::StatusOr<SplitPlan> plan = PlanSplit(*spec, profiles, {.bottleneck_slack = 0.05});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->splits, 12846240784);  // C(97, 7)
+  EXPECT_GT(plan->predicted, 0);  // The least bottlenecks among them, at most exhaustive_limit.
+  EXPECT_LE(plan->predicted, 1000);
+  // The slow sites (b: 2x, e: 3x) get fewer layers than a site at full speed.
+  const std::vector<LayerRange>& split = plan->ranked.front().choice.layers;
+  EXPECT_LT(split[4].size(), split[3].size());
+  EXPECT_LT(split[1].size(), split[2].size());
+}
+
 TEST(SplitPlannerTest, AutoInFlightCoversASlowLinkWithTheLeastThatHelps) {
   const JobSpec fixed = Spec(kAllAuto);
   const JobSpec automatic = Spec(kAllAuto, ", extra_in_flight: auto");
