@@ -64,9 +64,31 @@ void StartAll(BuildTreeFederation& fed) {
   for (const std::string& site : kSites) fed.StartSite(site, kThreads);
 }
 
+// Every site exits 0; the first that fails (or, after 300 s, the ones still running) fails the test
+// at once with every log, the gateway's included.
 void FinishAll(BuildTreeFederation& fed) {
-  for (const std::string& site : kSites) {
-    ASSERT_EQ(fed.WaitSite(site, seconds(600)), 0) << site << ":\n" << fed.SiteLog(site);
+  const auto deadline = std::chrono::steady_clock::now() + seconds(300);
+  std::vector<std::string> running = kSites;
+  while (!running.empty()) {
+    for (auto it = running.begin(); it != running.end();) {
+      if (fed.site(*it).Running()) {
+        ++it;
+        continue;
+      }
+      const int code = fed.WaitSite(*it, seconds(10));
+      std::string logs;
+      for (const std::string& site : kSites) logs += "\n--- " + site + ":\n" + fed.SiteLog(site);
+      ASSERT_EQ(code, 0) << *it << " failed" << logs << "\n--- gateway:\n"
+                         << ReadFile(fed.GatewayLogFile());
+      it = running.erase(it);
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::string logs;
+      for (const std::string& site : kSites) logs += "\n--- " + site + ":\n" + fed.SiteLog(site);
+      FAIL() << running.front() << " and others still run after 300 s" << logs << "\n--- gateway:\n"
+             << ReadFile(fed.GatewayLogFile());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
 
