@@ -59,7 +59,7 @@ absl::StatusOr<v1::JoinReply> GatewayConnection::Join(std::optional<int64_t> che
     return std::chrono::duration_cast<std::chrono::seconds>(
         std::chrono::system_clock::now().time_since_epoch());
   };
-  if (epoch_ == 0 && options_.min_epoch == 0) {
+  if (epoch_ == 0) {
     const auto next = seconds_now() + std::chrono::seconds(1);
     std::this_thread::sleep_until(std::chrono::system_clock::time_point(next));
   }
