@@ -455,26 +455,37 @@ absl::Status CheckProfiles(const JobSpec& spec, const FederationProfile& profile
   return absl::OkStatus();
 }
 
-absl::StatusOr<SplitPrediction> PredictSplit(const JobSpec& spec, const FederationProfile& profiles,
-                                             const SplitChoice& choice) {
-  STRAIT_RETURN_IF_ERROR(CheckProfiles(spec, profiles));
+namespace {
+
+// OK when `layers` gives each site of `spec` a range, in order, tiling the model.
+absl::Status CheckTiling(const JobSpec& spec, const std::vector<LayerRange>& layers) {
   int next = 0;
-  for (const LayerRange& r : choice.layers) {
+  for (const LayerRange& r : layers) {
     if (r.start != next || r.end <= r.start) break;
     next = r.end;
   }
-  if (choice.layers.size() != spec.sites.size() || next != spec.model.NumLayers()) {
+  if (layers.size() != spec.sites.size() || next != spec.model.NumLayers()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "split ", SplitToString(choice.layers), " does not give each of the ", spec.sites.size(),
+        "split ", SplitToString(layers), " does not give each of the ", spec.sites.size(),
         " sites a range of layers 0..", spec.model.NumLayers(), " in order"));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<SplitPrediction> PredictSplit(const JobSpec& spec, const FederationProfile& profiles,
+                                             const SplitChoice& choice) {
+  STRAIT_RETURN_IF_ERROR(CheckProfiles(spec, profiles));
+  STRAIT_RETURN_IF_ERROR(CheckTiling(spec, choice.layers));
   return CostTable(spec, profiles).Predict(choice);
 }
 
 absl::StatusOr<SplitPrediction> PredictPlannedSplit(const JobSpec& spec,
                                                     const FederationProfile& profiles,
                                                     const std::vector<LayerRange>& layers) {
-  STRAIT_RETURN_IF_ERROR(PredictSplit(spec, profiles, {layers, 0}).status());  // Checks `layers`.
+  STRAIT_RETURN_IF_ERROR(CheckProfiles(spec, profiles));
+  STRAIT_RETURN_IF_ERROR(CheckTiling(spec, layers));
   std::optional<SplitPrediction> p =
       BestInFlight(CostTable(spec, profiles), layers, ExtraInFlightChoices(spec.training));
   if (!p) {
