@@ -36,6 +36,7 @@ struct EngineBenchOptions {
   int steps = 10;  // per round
   int rounds = 5;
   int square = 0;  // Side of the square product that measures the device's rate; 0: by device.
+  std::string attention = "default";
 };
 
 int Fail(const absl::Status& s) {
@@ -96,8 +97,12 @@ int RunEngineBench(const EngineBenchOptions& o) {
   }
   const int n = o.batch / microbatches;
   const int threads = o.threads > 0 ? o.threads : UsableCores();
+  const site::AttentionKernel attention = o.attention == "fused" ? site::AttentionKernel::kFused
+                                          : o.attention == "batched"
+                                              ? site::AttentionKernel::kBatched
+                                              : site::AttentionKernel::kDefault;
   auto inner = site::CreateBackend(o.device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu,
-                                   {threads, 0, spec->training.precision});
+                                   {threads, 0, spec->training.precision, attention});
   if (!inner.ok()) return Fail(inner.status());
   // The stage's one worker runs on a recording wrapper of the backend (which the stage owns).
   RecordingBackend* backend = nullptr;
@@ -162,6 +167,15 @@ int RunEngineBench(const EngineBenchOptions& o) {
   std::printf("engine bench: %s (%s, %d layers, %lld parameters) on %s\n", spec->name.c_str(),
               ToString(spec->model.family), spec->model.NumLayers(),
               static_cast<long long>((*stage)->param_count()), (*inner)->Name().c_str());
+  const int head_dim =
+      spec->model.family == ModelFamily::kGpt   ? spec->model.gpt.dim / spec->model.gpt.heads
+      : spec->model.family == ModelFamily::kVit ? spec->model.vit.dim / spec->model.vit.heads
+                                                : 0;
+  if (head_dim > 0) {
+    std::printf("attention: %s\n", (*inner)->FusedAttention(head_dim)
+                                       ? "fused kernel (no [T, T] matrix)"
+                                       : "batched products through a [T, T] matrix per head");
+  }
   std::printf(
       "training step, batch %d = %d x %d: %.2f ms, %.0f samples/s, %.3f GFLOP in %zu "
       "matrix products\n",
@@ -214,6 +228,10 @@ void AddBenchEngineCommand(CLI::App& bench, int* exit_code) {
   cmd->add_option("--microbatches", o->microbatches, "Microbatches per step (default: the spec's)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--device", o->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--attention", o->attention,
+                  "Self-attention: fused (one kernel, no [T, T] matrix), batched (products through "
+                  "a [T, T] matrix) or default (the backend's choice)")
+      ->check(CLI::IsMember({"default", "fused", "batched"}));
   cmd->add_option("--threads", o->threads, "CPU threads (default: the cores it may run on)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--steps", o->steps, "Timed steps per round")->check(CLI::PositiveNumber);

@@ -41,6 +41,35 @@ void RecordingBackend::GemmBatched(bool ta, bool tb, int m, int n, int k, float 
   inner_->GemmBatched(ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch);
 }
 
+void RecordingBackend::FusedAttentionForward(int batch, int tokens, int dh, float scale,
+                                             bool causal, const float* q, const float* k,
+                                             const float* v, float* o, float* lse) {
+  if (recording_) {
+    const int t = tokens;
+    const int64_t tdh = int64_t{t} * dh, tt = int64_t{t} * t;
+    calls_.push_back({false, true, t, t, dh, dh, dh, t, tdh, tdh, tt, batch, 0.0f});   // S = Q K^T
+    calls_.push_back({false, false, t, dh, t, t, dh, dh, tt, tdh, tdh, batch, 0.0f});  // O = P V
+  }
+  inner_->FusedAttentionForward(batch, tokens, dh, scale, causal, q, k, v, o, lse);
+}
+
+void RecordingBackend::FusedAttentionBackward(int batch, int tokens, int dh, float scale,
+                                              bool causal, const float* q, const float* k,
+                                              const float* v, const float* o, const float* lse,
+                                              const float* d_o, float* delta, float* dq, float* dk,
+                                              float* dv) {
+  if (recording_) {
+    const int t = tokens;
+    const int64_t tdh = int64_t{t} * dh, tt = int64_t{t} * t;
+    calls_.push_back({false, true, t, t, dh, dh, dh, t, tdh, tdh, tt, batch, 0.0f});  // dP = dO V^T
+    calls_.push_back({true, false, t, dh, t, t, dh, dh, tt, tdh, tdh, batch, 0.0f});  // dV = P^T dO
+    calls_.push_back({false, false, t, dh, t, t, dh, dh, tt, tdh, tdh, batch, 0.0f});  // dQ = dS K
+    calls_.push_back({true, false, t, dh, t, t, dh, dh, tt, tdh, tdh, batch, 0.0f});  // dK = dS^T Q
+  }
+  inner_->FusedAttentionBackward(batch, tokens, dh, scale, causal, q, k, v, o, lse, d_o, delta, dq,
+                                 dk, dv);
+}
+
 absl::StatusOr<GemmReplay> GemmReplay::Create(std::vector<GemmCall> calls, site::Backend* backend) {
   // Each call gets its own operands, as in the real step (its weights and gradients are distinct
   // tensors): operands shared across calls would stay in cache and flatter the ceiling. Past 1 GiB

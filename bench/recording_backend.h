@@ -22,7 +22,9 @@ struct GemmCall {
 };
 
 // Forwards every call to `inner` (which must outlive it); between StartRecording and
-// StopRecording it also logs Gemm and GemmBatched calls. Same threading contract as Backend.
+// StopRecording it also logs Gemm and GemmBatched calls, and a fused attention pass as the batched
+// products the unfused pass performs (so that a step's FLOPs and its ceiling do not depend on the
+// attention kernel). Same threading contract as Backend.
 class RecordingBackend final : public site::Backend {
  public:
   explicit RecordingBackend(site::Backend* inner) : inner_(inner) {}
@@ -42,6 +44,14 @@ class RecordingBackend final : public site::Backend {
   void GemmBatched(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
                    int64_t sa, const float* b, int ldb, int64_t sb, float beta, float* c, int ldc,
                    int64_t sc, int batch) override;
+  bool FusedAttention(int dh) const override { return inner_->FusedAttention(dh); }
+  void FusedAttentionForward(int batch, int tokens, int dh, float scale, bool causal,
+                             const float* q, const float* k, const float* v, float* o,
+                             float* lse) override;
+  void FusedAttentionBackward(int batch, int tokens, int dh, float scale, bool causal,
+                              const float* q, const float* k, const float* v, const float* o,
+                              const float* lse, const float* d_o, float* delta, float* dq,
+                              float* dk, float* dv) override;
   void BiasActivation(int64_t rows, int cols, const float* bias, site::ActivationOp act, float* x,
                       float* y) override {
     inner_->BiasActivation(rows, cols, bias, act, x, y);

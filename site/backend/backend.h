@@ -23,6 +23,17 @@ namespace strait::site {
 
 enum class ActivationOp { kNone, kRelu, kGelu };
 
+// How self-attention multiplies: batched matrix products through a [T, T] score matrix per head
+// (kBatched), or one fused kernel per pass that keeps only a log-sum-exp per query (kFused).
+// kDefault is the backend's faster one (docs/benchmarks.md "Fused attention").
+enum class AttentionKernel { kDefault, kBatched, kFused };
+
+// The head widths the fused attention ops take: multiples of 8 up to kFusedAttentionMaxHeadDim.
+inline constexpr int kFusedAttentionMaxHeadDim = 64;
+inline bool FusedAttentionTakes(int dh) {
+  return dh >= 8 && dh % 8 == 0 && dh <= kFusedAttentionMaxHeadDim;
+}
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -52,6 +63,24 @@ class Backend {
                            const float* a, int lda, int64_t stride_a, const float* b, int ldb,
                            int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,
                            int batch) = 0;
+
+  // True when self-attention with heads of width dh runs through the fused ops below (the backend's
+  // choice, AttentionKernel; FusedAttentionTakes(dh)).
+  virtual bool FusedAttention(int dh) const = 0;
+  // Per head b of `batch`, on q, k, v, o [batch, tokens, dh] (rows 16-byte aligned):
+  // o = softmax(scale * q k^T) v, causal as SoftmaxRows, and lse[b, t] = the log of the softmax's
+  // denominator (with its maximum) for the backward. Under bf16 products q, k, v and the
+  // unnormalised probabilities are rounded to bf16 before they multiply, as the tensor cores see
+  // them. The [tokens, tokens] matrix is never stored.
+  virtual void FusedAttentionForward(int batch, int tokens, int dh, float scale, bool causal,
+                                     const float* q, const float* k, const float* v, float* o,
+                                     float* lse /*[batch, tokens]*/) = 0;
+  // The gradients dq, dk, dv (overwritten) from d_o and the forward's o and lse; delta [batch,
+  // tokens] is scratch.
+  virtual void FusedAttentionBackward(int batch, int tokens, int dh, float scale, bool causal,
+                                      const float* q, const float* k, const float* v,
+                                      const float* o, const float* lse, const float* d_o,
+                                      float* delta, float* dq, float* dk, float* dv) = 0;
 
   // x[r, c] += bias[c] (bias may be null), then y = act(x). y may alias x.
   virtual void BiasActivation(int64_t rows, int cols, const float* bias /*[cols]*/,

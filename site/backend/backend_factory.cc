@@ -11,9 +11,11 @@ bool BuiltWithCuda() { return STRAIT_WITH_CUDA != 0; }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(DeviceKind kind,
                                                        const BackendOptions& options) {
-  if (kind == DeviceKind::kCpu) return CreateCpuBackend(options.threads, options.precision);
+  if (kind == DeviceKind::kCpu) {
+    return CreateCpuBackend(options.threads, options.precision, options.attention);
+  }
 #if STRAIT_WITH_CUDA
-  return CreateCudaBackend(options.device, options.precision);
+  return CreateCudaBackend(options.device, options.precision, options.attention);
 #else
   return absl::FailedPreconditionError(
       "device 'cuda' requested, but this build has no CUDA support: install the CUDA toolkit and "

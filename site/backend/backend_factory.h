@@ -14,6 +14,7 @@ struct BackendOptions {
   int threads = 1;  // CPU: threads for OpenBLAS and the element-wise loops (fixed: deterministic).
   int device = 0;   // CUDA: device ordinal.
   Precision precision = Precision::kFp32;  // Of matrix products (training.precision).
+  AttentionKernel attention = AttentionKernel::kDefault;
 };
 
 // The backend for `kind`. Asking for CUDA in a build without CUDA, or on a machine without a CUDA

@@ -42,6 +42,11 @@ STRAIT_HOST_DEVICE inline float RoundToBf16(float x) {
   return y;
 }
 
+// Keys per step of the fused attention's online softmax (Backend::FusedAttentionForward): every
+// backend rescales its running sums after the same keys, so that under bf16 the probabilities it
+// rounds are the same ones.
+inline constexpr int kFusedAttentionKeyTile = 32;
+
 // Floats that `batch` row-major matrices of [rows, cols] with leading dimension `ld`, each
 // `stride` after the previous, span from the first: what a matrix product reads of an operand.
 STRAIT_HOST_DEVICE inline int64_t MatrixSpan(int rows, int cols, int ld, int64_t stride = 0,

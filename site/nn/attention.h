@@ -1,5 +1,7 @@
 // Multi-head self-attention core (no projections): softmax(Q K^T / sqrt(dh)) V per head, with a
-// causal mask when asked (the masked probabilities are 0, so the backward needs no mask).
+// causal mask when asked (the masked probabilities are 0, so the backward needs no mask). Either
+// through batched products and a saved [T, T] probability matrix per head, or through the backend's
+// fused ops, which save only each query's log-sum-exp (AttentionKernel).
 // Used by the transformer block, which owns the qkv and output projections.
 #pragma once
 
@@ -15,11 +17,13 @@ struct AttentionShape {
   int heads = 0;        // H
   int dh = 0;           // per-head width; model width D = heads * dh
   bool causal = false;  // token t attends to tokens 0..t only (a language model)
+  bool fused = false;   // Backend::FusedAttention(dh) ops rather than batched products
   int64_t dim() const { return int64_t{heads} * dh; }
   int64_t rows() const { return int64_t{n} * tokens; }
 };
 
-// Floats AttentionForward keeps for the backward (Q, K, V and the probabilities).
+// Floats AttentionForward keeps for the backward (Q, K, V and the probabilities; fused: Q, K, V,
+// the output and a log-sum-exp per query).
 int64_t AttentionSavedFloats(const AttentionShape& s);
 // Temporary floats needed by AttentionForward or AttentionBackward.
 int64_t AttentionScratchFloats(const AttentionShape& s);

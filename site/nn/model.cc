@@ -17,8 +17,8 @@
 namespace strait::site {
 
 absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec& model,
-                                                                LayerRange range,
-                                                                TensorShard shard) {
+                                                                LayerRange range, TensorShard shard,
+                                                                const Backend* backend) {
   const int total = model.NumLayers();
   if (range.start < 0 || range.end > total || range.start >= range.end) {
     return absl::InvalidArgumentError(absl::StrCat("layer range [", range.start, ", ", range.end,
@@ -28,6 +28,9 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec&
   STRAIT_RETURN_IF_ERROR(CheckTensorSplit(model, range, shard.parts));
   const std::vector<LayerLayout> layout = BuildModelLayout(model);
   const std::vector<LayerShard> shards = SplitLayers(model, range, shard.parts);
+  const auto fused = [&](int dim, int heads) {
+    return backend != nullptr && backend->FusedAttention(dim / heads);
+  };
   std::vector<std::unique_ptr<Layer>> layers;
   for (int i = range.start; i < range.end; ++i) {
     const LayerShard& part = shards[i - range.start];
@@ -50,7 +53,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec&
         layers.push_back(std::make_unique<TransformerBlock>(
             std::move(l),
             TransformerBlockSpec{v.Tokens(), v.dim, v.heads, v.mlp_dim, v.dropout,
-                                 /*causal=*/false},
+                                 /*causal=*/false, fused(v.dim, v.heads)},
             layer_shard));
       }
     } else {
@@ -62,7 +65,8 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec&
       } else {
         layers.push_back(std::make_unique<TransformerBlock>(
             std::move(l),
-            TransformerBlockSpec{g.context, g.dim, g.heads, g.mlp_dim, g.dropout, /*causal=*/true},
+            TransformerBlockSpec{g.context, g.dim, g.heads, g.mlp_dim, g.dropout, /*causal=*/true,
+                                 fused(g.dim, g.heads)},
             layer_shard));
       }
     }

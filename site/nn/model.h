@@ -15,10 +15,12 @@ namespace strait::site {
 // Layers [range.start, range.end) of `model`, in order; InvalidArgument for an empty or
 // out-of-bounds range. Building any sub-range gives those layers exactly as the whole model has
 // them. With shard.parts > 1: rank shard.index's part of each (core/tensor_split.h SplitLayers),
-// with its layout (ShardLayout).
+// with its layout (ShardLayout). Attention goes through `backend`'s fused ops where it offers them
+// for the model's head width (Backend::FusedAttention; a null backend: batched products).
 absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec& model,
                                                                 LayerRange range,
-                                                                TensorShard shard = {});
+                                                                TensorShard shard = {},
+                                                                const Backend* backend = nullptr);
 
 // Writes the initial values of parameter `param` of `layer` (layout().params[param].numel floats)
 // to `out`. A pure function of (model.init_seed, layer.index, param): identical for every split.

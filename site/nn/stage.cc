@@ -54,7 +54,7 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSpec& model, Lay
   s->range_ = range;
   s->num_model_layers_ = model.NumLayers();
   s->max_batch_ = max_batch;
-  STRAIT_ASSIGN_OR_RETURN(s->layers_, BuildLayers(model, range, shard));
+  STRAIT_ASSIGN_OR_RETURN(s->layers_, BuildLayers(model, range, shard, backend));
   s->parts_ = shard.parts;
   s->index_ = shard.index;
   s->shards_ = SplitLayers(model, range, shard.parts);

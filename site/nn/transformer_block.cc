@@ -66,7 +66,12 @@ TransformerBlock::TransformerBlock(LayerLayout layout, const TransformerBlockSpe
       fl_(spec.mlp_dim / shard.parts) {}
 
 AttentionShape TransformerBlock::Shape(int n) const {
-  return {n, spec_.tokens, spec_.heads / shard_.parts, spec_.dim / spec_.heads, spec_.causal};
+  return {n,
+          spec_.tokens,
+          spec_.heads / shard_.parts,
+          spec_.dim / spec_.heads,
+          spec_.causal,
+          spec_.fused_attention};
 }
 
 int64_t TransformerBlock::SavedFloats(int n) const {

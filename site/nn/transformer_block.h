@@ -13,6 +13,7 @@ struct TransformerBlockSpec {
   int mlp_dim = 0;
   float dropout = 0.0f;
   bool causal = false;  // Token t attends to tokens 0..t only (GPT); all tokens otherwise (ViT).
+  bool fused_attention = false;  // The backend's fused attention ops (AttentionShape::fused).
 };
 
 // r = x + drop(attn(ln1(x))); y = r + drop(mlp(ln2(r))), the MLP being fc1 -> GELU -> fc2.

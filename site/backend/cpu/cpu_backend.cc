@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "site/backend/cpu/cpu_attention.h"
 #include "site/backend/cpu/thread_pool.h"
 #include "site/backend/op_math.h"
 
@@ -61,8 +62,11 @@ class CpuBackend final : public Backend {
  public:
   // OpenBLAS runs single-threaded inside our pool: its own worker threads busy-wait between calls
   // and would compete with the pool for the cores.
-  CpuBackend(int threads, Precision precision)
-      : threads_(threads), bf16_(precision == Precision::kBf16), pool_(threads) {
+  CpuBackend(int threads, Precision precision, AttentionKernel attention)
+      : threads_(threads),
+        bf16_(precision == Precision::kBf16),
+        fused_attention_(attention == AttentionKernel::kFused),
+        pool_(threads) {
     openblas_set_num_threads(1);
   }
 
@@ -243,6 +247,20 @@ class CpuBackend final : public Backend {
         dbeta[c] += dyr[c];
       }
     }
+  }
+
+  bool FusedAttention(int dh) const override { return fused_attention_ && FusedAttentionTakes(dh); }
+  void FusedAttentionForward(int batch, int tokens, int dh, float scale, bool causal,
+                             const float* q, const float* k, const float* v, float* o,
+                             float* lse) override {
+    CpuFusedAttentionForward(pool_, batch, tokens, dh, scale, causal, bf16_, q, k, v, o, lse);
+  }
+  void FusedAttentionBackward(int batch, int tokens, int dh, float scale, bool causal,
+                              const float* q, const float* k, const float* v, const float* o,
+                              const float* lse, const float* d_o, float* delta, float* dq,
+                              float* dk, float* dv) override {
+    CpuFusedAttentionBackward(pool_, batch, tokens, dh, scale, causal, bf16_, q, k, v, o, lse, d_o,
+                              delta, dq, dk, dv);
   }
 
   void SoftmaxRows(int64_t rows, int cols, float scale, bool causal, const float* x,
@@ -472,14 +490,16 @@ class CpuBackend final : public Backend {
 
   int threads_;
   bool bf16_;  // training.precision: bf16.
+  bool fused_attention_;
   std::vector<float> bf16_a_, bf16_b_;
   ThreadPool pool_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> CreateCpuBackend(int threads, Precision precision) {
-  return std::make_unique<CpuBackend>(std::max(1, threads), precision);
+std::unique_ptr<Backend> CreateCpuBackend(int threads, Precision precision,
+                                          AttentionKernel attention) {
+  return std::make_unique<CpuBackend>(std::max(1, threads), precision, attention);
 }
 
 }  // namespace strait::site

@@ -14,6 +14,8 @@ namespace strait::site {
 // threads >= 1. With Precision::kBf16 the matrix products round their inputs to bf16 first (an
 // emulation of tensor cores: the reference for the CUDA backend's bf16 products). The returned
 // backend is not thread-safe (one user thread at a time).
-std::unique_ptr<Backend> CreateCpuBackend(int threads, Precision precision = Precision::kFp32);
+// AttentionKernel::kDefault is kBatched on the CPU (OpenBLAS's products are faster there).
+std::unique_ptr<Backend> CreateCpuBackend(int threads, Precision precision = Precision::kFp32,
+                                          AttentionKernel attention = AttentionKernel::kDefault);
 
 }  // namespace strait::site

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compression/cuda/cuda_check.h"
+#include "site/backend/cuda/attention_kernels.h"
 #include "site/backend/cuda/cuda_kernels.h"
 #include "site/backend/op_math.h"
 
@@ -21,11 +22,12 @@ cublasOperation_t Op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, std::string name, bool bf16, cudaStream_t stream, cublasHandle_t cublas,
-              double* partials)
+  CudaBackend(int device, std::string name, bool bf16, bool fused_attention, cudaStream_t stream,
+              cublasHandle_t cublas, double* partials)
       : device_(device),
         name_(std::move(name)),
         bf16_(bf16),
+        fused_attention_(fused_attention),
         stream_(stream),
         cublas_(cublas),
         partials_(partials) {}
@@ -118,6 +120,22 @@ class CudaBackend final : public Backend {
     Check(STRAIT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
         cublas_, Op(tb), Op(ta), n, m, k, &alpha, b, CUDA_R_32F, ldb, stride_b, a, CUDA_R_32F, lda,
         stride_a, &beta, c, CUDA_R_32F, ldc, stride_c, batch, kBf16Compute, CUBLAS_GEMM_DEFAULT)));
+  }
+
+  bool FusedAttention(int dh) const override { return fused_attention_ && FusedAttentionTakes(dh); }
+  void FusedAttentionForward(int batch, int tokens, int dh, float scale, bool causal,
+                             const float* q, const float* k, const float* v, float* o,
+                             float* lse) override {
+    Check(STRAIT_CUDA_CHECK(LaunchFusedAttentionForward(stream_, batch, tokens, dh, scale, causal,
+                                                        bf16_, q, k, v, o, lse)));
+  }
+  void FusedAttentionBackward(int batch, int tokens, int dh, float scale, bool causal,
+                              const float* q, const float* k, const float* v, const float* o,
+                              const float* lse, const float* d_o, float* delta, float* dq,
+                              float* dk, float* dv) override {
+    Check(STRAIT_CUDA_CHECK(LaunchFusedAttentionBackward(stream_, batch, tokens, dh, scale, causal,
+                                                         bf16_, q, k, v, o, lse, d_o, delta, dq, dk,
+                                                         dv)));
   }
 
   void BiasActivation(int64_t rows, int cols, const float* bias, ActivationOp act, float* x,
@@ -247,6 +265,7 @@ class CudaBackend final : public Backend {
   int device_;
   std::string name_;
   bool bf16_;  // training.precision: bf16.
+  bool fused_attention_;
   Scratch bf16_a_, bf16_b_;
   cudaStream_t stream_;
   cublasHandle_t cublas_;
@@ -261,7 +280,8 @@ void* CudaStreamOf(Backend& backend) {
   return cuda != nullptr ? cuda->stream() : nullptr;
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device, Precision precision) {
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device, Precision precision,
+                                                           AttentionKernel attention) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
@@ -296,7 +316,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device, Precision
   const bool bf16 = precision == Precision::kBf16;
   return std::unique_ptr<Backend>(
       new CudaBackend(device, absl::StrCat("cuda:", device, " ", prop.name, bf16 ? " (bf16)" : ""),
-                      bf16, stream, cublas, partials));
+                      bf16, attention != AttentionKernel::kBatched, stream, cublas, partials));
 }
 
 }  // namespace strait::site

@@ -15,8 +15,10 @@ namespace strait::site {
 // driver); the message says what CUDA reported. With Precision::kBf16 the matrix products round
 // their inputs to bf16 (as the CPU backend's emulation does) and run on tensor cores with fp32
 // accumulation. The backend is used by one thread at a time.
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device,
-                                                           Precision precision = Precision::kFp32);
+// AttentionKernel::kDefault is the faster on an H100/H200 (docs/benchmarks.md "Fused attention").
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
+    int device, Precision precision = Precision::kFp32,
+    AttentionKernel attention = AttentionKernel::kDefault);
 
 // The cudaStream_t on which `backend` queues its ops, or nullptr when it is not a CUDA backend.
 // For the local all-reduce (site/collective), which orders NCCL calls after the backward's work

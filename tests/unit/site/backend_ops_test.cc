@@ -134,6 +134,53 @@ TEST_F(BackendOpsTest, Bf16GemmMatchesTheCpuEmulation) {
   }
 }
 
+// The fused attention kernels against the CPU's fused ops, which take the same steps
+// (fused_attention_ test checks those against the batched products): every head width, tokens that
+// end mid-tile and mid-block, causal or not, fp32 and bf16.
+TEST_F(BackendOpsTest, FusedAttentionMatchesTheCpu) {
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    auto cpu =
+        CreateBackend(DeviceKind::kCpu,
+                      {.threads = 2, .precision = precision, .attention = AttentionKernel::kFused});
+    auto dev = CreateBackend(DeviceKind::kCuda,
+                             {.precision = precision, .attention = AttentionKernel::kFused});
+    ASSERT_TRUE(cpu.ok() && dev.ok());
+    for (int dh = 8; dh <= kFusedAttentionMaxHeadDim; dh += 8) {
+      for (int tokens : {1, 37, 130}) {
+        for (bool causal : {true, false}) {
+          SCOPED_TRACE(testing::Message() << "dh " << dh << " tokens " << tokens << " causal "
+                                          << causal << " bf16 " << (precision == Precision::kBf16));
+          ASSERT_TRUE((*dev)->FusedAttention(dh));
+          const int batch = 3;
+          const size_t n = size_t{batch} * tokens * dh, rows = size_t{batch} * tokens;
+          const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+          auto q = Make(Random(n, 70)), k = Make(Random(n, 71)), v = Make(Random(n, 72));
+          auto g = Make(Random(n, 73)), o = Make(Random(n, 74)), lse = Make(Random(rows, 75));
+          auto delta = Make(Random(rows, 76)), dq = Make(Random(n, 77)), dk = Make(Random(n, 78));
+          auto dv = Make(Random(n, 79));
+          for (bool on_cpu : {true, false}) {
+            Backend& be = on_cpu ? **cpu : **dev;
+            auto at = [&](Pair& p) { return on_cpu ? p.cpu() : p.dev(); };
+            be.FusedAttentionForward(batch, tokens, dh, scale, causal, at(q), at(k), at(v), at(o),
+                                     at(lse));
+            be.FusedAttentionBackward(batch, tokens, dh, scale, causal, at(q), at(k), at(v), at(o),
+                                      at(lse), at(g), at(delta), at(dq), at(dk), at(dv));
+          }
+          ASSERT_TRUE((*dev)->Sync().ok());
+          // bf16: a probability whose exp differs in the last bit may round to the neighbouring
+          // bf16 value (2^-8 relative) on one side only.
+          const float tol = precision == Precision::kFp32 ? 1e-5f : 4e-3f;
+          o.Expect("o", tol, 1e-4f);
+          lse.Expect("lse", 1e-5f, 1e-5f);
+          dq.Expect("dq", tol, 1e-3f);
+          dk.Expect("dk", tol, 1e-3f);
+          dv.Expect("dv", tol, 1e-3f);
+        }
+      }
+    }
+  }
+}
+
 TEST_F(BackendOpsTest, ElementwiseAndRowOps) {
   const int rows = 70, cols = 45;
   const int64_t n = rows * cols;
@@ -297,6 +344,54 @@ TEST_F(BackendOpsTest, VitStageStepMatchesCpu) {
   for (size_t i = 0; i < cpu_logits.size(); ++i) EXPECT_NEAR(dev_logits[i], cpu_logits[i], 1e-4);
   for (size_t i = 0; i < cpu_grads.size(); ++i) {
     ASSERT_NEAR(dev_grads[i], cpu_grads[i], 1e-5 + 1e-3 * std::abs(cpu_grads[i])) << "grad " << i;
+  }
+}
+
+// A GPT step (causal attention, heads of 32 floats, a context past two key tiles) on the device
+// with each attention kernel, against the CPU's batched products.
+TEST_F(BackendOpsTest, GptStageStepMatchesCpuWithEitherAttention) {
+  ModelSpec model;
+  model.family = ModelFamily::kGpt;
+  model.gpt.vocab = 11;
+  model.gpt.context = 70;
+  model.gpt.dim = 64;
+  model.gpt.depth = 2;
+  model.gpt.heads = 2;
+  model.gpt.mlp_dim = 96;
+  OptimizerSpec opt;
+  opt.lr = 1e-2;
+  const int n = 3, rows = n * 70;
+  std::vector<float> x(rows);
+  std::vector<int32_t> labels(rows);
+  for (int i = 0; i < rows; ++i) x[i] = static_cast<float>(i * 7 % 11), labels[i] = i * 5 % 11;
+  auto step = [&](Backend* backend, std::vector<float>* logits) {
+    auto stage = *Stage::Create(model, {0, model.NumLayers()}, n, backend);
+    auto history = *site::WeightHistory::Create(*stage, {});
+    std::vector<const LayerParams*> weights;
+    for (const LayerParams& v : **history->Views(site::kNewestWeights, 0, "test")) {
+      weights.push_back(&v);
+    }
+    history->ZeroGrads(0);
+    EXPECT_TRUE(stage->Forward(0, n, x.data(), logits->data(), weights).ok());
+    EXPECT_TRUE(stage->Loss(0, labels.data(), 1.0f / rows).ok());
+    EXPECT_TRUE(stage->Backward(0, nullptr, nullptr, weights).ok());
+    return *history->Grads(0);
+  };
+  std::vector<float> cpu_logits(rows * 11);
+  const std::vector<float> cpu_grads = step(cpu_.get(), &cpu_logits);
+  for (AttentionKernel attention : {AttentionKernel::kFused, AttentionKernel::kBatched}) {
+    SCOPED_TRACE(attention == AttentionKernel::kFused ? "fused" : "batched");
+    auto dev = CreateBackend(DeviceKind::kCuda, {.attention = attention});
+    ASSERT_TRUE(dev.ok());
+    EXPECT_EQ((*dev)->FusedAttention(32), attention == AttentionKernel::kFused);
+    std::vector<float> dev_logits(rows * 11);
+    const std::vector<float> dev_grads = step(dev->get(), &dev_logits);
+    for (size_t i = 0; i < cpu_logits.size(); ++i) {
+      ASSERT_NEAR(dev_logits[i], cpu_logits[i], 1e-4) << "logit " << i;
+    }
+    for (size_t i = 0; i < cpu_grads.size(); ++i) {
+      ASSERT_NEAR(dev_grads[i], cpu_grads[i], 1e-5 + 1e-3 * std::abs(cpu_grads[i])) << "grad " << i;
+    }
   }
 }
 

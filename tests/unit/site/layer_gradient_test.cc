@@ -96,6 +96,7 @@ struct Harness {
   RefForward ref;
   bool has_input_grad = true;
   int token_vocab = 0;  // > 0: the input is token ids in [0, token_vocab), not random floats.
+  AttentionKernel attention = AttentionKernel::kBatched;
 };
 
 float Random(uint64_t key, uint64_t i, float lo, float hi) {
@@ -104,8 +105,8 @@ float Random(uint64_t key, uint64_t i, float lo, float hi) {
 
 // Runs the engine's Forward and Backward for one layer and checks both against the reference.
 void CheckLayer(const Harness& h) {
-  auto backend = CreateCpuBackend(1);
-  auto layers = BuildLayers(h.model, {h.layer, h.layer + 1});
+  auto backend = CreateCpuBackend(1, Precision::kFp32, h.attention);
+  auto layers = BuildLayers(h.model, {h.layer, h.layer + 1}, {}, backend.get());
   ASSERT_TRUE(layers.ok()) << layers.status();
   Layer& layer = *(*layers)[0];
   const LayerLayout& layout = layer.layout();
@@ -349,6 +350,31 @@ TEST(LayerGradientTest, CausalTransformerBlock) {
     const GptSpec g = h.model.gpt;
     h.ref = BlockRef(h.n, g.context, g.dim, g.heads, g.mlp_dim, g.dropout, /*causal=*/true);
     CheckLayer(h);
+  }
+}
+
+// The fused attention ops (a head of 8 floats, 37 tokens: a second tile of 32 keys that is partly
+// masked), with and without the causal mask.
+TEST(LayerGradientTest, FusedAttentionTransformerBlock) {
+  for (bool causal : {true, false}) {
+    ModelSpec m = causal ? TinyGpt(0.2f) : TinyVit(0.2f);
+    if (causal) {
+      m.gpt.context = 37, m.gpt.dim = 16;
+    } else {
+      m.vit.height = 12, m.vit.width = 12, m.vit.dim = 16;  // 6 x 6 patches + class token
+    }
+    Harness h{m, 1};
+    h.attention = AttentionKernel::kFused;
+    const int t = causal ? m.gpt.context : m.vit.Tokens(), d = causal ? m.gpt.dim : m.vit.dim;
+    const int heads = causal ? m.gpt.heads : m.vit.heads;
+    const int mlp = causal ? m.gpt.mlp_dim : m.vit.mlp_dim;
+    h.ref = BlockRef(h.n, t, d, heads, mlp, 0.2f, causal);
+    CheckLayer(h);
+    // The fused layer keeps a log-sum-exp per query, not a [T, T] matrix per head.
+    auto fused = CreateCpuBackend(1, Precision::kFp32, AttentionKernel::kFused);
+    auto with = BuildLayers(m, {1, 2}, {}, fused.get()), without = BuildLayers(m, {1, 2});
+    ASSERT_TRUE(with.ok() && without.ok());
+    EXPECT_LT((*with)[0]->SavedFloats(h.n), (*without)[0]->SavedFloats(h.n));
   }
 }
 
