@@ -25,7 +25,7 @@ enum class ActivationOp { kNone, kRelu, kGelu };
 
 // How self-attention multiplies: batched matrix products through a [T, T] score matrix per head
 // (kBatched), or one fused kernel per pass that keeps only a log-sum-exp per query (kFused).
-// kDefault is the backend's faster one (docs/benchmarks.md "Fused attention").
+// kDefault is the backend's choice (cpu_backend.h, cuda_backend.h).
 enum class AttentionKernel { kDefault, kBatched, kFused };
 
 // The head widths the fused attention ops take: multiples of 8 up to kFusedAttentionMaxHeadDim.

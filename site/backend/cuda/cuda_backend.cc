@@ -316,7 +316,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device, Precision
   const bool bf16 = precision == Precision::kBf16;
   return std::unique_ptr<Backend>(
       new CudaBackend(device, absl::StrCat("cuda:", device, " ", prop.name, bf16 ? " (bf16)" : ""),
-                      bf16, attention != AttentionKernel::kBatched, stream, cublas, partials));
+                      bf16, attention == AttentionKernel::kFused, stream, cublas, partials));
 }
 
 }  // namespace strait::site
