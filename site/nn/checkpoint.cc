@@ -88,7 +88,7 @@ uint32_t Crc32c(const void* data, size_t size, uint32_t crc) {
   return ~crc;
 }
 
-absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) {
+absl::StatusOr<std::string> SerializeCheckpoint(const CheckpointState& s) {
   const bool two = s.weight_versions == 2;
   if ((s.weight_versions != 1 && !two) ||
       s.previous_params.size() != (two ? s.params.size() : size_t{0}) ||
@@ -123,7 +123,13 @@ absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) 
   data.append(reinterpret_cast<const char*>(s.optimizer_state.data()),
               4 * s.optimizer_state.size());
   Put<uint32_t>(data, Crc32c(data.data(), data.size()));
+  return data;
+}
 
+absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) {
+  absl::StatusOr<std::string> bytes = SerializeCheckpoint(s);
+  if (!bytes.ok()) return bytes.status();
+  const std::string& data = *bytes;
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError("cannot create", tmp);

@@ -47,6 +47,10 @@ struct CheckpointState {
   std::optional<float> lagged_clip_scale;
 };
 
+// The bytes of the checkpoint file of `state` (InvalidArgument when its arrays disagree with its
+// weight versions).
+absl::StatusOr<std::string> SerializeCheckpoint(const CheckpointState& state);
+
 // Writes `state` to `path` atomically. Blocks on disk I/O. Thread-safe for distinct paths.
 absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& state);
 

@@ -44,6 +44,21 @@ absl::StatusOr<DeviceBuffer> Floats(Backend* backend, int64_t n) {
 
 }  // namespace
 
+uint64_t StageFingerprint(const ModelSpec& model, LayerRange range) {
+  // The recipe must not change: checkpoints carry it. It hashes the whole layers, so that
+  // checkpoints (of whole parameters) do not depend on tensor parallelism.
+  const std::vector<LayerLayout> whole = BuildModelLayout(model);
+  uint64_t fp = CombineKey(0x5354524149540001ull, static_cast<uint64_t>(model.family));
+  for (int i = range.start; i < range.end; ++i) {
+    const LayerLayout& l = whole[i];
+    fp = HashShape(HashShape(HashString(CombineKey(fp, l.index), l.name), l.in_shape), l.out_shape);
+    for (const ParamLayout& p : l.params) fp = HashShape(HashString(fp, p.name), p.shape);
+  }
+  // Tied and untied checkpoints hold different models; untied fingerprints stay as they were.
+  if (TiedMatrixOf(model)) fp = CombineKey(fp, 0x5449454400000001ull);
+  return fp;
+}
+
 absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSpec& model, LayerRange range,
                                                      int max_batch, Backend* backend,
                                                      TensorShard shard) {
@@ -61,18 +76,13 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSpec& model, Lay
   std::vector<LayerLayout> whole = BuildModelLayout(model);
   s->full_layouts_.assign(whole.begin() + range.start, whole.begin() + range.end);
 
-  // Parameter layout: layers in order, each layer's params in layout order. The fingerprint's
-  // recipe must not change: checkpoints carry it. It hashes the whole layers, so that checkpoints
-  // (of whole parameters) do not depend on tensor parallelism.
-  uint64_t fp = CombineKey(0x5354524149540001ull, static_cast<uint64_t>(model.family));
+  // Parameter layout: layers in order, each layer's params in layout order.
   int64_t offset = 0, full_offset = 0;
   for (size_t k = 0; k < s->layers_.size(); ++k) {
     const LayerLayout& l = s->full_layouts_[k];
-    fp = HashShape(HashShape(HashString(CombineKey(fp, l.index), l.name), l.in_shape), l.out_shape);
     s->layer_offsets_.push_back(offset);
     s->param_offsets_.emplace_back();
     s->full_offsets_.emplace_back();
-    for (const ParamLayout& p : l.params) fp = HashShape(HashString(fp, p.name), p.shape);
     for (const ParamLayout& p : s->layers_[k]->layout().params) {
       s->param_offsets_.back().push_back(offset);
       offset += p.numel;
@@ -85,8 +95,6 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSpec& model, Lay
   s->layer_offsets_.push_back(offset);
   s->full_offsets_.push_back({full_offset});
   if (const std::optional<TiedMatrix> tied = TiedMatrixOf(model)) {
-    // Tied and untied checkpoints hold different models; untied fingerprints stay as they were.
-    fp = CombineKey(fp, 0x5449454400000001ull);
     s->tied_numel_ = tied->numel;
     if (range.start <= tied->embed_layer) {
       s->tied_offsets_.push_back(
@@ -97,7 +105,7 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSpec& model, Lay
       s->tied_offsets_.push_back(s->tied_head_offset_);
     }
   }
-  s->fingerprint_ = fp;
+  s->fingerprint_ = StageFingerprint(model, range);
 
   // Per-microbatch and shared buffers, sized for max_batch.
   int64_t max_features = s->layers_.front()->in_features(), scratch = 0;

@@ -52,6 +52,10 @@ struct PassOptions {
                           // dropout masks are offset by it so that they do not depend on the split.
 };
 
+// The fingerprint of layers `range` of `model` (Stage::Fingerprint, which checkpoints carry): a
+// hash of the whole layers' names and shapes, the same for every tensor-parallel shard.
+uint64_t StageFingerprint(const ModelSpec& model, LayerRange range);
+
 class Stage {
  public:
   // Layers `range` of `model`, microbatches of at most `max_batch` samples, on `backend` (which
