@@ -17,9 +17,9 @@ uint64_t MaxFrameWireBytes(const JobSpec& spec) {
   // A planned split (layers: auto) may cut after any layer but the last.
   std::vector<int> cuts;
   for (size_t s = 0; s + 1 < spec.sites.size(); ++s) {
-    if (!spec.PlansSplit()) cuts.push_back(spec.sites[s].layers.end - 1);
+    if (!spec.SplitMayMove()) cuts.push_back(spec.sites[s].layers.end - 1);
   }
-  for (size_t k = 0; spec.PlansSplit() && k + 1 < layers.size(); ++k) cuts.push_back(k);
+  for (size_t k = 0; spec.SplitMayMove() && k + 1 < layers.size(); ++k) cuts.push_back(k);
   for (int k : cuts) {
     largest = std::max<uint64_t>(
         largest, NumElements(layers[k].out_shape) * spec.training.MicrobatchSize() * sizeof(float));
@@ -27,8 +27,21 @@ uint64_t MaxFrameWireBytes(const JobSpec& spec) {
   if (const std::optional<TiedMatrix> tied = TiedMatrixOf(spec.model)) {
     largest = std::max<uint64_t>(largest, tied->numel * sizeof(float));  // The TIED frames.
   }
+  if (spec.SplitMayMove())
+    largest = std::max<uint64_t>(largest, MaxMoveFloats(spec) * sizeof(float));
   // zstd's worst case is well under 1/128 extra; headers and the tag fit in 64 KiB.
   return largest + largest / 128 + (64 << 10);
+}
+
+uint64_t MaxMoveFloats(const JobSpec& spec) {
+  uint64_t params = 0;
+  for (const LayerLayout& layer : BuildModelLayout(spec.model)) {
+    for (const ParamLayout& p : layer.params) params += static_cast<uint64_t>(p.numel);
+  }
+  const TrainingSpec& t = spec.training;
+  const uint64_t weights = t.schedule != Schedule::k2BW ? 1 : (t.lookahead > 0 ? 3 : 2);
+  const uint64_t state = t.optimizer.kind == OptimizerKind::kSgd ? 1 : 2;
+  return 2 + params * (weights + state);
 }
 
 FramePieces CutIntoPieces(uint64_t wire_bytes, uint64_t chunk_bytes) {

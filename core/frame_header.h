@@ -24,10 +24,15 @@ struct FramePieces {
 FramePieces CutIntoPieces(uint64_t wire_bytes, uint64_t chunk_bytes);
 
 // The most wire bytes one frame of this job can have: the largest tensor crossing a boundary (one
-// microbatch of activations, fp32, or a tied matrix's gradient) plus the worst case a lossless
+// microbatch of activations, fp32, a tied matrix's gradient, or with a planned split the layers
+// that move after a re-plan: MaxMoveFloats) plus the worst case a lossless
 // codec adds, the codec header and the AEAD tag. The gateway refuses larger frames, and its memory
 // budget must hold at least one.
 uint64_t MaxFrameWireBytes(const JobSpec& spec);
+
+// Floats of the largest MOVE frame of a planned split (proto Purpose MOVE): two layer indices and
+// every layer's weights (each weight version) and optimizer state.
+uint64_t MaxMoveFloats(const JobSpec& spec);
 
 // OK when the header describes a frame this federation can carry: a valid key (ValidateTensorKey),
 // dtype FLOAT32, a shape of 1..8 positive dimensions whose size matches raw_bytes, wire_bytes at

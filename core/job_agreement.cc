@@ -85,8 +85,11 @@ std::string AgreedJobText(const JobSpec& spec) {
   for (const SiteSpec& s : spec.sites) {
     Line(out, absl::StrCat("sites.", s.id),
          absl::StrCat(
+             // A planned split may change at a rollback (proto Rollback.split): not agreed here.
              s.plan_layers ? "layers auto"
-                           : absl::StrCat("layers [", s.layers.start, ", ", s.layers.end, ")"),
+             : spec.split_planned
+                 ? "layers planned"
+                 : absl::StrCat("layers [", s.layers.start, ", ", s.layers.end, ")"),
              " on ", ToString(s.device), " x", s.workers,
              s.machines > 1 ? absl::StrCat(" on ", s.machines, " machines") : "",
              s.tensor_parallel > 1 ? absl::StrCat(", tensor parallel ", s.tensor_parallel) : ""));

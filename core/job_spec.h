@@ -210,6 +210,9 @@ struct GatewaySpec {
   // arrives, so a frame crosses the gateway one piece behind its producer (smaller: sooner, but
   // more messages, each with its own CPU cost in gRPC, the gateway and both sites).
   uint64_t chunk_size = 128ull << 10;
+  // Planned split (layers: auto): a site that rejoins with a profile whose time per step differs
+  // from the planned one by more than this share makes the gateway plan the split again.
+  double replan_share = 0.25;
 };
 
 struct DashboardSpec {
@@ -275,11 +278,16 @@ struct JobSpec {
   TrainingSpec training;
   std::vector<SiteSpec> sites;  // In stage order: sites[i] runs stage i.
   std::vector<LinkSpec> links;  // links[b] for every boundary b = 0 .. sites.size()-2.
+  // Set by core/split_planner.h WithSplit: the layers are the planner's choice.
+  bool split_planned = false;
 
   // Index of the site with this id, or -1.
   int SiteIndex(absl::string_view id) const;
   // True when some site has layers: auto (the split is the planner's to choose).
   bool PlansSplit() const;
+  // True when the split is the planner's, before (PlansSplit) or after planning (split_planned):
+  // the gateway may plan it again, and layers move between sites at a rollback.
+  bool SplitMayMove() const { return PlansSplit() || split_planned; }
 };
 
 // Parses and validates the YAML text of a job spec. `file_name` is used in error messages and

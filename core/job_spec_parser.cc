@@ -109,6 +109,7 @@ class JobSpecParser {
     STRAIT_RETURN_IF_ERROR(map.Bytes("memory_budget", 1 << 20, &g.memory_budget));
     STRAIT_RETURN_IF_ERROR(map.Seconds("heartbeat_timeout", 0.1, &g.heartbeat_timeout_s));
     STRAIT_RETURN_IF_ERROR(map.Bytes("chunk_size", 1 << 10, &g.chunk_size));
+    STRAIT_RETURN_IF_ERROR(map.Double("replan_share", 0.0, 100.0, &g.replan_share));
     if (g.chunk_size > kMaxChunkBytes) {
       return map.ErrorAt("chunk_size", absl::StrCat("expected at most 1MiB (the largest chunk the "
                                                     "protocol carries), found ",
@@ -710,9 +711,12 @@ class JobSpecParser {
     return gateway.ErrorAt("memory_budget",
                            absl::StrCat("a budget of ", spec_.gateway.memory_budget,
                                         " bytes cannot hold one frame of this job (up to ", frame,
-                                        " bytes: one microbatch of activations plus codec and "
-                                        "sealing overhead); raise it to at "
-                                        "least ",
+                                        " bytes: one microbatch of activations",
+                                        spec_.PlansSplit() ? ", or with layers: auto the state of "
+                                                             "every layer, which may move after a "
+                                                             "re-plan,"
+                                                           : "",
+                                        " plus codec and sealing overhead); raise it to at least ",
                                         (frame + (1 << 20) - 1) >> 20, "MiB"));
   }
 

@@ -305,4 +305,12 @@ void MergeFederationProfile(const FederationProfile& from, FederationProfile* in
   }
 }
 
+double ComputeSecondsPerStep(const SiteProfile& profile, int microbatches) {
+  double seconds = 0;
+  for (const LayerProfile& l : profile.layers) {
+    seconds += microbatches * (l.forward_s + l.backward_s) + l.update_s;
+  }
+  return seconds;
+}
+
 }  // namespace strait

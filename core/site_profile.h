@@ -75,4 +75,8 @@ absl::StatusOr<SiteProfile> FromProto(const v1::MeasuredSite& message, const std
 // `into` with `from`'s sites and links added; an entry of the same site replaces the old one.
 void MergeFederationProfile(const FederationProfile& from, FederationProfile* into);
 
+// A site's compute per step of `microbatches` microbatches over the whole model: every layer's
+// forward and backward per microbatch, and its update once. What a re-plan compares.
+double ComputeSecondsPerStep(const SiteProfile& profile, int microbatches);
+
 }  // namespace strait

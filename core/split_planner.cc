@@ -587,6 +587,23 @@ JobSpec WithSplit(JobSpec spec, const SplitChoice& choice) {
   }
   spec.training.extra_in_flight = choice.extra_in_flight;
   spec.training.plan_extra_in_flight = false;
+  spec.split_planned = true;
+  return spec;
+}
+
+absl::StatusOr<JobSpec> ApplySplit(JobSpec spec, const std::vector<LayerRange>& layers) {
+  int next = 0;
+  bool tiles = layers.size() == spec.sites.size();
+  for (size_t s = 0; tiles && s < layers.size(); ++s) {
+    tiles = layers[s].start == next && layers[s].end > layers[s].start;
+    next = layers[s].end;
+  }
+  if (!tiles || next != spec.model.NumLayers()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the split ", SplitToString(layers), " does not give the model's ", spec.model.NumLayers(),
+        " layers in order to the ", spec.sites.size(), " sites"));
+  }
+  for (size_t s = 0; s < layers.size(); ++s) spec.sites[s].layers = layers[s];
   return spec;
 }
 

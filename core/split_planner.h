@@ -89,6 +89,11 @@ std::vector<LayerRange> EvenSplit(const JobSpec& spec);
 // `spec` with every site's range (and extra_in_flight) set as `choice` says: what the sites run.
 JobSpec WithSplit(JobSpec spec, const SplitChoice& choice);
 
+// `spec` (whose split was planned) with the ranges `layers`, as a re-plan gives them (proto
+// Rollback.split). InvalidArgument when they do not tile the model in stage order, a range per
+// site.
+absl::StatusOr<JobSpec> ApplySplit(JobSpec spec, const std::vector<LayerRange>& layers);
+
 // "[0, 2) [2, 5) [5, 6)"
 std::string SplitToString(const std::vector<LayerRange>& layers);
 

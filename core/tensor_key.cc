@@ -5,11 +5,13 @@
 namespace strait {
 
 int ProducerStage(const v1::TensorKey& key, int stages) {
+  if (key.purpose() == v1::MOVE) return static_cast<int>(key.boundary());
   if (key.purpose() == v1::TIED) return key.direction() == v1::FORWARD ? 0 : stages - 1;
   return static_cast<int>(key.boundary()) + (key.direction() == v1::BACKWARD ? 1 : 0);
 }
 
 int ConsumerStage(const v1::TensorKey& key, int stages) {
+  if (key.purpose() == v1::MOVE) return static_cast<int>(key.microbatch());
   if (key.purpose() == v1::TIED) return key.direction() == v1::FORWARD ? stages - 1 : 0;
   return static_cast<int>(key.boundary()) + (key.direction() == v1::FORWARD ? 1 : 0);
 }
@@ -22,6 +24,19 @@ absl::Status ValidateTensorKey(const v1::TensorKey& key, const JobSpec& spec) {
   if (key.direction() != v1::FORWARD && key.direction() != v1::BACKWARD) {
     return absl::InvalidArgumentError(absl::StrCat("tensor key has direction ", key.direction(),
                                                    "; expected FORWARD or BACKWARD"));
+  }
+  if (key.purpose() == v1::MOVE) {
+    const auto stages = static_cast<uint32_t>(spec.sites.size());
+    if (!spec.SplitMayMove()) {
+      return absl::InvalidArgumentError("layer-move key in a job whose split is not planned");
+    }
+    if (key.direction() != v1::FORWARD || key.boundary() >= stages || key.microbatch() >= stages ||
+        key.boundary() == key.microbatch()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer-move key from stage ", key.boundary(), " to stage ", key.microbatch(),
+                       "; expected two stages of 0..", stages - 1, ", FORWARD"));
+    }
+    return absl::OkStatus();
   }
   if (key.boundary() + 1 >= spec.sites.size()) {
     return absl::InvalidArgumentError(absl::StrCat("tensor key has boundary ", key.boundary(),
@@ -55,7 +70,7 @@ absl::Status ValidateTensorKey(const v1::TensorKey& key, const JobSpec& spec) {
       return absl::OkStatus();
     default:
       return absl::InvalidArgumentError(absl::StrCat("tensor key has purpose ", key.purpose(),
-                                                     "; expected TRAIN, CLIP, EVAL or TIED"));
+                                                     "; expected TRAIN, CLIP, EVAL, TIED or MOVE"));
   }
   if (key.microbatch() >= static_cast<uint32_t>(spec.training.microbatches)) {
     return absl::InvalidArgumentError(absl::StrCat("tensor key has microbatch ", key.microbatch(),
@@ -72,6 +87,7 @@ std::string TensorKeyToString(const v1::TensorKey& key) {
                         : key.purpose() == v1::CLIP ? "/clip"
                         : key.purpose() == v1::EVAL ? "/eval"
                         : key.purpose() == v1::TIED ? "/tied"
+                        : key.purpose() == v1::MOVE ? "/move"
                                                     : "/purpose?";
   return absl::StrCat(key.job(), "/s", key.step(), "/m", key.microbatch(), "/b", key.boundary(),
                       "/", direction, "/g", key.generation(), purpose);

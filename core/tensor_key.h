@@ -10,9 +10,11 @@
 namespace strait {
 
 // Stage (site index) that produces the key in a job of `stages` stages: `boundary` for FORWARD,
-// `boundary + 1` for BACKWARD; for TIED keys the first stage (FORWARD) or the last (BACKWARD).
+// `boundary + 1` for BACKWARD; for TIED keys the first stage (FORWARD) or the last (BACKWARD); for
+// MOVE keys `boundary`.
 int ProducerStage(const v1::TensorKey& key, int stages);
-// Stage that consumes the key: the other end of the boundary (TIED: of the first-last link).
+// Stage that consumes the key: the other end of the boundary (TIED: of the first-last link; MOVE:
+// `microbatch`).
 int ConsumerStage(const v1::TensorKey& key, int stages);
 
 // Checks a key received from the network against the job: job name, a real boundary, a direction, a

@@ -49,6 +49,12 @@ std::optional<int> TiedLinkPeer(const JobSpec& spec, int stage) {
 std::vector<int> KeyPeers(const JobSpec& spec, int stage) {
   const int stages = static_cast<int>(spec.sites.size());
   std::vector<int> peers;
+  if (spec.SplitMayMove()) {  // Layers may move between any two stages after a re-plan.
+    for (int s = 0; s < stages; ++s) {
+      if (s != stage) peers.push_back(s);
+    }
+    return peers;
+  }
   if (stage > 0 && spec.links[stage - 1].encryption) peers.push_back(stage - 1);
   if (stage + 1 < stages && spec.links[stage].encryption) peers.push_back(stage + 1);
   if (const std::optional<int> tied = TiedLinkPeer(spec, stage);

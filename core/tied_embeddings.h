@@ -44,7 +44,9 @@ LinkSpec TiedLink(const JobSpec& spec);
 std::optional<int> TiedLinkPeer(const JobSpec& spec, int stage);
 
 // The stages whose signed keys stage `stage` needs to seal its links: its neighbours where the
-// link between them is sealed, and the other end of a sealed TiedLink. In stage order.
+// link between them is sealed, and the other end of a sealed TiedLink; with a planned split
+// (JobSpec::PlansSplit) every other stage, as layers may move between any two (MOVE frames). In
+// stage order.
 std::vector<int> KeyPeers(const JobSpec& spec, int stage);
 
 }  // namespace strait

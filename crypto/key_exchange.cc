@@ -33,7 +33,8 @@ absl::string_view AsString(std::span<const uint8_t> bytes) {
 // Writes direction sender->receiver's key into *key.
 absl::Status DeriveDirection(absl::string_view federation, const LinkEnd& sender,
                              const LinkEnd& receiver, uint32_t generation,
-                             std::span<const uint8_t> shared_secret, DirectionKey* key) {
+                             absl::string_view purpose, std::span<const uint8_t> shared_secret,
+                             DirectionKey* key) {
   std::string info(kLinkKeyLabel);
   AppendField(&info, federation);
   for (const LinkEnd* end : {&sender, &receiver}) {
@@ -42,6 +43,7 @@ absl::Status DeriveDirection(absl::string_view federation, const LinkEnd& sender
     AppendField(&info, AsString(end->public_key));
   }
   if (generation > 0) AppendU32(&info, generation);
+  if (!purpose.empty()) AppendField(&info, purpose);
   STRAIT_ASSIGN_OR_RETURN(std::vector<uint8_t> okm, HkdfSha256(shared_secret, {}, AsBytes(info),
                                                                kAeadKeySize + kNonceSaltSize));
   std::memcpy(key->key.data(), okm.data(), kAeadKeySize);
@@ -205,7 +207,7 @@ absl::StatusOr<LinkEnd> LinkEndOf(const SignedKey& signed_key) {
 
 absl::StatusOr<LinkKeys> DeriveLinkKeys(absl::string_view federation, const LinkEnd& self,
                                         const EphemeralKey& mine, const LinkEnd& peer,
-                                        uint32_t generation) {
+                                        uint32_t generation, absl::string_view purpose) {
   if (self.site_id == peer.site_id) {
     return absl::InvalidArgumentError(
         absl::StrCat("a link needs two sites; both are '", self.site_id, "'"));
@@ -215,9 +217,10 @@ absl::StatusOr<LinkKeys> DeriveLinkKeys(absl::string_view federation, const Link
   }
   STRAIT_ASSIGN_OR_RETURN(auto secret, mine.SharedSecret(peer.public_key));
   LinkKeys keys;
-  absl::Status status = DeriveDirection(federation, self, peer, generation, secret, &keys.send);
+  absl::Status status =
+      DeriveDirection(federation, self, peer, generation, purpose, secret, &keys.send);
   if (status.ok())
-    status = DeriveDirection(federation, peer, self, generation, secret, &keys.receive);
+    status = DeriveDirection(federation, peer, self, generation, purpose, secret, &keys.receive);
   OPENSSL_cleanse(secret.data(), secret.size());
   STRAIT_RETURN_IF_ERROR(status);
   return keys;

@@ -110,15 +110,18 @@ struct LinkEnd {
 //   okm = HKDF-SHA256(ikm = X25519 shared secret, salt = empty,
 //                     info = "strait/v1 link key" || lp(federation) || lp(A.id) || be32(A.epoch)
 //                            || lp(A.public_key) || lp(B.id) || be32(B.epoch) || lp(B.public_key)
-//                            [|| be32(generation) when generation > 0])
+//                            [|| be32(generation) when generation > 0]
+//                            [|| lp(purpose) when purpose is not empty])
 //   key = okm[0, 32), nonce salt = okm[32, 36), key_epoch = A.epoch + B.epoch
 // (lp = 32-bit big-endian length then bytes). key_epoch grows whenever either end rejoins.
 // `generation` is the federation's rollback generation (DESIGN.md §7): after a rollback the sealers
 // start their counters again, so each generation must have keys of its own (no nonce is ever reused
-// under one key, even between neighbours that both kept their epoch).
+// under one key, even between neighbours that both kept their epoch). `purpose` names keys of
+// another use between the same two ends ("move": the MOVE frames of a re-plan), whose sealers
+// count from 0 too.
 absl::StatusOr<LinkKeys> DeriveLinkKeys(absl::string_view federation, const LinkEnd& self,
                                         const EphemeralKey& mine, const LinkEnd& peer,
-                                        uint32_t generation = 0);
+                                        uint32_t generation = 0, absl::string_view purpose = {});
 
 // Convenience: the LinkEnd described by a verified SignedKey (kInvalidArgument on a bad key size).
 absl::StatusOr<LinkEnd> LinkEndOf(const SignedKey& signed_key);

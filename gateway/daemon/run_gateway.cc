@@ -213,6 +213,14 @@ int RunGateway(const GatewayDaemonOptions& options) {
     if (plan.ok()) {
       planned = *std::move(plan);
       make_core(*planned);
+      // A site that rejoins at another speed may change the split: the federation's next Rollback
+      // gives every site its new layers, and they move them first.
+      GatewayCore* attached = core.get();
+      planning->OnReplan([attached](const std::vector<LayerRange>& split) {
+        if (absl::Status s = attached->federation().SetSplit(split); !s.ok()) {
+          spdlog::error("cannot take the new split: {}", std::string(s.message()));
+        }
+      });
       (*server)->Attach(*core);
       serving.store(core.get());
     }

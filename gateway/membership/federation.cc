@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/job_agreement.h"
+#include "core/split_planner.h"
 #include "core/tied_embeddings.h"
 
 namespace strait::gateway {
@@ -19,14 +20,19 @@ uint64_t UnixMs() {
 }
 
 // The sites whose keys site `index` gets, and which get its key: its neighbours, and the other end
-// of the first and last stage's own link for tied embeddings (core/tied_embeddings.h).
+// of the first and last stage's own link for tied embeddings (core/tied_embeddings.h); with a
+// planned split every other site (layers may move between any two).
 std::vector<int> KeyPartners(const JobSpec& spec, int index) {
   const int stages = static_cast<int>(spec.sites.size());
   std::vector<int> partners;
-  for (int neighbour : {index - 1, index + 1}) {
-    if (neighbour >= 0 && neighbour < stages) partners.push_back(neighbour);
+  for (int other = 0; other < stages; ++other) {
+    if (other != index && (spec.SplitMayMove() || other == index - 1 || other == index + 1)) {
+      partners.push_back(other);
+    }
   }
-  if (const std::optional<int> tied = TiedLinkPeer(spec, index)) partners.push_back(*tied);
+  if (const std::optional<int> tied = TiedLinkPeer(spec, index); tied && !spec.SplitMayMove()) {
+    partners.push_back(*tied);
+  }
   return partners;
 }
 
@@ -48,10 +54,17 @@ v1::GatewayMessage PauseMessage(const std::string& reason) {
   return message;
 }
 
-v1::GatewayMessage RollbackMessage(uint64_t step, uint32_t generation) {
+v1::GatewayMessage RollbackMessage(uint64_t step, uint32_t generation,
+                                   const std::vector<LayerRange>& split) {
   v1::GatewayMessage message;
-  message.mutable_control()->mutable_rollback()->set_step(step);
-  message.mutable_control()->mutable_rollback()->set_generation(generation);
+  v1::Rollback& rollback = *message.mutable_control()->mutable_rollback();
+  rollback.set_step(step);
+  rollback.set_generation(generation);
+  for (const LayerRange& r : split) {
+    v1::LayerRange* range = rollback.add_split();
+    range->set_start(r.start);
+    range->set_end(r.end);
+  }
   return message;
 }
 
@@ -94,9 +107,13 @@ absl::StatusOr<v1::JoinReply> Federation::Join(const std::string& site_id,
         absl::StrCat("site '", site_id, "' asked to join federation '", request.federation(),
                      "'; this gateway serves '", spec_.name, "'"));
   }
-  if (request.layers().start() != static_cast<uint32_t>(expected.layers.start) ||
-      request.layers().end() != static_cast<uint32_t>(expected.layers.end) ||
-      request.device() != ToString(expected.device) ||
+  // A planned split's layers are the gateway's to give (in the Rollback): a site's claim may be
+  // those of the split before a re-plan.
+  const bool layers_agree =
+      spec_.SplitMayMove() ||
+      (request.layers().start() == static_cast<uint32_t>(expected.layers.start) &&
+       request.layers().end() == static_cast<uint32_t>(expected.layers.end));
+  if (!layers_agree || request.device() != ToString(expected.device) ||
       request.workers() != static_cast<uint32_t>(expected.workers)) {
     return absl::FailedPreconditionError(
         absl::StrCat("site '", site_id, "' claims layers [", request.layers().start(), ", ",
@@ -307,6 +324,7 @@ Federation::Link& Federation::LinkLocked(const v1::TensorKey& key) {
 }
 
 void Federation::CountPushed(const v1::FrameHeader& header) {
+  if (header.key().purpose() == v1::MOVE) return;  // Between two sites, on no boundary.
   std::lock_guard<std::mutex> lock(mu_);
   Link& link = LinkLocked(header.key());
   ++link.frames;
@@ -315,6 +333,7 @@ void Federation::CountPushed(const v1::FrameHeader& header) {
 }
 
 void Federation::CountDelivered(const v1::FrameHeader& header, Clock::duration push_to_pull) {
+  if (header.key().purpose() == v1::MOVE) return;
   std::lock_guard<std::mutex> lock(mu_);
   Link& link = LinkLocked(header.key());
   ++link.delivered;
@@ -424,9 +443,16 @@ void Federation::MaybeStartLocked(std::vector<Action>& actions) {
     actions.push_back(
         {nullptr, std::nullopt, {}, [this, generation] { new_generation_(generation); }});
   }
+  std::vector<LayerRange> split;  // Only a planned split travels with the Rollback.
+  for (const Site& site : sites_) {
+    if (spec_.SplitMayMove()) {
+      split.push_back({static_cast<int>(site.info.layers().start()),
+                       static_cast<int>(site.info.layers().end())});
+    }
+  }
   for (Site& site : sites_) {
     site.info.set_step(step);
-    actions.push_back({site.channel, RollbackMessage(step, generation), {}});
+    actions.push_back({site.channel, RollbackMessage(step, generation, split), {}});
   }
   if (generation > 1 || step > 0) {
     AlertLocked(v1::Alert::WARNING, absl::StrCat("rolled back to the checkpoint of step ", step,
@@ -434,6 +460,20 @@ void Federation::MaybeStartLocked(std::vector<Action>& actions) {
   }
   spdlog::info("training {} at step {} (generation {})", generation == 1 ? "starts" : "restarts",
                step, generation);
+}
+
+absl::Status Federation::SetSplit(const std::vector<LayerRange>& split) {
+  if (!spec_.SplitMayMove() || split.size() != sites_.size()) {
+    return absl::FailedPreconditionError("only a planned split of every site can change");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t s = 0; s < sites_.size(); ++s) {
+    sites_[s].info.mutable_layers()->set_start(split[s].start);
+    sites_[s].info.mutable_layers()->set_end(split[s].end);
+  }
+  AlertLocked(v1::Alert::WARNING, absl::StrCat("split planned again: ", SplitToString(split),
+                                               "; layers move at the next rollback"));
+  return absl::OkStatus();
 }
 
 void Federation::Run(std::vector<Action>& actions) {

@@ -57,6 +57,11 @@ class Federation {
   // marked down and the others are told.
   void Detach(int site, const SiteChannel* channel, Clock::time_point now);
 
+  // A planned split (JobSpec::SplitMayMove) planned again: `split` gives every site its layers from
+  // the next Rollback on (which carries it; the sites move layers first). Joins until then may
+  // claim either split's layers.
+  absl::Status SetSplit(const std::vector<LayerRange>& split);
+
   // Records that stage `site` was heard from (any message).
   void Touch(int site, Clock::time_point now);
   void Report(int site, const v1::SiteReport& report, Clock::time_point now);

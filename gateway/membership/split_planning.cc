@@ -1,6 +1,7 @@
 #include "gateway/membership/split_planning.h"
 
 #include <chrono>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +10,15 @@
 #include "spdlog/spdlog.h"
 
 namespace strait::gateway {
+namespace {
+
+std::vector<LayerRange> SplitOf(const JobSpec& spec) {
+  std::vector<LayerRange> split;
+  for (const SiteSpec& site : spec.sites) split.push_back(site.layers);
+  return split;
+}
+
+}  // namespace
 
 SplitPlanning::SplitPlanning(const JobSpec& spec) : spec_(spec), agreed_job_(AgreedJobText(spec)) {}
 
@@ -44,8 +54,12 @@ uint64_t SplitPlanning::Submit(const std::string& site, const v1::PlanRequest& r
   }
   std::vector<std::pair<Done, absl::StatusOr<v1::PlanReply>>> answers;
   uint64_t ticket = 0;
+  std::optional<std::vector<LayerRange>> replanned;
+  std::function<void(const std::vector<LayerRange>&)> on_replan;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (reply_) replanned = ReplanLocked(one);
+    on_replan = on_replan_;
     if (reply_ || !failed_.ok()) {
       answers.emplace_back(std::move(done), reply_ ? absl::StatusOr<v1::PlanReply>(*reply_)
                                                    : absl::StatusOr<v1::PlanReply>(failed_));
@@ -56,8 +70,62 @@ uint64_t SplitPlanning::Submit(const std::string& site, const v1::PlanRequest& r
       answers = PlanIfComplete();
     }
   }
+  if (replanned && on_replan) on_replan(*replanned);
   for (auto& [callback, answer] : answers) callback(std::move(answer));
   return ticket;
+}
+
+void SplitPlanning::OnReplan(std::function<void(const std::vector<LayerRange>&)> handler) {
+  std::lock_guard<std::mutex> lock(mu_);
+  on_replan_ = std::move(handler);
+}
+
+std::optional<std::vector<LayerRange>> SplitPlanning::ReplanLocked(const FederationProfile& one) {
+  const SiteProfile& now = one.sites.front();
+  const SiteProfile* before = profiles_.Site(now.site);
+  const int microbatches = spec_.training.microbatches;
+  const double was = before ? ComputeSecondsPerStep(*before, microbatches) : 0;
+  const double is = ComputeSecondsPerStep(now, microbatches);
+  MergeFederationProfile(one, &profiles_);
+  if (was > 0 && std::abs(is / was - 1) <= spec_.gateway.replan_share) return std::nullopt;
+  spdlog::info(
+      "site {} computes {:.1f} ms per step, the split was planned with {:.1f} ms: "
+      "planning it again",
+      now.site, is * 1e3, was * 1e3);
+  // The sites keep the extra_in_flight they run with; only the layers move.
+  JobSpec fixed = spec_;
+  fixed.training.extra_in_flight = planned_->training.extra_in_flight;
+  fixed.training.plan_extra_in_flight = false;
+  absl::StatusOr<SplitPlan> plan = PlanSplit(fixed, profiles_);
+  if (!plan.ok()) {
+    spdlog::error("cannot plan the split again ({}); keeping {}",
+                  std::string(plan.status().message()), SplitToString(SplitOf(*planned_)));
+    return std::nullopt;
+  }
+  const std::vector<LayerRange> split = plan->ranked.front().choice.layers;
+  if (split == SplitOf(*planned_)) {
+    spdlog::info("plan: the split {} stays the best", SplitToString(split));
+    return std::nullopt;
+  }
+  TakePlanLocked(*plan);
+  return split;
+}
+
+void SplitPlanning::TakePlanLocked(const SplitPlan& plan) {
+  const SplitChoice& choice = plan.ranked.front().choice;
+  v1::PlanReply reply;
+  for (const LayerRange& r : choice.layers) {
+    v1::LayerRange* range = reply.add_layers();
+    range->set_start(r.start);
+    range->set_end(r.end);
+  }
+  reply.set_extra_in_flight(choice.extra_in_flight);
+  for (const std::string& line : DescribePlan(spec_, plan)) {
+    spdlog::info("plan: {}", line);
+    reply.add_description(line);
+  }
+  reply_ = std::move(reply);
+  planned_ = WithSplit(spec_, choice);
 }
 
 void SplitPlanning::Forget(uint64_t ticket) {
@@ -79,20 +147,7 @@ SplitPlanning::PlanIfComplete() {
   }
   absl::StatusOr<SplitPlan> plan = PlanSplit(spec_, profiles_);
   if (plan.ok()) {
-    const SplitChoice& choice = plan->ranked.front().choice;
-    v1::PlanReply reply;
-    for (const LayerRange& r : choice.layers) {
-      v1::LayerRange* range = reply.add_layers();
-      range->set_start(r.start);
-      range->set_end(r.end);
-    }
-    reply.set_extra_in_flight(choice.extra_in_flight);
-    for (const std::string& line : DescribePlan(spec_, *plan)) {
-      spdlog::info("plan: {}", line);
-      reply.add_description(line);
-    }
-    reply_ = std::move(reply);
-    planned_ = WithSplit(spec_, choice);
+    TakePlanLocked(*plan);
   } else {
     failed_ = plan.status();
     spdlog::error("cannot plan the split: {}", std::string(failed_.message()));

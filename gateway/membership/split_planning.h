@@ -1,8 +1,10 @@
 // The gateway's part of `layers: auto` (DESIGN.md §4, core/split_planner.h): it collects every
 // site's profile and link (the Plan call), plans the split once all are in, and answers every
-// waiting site with it. The plan is made once per gateway process: a site that calls again (it
-// restarted, or the gateway did and the sites reconnect) gets the same split. Handler logic only;
-// gateway/rpc/ wires it to gRPC.
+// waiting site with it. A site that calls again (it restarted, or the gateway did and the sites
+// reconnect) gets the same split, unless its profile's compute per step differs from the one the
+// split was planned with by more than gateway.replan_share: then the split is planned again (with
+// the same extra_in_flight), the caller gets the new one and OnReplan's handler hears of it (the
+// federation's next Rollback moves the layers). Handler logic only; gateway/rpc/ wires it to gRPC.
 #pragma once
 
 #include <condition_variable>
@@ -37,6 +39,8 @@ class SplitPlanning {
   uint64_t Submit(const std::string& site, const v1::PlanRequest& request, Done done);
   // The call behind `ticket` ended first: its `done` gets CANCELLED unless it ran already.
   void Forget(uint64_t ticket);
+  // Called (without the lock) with every split planned again after the first.
+  void OnReplan(std::function<void(const std::vector<LayerRange>&)> handler);
 
   // Blocks until the plan is made or `stop` returns true (checked every 100 ms): the planned spec
   // (every range and extra_in_flight set: core/split_planner.h WithSplit), the planner's error
@@ -48,6 +52,11 @@ class SplitPlanning {
  private:
   // Plans when every site's profile is in; the waiters to answer. Under mu_.
   std::vector<std::pair<Done, absl::StatusOr<v1::PlanReply>>> PlanIfComplete();
+  // After the plan: takes `one` (a site's new profile and link) and plans again if the site's
+  // compute changed by more than replan_share; the new split if it differs. Under mu_.
+  std::optional<std::vector<LayerRange>> ReplanLocked(const FederationProfile& one);
+  // Makes reply_ and planned_ of a plan. Under mu_.
+  void TakePlanLocked(const SplitPlan& plan);
 
   const JobSpec& spec_;
   const std::string agreed_job_;
@@ -59,6 +68,7 @@ class SplitPlanning {
   absl::Status failed_;  // Planning itself failed (no split fits): every site gets this.
   std::map<uint64_t, Done> waiting_;
   uint64_t next_ticket_ = 1;
+  std::function<void(const std::vector<LayerRange>&)> on_replan_;
 };
 
 }  // namespace strait::gateway

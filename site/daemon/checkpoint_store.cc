@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "core/status.h"
 #include "site/nn/checkpoint.h"
+#include "site/nn/stage.h"
 #include "site/pipeline/stage_checkpoint.h"
 
 namespace strait::site {
@@ -37,9 +38,11 @@ absl::Status CheckpointStore::Save(int64_t step, const StageExecutor& stage) {
   STRAIT_RETURN_IF_ERROR(SaveStageCheckpoint(PathFor(step), spec_, stage, step));
   std::vector<int64_t> steps = Steps();
   for (size_t i = 0; i + keep_ < steps.size(); ++i) {
-    std::filesystem::remove(PathFor(steps[i]), error);
-    if (error)
-      spdlog::warn("cannot remove old checkpoint {}: {}", PathFor(steps[i]), error.message());
+    // With the checkpoint it trained before layers moved (site/daemon/layer_moves.h), if any.
+    for (const std::string& path : {PathFor(steps[i]), PathFor(steps[i]) + ".moved"}) {
+      std::filesystem::remove(path, error);
+      if (error) spdlog::warn("cannot remove old checkpoint {}: {}", path, error.message());
+    }
   }
   return absl::OkStatus();
 }
@@ -66,8 +69,14 @@ absl::StatusOr<int64_t> CheckpointStore::NewestValid(const StageExecutor& stage)
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     absl::StatusOr<CheckpointState> state = ReadCheckpoint(PathFor(*it));
     absl::Status problem = state.status();
+    // A planned split's checkpoint may hold other layers than the stage: they move at the rollback
+    // (site/daemon/layer_moves.h).
+    const uint64_t fingerprint =
+        state.ok() && spec_.SplitMayMove()
+            ? StageFingerprint(spec_.model, {state->first_layer, state->end_layer})
+            : stage.Fingerprint();
     if (state.ok() &&
-        (state->fingerprint != stage.Fingerprint() || state->step != *it ||
+        (state->fingerprint != fingerprint || state->step != *it ||
          state->data_seed != spec_.data.seed || state->init_seed != spec_.model.init_seed)) {
       problem = absl::FailedPreconditionError("it belongs to another job, split or step");
     } else if (state.ok() && static_cast<int>(state->weight_versions) != stage.weight_versions()) {

@@ -40,18 +40,17 @@ absl::StatusOr<JobSpec> TakePlannedSplit(const JobSpec& spec, int index,
   }
   // The gateway planned it from the same spec; still, a split that does not tile the model or
   // moves a pinned range is refused rather than run.
-  int next = 0;
-  bool fits = choice.layers.size() == spec.sites.size();
-  for (size_t s = 0; fits && s < choice.layers.size(); ++s) {
-    const LayerRange& r = choice.layers[s];
-    fits = r.start == next && r.end > r.start &&
-           (spec.sites[s].plan_layers || r == spec.sites[s].layers);
-    next = r.end;
+  absl::Status fits = ApplySplit(spec, choice.layers).status();
+  for (size_t s = 0; fits.ok() && s < spec.sites.size(); ++s) {
+    if (!spec.sites[s].plan_layers && !(choice.layers[s] == spec.sites[s].layers)) {
+      fits = absl::InvalidArgumentError(
+          absl::StrCat("it moves the pinned layers of ", spec.sites[s].id));
+    }
   }
-  if (!fits || next != spec.model.NumLayers()) {
-    return absl::InternalError(absl::StrCat("the gateway planned the split ",
-                                            SplitToString(choice.layers),
-                                            ", which does not fit this job spec"));
+  if (!fits.ok()) {
+    return absl::InternalError(
+        absl::StrCat("the gateway planned the split ", SplitToString(choice.layers),
+                     ", which does not fit this job spec: ", fits.message()));
   }
   if (reply.description_size() > 0) spdlog::info("plan: {}", reply.description(0));
   return WithSplit(spec, choice);

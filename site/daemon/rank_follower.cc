@@ -72,7 +72,8 @@ absl::Status Serve(const FollowerOptions& o, LeaderLink& link, bool& grouped) {
                          .store = &link.store(),
                          .nccl_prefix = BuildKeyPrefix(prefix, order->build().build())};
         absl::StatusOr<std::unique_ptr<StageExecutor>> made =
-            MakeStageFactory(*o.spec, o.index, order->build().total_steps(), o.threads, ranks)();
+            MakeStageFactory(*o.spec, o.index, order->build().total_steps(), o.threads,
+                             ranks)(o.spec->sites[o.index].layers);
         done = made.status();
         if (made.ok()) stage = *std::move(made);
         break;

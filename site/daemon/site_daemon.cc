@@ -296,7 +296,8 @@ absl::Status LeadSite(const SiteOptions& o, const SiteSetup& setup, const StageD
       continue;
     }
     RankLeader* group = leader.get();
-    auto factory = [&o, &setup, group]() -> absl::StatusOr<std::unique_ptr<StageExecutor>> {
+    auto factory = [&o, &setup,
+                    group](LayerRange layers) -> absl::StatusOr<std::unique_ptr<StageExecutor>> {
       STRAIT_ASSIGN_OR_RETURN(const std::string keys, group->BuildFollowers(setup.total_steps));
       return MakeStageFactory(setup.spec, setup.index, setup.total_steps, o.threads,
                               {.rank = 0,
@@ -306,7 +307,7 @@ absl::Status LeadSite(const SiteOptions& o, const SiteSetup& setup, const StageD
                                .tensor_parallel = setup.spec.sites[setup.index].tensor_parallel,
                                .tensor = group->tensor_reducer(),
                                .store = &group->store(),
-                               .nccl_prefix = keys})();
+                               .nccl_prefix = keys})(layers);
     };
     absl::Status result =
         TrainSite(o, setup, data, factory, resume, epoch, report, process_start, leader.get());

@@ -12,8 +12,10 @@
 #include "absl/strings/str_format.h"
 #include "core/cpu_time.h"
 #include "core/schedule.h"
+#include "core/split_planner.h"
 #include "core/status.h"
 #include "core/tied_embeddings.h"
+#include "site/daemon/layer_moves.h"
 
 namespace strait::site {
 namespace {
@@ -161,7 +163,7 @@ StageFactory MakeStageFactory(const JobSpec& spec, int index, int64_t total_step
                               StageRanks ranks) {
   const OptimizerSpec optimizer = WithDecayHorizon(spec.training.optimizer, total_steps);
   return [&spec, index, optimizer, threads,
-          ranks]() -> absl::StatusOr<std::unique_ptr<StageExecutor>> {
+          ranks](LayerRange layers) -> absl::StatusOr<std::unique_ptr<StageExecutor>> {
     const SiteSpec& site = spec.sites[index];
     StageWorkers workers{.device = site.device,
                          .count = site.workers,
@@ -184,7 +186,7 @@ StageFactory MakeStageFactory(const JobSpec& spec, int index, int64_t total_step
     } else if (ranks.ranks > 1) {
       workers.make_reducer = NcclAcrossRanks(ranks);
     }
-    return StageExecutor::Create(spec.model, site.layers, optimizer, spec.training.MicrobatchSize(),
+    return StageExecutor::Create(spec.model, layers, optimizer, spec.training.MicrobatchSize(),
                                  VersioningOf(spec.training), workers);
   };
 }
@@ -238,7 +240,7 @@ std::optional<int64_t> SiteSession::checkpoint() {
 
 absl::Status SiteSession::Join(GatewayConnector& connector) {
   const SiteSpec& site = spec_.sites[options_.index];
-  STRAIT_ASSIGN_OR_RETURN(stage_, build_stage_());
+  STRAIT_ASSIGN_OR_RETURN(stage_, build_stage_(site.layers));
   if (site.machines > 1) {
     spdlog::info("{} ranks ({} tensor-parallel), {} worker(s) each; this rank's: {}", site.machines,
                  site.tensor_parallel, site.workers, stage_->device_names());
@@ -259,11 +261,6 @@ absl::Status SiteSession::Join(GatewayConnector& connector) {
     }
   }
   window_ = LinkWindow(spec_);
-  max_raw_ = static_cast<uint64_t>(spec_.training.MicrobatchSize()) *
-             std::max(stage_->input_features(), stage_->output_features()) * 4;
-  if (TiedAcrossSites(spec_)) {  // Tied gradients: on their own link, or on the one of two sites.
-    max_raw_ = std::max<uint64_t>(max_raw_, TiedMatrixOf(spec_.model)->numel * sizeof(float));
-  }
   spdlog::info("stage {} of {} (layers [{}, {})), joining the gateway at {}", options_.index,
                spec_.sites.size(), site.layers.start, site.layers.end, spec_.gateway.address);
   STRAIT_ASSIGN_OR_RETURN(v1::JoinReply reply, connector.Join(checkpoint()));
@@ -345,16 +342,22 @@ absl::StatusOr<std::unique_ptr<SiteRunner>> SiteSession::StartGeneration(
     GatewayConnector& connector, const v1::Rollback& begin, const StageData& data) {
   const auto from = static_cast<int64_t>(begin.step());
   const uint32_t generation = begin.generation();
-  STRAIT_ASSIGN_OR_RETURN(stage_, build_stage_());
-  if (from > 0) STRAIT_RETURN_IF_ERROR(checkpoints_.Load(from, *stage_));
-  spdlog::info("training from {} (generation {})",
-               from == 0 ? std::string("the initial parameters") : checkpoints_.PathFor(from),
-               generation);
   STRAIT_ASSIGN_OR_RETURN(auto peer_keys,
                           keys_.WaitFor(peers_, std::chrono::minutes(10), std::chrono::seconds(10),
                                         [](const std::string& missing) {
                                           spdlog::info("waiting for the key of {}", missing);
                                         }));
+  if (begin.split_size() > 0) STRAIT_RETURN_IF_ERROR(TakeSplit(connector, begin, peer_keys));
+  STRAIT_ASSIGN_OR_RETURN(stage_, build_stage_(spec_.sites[options_.index].layers));
+  if (from > 0) STRAIT_RETURN_IF_ERROR(checkpoints_.Load(from, *stage_));
+  spdlog::info("training from {} (generation {})",
+               from == 0 ? std::string("the initial parameters") : checkpoints_.PathFor(from),
+               generation);
+  max_raw_ = static_cast<uint64_t>(spec_.training.MicrobatchSize()) *
+             std::max(stage_->input_features(), stage_->output_features()) * 4;
+  if (TiedAcrossSites(spec_)) {  // Tied gradients: on their own link, or on the one of two sites.
+    max_raw_ = std::max<uint64_t>(max_raw_, TiedMatrixOf(spec_.model)->numel * sizeof(float));
+  }
   STRAIT_ASSIGN_OR_RETURN(StageLinks links,
                           BuildLinks(spec_, options_.index, connector.link(), connector.security(),
                                      peer_keys, generation, metrics_, window_, max_raw_));
@@ -367,6 +370,34 @@ absl::StatusOr<std::unique_ptr<SiteRunner>> SiteSession::StartGeneration(
   std::lock_guard<std::mutex> lock(progress_.mu);
   progress_.generation = generation;
   return runner;
+}
+
+absl::Status SiteSession::TakeSplit(GatewayConnector& connector, const v1::Rollback& begin,
+                                    const std::map<std::string, v1::SignedKey>& keys) {
+  std::vector<LayerRange> split;
+  for (const v1::LayerRange& r : begin.split()) {
+    split.push_back({static_cast<int>(r.start()), static_cast<int>(r.end())});
+  }
+  STRAIT_ASSIGN_OR_RETURN(JobSpec planned, ApplySplit(spec_, split));
+  const LayerRange before = spec_.sites[options_.index].layers;
+  const LayerRange now = planned.sites[options_.index].layers;
+  spec_ = std::move(planned);
+  if (!(before == now)) {
+    spdlog::info("the gateway planned the split again: {}; this site's layers are now [{}, {})",
+                 SplitToString(split), now.start, now.end);
+    report_.Print(absl::StrFormat("split planned again: %s; layers [%d, %d) here",
+                                  SplitToString(split), now.start, now.end));
+  }
+  // From the initial parameters nothing moves: every layer starts from its seed.
+  if (begin.step() == 0) return absl::OkStatus();
+  return MoveLayers({.spec = &spec_,
+                     .index = options_.index,
+                     .step = static_cast<int64_t>(begin.step()),
+                     .generation = begin.generation(),
+                     .link = &connector.link(),
+                     .security = connector.security(),
+                     .keys = &keys},
+                    checkpoints_);
 }
 
 // Trains `runner` to the last step, evaluating every training.eval_every steps, then evaluates

@@ -36,9 +36,11 @@
 
 namespace strait::site {
 
-// Builds this site's stage with its initial parameters (every generation starts from a fresh one,
-// then loads its checkpoint). The session's only way to make a stage.
-using StageFactory = std::function<absl::StatusOr<std::unique_ptr<StageExecutor>>()>;
+// Builds this site's stage of `layers` with its initial parameters (every generation starts from a
+// fresh one, then loads its checkpoint; a planned split may give it other layers). The session's
+// only way to make a stage.
+using StageFactory =
+    std::function<absl::StatusOr<std::unique_ptr<StageExecutor>>(LayerRange layers)>;
 
 // Where this process sits in its site (DESIGN.md §4): rank `rank` of the site's `ranks` machines.
 struct StageRanks {
@@ -54,7 +56,7 @@ struct StageRanks {
   std::string nccl_prefix;
 };
 
-// The stage of site `index` of `spec` (its layers, device and workers) for a run of `total_steps`
+// The stage of site `index` of `spec` (its device and workers) for a run of `total_steps`
 // (the horizon of the optimizer's decay), with `threads` compute threads per worker, as rank
 // `ranks` of its site (its gradients summed across the ranks' group). `spec` and the peers and
 // group must outlive the factory's stages.
@@ -99,7 +101,8 @@ struct SessionFigures {
 
 class SiteSession {
  public:
-  // `spec`, `checkpoints` and `report` must outlive the session. Progress lines, "interrupted"
+  // `checkpoints` and `report` must outlive the session, which keeps its own copy of `spec` (a
+  // planned split's Rollback may give the stages other layers). Progress lines, "interrupted"
   // lines and the losses of the last stage go to `report`.
   SiteSession(const JobSpec& spec, SessionOptions options, StageFactory build_stage,
               CheckpointStore& checkpoints, RunReport& report);
@@ -148,6 +151,9 @@ class SiteSession {
   absl::StatusOr<std::unique_ptr<SiteRunner>> StartGeneration(GatewayConnector& connector,
                                                               const v1::Rollback& begin,
                                                               const StageData& data);
+  // A planned split's Rollback: takes its split, and moves layers to and from the other sites.
+  absl::Status TakeSplit(GatewayConnector& connector, const v1::Rollback& begin,
+                         const std::map<std::string, v1::SignedKey>& keys);
   absl::Status TrainGeneration(SiteRunner& runner, int64_t from, SiteReportSender& sender);
   absl::Status AfterStep(const SiteRunner& runner, const StepResult& step, Pass& pass,
                          SiteReportSender& sender);
@@ -162,7 +168,7 @@ class SiteSession {
   void ShowProgress(const SiteRunner& runner, const StepResult& step, const Pass& pass,
                     std::chrono::steady_clock::time_point now);
 
-  const JobSpec& spec_;
+  JobSpec spec_;  // With the split of the current generation.
   const SessionOptions options_;
   const StageFactory build_stage_;
   CheckpointStore& checkpoints_;

@@ -71,7 +71,8 @@ absl::StatusOr<FrameEncoder::Frame> FrameEncoder::Encode(const v1::TensorKey& ke
   // Clipping scalars and tied-embedding gradients must arrive exactly, whatever the link's chain
   // (both ends must compute the same sums). Error feedback carries over between the tensors of the
   // same purpose and microbatch slot, step after step.
-  const bool exact = key.purpose() == v1::CLIP || key.purpose() == v1::TIED;
+  const bool exact =
+      key.purpose() == v1::CLIP || key.purpose() == v1::TIED || key.purpose() == v1::MOVE;
   compression::CodecChain& chain = exact ? *lossless_ : *chain_;
   const auto start = std::chrono::steady_clock::now();
   STRAIT_ASSIGN_OR_RETURN(absl::Span<const uint8_t> encoded,
@@ -118,8 +119,10 @@ absl::StatusOr<std::vector<float>> FrameDecoder::Decode(const v1::TensorKey& exp
   if (!SameKey(header.key(), expected)) {
     return absl::InvalidArgumentError("frame carries another tensor key than the one pulled");
   }
-  if (header.shape_size() != static_cast<int>(expected_shape.size()) ||
-      !std::equal(expected_shape.begin(), expected_shape.end(), header.shape().begin())) {
+  const bool any_length = expected_shape.empty() && header.shape_size() == 1;
+  if (!any_length &&
+      (header.shape_size() != static_cast<int>(expected_shape.size()) ||
+       !std::equal(expected_shape.begin(), expected_shape.end(), header.shape().begin()))) {
     return absl::InvalidArgumentError("frame has another shape than this boundary carries");
   }
   if (header.sealed() != (opener_ != nullptr)) {

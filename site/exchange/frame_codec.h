@@ -36,8 +36,8 @@ class FrameEncoder {
     double encode_s = 0.0;  // Time spent in the codec chain.
     double seal_s = 0.0;    // Time spent sealing.
   };
-  // `values` row-major with `shape`; `key` is the tensor's routing key. CLIP and TIED keys are
-  // encoded with the lossless chain `none` whatever the link's chain.
+  // `values` row-major with `shape`; `key` is the tensor's routing key. CLIP, TIED and MOVE keys
+  // are encoded with the lossless chain `none` whatever the link's chain.
   absl::StatusOr<Frame> Encode(const v1::TensorKey& key, absl::Span<const float> values,
                                const std::vector<int64_t>& shape);
 
@@ -64,8 +64,9 @@ class FrameDecoder {
   // refused).
   FrameDecoder(std::unique_ptr<crypto::Opener> opener, uint64_t max_raw_bytes);
 
-  // Checks that the frame answers `expected` (the key that was pulled) with the `expected_shape`,
-  // opens it and decodes it. Every refusal is INVALID_ARGUMENT or carries a crypto::OpenError.
+  // Checks that the frame answers `expected` (the key that was pulled) with the `expected_shape`
+  // (empty: any vector, up to the decoder's max_raw_bytes), opens it and decodes it. Every refusal
+  // is INVALID_ARGUMENT or carries a crypto::OpenError.
   absl::StatusOr<std::vector<float>> Decode(const v1::TensorKey& expected,
                                             const std::vector<int64_t>& expected_shape,
                                             ReceivedFrame frame, DecodeTimings* timings = nullptr);

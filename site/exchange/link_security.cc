@@ -36,14 +36,15 @@ absl::StatusOr<std::unique_ptr<LinkSecurity>> LinkSecurity::Create(const std::st
 absl::StatusOr<LinkSecurity::LinkCrypto> LinkSecurity::Derive(const std::string& neighbour_id,
                                                               const v1::SignedKey& neighbour,
                                                               uint64_t rotate_bytes,
-                                                              uint32_t generation) const {
+                                                              uint32_t generation,
+                                                              absl::string_view purpose) const {
   const crypto::SignedKey peer_key = FromProto(neighbour);
   STRAIT_RETURN_IF_ERROR(
       crypto::VerifySignedKey(federation_, neighbour_id, peer_key, ca_, deny_list_));
   STRAIT_ASSIGN_OR_RETURN(crypto::LinkEnd peer, crypto::LinkEndOf(peer_key));
   crypto::LinkEnd self{site_id_, epoch_, key_.public_key()};
-  STRAIT_ASSIGN_OR_RETURN(crypto::LinkKeys keys,
-                          crypto::DeriveLinkKeys(federation_, self, key_, peer, generation));
+  STRAIT_ASSIGN_OR_RETURN(crypto::LinkKeys keys, crypto::DeriveLinkKeys(federation_, self, key_,
+                                                                        peer, generation, purpose));
   LinkCrypto link;
   link.key_epoch = keys.send.key_epoch;
   STRAIT_ASSIGN_OR_RETURN(link.sealer, crypto::Sealer::Create(keys.send, rotate_bytes));

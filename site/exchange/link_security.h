@@ -37,10 +37,12 @@ class LinkSecurity {
     uint32_t key_epoch = 0;
   };
   // `rotate_bytes`: the sealer's byte budget (the link's rotate_bytes). `generation`: the
-  // federation's rollback generation (fresh keys for each). UNAUTHENTICATED or
-  // PERMISSION_DENIED when the key is not the neighbour's (wrong CA, identity, signature, revoked).
+  // federation's rollback generation (fresh keys for each). `purpose`: keys apart from the link's
+  // for another use (crypto::DeriveLinkKeys). UNAUTHENTICATED or PERMISSION_DENIED when the key is
+  // not the neighbour's (wrong CA, identity, signature, revoked).
   absl::StatusOr<LinkCrypto> Derive(const std::string& neighbour_id, const v1::SignedKey& neighbour,
-                                    uint64_t rotate_bytes, uint32_t generation = 0) const;
+                                    uint64_t rotate_bytes, uint32_t generation = 0,
+                                    absl::string_view purpose = {}) const;
 
  private:
   LinkSecurity(std::string federation, uint32_t epoch, crypto::EphemeralKey key,

@@ -73,7 +73,8 @@ std::vector<float> JoinParts(const std::vector<const std::vector<float>*>& parts
 
 absl::StatusOr<CheckpointState> CutLayers(const CheckpointState& state, const ModelSpec& model,
                                           LayerRange layers) {
-  if (layers.start < state.first_layer || layers.end > state.end_layer ||
+  if (state.first_layer < 0 || state.end_layer > model.NumLayers() ||
+      layers.start < state.first_layer || layers.end > state.end_layer ||
       layers.start >= layers.end) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot cut layers ", Range(layers.start, layers.end),

@@ -47,6 +47,7 @@ absl::StatusOr<DeviceBuffer> Floats(Backend* backend, int64_t n) {
 uint64_t StageFingerprint(const ModelSpec& model, LayerRange range) {
   // The recipe must not change: checkpoints carry it. It hashes the whole layers, so that
   // checkpoints (of whole parameters) do not depend on tensor parallelism.
+  if (range.start < 0 || range.end > model.NumLayers() || range.start > range.end) return 0;
   const std::vector<LayerLayout> whole = BuildModelLayout(model);
   uint64_t fp = CombineKey(0x5354524149540001ull, static_cast<uint64_t>(model.family));
   for (int i = range.start; i < range.end; ++i) {

@@ -91,6 +91,9 @@ TEST(CheckpointLayersTest, RefusesWhatDoesNotFit) {
   const CheckpointState whole = Checkpoint(model, {0, 5});
   EXPECT_FALSE(CutLayers(whole, model, {4, 6}).ok());
   EXPECT_FALSE(CutLayers(whole, model, {2, 2}).ok());
+  CheckpointState beyond = whole;
+  beyond.end_layer = 9;
+  EXPECT_FALSE(CutLayers(beyond, model, {0, 1}).ok());
   CheckpointState short_state = whole;
   short_state.optimizer_state.pop_back();
   EXPECT_FALSE(CutLayers(short_state, model, {0, 1}).ok());

@@ -1,0 +1,224 @@
+#include "site/daemon/layer_moves.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <future>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/frame_header.h"
+#include "core/model_layout.h"
+#include "core/status.h"
+#include "site/exchange/frame_codec.h"
+#include "site/nn/checkpoint_layers.h"
+#include "site/nn/stage.h"
+
+namespace strait::site {
+namespace {
+
+constexpr char kPurpose[] = "move";
+
+std::string Range(LayerRange r) { return absl::StrCat("[", r.start, ", ", r.end, ")"); }
+
+LayerRange Overlap(LayerRange a, LayerRange b) {
+  const LayerRange r{std::max(a.start, b.start), std::min(a.end, b.end)};
+  return r.start < r.end ? r : LayerRange{0, 0};
+}
+
+v1::TensorKey MoveKey(const LayerMoves& m, int from, int to) {
+  v1::TensorKey key;
+  key.set_job(m.spec->name);
+  key.set_step(static_cast<uint64_t>(m.step));
+  key.set_boundary(static_cast<uint32_t>(from));
+  key.set_microbatch(static_cast<uint32_t>(to));
+  key.set_direction(v1::FORWARD);
+  key.set_generation(m.generation);
+  key.set_purpose(v1::MOVE);
+  return key;
+}
+
+// A part on the wire: its first and end layer, then each weight version and the optimizer state.
+std::vector<float> Payload(const CheckpointState* part) {
+  if (part == nullptr) return {0.0f, 0.0f};
+  std::vector<float> out = {static_cast<float>(part->first_layer),
+                            static_cast<float>(part->end_layer)};
+  for (const std::vector<float>* a :
+       {&part->params, &part->previous_params, &part->lookahead_params, &part->optimizer_state}) {
+    out.insert(out.end(), a->begin(), a->end());
+  }
+  return out;
+}
+
+// The part a payload carries (nullopt for none), with `like`'s step, optimizer, seeds and weight
+// versions. InvalidArgument when the floats do not make one.
+absl::StatusOr<std::optional<CheckpointState>> PartOf(const std::vector<float>& payload,
+                                                      const CheckpointState& like,
+                                                      const ModelSpec& model) {
+  const int layers = model.NumLayers();
+  if (payload.size() < 2 || payload[0] != std::floor(payload[0]) ||
+      payload[1] != std::floor(payload[1]) || payload[0] < 0 || payload[1] > layers ||
+      payload[0] > payload[1]) {
+    return absl::InvalidArgumentError("its first two values are not a range of the model's layers");
+  }
+  const int first = static_cast<int>(payload[0]), end = static_cast<int>(payload[1]);
+  if (first == end) {
+    if (payload.size() != 2) return absl::InvalidArgumentError("an empty part carries values");
+    return std::nullopt;
+  }
+  int64_t n = 0;
+  const std::vector<LayerLayout> layout = BuildModelLayout(model);
+  for (int i = first; i < end; ++i) {
+    for (const ParamLayout& p : layout[i].params) n += p.numel;
+  }
+  const int64_t weights =
+      static_cast<int64_t>(like.weight_versions) + (like.lookahead_params.empty() ? 0 : 1);
+  const int64_t state = static_cast<int64_t>(like.optimizer_state.size() / like.params.size());
+  if (static_cast<int64_t>(payload.size()) != 2 + n * (weights + state)) {
+    return absl::InvalidArgumentError(absl::StrCat("layers ", Range({first, end}), " take ",
+                                                   2 + n * (weights + state), " values, not ",
+                                                   payload.size()));
+  }
+  CheckpointState part = like;
+  part.first_layer = first, part.end_layer = end;
+  part.fingerprint = StageFingerprint(model, {first, end});
+  auto next = payload.begin() + 2;
+  auto take = [&next](std::vector<float>& out, int64_t count) {
+    out.assign(next, next + count);
+    next += count;
+  };
+  take(part.params, n);
+  take(part.previous_params, like.previous_params.empty() ? 0 : n);
+  take(part.lookahead_params, like.lookahead_params.empty() ? 0 : n);
+  take(part.optimizer_state, n * state);
+  return part;
+}
+
+bool AnyLinkSealed(const JobSpec& spec) {
+  return std::any_of(spec.links.begin(), spec.links.end(),
+                     [](const LinkSpec& l) { return l.encryption; });
+}
+
+}  // namespace
+
+std::string TrainedCheckpointPath(const CheckpointStore& store, int64_t step) {
+  const std::string moved = store.PathFor(step) + ".moved";
+  return std::filesystem::exists(moved) ? moved : store.PathFor(step);
+}
+
+absl::Status MoveLayers(const LayerMoves& m, const CheckpointStore& store) {
+  const JobSpec& spec = *m.spec;
+  const int stages = static_cast<int>(spec.sites.size());
+  const std::string source_path = TrainedCheckpointPath(store, m.step);
+  STRAIT_ASSIGN_OR_RETURN(const CheckpointState source, ReadCheckpoint(source_path));
+  if (source.step != m.step || source.params.empty() ||
+      source.fingerprint != StageFingerprint(spec.model, {source.first_layer, source.end_layer})) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(source_path, " is not a checkpoint of step ", m.step, " of this job's model"));
+  }
+  const LayerRange held{source.first_layer, source.end_layer};
+  const LayerRange mine = spec.sites[m.index].layers;
+  const bool sealed = m.security != nullptr && AnyLinkSealed(spec);
+
+  // Every part this site holds for another goes out first, so that no two sites wait on each other.
+  std::vector<std::future<absl::Status>> pushes;
+  std::vector<std::unique_ptr<FrameDecoder>> decoders(stages);
+  int64_t sent_layers = 0;
+  for (int to = 0; to < stages; ++to) {
+    if (to == m.index) continue;
+    const std::string& peer = spec.sites[to].id;
+    LinkSecurity::LinkCrypto crypto;
+    if (sealed) {
+      auto key = m.keys->find(peer);
+      if (key == m.keys->end()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("no key of site ", peer, " to move layers"));
+      }
+      STRAIT_ASSIGN_OR_RETURN(
+          crypto, m.security->Derive(peer, key->second, UINT64_MAX / 2, m.generation, kPurpose));
+    }
+    decoders[to] = std::make_unique<FrameDecoder>(std::move(crypto.opener),
+                                                  MaxMoveFloats(spec) * sizeof(float));
+    const LayerRange part = Overlap(held, spec.sites[to].layers);
+    std::optional<CheckpointState> cut;
+    if (part.start < part.end) {
+      STRAIT_ASSIGN_OR_RETURN(cut, CutLayers(source, spec.model, part));
+      sent_layers += part.end - part.start;
+      spdlog::info("moving layers {} to {} (checkpoint of step {})", Range(part), peer, m.step);
+    }
+    const std::vector<float> payload = Payload(cut ? &*cut : nullptr);
+    STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create("none", std::move(crypto.sealer)));
+    STRAIT_ASSIGN_OR_RETURN(
+        FrameEncoder::Frame frame,
+        encoder->Encode(MoveKey(m, m.index, to), payload, {static_cast<int64_t>(payload.size())}));
+    pushes.push_back(m.link->Push(std::move(frame.header), std::move(frame.body)));
+  }
+
+  std::vector<CheckpointState> parts;
+  const LayerRange own = Overlap(held, mine);
+  if (own.start < own.end) {
+    STRAIT_ASSIGN_OR_RETURN(CheckpointState cut, CutLayers(source, spec.model, own));
+    parts.push_back(std::move(cut));
+  }
+  for (int from = 0; from < stages; ++from) {
+    if (from == m.index) continue;
+    const std::string& peer = spec.sites[from].id;
+    const v1::TensorKey key = MoveKey(m, from, m.index);
+    absl::StatusOr<ReceivedFrame> frame = m.link->Pull(key, m.timeout).get();
+    if (!frame.ok()) {
+      return absl::Status(
+          frame.status().code(),
+          absl::StrCat("moving layers: no part from site ", peer, ": ", frame.status().message()));
+    }
+    absl::StatusOr<std::vector<float>> payload = decoders[from]->Decode(key, {}, *std::move(frame));
+    absl::StatusOr<std::optional<CheckpointState>> part =
+        payload.ok() ? PartOf(*payload, source, spec.model)
+                     : absl::StatusOr<std::optional<CheckpointState>>(payload.status());
+    if (!part.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("moving layers: the part from site ", peer,
+                                                     " is refused: ", part.status().message()));
+    }
+    m.link->Ack(key);
+    if (*part) {
+      spdlog::info("received layers {} from {}", Range({(*part)->first_layer, (*part)->end_layer}),
+                   peer);
+      parts.push_back(**std::move(part));
+    }
+  }
+  for (std::future<absl::Status>& push : pushes) {
+    if (absl::Status s = push.get(); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("moving layers: ", s.message()));
+    }
+  }
+  std::sort(parts.begin(), parts.end(), [](const CheckpointState& a, const CheckpointState& b) {
+    return a.first_layer < b.first_layer;
+  });
+  absl::StatusOr<CheckpointState> joined =
+      parts.empty() ? absl::FailedPreconditionError("no site holds any of them")
+                    : JoinLayers(parts, spec.model);
+  if (!joined.ok() || joined->first_layer != mine.start || joined->end_layer != mine.end) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the checkpoints of step ", m.step, " do not hold this site's layers ", Range(mine), ": ",
+        joined.ok() ? absl::StrCat("they give ", Range({joined->first_layer, joined->end_layer}))
+                    : std::string(joined.status().message())));
+  }
+  const std::string path = store.PathFor(m.step);
+  if (held == mine && source_path == path) return absl::OkStatus();  // Nothing moved here.
+  if (source_path == path) {
+    std::error_code error;
+    std::filesystem::rename(path, path + ".moved", error);
+    if (error) {
+      return absl::InternalError(
+          absl::StrCat("cannot keep ", path, " as ", path, ".moved: ", error.message()));
+    }
+  }
+  STRAIT_RETURN_IF_ERROR(WriteCheckpoint(path, *joined));
+  spdlog::info("checkpoint of step {} now holds layers {} (sent {} layer(s), trained from {})",
+               m.step, Range(mine), sent_layers, source_path);
+  return absl::OkStatus();
+}
+
+}  // namespace strait::site

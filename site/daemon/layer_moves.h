@@ -1,0 +1,45 @@
+// Layers that change owner at a rollback of a planned split (`layers: auto`; proto Rollback.split,
+// Purpose MOVE). Every stage sends every other stage, through the gateway, the part of its
+// checkpoint of the rollback's step that the other trains from now on (two zeros when none), sealed
+// with keys only the two sites hold. Each then joins its own part and what it received into its
+// checkpoint of that step for its new layers (site/nn/checkpoint_layers.h): parameters, every
+// weight version and the optimizer state, bit for bit, so the run goes on as one machine's would.
+//
+// The checkpoint a site trained to that step stays as <step file>.moved when the joined one takes
+// its place, and is the source of every later move at the same step: a rollback that repeats after
+// a failure in the middle of the moves finds every part where it was.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+
+#include "absl/status/status.h"
+#include "core/job_spec.h"
+#include "site/daemon/checkpoint_store.h"
+#include "site/exchange/link_security.h"
+#include "site/pipeline/gateway_link.h"
+#include "strait/v1/gateway.pb.h"
+
+namespace strait::site {
+
+struct LayerMoves {
+  const JobSpec* spec = nullptr;  // With the split of the generation that starts.
+  int index = 0;                  // This stage.
+  int64_t step = 0;               // The rollback's (> 0).
+  uint32_t generation = 0;
+  GatewayLink* link = nullptr;
+  const LinkSecurity* security = nullptr;                       // Null: the job seals no link.
+  const std::map<std::string, v1::SignedKey>* keys = nullptr;   // Every other site's.
+  std::chrono::milliseconds timeout{std::chrono::minutes(10)};  // For each part to arrive.
+};
+
+// The path of the checkpoint that `store`'s site trained to `step` (the .moved one if a move
+// replaced it).
+std::string TrainedCheckpointPath(const CheckpointStore& store, int64_t step);
+
+// Sends and receives the parts and writes this site's checkpoint of `m.step` for its layers in
+// `m.spec`. Logs what moved. An error names the part or site that failed.
+absl::Status MoveLayers(const LayerMoves& m, const CheckpointStore& store);
+
+}  // namespace strait::site
