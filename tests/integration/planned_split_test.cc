@@ -4,6 +4,9 @@
 //   and with lossless links the result is the bits of `strait train`.
 //   A site killed mid-run and restarted takes its cached profile and the same plan, and the run
 //   still ends with the bits of `strait train`.
+//   A site that comes back slower (its profile says so) makes the gateway plan the split again: the
+//   layers that change owner move through the gateway at the rollback, and the run still ends with
+//   the bits of `strait train`.
 //   A site running another job spec is refused with the first difference.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -16,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "core/site_profile.h"
 #include "tests/integration/federation_fixture.h"
 
 namespace strait::testing {
@@ -51,10 +55,10 @@ links:
       {{"STEPS", absl::StrCat(steps)}, {"HIDDEN", absl::StrCat(hidden)}});
 }
 
-// The range the gateway gave `site`, as its log says ("stage 1 of 3, layers [1, 3)").
+// The range the gateway gave `site`, as its (latest) log says ("stage 1 of 3, layers [1, 3)").
 std::string RangeOf(BuildTreeFederation& fed, const std::string& site) {
   const std::string log = fed.SiteLog(site);
-  const size_t at = log.find(", layers [");
+  const size_t at = log.rfind(", layers [");
   return at == std::string::npos ? "" : log.substr(at + 9, log.find(')', at) - at - 8);
 }
 
@@ -138,6 +142,46 @@ TEST(PlannedSplitTest, ARestartedSiteTakesItsCachedProfileAndTheSamePlan) {
   if (HasFatalFailure()) return;
   EXPECT_THAT(fed.SiteLog("dc-b"), HasSubstr("took the cached profile of 5 layers"));
   EXPECT_EQ(RangeOf(fed, "dc-b"), range);
+  ASSERT_EQ(fed.RunReference(kThreads, seconds(600)), 0)
+      << ReadFile(fed.dir().File("reference.log"));
+  ExpectSameStateAsReference(fed, kSites, 40);
+}
+
+TEST(PlannedSplitTest, ASiteBackSlowerMakesTheLayersMoveAndTheBitsStay) {
+  BuildTreeFederation fed(JobYaml(40), kSites);
+  StartAll(fed);
+  if (HasFatalFailure()) return;
+  const std::string checkpoint = fed.dir().File("checkpoints/dc-b/step-00000020.ckpt");
+  const auto deadline = std::chrono::steady_clock::now() + seconds(300);
+  while (!std::filesystem::exists(checkpoint) && std::chrono::steady_clock::now() < deadline &&
+         fed.site("dc-b").Running()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(std::filesystem::exists(checkpoint)) << fed.SiteLog("dc-b");
+  const std::string before = RangeOf(fed, "dc-b");
+  fed.site("dc-b").Kill(SIGKILL);
+  fed.site("dc-b").Wait(seconds(10));
+  // dc-b comes back 30 times slower: its cached profile says so (a lower CPU quota would too, but
+  // not every machine lets a test set one).
+  const std::string cache = fed.dir().File("checkpoints/dc-b/profile.json");
+  absl::StatusOr<FederationProfile> profile = ReadFederationProfile(cache);
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  for (SiteProfile& site : profile->sites) {
+    for (LayerProfile& layer : site.layers) {
+      layer.forward_s *= 30, layer.backward_s *= 30, layer.update_s *= 30;
+    }
+  }
+  ASSERT_TRUE(WriteFederationProfile(*profile, cache).ok());
+  fed.StartSite("dc-b", {"--threads", "1", "--resume"});
+  FinishAll(fed);
+  if (HasFatalFailure()) return;
+  EXPECT_THAT(ReadFile(fed.GatewayLogFile()), HasSubstr("planning it again"));
+  EXPECT_THAT(fed.SiteLog("dc-b"), HasSubstr("took the cached profile of 5 layers"));
+  EXPECT_NE(RangeOf(fed, "dc-b"), before) << fed.SiteLog("dc-b");
+  std::string logs;
+  for (const std::string& site : kSites) logs += fed.SiteLog(site);
+  EXPECT_THAT(logs, HasSubstr("moving layers"));
+  EXPECT_THAT(logs, HasSubstr("received layers"));
   ASSERT_EQ(fed.RunReference(kThreads, seconds(600)), 0)
       << ReadFile(fed.dir().File("reference.log"));
   ExpectSameStateAsReference(fed, kSites, 40);
