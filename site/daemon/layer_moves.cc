@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 #include <future>
 #include <memory>
@@ -11,7 +10,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/frame_header.h"
-#include "core/model_layout.h"
 #include "core/status.h"
 #include "site/exchange/frame_codec.h"
 #include "site/nn/checkpoint_layers.h"
@@ -39,62 +37,6 @@ v1::TensorKey MoveKey(const LayerMoves& m, int from, int to) {
   key.set_generation(m.generation);
   key.set_purpose(v1::MOVE);
   return key;
-}
-
-// A part on the wire: its first and end layer, then each weight version and the optimizer state.
-std::vector<float> Payload(const CheckpointState* part) {
-  if (part == nullptr) return {0.0f, 0.0f};
-  std::vector<float> out = {static_cast<float>(part->first_layer),
-                            static_cast<float>(part->end_layer)};
-  for (const std::vector<float>* a :
-       {&part->params, &part->previous_params, &part->lookahead_params, &part->optimizer_state}) {
-    out.insert(out.end(), a->begin(), a->end());
-  }
-  return out;
-}
-
-// The part a payload carries (nullopt for none), with `like`'s step, optimizer, seeds and weight
-// versions. InvalidArgument when the floats do not make one.
-absl::StatusOr<std::optional<CheckpointState>> PartOf(const std::vector<float>& payload,
-                                                      const CheckpointState& like,
-                                                      const ModelSpec& model) {
-  const int layers = model.NumLayers();
-  if (payload.size() < 2 || payload[0] != std::floor(payload[0]) ||
-      payload[1] != std::floor(payload[1]) || payload[0] < 0 || payload[1] > layers ||
-      payload[0] > payload[1]) {
-    return absl::InvalidArgumentError("its first two values are not a range of the model's layers");
-  }
-  const int first = static_cast<int>(payload[0]), end = static_cast<int>(payload[1]);
-  if (first == end) {
-    if (payload.size() != 2) return absl::InvalidArgumentError("an empty part carries values");
-    return std::nullopt;
-  }
-  int64_t n = 0;
-  const std::vector<LayerLayout> layout = BuildModelLayout(model);
-  for (int i = first; i < end; ++i) {
-    for (const ParamLayout& p : layout[i].params) n += p.numel;
-  }
-  const int64_t weights =
-      static_cast<int64_t>(like.weight_versions) + (like.lookahead_params.empty() ? 0 : 1);
-  const int64_t state = static_cast<int64_t>(like.optimizer_state.size() / like.params.size());
-  if (static_cast<int64_t>(payload.size()) != 2 + n * (weights + state)) {
-    return absl::InvalidArgumentError(absl::StrCat("layers ", Range({first, end}), " take ",
-                                                   2 + n * (weights + state), " values, not ",
-                                                   payload.size()));
-  }
-  CheckpointState part = like;
-  part.first_layer = first, part.end_layer = end;
-  part.fingerprint = StageFingerprint(model, {first, end});
-  auto next = payload.begin() + 2;
-  auto take = [&next](std::vector<float>& out, int64_t count) {
-    out.assign(next, next + count);
-    next += count;
-  };
-  take(part.params, n);
-  take(part.previous_params, like.previous_params.empty() ? 0 : n);
-  take(part.lookahead_params, like.lookahead_params.empty() ? 0 : n);
-  take(part.optimizer_state, n * state);
-  return part;
 }
 
 bool AnyLinkSealed(const JobSpec& spec) {
@@ -149,7 +91,7 @@ absl::Status MoveLayers(const LayerMoves& m, const CheckpointStore& store) {
       sent_layers += part.end - part.start;
       spdlog::info("moving layers {} to {} (checkpoint of step {})", Range(part), peer, m.step);
     }
-    const std::vector<float> payload = Payload(cut ? &*cut : nullptr);
+    const std::vector<float> payload = LayerPartToFloats(cut ? &*cut : nullptr);
     STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create("none", std::move(crypto.sealer)));
     STRAIT_ASSIGN_OR_RETURN(
         FrameEncoder::Frame frame,
@@ -175,7 +117,7 @@ absl::Status MoveLayers(const LayerMoves& m, const CheckpointStore& store) {
     }
     absl::StatusOr<std::vector<float>> payload = decoders[from]->Decode(key, {}, *std::move(frame));
     absl::StatusOr<std::optional<CheckpointState>> part =
-        payload.ok() ? PartOf(*payload, source, spec.model)
+        payload.ok() ? LayerPartFromFloats(*payload, source, spec.model)
                      : absl::StatusOr<std::optional<CheckpointState>>(payload.status());
     if (!part.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("moving layers: the part from site ", peer,

@@ -1,5 +1,6 @@
 #include "site/nn/checkpoint_layers.h"
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -139,6 +140,59 @@ absl::StatusOr<CheckpointState> JoinLayers(const std::vector<CheckpointState>& p
   joined.lookahead_params = JoinParts(lookahead, 1);
   joined.optimizer_state = JoinParts(state, StateArrays(first.optimizer_kind));
   return joined;
+}
+
+std::vector<float> LayerPartToFloats(const CheckpointState* part) {
+  if (part == nullptr) return {0.0f, 0.0f};
+  std::vector<float> out = {static_cast<float>(part->first_layer),
+                            static_cast<float>(part->end_layer)};
+  for (const std::vector<float>* a :
+       {&part->params, &part->previous_params, &part->lookahead_params, &part->optimizer_state}) {
+    out.insert(out.end(), a->begin(), a->end());
+  }
+  return out;
+}
+
+absl::StatusOr<std::optional<CheckpointState>> LayerPartFromFloats(
+    const std::vector<float>& payload, const CheckpointState& like, const ModelSpec& model) {
+  const int layers = model.NumLayers();
+  if (payload.size() < 2 || payload[0] != std::floor(payload[0]) ||
+      payload[1] != std::floor(payload[1]) || payload[0] < 0 || payload[1] > layers ||
+      payload[0] > payload[1]) {
+    return absl::InvalidArgumentError("its first two values are not a range of the model's layers");
+  }
+  const int first = static_cast<int>(payload[0]), end = static_cast<int>(payload[1]);
+  if (first == end) {
+    if (payload.size() != 2) return absl::InvalidArgumentError("an empty part carries values");
+    return std::nullopt;
+  }
+  int64_t n = 0;
+  const std::vector<LayerLayout> layout = BuildModelLayout(model);
+  for (int i = first; i < end; ++i) {
+    for (const ParamLayout& p : layout[i].params) n += p.numel;
+  }
+  if (like.params.empty()) return absl::InvalidArgumentError("no checkpoint to take the part into");
+  const int64_t weights =
+      1 + (like.previous_params.empty() ? 0 : 1) + (like.lookahead_params.empty() ? 0 : 1);
+  const int64_t state = static_cast<int64_t>(like.optimizer_state.size() / like.params.size());
+  if (static_cast<int64_t>(payload.size()) != 2 + n * (weights + state)) {
+    return absl::InvalidArgumentError(absl::StrCat("layers ", Range(first, end), " take ",
+                                                   2 + n * (weights + state), " values, not ",
+                                                   payload.size()));
+  }
+  CheckpointState part = like;
+  part.first_layer = first, part.end_layer = end;
+  part.fingerprint = StageFingerprint(model, {first, end});
+  auto next = payload.begin() + 2;
+  auto take = [&next](std::vector<float>& out, int64_t count) {
+    out.assign(next, next + count);
+    next += count;
+  };
+  take(part.params, n);
+  take(part.previous_params, like.previous_params.empty() ? 0 : n);
+  take(part.lookahead_params, like.lookahead_params.empty() ? 0 : n);
+  take(part.optimizer_state, n * state);
+  return part;
 }
 
 }  // namespace strait::site

@@ -8,6 +8,7 @@
 // array (SGD: velocity; AdamW: m, then v; site/nn/optimizer.h), layers in order.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -27,5 +28,17 @@ absl::StatusOr<CheckpointState> CutLayers(const CheckpointState& state, const Mo
 // sizes and fingerprint. FailedPrecondition naming the part that does not fit.
 absl::StatusOr<CheckpointState> JoinLayers(const std::vector<CheckpointState>& parts,
                                            const ModelSpec& model);
+
+// A cut as the floats of a MOVE frame (proto Purpose MOVE): its first and end layer, then its
+// newest weights, the weight versions of 2bw and the optimizer state; two zeros for no layers
+// (null).
+std::vector<float> LayerPartToFloats(const CheckpointState* part);
+
+// The cut those floats carry (nullopt for none), with `like`'s step, optimizer, seeds and weight
+// versions (like: a checkpoint of the same run; its params must not be empty). InvalidArgument
+// when the floats are not a range of `model`'s layers with exactly their values.
+absl::StatusOr<std::optional<CheckpointState>> LayerPartFromFloats(const std::vector<float>& floats,
+                                                                   const CheckpointState& like,
+                                                                   const ModelSpec& model);
 
 }  // namespace strait::site

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_replace.h"
+#include "core/tied_embeddings.h"
 
 namespace strait {
 namespace {
@@ -36,6 +37,26 @@ TEST(JobAgreementTest, WhatMayDifferBetweenTheFilesOfOneFederationDoesNotCount) 
       kSpec, {{"7443", "9000"}, {"dir: ckpt", "dir: elsewhere"}, {"steps: 10", "epochs: 2"}})));
   EXPECT_EQ(ours, theirs);
   EXPECT_EQ(FirstDisagreement(ours, theirs, "ours"), "");
+}
+
+// A planned split may change at a rollback: sites before and after a re-plan agree. So do the keys
+// that seal their MOVE frames: every site gets every other's.
+TEST(JobAgreementTest, APlannedSplitAgreesWhateverItsLayers) {
+  JobSpec before = Parse(kSpec), after = Parse(kSpec);
+  before.split_planned = after.split_planned = true;
+  after.sites[0].layers = {0, 2};
+  after.sites[1].layers = {2, 2};
+  EXPECT_EQ(AgreedJobText(before), AgreedJobText(after));
+  EXPECT_NE(AgreedJobText(before), AgreedJobText(Parse(kSpec)));
+  EXPECT_EQ(KeyPeers(before, 0), std::vector<int>{1});
+  JobSpec three = before;
+  three.sites.push_back(three.sites.back());
+  three.sites.back().id = "c";
+  three.links.push_back(three.links.back());
+  three.links.back().encryption = false;
+  EXPECT_EQ(KeyPeers(three, 0), (std::vector<int>{1, 2}));
+  three.split_planned = false;
+  EXPECT_EQ(KeyPeers(three, 0), std::vector<int>{1});
 }
 
 TEST(JobAgreementTest, TheFirstDifferenceIsNamedWithBothValues) {

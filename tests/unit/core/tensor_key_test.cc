@@ -53,6 +53,28 @@ TEST(TensorKeyTest, TiedKeysJoinTheFirstAndTheLastStage) {
   EXPECT_FALSE(ValidateTensorKey(elsewhere, spec).ok());
 }
 
+// Layers that move after a re-plan go from stage `boundary` to stage `microbatch`, any two.
+TEST(TensorKeyTest, MoveKeysJoinAnyTwoStagesOfAPlannedSplit) {
+  v1::TensorKey move = Key(2, v1::FORWARD, 0);
+  move.set_purpose(v1::MOVE);
+  EXPECT_EQ(ProducerStage(move, 3), 2);
+  EXPECT_EQ(ConsumerStage(move, 3), 0);
+  EXPECT_EQ(TensorKeyToString(move), "fed/s12/m0/b2/fwd/g0/move");
+  JobSpec spec = ThreeSites();
+  EXPECT_FALSE(ValidateTensorKey(move, spec).ok());  // The split is written in the spec.
+  spec.split_planned = true;
+  EXPECT_TRUE(ValidateTensorKey(move, spec).ok());
+  for (auto [from, to] : {std::pair{2, 2}, std::pair{3, 0}, std::pair{0, 3}}) {
+    v1::TensorKey bad = move;
+    bad.set_boundary(from);
+    bad.set_microbatch(to);
+    EXPECT_FALSE(ValidateTensorKey(bad, spec).ok()) << from << " -> " << to;
+  }
+  v1::TensorKey backward = move;
+  backward.set_direction(v1::BACKWARD);
+  EXPECT_FALSE(ValidateTensorKey(backward, spec).ok());
+}
+
 TEST(TensorKeyTest, Validates) {
   JobSpec spec = ThreeSites();
   EXPECT_TRUE(ValidateTensorKey(Key(1, v1::BACKWARD, 3), spec).ok());

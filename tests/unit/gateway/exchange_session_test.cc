@@ -591,6 +591,54 @@ TEST_F(ExchangeSessionTest, TrainingStartsOnceEverySiteIsAttached) {
   EXPECT_EQ(core_->Snapshot().view().generation(), 1u);
 }
 
+// A planned split: every Rollback says every site's layers, and a re-plan (SetSplit) changes them
+// from the next one on; joins may claim the layers of either split, and MOVE frames go from one
+// site to any other.
+TEST_F(ExchangeSessionTest, APlannedSplitTravelsWithTheRollbackAndMayChange) {
+  spec_.split_planned = true;
+  core_ = std::make_unique<GatewayCore>(spec_, GatewayOptions{});
+  std::vector<std::shared_ptr<FakeChannel>> out(3);
+  std::vector<std::unique_ptr<ExchangeSession>> sessions;
+  for (int i = 0; i < 3; ++i) sessions.push_back(Open(i, out[i]));
+  auto split_of = [](const v1::Rollback& r) {
+    std::vector<LayerRange> split;
+    for (const v1::LayerRange& l : r.split()) {
+      split.push_back({static_cast<int>(l.start()), static_cast<int>(l.end())});
+    }
+    return split;
+  };
+  const std::vector<LayerRange> first = {{0, 1}, {1, 2}, {2, 3}};
+  ASSERT_EQ(Rollbacks(*out[0]).size(), 1u);
+  EXPECT_EQ(split_of(Rollbacks(*out[0])[0]), first);
+
+  const std::vector<LayerRange> second = {{0, 2}, {2, 3}, {3, 3}};
+  EXPECT_FALSE(core_->federation().SetSplit({{0, 3}}).ok());  // Not a range per site.
+  ASSERT_TRUE(core_->federation().SetSplit(second).ok());
+  sessions[1]->Close();
+  v1::JoinRequest old_claim = JoinRequestFor(spec_, 1, 2);  // Layers [1, 2): before the re-plan.
+  ASSERT_TRUE(
+      core_->federation().Join(spec_.sites[1].id, old_claim, Federation::Clock::now()).ok());
+  out[1] = std::make_shared<FakeChannel>();
+  sessions[1] = std::make_unique<ExchangeSession>(*core_, spec_.sites[1].id, out[1]);
+  sessions[1]->Handle(Hello(2));
+  for (auto& channel : out) {
+    ASSERT_FALSE(Rollbacks(*channel).empty());
+    EXPECT_EQ(split_of(Rollbacks(*channel).back()), second);
+  }
+  // Stage 2 sends stage 0 its layers: a MOVE frame from one site to a non-neighbour.
+  v1::TensorKey move = Key(/*step=*/0, /*microbatch=*/0, /*boundary=*/2, v1::FORWARD, 2);
+  move.set_purpose(v1::MOVE);
+  Offer(*sessions[2], *out[2], 7, move, 4);
+  sessions[2]->Handle(PushMsg(7, move, "part"));
+  EXPECT_EQ(LastPushAck(*out[2]).status_code(), 0) << LastPushAck(*out[2]).DebugString();
+  sessions[1]->Handle(PullMsg(1, move));  // Not stage 1's to pull.
+  EXPECT_TRUE(out[1]->frames().empty());
+  sessions[0]->Handle(PullMsg(2, move));
+  ASSERT_EQ(out[0]->frames().size(), 1u);
+  EXPECT_EQ(out[0]->frames()[0].second->chunk(0), "part");
+  EXPECT_EQ(core_->Snapshot().links_size(), 0);  // On no boundary's account.
+}
+
 TEST_F(ExchangeSessionTest, AfterEverySiteFinishedTheNextJoinsStartANewRun) {
   std::vector<std::shared_ptr<FakeChannel>> out(3);
   std::vector<std::unique_ptr<ExchangeSession>> sessions;

@@ -81,6 +81,35 @@ TEST(SplitPlanningTest, EverySiteGetsTheSameSplitOnceTheLastProfileIsIn) {
   EXPECT_EQ(planned->sites[1].layers.start, static_cast<int>(a.got[0]->layers(1).start()));
 }
 
+// A site that calls again with a profile more than gateway.replan_share slower or faster makes the
+// planner plan again: it gets the new split, and so does OnReplan's handler; a smaller change keeps
+// the split and calls nobody.
+TEST(SplitPlanningTest, ASiteBackAtAnotherSpeedGetsTheSplitPlannedAgain) {
+  const JobSpec spec = Spec();
+  SplitPlanning planning(spec);
+  std::vector<std::vector<LayerRange>> replans;
+  planning.OnReplan([&](const std::vector<LayerRange>& split) { replans.push_back(split); });
+  Answers a, b, c, same, slower;
+  planning.Submit("a", Request(spec, 1), a.Collect());
+  planning.Submit("b", Request(spec, 1), b.Collect());
+  planning.Submit("c", Request(spec, 1), c.Collect());
+  ASSERT_TRUE(a.got[0].ok());
+  planning.Submit("c", Request(spec, 1.2), same.Collect());  // 20%: within replan_share 0.25.
+  EXPECT_TRUE(replans.empty());
+  EXPECT_EQ(same.got[0]->DebugString(), a.got[0]->DebugString());
+  planning.Submit("c", Request(spec, 50), slower.Collect());
+  ASSERT_EQ(replans.size(), 1u);
+  ASSERT_TRUE(slower.got[0].ok());
+  ASSERT_EQ(slower.got[0]->layers_size(), 3);
+  EXPECT_EQ(slower.got[0]->layers(2).end() - slower.got[0]->layers(2).start(), 1);  // c: one layer
+  EXPECT_EQ(replans[0][2].end - replans[0][2].start, 1);
+  EXPECT_EQ(slower.got[0]->extra_in_flight(), a.got[0]->extra_in_flight());
+  absl::StatusOr<JobSpec> planned = planning.WaitForPlan([] { return false; });
+  ASSERT_TRUE(planned.ok());
+  EXPECT_EQ(planned->sites[2].layers, replans[0][2]);
+  EXPECT_TRUE(planned->SplitMayMove());
+}
+
 TEST(SplitPlanningTest, AForgottenWaitIsAnsweredOnceAndItsProfileStays) {
   const JobSpec spec = Spec();
   SplitPlanning planning(spec);

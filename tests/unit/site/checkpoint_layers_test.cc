@@ -2,7 +2,10 @@
 // changes owner carries.
 #include "site/nn/checkpoint_layers.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "core/model_layout.h"
 #include "site/backend/counter_rng.h"
@@ -113,6 +116,32 @@ TEST(CheckpointLayersTest, RefusesWhatDoesNotFit) {
   no_clip.lagged_clip_scale.reset();
   EXPECT_FALSE(JoinLayers({a, no_clip}, model).ok());
   EXPECT_FALSE(JoinLayers({}, model).ok());
+}
+
+// What a MOVE frame carries: a cut as floats, and back; anything else is refused.
+TEST(CheckpointLayersTest, PartsTravelAsFloats) {
+  const ModelSpec model = Gpt();
+  const CheckpointState whole = Checkpoint(model, {0, 5});
+  const CheckpointState cut = *CutLayers(whole, model, {1, 3});
+  const std::vector<float> floats = LayerPartToFloats(&cut);
+  absl::StatusOr<std::optional<CheckpointState>> back = LayerPartFromFloats(floats, whole, model);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_TRUE(back->has_value());
+  EXPECT_EQ(*SerializeCheckpoint(**back), *SerializeCheckpoint(cut));
+  back = LayerPartFromFloats(LayerPartToFloats(nullptr), whole, model);
+  ASSERT_TRUE(back.ok());
+  EXPECT_FALSE(back->has_value());
+
+  std::vector<float> shorter = floats;
+  shorter.pop_back();
+  EXPECT_THAT(std::string(LayerPartFromFloats(shorter, whole, model).status().message()),
+              ::testing::HasSubstr("layers [1, 3) take"));
+  for (std::vector<float> bad :
+       {std::vector<float>{}, std::vector<float>{1.5f, 2.0f}, std::vector<float>{3.0f, 2.0f},
+        std::vector<float>{0.0f, 9.0f}, std::vector<float>{-1.0f, 2.0f},
+        std::vector<float>{2.0f, 2.0f, 1.0f}, std::vector<float>{std::nanf(""), 1.0f}}) {
+    EXPECT_FALSE(LayerPartFromFloats(bad, whole, model).ok()) << bad.size();
+  }
 }
 
 }  // namespace

@@ -26,9 +26,9 @@ class CheckpointStoreTest : public ::testing::Test {
     spec_.training.checkpoint.dir = dir_.path();
   }
 
-  std::unique_ptr<StageExecutor> Stage(uint64_t init_seed) {
+  std::unique_ptr<StageExecutor> Stage(uint64_t init_seed, LayerRange layers = {0, 2}) {
     spec_.model.init_seed = init_seed;
-    auto group = StageExecutor::Create(spec_.model, {0, 2}, spec_.training.optimizer, 4, {}, {});
+    auto group = StageExecutor::Create(spec_.model, layers, spec_.training.optimizer, 4, {}, {});
     EXPECT_TRUE(group.ok()) << group.status();
     return *std::move(group);
   }
@@ -62,6 +62,23 @@ TEST_F(CheckpointStoreTest, NewestValidSkipsDamagedAndForeignFiles) {
   CheckpointStore other(spec_, "dc-a");
   auto foreign = Stage(2);
   EXPECT_EQ(other.NewestValid(*foreign).status().code(), absl::StatusCode::kNotFound);
+}
+
+// A planned split's site may offer a checkpoint of other layers (they move at the rollback:
+// site/daemon/layer_moves.h); a fixed split's may not. The checkpoint it trained before a move
+// goes with it when it is too old to keep.
+TEST_F(CheckpointStoreTest, APlannedSplitOffersCheckpointsOfOtherLayers) {
+  CheckpointStore store(spec_, "dc-a");
+  auto first = Stage(1, {0, 1});
+  for (int step : {10, 20}) ASSERT_TRUE(store.Save(step, *first).ok());
+  auto second = Stage(1, {1, 2});
+  EXPECT_EQ(store.NewestValid(*second).status().code(), absl::StatusCode::kNotFound);
+  spec_.split_planned = true;
+  EXPECT_EQ(*store.NewestValid(*second), 20);
+  std::filesystem::copy_file(store.PathFor(10), store.PathFor(10) + ".moved");
+  ASSERT_TRUE(store.Save(30, *second).ok());
+  EXPECT_FALSE(std::filesystem::exists(store.PathFor(10) + ".moved"));
+  EXPECT_EQ(store.Steps(), (std::vector<int64_t>{20, 30}));
 }
 
 TEST_F(CheckpointStoreTest, LoadRestoresTheSavedState) {
