@@ -15,5 +15,6 @@ void AddBenchCodecsCommand(CLI::App& bench, int* exit_code);
 void AddBenchCollectiveCommand(CLI::App& bench, int* exit_code);
 void AddBenchE2eCommand(CLI::App& bench, int* exit_code);
 void AddBenchPlanCommand(CLI::App& bench, int* exit_code);
+void AddBenchReplanCommand(CLI::App& bench, int* exit_code);
 
 }  // namespace strait::bench

@@ -51,6 +51,7 @@ absl::StatusOr<RewrittenJobSpec> RewriteJobSpec(const std::string& path,
   // only.
   if (o.schedule == "2bw") root["training"].remove("eval_every");
   if (o.extra_in_flight >= 0) root["training"]["extra_in_flight"] = o.extra_in_flight;
+  if (o.checkpoint_every > 0) root["training"]["checkpoint"]["every"] = o.checkpoint_every;
   if (o.lookahead >= 0) root["training"]["lookahead"] = o.lookahead;
   if (!o.update.empty()) root["training"]["update"] = o.update;
   if (!o.stale_gradients.empty()) root["training"]["stale_gradients"] = o.stale_gradients;

@@ -28,6 +28,7 @@ struct JobSpecOverrides {
   double grad_clip = -1;        // >= 0: training.grad_clip.
   std::string chunk_size;       // Non-empty: gateway.chunk_size (checked by the job spec loader).
   std::vector<LayerRange> layers;  // Non-empty: sites[i].layers, one range per site.
+  int checkpoint_every = 0;        // > 0: training.checkpoint.every.
 };
 
 struct RewrittenJobSpec {

@@ -143,6 +143,9 @@ void LocalFederation::StartSite(const std::string& site, const std::vector<std::
 }
 
 absl::Status LocalFederation::LimitSiteCpus(const std::string& site, double cores) {
+  // A site's new quota takes the old one's cgroup name: the old one goes first (its processes must
+  // have exited).
+  quotas_.erase(site);
   absl::StatusOr<std::unique_ptr<CpuQuota>> quota = CpuQuota::Create(site, cores);
   if (!quota.ok()) return quota.status();
   quotas_[site] = *std::move(quota);
@@ -231,8 +234,8 @@ int LocalFederation::RunReference(const std::vector<std::string>& extra_args,
   return train.Wait(timeout);
 }
 
-std::string DefaultJobSpec() {
-  const std::string in_tree = STRAIT_SOURCE_DIR "/configs/fashion-mlp-3site.yaml";
+std::string DefaultJobSpec(const std::string& name) {
+  const std::string in_tree = STRAIT_SOURCE_DIR "/configs/" + name;
   std::error_code error;
   return std::filesystem::exists(in_tree, error) ? in_tree : "";
 }

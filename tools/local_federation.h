@@ -84,6 +84,7 @@ class LocalFederation {
                  const std::string& gateway = "");
   // Caps the CPU of `site`'s processes started from now on (all its ranks) at `cores` CPUs with a
   // cgroup of their own (tools/cpu_quota.h); the error says why where cgroups are not writable.
+  // A site capped already gets the new quota instead (its processes must have exited).
   absl::Status LimitSiteCpus(const std::string& site, double cores);
   // The same from command-line values "SITE=CORES" (e.g. "dc-b=0.3"); InvalidArgument for one
   // that is malformed or names no site of the federation.
@@ -132,9 +133,9 @@ class LocalFederation {
   std::map<std::string, std::unique_ptr<Process>> sites_;
 };
 
-// This source tree's configs/fashion-mlp-3site.yaml, the default of `strait demo` and
-// `strait bench e2e`; "" when the source tree is not there.
-std::string DefaultJobSpec();
+// This source tree's configs/<name> (fashion-mlp-3site.yaml: the default of `strait demo` and
+// `strait bench e2e`); "" when the source tree is not there.
+std::string DefaultJobSpec(const std::string& name = "fashion-mlp-3site.yaml");
 
 // A whole file as text ("" when it cannot be read).
 std::string ReadFile(const std::string& path);
