@@ -109,7 +109,14 @@ absl::Status MoveLayers(const LayerMoves& m, const CheckpointStore& store) {
     if (from == m.index) continue;
     const std::string& peer = spec.sites[from].id;
     const v1::TensorKey key = MoveKey(m, from, m.index);
-    absl::StatusOr<ReceivedFrame> frame = m.link->Pull(key, m.timeout).get();
+    // Asked for a second at a time, so that the end of the generation ends the wait.
+    absl::StatusOr<ReceivedFrame> frame = absl::DeadlineExceededError("not asked yet");
+    const auto deadline = std::chrono::steady_clock::now() + m.timeout;
+    while (frame.status().code() == absl::StatusCode::kDeadlineExceeded &&
+           std::chrono::steady_clock::now() < deadline) {
+      if (m.interrupted()) return absl::AbortedError("moving layers: the generation ended");
+      frame = m.link->Pull(key, std::chrono::seconds(1)).get();
+    }
     if (!frame.ok()) {
       return absl::Status(
           frame.status().code(),

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -32,6 +33,8 @@ struct LayerMoves {
   const LinkSecurity* security = nullptr;                       // Null: the job seals no link.
   const std::map<std::string, v1::SignedKey>* keys = nullptr;   // Every other site's.
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};  // For each part to arrive.
+  // True once the generation is over (a Pause or a newer Rollback): the wait for parts ends.
+  std::function<bool()> interrupted = [] { return false; };
 };
 
 // The path of the checkpoint that `store`'s site trained to `step` (the .moved one if a move
@@ -39,7 +42,8 @@ struct LayerMoves {
 std::string TrainedCheckpointPath(const CheckpointStore& store, int64_t step);
 
 // Sends and receives the parts and writes this site's checkpoint of `m.step` for its layers in
-// `m.spec`. Logs what moved. An error names the part or site that failed.
+// `m.spec`. Logs what moved. An error names the part or site that failed; ABORTED when
+// m.interrupted() said so while a part was awaited.
 absl::Status MoveLayers(const LayerMoves& m, const CheckpointStore& store);
 
 }  // namespace strait::site

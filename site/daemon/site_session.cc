@@ -325,14 +325,19 @@ absl::Status SiteSession::RunGenerations(GatewayConnector& connector, const Stag
                                                         ", past this job's ", options_.total_steps,
                                                         " steps"));
     }
-    STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<SiteRunner> runner,
-                            StartGeneration(connector, *begin, data));
-    const absl::Status result = TrainGeneration(*runner, from, sender);
+    absl::StatusOr<std::unique_ptr<SiteRunner>> runner = StartGeneration(connector, *begin, data);
+    if (!runner.ok() && control_.Interrupted()) {  // Ended while layers moved: wait for the next.
+      spdlog::warn("generation {} ended before it trained: {}", begin->generation(),
+                   control_.interruption());
+      continue;
+    }
+    if (!runner.ok()) return runner.status();
+    const absl::Status result = TrainGeneration(**runner, from, sender);
     if (result.ok() || !control_.Interrupted()) return result;
     spdlog::warn("training interrupted at step {}: {}; waiting for the gateway's rollback",
-                 runner->step(), control_.interruption());
+                 (*runner)->step(), control_.interruption());
     report_.Print(
-        absl::StrFormat("interrupted at step %d: %s", runner->step(), control_.interruption()));
+        absl::StrFormat("interrupted at step %d: %s", (*runner)->step(), control_.interruption()));
   }
 }
 
@@ -374,6 +379,10 @@ absl::StatusOr<std::unique_ptr<SiteRunner>> SiteSession::StartGeneration(
 
 absl::Status SiteSession::TakeSplit(GatewayConnector& connector, const v1::Rollback& begin,
                                     const std::map<std::string, v1::SignedKey>& keys) {
+  if (!spec_.SplitMayMove()) {
+    return absl::FailedPreconditionError(
+        "the gateway sent a split, but this job's split is written in its spec");
+  }
   std::vector<LayerRange> split;
   for (const v1::LayerRange& r : begin.split()) {
     split.push_back({static_cast<int>(r.start()), static_cast<int>(r.end())});
@@ -396,7 +405,8 @@ absl::Status SiteSession::TakeSplit(GatewayConnector& connector, const v1::Rollb
                      .generation = begin.generation(),
                      .link = &connector.link(),
                      .security = connector.security(),
-                     .keys = &keys},
+                     .keys = &keys,
+                     .interrupted = [this] { return control_.Interrupted(); }},
                     checkpoints_);
 }
 

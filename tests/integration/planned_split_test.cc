@@ -96,6 +96,18 @@ void FinishAll(BuildTreeFederation& fed) {
   }
 }
 
+// Waits until `site` has written the checkpoint file `name`.
+void WaitForItsCheckpoint(BuildTreeFederation& fed, const std::string& site,
+                          const std::string& name) {
+  const std::string checkpoint = fed.dir().File("checkpoints/" + site + "/" + name);
+  const auto deadline = std::chrono::steady_clock::now() + seconds(300);
+  while (!std::filesystem::exists(checkpoint) && std::chrono::steady_clock::now() < deadline &&
+         fed.site(site).Running()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(std::filesystem::exists(checkpoint)) << fed.SiteLog(site);
+}
+
 TEST(PlannedSplitTest, TheGatewayPlansTheSplitAndTheSitesTrainTheBitsOfOneMachine) {
   BuildTreeFederation fed(JobYaml(20), kSites);
   StartAll(fed);
@@ -127,13 +139,8 @@ TEST(PlannedSplitTest, ARestartedSiteTakesItsCachedProfileAndTheSamePlan) {
   StartAll(fed);
   if (HasFatalFailure()) return;
   // Once dc-b has written its checkpoint of step 20, it dies and comes back.
-  const std::string checkpoint = fed.dir().File("checkpoints/dc-b/step-00000020.ckpt");
-  const auto deadline = std::chrono::steady_clock::now() + seconds(300);
-  while (!std::filesystem::exists(checkpoint) && std::chrono::steady_clock::now() < deadline &&
-         fed.site("dc-b").Running()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ASSERT_TRUE(std::filesystem::exists(checkpoint)) << fed.SiteLog("dc-b");
+  WaitForItsCheckpoint(fed, "dc-b", "step-00000020.ckpt");
+  if (HasFatalFailure()) return;
   const std::string range = RangeOf(fed, "dc-b");
   fed.site("dc-b").Kill(SIGKILL);
   fed.site("dc-b").Wait(seconds(10));
@@ -151,13 +158,8 @@ TEST(PlannedSplitTest, ASiteBackSlowerMakesTheLayersMoveAndTheBitsStay) {
   BuildTreeFederation fed(JobYaml(40), kSites);
   StartAll(fed);
   if (HasFatalFailure()) return;
-  const std::string checkpoint = fed.dir().File("checkpoints/dc-b/step-00000020.ckpt");
-  const auto deadline = std::chrono::steady_clock::now() + seconds(300);
-  while (!std::filesystem::exists(checkpoint) && std::chrono::steady_clock::now() < deadline &&
-         fed.site("dc-b").Running()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ASSERT_TRUE(std::filesystem::exists(checkpoint)) << fed.SiteLog("dc-b");
+  WaitForItsCheckpoint(fed, "dc-b", "step-00000020.ckpt");
+  if (HasFatalFailure()) return;
   const std::string before = RangeOf(fed, "dc-b");
   fed.site("dc-b").Kill(SIGKILL);
   fed.site("dc-b").Wait(seconds(10));
