@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "crypto/hkdf.h"
+#include "crypto/length_prefixed.h"
 #include "crypto/pem.h"
 
 namespace strait::crypto {
@@ -15,20 +16,6 @@ namespace {
 
 constexpr absl::string_view kSignedKeyLabel = "strait/v1 signed key";
 constexpr absl::string_view kLinkKeyLabel = "strait/v1 link key";
-
-void AppendU32(std::string* out, uint32_t value) {
-  for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<char>(value >> shift));
-}
-
-// Length-prefixed field: 32-bit big-endian length, then the bytes.
-void AppendField(std::string* out, absl::string_view bytes) {
-  AppendU32(out, static_cast<uint32_t>(bytes.size()));
-  out->append(bytes.data(), bytes.size());
-}
-
-absl::string_view AsString(std::span<const uint8_t> bytes) {
-  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
-}
 
 // Writes direction sender->receiver's key into *key.
 absl::Status DeriveDirection(absl::string_view federation, const LinkEnd& sender,
