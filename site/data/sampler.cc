@@ -20,12 +20,12 @@ std::vector<int64_t> EpochPermutation(uint64_t seed, int64_t epoch, int64_t size
   return perm;
 }
 
-Sampler::Sampler(uint64_t seed, int64_t size, int batch)
-    : seed_(seed), size_(size), batch_(batch) {}
+Sampler::Sampler(uint64_t seed, int64_t size, int batch, int replica, int replicas)
+    : seed_(seed), size_(size), batch_(batch), replica_(replica), replicas_(replicas) {}
 
 const std::vector<int64_t>& Sampler::Batch(int64_t step) {
   const int64_t epoch = step / BatchesPerEpoch();
-  const int64_t b = step % BatchesPerEpoch();
+  const int64_t b = (step % BatchesPerEpoch()) * replicas_ + replica_;  // This replica's batch.
   if (epoch != epoch_) {
     permutation_ = EpochPermutation(seed_, epoch, size_);
     epoch_ = epoch;

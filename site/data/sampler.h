@@ -4,6 +4,10 @@
 // samples [b * batch, (b + 1) * batch) of epoch s / BatchesPerEpoch()'s permutation, where
 // b = s % BatchesPerEpoch() (the last partial batch of an epoch is dropped). So the first stage
 // (inputs) and the last stage (labels) agree without exchanging anything.
+//
+// Replicas (data parallel, issue 31): replica r of R takes the r-th of the R consecutive batches
+// that one pipeline with R times the batch would take in that step, so the replicas' shards are
+// disjoint and together are exactly that pipeline's batch.
 #pragma once
 
 #include <cstdint>
@@ -13,10 +17,11 @@ namespace strait::site {
 
 class Sampler {
  public:
-  // size >= batch >= 1.
-  Sampler(uint64_t seed, int64_t size, int batch);
+  // size >= batch * replicas, batch >= 1, 0 <= replica < replicas.
+  Sampler(uint64_t seed, int64_t size, int batch, int replica = 0, int replicas = 1);
 
-  int64_t BatchesPerEpoch() const { return size_ / batch_; }
+  // Steps per epoch (each replica's batch of a step comes from the same epoch).
+  int64_t BatchesPerEpoch() const { return size_ / (int64_t{batch_} * replicas_); }
 
   // The sample indices of global step `step` (0-based), in order. Caches the current epoch's
   // permutation; not thread-safe.
@@ -26,6 +31,7 @@ class Sampler {
   uint64_t seed_;
   int64_t size_;
   int batch_;
+  int replica_, replicas_;
   int64_t epoch_ = -1;
   std::vector<int64_t> permutation_;
   std::vector<int64_t> batch_indices_;

@@ -196,5 +196,19 @@ TEST(SamplerTest, EpochsArePermutationsSharedByEveryProcess) {
   EXPECT_EQ(fresh.Batch(4), first.Batch(4));
 }
 
+// Replicas: disjoint shards that together are the batch of one pipeline with R times the batch.
+TEST(SamplerTest, ReplicasShareOnePipelinesBatchBetweenThem) {
+  Sampler whole(7, 100, 12), r0(7, 100, 4, 0, 3), r1(7, 100, 4, 1, 3), r2(7, 100, 4, 2, 3);
+  EXPECT_EQ(r0.BatchesPerEpoch(), whole.BatchesPerEpoch());
+  for (int64_t step : {0, 5, 8, 9, 20}) {
+    std::vector<int64_t> joined = r0.Batch(step);
+    for (Sampler* r : {&r1, &r2}) {
+      const std::vector<int64_t>& part = r->Batch(step);
+      joined.insert(joined.end(), part.begin(), part.end());
+    }
+    EXPECT_EQ(joined, whole.Batch(step)) << step;
+  }
+}
+
 }  // namespace
 }  // namespace strait::site
