@@ -35,7 +35,7 @@ std::string JobYaml(int steps, int hidden = 128) {
   return absl::StrReplaceAll(
       R"(name: planned-test
 gateway: {memory_budget: 64MiB, heartbeat_timeout: 5s}
-model: {family: mlp, input: 784, hidden: [HIDDEN, 128, 128, 128], classes: 10, init_seed: 5}
+model: {family: mlp, input: 784, hidden: [HIDDEN, 96, 112, 80], classes: 10, init_seed: 5}
 data: {dataset: fashion-mnist, seed: 11}
 training:
   steps: STEPS
