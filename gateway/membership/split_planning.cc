@@ -82,7 +82,7 @@ void SplitPlanning::OnReplan(std::function<void(const std::vector<LayerRange>&)>
 
 std::optional<std::vector<LayerRange>> SplitPlanning::ReplanLocked(const FederationProfile& one) {
   const SiteProfile& now = one.sites.front();
-  const SiteProfile* before = profiles_.Site(now.site);
+  const SiteProfile* before = planned_with_.Site(now.site);
   const int microbatches = spec_.training.microbatches;
   const double was = before ? ComputeSecondsPerStep(*before, microbatches) : 0;
   const double is = ComputeSecondsPerStep(now, microbatches);
@@ -105,6 +105,7 @@ std::optional<std::vector<LayerRange>> SplitPlanning::ReplanLocked(const Federat
   const std::vector<LayerRange> split = plan->ranked.front().choice.layers;
   if (split == SplitOf(*planned_)) {
     spdlog::info("plan: the split {} stays the best", SplitToString(split));
+    planned_with_ = profiles_;
     return std::nullopt;
   }
   TakePlanLocked(*plan);
@@ -126,6 +127,7 @@ void SplitPlanning::TakePlanLocked(const SplitPlan& plan) {
   }
   reply_ = std::move(reply);
   planned_ = WithSplit(spec_, choice);
+  planned_with_ = profiles_;
 }
 
 void SplitPlanning::Forget(uint64_t ticket) {

@@ -62,7 +62,8 @@ class SplitPlanning {
   const std::string agreed_job_;
   mutable std::mutex mu_;
   std::condition_variable planned_cv_;
-  FederationProfile profiles_;
+  FederationProfile profiles_;      // Every site's newest.
+  FederationProfile planned_with_;  // What the current plan was made from.
   std::optional<v1::PlanReply> reply_;
   std::optional<JobSpec> planned_;
   absl::Status failed_;  // Planning itself failed (no split fits): every site gets this.
