@@ -240,8 +240,6 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 
 bool Aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-bool TakesHeadDim(int dh) { return dh % 8 == 0 && dh >= 8 && dh <= kFusedAttentionMaxHeadDim; }
-
 // Calls f(std::integral_constant<int, dh>) for a head width the kernels are built for.
 template <typename F>
 cudaError_t ForHeadDim(int dh, F&& f) {
@@ -279,7 +277,7 @@ cudaError_t LaunchFusedAttentionForward(cudaStream_t s, int batch, int tokens, i
                                         bool causal, bool bf16, const float* q, const float* k,
                                         const float* v, float* o, float* lse) {
   if (batch <= 0 || tokens <= 0) return cudaSuccess;
-  if (batch > 65535 || !TakesHeadDim(dh) || !Aligned(q) || !Aligned(k) || !Aligned(v) ||
+  if (batch > 65535 || !FusedAttentionTakes(dh) || !Aligned(q) || !Aligned(k) || !Aligned(v) ||
       !Aligned(o)) {
     return cudaErrorInvalidValue;
   }
@@ -303,7 +301,7 @@ cudaError_t LaunchFusedAttentionBackward(cudaStream_t s, int batch, int tokens, 
         static_cast<const void*>(dv)}) {
     if (!Aligned(p)) return cudaErrorInvalidValue;
   }
-  if (batch > 65535 || !TakesHeadDim(dh)) return cudaErrorInvalidValue;
+  if (batch > 65535 || !FusedAttentionTakes(dh)) return cudaErrorInvalidValue;
   const int64_t rows = int64_t{batch} * tokens, blocks = (rows + 255) / 256;
   AttentionDeltaKernel<<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535), 256, 0, s>>>(
       rows, dh, d_o, o, delta);
