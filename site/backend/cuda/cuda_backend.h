@@ -15,8 +15,8 @@ namespace strait::site {
 // driver); the message says what CUDA reported. With Precision::kBf16 the matrix products round
 // their inputs to bf16 (as the CPU backend's emulation does) and run on tensor cores with fp32
 // accumulation. The backend is used by one thread at a time.
-// AttentionKernel::kDefault is kBatched until the fused kernels have run and been measured on a
-// GPU (scripts/gpu-check runs both; docs/benchmarks.md "Fused attention").
+// AttentionKernel::kDefault is kBatched: it measured faster than the fused kernels on an H200
+// (docs/benchmarks.md "Fused attention"; scripts/gpu-check measures both).
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
     int device, Precision precision = Precision::kFp32,
     AttentionKernel attention = AttentionKernel::kDefault);
