@@ -70,6 +70,12 @@ std::vector<std::string> Lines(const std::string& log, const std::string& text) 
   return found;
 }
 
+// "[0, 2) [2, 5), extra_in_flight 1" of a "plan: planned split ..." line.
+std::string SplitOfPlanLine(const std::string& line) {
+  const size_t at = line.find("planned split ") + 14;
+  return line.substr(at, line.find(':', at) - at);
+}
+
 struct Phase {
   double samples_per_second = 0;
   int64_t from_step = 0;
@@ -91,9 +97,7 @@ absl::StatusOr<Phase> LastPhase(const std::string& log, int64_t steps, int globa
   phase.from_step = std::stoll(start.substr(start.find("at step ") + 8));
   const double seconds = LogSeconds(finished.back()) - LogSeconds(start);
   phase.samples_per_second = (steps - phase.from_step) * global_batch / std::max(seconds, 1e-9);
-  const std::string& plan = plans.back();
-  const size_t at = plan.find("planned split ") + 14;
-  phase.split = plan.substr(at, plan.find(':', at) - at);  // "[0, 2) [2, 5), extra_in_flight 1"
+  phase.split = SplitOfPlanLine(plans.back());
 
   return phase;
 }
@@ -222,12 +226,7 @@ int RunReplanBench(const ReplanBenchOptions& o) {
       LastPhase(tools::ReadFile(fresh.GatewayLogFile()), fresh_overrides.steps, batch);
   if (!planned.ok()) return Fail(planned.status());
 
-  std::string first_split = "?";
-  if (!first_plan.empty()) {
-    const std::string& line = first_plan.back();
-    const size_t at = line.find("planned split ") + 14;
-    first_split = line.substr(at, line.find(':', at) - at);
-  }
+  const std::string first_split = first_plan.empty() ? "?" : SplitOfPlanLine(first_plan.back());
   std::printf("split planned first:            %s\n", first_split.c_str());
   std::printf("re-planned after the slow-down: %s (%s)\n", replanned->split.c_str(),
               Lines(slowed_log, "planning it again").empty() ? "no re-plan"

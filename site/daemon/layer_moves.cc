@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/frame_header.h"
+#include "core/split_planner.h"
 #include "core/status.h"
 #include "site/exchange/frame_codec.h"
 #include "site/nn/checkpoint_layers.h"
@@ -20,7 +21,8 @@ namespace {
 
 constexpr char kPurpose[] = "move";
 
-std::string Range(LayerRange r) { return absl::StrCat("[", r.start, ", ", r.end, ")"); }
+// "[a, b)"
+std::string Range(LayerRange r) { return SplitToString({r}); }
 
 LayerRange Overlap(LayerRange a, LayerRange b) {
   const LayerRange r{std::max(a.start, b.start), std::min(a.end, b.end)};
