@@ -29,8 +29,21 @@ uint64_t MaxFrameWireBytes(const JobSpec& spec) {
   }
   if (spec.SplitMayMove())
     largest = std::max<uint64_t>(largest, MaxMoveFloats(spec) * sizeof(float));
+  largest = std::max<uint64_t>(largest, MaxSumWords(spec) * sizeof(uint32_t));
   // zstd's worst case is well under 1/128 extra; headers and the tag fit in 64 KiB.
   return largest + largest / 128 + (64 << 10);
+}
+
+uint64_t MaxSumWords(const JobSpec& spec) {
+  if (spec.Replicas() < 2) return 0;
+  const std::vector<LayerLayout> layers = BuildModelLayout(spec.model);
+  uint64_t largest = 0;
+  for (const SiteSpec& site : spec.sites) {
+    uint64_t params = 0;
+    for (int i = site.layers.start; i < site.layers.end; ++i) params += layers[i].param_count;
+    largest = std::max(largest, params);
+  }
+  return largest;
 }
 
 uint64_t MaxMoveFloats(const JobSpec& spec) {

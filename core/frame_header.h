@@ -25,7 +25,8 @@ FramePieces CutIntoPieces(uint64_t wire_bytes, uint64_t chunk_bytes);
 
 // The most wire bytes one frame of this job can have: the largest tensor crossing a boundary (one
 // microbatch of activations, fp32, a tied matrix's gradient, or with a planned split the layers
-// that move after a re-plan: MaxMoveFloats) plus the worst case a lossless
+// that move after a re-plan: MaxMoveFloats, or with replicas a stage's parameters as masked
+// fixed-point words: MaxSumWords) plus the worst case a lossless
 // codec adds, the codec header and the AEAD tag. The gateway refuses larger frames, and its memory
 // budget must hold at least one.
 uint64_t MaxFrameWireBytes(const JobSpec& spec);
@@ -33,6 +34,10 @@ uint64_t MaxFrameWireBytes(const JobSpec& spec);
 // Floats of the largest MOVE frame of a planned split (proto Purpose MOVE): two layer indices and
 // every layer's weights (each weight version) and optimizer state.
 uint64_t MaxMoveFloats(const JobSpec& spec);
+
+// Words of the largest secure-sum vector (proto Purpose SUM) of a job with replicas: the parameters
+// of its largest stage; 0 without replicas.
+uint64_t MaxSumWords(const JobSpec& spec);
 
 // OK when the header describes a frame this federation can carry: a valid key (ValidateTensorKey),
 // dtype FLOAT32, a shape of 1..8 positive dimensions whose size matches raw_bytes, wire_bytes at

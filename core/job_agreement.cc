@@ -82,8 +82,10 @@ std::string AgreedJobText(const JobSpec& spec) {
   Line(out, "training.optimizer.warmup_steps", absl::StrCat(o.warmup_steps));
   Line(out, "training.optimizer.decay", ToString(o.decay));
   Line(out, "training.optimizer.decay_steps", absl::StrCat(o.decay_steps));
-  for (const SiteSpec& s : spec.sites) {
-    Line(out, absl::StrCat("sites.", s.id),
+  for (int i = 0; i < spec.Stages(); ++i) {
+    const SiteSpec& s = spec.sites[i];
+    // Replica 0's ids: every replica's view of the job (JobSpec::ReplicaView) agrees.
+    Line(out, absl::StrCat("sites.", spec.SiteIdAt(i)),
          absl::StrCat(
              // A planned split may change at a rollback (proto Rollback.split): not agreed here.
              s.plan_layers ? "layers auto"
@@ -93,6 +95,19 @@ std::string AgreedJobText(const JobSpec& spec) {
              " on ", ToString(s.device), " x", s.workers,
              s.machines > 1 ? absl::StrCat(" on ", s.machines, " machines") : "",
              s.tensor_parallel > 1 ? absl::StrCat(", tensor parallel ", s.tensor_parallel) : ""));
+  }
+  if (spec.Replicas() > 1) {
+    std::vector<std::string> pipelines;
+    for (const std::vector<std::string>& p : spec.replicas)
+      pipelines.push_back(absl::StrJoin(p, " "));
+    Line(out, "replicas", absl::StrJoin(pipelines, ", "));
+    Line(out, "training.sync", ToString(t.sync));
+    if (t.sync == ReplicaSync::kOuter) {
+      Line(out, "training.outer",
+           absl::StrCat("every ", t.outer.every, ", lr ", Exact(t.outer.lr), ", momentum ",
+                        Exact(t.outer.momentum)));
+    }
+    Line(out, "training.fixed_point_bits", absl::StrCat(t.fixed_point_bits));
   }
   for (const LinkSpec& l : spec.links) {
     Line(out, absl::StrCat("links.", l.boundary),

@@ -46,6 +46,7 @@ const char* ToString(OptimizerKind v) { return v == OptimizerKind::kSgd ? "sgd" 
 const char* ToString(LrDecay v) { return v == LrDecay::kCosine ? "cosine" : "none"; }
 const char* ToString(DeviceKind v) { return v == DeviceKind::kCpu ? "cpu" : "cuda"; }
 const char* ToString(Precision v) { return v == Precision::kBf16 ? "bf16" : "fp32"; }
+const char* ToString(ReplicaSync v) { return v == ReplicaSync::kOuter ? "outer" : "every_step"; }
 
 OptimizerSpec WithDecayHorizon(OptimizerSpec optimizer, int64_t total_steps) {
   if (optimizer.decay_steps == 0) optimizer.decay_steps = total_steps;
@@ -115,11 +116,44 @@ bool JobSpec::PlansSplit() const {
   return std::any_of(sites.begin(), sites.end(), [](const SiteSpec& s) { return s.plan_layers; });
 }
 
+const std::string& JobSpec::SiteIdAt(int slot) const {
+  const int stage = slot % Stages(), replica = slot / Stages();
+  return replicas.empty() ? sites[stage].id : replicas[replica][stage];
+}
+
+int JobSpec::SiteSlot(absl::string_view id) const {
+  for (int slot = 0; slot < SiteSlots(); ++slot) {
+    if (SiteIdAt(slot) == id) return slot;
+  }
+  return -1;
+}
+
+JobSpec JobSpec::ReplicaView(int replica) const {
+  JobSpec view = *this;
+  view.view_replica = replica;
+  for (int s = 0; s < Stages(); ++s) view.sites[s].id = SiteIdAt(replica * Stages() + s);
+  return view;
+}
+
 int JobSpec::SiteIndex(absl::string_view id) const {
   for (size_t i = 0; i < sites.size(); ++i) {
     if (sites[i].id == id) return static_cast<int>(i);
   }
   return -1;
+}
+
+absl::StatusOr<JobSpec> OnePipelineOf(const JobSpec& spec) {
+  if (spec.Replicas() == 1) return spec;
+  if (spec.training.sync == ReplicaSync::kOuter) {
+    return absl::FailedPreconditionError(
+        "replicas with sync: outer train apart between outer steps; no single pipeline trains "
+        "the same (set sync: every_step for its one-pipeline equivalent)");
+  }
+  JobSpec one = spec.ReplicaView(0);
+  one.training.global_batch *= spec.Replicas();
+  one.training.microbatches *= spec.Replicas();
+  one.replicas.clear();
+  return one;
 }
 
 absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) {

@@ -43,6 +43,11 @@ enum class DeviceKind { kCpu, kCuda };
 // with fp32 accumulation, as tensor cores compute them. Weights, optimizer state and every other
 // op stay fp32.
 enum class Precision { kFp32, kBf16 };
+// How the replicas of a stage (JobSpec::replicas) agree (training.sync): every_step sums their
+// gradients before every update (one pipeline with R times the batch); outer (DiLoCo) lets each
+// train `outer.every` steps alone, then averages their pseudo-gradients (start - now) and applies
+// the outer optimizer.
+enum class ReplicaSync { kEveryStep, kOuter };
 
 const char* ToString(ModelFamily v);
 const char* ToString(Activation v);
@@ -54,6 +59,7 @@ const char* ToString(OptimizerKind v);
 const char* ToString(LrDecay v);
 const char* ToString(DeviceKind v);
 const char* ToString(Precision v);
+const char* ToString(ReplicaSync v);
 
 // Multi-layer perceptron: input -> hidden[0] -> ... -> hidden[n-1] -> classes. Layer i (< n) is
 // Linear + activation; layer n is the output Linear (logits). So it has hidden.size() + 1 layers.
@@ -161,6 +167,15 @@ struct CheckpointSpec {
   int keep = 3;       // Newest checkpoints kept per site.
 };
 
+// DiLoCo's outer step (training.outer; site/nn/outer_optimizer.h): every `every` inner steps the
+// replicas of a stage average their pseudo-gradients and take a Nesterov step of `lr` with
+// `momentum` from the parameters they started the round with.
+struct OuterSpec {
+  int every = 20;
+  double lr = 0.7;
+  double momentum = 0.9;
+};
+
 struct TrainingSpec {
   int64_t steps = 0;  // Exactly one of steps / epochs is set (the other is 0).
   int epochs = 0;
@@ -187,6 +202,13 @@ struct TrainingSpec {
   OptimizerSpec optimizer;
   double grad_clip = 0.0;  // Clip by global norm across all stages; 0 = off (2bw eager: lagged).
   CheckpointSpec checkpoint;
+  // With replicas (JobSpec::replicas): how the stage replicas agree, the outer step, and the fixed
+  // point of the secure sum (crypto/pairwise_masks.h): values are summed as round(v * 2^bits) in
+  // Z/2^32, so |v| must stay below 2^(31 - bits) / replicas (larger values are clamped, and
+  // counted).
+  ReplicaSync sync = ReplicaSync::kEveryStep;
+  OuterSpec outer;
+  int fixed_point_bits = 24;
   // Steps between held-out evaluations during training (validation loss for a language model,
   // test accuracy for a classifier); 0 = only after the last step. Not with 2bw, whose pipeline
   // never holds one consistent version of the weights between steps.
@@ -278,17 +300,43 @@ struct JobSpec {
   TrainingSpec training;
   std::vector<SiteSpec> sites;  // In stage order: sites[i] runs stage i.
   std::vector<LinkSpec> links;  // links[b] for every boundary b = 0 .. sites.size()-2.
+  // Replicas (data parallel across sites, DESIGN.md §4): `replicas: R` pipelines, replicas[r][s]
+  // the id of the site that runs stage s of pipeline r, each on its own shard of the data
+  // (site/data/sampler.h). replicas[0] are the ids of `sites`; every other replica site of stage s
+  // runs as sites[s] says (layers, device, workers, machines). Empty: one pipeline, `sites`.
+  std::vector<std::vector<std::string>> replicas;
+  // Set by ReplicaView: the replica whose site ids `sites` carry (its data shard, its tensor keys).
+  int view_replica = 0;
   // Set by core/split_planner.h WithSplit: the layers are the planner's choice.
   bool split_planned = false;
 
-  // Index of the site with this id, or -1.
+  // Index of the site with this id in `sites` (replica 0's stages), or -1.
   int SiteIndex(absl::string_view id) const;
+
+  int Stages() const { return static_cast<int>(sites.size()); }
+  int Replicas() const { return replicas.empty() ? 1 : static_cast<int>(replicas.size()); }
+  // Every site of the federation, replica by replica: slot r * Stages() + s runs stage s of
+  // replica r.
+  int SiteSlots() const { return Replicas() * Stages(); }
+  const std::string& SiteIdAt(int slot) const;
+  // Slot of the site with this id among all replicas, or -1.
+  int SiteSlot(absl::string_view id) const;
+  // The job as replica r's sites see it: `sites` carry replica r's ids (the stage's settings are
+  // shared), everything else as here. What a site of replica r trains its stage of.
+  JobSpec ReplicaView(int replica) const;
   // True when some site has layers: auto (the split is the planner's to choose).
   bool PlansSplit() const;
   // True when the split is the planner's, before (PlansSplit) or after planning (split_planned):
   // the gateway may plan it again, and layers move between sites at a rollback.
   bool SplitMayMove() const { return PlansSplit() || split_planned; }
 };
+
+// The single pipeline that a job's replicas train together, for `strait train`: the job itself
+// without replicas; with replicas summing every step, one pipeline with R times the global batch
+// (and R times the microbatches, each of the same size), which they equal up to float order and
+// the fixed point of the sum. FAILED_PRECONDITION for sync: outer, which no single pipeline
+// trains.
+absl::StatusOr<JobSpec> OnePipelineOf(const JobSpec& spec);
 
 // Parses and validates the YAML text of a job spec. `file_name` is used in error messages and
 // `base_dir` to resolve relative paths (TLS files, data path, checkpoint dir). Thread-safe.

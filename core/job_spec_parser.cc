@@ -54,6 +54,7 @@ class JobSpecParser {
     STRAIT_RETURN_IF_ERROR(ParseTraining(map));
     STRAIT_RETURN_IF_ERROR(ParseSites(map));
     STRAIT_RETURN_IF_ERROR(ParseLinks(map));
+    STRAIT_RETURN_IF_ERROR(ParseReplicas(map));
     STRAIT_RETURN_IF_ERROR(CheckSchedule(map));
     STRAIT_RETURN_IF_ERROR(map.Finish());
     STRAIT_RETURN_IF_ERROR(CheckMemoryBudget(map));
@@ -403,7 +404,103 @@ class JobSpecParser {
     STRAIT_RETURN_IF_ERROR(ParseUpdateTiming(map));
     STRAIT_RETURN_IF_ERROR(ParseEvalEvery(map));
     STRAIT_RETURN_IF_ERROR(ParseCheckpoint(map));
+    STRAIT_RETURN_IF_ERROR(ParseSync(map));
     return map.Finish();
+  }
+
+  // training.sync, training.outer and training.fixed_point_bits; ParseReplicas checks that the job
+  // has replicas for them.
+  absl::Status ParseSync(YamlMap& map) {
+    TrainingSpec& t = spec_.training;
+    STRAIT_RETURN_IF_ERROR(
+        map.Enum("sync", {{"every_step", ReplicaSync::kEveryStep}, {"outer", ReplicaSync::kOuter}},
+                 &t.sync));
+    STRAIT_RETURN_IF_ERROR(map.Int("fixed_point_bits", 8, 30, &t.fixed_point_bits));
+    for (const char* key : {"sync", "outer", "fixed_point_bits"}) {
+      if (map.Has(key)) sync_nodes_.emplace_back(key, map.Get(key));
+    }
+    YamlMap outer = Section(map, "outer");
+    STRAIT_RETURN_IF_ERROR(outer.status());
+    if (outer.node().IsDefined() && t.sync != ReplicaSync::kOuter) {
+      return map.ErrorAt("outer", "applies to sync: outer only; remove it or set sync: outer");
+    }
+    STRAIT_RETURN_IF_ERROR(outer.Int("every", 1, 1 << 20, &t.outer.every));
+    STRAIT_RETURN_IF_ERROR(outer.Double("lr", 1e-6, 100.0, &t.outer.lr));
+    STRAIT_RETURN_IF_ERROR(outer.Double("momentum", 0.0, 0.999, &t.outer.momentum));
+    return outer.Finish();
+  }
+
+  // `replicas:` R pipelines of site ids, the first the ids of `sites` in stage order.
+  absl::Status ParseReplicas(YamlMap& root) {
+    YAML::Node node = root.Get("replicas");
+    if (!node.IsDefined() || node.IsNull()) {
+      if (sync_nodes_.empty()) return absl::OkStatus();
+      return YamlError(file_, sync_nodes_.front().second,
+                       absl::StrCat("training.", sync_nodes_.front().first),
+                       "applies to a job with replicas only (replicas: a list of pipelines); "
+                       "remove it");
+    }
+    const std::string expected =
+        absl::StrCat("a list of at least two pipelines, each a list of ", spec_.sites.size(),
+                     " site ids in stage order, the first the ids of sites: [", SiteList(), "]");
+    if (!node.IsSequence() || node.size() < 2) {
+      return root.ErrorAt("replicas",
+                          absl::StrCat("expected ", expected, "; found ", DescribeYamlNode(node)));
+    }
+    if (spec_.PlansSplit()) {
+      return root.ErrorAt("replicas",
+                          "replicas need a split written in the job spec (every replica trains "
+                          "the same one); give each site its layers instead of layers: auto");
+    }
+    for (const SiteSpec& site : spec_.sites) {
+      if (site.machines > 1) {
+        return root.ErrorAt(
+            "replicas", absl::StrCat("replicas take sites of one machine each for now; site '",
+                                     site.id, "' has ", site.machines,
+                                     ": give it machines: 1 (more workers) or drop the replicas"));
+      }
+    }
+    if (node.size() * spec_.sites.size() > kMaxSites) {
+      return root.ErrorAt("replicas", absl::StrCat("at most ", kMaxSites, " sites in all, found ",
+                                                   node.size() * spec_.sites.size()));
+    }
+    static const std::regex kId("^[a-z0-9][a-z0-9._-]{0,62}$");
+    std::set<std::string> seen;
+    for (size_t r = 0; r < node.size(); ++r) {
+      const std::string path = absl::StrCat("replicas[", r, "]");
+      if (!node[r].IsSequence() || node[r].size() != spec_.sites.size()) {
+        return YamlError(
+            file_, node[r], path,
+            absl::StrCat("expected ", spec_.sites.size(), " site ids (one per stage), found ",
+                         DescribeYamlNode(node[r])));
+      }
+      std::vector<std::string> ids;
+      for (size_t s = 0; s < node[r].size(); ++s) {
+        const std::string id = node[r][s].IsScalar() ? node[r][s].Scalar() : "";
+        const std::string at = absl::StrCat(path, "[", s, "]");
+        if (!std::regex_match(id, kId)) {
+          return YamlError(file_, node[r][s], at,
+                           "expected a site id (1-63 lower-case letters, digits, '.', '_' or "
+                           "'-'), found " +
+                               DescribeYamlNode(node[r][s]));
+        }
+        if (r == 0 && id != spec_.sites[s].id) {
+          return YamlError(file_, node[r][s], at,
+                           absl::StrCat("the first pipeline is the sites' own, in stage order: "
+                                        "expected '",
+                                        spec_.sites[s].id, "', found '", id, "'"));
+        }
+        if (!seen.insert(id).second) {
+          return YamlError(file_, node[r][s], at,
+                           absl::StrCat("site '", id,
+                                        "' appears twice; every replica of every "
+                                        "stage is a site of its own"));
+        }
+        ids.push_back(id);
+      }
+      spec_.replicas.push_back(std::move(ids));
+    }
+    return absl::OkStatus();
   }
 
   // Every site evaluates between the same steps, with the weights all stages hold then: 1f1b and
@@ -730,6 +827,8 @@ class JobSpecParser {
   std::filesystem::path base_dir_;
   JobSpec spec_;
   YAML::Node extra_in_flight_node_;  // training.extra_in_flight when it says auto.
+  // training.sync, outer and fixed_point_bits where given (they need replicas).
+  std::vector<std::pair<std::string, YAML::Node>> sync_nodes_;
 };
 
 }  // namespace

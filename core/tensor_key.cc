@@ -16,6 +16,20 @@ int ConsumerStage(const v1::TensorKey& key, int stages) {
   return static_cast<int>(key.boundary()) + (key.direction() == v1::FORWARD ? 1 : 0);
 }
 
+int ProducerSlot(const v1::TensorKey& key, const JobSpec& spec) {
+  if (key.purpose() == v1::SUM && key.direction() == v1::BACKWARD) return -1;
+  const int stage = key.purpose() == v1::SUM ? static_cast<int>(key.boundary())
+                                             : ProducerStage(key, spec.Stages());
+  return static_cast<int>(key.replica()) * spec.Stages() + stage;
+}
+
+int ConsumerSlot(const v1::TensorKey& key, const JobSpec& spec) {
+  if (key.purpose() == v1::SUM && key.direction() == v1::FORWARD) return -1;
+  const int stage = key.purpose() == v1::SUM ? static_cast<int>(key.boundary())
+                                             : ConsumerStage(key, spec.Stages());
+  return static_cast<int>(key.replica()) * spec.Stages() + stage;
+}
+
 absl::Status ValidateTensorKey(const v1::TensorKey& key, const JobSpec& spec) {
   if (key.job() != spec.name) {
     return absl::InvalidArgumentError(absl::StrCat("tensor key names job '", key.job(),
@@ -24,6 +38,19 @@ absl::Status ValidateTensorKey(const v1::TensorKey& key, const JobSpec& spec) {
   if (key.direction() != v1::FORWARD && key.direction() != v1::BACKWARD) {
     return absl::InvalidArgumentError(absl::StrCat("tensor key has direction ", key.direction(),
                                                    "; expected FORWARD or BACKWARD"));
+  }
+  if (key.replica() >= static_cast<uint32_t>(spec.Replicas())) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor key has replica ", key.replica(),
+                                                   "; this federation has ", spec.Replicas()));
+  }
+  if (key.purpose() == v1::SUM) {
+    if (spec.Replicas() < 2) return absl::InvalidArgumentError("sum key in a job without replicas");
+    if (key.boundary() >= static_cast<uint32_t>(spec.Stages()) || key.microbatch() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("sum key of stage ", key.boundary(), " part ",
+                                                     key.microbatch(), "; expected a stage of 0..",
+                                                     spec.Stages() - 1, " and part 0"));
+    }
+    return absl::OkStatus();
   }
   if (key.purpose() == v1::MOVE) {
     const auto stages = static_cast<uint32_t>(spec.sites.size());
@@ -69,8 +96,9 @@ absl::Status ValidateTensorKey(const v1::TensorKey& key, const JobSpec& spec) {
       }
       return absl::OkStatus();
     default:
-      return absl::InvalidArgumentError(absl::StrCat("tensor key has purpose ", key.purpose(),
-                                                     "; expected TRAIN, CLIP, EVAL, TIED or MOVE"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor key has purpose ", key.purpose(),
+                       "; expected TRAIN, CLIP, EVAL, TIED, MOVE or SUM"));
   }
   if (key.microbatch() >= static_cast<uint32_t>(spec.training.microbatches)) {
     return absl::InvalidArgumentError(absl::StrCat("tensor key has microbatch ", key.microbatch(),
@@ -88,9 +116,11 @@ std::string TensorKeyToString(const v1::TensorKey& key) {
                         : key.purpose() == v1::EVAL ? "/eval"
                         : key.purpose() == v1::TIED ? "/tied"
                         : key.purpose() == v1::MOVE ? "/move"
+                        : key.purpose() == v1::SUM  ? "/sum"
                                                     : "/purpose?";
   return absl::StrCat(key.job(), "/s", key.step(), "/m", key.microbatch(), "/b", key.boundary(),
-                      "/", direction, "/g", key.generation(), purpose);
+                      "/", direction, "/g", key.generation(), purpose,
+                      key.replica() > 0 ? absl::StrCat("/r", key.replica()) : "");
 }
 
 }  // namespace strait

@@ -17,11 +17,17 @@ int ProducerStage(const v1::TensorKey& key, int stages);
 // `microbatch`).
 int ConsumerStage(const v1::TensorKey& key, int stages);
 
+// The slot (JobSpec::SiteSlots) of the site that produces / consumes the key: its stage in
+// pipeline key.replica(); -1 for the gateway's end of a SUM key (the sum's producer, the masked
+// vector's consumer). Call on a key that passed ValidateTensorKey.
+int ProducerSlot(const v1::TensorKey& key, const JobSpec& spec);
+int ConsumerSlot(const v1::TensorKey& key, const JobSpec& spec);
+
 // Checks a key received from the network against the job: job name, a real boundary, a direction, a
 // microbatch below the job's count. The message says which field is wrong.
 absl::Status ValidateTensorKey(const v1::TensorKey& key, const JobSpec& spec);
 
-// Compact text for logs and errors: "fashion/s12/m3/b1/fwd/g0".
+// Compact text for logs and errors: "fashion/s12/m3/b1/fwd/g0" (with "/r1" for replica 1).
 std::string TensorKeyToString(const v1::TensorKey& key);
 
 }  // namespace strait

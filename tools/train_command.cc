@@ -42,6 +42,13 @@ int RunTrain(const TrainOptions& o) {
     spec->training.steps = o.steps;
     spec->training.epochs = 0;
   }
+  if (spec->Replicas() > 1) {
+    const int replicas = spec->Replicas();
+    spec = OnePipelineOf(*spec);
+    if (!spec.ok()) return Fail(spec.status(), 2);
+    std::printf("strait train: the %d replicas' one-pipeline equivalent: global batch %d\n",
+                replicas, spec->training.global_batch);
+  }
   const int threads = o.threads > 0 ? o.threads : UsableCores();
   const DeviceKind device = o.device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu;
   auto backend = site::CreateBackend(device, {threads, 0, spec->training.precision});

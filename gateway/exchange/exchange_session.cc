@@ -86,12 +86,12 @@ void ExchangeSession::Handle(v1::SiteMessage message) {
     OnHello(message.hello());
     return;
   }
-  if (stage_ < 0) {
+  if (slot_ < 0) {
     Reject("before_hello", absl::FailedPreconditionError(
                                "the first message of an Exchange stream must be a Hello"));
     return;
   }
-  core_.federation().Touch(stage_, Federation::Clock::now());
+  core_.federation().Touch(slot_, Federation::Clock::now());
   if (push_only_ && message.kind_case() != v1::SiteMessage::kPush &&
       message.kind_case() != v1::SiteMessage::kOffer) {
     Reject("malformed", absl::InvalidArgumentError(
@@ -115,7 +115,7 @@ void ExchangeSession::Handle(v1::SiteMessage message) {
     case v1::SiteMessage::kHeartbeat:
       break;  // Touch above is all it is for.
     case v1::SiteMessage::kReport:
-      core_.federation().Report(stage_, message.report(), Federation::Clock::now());
+      core_.federation().Report(slot_, message.report(), Federation::Clock::now());
       break;
     default:
       Reject("malformed", absl::InvalidArgumentError("empty or unknown SiteMessage"));
@@ -123,7 +123,7 @@ void ExchangeSession::Handle(v1::SiteMessage message) {
 }
 
 void ExchangeSession::OnHello(const v1::Hello& hello) {
-  if (stage_ >= 0) {
+  if (slot_ >= 0) {
     Reject("malformed", absl::FailedPreconditionError("Hello sent twice on one stream"));
     return;
   }
@@ -133,7 +133,7 @@ void ExchangeSession::OnHello(const v1::Hello& hello) {
     Reject("stale_epoch", stage.status());
     return;
   }
-  stage_ = *stage;
+  slot_ = *stage;
   push_only_ = hello.push_only();
   if (push_only_ && hello.credit()) {
     std::lock_guard<std::mutex> lock(liveness_->mu);
@@ -194,7 +194,7 @@ void ExchangeSession::OnOffer(const v1::PushOffer& offer) {
     SendPushAck(transfer_id, key, valid);
     return;
   }
-  if (absl::Status allowed = CheckPush(core_.spec(), stage_, key); !allowed.ok()) {
+  if (absl::Status allowed = CheckPush(core_.spec(), slot_, key); !allowed.ok()) {
     core_.federation().CountRejected(
         allowed.code() == absl::StatusCode::kPermissionDenied ? "unauthorized" : "malformed",
         absl::StrCat("offer from ", site_id_, ": ", allowed.message()));
@@ -281,11 +281,11 @@ void ExchangeSession::OnPush(v1::PushChunk chunk) {
   }
   std::shared_ptr<StoredFrame> frame = event->frame;
   if (!event->started) {
-    if (event->completed) Completed(*frame, transfer_id);
+    if (event->completed) Completed(frame, transfer_id);
     return;
   }
   const v1::TensorKey& key = frame->header.key();
-  absl::Status allowed = CheckPush(core_.spec(), stage_, key);
+  absl::Status allowed = CheckPush(core_.spec(), slot_, key);
   if (allowed.ok() && offer && frame->wire_bytes() != granted_bytes) {
     allowed = absl::InvalidArgumentError(
         absl::StrCat("transfer ", transfer_id, " has ", frame->wire_bytes(),
@@ -336,9 +336,17 @@ absl::Status ExchangeSession::FundFromCredit(uint64_t transfer_id, uint64_t byte
 }
 
 void ExchangeSession::Publish(const std::shared_ptr<StoredFrame>& frame, uint64_t transfer_id) {
-  if (core_.mailbox().Store(frame) == Mailbox::StoreResult::kStored) {
-    if (frame->complete()) Completed(*frame, transfer_id);
+  const Mailbox::StoreResult stored = core_.mailbox().Store(frame);
+  if (stored == Mailbox::StoreResult::kStored) {
+    if (frame->complete()) Completed(frame, transfer_id);
     return;
+  }
+  if (stored == Mailbox::StoreResult::kDuplicate && frame->header.key().purpose() == v1::SUM) {
+    // A masked vector is taken once: a second push of its key is a replay (or a retry whose first
+    // push got through), never added again.
+    core_.federation().CountRejected(
+        "sum_refused", absl::StrCat("masked vector from ", site_id_,
+                                    " pushed again: ", TensorKeyToString(frame->header.key())));
   }
   // Held already, or of a purged generation: the gateway needs none of it. The producer may drop
   // its copy now; the rest of the body, if any is still coming, is dropped quietly.
@@ -360,15 +368,19 @@ void ExchangeSession::DropTransfer(uint64_t transfer_id) {
   refused_transfers_.insert(transfer_id);
 }
 
-void ExchangeSession::Completed(const StoredFrame& frame, uint64_t transfer_id) {
+void ExchangeSession::Completed(const std::shared_ptr<StoredFrame>& frame, uint64_t transfer_id) {
   // A frame the mailbox broke off meanwhile (a rollback purged it, or a newer push of its key
   // replaced it) is not counted; its producer may still drop its copy.
-  if (frame.complete()) core_.federation().CountPushed(frame.header);
-  SendPushAck(transfer_id, frame.header.key(), absl::OkStatus());
+  if (frame->complete()) {
+    core_.federation().CountPushed(frame->header);
+    // A masked vector is the gateway's to add up (CheckPush let only its replica push it).
+    if (frame->header.key().purpose() == v1::SUM) core_.sums().Take(slot_, frame);
+  }
+  SendPushAck(transfer_id, frame->header.key(), absl::OkStatus());
 }
 
 void ExchangeSession::OnPull(const v1::Pull& pull) {
-  absl::Status allowed = CheckPull(core_.spec(), stage_, pull.key());
+  absl::Status allowed = CheckPull(core_.spec(), slot_, pull.key());
   if (!allowed.ok()) {
     core_.federation().CountRejected(
         allowed.code() == absl::StatusCode::kPermissionDenied ? "unauthorized" : "malformed",
@@ -423,7 +435,7 @@ void ExchangeSession::StartPull(GatewayCore& core, std::shared_ptr<SiteChannel> 
 }
 
 void ExchangeSession::OnAck(const v1::Ack& ack) {
-  absl::Status allowed = CheckPull(core_.spec(), stage_, ack.key());
+  absl::Status allowed = CheckPull(core_.spec(), slot_, ack.key());
   if (!allowed.ok()) {
     core_.federation().CountRejected("unauthorized",
                                      absl::StrCat("ack from ", site_id_, ": ", allowed.message()));
@@ -458,8 +470,8 @@ void ExchangeSession::Close() {
     core_.mailbox().Abandon(frame);
   }
   for (uint64_t id : pulls_->Close()) core_.mailbox().CancelPull(id);
-  if (stage_ >= 0 && !push_only_) {
-    core_.federation().Detach(stage_, channel_.get(), Federation::Clock::now());
+  if (slot_ >= 0 && !push_only_) {
+    core_.federation().Detach(slot_, channel_.get(), Federation::Clock::now());
   }
 }
 

@@ -77,7 +77,7 @@ class ExchangeSession {
   void RefusePush(uint64_t transfer_id, const v1::TensorKey& key, const std::string& reason,
                   const absl::Status& status);
   // The last chunk of a stored frame arrived: acknowledges it to the producer.
-  void Completed(const StoredFrame& frame, uint64_t transfer_id);
+  void Completed(const std::shared_ptr<StoredFrame>& frame, uint64_t transfer_id);
   // Serves pull `pull_id` of `key` from the mailbox; a delivery whose frame breaks off starts it
   // again. Static: its callbacks outlive the session and hold only shared state.
   static void StartPull(GatewayCore& core, std::shared_ptr<SiteChannel> channel,
@@ -90,7 +90,7 @@ class ExchangeSession {
   GatewayCore& core_;
   const std::string site_id_;
   std::shared_ptr<SiteChannel> channel_;
-  int stage_ = -1;          // Set by Hello.
+  int slot_ = -1;           // Set by Hello.
   bool push_only_ = false;  // Set by Hello: this is the site's push stream.
   FrameAssembler assembler_;
   std::set<uint64_t> refused_transfers_;  // Their later chunks are dropped quietly.

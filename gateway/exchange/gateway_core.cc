@@ -13,8 +13,11 @@ GatewayCore::GatewayCore(const JobSpec& spec, GatewayOptions options,
                spec.gateway.memory_budget > options.max_frame_bytes
                    ? spec.gateway.memory_budget - options.max_frame_bytes
                    : 0),
-      federation_(spec, options.insecure,
-                  [this](uint32_t generation) { mailbox_.PurgeGenerationsBelow(generation); }),
+      federation_(
+          spec, options.insecure,
+          [this](uint32_t generation) { mailbox_.PurgeGenerationsBelow(generation); },
+          [this](int slot, const std::string& why) { sums_.SiteFailed(slot, why); }),
+      sums_(spec, mailbox_, federation_),
       housekeeper_([this] { Housekeeping(); }) {}
 
 GatewayCore::~GatewayCore() {

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/job_spec.h"
+#include "gateway/aggregate/replica_sums.h"
 #include "gateway/exchange/push_interceptor.h"
 #include "gateway/mailbox/mailbox.h"
 #include "gateway/membership/federation.h"
@@ -49,6 +50,7 @@ class GatewayCore {
   PushInterceptor* push_interceptor() const { return push_interceptor_.get(); }
   Mailbox& mailbox() { return mailbox_; }
   Federation& federation() { return federation_; }
+  ReplicaSums& sums() { return sums_; }
   v1::FederationState Snapshot() const;
 
  private:
@@ -59,6 +61,7 @@ class GatewayCore {
   const std::shared_ptr<PushInterceptor> push_interceptor_;
   Mailbox mailbox_;
   Federation federation_;
+  ReplicaSums sums_;
   std::mutex mu_;
   std::condition_variable stop_cv_;
   bool stop_ = false;

@@ -34,14 +34,16 @@ struct MailboxKey {
   int direction = 0;  // v1::Direction
   uint32_t generation = 0;
   int purpose = 0;  // v1::Purpose
+  uint32_t replica = 0;
 
   static MailboxKey From(const v1::TensorKey& key) {
     return {key.step(),       key.microbatch(),
             key.boundary(),   static_cast<int>(key.direction()),
-            key.generation(), static_cast<int>(key.purpose())};
+            key.generation(), static_cast<int>(key.purpose()),
+            key.replica()};
   }
   auto Tuple() const {
-    return std::tie(generation, step, purpose, microbatch, boundary, direction);
+    return std::tie(generation, step, purpose, replica, microbatch, boundary, direction);
   }
   bool operator<(const MailboxKey& o) const { return Tuple() < o.Tuple(); }
   bool operator==(const MailboxKey& o) const { return Tuple() == o.Tuple(); }

@@ -7,36 +7,35 @@
 namespace strait::gateway {
 namespace {
 
-absl::Status CheckRole(const JobSpec& spec, int site, const v1::TensorKey& key, int owner,
-                       const char* action, const char* role) {
+absl::Status CheckRole(const JobSpec& spec, int site, const v1::TensorKey& key, bool produce) {
   STRAIT_RETURN_IF_ERROR(ValidateTensorKey(key, spec));
+  const int owner = produce ? ProducerSlot(key, spec) : ConsumerSlot(key, spec);
   if (owner != site) {
-    return absl::PermissionDeniedError(absl::StrCat("site '", spec.sites[site].id, "' may not ",
-                                                    action, " ", TensorKeyToString(key), ": its ",
-                                                    role, " is '", spec.sites[owner].id, "'"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("site '", spec.SiteIdAt(site), "' may not ", produce ? "push " : "pull ",
+                     TensorKeyToString(key), ": its ", produce ? "producer" : "consumer", " is ",
+                     owner < 0 ? "the gateway" : absl::StrCat("'", spec.SiteIdAt(owner), "'")));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<int> StageOfSite(const JobSpec& spec, const std::string& site_id) {
-  int index = spec.SiteIndex(site_id);
-  if (index < 0) {
+absl::StatusOr<int> SlotOfSite(const JobSpec& spec, const std::string& site_id) {
+  const int slot = spec.SiteSlot(site_id);
+  if (slot < 0) {
     return absl::PermissionDeniedError(
         absl::StrCat("'", site_id, "' is not a site of federation '", spec.name, "'"));
   }
-  return index;
+  return slot;
 }
 
 absl::Status CheckPush(const JobSpec& spec, int site, const v1::TensorKey& key) {
-  return CheckRole(spec, site, key, ProducerStage(key, static_cast<int>(spec.sites.size())), "push",
-                   "producer");
+  return CheckRole(spec, site, key, /*produce=*/true);
 }
 
 absl::Status CheckPull(const JobSpec& spec, int site, const v1::TensorKey& key) {
-  return CheckRole(spec, site, key, ConsumerStage(key, static_cast<int>(spec.sites.size())), "pull",
-                   "consumer");
+  return CheckRole(spec, site, key, /*produce=*/false);
 }
 
 }  // namespace strait::gateway

@@ -19,19 +19,25 @@ uint64_t UnixMs() {
       .count();
 }
 
-// The sites whose keys site `index` gets, and which get its key: its neighbours, and the other end
-// of the first and last stage's own link for tied embeddings (core/tied_embeddings.h); with a
-// planned split every other site (layers may move between any two).
-std::vector<int> KeyPartners(const JobSpec& spec, int index) {
-  const int stages = static_cast<int>(spec.sites.size());
+// The sites (slots) whose keys the site in `slot` gets, and which get its key: its neighbours in
+// its pipeline, the other end of the first and last stage's own link for tied embeddings
+// (core/tied_embeddings.h); with a planned split every other site (layers may move between any
+// two); with replicas the other replicas of its stage (their pairwise masks:
+// crypto/pairwise_masks.h).
+std::vector<int> KeyPartners(const JobSpec& spec, int slot) {
+  const int stages = spec.Stages();
+  const int index = slot % stages, base = slot - index;
   std::vector<int> partners;
   for (int other = 0; other < stages; ++other) {
     if (other != index && (spec.SplitMayMove() || other == index - 1 || other == index + 1)) {
-      partners.push_back(other);
+      partners.push_back(base + other);
     }
   }
   if (const std::optional<int> tied = TiedLinkPeer(spec, index); tied && !spec.SplitMayMove()) {
-    partners.push_back(*tied);
+    partners.push_back(base + *tied);
+  }
+  for (int r = 0; r < spec.Replicas(); ++r) {
+    if (r * stages + index != slot) partners.push_back(r * stages + index);
   }
   return partners;
 }
@@ -71,14 +77,19 @@ v1::GatewayMessage RollbackMessage(uint64_t step, uint32_t generation,
 }  // namespace
 
 Federation::Federation(const JobSpec& spec, bool insecure,
-                       std::function<void(uint32_t)> new_generation)
+                       std::function<void(uint32_t)> new_generation,
+                       std::function<void(int, const std::string&)> site_down)
     : spec_(spec),
       agreed_job_(AgreedJobText(spec)),
       insecure_(insecure),
-      new_generation_(std::move(new_generation)) {
-  for (const SiteSpec& s : spec.sites) {
+      new_generation_(std::move(new_generation)),
+      site_down_(std::move(site_down)) {
+  for (int slot = 0; slot < spec.SiteSlots(); ++slot) {
+    const SiteSpec& s = spec.sites[slot % spec.Stages()];
     Site site;
-    site.info.set_id(s.id);
+    site.info.set_id(spec.SiteIdAt(slot));
+    site.info.set_stage(static_cast<uint32_t>(slot % spec.Stages()));
+    site.info.set_replica(static_cast<uint32_t>(slot / spec.Stages()));
     site.info.mutable_layers()->set_start(s.layers.start);
     site.info.mutable_layers()->set_end(s.layers.end);
     site.info.set_device(ToString(s.device));
@@ -96,12 +107,12 @@ Federation::Federation(const JobSpec& spec, bool insecure,
 absl::StatusOr<v1::JoinReply> Federation::Join(const std::string& site_id,
                                                const v1::JoinRequest& request,
                                                Clock::time_point now) {
-  const int index = spec_.SiteIndex(site_id);
+  const int index = spec_.SiteSlot(site_id);
   if (index < 0) {
     return absl::PermissionDeniedError(
         absl::StrCat("'", site_id, "' is not a site of federation '", spec_.name, "'"));
   }
-  const SiteSpec& expected = spec_.sites[index];
+  const SiteSpec& expected = spec_.sites[index % spec_.Stages()];
   if (request.federation() != spec_.name) {
     return absl::FailedPreconditionError(
         absl::StrCat("site '", site_id, "' asked to join federation '", request.federation(),
@@ -204,7 +215,7 @@ absl::StatusOr<v1::JoinReply> Federation::Join(const std::string& site_id,
 absl::StatusOr<int> Federation::Attach(const std::string& site_id, uint32_t epoch,
                                        std::shared_ptr<SiteChannel> channel,
                                        Clock::time_point now) {
-  const int index = spec_.SiteIndex(site_id);
+  const int index = spec_.SiteSlot(site_id);
   std::vector<Action> actions;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -324,7 +335,8 @@ Federation::Link& Federation::LinkLocked(const v1::TensorKey& key) {
 }
 
 void Federation::CountPushed(const v1::FrameHeader& header) {
-  if (header.key().purpose() == v1::MOVE) return;  // Between two sites, on no boundary.
+  // Between two sites, on no boundary; or a replica's share of a sum (gateway/aggregate).
+  if (header.key().purpose() == v1::MOVE || header.key().purpose() == v1::SUM) return;
   std::lock_guard<std::mutex> lock(mu_);
   Link& link = LinkLocked(header.key());
   ++link.frames;
@@ -333,7 +345,7 @@ void Federation::CountPushed(const v1::FrameHeader& header) {
 }
 
 void Federation::CountDelivered(const v1::FrameHeader& header, Clock::duration push_to_pull) {
-  if (header.key().purpose() == v1::MOVE) return;
+  if (header.key().purpose() == v1::MOVE || header.key().purpose() == v1::SUM) return;
   std::lock_guard<std::mutex> lock(mu_);
   Link& link = LinkLocked(header.key());
   ++link.delivered;
@@ -348,6 +360,7 @@ v1::FederationState Federation::Snapshot(const Mailbox::Stats& mailbox,
   view.set_federation(spec_.name);
   view.set_num_layers(spec_.model.NumLayers());
   view.set_generation(generation_);
+  view.set_replicas(static_cast<uint32_t>(spec_.Replicas()));
   bool all_have_checkpoint = !sites_.empty();
   uint64_t common = UINT64_MAX;
   uint64_t rejected = 0;
@@ -407,6 +420,8 @@ void Federation::MarkDownLocked(int index, const std::string& why, std::vector<A
   site.info.set_state(v1::SITE_DOWN);
   AlertLocked(v1::Alert::CRITICAL, absl::StrCat("site ", site.info.id(), " is down: ", why));
   spdlog::warn("site {} is down: {}", site.info.id(), why);
+  if (site_down_)
+    actions.push_back({nullptr, std::nullopt, {}, [this, index, why] { site_down_(index, why); }});
   for (size_t i = 0; i < sites_.size(); ++i) {
     if (static_cast<int>(i) != index && sites_[i].channel != nullptr) {
       actions.push_back({sites_[i].channel, SiteDownMessage(site.info.id()), {}});

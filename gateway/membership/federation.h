@@ -37,9 +37,13 @@ class Federation {
 
   // `spec` must outlive the federation. `insecure`: plaintext gRPC (shown on the dashboard).
   // `new_generation` is called (outside the lock) with each generation after the first, before any
-  // site hears of it: the gateway purges older generations from the mailbox there.
+  // site hears of it: the gateway purges older generations from the mailbox there. `site_down` is
+  // called (outside the lock) with the slot of a site marked down: its replicas' open sums abort.
+  //
+  // Sites are numbered by slot (JobSpec::SiteSlots): the stage without replicas.
   Federation(const JobSpec& spec, bool insecure,
-             std::function<void(uint32_t)> new_generation = nullptr);
+             std::function<void(uint32_t)> new_generation = nullptr,
+             std::function<void(int, const std::string&)> site_down = nullptr);
 
   // A site asks to join. `site_id` is its verified certificate identity. Checks the request against
   // the job spec (federation, layers, device, workers; key.site_id == site_id; an epoch newer than
@@ -50,7 +54,7 @@ class Federation {
 
   // An Exchange stream of `site_id` said Hello with `epoch`. A primary stream (`channel` not null)
   // becomes the site's stream for control messages; a push stream (`channel` null) is only checked.
-  // FAILED_PRECONDITION when the epoch is not the one of the site's latest join. Returns the stage.
+  // FAILED_PRECONDITION when the epoch is not the one of the site's latest join. Returns the slot.
   absl::StatusOr<int> Attach(const std::string& site_id, uint32_t epoch,
                              std::shared_ptr<SiteChannel> channel, Clock::time_point now);
   // The stream `channel` of stage `site` ended. If it was the site's current stream, the site is
@@ -113,6 +117,7 @@ class Federation {
   std::map<std::string, uint64_t> rejected_;
   std::deque<v1::Alert> alerts_;
   const std::function<void(uint32_t)> new_generation_;
+  const std::function<void(int, const std::string&)> site_down_;
   uint32_t generation_ = 0;
   bool start_pending_ = true;  // No Rollback sent since the start or the last site failure.
   uint64_t start_step_ = 0;    // Step of the last Rollback.

@@ -49,12 +49,17 @@ absl::StatusOr<crypto::TlsMaterial> LoadSiteTls(const SiteOptions& o, const JobS
 absl::StatusOr<std::pair<JobSpec, int>> LoadSpec(const SiteOptions& o) {
   absl::StatusOr<JobSpec> spec = LoadJobSpec(o.config);
   if (!spec.ok()) return Invalid(std::string(spec.status().message()));
-  const int index = spec->SiteIndex(o.site_id);
-  if (index < 0) {
+  const int slot = spec->SiteSlot(o.site_id);
+  if (slot < 0) {
     std::string ids;
-    for (const SiteSpec& s : spec->sites) ids += (ids.empty() ? "" : ", ") + s.id;
+    for (int i = 0; i < spec->SiteSlots(); ++i) {
+      ids += (ids.empty() ? "" : ", ") + spec->SiteIdAt(i);
+    }
     return Invalid(absl::StrCat(o.config, ": no site '", o.site_id, "'; the sites are ", ids));
   }
+  // A replica's site runs its stage as replica 0's does, with its pipeline's ids.
+  *spec = spec->ReplicaView(slot / spec->Stages());
+  const int index = slot % spec->Stages();
   if (o.steps > 0) {
     spec->training.steps = o.steps;
     spec->training.epochs = 0;
@@ -69,10 +74,10 @@ absl::StatusOr<StageData> LoadStageData(const JobSpec& spec, bool first, bool la
   if (first || last) {
     STRAIT_ASSIGN_OR_RETURN(Dataset train, LoadDataset(spec.data, spec.model, Split::kTrain));
     STRAIT_ASSIGN_OR_RETURN(Dataset test, LoadDataset(spec.data, spec.model, Split::kTest));
-    if (train.size < spec.training.global_batch) {
-      return Invalid(absl::StrCat("the training set has ", train.size,
-                                  " samples, fewer than one global batch of ",
-                                  spec.training.global_batch));
+    if (train.size < int64_t{spec.training.global_batch} * spec.Replicas()) {
+      return Invalid(absl::StrCat(
+          "the training set has ", train.size, " samples, fewer than one global batch of ",
+          spec.training.global_batch, " for each of ", spec.Replicas(), " replica(s)"));
     }
     data.test_size = test.size;
     data.train = std::make_shared<const Dataset>(std::move(train));
@@ -129,7 +134,9 @@ absl::StatusOr<SiteSetup> LoadSetup(const SiteOptions& o) {
   setup.total_steps = spec.training.steps;
   if (setup.total_steps == 0) {
     STRAIT_ASSIGN_OR_RETURN(int64_t train_size, DatasetSize(spec.data, spec.model, Split::kTrain));
-    setup.total_steps = int64_t{spec.training.epochs} * (train_size / spec.training.global_batch);
+    // Each replica's batch of a step comes from the same epoch (site/data/sampler.h).
+    setup.total_steps = int64_t{spec.training.epochs} *
+                        (train_size / (int64_t{spec.training.global_batch} * spec.Replicas()));
   }
   return setup;
 }

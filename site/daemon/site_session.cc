@@ -68,6 +68,44 @@ absl::StatusOr<LinkSecurity::LinkCrypto> LinkCryptoWith(
   return crypto;
 }
 
+// Replicas (JobSpec::replicas): the stage's secure sums through the gateway, lossless and not
+// sealed (the gateway adds the words), masked with keys agreed with the stage's other replicas.
+absl::Status AddReplicaSums(const JobSpec& spec, int index, GatewayLink& gateway,
+                            const LinkSecurity* security,
+                            const std::map<std::string, v1::SignedKey>& peer_keys,
+                            SiteMetrics& metrics, uint64_t max_raw, StageLinks& links) {
+  if (security == nullptr) {
+    return absl::FailedPreconditionError(
+        "replicas mask what they sum with keys signed by their certificates, and this site has "
+        "none: run it with a certificate (without --insecure)");
+  }
+  std::vector<crypto::LinkEnd> ends;
+  for (int r = 0; r < spec.Replicas(); ++r) {
+    if (r == spec.view_replica) continue;
+    const std::string& id = spec.SiteIdAt(r * spec.Stages() + index);
+    auto key = peer_keys.find(id);
+    absl::StatusOr<crypto::LinkEnd> end =
+        security->VerifiedEnd(id, key == peer_keys.end() ? v1::SignedKey{} : key->second);
+    if (!end.ok()) {
+      return absl::Status(
+          end.status().code(),
+          absl::StrCat("the key of replica ", id, " does not verify: ", end.status().message()));
+    }
+    ends.push_back(*std::move(end));
+  }
+  STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create("none", nullptr));
+  links.sum_out = std::make_unique<FrameSender>(gateway, std::move(encoder), index, v1::FORWARD,
+                                                metrics, /*max_pending=*/2);
+  links.sum_in = std::make_unique<FrameReceiver>(
+      gateway, std::make_unique<FrameDecoder>(nullptr, max_raw), "the gateway's sum", index,
+      v1::BACKWARD, metrics, /*window=*/2);
+  links.mask = [security, ends = std::move(ends)](absl::string_view round,
+                                                  std::span<uint32_t> words) {
+    return security->AddMasks(round, ends, words);
+  };
+  return absl::OkStatus();
+}
+
 // The four link directions of stage `index` for `generation` (and the tied link of the first and
 // the last stage: core/tied_embeddings.h): codecs from the job spec, link keys derived from the
 // peers' current signed keys and the generation.
@@ -75,7 +113,7 @@ absl::StatusOr<StageLinks> BuildLinks(const JobSpec& spec, int index, GatewayLin
                                       const LinkSecurity* security,
                                       const std::map<std::string, v1::SignedKey>& peer_keys,
                                       uint32_t generation, SiteMetrics& metrics, int window,
-                                      uint64_t max_raw) {
+                                      uint64_t max_raw, uint64_t max_sum_raw) {
   const int stages = static_cast<int>(spec.sites.size());
   StageLinks links;
   if (index > 0) {  // With the previous stage.
@@ -112,6 +150,9 @@ absl::StatusOr<StageLinks> BuildLinks(const JobSpec& spec, int index, GatewayLin
         gateway, std::make_unique<FrameDecoder>(std::move(c.opener), max_raw), spec.sites[*peer].id,
         0, first ? v1::BACKWARD : v1::FORWARD, metrics, window);
   }
+  if (spec.Replicas() > 1)
+    STRAIT_RETURN_IF_ERROR(
+        AddReplicaSums(spec, index, gateway, security, peer_keys, metrics, max_sum_raw, links));
   return links;
 }
 
@@ -208,6 +249,10 @@ SiteSession::SiteSession(const JobSpec& spec, SessionOptions options, StageFacto
       checkpoints_(checkpoints),
       report_(report) {
   for (int peer : KeyPeers(spec_, options_.index)) peers_.push_back(spec_.sites[peer].id);
+  for (int r = 0; r < spec_.Replicas(); ++r) {  // Their pairwise masks (crypto/pairwise_masks.h).
+    if (r != spec_.view_replica)
+      peers_.push_back(spec_.SiteIdAt(r * spec_.Stages() + options_.index));
+  }
 }
 
 ConnectionEvents SiteSession::events() {
@@ -365,7 +410,8 @@ absl::StatusOr<std::unique_ptr<SiteRunner>> SiteSession::StartGeneration(
   }
   STRAIT_ASSIGN_OR_RETURN(StageLinks links,
                           BuildLinks(spec_, options_.index, connector.link(), connector.security(),
-                                     peer_keys, generation, metrics_, window_, max_raw_));
+                                     peer_keys, generation, metrics_, window_, max_raw_,
+                                     static_cast<uint64_t>(stage_->param_count()) * 4));
   auto runner = std::make_unique<SiteRunner>(spec_, options_.index, *stage_, std::move(links), data,
                                              metrics_, options_.total_steps, from, generation);
   // Losses and evaluations of the steps replayed from here on replace the abandoned generation's

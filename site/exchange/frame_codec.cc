@@ -20,7 +20,8 @@ void PutString(std::string& out, const std::string& s) {
 bool SameKey(const v1::TensorKey& a, const v1::TensorKey& b) {
   return a.job() == b.job() && a.step() == b.step() && a.microbatch() == b.microbatch() &&
          a.boundary() == b.boundary() && a.direction() == b.direction() &&
-         a.generation() == b.generation() && a.purpose() == b.purpose();
+         a.generation() == b.generation() && a.purpose() == b.purpose() &&
+         a.replica() == b.replica();
 }
 
 }  // namespace
@@ -34,6 +35,9 @@ std::string FrameAad(const v1::FrameHeader& header) {
                      static_cast<uint64_t>(key.purpose())}) {
     PutU64(aad, v);
   }
+  // Replicas' pipelines (JobSpec::replicas) after the first; absent for replica 0, so frames
+  // without replicas keep the AAD they always had.
+  if (key.replica() > 0) PutU64(aad, uint64_t{key.replica()});
   PutString(aad, header.codec_chain());
   PutU64(aad, static_cast<uint64_t>(header.dtype()));
   PutU64(aad, static_cast<uint64_t>(header.shape_size()));
@@ -71,8 +75,8 @@ absl::StatusOr<FrameEncoder::Frame> FrameEncoder::Encode(const v1::TensorKey& ke
   // Clipping scalars and tied-embedding gradients must arrive exactly, whatever the link's chain
   // (both ends must compute the same sums). Error feedback carries over between the tensors of the
   // same purpose and microbatch slot, step after step.
-  const bool exact =
-      key.purpose() == v1::CLIP || key.purpose() == v1::TIED || key.purpose() == v1::MOVE;
+  const bool exact = key.purpose() == v1::CLIP || key.purpose() == v1::TIED ||
+                     key.purpose() == v1::MOVE || key.purpose() == v1::SUM;
   compression::CodecChain& chain = exact ? *lossless_ : *chain_;
   const auto start = std::chrono::steady_clock::now();
   STRAIT_ASSIGN_OR_RETURN(absl::Span<const uint8_t> encoded,

@@ -1,6 +1,7 @@
 #include "site/exchange/link_security.h"
 
 #include "core/status.h"
+#include "crypto/pairwise_masks.h"
 
 namespace strait::site {
 namespace {
@@ -50,6 +51,19 @@ absl::StatusOr<LinkSecurity::LinkCrypto> LinkSecurity::Derive(const std::string&
   STRAIT_ASSIGN_OR_RETURN(link.sealer, crypto::Sealer::Create(keys.send, rotate_bytes));
   STRAIT_ASSIGN_OR_RETURN(link.opener, crypto::Opener::Create(keys.receive));
   return link;
+}
+
+absl::StatusOr<crypto::LinkEnd> LinkSecurity::VerifiedEnd(const std::string& id,
+                                                          const v1::SignedKey& key) const {
+  const crypto::SignedKey peer_key = FromProto(key);
+  STRAIT_RETURN_IF_ERROR(crypto::VerifySignedKey(federation_, id, peer_key, ca_, deny_list_));
+  return crypto::LinkEndOf(peer_key);
+}
+
+absl::Status LinkSecurity::AddMasks(absl::string_view round, std::span<const crypto::LinkEnd> peers,
+                                    std::span<uint32_t> words) const {
+  const crypto::LinkEnd self{site_id_, epoch_, key_.public_key()};
+  return crypto::AddPairwiseMasks(federation_, round, self, key_, peers, words);
 }
 
 }  // namespace strait::site

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -43,6 +44,14 @@ class LinkSecurity {
   absl::StatusOr<LinkCrypto> Derive(const std::string& neighbour_id, const v1::SignedKey& neighbour,
                                     uint64_t rotate_bytes, uint32_t generation = 0,
                                     absl::string_view purpose = {}) const;
+
+  // Secure aggregation (crypto/pairwise_masks.h) among the replicas of this site's stage: the
+  // other replica `id`'s signed key, verified as Derive does, as the end of a pairwise mask.
+  absl::StatusOr<crypto::LinkEnd> VerifiedEnd(const std::string& id,
+                                              const v1::SignedKey& key) const;
+  // Adds this site's pairwise masks of `round` with `peers` (from VerifiedEnd) to `words`.
+  absl::Status AddMasks(absl::string_view round, std::span<const crypto::LinkEnd> peers,
+                        std::span<uint32_t> words) const;
 
  private:
   LinkSecurity(std::string federation, uint32_t epoch, crypto::EphemeralKey key,

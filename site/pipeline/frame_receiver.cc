@@ -106,7 +106,7 @@ void FrameReceiver::Run() {
     metrics_.AddTime(Timer::kOpen, timings.open_s);
     metrics_.AddTime(Timer::kDecode, timings.decode_s);
     if (values.ok()) {
-      metrics_.AddFrame(boundary_, direction_, false, raw, wire);
+      metrics_.AddFrame(boundary_, direction_, false, raw, wire, LinkPurpose(done.key));
       link_.Ack(done.key);
     } else {
       metrics_.AddRejectedFrame();

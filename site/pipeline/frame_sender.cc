@@ -71,7 +71,7 @@ void FrameSender::EncodeAndPush() {
       metrics_.AddTime(Timer::kEncode, frame->encode_s);
       metrics_.AddTime(Timer::kSeal, frame->seal_s);
       metrics_.AddFrame(boundary_, direction_, true, frame->header.raw_bytes(),
-                        frame->header.wire_bytes());
+                        frame->header.wire_bytes(), LinkPurpose(item.key));
       // Blocks while the gateway's budget is full (flow control).
       acked = link_.Push(std::move(frame->header), std::move(frame->body));
     }

@@ -8,9 +8,11 @@ void SiteMetrics::AddTime(Timer timer, double seconds) {
 }
 
 void SiteMetrics::AddFrame(uint32_t boundary, v1::Direction direction, bool sent,
-                           uint64_t raw_bytes, uint64_t wire_bytes) {
+                           uint64_t raw_bytes, uint64_t wire_bytes, v1::Purpose purpose) {
   std::lock_guard<std::mutex> lock(mu_);
-  v1::LinkBytes& link = links_[{boundary, static_cast<int>(direction), sent}];
+  v1::LinkBytes& link =
+      links_[{static_cast<int>(purpose), boundary, static_cast<int>(direction), sent}];
+  link.set_purpose(purpose);
   link.set_boundary(boundary);
   link.set_direction(direction);
   link.set_sent(sent);
@@ -39,7 +41,7 @@ SiteMetrics::Totals SiteMetrics::Difference(const Totals& now, const Totals& bef
   for (v1::LinkBytes& link : d.links) {
     for (const v1::LinkBytes& old : before.links) {
       if (old.boundary() == link.boundary() && old.direction() == link.direction() &&
-          old.sent() == link.sent()) {
+          old.sent() == link.sent() && old.purpose() == link.purpose()) {
         link.set_raw_bytes(link.raw_bytes() - old.raw_bytes());
         link.set_wire_bytes(link.wire_bytes() - old.wire_bytes());
         link.set_frames(link.frames() - old.frames());

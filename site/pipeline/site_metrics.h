@@ -19,19 +19,28 @@ namespace strait::site {
 enum class Timer { kCompute, kWait, kEncode, kDecode, kSeal, kOpen, kForward, kBackward, kUpdate };
 inline constexpr int kTimerCount = 9;
 
+// What a frame of `key` counts towards (SiteMetrics::AddFrame): SUM for the replicas' sums, TRAIN
+// for everything on a pipeline link.
+inline v1::Purpose LinkPurpose(const v1::TensorKey& key) {
+  return key.purpose() == v1::SUM ? v1::SUM : v1::TRAIN;
+}
+
 // Thread-safe.
 class SiteMetrics {
  public:
   struct Totals {
     std::array<double, kTimerCount> seconds{};
-    std::vector<v1::LinkBytes> links;  // One entry per (boundary, direction, sent), sorted.
+    // One entry per (purpose, boundary, direction, sent), sorted.
+    std::vector<v1::LinkBytes> links;
     uint64_t rejected_frames = 0;
     double Seconds(Timer t) const { return seconds[static_cast<int>(t)]; }
   };
 
   void AddTime(Timer timer, double seconds);
+  // `purpose`: TRAIN for the frames of a pipeline link (whatever their key's purpose), SUM for a
+  // replica's secure sums (`boundary` is then its stage).
   void AddFrame(uint32_t boundary, v1::Direction direction, bool sent, uint64_t raw_bytes,
-                uint64_t wire_bytes);
+                uint64_t wire_bytes, v1::Purpose purpose = v1::TRAIN);
   void AddRejectedFrame();
   Totals Snapshot() const;
 
@@ -39,7 +48,7 @@ class SiteMetrics {
   static Totals Difference(const Totals& now, const Totals& before);
 
  private:
-  using LinkKey = std::tuple<uint32_t, int, bool>;
+  using LinkKey = std::tuple<int, uint32_t, int, bool>;
   mutable std::mutex mu_;
   std::array<double, kTimerCount> seconds_{};
   std::map<LinkKey, v1::LinkBytes> links_;

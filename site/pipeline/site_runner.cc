@@ -1,12 +1,16 @@
 #include "site/pipeline/site_runner.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "core/tied_embeddings.h"
+#include "crypto/pairwise_masks.h"
 #include "site/nn/optimizer.h"
 
 namespace strait::site {
@@ -63,7 +67,10 @@ SiteRunner::SiteRunner(const JobSpec& spec, int index, StageExecutor& stage, Sta
       step_(start_step),
       updates_(start_step),
       expected_through_(start_step - 1) {
-  if (data_.train) sampler_.emplace(spec.data.seed, data_.train->size, spec.training.global_batch);
+  if (data_.train) {
+    sampler_.emplace(spec.data.seed, data_.train->size, spec.training.global_batch,
+                     spec.view_replica, spec.Replicas());
+  }
 }
 
 v1::TensorKey SiteRunner::Key(int64_t step, int microbatch, int boundary, v1::Direction direction,
@@ -76,6 +83,7 @@ v1::TensorKey SiteRunner::Key(int64_t step, int microbatch, int boundary, v1::Di
   key.set_direction(direction);
   key.set_purpose(purpose);
   key.set_generation(generation_);
+  key.set_replica(static_cast<uint32_t>(spec_.view_replica));
   return key;
 }
 
@@ -196,6 +204,7 @@ absl::StatusOr<StepResult> SiteRunner::Step(bool then_evaluate) {
       case ScheduleOp::kClipNorm:
         STRAIT_RETURN_IF_ERROR(KeepFreshGrads(op.step));
         STRAIT_RETURN_IF_ERROR(ShareTiedGrad(op.step));
+        STRAIT_RETURN_IF_ERROR(AverageReplicaGrads(op.step));
         STRAIT_RETURN_IF_ERROR(SendNorm(op.step));
         break;
       case ScheduleOp::kUpdate: {
@@ -292,6 +301,56 @@ absl::Status SiteRunner::ShareTiedGrad(int64_t s) {
                           Receive(TiedIn(), TiedKey(s, /*from_first=*/false)));
   ScopedTimer timer(metrics_, Timer::kCompute, Timer::kUpdate);
   return stage_.AddTiedGrad(s, other);
+}
+
+absl::Status SiteRunner::AverageReplicaGrads(int64_t s) {
+  if (spec_.Replicas() < 2 || spec_.training.sync != ReplicaSync::kEveryStep) {
+    return absl::OkStatus();
+  }
+  std::vector<float> grads;
+  {
+    ScopedTimer timer(metrics_, Timer::kCompute, Timer::kUpdate);
+    STRAIT_ASSIGN_OR_RETURN(grads, stage_.Grads(s));
+  }
+  STRAIT_ASSIGN_OR_RETURN(std::vector<float> mean, MeanOverReplicas("grad", s, std::move(grads)));
+  ScopedTimer timer(metrics_, Timer::kCompute, Timer::kUpdate);
+  return stage_.SetGrads(s, mean);
+}
+
+absl::StatusOr<std::vector<float>> SiteRunner::MeanOverReplicas(const std::string& what,
+                                                                int64_t round,
+                                                                std::vector<float> values) {
+  if (!links_.sum_out || !links_.sum_in || !links_.mask) {
+    return absl::FailedPreconditionError("this stage has no link to its replicas' sums");
+  }
+  const int replicas = spec_.Replicas();
+  const double scale = std::ldexp(1.0, spec_.training.fixed_point_bits);
+  std::vector<uint32_t> words(values.size());
+  {
+    ScopedTimer timer(metrics_, Timer::kSeal);  // Masking is this path's sealing.
+    const int64_t clamped =
+        crypto::ToFixedPoint(values, scale, static_cast<int32_t>(INT32_MAX / replicas), words);
+    if (clamped > 0 && clamped_ == 0) {
+      spdlog::warn(
+          "{} of {} values of the {} sum of step {} lie outside the fixed point's range "
+          "(training.fixed_point_bits {}) and were clamped",
+          clamped, values.size(), what, round, spec_.training.fixed_point_bits);
+    }
+    clamped_ += clamped;
+    STRAIT_RETURN_IF_ERROR(links_.mask(
+        absl::StrCat(what, "/stage ", index_, "/round ", round, "/generation ", generation_),
+        words));
+  }
+  std::memcpy(values.data(), words.data(), words.size() * sizeof(uint32_t));
+  const std::vector<int64_t> shape = {static_cast<int64_t>(values.size())};
+  const v1::TensorKey back = Key(round, 0, index_, v1::BACKWARD, v1::SUM);
+  links_.sum_in->Expect(back, shape);
+  STRAIT_RETURN_IF_ERROR(SendTo(*links_.sum_out, Key(round, 0, index_, v1::FORWARD, v1::SUM),
+                                std::move(values), shape));
+  STRAIT_ASSIGN_OR_RETURN(std::vector<float> sum, Receive(*links_.sum_in, back));
+  std::memcpy(words.data(), sum.data(), words.size() * sizeof(uint32_t));
+  crypto::FromFixedPoint(words, scale * replicas, sum);
+  return sum;
 }
 
 absl::Status SiteRunner::KeepFreshGrads(int64_t s) {
@@ -442,6 +501,7 @@ absl::Status SiteRunner::Flush() {
   if (links_.forward_out) STRAIT_RETURN_IF_ERROR(links_.forward_out->Flush());
   if (links_.backward_out) STRAIT_RETURN_IF_ERROR(links_.backward_out->Flush());
   if (links_.tied_out) STRAIT_RETURN_IF_ERROR(links_.tied_out->Flush());
+  if (links_.sum_out) STRAIT_RETURN_IF_ERROR(links_.sum_out->Flush());
   return absl::OkStatus();
 }
 
@@ -452,6 +512,8 @@ void SiteRunner::Abort(const absl::Status& status) {
   if (links_.backward_out) links_.backward_out->Stop(status);
   if (links_.tied_in) links_.tied_in->Stop(status);
   if (links_.tied_out) links_.tied_out->Stop(status);
+  if (links_.sum_in) links_.sum_in->Stop(status);
+  if (links_.sum_out) links_.sum_out->Stop(status);
 }
 
 }  // namespace strait::site

@@ -18,6 +18,10 @@
 // step t+1; the scale of g_{t-1} travels ahead of that forward's activations on the same link.
 // The last step also applies its own gradient, so a run ends with the weights L_T.
 //
+// Replicas (JobSpec::replicas) with training.sync every_step: at kClipNorm, before the norm, the
+// stage's gradient becomes the mean of its replicas' (SumOverReplicas), so every replica takes the
+// update of one pipeline with R times the batch.
+//
 // Tied embeddings (core/tied_embeddings.h): at kClipNorm the first and the last stage each send
 // the other their gradient of the shared matrix; the first stage adds the last's right away (its
 // part of the norm counts the sum), the last stage adds the first's at kUpdate, before the scale.
@@ -27,6 +31,8 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -53,6 +59,12 @@ struct StageLinks {
   // neighbours' link).
   std::unique_ptr<FrameSender> tied_out;
   std::unique_ptr<FrameReceiver> tied_in;
+  // Replicas (JobSpec::replicas): the secure sums of this stage's replicas through the gateway
+  // (proto Purpose SUM): masked vectors out, sums in; `mask` adds this replica's pairwise masks of
+  // a round (crypto/pairwise_masks.h; each round's label unique). Null without replicas.
+  std::unique_ptr<FrameSender> sum_out;
+  std::unique_ptr<FrameReceiver> sum_in;
+  std::function<absl::Status(absl::string_view round, std::span<uint32_t> words)> mask;
 };
 
 // What the stage's own data holds: the first stage reads inputs, the last stage labels; a middle
@@ -144,6 +156,13 @@ class SiteRunner {
   FrameReceiver& TiedIn() const;
   v1::TensorKey TiedKey(int64_t step, bool from_first) const;
   std::vector<int64_t> TiedShape() const;  // [vocab, dim]
+  // kClipNorm with replicas summing every step: the gradient becomes the replicas' mean.
+  absl::Status AverageReplicaGrads(int64_t step);
+  // The mean of `values` over this stage's replicas, through the gateway's secure sum: fixed point
+  // (training.fixed_point_bits), masked, summed, back to floats / R. `round` names it among all
+  // rounds of the run (its masks must never repeat).
+  absl::StatusOr<std::vector<float>> MeanOverReplicas(const std::string& what, int64_t round,
+                                                      std::vector<float> values);
   // kUpdate: takes (and relays downstream) the clipping scale of `step`'s gradient and applies it.
   absl::Status Update(int64_t step);
   absl::StatusOr<std::vector<float>> Receive(FrameReceiver& from, const v1::TensorKey& key);
@@ -163,6 +182,7 @@ class SiteRunner {
   const uint32_t generation_;
   const int microbatch_size_;
   const bool tied_across_;  // The first and the last stage exchange tied gradients.
+  int64_t clamped_ = 0;     // Values the secure sums clamped to the fixed point's range.
   std::optional<Sampler> sampler_;
   int64_t step_;
   int64_t updates_;

@@ -579,6 +579,22 @@ absl::Status StageExecutor::SetParams(absl::Span<const float> params) {
       call, [&] { return OnWorkers([&](int w) { return workers_[w].history->SetNewest(own); }); });
 }
 
+absl::Status StageExecutor::SetGrads(int64_t step, absl::Span<const float> grads) {
+  if (ranks_ > 1) {
+    return absl::FailedPreconditionError("SetGrads on a site of several ranks");
+  }
+  if (static_cast<int64_t>(grads.size()) != param_count()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SetGrads: ", grads.size(), " floats for a stage of ", param_count()));
+  }
+  return OnWorkers([&](int w) -> absl::Status {
+    Worker& worker = workers_[w];
+    worker.backend->CopyToDevice(worker.history->grads(step), grads.data(),
+                                 sizeof(float) * grads.size());
+    return worker.backend->Sync();
+  });
+}
+
 absl::Status StageExecutor::RestoreWeights(int64_t version, absl::Span<const float> newest,
                                            absl::Span<const float> previous,
                                            absl::Span<const float> lookahead) {

@@ -256,6 +256,10 @@ class StageExecutor {
                               absl::Span<const float> previous,
                               absl::Span<const float> lookahead = {});
   absl::Status SetOptimizerState(absl::Span<const float> state);
+  // Overwrites the gradient of `step` on every worker (the replicas' mean of it:
+  // JobSpec::replicas). FAILED_PRECONDITION on a site of several ranks (replicas take sites of one
+  // machine).
+  absl::Status SetGrads(int64_t step, absl::Span<const float> grads);
 
   // A follower rank: runs the call its leader mirrored (see rank_call.h), with this rank's rows of
   // the microbatch; returns this rank's rows of the outputs. InvalidArgument for a call whose

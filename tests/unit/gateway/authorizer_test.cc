@@ -58,8 +58,8 @@ TEST(AuthorizerTest, MalformedKeysAreInvalidNotDenied) {
 
 TEST(AuthorizerTest, UnknownSiteIsDenied) {
   JobSpec spec = testing::ThreeSiteSpec();
-  EXPECT_EQ(*StageOfSite(spec, "c"), 2);
-  EXPECT_EQ(StageOfSite(spec, "mallory").status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(*SlotOfSite(spec, "c"), 2);
+  EXPECT_EQ(SlotOfSite(spec, "mallory").status().code(), absl::StatusCode::kPermissionDenied);
 }
 
 }  // namespace
