@@ -500,6 +500,29 @@ class JobSpecParser {
       }
       spec_.replicas.push_back(std::move(ids));
     }
+    return CheckOuterRounds(root);
+  }
+
+  // An outer round replaces the parameters: every stage must hold one version of them between
+  // steps (no 2bw), and a checkpoint must fall on a round's end (its start is then the
+  // checkpoint's parameters; the outer momentum is saved with it).
+  absl::Status CheckOuterRounds(YamlMap& root) {
+    const TrainingSpec& t = spec_.training;
+    if (t.sync != ReplicaSync::kOuter) return absl::OkStatus();
+    YamlMap training = Section(root, "training");
+    if (t.schedule == Schedule::k2BW) {
+      return training.ErrorAt("sync",
+                              "outer needs a schedule that flushes the pipeline every "
+                              "step (1f1b or gpipe): an outer step replaces the weights "
+                              "that 2bw keeps in flight");
+    }
+    if (t.checkpoint.every % t.outer.every != 0) {
+      return training.ErrorAt("checkpoint",
+                              absl::StrCat("checkpoint.every (", t.checkpoint.every,
+                                           ") must be a multiple of outer.every (", t.outer.every,
+                                           "): a checkpoint holds the state at the end of an outer "
+                                           "round"));
+    }
     return absl::OkStatus();
   }
 

@@ -29,17 +29,29 @@ bool CheckpointStore::Due(int64_t step) const {
   return every > 0 && step > 0 && step % every == 0;
 }
 
-absl::Status CheckpointStore::Save(int64_t step, const StageExecutor& stage) {
+absl::Status CheckpointStore::Save(int64_t step, const StageExecutor& stage,
+                                   const std::vector<float>* outer_momentum) {
   std::error_code error;
   std::filesystem::create_directories(dir_, error);
   if (error)
     return absl::InternalError(
         absl::StrCat("cannot create checkpoint dir ", dir_, ": ", error.message()));
+  if (outer_momentum != nullptr) {
+    // The same file format (checksum, atomic rename), the momentum in place of the parameters.
+    CheckpointState outer{.step = step,
+                          .fingerprint = stage.Fingerprint(),
+                          .init_seed = spec_.model.init_seed,
+                          .data_seed = spec_.data.seed,
+                          .params = *outer_momentum};
+    STRAIT_RETURN_IF_ERROR(WriteCheckpoint(PathFor(step) + ".outer", outer));
+  }
   STRAIT_RETURN_IF_ERROR(SaveStageCheckpoint(PathFor(step), spec_, stage, step));
   std::vector<int64_t> steps = Steps();
   for (size_t i = 0; i + keep_ < steps.size(); ++i) {
     // With the checkpoint it trained before layers moved (site/daemon/layer_moves.h), if any.
-    for (const std::string& path : {PathFor(steps[i]), PathFor(steps[i]) + ".moved"}) {
+    // And its outer optimizer's momentum (replicas with sync: outer), if any.
+    for (const std::string& path :
+         {PathFor(steps[i]), PathFor(steps[i]) + ".moved", PathFor(steps[i]) + ".outer"}) {
       std::filesystem::remove(path, error);
       if (error) spdlog::warn("cannot remove old checkpoint {}: {}", path, error.message());
     }
@@ -102,6 +114,16 @@ absl::Status CheckpointStore::Load(int64_t step, StageExecutor& stage) const {
         absl::StrCat(PathFor(step), " holds step ", *loaded, ", not ", step));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> CheckpointStore::LoadOuterMomentum(int64_t step) const {
+  const std::string path = PathFor(step) + ".outer";
+  absl::StatusOr<CheckpointState> state = ReadCheckpoint(path);
+  if (!state.ok()) return state.status();
+  if (state->step != step) {
+    return absl::DataLossError(absl::StrCat(path, " holds step ", state->step, ", not ", step));
+  }
+  return std::move(state->params);
 }
 
 }  // namespace strait::site

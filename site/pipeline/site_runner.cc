@@ -67,6 +67,10 @@ SiteRunner::SiteRunner(const JobSpec& spec, int index, StageExecutor& stage, Sta
       step_(start_step),
       updates_(start_step),
       expected_through_(start_step - 1) {
+  if (spec.Replicas() > 1 && spec.training.sync == ReplicaSync::kOuter) {
+    outer_.emplace(static_cast<float>(spec.training.outer.lr),
+                   static_cast<float>(spec.training.outer.momentum), stage.param_count());
+  }
   if (data_.train) {
     sampler_.emplace(spec.data.seed, data_.train->size, spec.training.global_batch,
                      spec.view_replica, spec.Replicas());
@@ -187,6 +191,9 @@ absl::StatusOr<StepResult> SiteRunner::Step(bool then_evaluate) {
   const int64_t announce_through = then_evaluate ? s : std::min(s + 1, total_steps_ - 1);
   for (int64_t e = expected_through_ + 1; e <= announce_through; ++e) ExpectStep(e);
 
+  if (outer_ && outer_start_.empty()) {  // The round this generation starts in began here.
+    STRAIT_ASSIGN_OR_RETURN(outer_start_, stage_.Params());
+  }
   StepResult result;
   result.step = s;
   StepTally tally;
@@ -221,6 +228,7 @@ absl::StatusOr<StepResult> SiteRunner::Step(bool then_evaluate) {
       }
     }
   }
+  STRAIT_RETURN_IF_ERROR(MaybeOuterRound(s + 1));
   if (stage_.is_last()) {  // Warm-up 0: every forward of step s ran in Step(s).
     result.loss = tally.loss_sum / (t.global_batch * spec_.model.TargetsPerSample());
     result.accuracy =
@@ -315,6 +323,36 @@ absl::Status SiteRunner::AverageReplicaGrads(int64_t s) {
   STRAIT_ASSIGN_OR_RETURN(std::vector<float> mean, MeanOverReplicas("grad", s, std::move(grads)));
   ScopedTimer timer(metrics_, Timer::kCompute, Timer::kUpdate);
   return stage_.SetGrads(s, mean);
+}
+
+absl::Status SiteRunner::MaybeOuterRound(int64_t steps_done) {
+  if (!outer_ || (steps_done % spec_.training.outer.every != 0 && steps_done != total_steps_)) {
+    return absl::OkStatus();
+  }
+  spdlog::info(
+      "outer round after step {}: averaging the pseudo-gradient with the replicas of "
+      "stage {}",
+      steps_done, index_);
+  std::vector<float> delta;
+  {
+    ScopedTimer timer(metrics_, Timer::kCompute, Timer::kUpdate);
+    STRAIT_ASSIGN_OR_RETURN(delta, stage_.Params());
+    for (size_t i = 0; i < delta.size(); ++i) delta[i] = outer_start_[i] - delta[i];
+  }
+  STRAIT_ASSIGN_OR_RETURN(std::vector<float> mean,
+                          MeanOverReplicas("outer", steps_done, std::move(delta)));
+  ScopedTimer timer(metrics_, Timer::kCompute, Timer::kUpdate);
+  STRAIT_RETURN_IF_ERROR(outer_->Step(mean, outer_start_));
+  return stage_.SetParams(outer_start_);
+}
+
+const std::vector<float>* SiteRunner::outer_momentum() const {
+  return outer_ ? &outer_->momentum_buffer() : nullptr;
+}
+
+absl::Status SiteRunner::SetOuterMomentum(std::span<const float> momentum) {
+  if (!outer_) return absl::FailedPreconditionError("this job has no outer rounds");
+  return outer_->SetMomentum(momentum);
 }
 
 absl::StatusOr<std::vector<float>> SiteRunner::MeanOverReplicas(const std::string& what,

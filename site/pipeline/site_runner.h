@@ -22,6 +22,11 @@
 // stage's gradient becomes the mean of its replicas' (SumOverReplicas), so every replica takes the
 // update of one pipeline with R times the batch.
 //
+// With training.sync outer (DiLoCo), replicas train apart and, after every outer.every-th step's
+// update and after the last, average their pseudo-gradients (the round's start minus now) through
+// the same sums; each applies the outer optimizer (site/nn/outer_optimizer.h) to the start, so all
+// replicas begin the next round from the same parameters.
+//
 // Tied embeddings (core/tied_embeddings.h): at kClipNorm the first and the last stage each send
 // the other their gradient of the shared matrix; the first stage adds the last's right away (its
 // part of the norm counts the sum), the last stage adds the first's at kUpdate, before the scale.
@@ -41,6 +46,7 @@
 #include "site/data/dataset.h"
 #include "site/data/sampler.h"
 #include "site/nn/evaluation.h"
+#include "site/nn/outer_optimizer.h"
 #include "site/pipeline/frame_receiver.h"
 #include "site/pipeline/frame_sender.h"
 #include "site/pipeline/site_metrics.h"
@@ -120,6 +126,12 @@ class SiteRunner {
   // keys have purpose EVAL and the step count step(), so they are distinct per evaluation.
   absl::StatusOr<std::optional<Evaluation>> Evaluate();
 
+  // sync outer: the outer optimizer's momentum (for checkpoints, taken between steps at an outer
+  // round's end), and its restoration when a generation resumes from a checkpoint (before the
+  // first Step). Null / FAILED_PRECONDITION without outer rounds.
+  const std::vector<float>* outer_momentum() const;
+  absl::Status SetOuterMomentum(std::span<const float> momentum);
+
   // Blocks until the gateway holds everything this stage sent.
   absl::Status Flush();
 
@@ -163,6 +175,9 @@ class SiteRunner {
   // rounds of the run (its masks must never repeat).
   absl::StatusOr<std::vector<float>> MeanOverReplicas(const std::string& what, int64_t round,
                                                       std::vector<float> values);
+  // sync outer, after the update that completes `steps_done` steps: an outer round when one is
+  // due (every outer.every steps and after the last).
+  absl::Status MaybeOuterRound(int64_t steps_done);
   // kUpdate: takes (and relays downstream) the clipping scale of `step`'s gradient and applies it.
   absl::Status Update(int64_t step);
   absl::StatusOr<std::vector<float>> Receive(FrameReceiver& from, const v1::TensorKey& key);
@@ -183,6 +198,8 @@ class SiteRunner {
   const int microbatch_size_;
   const bool tied_across_;  // The first and the last stage exchange tied gradients.
   int64_t clamped_ = 0;     // Values the secure sums clamped to the fixed point's range.
+  std::optional<OuterOptimizer> outer_;  // sync outer only.
+  std::vector<float> outer_start_;       // The parameters the current outer round started from.
   std::optional<Sampler> sampler_;
   int64_t step_;
   int64_t updates_;

@@ -3,11 +3,17 @@
 //   every_step: the replicas' secure sums make them train what one pipeline with twice the batch
 //     trains (`strait train` on the same file), within 1e-5 relative on every stage's parameters
 //     after 50 steps, and the replicas of a stage end with the same bits.
+//   outer: replicas that train apart and meet every 10 steps end with the same bits; a replica
+//     killed with SIGKILL while its stage's outer round waits for it makes the federation roll
+//     back, and the run ends with the bits of an uninterrupted one.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -82,6 +88,76 @@ TEST(ReplicasTest, EveryStepTrainsWhatOnePipelineWithTwiceTheBatchTrains) {
   ExpectLikeReferenceUpToFloatOrder(fed, {"dc-c", "dc-d"});
   ExpectReplicasAgree(fed, "dc-a", "dc-c");
   ExpectReplicasAgree(fed, "dc-b", "dc-d");
+}
+
+const char kOuter[] = "outer";
+const char kOuterKeys[] =
+    "outer: {every: 10, lr: 0.7, momentum: 0.9}\n  checkpoint: {every: 10, dir: checkpoints}";
+
+TEST(ReplicasTest, OuterRoundsEndWithTheReplicasAgreeing) {
+  BuildTreeFederation fed(JobYaml({.sync = kOuter, .length = "steps: 45", .extra = kOuterKeys}),
+                          kSites);
+  TrainAll(fed);
+  ExpectReplicasAgree(fed, "dc-a", "dc-c");
+  ExpectReplicasAgree(fed, "dc-b", "dc-d");
+  // Five rounds: after steps 10, 20, 30, 40 and the last, 45.
+  const std::string log = ReadFile(fed.SiteLogFile("dc-c"));
+  EXPECT_NE(log.find("outer round after step 40"), std::string::npos) << log;
+  EXPECT_NE(log.find("outer round after step 45"), std::string::npos) << log;
+}
+
+// Waits until `site`'s log has `text` (false after 300 s or if it exited).
+bool WaitForLog(BuildTreeFederation& fed, const std::string& site, const std::string& text) {
+  const auto deadline = std::chrono::steady_clock::now() + seconds(300);
+  while (ReadFile(fed.SiteLogFile(site)).find(text) == std::string::npos) {
+    if (std::chrono::steady_clock::now() > deadline || !fed.site(site).Running()) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+TEST(ReplicasTest, AReplicaKilledDuringAnOuterRoundRollsBackAndEndsWithTheSameBits) {
+  const JobOptions job{.sync = kOuter, .length = "steps: 60", .extra = kOuterKeys};
+  BuildTreeFederation clean(JobYaml(job), kSites);
+  TrainAll(clean);
+
+  BuildTreeFederation fed(JobYaml(job), kSites);
+  std::string error;
+  ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
+  for (const std::string& site : kSites) fed.StartSite(site, {"--threads", "1"});
+  // dc-a stops (SIGSTOP) once the replicas are past their first rounds, so dc-c (its replica)
+  // soon waits in a round for dc-a's vector (well within the heartbeat timeout); dc-c dies there.
+  ASSERT_TRUE(WaitForLog(fed, "dc-c", "outer round after step 20")) << fed.SiteLog("dc-c");
+  fed.site("dc-a").Kill(SIGSTOP);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const std::string waiting = ReadFile(fed.SiteLogFile("dc-c"));
+  const size_t last_line = waiting.rfind('\n', waiting.size() - 2);
+  ASSERT_NE(waiting.find("outer round after step", last_line), std::string::npos)
+      << "dc-c is not waiting in an outer round:\n"
+      << waiting;
+  std::printf("dc-c killed while it waits: %s", waiting.substr(last_line + 1).c_str());
+  ASSERT_TRUE(fed.site("dc-c").Running());
+  fed.site("dc-c").Kill(SIGKILL);
+  EXPECT_EQ(fed.WaitSite("dc-c", seconds(10)), 128 + SIGKILL);
+  fed.site("dc-a").Kill(SIGCONT);
+  fed.StartSite("dc-c", {"--threads", "1", "--resume"});
+  for (const std::string& site : kSites) {
+    ASSERT_EQ(fed.WaitSite(site, seconds(600)), 0) << site << ":\n" << fed.SiteLog(site);
+  }
+  const std::string gateway_log = fed.gateway().LogTail(20000);
+  EXPECT_NE(gateway_log.find("training restarts at step"), std::string::npos) << gateway_log;
+  for (const std::string& site : kSites) {
+    absl::StatusOr<site::CheckpointState> a =
+        site::ReadCheckpoint(fed.OutDir(site) + "/final.ckpt");
+    absl::StatusOr<site::CheckpointState> b =
+        site::ReadCheckpoint(clean.OutDir(site) + "/final.ckpt");
+    ASSERT_TRUE(a.ok() && b.ok()) << site;
+    ASSERT_EQ(a->params.size(), b->params.size());
+    EXPECT_EQ(0, std::memcmp(a->params.data(), b->params.data(), 4 * a->params.size())) << site;
+    EXPECT_EQ(0, std::memcmp(a->optimizer_state.data(), b->optimizer_state.data(),
+                             4 * a->optimizer_state.size()))
+        << site;
+  }
 }
 
 }  // namespace
