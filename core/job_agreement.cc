@@ -105,7 +105,7 @@ std::string AgreedJobText(const JobSpec& spec) {
     if (t.sync == ReplicaSync::kOuter) {
       Line(out, "training.outer",
            absl::StrCat("every ", t.outer.every, ", lr ", Exact(t.outer.lr), ", momentum ",
-                        Exact(t.outer.momentum)));
+                        Exact(t.outer.momentum), ", ", t.outer.bits, " bits"));
     }
     Line(out, "training.fixed_point_bits", absl::StrCat(t.fixed_point_bits));
   }

@@ -169,11 +169,14 @@ struct CheckpointSpec {
 
 // DiLoCo's outer step (training.outer; site/nn/outer_optimizer.h): every `every` inner steps the
 // replicas of a stage average their pseudo-gradients and take a Nesterov step of `lr` with
-// `momentum` from the parameters they started the round with.
+// `momentum` from the parameters they started the round with. The pseudo-gradients cross the
+// gateway as `bits`-bit fixed point (8, 16 or 32; per-block scales and error feedback:
+// site/exchange/masked_sum.h).
 struct OuterSpec {
   int every = 20;
   double lr = 0.7;
   double momentum = 0.9;
+  int bits = 8;
 };
 
 struct TrainingSpec {

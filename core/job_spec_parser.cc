@@ -427,6 +427,12 @@ class JobSpecParser {
     STRAIT_RETURN_IF_ERROR(outer.Int("every", 1, 1 << 20, &t.outer.every));
     STRAIT_RETURN_IF_ERROR(outer.Double("lr", 1e-6, 100.0, &t.outer.lr));
     STRAIT_RETURN_IF_ERROR(outer.Double("momentum", 0.0, 0.999, &t.outer.momentum));
+    STRAIT_RETURN_IF_ERROR(outer.Int("bits", 8, 32, &t.outer.bits));
+    if (t.outer.bits != 8 && t.outer.bits != 16 && t.outer.bits != 32) {
+      return outer.ErrorAt("bits", absl::StrCat("expected 8, 16 or 32 (bits of each value in the "
+                                                "replicas' sum), found ",
+                                                t.outer.bits));
+    }
     return outer.Finish();
   }
 

@@ -45,10 +45,13 @@ absl::Status ValidateTensorKey(const v1::TensorKey& key, const JobSpec& spec) {
   }
   if (key.purpose() == v1::SUM) {
     if (spec.Replicas() < 2) return absl::InvalidArgumentError("sum key in a job without replicas");
-    if (key.boundary() >= static_cast<uint32_t>(spec.Stages()) || key.microbatch() != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("sum key of stage ", key.boundary(), " part ",
-                                                     key.microbatch(), "; expected a stage of 0..",
-                                                     spec.Stages() - 1, " and part 0"));
+    const uint32_t lanes = key.microbatch();
+    if (key.boundary() >= static_cast<uint32_t>(spec.Stages()) ||
+        (lanes != 1 && lanes != 2 && lanes != 4)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sum key of stage ", key.boundary(), " with ", lanes,
+                       " values a word; expected a stage of 0..", spec.Stages() - 1,
+                       " and 1, 2 or 4 values a word"));
     }
     return absl::OkStatus();
   }

@@ -57,11 +57,14 @@ void ReplicaSums::Take(int slot, const FramePtr& frame) {
   const std::string& site = spec_.SiteIdAt(slot);
   absl::Status added = words.status();
   const SumRound round{static_cast<int>(key.boundary()), key.step(), key.generation()};
+  const int lanes = static_cast<int>(key.microbatch());  // ValidateTensorKey: 1, 2 or 4.
   if (added.ok()) {
-    added = sums_.Add(site, round, *std::move(words),
-                      [this, round](absl::StatusOr<std::vector<uint32_t>> sum) {
-                        if (sum.ok()) Publish(round, *sum);
-                      });
+    added = sums_.Add(
+        site, round, *std::move(words),
+        [this, round, lanes](absl::StatusOr<std::vector<uint32_t>> sum) {
+          if (sum.ok()) Publish(round, *sum, lanes);
+        },
+        lanes);
   }
   if (!added.ok()) {
     federation_.CountRejected("sum_refused",
@@ -76,7 +79,7 @@ void ReplicaSums::SiteFailed(int slot, const std::string& why) {
   sums_.Abort(spec_.SiteIdAt(slot), why);
 }
 
-void ReplicaSums::Publish(const SumRound& round, const std::vector<uint32_t>& sum) {
+void ReplicaSums::Publish(const SumRound& round, const std::vector<uint32_t>& sum, int lanes) {
   std::vector<float> values(sum.size());
   std::memcpy(values.data(), sum.data(), sum.size() * sizeof(uint32_t));
   absl::StatusOr<std::unique_ptr<compression::CodecChain>> chain =
@@ -101,6 +104,7 @@ void ReplicaSums::Publish(const SumRound& round, const std::vector<uint32_t>& su
     v1::TensorKey& key = *header.mutable_key();
     key.set_job(spec_.name);
     key.set_step(round.step);
+    key.set_microbatch(static_cast<uint32_t>(lanes));
     key.set_boundary(static_cast<uint32_t>(round.stage));
     key.set_direction(v1::BACKWARD);
     key.set_generation(round.generation);

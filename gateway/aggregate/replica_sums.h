@@ -42,8 +42,8 @@ class ReplicaSums {
   Stats GetStats() const;
 
  private:
-  // Stores the sum of `round` for every replica of its stage.
-  void Publish(const SumRound& round, const std::vector<uint32_t>& sum);
+  // Stores the sum of `round` (words of `lanes` numbers each) for every replica of its stage.
+  void Publish(const SumRound& round, const std::vector<uint32_t>& sum, int lanes);
 
   const JobSpec& spec_;
   Mailbox& mailbox_;

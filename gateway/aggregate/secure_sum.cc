@@ -13,6 +13,20 @@ std::string RoundText(const SumRound& r) {
   return absl::StrCat("round of stage ", r.stage, ", step ", r.step, ", generation ", r.generation);
 }
 
+// sum += words lane by lane: each lane mod 2^(32 / lanes), no carry into the next lane.
+void AddLanes(std::vector<uint32_t>& sum, const std::vector<uint32_t>& words, int lanes) {
+  if (lanes == 1) {
+    for (size_t i = 0; i < words.size(); ++i) sum[i] += words[i];  // mod 2^32
+    return;
+  }
+  // The high bit of each lane is added apart so that no carry crosses into the next lane.
+  const uint32_t high = lanes == 2 ? 0x80008000u : 0x80808080u;
+  for (size_t i = 0; i < words.size(); ++i) {
+    const uint32_t a = sum[i], b = words[i];
+    sum[i] = ((a & ~high) + (b & ~high)) ^ ((a ^ b) & high);
+  }
+}
+
 }  // namespace
 
 SecureSum::SecureSum(std::vector<std::vector<std::string>> replicas)
@@ -24,7 +38,7 @@ absl::Status SecureSum::Refuse(absl::Status status) {
 }
 
 absl::Status SecureSum::Add(const std::string& site, const SumRound& round,
-                            std::vector<uint32_t> words, Done done) {
+                            std::vector<uint32_t> words, Done done, int lanes) {
   std::vector<Done> answer, stale;
   std::vector<uint32_t> sum;
   {
@@ -55,15 +69,20 @@ absl::Status SecureSum::Add(const std::string& site, const SumRound& round,
       return Refuse(absl::AlreadyExistsError(
           absl::StrCat("site '", site, "' sent its vector of the ", RoundText(round), " already")));
     }
-    if (!open.from.empty() && words.size() != open.sum.size()) {
+    if (lanes != 1 && lanes != 2 && lanes != 4) {
       return Refuse(absl::InvalidArgumentError(
-          absl::StrCat("site '", site, "' sent ", words.size(), " words for the ", RoundText(round),
-                       "; the others sent ", open.sum.size())));
+          absl::StrCat("site '", site, "' packed ", lanes, " numbers a word; expected 1, 2 or 4")));
+    }
+    if (!open.from.empty() && (words.size() != open.sum.size() || lanes != open.lanes)) {
+      return Refuse(absl::InvalidArgumentError(absl::StrCat(
+          "site '", site, "' sent ", words.size(), " words of ", lanes, " lane(s) for the ",
+          RoundText(round), "; the others sent ", open.sum.size(), " of ", open.lanes)));
     }
     if (open.from.empty()) {
       open.sum = std::move(words);
+      open.lanes = lanes;
     } else {
-      for (size_t i = 0; i < words.size(); ++i) open.sum[i] += words[i];  // mod 2^32
+      AddLanes(open.sum, words, lanes);
     }
     open.from.insert(site);
     open.waiting.push_back(std::move(done));

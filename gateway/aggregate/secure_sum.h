@@ -45,8 +45,12 @@ class SecureSum {
   // A refusal is returned (and `done` not called): PERMISSION_DENIED for a site that is not a
   // replica of the stage, ALREADY_EXISTS for a second vector or a replayed round,
   // FAILED_PRECONDITION for a round of an older generation, INVALID_ARGUMENT for another length.
+  //
+  // `lanes` (1, 2 or 4): each word packs that many numbers of 32 / lanes bits, summed lane by lane
+  // mod 2^(32 / lanes) (a replica's narrower fixed point: site/exchange/masked_sum.h). Every vector
+  // of a round must have the same (INVALID_ARGUMENT otherwise).
   absl::Status Add(const std::string& site, const SumRound& round, std::vector<uint32_t> words,
-                   Done done);
+                   Done done, int lanes = 1);
 
   // `site` failed: every open round of its stages is aborted with `why`.
   void Abort(const std::string& site, const std::string& why);
@@ -57,6 +61,7 @@ class SecureSum {
  private:
   struct Open {
     std::vector<uint32_t> sum;
+    int lanes = 1;
     std::set<std::string> from;
     std::vector<Done> waiting;
   };

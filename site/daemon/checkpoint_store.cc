@@ -30,19 +30,19 @@ bool CheckpointStore::Due(int64_t step) const {
 }
 
 absl::Status CheckpointStore::Save(int64_t step, const StageExecutor& stage,
-                                   const std::vector<float>* outer_momentum) {
+                                   const std::vector<float>* outer_state) {
   std::error_code error;
   std::filesystem::create_directories(dir_, error);
   if (error)
     return absl::InternalError(
         absl::StrCat("cannot create checkpoint dir ", dir_, ": ", error.message()));
-  if (outer_momentum != nullptr) {
-    // The same file format (checksum, atomic rename), the momentum in place of the parameters.
+  if (outer_state != nullptr) {
+    // The same file format (checksum, atomic rename), the state in place of the parameters.
     CheckpointState outer{.step = step,
                           .fingerprint = stage.Fingerprint(),
                           .init_seed = spec_.model.init_seed,
                           .data_seed = spec_.data.seed,
-                          .params = *outer_momentum};
+                          .params = *outer_state};
     STRAIT_RETURN_IF_ERROR(WriteCheckpoint(PathFor(step) + ".outer", outer));
   }
   STRAIT_RETURN_IF_ERROR(SaveStageCheckpoint(PathFor(step), spec_, stage, step));
@@ -116,7 +116,7 @@ absl::Status CheckpointStore::Load(int64_t step, StageExecutor& stage) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<float>> CheckpointStore::LoadOuterMomentum(int64_t step) const {
+absl::StatusOr<std::vector<float>> CheckpointStore::LoadOuterState(int64_t step) const {
   const std::string path = PathFor(step) + ".outer";
   absl::StatusOr<CheckpointState> state = ReadCheckpoint(path);
   if (!state.ok()) return state.status();

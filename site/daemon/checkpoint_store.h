@@ -28,10 +28,10 @@ class CheckpointStore {
 
   // Writes the stage after `step` steps, then removes checkpoints beyond the retention count.
   // Blocks on disk I/O.
-  // `outer_momentum` (replicas with sync: outer): the outer optimizer's momentum, written first
-  // as step-<N>.ckpt.outer, so that a checkpoint that exists has it.
+  // `outer_state` (replicas with sync: outer: SiteRunner::OuterState), written first as
+  // step-<N>.ckpt.outer, so that a checkpoint that exists has it.
   absl::Status Save(int64_t step, const StageExecutor& stage,
-                    const std::vector<float>* outer_momentum = nullptr);
+                    const std::vector<float>* outer_state = nullptr);
 
   // Steps of the checkpoint files present, oldest first (not verified).
   std::vector<int64_t> Steps() const;
@@ -43,8 +43,8 @@ class CheckpointStore {
 
   // Restores `stage` from the checkpoint of `step`. An error names the file and what is wrong.
   absl::Status Load(int64_t step, StageExecutor& stage) const;
-  // The outer optimizer's momentum saved with the checkpoint of `step` (see Save).
-  absl::StatusOr<std::vector<float>> LoadOuterMomentum(int64_t step) const;
+  // The outer rounds' state saved with the checkpoint of `step` (see Save).
+  absl::StatusOr<std::vector<float>> LoadOuterState(int64_t step) const;
 
  private:
   const JobSpec& spec_;

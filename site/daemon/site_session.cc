@@ -414,9 +414,9 @@ absl::StatusOr<std::unique_ptr<SiteRunner>> SiteSession::StartGeneration(
                                      static_cast<uint64_t>(stage_->param_count()) * 4));
   auto runner = std::make_unique<SiteRunner>(spec_, options_.index, *stage_, std::move(links), data,
                                              metrics_, options_.total_steps, from, generation);
-  if (from > 0 && runner->outer_momentum() != nullptr) {
-    STRAIT_ASSIGN_OR_RETURN(std::vector<float> momentum, checkpoints_.LoadOuterMomentum(from));
-    STRAIT_RETURN_IF_ERROR(runner->SetOuterMomentum(momentum));
+  if (from > 0 && runner->OuterState()) {
+    STRAIT_ASSIGN_OR_RETURN(std::vector<float> outer, checkpoints_.LoadOuterState(from));
+    STRAIT_RETURN_IF_ERROR(runner->SetOuterState(outer));
   }
   // Losses and evaluations of the steps replayed from here on replace the abandoned generation's
   // (the evaluation due at `from` is made again: an interruption may have cut it short).
@@ -557,7 +557,8 @@ absl::Status SiteSession::AfterStep(const SiteRunner& runner, const StepResult& 
   // Checkpoint k holds the state right after the update that made L_k: after Step(k - 1) with 1f1b
   // and eager 2bw, after Step(k) with deferred 2bw (SiteRunner::updates()).
   if (const int64_t k = runner.updates(); k > pass.saved_through && checkpoints_.Due(k)) {
-    STRAIT_RETURN_IF_ERROR(checkpoints_.Save(k, *stage_, runner.outer_momentum()));
+    const std::optional<std::vector<float>> outer = runner.OuterState();
+    STRAIT_RETURN_IF_ERROR(checkpoints_.Save(k, *stage_, outer ? &*outer : nullptr));
     pass.saved_through = k;
     {
       std::lock_guard<std::mutex> lock(progress_.mu);

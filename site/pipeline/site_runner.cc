@@ -10,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "core/tied_embeddings.h"
-#include "crypto/pairwise_masks.h"
 #include "site/nn/optimizer.h"
 
 namespace strait::site {
@@ -320,7 +319,11 @@ absl::Status SiteRunner::AverageReplicaGrads(int64_t s) {
     ScopedTimer timer(metrics_, Timer::kCompute, Timer::kUpdate);
     STRAIT_ASSIGN_OR_RETURN(grads, stage_.Grads(s));
   }
-  STRAIT_ASSIGN_OR_RETURN(std::vector<float> mean, MeanOverReplicas("grad", s, std::move(grads)));
+  const SumFormat format{.bits = 32,
+                         .replicas = spec_.Replicas(),
+                         .steps = {std::ldexp(1.0, -spec_.training.fixed_point_bits)}};
+  STRAIT_ASSIGN_OR_RETURN(std::vector<float> mean,
+                          MeanOverReplicas("grad", s, std::move(grads), format));
   ScopedTimer timer(metrics_, Timer::kCompute, Timer::kUpdate);
   return stage_.SetGrads(s, mean);
 }
@@ -337,58 +340,88 @@ absl::Status SiteRunner::MaybeOuterRound(int64_t steps_done) {
   {
     ScopedTimer timer(metrics_, Timer::kCompute, Timer::kUpdate);
     STRAIT_ASSIGN_OR_RETURN(delta, stage_.Params());
-    for (size_t i = 0; i < delta.size(); ++i) delta[i] = outer_start_[i] - delta[i];
+    outer_residual_.resize(delta.size(), 0.0f);
+    for (size_t i = 0; i < delta.size(); ++i) {
+      delta[i] = outer_start_[i] - delta[i] + outer_residual_[i];
+    }
   }
+  const TrainingSpec& t = spec_.training;
+  const SumFormat format =
+      OuterSumFormat(t.outer.bits, t.fixed_point_bits, spec_.Replicas(), outer_last_mean_);
+  std::vector<float> own;
   STRAIT_ASSIGN_OR_RETURN(std::vector<float> mean,
-                          MeanOverReplicas("outer", steps_done, std::move(delta)));
+                          MeanOverReplicas("outer", steps_done, delta, format, &own));
   ScopedTimer timer(metrics_, Timer::kCompute, Timer::kUpdate);
+  for (size_t i = 0; i < delta.size(); ++i) outer_residual_[i] = delta[i] - own[i];
   STRAIT_RETURN_IF_ERROR(outer_->Step(mean, outer_start_));
+  outer_last_mean_ = std::move(mean);
   return stage_.SetParams(outer_start_);
 }
 
-const std::vector<float>* SiteRunner::outer_momentum() const {
-  return outer_ ? &outer_->momentum_buffer() : nullptr;
+std::optional<std::vector<float>> SiteRunner::OuterState() const {
+  if (!outer_) return std::nullopt;
+  std::vector<float> state = outer_->momentum_buffer();
+  state.insert(state.end(), outer_residual_.begin(), outer_residual_.end());
+  state.resize(2 * outer_->momentum_buffer().size(), 0.0f);  // No residual before a round.
+  state.insert(state.end(), outer_last_mean_.begin(), outer_last_mean_.end());
+  return state;
 }
 
-absl::Status SiteRunner::SetOuterMomentum(std::span<const float> momentum) {
+absl::Status SiteRunner::SetOuterState(std::span<const float> state) {
   if (!outer_) return absl::FailedPreconditionError("this job has no outer rounds");
-  return outer_->SetMomentum(momentum);
+  const size_t n = static_cast<size_t>(stage_.param_count());
+  if (state.size() != 2 * n && state.size() != 3 * n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("outer state of ", state.size(), " floats for a stage of ", n, " parameters"));
+  }
+  STRAIT_RETURN_IF_ERROR(outer_->SetMomentum(state.first(n)));
+  outer_residual_.assign(state.begin() + n, state.begin() + 2 * n);
+  outer_last_mean_.assign(state.begin() + 2 * n, state.end());
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<float>> SiteRunner::MeanOverReplicas(const std::string& what,
                                                                 int64_t round,
-                                                                std::vector<float> values) {
+                                                                std::vector<float> values,
+                                                                const SumFormat& format,
+                                                                std::vector<float>* own) {
   if (!links_.sum_out || !links_.sum_in || !links_.mask) {
     return absl::FailedPreconditionError("this stage has no link to its replicas' sums");
   }
-  const int replicas = spec_.Replicas();
-  const double scale = std::ldexp(1.0, spec_.training.fixed_point_bits);
-  std::vector<uint32_t> words(values.size());
+  const size_t n = values.size();
+  std::vector<uint32_t> words(n);
   {
-    ScopedTimer timer(metrics_, Timer::kSeal);  // Masking is this path's sealing.
-    const int64_t clamped =
-        crypto::ToFixedPoint(values, scale, static_cast<int32_t>(INT32_MAX / replicas), words);
+    ScopedTimer timer(metrics_, Timer::kSeal);  // Quantising and masking are this path's sealing.
+    const int64_t clamped = QuantizeForSum(values, format, words);
     if (clamped > 0 && clamped_ == 0) {
       spdlog::warn(
           "{} of {} values of the {} sum of step {} lie outside the fixed point's range "
-          "(training.fixed_point_bits {}) and were clamped",
-          clamped, values.size(), what, round, spec_.training.fixed_point_bits);
+          "({} bits) and were clamped",
+          clamped, n, what, round, format.bits);
     }
     clamped_ += clamped;
+    if (own != nullptr) {
+      own->resize(n);
+      DequantizeOwn(words, format, *own);
+    }
     STRAIT_RETURN_IF_ERROR(links_.mask(
         absl::StrCat(what, "/stage ", index_, "/round ", round, "/generation ", generation_),
         words));
+    words = PackLanes(words, format.bits);
   }
-  std::memcpy(values.data(), words.data(), words.size() * sizeof(uint32_t));
-  const std::vector<int64_t> shape = {static_cast<int64_t>(values.size())};
-  const v1::TensorKey back = Key(round, 0, index_, v1::BACKWARD, v1::SUM);
+  const int lanes = format.lanes();
+  std::vector<float> packed(words.size());
+  std::memcpy(packed.data(), words.data(), words.size() * sizeof(uint32_t));
+  const std::vector<int64_t> shape = {static_cast<int64_t>(words.size())};
+  const v1::TensorKey back = Key(round, lanes, index_, v1::BACKWARD, v1::SUM);
   links_.sum_in->Expect(back, shape);
-  STRAIT_RETURN_IF_ERROR(SendTo(*links_.sum_out, Key(round, 0, index_, v1::FORWARD, v1::SUM),
-                                std::move(values), shape));
+  STRAIT_RETURN_IF_ERROR(SendTo(*links_.sum_out, Key(round, lanes, index_, v1::FORWARD, v1::SUM),
+                                std::move(packed), shape));
   STRAIT_ASSIGN_OR_RETURN(std::vector<float> sum, Receive(*links_.sum_in, back));
   std::memcpy(words.data(), sum.data(), words.size() * sizeof(uint32_t));
-  crypto::FromFixedPoint(words, scale * replicas, sum);
-  return sum;
+  std::vector<float> mean(n);
+  MeanOfSum(UnpackLanes(words, format.bits, n), format, mean);
+  return mean;
 }
 
 absl::Status SiteRunner::KeepFreshGrads(int64_t s) {

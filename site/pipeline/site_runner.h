@@ -45,6 +45,7 @@
 #include "core/schedule.h"
 #include "site/data/dataset.h"
 #include "site/data/sampler.h"
+#include "site/exchange/masked_sum.h"
 #include "site/nn/evaluation.h"
 #include "site/nn/outer_optimizer.h"
 #include "site/pipeline/frame_receiver.h"
@@ -126,11 +127,12 @@ class SiteRunner {
   // keys have purpose EVAL and the step count step(), so they are distinct per evaluation.
   absl::StatusOr<std::optional<Evaluation>> Evaluate();
 
-  // sync outer: the outer optimizer's momentum (for checkpoints, taken between steps at an outer
-  // round's end), and its restoration when a generation resumes from a checkpoint (before the
-  // first Step). Null / FAILED_PRECONDITION without outer rounds.
-  const std::vector<float>* outer_momentum() const;
-  absl::Status SetOuterMomentum(std::span<const float> momentum);
+  // sync outer: what the outer rounds carry from one to the next (the outer optimizer's momentum,
+  // this replica's error feedback, the last round's mean), for checkpoints taken between steps at
+  // a round's end; and its restoration when a generation resumes from one (before the first
+  // Step). Nullopt / FAILED_PRECONDITION without outer rounds.
+  std::optional<std::vector<float>> OuterState() const;
+  absl::Status SetOuterState(std::span<const float> state);
 
   // Blocks until the gateway holds everything this stage sent.
   absl::Status Flush();
@@ -171,10 +173,13 @@ class SiteRunner {
   // kClipNorm with replicas summing every step: the gradient becomes the replicas' mean.
   absl::Status AverageReplicaGrads(int64_t step);
   // The mean of `values` over this stage's replicas, through the gateway's secure sum: fixed point
-  // (training.fixed_point_bits), masked, summed, back to floats / R. `round` names it among all
-  // rounds of the run (its masks must never repeat).
+  // of `format` (site/exchange/masked_sum.h), masked, summed, back to floats / R. `round` names it
+  // among all rounds of the run (its masks must never repeat). `own`, if given, receives what this
+  // replica's share stands for after quantisation.
   absl::StatusOr<std::vector<float>> MeanOverReplicas(const std::string& what, int64_t round,
-                                                      std::vector<float> values);
+                                                      std::vector<float> values,
+                                                      const SumFormat& format,
+                                                      std::vector<float>* own = nullptr);
   // sync outer, after the update that completes `steps_done` steps: an outer round when one is
   // due (every outer.every steps and after the last).
   absl::Status MaybeOuterRound(int64_t steps_done);
@@ -200,6 +205,8 @@ class SiteRunner {
   int64_t clamped_ = 0;     // Values the secure sums clamped to the fixed point's range.
   std::optional<OuterOptimizer> outer_;  // sync outer only.
   std::vector<float> outer_start_;       // The parameters the current outer round started from.
+  std::vector<float> outer_residual_;    // Error feedback: what quantisation left of the deltas.
+  std::vector<float> outer_last_mean_;   // The last round's mean delta (its scales: masked_sum.h).
   std::optional<Sampler> sampler_;
   int64_t step_;
   int64_t updates_;
