@@ -16,5 +16,6 @@ void AddBenchCollectiveCommand(CLI::App& bench, int* exit_code);
 void AddBenchE2eCommand(CLI::App& bench, int* exit_code);
 void AddBenchPlanCommand(CLI::App& bench, int* exit_code);
 void AddBenchReplanCommand(CLI::App& bench, int* exit_code);
+void AddBenchReplicasCommand(CLI::App& bench, int* exit_code);
 
 }  // namespace strait::bench

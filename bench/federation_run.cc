@@ -51,7 +51,8 @@ absl::StatusOr<FederationRun> RunFederation(tools::LocalFederation& fed, const J
     run.sites.push_back(
         {id, m.value("train_seconds", 0.0), m.value("train_cpu_seconds", 0.0), m["time"]});
     for (const auto& link : m["links"]) {
-      if (!link.value("sent", false)) continue;  // Counted once, by the sender.
+      // Counted once, by the sender; replicas' sums are not a boundary's.
+      if (!link.value("sent", false) || link.value("sum", false)) continue;
       const double wire = link.value("wire_bytes", 0.0), frames = link.value("frames", 0.0);
       run.raw_bytes += link.value("raw_bytes", 0.0);
       run.wire_bytes += wire;

@@ -57,6 +57,10 @@ absl::StatusOr<RewrittenJobSpec> RewriteJobSpec(const std::string& path,
   if (!o.stale_gradients.empty()) root["training"]["stale_gradients"] = o.stale_gradients;
   if (o.grad_clip >= 0) root["training"]["grad_clip"] = o.grad_clip;
   if (!o.chunk_size.empty()) root["gateway"]["chunk_size"] = o.chunk_size;
+  if (!o.sync.empty()) root["training"]["sync"] = o.sync;
+  if (o.sync == "every_step") root["training"].remove("outer");
+  if (o.outer_every > 0) root["training"]["outer"]["every"] = o.outer_every;
+  if (o.outer_bits > 0) root["training"]["outer"]["bits"] = o.outer_bits;
   for (size_t i = 0; i < o.layers.size() && i < root["sites"].size(); ++i) {
     YAML::Node range(YAML::NodeType::Sequence);
     range.SetStyle(YAML::EmitterStyle::Flow);

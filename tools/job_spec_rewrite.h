@@ -29,6 +29,10 @@ struct JobSpecOverrides {
   std::string chunk_size;       // Non-empty: gateway.chunk_size (checked by the job spec loader).
   std::vector<LayerRange> layers;  // Non-empty: sites[i].layers, one range per site.
   int checkpoint_every = 0;        // > 0: training.checkpoint.every.
+  std::string sync;                // Non-empty: training.sync (replicas only); every_step drops
+                                   // training.outer.
+  int outer_every = 0;             // > 0: training.outer.every (with sync: outer).
+  int outer_bits = 0;              // > 0: training.outer.bits (with sync: outer).
 };
 
 struct RewrittenJobSpec {

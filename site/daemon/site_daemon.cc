@@ -149,7 +149,9 @@ nlohmann::json LinksJson(const std::vector<v1::LinkBytes>& links) {
                    {"sent", l.sent()},
                    {"raw_bytes", l.raw_bytes()},
                    {"wire_bytes", l.wire_bytes()},
-                   {"frames", l.frames()}});
+                   {"frames", l.frames()},
+                   // A replica's secure sums (boundary: its stage), not a pipeline link.
+                   {"sum", l.purpose() == v1::SUM}});
   }
   return out;
 }

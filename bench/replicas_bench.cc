@@ -1,0 +1,170 @@
+// `strait bench replicas`: replicas across sites (issue 31), side by side in one run.
+//
+// The job spec (a federation with replicas, e.g. configs/fashion-mlp-2x2.yaml) trains three times
+// on loopback with the same steps and data: with training.sync every_step (the data-parallel
+// reference), with sync outer (DiLoCo: --every inner steps a round, --bits per value), and, with
+// --wan PROFILE, outer again with every site behind an emulated link of that profile. For each: the
+// final held-out accuracy (the replicas agree after the last round), the job's samples/s (all
+// replicas), and the bytes that crossed the gateway (every frame in and out, per sample), with the
+// secure sums' share apart.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "bench/command.h"
+#include "bench/federation_run.h"
+#include "tools/job_spec_options.h"
+#include "tools/job_spec_rewrite.h"
+#include "tools/local_federation.h"
+#include "tools/wan/link_profile.h"
+
+namespace strait::bench {
+namespace {
+
+struct ReplicasBenchOptions {
+  std::string config;
+  tools::JobSpecOverrides overrides;
+  int every = 20;
+  int bits = 8;
+  std::string wan;  // Profile name; empty: no WAN run.
+};
+
+struct ReplicasRun {
+  double accuracy = 0;            // Replica 0's last stage, after the last step.
+  double samples_per_second = 0;  // Every replica's last stage, summed.
+  double gateway_bytes = 0;       // Wire bytes into and out of the gateway, every site's.
+  double sum_bytes = 0;           // Of them, the secure sums'.
+  double samples = 0;             // Trained by all replicas.
+};
+
+absl::StatusOr<ReplicasRun> Train(const ReplicasBenchOptions& o, const std::string& sync,
+                                  const std::optional<tools::LinkProfile>& wan) {
+  tools::JobSpecOverrides overrides = o.overrides;
+  overrides.sync = sync;
+  if (sync == "outer") {
+    overrides.outer_every = o.every;
+    overrides.outer_bits = o.bits;
+  }
+  absl::StatusOr<tools::RewrittenJobSpec> job = tools::RewriteJobSpec(o.config, overrides);
+  if (!job.ok()) return job.status();
+  const JobSpec& spec = job->spec;
+  std::vector<std::string> ids;
+  for (int slot = 0; slot < spec.SiteSlots(); ++slot) ids.push_back(spec.SiteIdAt(slot));
+  tools::LocalFederation fed(job->yaml, ids);
+  std::string error;
+  if (!fed.StartGateway({"--log-level", "warn"}, &error)) {
+    return absl::InternalError("the gateway did not start:\n" + error);
+  }
+  if (wan) {
+    if (absl::Status s = fed.EmulateWan(*wan); !s.ok()) return s;
+  }
+  for (const std::string& id : ids) fed.StartSite(id, {"--threads", "1"});
+  for (const std::string& id : ids) {
+    if (int code = fed.WaitSite(id, kRunLimit); code != 0) {
+      return absl::InternalError(
+          absl::StrFormat("site %s exited with %d:\n%s", id, code, fed.SiteLog(id)));
+    }
+  }
+  ReplicasRun run;
+  for (int slot = 0; slot < spec.SiteSlots(); ++slot) {
+    const nlohmann::json m = Metrics(fed.OutDir(ids[slot]));
+    if (m.is_discarded())
+      return absl::InternalError("site " + ids[slot] + " wrote no metrics.json");
+    if (slot % spec.Stages() == spec.Stages() - 1) {
+      run.samples_per_second += m.value("samples_per_second", 0.0);
+      run.samples += m.value("steps", 0.0) * spec.training.global_batch;
+      if (slot == spec.Stages() - 1) run.accuracy = m.value("test_accuracy", 0.0);
+    }
+    for (const auto& link : m["links"]) {  // In and out of the gateway: every frame twice.
+      const double wire = link.value("wire_bytes", 0.0);
+      run.gateway_bytes += wire;
+      if (link.value("sum", false)) run.sum_bytes += wire;
+    }
+  }
+  return run;
+}
+
+int RunReplicasBench(const ReplicasBenchOptions& o) {
+  std::optional<tools::LinkProfile> wan;
+  if (!o.wan.empty()) {
+    absl::StatusOr<tools::LinkProfile> profile = tools::NamedProfile(o.wan);
+    if (!profile.ok()) {
+      std::fprintf(stderr, "strait bench replicas: %s\n",
+                   std::string(profile.status().message()).c_str());
+      return 2;
+    }
+    wan = *profile;
+  }
+  struct Row {
+    std::string name;
+    ReplicasRun run;
+  };
+  std::vector<Row> rows;
+  const std::string outer = absl::StrFormat("outer, every %d, %d bits", o.every, o.bits);
+  struct Variant {
+    std::string name, sync;
+    std::optional<tools::LinkProfile> link;
+  };
+  std::vector<Variant> variants = {{"every_step", "every_step", std::nullopt},
+                                   {outer, "outer", std::nullopt}};
+  if (wan) variants.push_back({outer + ", " + o.wan, "outer", wan});
+  for (const auto& [name, sync, link] : variants) {
+    std::printf("training %s ...\n", name.c_str());
+    std::fflush(stdout);
+    absl::StatusOr<ReplicasRun> run = Train(o, sync, link);
+    if (!run.ok()) {
+      std::fprintf(stderr, "strait bench replicas: %s: %s\n", name.c_str(),
+                   std::string(run.status().message()).c_str());
+      return 1;
+    }
+    rows.push_back({name, *run});
+  }
+  std::printf("\n%-34s %9s %12s %16s %16s\n", "sync", "accuracy", "samples/s", "gateway B/sample",
+              "sums B/sample");
+  for (const Row& r : rows) {
+    std::printf("%-34s %8.2f%% %12.1f %16.0f %16.0f\n", r.name.c_str(), 100 * r.run.accuracy,
+                r.run.samples_per_second, r.run.gateway_bytes / r.run.samples,
+                r.run.sum_bytes / r.run.samples);
+  }
+  const ReplicasRun& every = rows[0].run;
+  const ReplicasRun& apart = rows[1].run;
+  std::printf(
+      "\nouter vs every_step: accuracy %+.2f points; %.1fx fewer bytes through the gateway "
+      "per sample (%.1fx fewer in the sums)\n",
+      100 * (apart.accuracy - every.accuracy),
+      (every.gateway_bytes / every.samples) / (apart.gateway_bytes / apart.samples),
+      (every.sum_bytes / every.samples) / std::max(apart.sum_bytes / apart.samples, 1e-9));
+  if (rows.size() > 2) {
+    std::printf("outer at %s: %.1f%% of its loopback samples/s\n", o.wan.c_str(),
+                100 * rows[2].run.samples_per_second / apart.samples_per_second);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddBenchReplicasCommand(CLI::App& bench, int* exit_code) {
+  CLI::App* cmd = bench.add_subcommand(
+      "replicas",
+      "Replicas across sites: sync every_step against outer (DiLoCo) on the same job, held-out "
+      "accuracy, samples/s and bytes through the gateway per sample; with --wan, outer behind "
+      "an emulated link too");
+  auto o = std::make_shared<ReplicasBenchOptions>();
+  cmd->add_option("-c,--config", o->config, "Job spec with replicas")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--steps", o->overrides.steps, "Steps to train (default: the job spec's)");
+  cmd->add_option("--every", o->every, "Inner steps between outer rounds")->capture_default_str();
+  cmd->add_option("--bits", o->bits, "Bits per pseudo-gradient value (8, 16, 32)")
+      ->capture_default_str();
+  cmd->add_option("--wan", o->wan, "Also run outer with every site behind this link profile");
+  cmd->callback([o, exit_code] { *exit_code = RunReplicasBench(*o); });
+}
+
+}  // namespace strait::bench
