@@ -61,8 +61,9 @@ void ReplicaSums::Take(int slot, const FramePtr& frame) {
   if (added.ok()) {
     added = sums_.Add(
         site, round, *std::move(words),
-        [this, round, lanes](absl::StatusOr<std::vector<uint32_t>> sum) {
-          if (sum.ok()) Publish(round, *sum, lanes);
+        // Each replica's vector is answered with the sum for that replica.
+        [this, round, lanes, replica = key.replica()](absl::StatusOr<std::vector<uint32_t>> sum) {
+          if (sum.ok()) Publish(round, replica, *sum, lanes);
         },
         lanes);
   }
@@ -79,7 +80,8 @@ void ReplicaSums::SiteFailed(int slot, const std::string& why) {
   sums_.Abort(spec_.SiteIdAt(slot), why);
 }
 
-void ReplicaSums::Publish(const SumRound& round, const std::vector<uint32_t>& sum, int lanes) {
+void ReplicaSums::Publish(const SumRound& round, uint32_t replica, const std::vector<uint32_t>& sum,
+                          int lanes) {
   std::vector<float> values(sum.size());
   std::memcpy(values.data(), sum.data(), sum.size() * sizeof(uint32_t));
   absl::StatusOr<std::unique_ptr<compression::CodecChain>> chain =
@@ -99,37 +101,35 @@ void ReplicaSums::Publish(const SumRound& round, const std::vector<uint32_t>& su
     chunks.emplace_back(reinterpret_cast<const char*>(body->data()) + at,
                         std::min<size_t>(pieces.bytes, body->size() - at));
   }
-  for (int r = 0; r < spec_.Replicas(); ++r) {
-    v1::FrameHeader header;
-    v1::TensorKey& key = *header.mutable_key();
-    key.set_job(spec_.name);
-    key.set_step(round.step);
-    key.set_microbatch(static_cast<uint32_t>(lanes));
-    key.set_boundary(static_cast<uint32_t>(round.stage));
-    key.set_direction(v1::BACKWARD);
-    key.set_generation(round.generation);
-    key.set_purpose(v1::SUM);
-    key.set_replica(static_cast<uint32_t>(r));
-    header.set_codec_chain("none");
-    header.set_dtype(v1::FLOAT32);
-    header.add_shape(static_cast<int64_t>(values.size()));
-    header.set_raw_bytes(values.size() * sizeof(float));
-    header.set_wire_bytes(body->size());
-    header.set_chunk_count(pieces.count);
-    auto frame = std::make_shared<StoredFrame>(std::move(header), chunks);
-    // Stored once the budget has room for it; the replica's pull waits until then.
-    auto store = [this, frame] { mailbox_.Store(frame); };
-    absl::StatusOr<bool> reserved = mailbox_.Reserve(frame->wire_bytes(), store);
-    if (!reserved.ok()) {
-      spdlog::error("the sum of stage {} does not fit the gateway's memory budget: {}", round.stage,
-                    std::string(reserved.status().message()));
-      return;
-    }
-    if (*reserved) store();
+  v1::FrameHeader header;
+  v1::TensorKey& key = *header.mutable_key();
+  key.set_job(spec_.name);
+  key.set_step(round.step);
+  key.set_microbatch(static_cast<uint32_t>(lanes));
+  key.set_boundary(static_cast<uint32_t>(round.stage));
+  key.set_direction(v1::BACKWARD);
+  key.set_generation(round.generation);
+  key.set_purpose(v1::SUM);
+  key.set_replica(replica);
+  header.set_codec_chain("none");
+  header.set_dtype(v1::FLOAT32);
+  header.add_shape(static_cast<int64_t>(values.size()));
+  header.set_raw_bytes(values.size() * sizeof(float));
+  header.set_wire_bytes(body->size());
+  header.set_chunk_count(pieces.count);
+  auto frame = std::make_shared<StoredFrame>(std::move(header), chunks);
+  // Stored once the budget has room for it; the replica's pull waits until then.
+  auto store = [this, frame] { mailbox_.Store(frame); };
+  absl::StatusOr<bool> reserved = mailbox_.Reserve(frame->wire_bytes(), store);
+  if (!reserved.ok()) {
+    spdlog::error("the sum of stage {} does not fit the gateway's memory budget: {}", round.stage,
+                  std::string(reserved.status().message()));
+    return;
   }
+  if (*reserved) store();
   std::lock_guard<std::mutex> lock(mu_);
-  ++stats_.rounds;
-  stats_.bytes_out += body->size() * spec_.Replicas();
+  if (replica == 0) ++stats_.rounds;
+  stats_.bytes_out += body->size();
 }
 
 ReplicaSums::Stats ReplicaSums::GetStats() const {

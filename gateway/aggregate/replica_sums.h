@@ -42,8 +42,9 @@ class ReplicaSums {
   Stats GetStats() const;
 
  private:
-  // Stores the sum of `round` (words of `lanes` numbers each) for every replica of its stage.
-  void Publish(const SumRound& round, const std::vector<uint32_t>& sum, int lanes);
+  // Stores the sum of `round` (words of `lanes` numbers each) for `replica` to pull.
+  void Publish(const SumRound& round, uint32_t replica, const std::vector<uint32_t>& sum,
+               int lanes);
 
   const JobSpec& spec_;
   Mailbox& mailbox_;

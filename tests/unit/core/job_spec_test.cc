@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "core/job_agreement.h"
+
 namespace strait {
 namespace {
 
@@ -282,6 +284,62 @@ TEST(JobSpecTest, NonMappingDocumentIsAnError) {
   absl::StatusOr<JobSpec> spec = ParseJobSpec("- just\n- a list\n", "list.yaml", "/");
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(spec.status().message().substr(0, 14), "list.yaml:1:1:");
+}
+
+}  // namespace
+}  // namespace strait
+
+namespace strait {
+namespace {
+
+constexpr char kReplicas[] = R"(
+name: reps
+model: {family: mlp, input: 784, hidden: [16, 16], classes: 10}
+training:
+  steps: 40
+  global_batch: 32
+  microbatches: 4
+  sync: outer
+  outer: {every: 10, lr: 0.5, momentum: 0.8, bits: 16}
+  checkpoint: {every: 20}
+sites:
+  - {id: a, layers: [0, 1]}
+  - {id: b, layers: [1, 3]}
+replicas:
+  - [a, b]
+  - [c, d]
+  - [e, f]
+)";
+
+TEST(JobSpecTest, ReplicasAreSlotsOfEveryPipeline) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(kReplicas, "reps.yaml", "/x");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->Replicas(), 3);
+  EXPECT_EQ(spec->Stages(), 2);
+  EXPECT_EQ(spec->SiteSlots(), 6);
+  EXPECT_EQ(spec->SiteIdAt(3), "d");
+  EXPECT_EQ(spec->SiteSlot("e"), 4);
+  EXPECT_EQ(spec->SiteSlot("x"), -1);
+  EXPECT_EQ(spec->training.sync, ReplicaSync::kOuter);
+  EXPECT_EQ(spec->training.outer.every, 10);
+  EXPECT_EQ(spec->training.outer.bits, 16);
+  // Replica 2's sites run replica 0's stages under their own ids, and agree on the job.
+  const JobSpec view = spec->ReplicaView(2);
+  EXPECT_EQ(view.view_replica, 2);
+  EXPECT_EQ(view.sites[1].id, "f");
+  EXPECT_EQ(view.sites[1].layers, (LayerRange{1, 3}));
+  EXPECT_EQ(view.SiteIndex("f"), 1);
+  EXPECT_EQ(AgreedJobText(view), AgreedJobText(*spec));
+  // Outer rounds have no one-pipeline equivalent; every_step's has R times the batch.
+  EXPECT_EQ(OnePipelineOf(*spec).status().code(), absl::StatusCode::kFailedPrecondition);
+  JobSpec every = *spec;
+  every.training.sync = ReplicaSync::kEveryStep;
+  absl::StatusOr<JobSpec> one = OnePipelineOf(every);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->Replicas(), 1);
+  EXPECT_EQ(one->training.global_batch, 96);
+  EXPECT_EQ(one->training.microbatches, 12);
+  EXPECT_EQ(one->sites[0].id, "a");
 }
 
 }  // namespace

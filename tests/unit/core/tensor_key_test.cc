@@ -112,5 +112,38 @@ TEST(JoinRequestTest, ClaimsWhatTheJobSpecSays) {
   EXPECT_EQ(join.key().epoch(), 3u);
 }
 
+TEST(TensorKeyTest, ReplicasKeysNameTheirPipelineAndSumsHaveTheGatewayAtOneEnd) {
+  JobSpec spec = ThreeSites();
+  for (int s = 0; s < 3; ++s) spec.sites[s].id = std::string(1, static_cast<char>('a' + s));
+  spec.replicas = {{"a", "b", "c"}, {"d", "e", "f"}};
+  v1::TensorKey train = Key(1, v1::FORWARD);
+  train.set_replica(1);
+  EXPECT_TRUE(ValidateTensorKey(train, spec).ok());
+  EXPECT_EQ(ProducerSlot(train, spec), 4);  // e
+  EXPECT_EQ(ConsumerSlot(train, spec), 5);  // f
+  EXPECT_EQ(TensorKeyToString(train), "fed/s12/m0/b1/fwd/g0/r1");
+  train.set_replica(2);
+  EXPECT_FALSE(ValidateTensorKey(train, spec).ok());
+
+  v1::TensorKey sum = Key(2, v1::FORWARD, /*microbatch=*/4);  // Stage 2, four lanes a word.
+  sum.set_purpose(v1::SUM);
+  sum.set_replica(1);
+  EXPECT_TRUE(ValidateTensorKey(sum, spec).ok());
+  EXPECT_EQ(ProducerSlot(sum, spec), 5);
+  EXPECT_EQ(ConsumerSlot(sum, spec), -1);  // The gateway takes the masked vector...
+  sum.set_direction(v1::BACKWARD);
+  EXPECT_EQ(ProducerSlot(sum, spec), -1);  // ...and produces the sum.
+  EXPECT_EQ(ConsumerSlot(sum, spec), 5);
+  sum.set_microbatch(3);  // Not 1, 2 or 4 values a word.
+  EXPECT_FALSE(ValidateTensorKey(sum, spec).ok());
+  sum.set_microbatch(1);
+  sum.set_boundary(3);  // No stage 3.
+  EXPECT_FALSE(ValidateTensorKey(sum, spec).ok());
+  spec.replicas.clear();  // No replicas, no sums.
+  sum.set_boundary(0);
+  sum.set_replica(0);
+  EXPECT_FALSE(ValidateTensorKey(sum, spec).ok());
+}
+
 }  // namespace
 }  // namespace strait

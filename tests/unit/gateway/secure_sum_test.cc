@@ -105,5 +105,22 @@ TEST(SecureSumTest, AFailedReplicaAbortsItsStagesOpenRounds) {
   EXPECT_EQ(second.got[0].status().code(), absl::StatusCode::kAborted);
 }
 
+TEST(SecureSumTest, NarrowLanesAddWithoutCarriesAndMustAgree) {
+  SecureSum sum(std::vector<std::vector<std::string>>{{"a", "b"}});
+  const SumRound round{.stage = 0, .step = 1, .generation = 1};
+  std::vector<uint32_t> got;
+  auto keep = [&got](absl::StatusOr<std::vector<uint32_t>> s) {
+    if (s.ok()) got = *s;
+  };
+  // 16-bit lanes: 0xffff + 0x0002 = 0x0001 in the low lane, nothing carried into the high one.
+  ASSERT_TRUE(sum.Add("a", round, {0x0001ffffu}, keep, /*lanes=*/2).ok());
+  EXPECT_EQ(sum.Add("b", round, {1u}, keep, /*lanes=*/4).code(),
+            absl::StatusCode::kInvalidArgument);  // Another packing than a's.
+  EXPECT_EQ(sum.Add("b", round, {1u}, keep, /*lanes=*/3).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(sum.Add("b", round, {0x00020002u}, keep, /*lanes=*/2).ok());
+  EXPECT_EQ(got, (std::vector<uint32_t>{0x00030001u}));
+}
+
 }  // namespace
 }  // namespace strait::gateway
