@@ -1,4 +1,5 @@
 // `strait config check FILE...`: validates job specs and prints how each splits the model.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -7,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/job_spec.h"
 #include "core/model_layout.h"
 #include "core/tied_embeddings.h"
@@ -31,6 +33,46 @@ std::string HumanBytes(double bytes) {
   int u = 0;
   while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
   return u == 0 ? absl::StrFormat("%.0f B", bytes) : absl::StrFormat("%.1f %s", bytes, units[u]);
+}
+
+// The other replicas' sites of stage `stage`, "dc-c, dc-e".
+std::string ReplicasOf(const JobSpec& spec, size_t stage) {
+  std::vector<std::string> ids;
+  for (int r = 1; r < spec.Replicas(); ++r) ids.push_back(spec.replicas[r][stage]);
+  return absl::StrJoin(ids, ", ");
+}
+
+// The pipelines, the data each trains, and what their stages' replicas exchange.
+void PrintReplicas(const JobSpec& spec, const std::vector<LayerLayout>& layers) {
+  const TrainingSpec& t = spec.training;
+  std::printf(
+      "replicas: %d pipelines, each on its own shard of the data (%d samples a step each, "
+      "%d in all):\n",
+      spec.Replicas(), t.global_batch, t.global_batch * spec.Replicas());
+  for (int r = 0; r < spec.Replicas(); ++r) {
+    std::printf("  replica %d: %s\n", r, absl::StrJoin(spec.replicas[r], " -> ").c_str());
+  }
+  int64_t largest = 0;  // Parameters of the largest stage: its replicas' sums are the largest.
+  for (const SiteSpec& site : spec.sites) {
+    int64_t params = 0;
+    for (int i = site.layers.start; i < site.layers.end; ++i) params += layers[i].param_count;
+    largest = std::max(largest, params);
+  }
+  if (t.sync == ReplicaSync::kEveryStep) {
+    std::printf(
+        "  sync every_step: each stage's replicas sum their gradients before every update "
+        "through the gateway's secure sum (32-bit fixed point, steps of 2^-%d; up to %s "
+        "each way per replica and step); one pipeline with %dx the batch trains the same\n",
+        t.fixed_point_bits, HumanBytes(4.0 * largest).c_str(), spec.Replicas());
+  } else {
+    std::printf(
+        "  sync outer (DiLoCo): replicas train apart and every %d steps average their "
+        "pseudo-gradients through the gateway's secure sum (%d-bit values after the first "
+        "round; up to %s each way per replica and round), then take a Nesterov step (lr "
+        "%g, momentum %g)\n",
+        t.outer.every, t.outer.bits, HumanBytes(t.outer.bits / 8.0 * largest).c_str(), t.outer.lr,
+        t.outer.momentum);
+  }
 }
 
 void PrintSplit(const JobSpec& spec) {
@@ -62,6 +104,7 @@ void PrintSplit(const JobSpec& spec) {
               t.global_batch, t.microbatches, t.MicrobatchSize(), schedule.c_str(),
               std::string(ToString(t.optimizer.kind)).c_str(), t.optimizer.lr,
               t.precision == Precision::kBf16 ? ", bf16 products" : "");
+  if (spec.Replicas() > 1) PrintReplicas(spec, layers);
   std::printf("data: %s (%s%s), gateway %s, dashboard http://%s\n",
               std::string(ToString(spec.data.kind)).c_str(), spec.data.path.c_str(),
               spec.data.kind == DatasetKind::kText
@@ -79,9 +122,12 @@ void PrintSplit(const JobSpec& spec) {
           "`strait plan` shows the plan offline)\n",
           site.id.c_str(), std::string(ToString(site.device)).c_str(), site.workers);
     } else {
-      std::printf("\nsite %-10s layers [%d, %d)  %s x%d  %s parameters\n", site.id.c_str(),
+      std::printf("\nsite %-10s layers [%d, %d)  %s x%d  %s parameters%s\n", site.id.c_str(),
                   site.layers.start, site.layers.end, std::string(ToString(site.device)).c_str(),
-                  site.workers, Thousands(params).c_str());
+                  site.workers, Thousands(params).c_str(),
+                  spec.Replicas() > 1
+                      ? absl::StrCat("  (replicas: ", ReplicasOf(spec, s), ")").c_str()
+                      : "");
     }
     if (site.machines > 1) {
       // The site's ranks: each microbatch split over its replicas x workers, each replica's layers

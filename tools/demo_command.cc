@@ -14,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/job_spec.h"
 #include "tools/command.h"
 #include "tools/job_spec_options.h"
@@ -76,10 +77,11 @@ void PrintSummary(const JobSpec& spec, LocalFederation& fed, double wall_seconds
   double samples_per_second = 0;
   int64_t steps = 0;
   std::printf("\nstrait demo: done in %.0f s\n", wall_seconds);
-  for (const SiteSpec& site : spec.sites) {
-    nlohmann::json m =
-        nlohmann::json::parse(ReadFile(fed.OutDir(site.id) + "/metrics.json"), nullptr,
-                              /*allow_exceptions=*/false);
+  for (int slot = 0; slot < spec.SiteSlots(); ++slot) {
+    const std::string& id = spec.SiteIdAt(slot);
+    const bool last_stage = slot % spec.Stages() == spec.Stages() - 1;
+    nlohmann::json m = nlohmann::json::parse(ReadFile(fed.OutDir(id) + "/metrics.json"), nullptr,
+                                             /*allow_exceptions=*/false);
     if (m.is_discarded()) continue;
     if (m.contains("test_accuracy")) accuracy = m["test_accuracy"].get<double>();
     if (m.contains("val_loss")) val_loss = m["val_loss"].get<double>();
@@ -87,8 +89,8 @@ void PrintSummary(const JobSpec& spec, LocalFederation& fed, double wall_seconds
     if (m.contains("val_bytes_per_token")) {
       val_bytes_per_token = m["val_bytes_per_token"].get<double>();
     }
-    if (site.id == spec.sites.back().id) {
-      samples_per_second = m.value("samples_per_second", 0.0);
+    if (last_stage) {  // With replicas, the job's rate is every pipeline's together.
+      samples_per_second += m.value("samples_per_second", 0.0);
       steps = m.value("steps", int64_t{0});
     }
     for (const auto& link : m["links"]) {
@@ -96,13 +98,17 @@ void PrintSummary(const JobSpec& spec, LocalFederation& fed, double wall_seconds
       const double r = link.value("raw_bytes", 0.0), w = link.value("wire_bytes", 0.0);
       raw += r;
       wire += w;
-      std::printf("  %s -> boundary %d %-8s raw %10s  wire %10s  (%.2fx)\n", site.id.c_str(),
-                  link.value("boundary", 0), link.value("direction", "").c_str(), Mib(r).c_str(),
-                  Mib(w).c_str(), w > 0 ? r / w : 0.0);
+      const std::string what = link.value("sum", false)
+                                   ? absl::StrFormat("stage %d sums", link.value("boundary", 0))
+                                   : absl::StrFormat("boundary %d %s", link.value("boundary", 0),
+                                                     link.value("direction", ""));
+      std::printf("  %s -> %-18s raw %10s  wire %10s  (%.2fx)\n", id.c_str(), what.c_str(),
+                  Mib(r).c_str(), Mib(w).c_str(), w > 0 ? r / w : 0.0);
     }
   }
-  std::printf("  steps %lld, %.0f samples/s (last stage, training only)\n",
-              static_cast<long long>(steps), samples_per_second);
+  std::printf("  steps %lld, %.0f samples/s (%s, training only)\n", static_cast<long long>(steps),
+              samples_per_second,
+              spec.Replicas() > 1 ? "every replica's last stage" : "last stage");
   std::printf("  bytes on the wire %s for %s of raw fp32 tensors (%.2fx)\n", Mib(wire).c_str(),
               Mib(raw).c_str(), wire > 0 ? raw / wire : 0.0);
   if (val_loss && val_bits_per_byte) {
@@ -161,11 +167,11 @@ int RunDemo(DemoOptions o) {
     wan_profile = *profile;
   }
 
-  std::vector<std::string> ids;
+  std::vector<std::string> ids;  // Every site, replica by replica (JobSpec::SiteSlots).
   size_t width = std::string("gateway").size();
-  for (const SiteSpec& s : spec->sites) {
-    ids.push_back(s.id);
-    width = std::max(width, s.id.size());
+  for (int slot = 0; slot < spec->SiteSlots(); ++slot) {
+    ids.push_back(spec->SiteIdAt(slot));
+    width = std::max(width, ids.back().size());
   }
   if (o.resume && o.workdir.empty()) {
     std::fprintf(stderr, "strait demo: --resume needs the --workdir of the run to resume\n");
@@ -177,10 +183,24 @@ int RunDemo(DemoOptions o) {
   LocalFederation& fed = *federation;
   std::printf("strait demo: %s, %zu sites, work directory %s\n", spec->name.c_str(), ids.size(),
               fed.dir().path().c_str());
-  for (size_t b = 0; b < spec->links.size(); ++b) {
-    std::printf("  link %s -> %s: forward %s, backward %s%s\n", ids[b].c_str(), ids[b + 1].c_str(),
-                spec->links[b].forward.c_str(), spec->links[b].backward.c_str(),
-                spec->links[b].encryption ? ", sealed (AES-256-GCM)" : ", NOT encrypted");
+  for (int r = 0; r < spec->Replicas(); ++r) {
+    if (spec->Replicas() > 1) {
+      std::printf("  replica %d: %s\n", r, absl::StrJoin(spec->replicas[r], " -> ").c_str());
+    }
+    for (size_t b = 0; r == 0 && b < spec->links.size(); ++b) {
+      std::printf("  link %s -> %s: forward %s, backward %s%s\n", ids[b].c_str(),
+                  ids[b + 1].c_str(), spec->links[b].forward.c_str(),
+                  spec->links[b].backward.c_str(),
+                  spec->links[b].encryption ? ", sealed (AES-256-GCM)" : ", NOT encrypted");
+    }
+  }
+  if (spec->Replicas() > 1) {
+    std::printf("  stage replicas sync %s through the gateway's secure sums (masked, not sealed)\n",
+                spec->training.sync == ReplicaSync::kOuter
+                    ? absl::StrFormat("every %d steps (outer, %d-bit pseudo-gradients)",
+                                      spec->training.outer.every, spec->training.outer.bits)
+                          .c_str()
+                    : "every step (gradients)");
   }
   std::signal(SIGINT, OnInterrupt);
   std::signal(SIGTERM, OnInterrupt);
@@ -225,7 +245,7 @@ int RunDemo(DemoOptions o) {
     const std::string& id = ids[i];
     const std::vector<std::string> args =
         o.resume ? std::vector<std::string>{"--resume"} : std::vector<std::string>{};
-    const int machines = spec->sites[i].machines;
+    const int machines = spec->sites[i % spec->sites.size()].machines;
     if (machines > 1) {
       fed.StartSiteRanks(id, machines, args);
       std::printf("strait demo: site %s runs as %d ranks on loopback\n", id.c_str(), machines);
@@ -234,7 +254,8 @@ int RunDemo(DemoOptions o) {
       fed.StartSite(id, args);
     }
     processes.push_back(id);
-    followers.push_back({id, LogFollower(fed.SiteLogFile(id)), id == ids.back()});
+    // The last stage of every replica shows its progress lines.
+    followers.push_back({id, LogFollower(fed.SiteLogFile(id)), (i + 1) % spec->sites.size() == 0});
   }
   const auto start = std::chrono::steady_clock::now();
   std::set<std::string> finished;

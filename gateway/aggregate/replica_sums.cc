@@ -59,6 +59,10 @@ void ReplicaSums::Take(int slot, const FramePtr& frame) {
   const SumRound round{static_cast<int>(key.boundary()), key.step(), key.generation()};
   const int lanes = static_cast<int>(key.microbatch());  // ValidateTensorKey: 1, 2 or 4.
   if (added.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      opened_.emplace(round, std::chrono::steady_clock::now());  // Kept if the round had opened.
+    }
     added = sums_.Add(
         site, round, *std::move(words),
         // Each replica's vector is answered with the sum for that replica.
@@ -128,8 +132,27 @@ void ReplicaSums::Publish(const SumRound& round, uint32_t replica, const std::ve
   }
   if (*reserved) store();
   std::lock_guard<std::mutex> lock(mu_);
-  if (replica == 0) ++stats_.rounds;
   stats_.bytes_out += body->size();
+  if (replica != 0) return;
+  ++stats_.rounds;
+  if (auto it = opened_.find(round); it != opened_.end()) {
+    stats_.round_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - it->second).count();
+  }
+  // Rounds summed, and any of older generations (rolled back before their sum), are over.
+  std::erase_if(opened_, [&round](const auto& entry) {
+    return entry.first.generation < round.generation || entry.first == round;
+  });
+}
+
+v1::ReplicaSumsState ReplicaSums::Snapshot() const {
+  const Stats stats = GetStats();
+  v1::ReplicaSumsState state;
+  state.set_rounds(stats.rounds);
+  state.set_bytes_in(stats.bytes_in);
+  state.set_bytes_out(stats.bytes_out);
+  state.set_round_seconds(stats.round_seconds);
+  return state;
 }
 
 ReplicaSums::Stats ReplicaSums::GetStats() const {

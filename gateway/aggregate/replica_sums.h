@@ -9,6 +9,7 @@
 // mailbox grants its reservation).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -18,6 +19,7 @@
 #include "gateway/aggregate/secure_sum.h"
 #include "gateway/mailbox/mailbox.h"
 #include "gateway/membership/federation.h"
+#include "strait/v1/gateway.pb.h"
 
 namespace strait::gateway {
 
@@ -35,11 +37,13 @@ class ReplicaSums {
   void SiteFailed(int slot, const std::string& why);
 
   struct Stats {
-    uint64_t rounds = 0;     // Rounds summed.
-    uint64_t bytes_in = 0;   // Wire bytes of the masked vectors taken.
-    uint64_t bytes_out = 0;  // Wire bytes of the sums stored (one per replica).
+    uint64_t rounds = 0;       // Rounds summed.
+    uint64_t bytes_in = 0;     // Wire bytes of the masked vectors taken.
+    uint64_t bytes_out = 0;    // Wire bytes of the sums stored (one per replica).
+    double round_seconds = 0;  // From each round's first vector to its sum, summed.
   };
   Stats GetStats() const;
+  v1::ReplicaSumsState Snapshot() const;
 
  private:
   // Stores the sum of `round` (words of `lanes` numbers each) for `replica` to pull.
@@ -52,6 +56,7 @@ class ReplicaSums {
   SecureSum sums_;
   mutable std::mutex mu_;
   Stats stats_;
+  std::map<SumRound, std::chrono::steady_clock::time_point> opened_;  // Rounds not summed yet.
 };
 
 }  // namespace strait::gateway

@@ -35,7 +35,9 @@ uint64_t GatewayCore::push_credit_bytes() const {
 }
 
 v1::FederationState GatewayCore::Snapshot() const {
-  return federation_.Snapshot(mailbox_.GetStats(), Federation::Clock::now());
+  v1::FederationState state = federation_.Snapshot(mailbox_.GetStats(), Federation::Clock::now());
+  if (spec_.Replicas() > 1) *state.mutable_sums() = sums_.Snapshot();
+  return state;
 }
 
 void GatewayCore::Housekeeping() {

@@ -115,6 +115,19 @@ void WriteGateway(const v1::FederationState& state, Exposition& e) {
   e.Family("strait_gateway_accounting_errors_total", "counter",
            "Broken mailbox accounting invariants (a gateway bug; 0 normally).");
   e.Sample({}, state.accounting_errors());
+  if (state.has_sums()) {  // Replicas' secure sums (gateway/aggregate/replica_sums.h).
+    const v1::ReplicaSumsState& sums = state.sums();
+    e.Family("strait_replica_sum_rounds_total", "counter",
+             "Secure sums of stage replicas made (one per stage and round).");
+    e.Sample({}, sums.rounds());
+    e.Family("strait_replica_sum_bytes_total", "counter",
+             "Wire bytes of masked vectors received (in) and sums sent (out).");
+    e.Sample({{"direction", "in"}}, sums.bytes_in());
+    e.Sample({{"direction", "out"}}, sums.bytes_out());
+    e.Family("strait_replica_sum_round_seconds_total", "counter",
+             "Seconds from each round's first masked vector to its sum, summed over rounds.");
+    e.Sample({}, sums.round_seconds());
+  }
   e.Family("strait_gateway_rejected_frames_total", "counter",
            "Messages refused by the gateway plus frames sites refused to open.");
   e.Sample({}, state.rejected_frames());

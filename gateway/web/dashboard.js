@@ -434,7 +434,11 @@ function renderKpis(state, sites) {
     setText("kpi-eval-sub", "test accuracy");
   }
 
-  setText("kpi-throughput", report.samples_per_second !== undefined ? fmtNumber(report.samples_per_second) : "—");
+  // With replicas, the job's rate: every pipeline's last stage together.
+  const lasts = sites.filter((s) => reportOf(state, s.id).has_loss);
+  const rate = lasts.reduce((sum, s) => sum + num(reportOf(state, s.id).samples_per_second), 0);
+  setText("kpi-throughput", lasts.length ? fmtNumber(rate) : "—");
+  setText("kpi-throughput-sub", lasts.length > 1 ? `samples / s, ${lasts.length} pipelines' last stages` : "samples / s, last stage");
   setText("kpi-eta", num(report.eta_s) > 0 ? fmtDuration(report.eta_s) : "—");
   setText("kpi-eta-sub", num(report.eta_s) > 0 ? `done around ${fmtClock(Date.now() + num(report.eta_s) * 1000)}` : "");
 
@@ -495,7 +499,9 @@ function linkRow(state, boundary, direction) {
           `${fmtCount(link.frames)} frames · queue ${fmtCount(link.queue_depth)} · ${num(link.mean_push_to_pull_ms).toFixed(1)} ms`));
 }
 
-function renderPipeline(state, sites) {
+// One pipeline's sites with the links between them (with replicas, a link's figures are those of
+// its boundary in every replica together).
+function pipelineNodes(state, sites) {
   const nodes = [];
   sites.forEach((site, stage) => {
     if (stage > 0) {
@@ -504,7 +510,42 @@ function renderPipeline(state, sites) {
     }
     nodes.push(siteCard(state, site, stage));
   });
-  document.getElementById("pipeline").replaceChildren(...nodes);
+  return nodes;
+}
+
+// Replicas run as parallel pipelines, one row each; their stages meet in the gateway's secure sums.
+function renderPipeline(state, sites) {
+  const replicas = num((state.view || {}).replicas) || 1;
+  const pipeline = document.getElementById("pipeline");
+  pipeline.classList.toggle("replicas", replicas > 1);
+  if (replicas <= 1) {
+    pipeline.replaceChildren(...pipelineNodes(state, sites));
+  } else {
+    const rows = [];
+    for (let r = 0; r < replicas; r++) {
+      rows.push(el("div", {class: "replica-row", "data-replica": String(r)},
+          el("div", {class: "replica-label"}, `REPLICA ${r}`),
+          ...pipelineNodes(state, sites.filter((s) => num(s.replica) === r))));
+    }
+    pipeline.replaceChildren(...rows);
+  }
+  renderSums(state, replicas);
+}
+
+function renderSums(state, replicas) {
+  const box = document.getElementById("sums");
+  const sums = state.sums;
+  box.hidden = replicas <= 1;
+  if (replicas <= 1) return;
+  const rounds = num(sums && sums.rounds);
+  const perRound = rounds > 0 ? (num(sums.bytes_in) + num(sums.bytes_out)) / rounds : null;
+  box.replaceChildren(
+      el("span", {}, "secure sums of stage replicas: ", el("b", {"data-sums": "rounds"}, fmtCount(rounds)), " rounds"),
+      el("span", {}, el("b", {"data-sums": "bytes-per-round"}, perRound === null ? "—" : fmtBytes(perRound)),
+         " per round (masked vectors in, sums out)"),
+      el("span", {}, "mean round ", el("b", {}, rounds > 0 ? `${(1000 * num(sums.round_seconds) / rounds).toFixed(1)} ms` : "—"),
+         el("span", {class: "muted"}, " from the first vector to the sum")),
+      el("span", {class: "muted"}, "the gateway adds masked fixed-point vectors; it holds no mask key"));
 }
 
 function renderCharts(state, sites) {

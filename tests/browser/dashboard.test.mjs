@@ -21,6 +21,7 @@ const TOKEN = "browser-test-token";
 function startServer() {
   const args = mode === "real" ? ["--token", TOKEN, "--real"]
                                : ["--token", TOKEN, "--insecure", "--interval-ms", "250"];
+  if (mode === "replicas") args.push("--replicas");
   const child = spawn(serverBinary, args, {stdio: ["pipe", "pipe", "inherit"]});
   const port = new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error("the server printed no port in 20 s")), 20000);
@@ -61,14 +62,17 @@ async function main() {
 
     // The token once in the address; the cookie it sets carries the page's own requests.
     await page.goto(`${base}/?token=${TOKEN}`);
-    await page.waitForFunction(() => document.querySelectorAll("#pipeline .site").length === 3,
-                               null, {timeout: 15000});
+    // With replicas, two pipelines of the same three stages, one row each.
+    const siteCount = mode === "replicas" ? 6 : 3;
+    const firstPipeline = mode === "replicas" ? '#pipeline .replica-row[data-replica="0"]' : "#pipeline";
+    await page.waitForFunction((n) => document.querySelectorAll("#pipeline .site").length === n,
+                               siteCount, {timeout: 15000});
     // A real federation is still joining when the page first loads: wait until every site trains.
     await page.waitForFunction(
         () => [...document.querySelectorAll("#pipeline .site .pill")].every((p) => p.textContent === "training"),
         null, {timeout: 20000});
 
-    const sites = await page.$$eval("#pipeline .site", (nodes) => nodes.map((n) => ({
+    const sites = await page.$$eval(`${firstPipeline} .site`, (nodes) => nodes.map((n) => ({
       id: n.dataset.siteId,
       layers: n.querySelector(".site-layers").textContent,
       device: n.querySelector(".site-device").textContent,
@@ -79,7 +83,7 @@ async function main() {
     assert.match(sites[0].device, /cuda × 4/);
     assert.match(sites[1].device, /cpu × 8/);
     assert.deepEqual(sites.map((s) => s.state), ["training", "training", "training"]);
-    const links = await page.$$eval("#pipeline .link-row", (nodes) => nodes.map((n) => n.dataset.link));
+    const links = await page.$$eval(`${firstPipeline} .link-row`, (nodes) => nodes.map((n) => n.dataset.link));
     assert.deepEqual(links, ["0/forward", "0/backward", "1/forward", "1/backward"]);
     assert.equal(await page.isVisible("#insecure-banner"), true, "the insecure banner shows");
     assert.match(await page.textContent("#federation"), /fashion-demo/);
@@ -91,6 +95,20 @@ async function main() {
       const ranks = await page.$$eval('#pipeline .site[data-site-id="dc-b"] .site-ranks .rank',
                                       (nodes) => nodes.map((n) => n.textContent));
       assert.deepEqual(ranks, ["r0 leader", "r1 training"]);
+    }
+
+    if (mode === "replicas") {
+      const rows = await page.$$eval("#pipeline .replica-row", (nodes) => nodes.map((n) =>
+          [...n.querySelectorAll(".site")].map((site) => site.dataset.siteId)));
+      assert.deepEqual(rows, [["dc-a", "dc-b", "dc-c"], ["dc-d", "dc-e", "dc-f"]]);
+      assert.equal(await page.isVisible("#sums"), true, "the secure sums show");
+      await page.waitForFunction(() => {
+        const rounds = document.querySelector('#sums [data-sums="rounds"]');
+        return rounds && rounds.textContent !== "0";
+      }, null, {timeout: 20000});
+      assert.notEqual(await page.textContent('#sums [data-sums="bytes-per-round"]'), "—");
+    } else {
+      assert.equal(await page.isVisible("#sums"), false, "no sums without replicas");
     }
 
     // The charts and the step move on their own (the server samples every 250 ms).
@@ -105,13 +123,13 @@ async function main() {
     assert.equal(await page.getAttribute("#live", "data-status"), "live");
     const throughputPoints = await page.$eval("#chart-throughput", (c) => Number(c.dataset.points));
     assert.ok(throughputPoints > 0, "throughput chart has points");
-    assert.equal(await page.$$eval("#timesplit .ts-row", (rows) => rows.length), 3);
+    assert.equal(await page.$$eval("#timesplit .ts-row", (rows) => rows.length), siteCount);
     assert.ok(await page.$$eval("#alerts .alert", (items) => items.length) >= 1, "alerts listed");
     assert.ok(await page.$$eval("#rejected .bar-row", (rows) => rows.length) >= 1, "rejections listed");
 
     // Let the curves grow a little for the screenshot.
     await page.waitForTimeout(3000);
-    const screenshot = join(outDir, mode === "real" ? "dashboard-real.png" : "dashboard.png");
+    const screenshot = join(outDir, mode === "fake" ? "dashboard.png" : `dashboard-${mode}.png`);
     await page.screenshot({path: screenshot, fullPage: true});
     console.log(`screenshot: ${screenshot}`);
 

@@ -17,6 +17,32 @@
 namespace {
 volatile std::sig_atomic_t g_stop = 0;
 void OnSignal(int) { g_stop = 1; }
+
+// The fake federation as two replicas: its three sites are replica 0, and dc-d, dc-e, dc-f run the
+// same stages as replica 1; the gateway has made one secure sum per stage and step.
+strait::v1::FederationState AsTwoReplicas(strait::v1::FederationState state) {
+  const char* kOthers[] = {"dc-d", "dc-e", "dc-f"};
+  strait::v1::FederationView& view = *state.mutable_view();
+  const int stages = view.sites_size();
+  view.set_replicas(2);
+  for (int s = 0; s < stages; ++s) {
+    view.mutable_sites(s)->set_stage(s);
+    strait::v1::SiteInfo other = view.sites(s);
+    other.set_id(kOthers[s % 3]);
+    other.set_replica(1);
+    *view.add_sites() = other;
+    strait::v1::SiteMetrics metrics = state.sites(s);
+    metrics.set_site_id(kOthers[s % 3]);
+    *state.add_sites() = metrics;
+  }
+  const uint64_t rounds = view.sites(0).step() * stages;
+  strait::v1::ReplicaSumsState& sums = *state.mutable_sums();
+  sums.set_rounds(rounds);
+  sums.set_bytes_in(rounds * 2 * (1 << 20));
+  sums.set_bytes_out(rounds * 2 * (1 << 20));
+  sums.set_round_seconds(rounds * 0.012);
+  return state;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -32,6 +58,8 @@ int main(int argc, char** argv) {
   app.add_option("--interval-ms", interval_ms, "Sample interval")->capture_default_str();
   bool real = false;
   app.add_flag("--real", real, "A real gateway process and real gRPC traffic instead of fake data");
+  bool replicas = false;
+  app.add_flag("--replicas", replicas, "The fake federation as two replicas of its pipeline");
   app.add_option("--max-seconds", max_seconds, "Exit after this long in any case")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -51,8 +79,9 @@ int main(int argc, char** argv) {
     traffic = *std::move(started);
     std::printf("PORT %d\n", traffic->http_port());
   } else {
-    auto server = strait::gateway::DashboardServer::Start(
-        options, strait::gateway::testing::FakeSnapshotSource(insecure));
+    auto source = strait::gateway::testing::FakeSnapshotSource(insecure);
+    if (replicas) source = [source] { return AsTwoReplicas(source()); };
+    auto server = strait::gateway::DashboardServer::Start(options, source);
     if (!server.ok()) {
       std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
       return 1;
