@@ -37,6 +37,7 @@ struct ReplicasBenchOptions {
 
 struct ReplicasRun {
   double accuracy = 0;            // Replica 0's last stage, after the last step.
+  double val_loss = 0;            // The same, a language model's validation loss (nats/token).
   double samples_per_second = 0;  // Every replica's last stage, summed.
   double gateway_bytes = 0;       // Wire bytes into and out of the gateway, every site's.
   double sum_bytes = 0;           // Of them, the secure sums'.
@@ -50,6 +51,8 @@ absl::StatusOr<ReplicasRun> Train(const ReplicasBenchOptions& o, const std::stri
   if (sync == "outer") {
     overrides.outer_every = o.every;
     overrides.outer_bits = o.bits;
+  } else {
+    overrides.outer_lr = overrides.outer_momentum = -1;
   }
   absl::StatusOr<tools::RewrittenJobSpec> job = tools::RewriteJobSpec(o.config, overrides);
   if (!job.ok()) return job.status();
@@ -79,7 +82,10 @@ absl::StatusOr<ReplicasRun> Train(const ReplicasBenchOptions& o, const std::stri
     if (slot % spec.Stages() == spec.Stages() - 1) {
       run.samples_per_second += m.value("samples_per_second", 0.0);
       run.samples += m.value("steps", 0.0) * spec.training.global_batch;
-      if (slot == spec.Stages() - 1) run.accuracy = m.value("test_accuracy", 0.0);
+      if (slot == spec.Stages() - 1) {
+        run.accuracy = m.value("test_accuracy", 0.0);
+        run.val_loss = m.value("val_loss", 0.0);
+      }
     }
     for (const auto& link : m["links"]) {  // In and out of the gateway: every frame twice.
       const double wire = link.value("wire_bytes", 0.0);
@@ -125,19 +131,20 @@ int RunReplicasBench(const ReplicasBenchOptions& o) {
     }
     rows.push_back({name, *run});
   }
-  std::printf("\n%-34s %9s %12s %16s %16s\n", "sync", "accuracy", "samples/s", "gateway B/sample",
-              "sums B/sample");
+  std::printf("\n%-34s %9s %9s %12s %16s %16s\n", "sync", "accuracy", "val loss", "samples/s",
+              "gateway B/sample", "sums B/sample");
   for (const Row& r : rows) {
-    std::printf("%-34s %8.2f%% %12.1f %16.0f %16.0f\n", r.name.c_str(), 100 * r.run.accuracy,
-                r.run.samples_per_second, r.run.gateway_bytes / r.run.samples,
+    std::printf("%-34s %8.2f%% %9.4f %12.1f %16.0f %16.0f\n", r.name.c_str(), 100 * r.run.accuracy,
+                r.run.val_loss, r.run.samples_per_second, r.run.gateway_bytes / r.run.samples,
                 r.run.sum_bytes / r.run.samples);
   }
   const ReplicasRun& every = rows[0].run;
   const ReplicasRun& apart = rows[1].run;
   std::printf(
-      "\nouter vs every_step: accuracy %+.2f points; %.1fx fewer bytes through the gateway "
-      "per sample (%.1fx fewer in the sums)\n",
+      "\nouter vs every_step: accuracy %+.2f points, validation loss %+.2f%%; %.1fx fewer "
+      "bytes through the gateway per sample (%.1fx fewer in the sums)\n",
       100 * (apart.accuracy - every.accuracy),
+      every.val_loss > 0 ? 100 * (apart.val_loss / every.val_loss - 1) : 0.0,
       (every.gateway_bytes / every.samples) / (apart.gateway_bytes / apart.samples),
       (every.sum_bytes / every.samples) / std::max(apart.sum_bytes / apart.samples, 1e-9));
   if (rows.size() > 2) {
@@ -160,9 +167,16 @@ void AddBenchReplicasCommand(CLI::App& bench, int* exit_code) {
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--steps", o->overrides.steps, "Steps to train (default: the job spec's)");
+  cmd->add_option("--batch", o->overrides.global_batch, "Global batch per replica");
+  cmd->add_option("--microbatches", o->overrides.microbatches, "Microbatches per step");
+  cmd->add_option("--extra-in-flight", o->overrides.extra_in_flight,
+                  "training.extra_in_flight (microbatches stage 0 keeps in flight beyond 1f1b's)");
   cmd->add_option("--every", o->every, "Inner steps between outer rounds")->capture_default_str();
   cmd->add_option("--bits", o->bits, "Bits per pseudo-gradient value (8, 16, 32)")
       ->capture_default_str();
+  cmd->add_option("--outer-lr", o->overrides.outer_lr, "training.outer.lr (default: the file's)");
+  cmd->add_option("--outer-momentum", o->overrides.outer_momentum,
+                  "training.outer.momentum (default: the file's)");
   cmd->add_option("--wan", o->wan, "Also run outer with every site behind this link profile");
   cmd->callback([o, exit_code] { *exit_code = RunReplicasBench(*o); });
 }

@@ -458,6 +458,14 @@ class JobSpecParser {
                           "replicas need a split written in the job spec (every replica trains "
                           "the same one); give each site its layers instead of layers: auto");
     }
+    if (spec_.model.family == ModelFamily::kGpt && spec_.model.gpt.tie_embeddings &&
+        spec_.sites.size() > 1) {
+      // The last stage adds the first's share of the tied matrix's gradient at its update, after
+      // the replicas' sums: it would add one replica's share to the mean of the others'.
+      return root.ErrorAt("replicas",
+                          "replicas do not take model.tie_embeddings across sites yet; untie the "
+                          "embeddings or put the whole model on one site per pipeline");
+    }
     for (const SiteSpec& site : spec_.sites) {
       if (site.machines > 1) {
         return root.ErrorAt(

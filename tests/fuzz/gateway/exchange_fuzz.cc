@@ -15,21 +15,36 @@
 // 0 = none) and says Hello on a new stream; 7 its stream ends without a rejoin, or (when argument
 // is odd) every site's heartbeat is checked two hours later. The older corpus seeds use selectors
 // 0-2 only.
+//
+// Built twice: exchange_fuzz has three stages; exchange_replicas_fuzz (STRAIT_FUZZ_REPLICAS) one
+// stage of three replicas, so that masked vectors (SUM frames) reach the gateway's secure sums:
+// their decoding, the lane sums and the sum frames stored for each replica. There, event 5 is a
+// well-formed masked vector of the `argument` bytes that follow (offered, then pushed): its lanes
+// (1, 2 or 4 values a word) and step come from the argument, so that rounds open, complete, repeat
+// and disagree.
 #include <spdlog/spdlog.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
 
+#include "compression/codec_chain.h"
 #include "gateway/exchange/exchange_session.h"
 
 namespace {
 
-enum Event { kRejoin = 6, kStreamEndsOrSilence = 7 };
+#ifdef STRAIT_FUZZ_REPLICAS
+constexpr bool kReplicas = true;
+#else
+constexpr bool kReplicas = false;
+#endif
+
+enum Event { kMaskedVector = 5, kRejoin = 6, kStreamEndsOrSilence = 7 };
 
 // Writes nothing, but pulls again for delivered frames that broke off, as the gRPC outbox does.
 class PullAgainChannel : public strait::gateway::SiteChannel {
@@ -67,9 +82,14 @@ const strait::JobSpec& Spec() {
     s->training.microbatches = 4;
     s->gateway.memory_budget = 1 << 16;
     s->gateway.heartbeat_timeout_s = 3600;
+#ifdef STRAIT_FUZZ_REPLICAS
+    s->sites.push_back(strait::SiteSpec{.id = "a", .layers = {0, 1}});
+    s->replicas = {{"a"}, {"b"}, {"c"}};
+#else
     for (int i = 0; i < 3; ++i) {
       s->sites.push_back(strait::SiteSpec{.id = std::string(1, 'a' + i), .layers = {i, i + 1}});
     }
+#endif
     return s;
   }();
   return *spec;
@@ -90,26 +110,66 @@ struct Harness {
     if (sessions[i] != nullptr) sessions[i]->Close();
     v1::JoinRequest join;
     join.set_federation("fuzz");
-    join.mutable_layers()->set_start(i);
-    join.mutable_layers()->set_end(i + 1);
+    const strait::LayerRange& layers = Spec().sites[i % Spec().Stages()].layers;
+    join.mutable_layers()->set_start(layers.start);
+    join.mutable_layers()->set_end(layers.end);
     join.set_device("cpu");
     join.set_workers(1);
-    join.mutable_key()->set_site_id(Spec().sites[i].id);
+    join.mutable_key()->set_site_id(Spec().SiteIdAt(i));
     join.mutable_key()->set_epoch(++epochs[i]);
     join.set_has_checkpoint(step != 0);
     join.set_checkpoint_step(step);
-    (void)core.federation().Join(Spec().sites[i].id, join, now);
+    (void)core.federation().Join(Spec().SiteIdAt(i), join, now);
     NewStream(i);
   }
 
   void NewStream(int i) {
     if (sessions[i] != nullptr) sessions[i]->Close();
     channels.push_back(std::make_shared<PullAgainChannel>());
-    sessions[i] = std::make_unique<strait::gateway::ExchangeSession>(core, Spec().sites[i].id,
+    sessions[i] = std::make_unique<strait::gateway::ExchangeSession>(core, Spec().SiteIdAt(i),
                                                                      channels.back());
   }
 
   void Feed(int i, strait::v1::SiteMessage message) { sessions[i]->Handle(std::move(message)); }
+
+  // A masked vector of site `i` (a SUM frame of its replica, stage 0): an offer, then the push.
+  void PushMaskedVector(int i, size_t argument, const uint8_t* bytes, size_t size) {
+    using namespace strait;
+    if (size < 4) return;
+    std::vector<float> words(size / 4);
+    std::memcpy(words.data(), bytes, 4 * words.size());
+    auto chain = compression::CodecChain::Create("none");
+    if (!chain.ok()) return;
+    absl::StatusOr<absl::Span<const uint8_t>> body = (*chain)->Encode(words, {words.size()});
+    if (!body.ok()) return;
+    v1::FrameHeader header;
+    v1::TensorKey& key = *header.mutable_key();
+    key.set_job("fuzz");
+    key.set_step(argument / 3 % 4);
+    key.set_microbatch(1u << (argument % 3));
+    key.set_direction(v1::FORWARD);
+    key.set_purpose(v1::SUM);
+    key.set_replica(static_cast<uint32_t>(i));
+    key.set_generation(core.Snapshot().view().generation());
+    header.set_codec_chain("none");
+    header.set_dtype(v1::FLOAT32);
+    header.add_shape(static_cast<int64_t>(words.size()));
+    header.set_raw_bytes(4 * words.size());
+    header.set_wire_bytes(body->size());
+    header.set_chunk_count(1);
+    const uint64_t transfer = ++transfers;
+    v1::SiteMessage offer;
+    offer.mutable_offer()->set_transfer_id(transfer);
+    *offer.mutable_offer()->mutable_header() = header;
+    Feed(i, std::move(offer));
+    v1::SiteMessage push;
+    push.mutable_push()->set_transfer_id(transfer);
+    *push.mutable_push()->mutable_header() = std::move(header);
+    push.mutable_push()->mutable_chunk()->set_index(0);
+    push.mutable_push()->mutable_chunk()->set_data(
+        std::string(reinterpret_cast<const char*>(body->data()), body->size()));
+    Feed(i, std::move(push));
+  }
 
   void Hello(int i) {
     strait::v1::SiteMessage hello;
@@ -122,6 +182,7 @@ struct Harness {
   std::vector<uint32_t> epochs;
   std::vector<std::unique_ptr<strait::gateway::ExchangeSession>> sessions;
   std::vector<std::shared_ptr<PullAgainChannel>> channels;  // Of every stream so far.
+  uint64_t transfers = 1u << 20;  // Transfer ids of masked vectors (apart from the fuzzer's own).
 };
 
 }  // namespace
@@ -155,6 +216,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         harness.now += std::chrono::hours(2);
         harness.core.federation().CheckHeartbeats(harness.now);
       }
+    } else if (kReplicas && event == kMaskedVector) {
+      if (argument > size - at) break;
+      harness.PushMaskedVector(site, argument, data + at, argument);
+      at += argument;
     } else {
       if (argument > size - at) break;
       v1::SiteMessage message;
