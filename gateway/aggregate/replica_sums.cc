@@ -58,10 +58,11 @@ void ReplicaSums::Take(int slot, const FramePtr& frame) {
   absl::Status added = words.status();
   const SumRound round{static_cast<int>(key.boundary()), key.step(), key.generation()};
   const int lanes = static_cast<int>(key.microbatch());  // ValidateTensorKey: 1, 2 or 4.
+  bool opened = false;  // This vector opens its round (whose time runs from here).
   if (added.ok()) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      opened_.emplace(round, std::chrono::steady_clock::now());  // Kept if the round had opened.
+      opened = opened_.emplace(round, std::chrono::steady_clock::now()).second;
     }
     added = sums_.Add(
         site, round, *std::move(words),
@@ -72,6 +73,10 @@ void ReplicaSums::Take(int slot, const FramePtr& frame) {
         lanes);
   }
   if (!added.ok()) {
+    if (opened) {
+      std::lock_guard<std::mutex> lock(mu_);
+      opened_.erase(round);
+    }
     federation_.CountRejected("sum_refused",
                               absl::StrCat("masked vector from ", site, ": ", added.message()));
     return;
