@@ -213,7 +213,7 @@ absl::Status Stage::CheckViews(WeightViews weights, const char* what) const {
 
 PassInfo Stage::Pass(const Microbatch& mb, int layer) const {
   uint64_t key = CombineKey(CombineKey(model_.init_seed, 0x44524f50 /* "DROP" */), mb.pass.step);
-  key = CombineKey(key, static_cast<uint64_t>(mb.index));
+  key = CombineKey(key, static_cast<uint64_t>(mb.index + mb.pass.microbatch_offset));
   return {mb.pass.training, CombineKey(key, static_cast<uint64_t>(range_.start + layer)),
           mb.pass.first_row};
 }

@@ -50,6 +50,7 @@ struct PassOptions {
   int64_t first_row = 0;  // Index of the input's first sample in its whole microbatch, when this
                           // stage computes some of its rows (site/pipeline/stage_executor.h):
                           // dropout masks are offset by it so that they do not depend on the split.
+  int microbatch_offset = 0;  // Added to the microbatch's index in the dropout masks' key.
 };
 
 // The fingerprint of layers `range` of `model` (Stage::Fingerprint, which checkpoints carry): a

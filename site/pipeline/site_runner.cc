@@ -253,6 +253,7 @@ absl::Status SiteRunner::RunForward(int64_t step, int m, StepTally& tally) {
     ScopedTimer timer(metrics_, Timer::kCompute, Timer::kForward);
     ForwardOptions options;
     options.weights = ForwardWeights(t, static_cast<int>(spec_.sites.size()), index_, step, m);
+    options.dropout_microbatch_offset = spec_.view_replica * t.microbatches;
     STRAIT_RETURN_IF_ERROR(stage_.Forward(step, m, mb, first ? inputs_.data() : input.data(),
                                           last ? nullptr : output.data(), options));
     if (last) {

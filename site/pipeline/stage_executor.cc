@@ -194,7 +194,7 @@ absl::Status StageExecutor::Forward(int64_t step, int microbatch, int n, const f
     if (v == kNewestWeights) v = weights_version();
   }
   const int64_t in = input_features(), out = output_features();
-  const PassOptions pass{step, options.training, 0};
+  const PassOptions pass{step, options.training, 0, options.dropout_microbatch_offset};
   auto call = [&](int rank) {
     const auto [first, rows] = RankRows(n, rank);
     RankCall c{.op = RankOp::kForward,

@@ -147,6 +147,10 @@ struct ForwardOptions {
   // L_{layer_weights[i]} (each held as above). `strait train` runs each site's layers with the
   // version that site's stage uses for the microbatch (2bw with update eager).
   std::vector<int64_t> layer_weights;
+  // Added to the microbatch's index in its dropout masks' key: a replica's (JobSpec::replicas)
+  // microbatches then draw the masks of the one-pipeline equivalent's (replica r of R holds its
+  // microbatches r * M .. r * M + M - 1). Sites of one rank only (replicas take no more).
+  int dropout_microbatch_offset = 0;
 };
 
 class StageExecutor {

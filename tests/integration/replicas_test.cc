@@ -38,7 +38,7 @@ std::string JobYaml(const JobOptions& o) {
   return absl::StrReplaceAll(
       R"(name: replicas-test
 gateway: {memory_budget: 64MiB}
-model: {family: mlp, input: 784, hidden: [96, 64], classes: 10, init_seed: 5}
+model: {family: mlp, input: 784, hidden: [96, 64], classes: 10, dropout: 0.1, init_seed: 5}
 data: {dataset: fashion-mnist, seed: 11}
 training:
   LENGTH
