@@ -24,6 +24,12 @@ constexpr int kMaxWorkers = 1024;
 constexpr int kMaxMachines = 4096;
 constexpr int kMaxDepth = 1024;
 
+// 1-63 lower-case letters, digits, '.', '_' or '-': a site id names its certificate and files.
+bool IsSiteId(const std::string& id) {
+  static const std::regex kId("^[a-z0-9][a-z0-9._-]{0,62}$");
+  return std::regex_match(id, kId);
+}
+
 class JobSpecParser {
  public:
   JobSpecParser(absl::string_view file, absl::string_view base_dir)
@@ -478,7 +484,6 @@ class JobSpecParser {
       return root.ErrorAt("replicas", absl::StrCat("at most ", kMaxSites, " sites in all, found ",
                                                    node.size() * spec_.sites.size()));
     }
-    static const std::regex kId("^[a-z0-9][a-z0-9._-]{0,62}$");
     std::set<std::string> seen;
     for (size_t r = 0; r < node.size(); ++r) {
       const std::string path = absl::StrCat("replicas[", r, "]");
@@ -492,7 +497,7 @@ class JobSpecParser {
       for (size_t s = 0; s < node[r].size(); ++s) {
         const std::string id = node[r][s].IsScalar() ? node[r][s].Scalar() : "";
         const std::string at = absl::StrCat(path, "[", s, "]");
-        if (!std::regex_match(id, kId)) {
+        if (!IsSiteId(id)) {
           return YamlError(file_, node[r][s], at,
                            "expected a site id (1-63 lower-case letters, digits, '.', '_' or "
                            "'-'), found " +
@@ -614,8 +619,7 @@ class JobSpecParser {
       }
       SiteSpec site;
       STRAIT_RETURN_IF_ERROR(map.String("id", &site.id, /*required=*/true));
-      static const std::regex kId("^[a-z0-9][a-z0-9._-]{0,62}$");
-      if (!std::regex_match(site.id, kId)) {
+      if (!IsSiteId(site.id)) {
         return map.ErrorAt("id",
                            "expected 1-63 lower-case letters, digits, '.', '_' or '-' (it names "
                            "the site's certificate and files), found '" +

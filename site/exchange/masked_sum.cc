@@ -12,14 +12,14 @@ int32_t SumFormat::bound() const {
   return static_cast<int32_t>(largest / replicas);
 }
 
+SumFormat FixedPointSumFormat(int fixed_point_bits, int replicas) {
+  return {.bits = 32, .replicas = replicas, .steps = {std::ldexp(1.0, -fixed_point_bits)}};
+}
+
 SumFormat OuterSumFormat(int bits, int fixed_point_bits, int replicas,
                          std::span<const float> last_mean) {
+  if (bits == 32 || last_mean.empty()) return FixedPointSumFormat(fixed_point_bits, replicas);
   SumFormat format{.bits = bits, .replicas = replicas};
-  if (bits == 32 || last_mean.empty()) {
-    format.bits = 32;
-    format.steps = {std::ldexp(1.0, -fixed_point_bits)};
-    return format;
-  }
   const size_t blocks = (last_mean.size() + kSumBlock - 1) / kSumBlock;
   std::vector<double> largest(blocks, 0.0);
   double overall = 0.0;

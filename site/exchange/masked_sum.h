@@ -28,6 +28,9 @@ struct SumFormat {
   }
 };
 
+// 32-bit values with steps of 2^-fixed_point_bits: every-step gradients, and the first outer round.
+SumFormat FixedPointSumFormat(int fixed_point_bits, int replicas);
+
 // The format of an outer round's pseudo-gradient (training.outer.bits): 32-bit fixed point with
 // 2^-fixed_point_bits steps for the first round (nothing is known of the values yet); after it,
 // `bits`-bit values whose step in each block is twice the block's largest mean of the last round

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -320,11 +319,10 @@ absl::Status SiteRunner::AverageReplicaGrads(int64_t s) {
     ScopedTimer timer(metrics_, Timer::kCompute, Timer::kUpdate);
     STRAIT_ASSIGN_OR_RETURN(grads, stage_.Grads(s));
   }
-  const SumFormat format{.bits = 32,
-                         .replicas = spec_.Replicas(),
-                         .steps = {std::ldexp(1.0, -spec_.training.fixed_point_bits)}};
-  STRAIT_ASSIGN_OR_RETURN(std::vector<float> mean,
-                          MeanOverReplicas("grad", s, std::move(grads), format));
+  STRAIT_ASSIGN_OR_RETURN(
+      std::vector<float> mean,
+      MeanOverReplicas("grad", s, std::move(grads),
+                       FixedPointSumFormat(spec_.training.fixed_point_bits, spec_.Replicas())));
   ScopedTimer timer(metrics_, Timer::kCompute, Timer::kUpdate);
   return stage_.SetGrads(s, mean);
 }
