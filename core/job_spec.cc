@@ -121,6 +121,12 @@ const std::string& JobSpec::SiteIdAt(int slot) const {
   return replicas.empty() ? sites[stage].id : replicas[replica][stage];
 }
 
+std::vector<std::string> JobSpec::StageReplicaIds(int stage) const {
+  std::vector<std::string> ids;
+  for (int r = 0; r < Replicas(); ++r) ids.push_back(SiteIdAt(r * Stages() + stage));
+  return ids;
+}
+
 int JobSpec::SiteSlot(absl::string_view id) const {
   for (int slot = 0; slot < SiteSlots(); ++slot) {
     if (SiteIdAt(slot) == id) return slot;

@@ -322,6 +322,8 @@ struct JobSpec {
   // replica r.
   int SiteSlots() const { return Replicas() * Stages(); }
   const std::string& SiteIdAt(int slot) const;
+  // The ids of stage `stage`'s sites, replica by replica (one without replicas).
+  std::vector<std::string> StageReplicaIds(int stage) const;
   // Slot of the site with this id among all replicas, or -1.
   int SiteSlot(absl::string_view id) const;
   // The job as replica r's sites see it: `sites` carry replica r's ids (the stage's settings are

@@ -14,10 +14,8 @@ namespace {
 
 // replicas[s]: the site ids of stage s's replicas.
 std::vector<std::vector<std::string>> StageReplicas(const JobSpec& spec) {
-  std::vector<std::vector<std::string>> out(spec.Stages());
-  for (int slot = 0; slot < spec.SiteSlots(); ++slot) {
-    out[slot % spec.Stages()].push_back(spec.SiteIdAt(slot));
-  }
+  std::vector<std::vector<std::string>> out;
+  for (int s = 0; s < spec.Stages(); ++s) out.push_back(spec.StageReplicaIds(s));
   return out;
 }
 

@@ -80,9 +80,8 @@ absl::Status AddReplicaSums(const JobSpec& spec, int index, GatewayLink& gateway
         "none: run it with a certificate (without --insecure)");
   }
   std::vector<crypto::LinkEnd> ends;
-  for (int r = 0; r < spec.Replicas(); ++r) {
-    if (r == spec.view_replica) continue;
-    const std::string& id = spec.SiteIdAt(r * spec.Stages() + index);
+  for (const std::string& id : spec.StageReplicaIds(index)) {
+    if (id == spec.sites[index].id) continue;  // This site.
     auto key = peer_keys.find(id);
     absl::StatusOr<crypto::LinkEnd> end =
         security->VerifiedEnd(id, key == peer_keys.end() ? v1::SignedKey{} : key->second);
@@ -249,9 +248,9 @@ SiteSession::SiteSession(const JobSpec& spec, SessionOptions options, StageFacto
       checkpoints_(checkpoints),
       report_(report) {
   for (int peer : KeyPeers(spec_, options_.index)) peers_.push_back(spec_.sites[peer].id);
-  for (int r = 0; r < spec_.Replicas(); ++r) {  // Their pairwise masks (crypto/pairwise_masks.h).
-    if (r != spec_.view_replica)
-      peers_.push_back(spec_.SiteIdAt(r * spec_.Stages() + options_.index));
+  // The stage's other replicas: their pairwise masks (crypto/pairwise_masks.h).
+  for (const std::string& id : spec_.StageReplicaIds(options_.index)) {
+    if (id != spec_.sites[options_.index].id) peers_.push_back(id);
   }
 }
 
@@ -414,7 +413,7 @@ absl::StatusOr<std::unique_ptr<SiteRunner>> SiteSession::StartGeneration(
                                      static_cast<uint64_t>(stage_->param_count()) * 4));
   auto runner = std::make_unique<SiteRunner>(spec_, options_.index, *stage_, std::move(links), data,
                                              metrics_, options_.total_steps, from, generation);
-  if (from > 0 && runner->OuterState()) {
+  if (from > 0 && runner->has_outer_rounds()) {
     STRAIT_ASSIGN_OR_RETURN(std::vector<float> outer, checkpoints_.LoadOuterState(from));
     STRAIT_RETURN_IF_ERROR(runner->SetOuterState(outer));
   }

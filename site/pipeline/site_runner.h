@@ -132,6 +132,7 @@ class SiteRunner {
   // a round's end; and its restoration when a generation resumes from one (before the first
   // Step). Nullopt / FAILED_PRECONDITION without outer rounds.
   std::optional<std::vector<float>> OuterState() const;
+  bool has_outer_rounds() const { return outer_.has_value(); }
   absl::Status SetOuterState(std::span<const float> state);
 
   // Blocks until the gateway holds everything this stage sent.
