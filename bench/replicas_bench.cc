@@ -3,10 +3,10 @@
 // The job spec (a federation with replicas, e.g. configs/fashion-mlp-2x2.yaml) trains three times
 // on loopback with the same steps and data: with training.sync every_step (the data-parallel
 // reference), with sync outer (DiLoCo: --every inner steps a round, --bits per value), and, with
-// --wan PROFILE, outer again with every site behind an emulated link of that profile. For each: the
-// final held-out accuracy (the replicas agree after the last round), the job's samples/s (all
-// replicas), and the bytes that crossed the gateway (every frame in and out, per sample), with the
-// secure sums' share apart.
+// --wan PROFILE, outer again with every site behind an emulated link of that profile
+// (--no-reference: without every_step). For each: the final held-out accuracy (the replicas agree
+// after the last round), the job's samples/s (all replicas), and the bytes that crossed the gateway
+// (every frame in and out, per sample), with the secure sums' share apart.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -32,7 +32,8 @@ struct ReplicasBenchOptions {
   tools::JobSpecOverrides overrides;
   int every = 20;
   int bits = 8;
-  std::string wan;  // Profile name; empty: no WAN run.
+  std::string wan;            // Profile name; empty: no WAN run.
+  bool no_reference = false;  // No every_step run: outer alone (and behind `wan`).
 };
 
 struct ReplicasRun {
@@ -117,8 +118,9 @@ int RunReplicasBench(const ReplicasBenchOptions& o) {
     std::string name, sync;
     std::optional<tools::LinkProfile> link;
   };
-  std::vector<Variant> variants = {{"every_step", "every_step", std::nullopt},
-                                   {outer, "outer", std::nullopt}};
+  std::vector<Variant> variants;
+  if (!o.no_reference) variants.push_back({"every_step", "every_step", std::nullopt});
+  variants.push_back({outer, "outer", std::nullopt});
   if (wan) variants.push_back({outer + ", " + o.wan, "outer", wan});
   for (const auto& [name, sync, link] : variants) {
     std::printf("training %s ...\n", name.c_str());
@@ -138,18 +140,21 @@ int RunReplicasBench(const ReplicasBenchOptions& o) {
                 r.run.val_loss, r.run.samples_per_second, r.run.gateway_bytes / r.run.samples,
                 r.run.sum_bytes / r.run.samples);
   }
-  const ReplicasRun& every = rows[0].run;
-  const ReplicasRun& apart = rows[1].run;
-  std::printf(
-      "\nouter vs every_step: accuracy %+.2f points, validation loss %+.2f%%; %.1fx fewer "
-      "bytes through the gateway per sample (%.1fx fewer in the sums)\n",
-      100 * (apart.accuracy - every.accuracy),
-      every.val_loss > 0 ? 100 * (apart.val_loss / every.val_loss - 1) : 0.0,
-      (every.gateway_bytes / every.samples) / (apart.gateway_bytes / apart.samples),
-      (every.sum_bytes / every.samples) / std::max(apart.sum_bytes / apart.samples, 1e-9));
-  if (rows.size() > 2) {
+  const size_t outer_row = o.no_reference ? 0 : 1;
+  const ReplicasRun& apart = rows[outer_row].run;
+  if (!o.no_reference) {
+    const ReplicasRun& every = rows[0].run;
+    std::printf(
+        "\nouter vs every_step: accuracy %+.2f points, validation loss %+.2f%%; %.1fx fewer "
+        "bytes through the gateway per sample (%.1fx fewer in the sums)\n",
+        100 * (apart.accuracy - every.accuracy),
+        every.val_loss > 0 ? 100 * (apart.val_loss / every.val_loss - 1) : 0.0,
+        (every.gateway_bytes / every.samples) / (apart.gateway_bytes / apart.samples),
+        (every.sum_bytes / every.samples) / std::max(apart.sum_bytes / apart.samples, 1e-9));
+  }
+  if (wan) {
     std::printf("outer at %s: %.1f%% of its loopback samples/s\n", o.wan.c_str(),
-                100 * rows[2].run.samples_per_second / apart.samples_per_second);
+                100 * rows[outer_row + 1].run.samples_per_second / apart.samples_per_second);
   }
   return 0;
 }
@@ -178,6 +183,8 @@ void AddBenchReplicasCommand(CLI::App& bench, int* exit_code) {
   cmd->add_option("--outer-momentum", o->overrides.outer_momentum,
                   "training.outer.momentum (default: the file's)");
   cmd->add_option("--wan", o->wan, "Also run outer with every site behind this link profile");
+  cmd->add_flag("--no-reference", o->no_reference,
+                "Skip the every_step reference run (outer alone, and behind --wan)");
   cmd->callback([o, exit_code] { *exit_code = RunReplicasBench(*o); });
 }
 

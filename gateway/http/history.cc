@@ -9,8 +9,12 @@
 namespace strait::gateway {
 namespace {
 
+// "0/forward"; with replicas, pipeline r's "0/forward@r" (r > 0).
 std::string LinkKey(const v1::LinkMetrics& link) {
-  return std::to_string(link.boundary()) + "/" + std::string(DirectionName(link.direction()));
+  std::string key =
+      std::to_string(link.boundary()) + "/" + std::string(DirectionName(link.direction()));
+  if (link.replica() > 0) key += "@" + std::to_string(link.replica());
+  return key;
 }
 
 // Points of `points` stamped after `since`: they are in time order, so a binary search finds them.
@@ -56,6 +60,7 @@ void History::Add(const v1::FederationState& state, uint64_t unix_ms) {
            LinkPoint{unix_ms, growth(link.raw_bytes(), series.last_raw_bytes) / seconds,
                      growth(link.wire_bytes(), series.last_wire_bytes) / seconds});
     }
+    series.replica = link.replica();
     series.boundary = link.boundary();
     series.direction = link.direction();
     series.last_unix_ms = unix_ms;
@@ -103,7 +108,8 @@ std::string History::ToJson(uint64_t since_unix_ms) const {
       raw.push_back(p->raw_bytes_per_s);
       wire.push_back(p->wire_bytes_per_s);
     }
-    links[key] = {{"boundary", series.boundary},
+    links[key] = {{"replica", series.replica},
+                  {"boundary", series.boundary},
                   {"direction", DirectionName(series.direction)},
                   {"t", t},
                   {"raw_bytes_per_s", raw},

@@ -52,6 +52,7 @@ class History {
     double wire_bytes_per_s;
   };
   struct LinkSeries {
+    uint32_t replica = 0;
     uint32_t boundary = 0;
     v1::Direction direction = v1::DIRECTION_UNSPECIFIED;
     uint64_t last_unix_ms = 0;  // Baseline of the rates.

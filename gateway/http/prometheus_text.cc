@@ -1,11 +1,12 @@
 #include "gateway/http/prometheus_text.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
-#include <initializer_list>
 #include <map>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -14,7 +15,7 @@
 namespace strait::gateway {
 namespace {
 
-using Labels = std::initializer_list<std::pair<std::string_view, std::string_view>>;
+using Labels = std::vector<std::pair<std::string_view, std::string_view>>;
 
 // HELP text escaping: backslash and line feed (quotes stay as they are).
 std::string EscapeHelp(std::string_view text) {
@@ -47,12 +48,12 @@ class Exposition {
     out_.append("# HELP ").append(name).append(" ").append(EscapeHelp(help)).append("\n");
     out_.append("# TYPE ").append(name).append(" ").append(type).append("\n");
   }
-  void Sample(Labels labels, double value) { Line(labels, FormatSampleValue(value)); }
-  void Sample(Labels labels, uint64_t value) { Line(labels, FormatInteger(value)); }
+  void Sample(const Labels& labels, double value) { Line(labels, FormatSampleValue(value)); }
+  void Sample(const Labels& labels, uint64_t value) { Line(labels, FormatInteger(value)); }
   std::string Take() { return std::move(out_); }
 
  private:
-  void Line(Labels labels, const std::string& value) {
+  void Line(const Labels& labels, const std::string& value) {
     out_.append(name_);
     if (labels.size() > 0) {
       out_ += '{';
@@ -71,23 +72,32 @@ class Exposition {
   std::string out_;
 };
 
-// Labels of a link: boundary, direction, and the producing and consuming sites.
+// Labels of a link: boundary, direction, the producing and consuming sites, and with replicas the
+// pipeline.
 struct LinkLabels {
   std::string boundary;
   std::string_view direction;
   std::string_view from;
   std::string_view to;
+  std::string replica;  // Empty without replicas.
 };
 
 LinkLabels LabelsOf(const v1::FederationState& state, const v1::LinkMetrics& link) {
-  const auto& sites = state.view().sites();
+  const v1::FederationView& view = state.view();
+  const uint64_t replicas = std::max<uint64_t>(view.replicas(), 1);
+  const uint64_t stages = static_cast<uint64_t>(view.sites_size()) / replicas;
+  // sites[r * S + s] runs stage s of pipeline r (federation.proto).
   auto id = [&](uint64_t stage) -> std::string_view {
-    return stage < static_cast<uint64_t>(sites.size()) ? std::string_view(sites[stage].id()) : "";
+    const uint64_t slot = link.replica() * stages + stage;
+    return stage < stages && slot < static_cast<uint64_t>(view.sites_size())
+               ? std::string_view(view.sites(static_cast<int>(slot)).id())
+               : "";
   };
   uint64_t lower = link.boundary();
   bool forward = link.direction() == v1::FORWARD;
   return {FormatInteger(link.boundary()), DirectionName(link.direction()),
-          forward ? id(lower) : id(lower + 1), forward ? id(lower + 1) : id(lower)};
+          forward ? id(lower) : id(lower + 1), forward ? id(lower + 1) : id(lower),
+          replicas > 1 ? FormatInteger(link.replica()) : std::string()};
 }
 
 void WriteGateway(const v1::FederationState& state, Exposition& e) {
@@ -235,9 +245,10 @@ void WriteLinks(const v1::FederationState& state, Exposition& e) {
       const LinkLabels& l = labels[i];
       auto v = value(state.links(i));
       if (!v.has_value()) continue;
-      e.Sample(
-          {{"boundary", l.boundary}, {"direction", l.direction}, {"from", l.from}, {"to", l.to}},
-          *v);
+      Labels labels = {
+          {"boundary", l.boundary}, {"direction", l.direction}, {"from", l.from}, {"to", l.to}};
+      if (!l.replica.empty()) labels.push_back({"replica", l.replica});
+      e.Sample(std::move(labels), *v);
     }
   };
   using U = std::optional<uint64_t>;

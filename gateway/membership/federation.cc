@@ -331,7 +331,7 @@ void Federation::CountRejected(const std::string& reason, const std::string& det
 }
 
 Federation::Link& Federation::LinkLocked(const v1::TensorKey& key) {
-  return links_[{key.boundary(), static_cast<int>(key.direction())}];
+  return links_[{key.replica(), key.boundary(), static_cast<int>(key.direction())}];
 }
 
 void Federation::CountPushed(const v1::FrameHeader& header) {
@@ -380,9 +380,11 @@ v1::FederationState Federation::Snapshot(const Mailbox::Stats& mailbox,
   view.set_has_common_checkpoint(all_have_checkpoint);
   view.set_common_checkpoint_step(all_have_checkpoint ? common : 0);
   for (const auto& [where, link] : links_) {
+    const auto& [replica, boundary, direction] = where;
     v1::LinkMetrics& m = *state.add_links();
-    m.set_boundary(where.first);
-    m.set_direction(static_cast<v1::Direction>(where.second));
+    m.set_replica(replica);
+    m.set_boundary(boundary);
+    m.set_direction(static_cast<v1::Direction>(direction));
     m.set_frames(link.frames);
     m.set_raw_bytes(link.raw_bytes);
     m.set_wire_bytes(link.wire_bytes);

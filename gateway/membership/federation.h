@@ -21,6 +21,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -113,7 +114,7 @@ class Federation {
   const Clock::time_point started_ = Clock::now();
   mutable std::mutex mu_;
   std::vector<Site> sites_;
-  std::map<std::pair<uint32_t, int>, Link> links_;  // (boundary, direction)
+  std::map<std::tuple<uint32_t, uint32_t, int>, Link> links_;  // (replica, boundary, direction)
   std::map<std::string, uint64_t> rejected_;
   std::deque<v1::Alert> alerts_;
   const std::function<void(uint32_t)> new_generation_;

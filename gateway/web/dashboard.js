@@ -359,13 +359,20 @@ function lossSite(state) {
   return withLoss.length ? withLoss[withLoss.length - 1] : sites[sites.length - 1];
 }
 
-function linkOf(state, boundary, direction) {
-  return (state.links || []).find((l) => num(l.boundary) === boundary && l.direction === direction);
+// A boundary's link in pipeline `replica` (0 without replicas).
+function linkOf(state, boundary, direction, replica) {
+  return (state.links || []).find((l) => num(l.boundary) === boundary && l.direction === direction &&
+      num(l.replica) === replica);
+}
+
+// The history's name of a link (gateway/http/history.cc LinkKey).
+function linkKey(boundary, direction, replica) {
+  return `${boundary}/${direction.toLowerCase()}${replica > 0 ? `@${replica}` : ""}`;
 }
 
 // Latest rate of a link from the history, in bytes/s: [raw, wire].
-function linkRates(boundary, direction) {
-  const series = model.history.links[`${boundary}/${direction.toLowerCase()}`];
+function linkRates(boundary, direction, replica) {
+  const series = model.history.links[linkKey(boundary, direction, replica)];
   if (!series || series.t.length === 0) return [null, null];
   const last = series.t.length - 1;
   return [series.raw_bytes_per_s[last], series.wire_bytes_per_s[last]];
@@ -483,12 +490,12 @@ function rankPills(ranks) {
          `r${num(r.rank)} ${r.state}`)));
 }
 
-function linkRow(state, boundary, direction) {
-  const link = linkOf(state, boundary, direction) || {};
-  const [raw, wire] = linkRates(boundary, direction);
+function linkRow(state, boundary, direction, replica) {
+  const link = linkOf(state, boundary, direction, replica) || {};
+  const [raw, wire] = linkRates(boundary, direction, replica);
   const ratio = num(link.wire_bytes) > 0 ? num(link.raw_bytes) / num(link.wire_bytes) : null;
   const fwd = direction === "FORWARD";
-  return el("div", {class: `link-row ${fwd ? "fwd" : "bwd"}`, "data-link": `${boundary}/${direction.toLowerCase()}`},
+  return el("div", {class: `link-row ${fwd ? "fwd" : "bwd"}`, "data-link": linkKey(boundary, direction, replica)},
       el("div", {class: "link-label"}, el("span", {class: "dir"}, fwd ? "forward" : "backward"),
           el("span", {class: "ratio", title: "compression ratio raw / wire"}, ratio ? `${ratio.toFixed(2)}×` : "—")),
       el("div", {class: "link-arrow"}),
@@ -499,14 +506,13 @@ function linkRow(state, boundary, direction) {
           `${fmtCount(link.frames)} frames · queue ${fmtCount(link.queue_depth)} · ${num(link.mean_push_to_pull_ms).toFixed(1)} ms`));
 }
 
-// One pipeline's sites with the links between them (with replicas, a link's figures are those of
-// its boundary in every replica together).
-function pipelineNodes(state, sites) {
+// Pipeline `replica`'s sites with the links between them.
+function pipelineNodes(state, sites, replica) {
   const nodes = [];
   sites.forEach((site, stage) => {
     if (stage > 0) {
       nodes.push(el("div", {class: "link", "data-boundary": String(stage - 1)},
-          linkRow(state, stage - 1, "FORWARD"), linkRow(state, stage - 1, "BACKWARD")));
+          linkRow(state, stage - 1, "FORWARD", replica), linkRow(state, stage - 1, "BACKWARD", replica)));
     }
     nodes.push(siteCard(state, site, stage));
   });
@@ -519,13 +525,13 @@ function renderPipeline(state, sites) {
   const pipeline = document.getElementById("pipeline");
   pipeline.classList.toggle("replicas", replicas > 1);
   if (replicas <= 1) {
-    pipeline.replaceChildren(...pipelineNodes(state, sites));
+    pipeline.replaceChildren(...pipelineNodes(state, sites, 0));
   } else {
     const rows = [];
     for (let r = 0; r < replicas; r++) {
       rows.push(el("div", {class: "replica-row", "data-replica": String(r)},
           el("div", {class: "replica-label"}, `REPLICA ${r}`),
-          ...pipelineNodes(state, sites.filter((s) => num(s.replica) === r))));
+          ...pipelineNodes(state, sites.filter((s) => num(s.replica) === r), r)));
     }
     pipeline.replaceChildren(...rows);
   }

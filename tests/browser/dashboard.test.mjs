@@ -101,6 +101,13 @@ async function main() {
       const rows = await page.$$eval("#pipeline .replica-row", (nodes) => nodes.map((n) =>
           [...n.querySelectorAll(".site")].map((site) => site.dataset.siteId)));
       assert.deepEqual(rows, [["dc-a", "dc-b", "dc-c"], ["dc-d", "dc-e", "dc-f"]]);
+      // Each pipeline's links show its own figures (replica 1's carry three times the frames).
+      const frames = (r) => page.$$eval(`#pipeline .replica-row[data-replica="${r}"] .link-row`, (nodes) =>
+          nodes.map((n) => [n.dataset.link, Number(n.querySelector(".link-extra").textContent.split(" ")[0].replace(/,/g, ""))]));
+      const [first, second] = [await frames(0), await frames(1)];
+      assert.deepEqual(second.map(([key]) => key), ["0/forward@1", "0/backward@1", "1/forward@1", "1/backward@1"]);
+      assert.ok(first[0][1] > 0, `replica 0's forward link has frames: ${JSON.stringify(first)}`);
+      assert.ok(second[0][1] >= 2 * first[0][1], `replica 1's figures are its own: ${JSON.stringify(second)}`);
       assert.equal(await page.isVisible("#sums"), true, "the secure sums show");
       await page.waitForFunction(() => {
         const rounds = document.querySelector('#sums [data-sums="rounds"]');

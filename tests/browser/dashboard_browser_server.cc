@@ -19,7 +19,8 @@ volatile std::sig_atomic_t g_stop = 0;
 void OnSignal(int) { g_stop = 1; }
 
 // The fake federation as two replicas: its three sites are replica 0, and dc-d, dc-e, dc-f run the
-// same stages as replica 1; the gateway has made one secure sum per stage and step.
+// same stages as replica 1 (links of their own, with three times the frames); the gateway has made
+// one secure sum per stage and step.
 strait::v1::FederationState AsTwoReplicas(strait::v1::FederationState state) {
   const char* kOthers[] = {"dc-d", "dc-e", "dc-f"};
   strait::v1::FederationView& view = *state.mutable_view();
@@ -34,6 +35,13 @@ strait::v1::FederationState AsTwoReplicas(strait::v1::FederationState state) {
     strait::v1::SiteMetrics metrics = state.sites(s);
     metrics.set_site_id(kOthers[s % 3]);
     *state.add_sites() = metrics;
+  }
+  const int links = state.links_size();
+  for (int i = 0; i < links; ++i) {
+    strait::v1::LinkMetrics other = state.links(i);
+    other.set_replica(1);
+    other.set_frames(3 * other.frames());
+    *state.add_links() = other;
   }
   const uint64_t rounds = view.sites(0).step() * stages;
   strait::v1::ReplicaSumsState& sums = *state.mutable_sums();

@@ -160,5 +160,30 @@ TEST_F(ReplicaSumsTest, StrangersForgedSumsAndReplaysAreRefusedAndCounted) {
   EXPECT_EQ(core_.sums().GetStats().rounds, 0u);
 }
 
+TEST_F(ReplicaSumsTest, EachPipelinesLinksAreCountedApart) {
+  Streams a = Open("a"), c = Open("c");
+  auto activations = [](uint32_t replica) {
+    v1::TensorKey key = SumKey(0, replica, v1::FORWARD, 0);
+    key.set_purpose(v1::TRAIN);
+    return key;
+  };
+  a.push->Handle(SumPush(1, activations(0), {1, 2}));
+  c.push->Handle(SumPush(1, activations(1), {1, 2, 3}));
+  c.push->Handle(SumPush(2,
+                         [&] {
+                           v1::TensorKey key = activations(1);
+                           key.set_microbatch(1);
+                           return key;
+                         }(),
+                         {4}));
+  const v1::FederationState state = core_.Snapshot();
+  ASSERT_EQ(state.links_size(), 2);
+  EXPECT_EQ(state.links(0).replica(), 0u);
+  EXPECT_EQ(state.links(0).frames(), 1u);
+  EXPECT_EQ(state.links(1).replica(), 1u);
+  EXPECT_EQ(state.links(1).frames(), 2u);
+  EXPECT_EQ(state.links(1).raw_bytes(), 16u);
+}
+
 }  // namespace
 }  // namespace strait::gateway

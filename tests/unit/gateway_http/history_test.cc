@@ -64,6 +64,20 @@ TEST(History, LinkRatesComeFromCounterGrowth) {
   EXPECT_EQ(link["wire_bytes_per_s"], json({250.0, 100.0}));
 }
 
+TEST(History, ReplicasLinksHaveSeriesOfTheirOwn) {
+  v1::FederationState state = OneLink(1000, 500);
+  *state.add_links() = state.links(0);
+  state.mutable_links(1)->set_replica(1);
+  History history(10);
+  history.Add(state, 1'000);
+  state.mutable_links(1)->set_raw_bytes(5000);
+  history.Add(state, 2'000);
+  json links = json::parse(history.ToJson(0))["links"];
+  EXPECT_EQ(links["0/forward"]["raw_bytes_per_s"], json({0.0}));
+  EXPECT_EQ(links["0/forward@1"]["raw_bytes_per_s"], json({4000.0}));
+  EXPECT_EQ(links["0/forward@1"]["replica"], 1);
+}
+
 TEST(History, SinceReturnsOnlyNewerPoints) {
   History history(100);
   for (int i = 0; i < 5; ++i) history.Add(testing::FakeFederationState(i), 100 * (i + 1));

@@ -239,6 +239,35 @@ TEST(PrometheusText, LinkWithoutWireBytesHasNoRatioAndUnknownSitesAreEmpty) {
             0);
 }
 
+TEST(PrometheusText, ReplicasLinksNameTheirPipelineAndItsSites) {
+  // Two pipelines of two stages: sites[r * 2 + s] runs stage s of replica r.
+  v1::FederationState state;
+  state.mutable_view()->set_replicas(2);
+  for (const char* id : {"a", "b", "c", "d"}) state.mutable_view()->add_sites()->set_id(id);
+  for (uint32_t replica : {0u, 1u}) {
+    v1::LinkMetrics& link = *state.add_links();
+    link.set_replica(replica);
+    link.set_boundary(0);
+    link.set_direction(v1::FORWARD);
+    link.set_frames(10 + replica);
+  }
+  Exposition e = Parse(RenderPrometheusText(state));
+  EXPECT_EQ(Value(e, "strait_link_frames_total",
+                  {{"boundary", "0"},
+                   {"direction", "forward"},
+                   {"from", "a"},
+                   {"to", "b"},
+                   {"replica", "0"}}),
+            10);
+  EXPECT_EQ(Value(e, "strait_link_frames_total",
+                  {{"boundary", "0"},
+                   {"direction", "forward"},
+                   {"from", "c"},
+                   {"to", "d"},
+                   {"replica", "1"}}),
+            11);
+}
+
 TEST(PrometheusText, EmptyStateIsValid) {
   Exposition e = Parse(RenderPrometheusText({}));
   EXPECT_THAT(e.types, ::testing::Contains(Pair("strait_gateway_uptime_seconds", "gauge")));
