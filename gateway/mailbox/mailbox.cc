@@ -263,8 +263,13 @@ void Mailbox::PurgeGenerationsBelow(uint32_t generation) {
 
 Mailbox::Stats Mailbox::GetStats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return {frames_.size(),  stored_bytes_,        reserved_,   credit_,           budget_,
-          waiters_.size(), reservations_.size(), duplicates_, accounting_errors_};
+  Stats stats{frames_.size(),  stored_bytes_,        reserved_,   credit_,           budget_,
+              waiters_.size(), reservations_.size(), duplicates_, accounting_errors_};
+  for (const auto& [key, frame] : frames_) {
+    if (key.purpose == v1::MOVE || key.purpose == v1::SUM) continue;
+    ++stats.stored_by_link[{key.replica, key.boundary, key.direction}];
+  }
+  return stats;
 }
 
 void Mailbox::GrantReservationsLocked(std::vector<Completion>& out) {

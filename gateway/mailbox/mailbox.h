@@ -27,6 +27,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -116,6 +117,9 @@ class Mailbox {
     uint64_t waiting_reservations = 0;
     uint64_t duplicates = 0;         // Pushes dropped as duplicates since start.
     uint64_t accounting_errors = 0;  // Broken accounting invariants (bugs) since start.
+    // Stored frames on the pipelines' links (every purpose but MOVE and SUM, which cross no
+    // boundary) by (replica, boundary, direction): each link's queue.
+    std::map<std::tuple<uint32_t, uint32_t, int>, uint64_t> stored_by_link;
   };
   Stats GetStats() const;
 

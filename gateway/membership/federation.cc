@@ -388,6 +388,9 @@ v1::FederationState Federation::Snapshot(const Mailbox::Stats& mailbox,
     m.set_frames(link.frames);
     m.set_raw_bytes(link.raw_bytes);
     m.set_wire_bytes(link.wire_bytes);
+    if (auto held = mailbox.stored_by_link.find(where); held != mailbox.stored_by_link.end()) {
+      m.set_queue_depth(static_cast<uint32_t>(held->second));
+    }
     if (link.delivered > 0) m.set_mean_push_to_pull_ms(link.latency_ms_sum / link.delivered);
   }
   const uint64_t site_rejected = rejected;

@@ -173,9 +173,11 @@ TEST_F(ExchangeSessionTest, ForwardActivationTravelsFromProducerToConsumer) {
   ASSERT_EQ(b_out->frames().size(), 1u);
   EXPECT_EQ(b_out->frames()[0].first, 7u);
   EXPECT_EQ(b_out->frames()[0].second->chunk(0), "sealed-bytes");
+  EXPECT_EQ(core_->Snapshot().links(0).queue_depth(), 1u);  // Held until the consumer acks.
   b->Handle(AckMsg(key));
   EXPECT_EQ(core_->mailbox().GetStats().stored_frames, 0u);
   v1::FederationState state = core_->Snapshot();
+  EXPECT_EQ(state.links(0).queue_depth(), 0u);
   ASSERT_EQ(state.links_size(), 1);
   EXPECT_EQ(state.links(0).frames(), 1u);
   EXPECT_EQ(state.links(0).raw_bytes(), 24u);
