@@ -245,10 +245,10 @@ void WriteLinks(const v1::FederationState& state, Exposition& e) {
       const LinkLabels& l = labels[i];
       auto v = value(state.links(i));
       if (!v.has_value()) continue;
-      Labels labels = {
+      Labels link_labels = {
           {"boundary", l.boundary}, {"direction", l.direction}, {"from", l.from}, {"to", l.to}};
-      if (!l.replica.empty()) labels.push_back({"replica", l.replica});
-      e.Sample(std::move(labels), *v);
+      if (!l.replica.empty()) link_labels.push_back({"replica", l.replica});
+      e.Sample(link_labels, *v);
     }
   };
   using U = std::optional<uint64_t>;
