@@ -37,9 +37,8 @@ std::string HumanBytes(double bytes) {
 
 // The other replicas' sites of stage `stage`, "dc-c, dc-e".
 std::string ReplicasOf(const JobSpec& spec, size_t stage) {
-  std::vector<std::string> ids;
-  for (int r = 1; r < spec.Replicas(); ++r) ids.push_back(spec.replicas[r][stage]);
-  return absl::StrJoin(ids, ", ");
+  const std::vector<std::string> ids = spec.StageReplicaIds(static_cast<int>(stage));
+  return absl::StrJoin(ids.begin() + 1, ids.end(), ", ");
 }
 
 // The pipelines, the data each trains, and what their stages' replicas exchange.

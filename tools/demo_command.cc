@@ -187,7 +187,8 @@ int RunDemo(DemoOptions o) {
     if (spec->Replicas() > 1) {
       std::printf("  replica %d: %s\n", r, absl::StrJoin(spec->replicas[r], " -> ").c_str());
     }
-    for (size_t b = 0; r == 0 && b < spec->links.size(); ++b) {
+    if (r > 0) continue;  // The links, under the first pipeline: every pipeline has the same.
+    for (size_t b = 0; b < spec->links.size(); ++b) {
       std::printf("  link %s -> %s: forward %s, backward %s%s\n", ids[b].c_str(),
                   ids[b + 1].c_str(), spec->links[b].forward.c_str(),
                   spec->links[b].backward.c_str(),

@@ -175,7 +175,7 @@ int RunGateway(const GatewayDaemonOptions& options) {
                 server.status().code() == absl::StatusCode::kUnavailable ? 1 : 2);
   }
   serving.store(core.get());
-  spdlog::info("federation {}: serving {} sites on port {}{}", spec->name, spec->sites.size(),
+  spdlog::info("federation {}: serving {} sites on port {}{}", spec->name, spec->SiteSlots(),
                (*server)->port(), options.insecure ? " (INSECURE)" : " (mutual TLS)");
 
   std::unique_ptr<DashboardServer> dashboard;
