@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,7 +38,32 @@ struct EngineBenchOptions {
   int rounds = 5;
   int square = 0;  // Side of the square product that measures the device's rate; 0: by device.
   std::string attention = "default";
+  double peak_tflops = 0;  // The device's dense peak in the spec's precision; 0: by device name.
 };
+
+// Dense bf16 tensor-core peaks (TFLOP/s, without sparsity) of the data-centre GPUs a user brings,
+// by a part of the device's name: NVIDIA's datasheets. 0 when the name is not known.
+double KnownBf16Peak(const std::string& device) {
+  struct Peak {
+    const char* name;
+    double tflops;
+  };
+  constexpr Peak kPeaks[] = {{"H100 PCIe", 756.0}, {"H100 NVL", 835.0}, {"H100", 989.4},
+                             {"H200", 989.4},      {"GH200", 989.4},    {"A100", 312.0}};
+  for (const Peak& p : kPeaks) {
+    if (device.find(p.name) != std::string::npos) return p.tflops;
+  }
+  return 0.0;
+}
+
+// llm.c's count of a language model's training FLOPs per token: 6 N (every parameter's forward
+// and backward products) + 6 L C T (attention's scores and weighted sum, forward and backward),
+// N parameters, L blocks of width C, context T.
+double FlopsPerToken(const ModelSpec& model, int64_t params) {
+  if (model.family != ModelFamily::kGpt) return 0.0;
+  const GptSpec& g = model.gpt;
+  return 6.0 * static_cast<double>(params) + 6.0 * g.depth * g.dim * g.context;
+}
 
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "strait bench engine: %s\n", std::string(s.message()).c_str());
@@ -66,22 +92,29 @@ absl::Status TrainStep(site::StageExecutor& stage, int64_t step, int microbatche
   return stage.OptimizerStep(step + 1, 1.0f);
 }
 
-// GFLOP/s of the best of `reps` square products of side n on `backend` (synchronised).
+// GFLOP/s of the best of `reps` square products of side n on `backend` (synchronised), its
+// operands and result in the backend's activation type, as the step's products have them.
 absl::StatusOr<double> SquareProductGflops(site::Backend& backend, int n, int reps) {
   const size_t floats = static_cast<size_t>(n) * n;
   std::vector<float> host(floats);
   for (size_t i = 0; i < floats; ++i) host[i] = 2 * site::CounterUniform(9, i) - 1;
+  const site::DType act = backend.activation_dtype();
+  absl::StatusOr<site::DeviceBuffer> staging = site::DeviceBuffer::Create(&backend, 4 * floats);
+  if (!staging.ok()) return staging.status();
+  backend.CopyToDevice(staging->data(), host.data(), 4 * floats);
   std::vector<site::DeviceBuffer> m;
   for (int i = 0; i < 3; ++i) {
-    absl::StatusOr<site::DeviceBuffer> b = site::DeviceBuffer::Create(&backend, 4 * floats);
+    absl::StatusOr<site::DeviceBuffer> b =
+        site::DeviceBuffer::Create(&backend, site::SizeOf(act) * floats);
     if (!b.ok()) return b.status();
-    backend.CopyToDevice(b->f32(), host.data(), 4 * floats);
+    backend.Convert(floats, staging->f32(), b->typed(act));
     m.push_back(*std::move(b));
   }
   double best = 1e30;
   for (int r = 0; r < reps + 1; ++r) {  // The first is a warm-up.
     const auto start = std::chrono::steady_clock::now();
-    backend.Gemm(false, false, n, n, n, 1.0f, m[0].f32(), n, m[1].f32(), n, 0.0f, m[2].f32(), n);
+    backend.Gemm(false, false, n, n, n, 1.0f, m[0].typed(act), n, m[1].typed(act), n, 0.0f,
+                 m[2].typed(act), n);
     if (absl::Status s = backend.Sync(); !s.ok()) return s;
     if (r > 0) best = std::min(best, Seconds(start));
   }
@@ -204,8 +237,47 @@ int RunEngineBench(const EngineBenchOptions& o) {
       "%-34s %10s %10.1f\n",
       absl::StrCat("square product ", side, "^3, ", ToString(spec->training.precision)).c_str(), "",
       *peak);
-  std::printf("model FLOP utilisation (step / square product): %.1f%%\n",
-              100 * step_gflops / *peak);
+  std::printf("step's products / square product: %.1f%%\n", 100 * step_gflops / *peak);
+
+  // Model FLOP utilisation as llm.c counts it, against the device's datasheet peak and against
+  // the product rate measured above.
+  const double per_token = FlopsPerToken(spec->model, (*stage)->param_count());
+  double mfu = 0.0;
+  if (per_token > 0.0) {
+    const double tokens_per_s = o.batch * spec->model.TargetsPerSample() / step_seconds;
+    const double model_tflops = tokens_per_s * per_token * 1e-12;
+    std::printf(
+        "model FLOPs: 6N + 6LCT = %.3g per token (N %lld, L %d, C %d, T %d): %.1f TFLOP/s\n",
+        per_token, static_cast<long long>((*stage)->param_count()), spec->model.gpt.depth,
+        spec->model.gpt.dim, spec->model.gpt.context, model_tflops);
+    std::printf("MFU against the measured square product (%.1f TFLOP/s): %.1f%%\n", *peak * 1e-3,
+                100 * model_tflops / (*peak * 1e-3));
+    const double datasheet = o.peak_tflops > 0 ? o.peak_tflops : KnownBf16Peak((*inner)->Name());
+    if (datasheet > 0 && o.device == "cuda") {
+      mfu = 100 * model_tflops / datasheet;
+      std::printf("MFU against the dense bf16 peak (%.1f TFLOP/s, %s): %.1f%%\n", datasheet,
+                  o.peak_tflops > 0 ? "--peak-tflops" : "the datasheet's", mfu);
+    }
+    std::printf("RESULT strait_engine tokens_per_s=%.1f ms_per_step=%.3f mfu=%.2f\n", tokens_per_s,
+                1e3 * step_seconds, mfu);
+  }
+
+  // Where a step's time goes: one more step with every op timed on its own (waiting for the
+  // device around each op adds their launch latency, so the shares, not the sum, are the figure).
+  backend->StartProfiling();
+  if (absl::Status st = TrainStep(**stage, step, microbatches, n, inputs, labels); !st.ok())
+    return Fail(st);
+  const std::map<std::string, double> families = backend->StopProfiling();
+  double total = 0.0;
+  for (const auto& [name, seconds] : families) total += seconds;
+  std::printf("share of a step by kernel family (ops timed one by one, %.2f ms in all):\n",
+              1e3 * total);
+  for (const char* name : kKernelFamilies) {
+    const auto it = families.find(name);
+    const double seconds = it == families.end() ? 0.0 : it->second;
+    std::printf("  %-14s %8.2f ms %5.1f%%\n", name, 1e3 * seconds,
+                total > 0 ? 100 * seconds / total : 0.0);
+  }
   return 0;
 }
 
@@ -234,6 +306,10 @@ void AddBenchEngineCommand(CLI::App& bench, int* exit_code) {
       ->check(CLI::IsMember({"default", "fused", "batched"}));
   cmd->add_option("--threads", o->threads, "CPU threads (default: the cores it may run on)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--peak-tflops", o->peak_tflops,
+                  "The device's dense bf16 peak for MFU (default: by the GPU's name, e.g. 989.4 "
+                  "for an H100 SXM)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--steps", o->steps, "Timed steps per round")->check(CLI::PositiveNumber);
   cmd->add_option("--rounds", o->rounds, "Rounds (the best round counts)")
       ->check(CLI::PositiveNumber);

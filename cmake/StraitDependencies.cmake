@@ -37,4 +37,7 @@ endif()
 if(STRAIT_WITH_CUDA)
   find_library(STRAIT_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
   find_path(STRAIT_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+  # cuDNN 9 (its graph API: flash attention for bf16), installed beside CUDA.
+  find_library(STRAIT_CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64
+               REQUIRED)
 endif()

@@ -1,15 +1,27 @@
 #include "site/collective/site_groups.h"
 
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 
 namespace strait::site {
 
-void GlooTensorReducer::AllReduceSum(Backend& backend, float* data, int64_t count) {
+void GlooTensorReducer::AllReduceSum(Backend& backend, TypedPtr data, int64_t count) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!status_.ok()) return;  // The ranks are out of step: every later sum would be wrong.
-  status_ = backend.Sync();   // The partial result must be complete in host memory.
-  if (status_.ok()) status_ = group_->AllReduceSum(data, count, tag_++);
+  if (data.is_f32()) {
+    status_ = backend.Sync();  // The partial result must be complete in host memory.
+    if (status_.ok()) status_ = group_->AllReduceSum(data.f32(), count, tag_++);
+    return;
+  }
+  // A narrower type is summed in f32 and rounded once.
+  std::vector<float> sum(count);
+  backend.Convert(count, data, sum.data());
+  status_ = backend.Sync();
+  if (status_.ok()) status_ = group_->AllReduceSum(sum.data(), count, tag_++);
+  backend.Convert(count, sum.data(), data);
+  if (status_.ok()) status_ = backend.Sync();
 }
 
 absl::Status GlooTensorReducer::status() const {

@@ -24,7 +24,7 @@ namespace strait::site {
 class GlooTensorReducer final : public TensorReducer {
  public:
   explicit GlooTensorReducer(GlooGroup* group) : group_(group) {}  // Not owned.
-  void AllReduceSum(Backend& backend, float* data, int64_t count) override;
+  void AllReduceSum(Backend& backend, TypedPtr data, int64_t count) override;
   absl::Status status() const override;
 
  private:

@@ -1,8 +1,9 @@
 // Multi-head self-attention core (no projections): softmax(Q K^T / sqrt(dh)) V per head, with a
 // causal mask when asked (the masked probabilities are 0, so the backward needs no mask). Either
-// through batched products and a saved [T, T] probability matrix per head, or through the backend's
-// fused ops, which save only each query's log-sum-exp (AttentionKernel).
-// Used by the transformer block, which owns the qkv and output projections.
+// through the backend's fused ops, which keep only each query's log-sum-exp, or through batched
+// products and a saved [T, T] probability matrix per head (AttentionKernel).
+// Used by the transformer block, which owns the qkv and output projections and keeps qkv and the
+// output for the backward itself.
 #pragma once
 
 #include <cstdint>
@@ -20,20 +21,23 @@ struct AttentionShape {
   bool fused = false;   // Backend::FusedAttention(dh) ops rather than batched products
   int64_t dim() const { return int64_t{heads} * dh; }
   int64_t rows() const { return int64_t{n} * tokens; }
+  AttentionDims Dims() const;
 };
 
-// Floats AttentionForward keeps for the backward (Q, K, V and the probabilities; fused: Q, K, V,
-// the output and a log-sum-exp per query).
-int64_t AttentionSavedFloats(const AttentionShape& s);
-// Temporary floats needed by AttentionForward or AttentionBackward.
-int64_t AttentionScratchFloats(const AttentionShape& s);
+// Bytes AttentionForward keeps for the backward besides qkv and out (fused: a log-sum-exp per
+// query; batched: the probabilities), and the scratch bytes either pass needs; `act` is the
+// activations' type.
+int64_t AttentionSavedBytes(const AttentionShape& s, DType act);
+int64_t AttentionScratchBytes(const AttentionShape& s, DType act);
 
-// qkv: [n * T, 3D] (Q, K, V side by side per token) -> out: [n * T, D] (heads side by side).
-void AttentionForward(Backend& backend, const AttentionShape& s, const float* qkv, float* out,
-                      float* saved, float* scratch);
+// qkv: [n * T, 3D] (every head's Q, then K, then V per token) -> out: [n * T, D] (heads side by
+// side).
+void AttentionForward(Backend& backend, const AttentionShape& s, ConstTypedPtr qkv, TypedPtr out,
+                      void* saved, void* scratch);
 
-// dout: [n * T, D] -> dqkv: [n * T, 3D] (overwritten).
-void AttentionBackward(Backend& backend, const AttentionShape& s, const float* saved,
-                       const float* dout, float* dqkv, float* scratch);
+// dout: [n * T, D] -> dqkv: [n * T, 3D] (overwritten). qkv and out are the forward's.
+void AttentionBackward(Backend& backend, const AttentionShape& s, ConstTypedPtr qkv,
+                       ConstTypedPtr out, const void* saved, ConstTypedPtr dout, TypedPtr dqkv,
+                       void* scratch);
 
 }  // namespace strait::site

@@ -11,20 +11,20 @@ class DenseLayer final : public Layer {
  public:
   // `layout` (this rank's, ShardLayout) has params weight [out, in] and bias [out]. act kNone for
   // the logits layer.
-  DenseLayer(LayerLayout layout, ActivationOp act, float dropout,
+  DenseLayer(LayerLayout layout, DType act_dtype, ActivationOp act, float dropout,
              ShardRole role = ShardRole::kReplicated, TensorShard shard = {});
 
-  int64_t SavedFloats(int n) const override;
-  int64_t ScratchFloats(int n) const override;
+  int64_t SavedBytes(int n) const override;
+  int64_t ScratchBytes(int n) const override;
   void Forward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
-               const float* x, float* y, float* saved, float* scratch) override;
+               ConstTypedPtr x, TypedPtr y, void* saved, void* scratch) override;
   void Backward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
-                const float* x, const float* y, float* dy, float* dx, const float* saved,
-                float* scratch) override;
+                ConstTypedPtr x, ConstTypedPtr y, TypedPtr dy, TypedPtr dx, const void* saved,
+                void* scratch) override;
 
  private:
   // Dropout of this rank's columns of the whole layer's output (kColumn), row by row.
-  void DropColumns(Backend& backend, const PassInfo& pass, int n, float* y) const;
+  void DropColumns(Backend& backend, const PassInfo& pass, int n, TypedPtr y) const;
 
   ActivationOp act_;
   float dropout_;

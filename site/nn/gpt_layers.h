@@ -12,14 +12,14 @@ namespace strait::site {
 // input is data, so Backward writes zeros to dx when asked for it.
 class TokenEmbedLayer final : public Layer {
  public:
-  TokenEmbedLayer(LayerLayout layout, const GptSpec& gpt);
-  int64_t SavedFloats(int n) const override { return 0; }
-  int64_t ScratchFloats(int n) const override { return 0; }
+  TokenEmbedLayer(LayerLayout layout, DType act, const GptSpec& gpt);
+  int64_t SavedBytes(int n) const override { return 0; }
+  int64_t ScratchBytes(int n) const override { return 0; }
   void Forward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
-               const float* x, float* y, float* saved, float* scratch) override;
+               ConstTypedPtr x, TypedPtr y, void* saved, void* scratch) override;
   void Backward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
-                const float* x, const float* y, float* dy, float* dx, const float* saved,
-                float* scratch) override;
+                ConstTypedPtr x, ConstTypedPtr y, TypedPtr dy, TypedPtr dx, const void* saved,
+                void* scratch) override;
 
  private:
   GptSpec gpt_;
@@ -29,14 +29,14 @@ class TokenEmbedLayer final : public Layer {
 // position. Params: ln.gamma [D], ln.beta [D], fc.weight [vocab, D], fc.bias [vocab].
 class LmHead final : public Layer {
  public:
-  LmHead(LayerLayout layout, const GptSpec& gpt);
-  int64_t SavedFloats(int n) const override;
-  int64_t ScratchFloats(int n) const override;
+  LmHead(LayerLayout layout, DType act, const GptSpec& gpt);
+  int64_t SavedBytes(int n) const override;
+  int64_t ScratchBytes(int n) const override;
   void Forward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
-               const float* x, float* y, float* saved, float* scratch) override;
+               ConstTypedPtr x, TypedPtr y, void* saved, void* scratch) override;
   void Backward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
-                const float* x, const float* y, float* dy, float* dx, const float* saved,
-                float* scratch) override;
+                ConstTypedPtr x, ConstTypedPtr y, TypedPtr dy, TypedPtr dx, const void* saved,
+                void* scratch) override;
 
  private:
   GptSpec gpt_;

@@ -31,6 +31,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec&
   const auto fused = [&](int dim, int heads) {
     return backend != nullptr && backend->FusedAttention(dim / heads);
   };
+  const DType act = backend != nullptr ? backend->activation_dtype() : DType::kF32;
   std::vector<std::unique_ptr<Layer>> layers;
   for (int i = range.start; i < range.end; ++i) {
     const LayerShard& part = shards[i - range.start];
@@ -38,20 +39,22 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec&
     const TensorShard layer_shard = part.role == ShardRole::kReplicated ? TensorShard{} : shard;
     if (model.family == ModelFamily::kMlp) {
       const bool hidden = i < total - 1;
-      const ActivationOp act = !hidden                                     ? ActivationOp::kNone
-                               : model.mlp.activation == Activation::kRelu ? ActivationOp::kRelu
-                                                                           : ActivationOp::kGelu;
-      layers.push_back(std::make_unique<DenseLayer>(
-          std::move(l), act, hidden ? model.mlp.dropout : 0.0f, part.role, layer_shard));
+      const ActivationOp activation = !hidden ? ActivationOp::kNone
+                                      : model.mlp.activation == Activation::kRelu
+                                          ? ActivationOp::kRelu
+                                          : ActivationOp::kGelu;
+      layers.push_back(std::make_unique<DenseLayer>(std::move(l), act, activation,
+                                                    hidden ? model.mlp.dropout : 0.0f, part.role,
+                                                    layer_shard));
     } else if (model.family == ModelFamily::kVit) {
       const VitSpec& v = model.vit;
       if (i == 0) {
-        layers.push_back(std::make_unique<PatchEmbedLayer>(std::move(l), v));
+        layers.push_back(std::make_unique<PatchEmbedLayer>(std::move(l), act, v));
       } else if (i == total - 1) {
-        layers.push_back(std::make_unique<ClassifierHead>(std::move(l), v));
+        layers.push_back(std::make_unique<ClassifierHead>(std::move(l), act, v));
       } else {
         layers.push_back(std::make_unique<TransformerBlock>(
-            std::move(l),
+            std::move(l), act,
             TransformerBlockSpec{v.Tokens(), v.dim, v.heads, v.mlp_dim, v.dropout,
                                  /*causal=*/false, fused(v.dim, v.heads)},
             layer_shard));
@@ -59,12 +62,12 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec&
     } else {
       const GptSpec& g = model.gpt;
       if (i == 0) {
-        layers.push_back(std::make_unique<TokenEmbedLayer>(std::move(l), g));
+        layers.push_back(std::make_unique<TokenEmbedLayer>(std::move(l), act, g));
       } else if (i == total - 1) {
-        layers.push_back(std::make_unique<LmHead>(std::move(l), g));
+        layers.push_back(std::make_unique<LmHead>(std::move(l), act, g));
       } else {
         layers.push_back(std::make_unique<TransformerBlock>(
-            std::move(l),
+            std::move(l), act,
             TransformerBlockSpec{g.context, g.dim, g.heads, g.mlp_dim, g.dropout, /*causal=*/true,
                                  fused(g.dim, g.heads)},
             layer_shard));

@@ -20,7 +20,8 @@ Optimizer::Optimizer(const OptimizerSpec& spec, int64_t n, Backend* backend, Dev
       backend_(backend),
       state_(std::move(state)) {}
 
-void Optimizer::Step(int64_t step, float grad_scale, float* params, const float* grads) {
+void Optimizer::Step(int64_t step, float grad_scale, float* params, const float* grads,
+                     TypedPtr param_copy) {
   const double warmup =
       spec_.warmup_steps > 0 ? std::min(1.0, static_cast<double>(step) / spec_.warmup_steps) : 1.0;
   double decay = 1.0;
@@ -33,7 +34,7 @@ void Optimizer::Step(int64_t step, float grad_scale, float* params, const float*
               wd = static_cast<float>(spec_.weight_decay);
   if (spec_.kind == OptimizerKind::kSgd) {
     backend_->SgdUpdate(n_, lr, static_cast<float>(spec_.momentum), wd, grad_scale, params, grads,
-                        state_.f32());
+                        state_.f32(), param_copy);
     return;
   }
   const double t = static_cast<double>(step);
@@ -41,7 +42,7 @@ void Optimizer::Step(int64_t step, float grad_scale, float* params, const float*
   const float bias2 = static_cast<float>(1.0 - std::pow(spec_.beta2, t));
   backend_->AdamWUpdate(n_, lr, static_cast<float>(spec_.beta1), static_cast<float>(spec_.beta2),
                         static_cast<float>(spec_.eps), wd, bias1, bias2, grad_scale, params, grads,
-                        state_.f32(), state_.f32() + n_);
+                        state_.f32(), state_.f32() + n_, param_copy);
 }
 
 float GlobalNormClipScale(double total_sum_squares, double max_norm) {

@@ -17,8 +17,10 @@ class Optimizer {
                                                            Backend* backend);
 
   // One update of params [n] from grads [n] scaled by grad_scale (global-norm clipping).
-  // `step` counts updates from 1 (AdamW's bias correction). Queued on the backend.
-  void Step(int64_t step, float grad_scale, float* params, const float* grads);
+  // `step` counts updates from 1 (AdamW's bias correction). When param_copy is set the updated
+  // params are also stored there, in its type, by the same pass. Queued on the backend.
+  void Step(int64_t step, float grad_scale, float* params, const float* grads,
+            TypedPtr param_copy = TypedPtr());
 
   // The optimizer state on the device: velocity [n] (SGD) or m [n] then v [n] (AdamW).
   int64_t state_floats() const { return state_floats_; }

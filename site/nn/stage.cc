@@ -17,10 +17,9 @@ struct Stage::Microbatch {
   int index = 0;
   int n = 0;
   PassOptions pass;
-  bool has_loss_grad = false;
-  DeviceBuffer activations;  // activation_floats_ floats
-  DeviceBuffer saved;        // saved_floats_ floats
-  DeviceBuffer loss_grad;    // last stage: dLoss/dlogits [max_batch, classes]
+  bool has_loss_grad = false;  // The output activation holds dLoss/dlogits (Loss ran).
+  DeviceBuffer activations;    // activation_bytes_
+  DeviceBuffer saved;          // saved_bytes_
 };
 
 namespace {
@@ -37,10 +36,15 @@ uint64_t HashShape(uint64_t h, const std::vector<int64_t>& shape) {
   return h;
 }
 
-absl::StatusOr<DeviceBuffer> Floats(Backend* backend, int64_t n) {
-  return DeviceBuffer::Create(backend,
-                              sizeof(float) * static_cast<size_t>(std::max<int64_t>(n, 1)));
+absl::StatusOr<DeviceBuffer> Bytes(Backend* backend, int64_t n) {
+  return DeviceBuffer::Create(backend, static_cast<size_t>(std::max<int64_t>(n, 1)));
 }
+
+absl::StatusOr<DeviceBuffer> Floats(Backend* backend, int64_t n) {
+  return Bytes(backend, static_cast<int64_t>(sizeof(float)) * n);
+}
+
+int64_t Aligned(int64_t bytes) { return (bytes + 63) / 64 * 64; }
 
 }  // namespace
 
@@ -108,21 +112,30 @@ absl::StatusOr<std::unique_ptr<Stage>> Stage::Create(const ModelSpec& model, Lay
   }
   s->fingerprint_ = StageFingerprint(model, range);
 
-  // Per-microbatch and shared buffers, sized for max_batch.
+  // Per-microbatch and shared buffers, sized for max_batch. The model's input is data (f32); every
+  // other activation is in the backend's activation type.
+  const DType act = backend->activation_dtype();
   int64_t max_features = s->layers_.front()->in_features(), scratch = 0;
+  s->activation_dtypes_.push_back(s->is_first() ? DType::kF32 : act);
   s->activation_offsets_.push_back(0);
-  s->activation_floats_ = max_batch * s->layers_.front()->in_features();
+  s->activation_bytes_ =
+      Aligned(max_batch * s->layers_.front()->in_features() * SizeOf(s->activation_dtypes_[0]));
   for (const auto& layer : s->layers_) {
-    s->activation_offsets_.push_back(s->activation_floats_);
-    s->activation_floats_ += max_batch * layer->out_features();
-    s->saved_offsets_.push_back(s->saved_floats_);
-    s->saved_floats_ += layer->SavedFloats(max_batch);
+    s->activation_dtypes_.push_back(act);
+    s->activation_offsets_.push_back(s->activation_bytes_);
+    s->activation_bytes_ += Aligned(max_batch * layer->out_features() * SizeOf(act));
+    s->saved_offsets_.push_back(s->saved_bytes_);
+    s->saved_bytes_ += Aligned(layer->SavedBytes(max_batch));
     max_features = std::max(max_features, layer->out_features());
-    scratch = std::max(scratch, layer->ScratchFloats(max_batch));
+    scratch = std::max(scratch, layer->ScratchBytes(max_batch));
   }
+  // f32 room in the gradient buffers: the first stage's input gradient is f32.
   STRAIT_ASSIGN_OR_RETURN(s->grad_a_, Floats(backend, max_batch * max_features));
   STRAIT_ASSIGN_OR_RETURN(s->grad_b_, Floats(backend, max_batch * max_features));
-  STRAIT_ASSIGN_OR_RETURN(s->scratch_, Floats(backend, scratch));
+  STRAIT_ASSIGN_OR_RETURN(s->scratch_, Bytes(backend, scratch));
+  if (act != DType::kF32) {
+    STRAIT_ASSIGN_OR_RETURN(s->staging_, Floats(backend, max_batch * max_features));
+  }
   if (s->is_last()) {
     const int64_t targets = int64_t{max_batch} * model.TargetsPerSample();
     STRAIT_ASSIGN_OR_RETURN(s->labels_, DeviceBuffer::Create(backend, sizeof(int32_t) * targets));
@@ -170,12 +183,13 @@ void Stage::PutShards(const float* local, int index, float* full) const {
   }
 }
 
-std::vector<LayerParams> Stage::Views(float* weights, float* grads) const {
+std::vector<LayerParams> Stage::Views(float* weights, float* grads, TypedPtr operands) const {
   std::vector<LayerParams> views(layers_.size());
   for (size_t k = 0; k < layers_.size(); ++k) {
     for (int64_t at : param_offsets_[k]) {
       views[k].value.push_back(weights + at);
       views[k].grad.push_back(grads + at);
+      if (operands) views[k].operand.push_back(operands + at);
     }
   }
   return views;
@@ -188,12 +202,32 @@ absl::StatusOr<std::unique_ptr<Stage::Microbatch>> Stage::TakeMicrobatch() {
     return mb;
   }
   auto mb = std::make_unique<Microbatch>();
-  STRAIT_ASSIGN_OR_RETURN(mb->activations, Floats(backend_, activation_floats_));
-  STRAIT_ASSIGN_OR_RETURN(mb->saved, Floats(backend_, saved_floats_));
-  if (is_last()) {
-    STRAIT_ASSIGN_OR_RETURN(mb->loss_grad, Floats(backend_, max_batch_ * output_features()));
-  }
+  STRAIT_ASSIGN_OR_RETURN(mb->activations, Bytes(backend_, activation_bytes_));
+  STRAIT_ASSIGN_OR_RETURN(mb->saved, Bytes(backend_, saved_bytes_));
   return mb;
+}
+
+TypedPtr Stage::Activation(const Microbatch& mb, size_t k) const {
+  return TypedPtr(static_cast<char*>(mb.activations.data()) + activation_offsets_[k],
+                  activation_dtypes_[k]);
+}
+
+void Stage::FromHost(const float* host, TypedPtr dst, int64_t n) {
+  if (dst.is_f32()) {
+    backend_->CopyToDevice(dst.data(), host, sizeof(float) * n);
+    return;
+  }
+  backend_->CopyToDevice(staging_.f32(), host, sizeof(float) * n);
+  backend_->Convert(n, staging_.f32(), dst);
+}
+
+void Stage::ToHost(ConstTypedPtr src, float* host, int64_t n) {
+  if (src.is_f32()) {
+    backend_->CopyToHost(host, src.data(), sizeof(float) * n);
+    return;
+  }
+  backend_->Convert(n, src, staging_.f32());
+  backend_->CopyToHost(host, staging_.f32(), sizeof(float) * n);
 }
 
 absl::StatusOr<Stage::Microbatch*> Stage::Find(int microbatch, const char* what) {
@@ -234,17 +268,13 @@ absl::Status Stage::Forward(int microbatch, int n, const float* input, float* ou
   mb->n = n;
   mb->pass = pass;
   mb->has_loss_grad = false;
-  float* acts = mb->activations.f32();
-  backend_->CopyToDevice(acts, input, sizeof(float) * n * input_features());
+  FromHost(input, Activation(*mb, 0), n * input_features());
   for (size_t i = 0; i < layers_.size(); ++i) {
     layers_[i]->Forward(*backend_, *weights[i], Pass(*mb, static_cast<int>(i)), n,
-                        acts + activation_offsets_[i], acts + activation_offsets_[i + 1],
-                        mb->saved.f32() + saved_offsets_[i], scratch_.f32());
+                        Activation(*mb, i), Activation(*mb, i + 1),
+                        static_cast<char*>(mb->saved.data()) + saved_offsets_[i], scratch_.data());
   }
-  if (output != nullptr) {
-    backend_->CopyToHost(output, acts + activation_offsets_.back(),
-                         sizeof(float) * n * output_features());
-  }
+  if (output != nullptr) ToHost(Activation(*mb, layers_.size()), output, n * output_features());
   in_flight_[microbatch] = std::move(mb);
   return backend_->Sync();
 }
@@ -261,10 +291,13 @@ absl::StatusOr<LossResult> Stage::Loss(int microbatch, const int32_t* labels, fl
           "label ", labels[i], " of sample ", i / per_sample, " is not in [0, ", classes, ")"));
     }
   }
+  if (mb->has_loss_grad) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Loss(microbatch ", microbatch, ") twice: its logits are gradients now"));
+  }
   backend_->CopyToDevice(labels_.i32(), labels, sizeof(int32_t) * n);
-  backend_->CrossEntropy(n, classes, mb->activations.f32() + activation_offsets_.back(),
-                         labels_.i32(), grad_scale, losses_.f32(), correct_.i32(),
-                         mb->loss_grad.f32());
+  backend_->ClassifierLoss(n, classes, Activation(*mb, layers_.size()), labels_.i32(), grad_scale,
+                           losses_.f32(), correct_.i32());
   std::vector<float> losses(n);
   std::vector<int32_t> correct(n);
   backend_->CopyToHost(losses.data(), losses_.f32(), sizeof(float) * n);
@@ -285,29 +318,29 @@ absl::Status Stage::Backward(int microbatch, const float* grad_output, float* gr
   STRAIT_ASSIGN_OR_RETURN(Microbatch * mb, Find(microbatch, "Backward"));
   STRAIT_RETURN_IF_ERROR(CheckViews(weights, "Backward"));
   const int n = mb->n;
-  float* dy = grad_a_.f32();
-  float* dx = grad_b_.f32();
+  const size_t last = layers_.size();
+  TypedPtr dy = grad_a_.typed(activation_dtypes_[last]);
   if (grad_output != nullptr) {
-    backend_->CopyToDevice(dy, grad_output, sizeof(float) * n * output_features());
+    FromHost(grad_output, dy, n * output_features());
   } else if (mb->has_loss_grad) {
-    dy = mb->loss_grad.f32();  // consumed: the microbatch is freed below
+    dy = Activation(*mb, last);  // the logits' gradient; consumed: the microbatch is freed below
   } else {
     return absl::FailedPreconditionError(absl::StrCat("Backward(microbatch ", microbatch,
                                                       ") without grad_output needs Loss() first"));
   }
-  float* acts = mb->activations.f32();
-  for (size_t k = layers_.size(); k-- > 0;) {
-    float* layer_dx = (k > 0 || grad_input != nullptr) ? dx : nullptr;
+  void* dx_buffer = grad_b_.data();
+  for (size_t k = last; k-- > 0;) {
+    const TypedPtr dx(dx_buffer, activation_dtypes_[k]);
+    const TypedPtr layer_dx = (k > 0 || grad_input != nullptr) ? dx : TypedPtr();
     layers_[k]->Backward(*backend_, *weights[k], Pass(*mb, static_cast<int>(k)), n,
-                         acts + activation_offsets_[k], acts + activation_offsets_[k + 1], dy,
-                         layer_dx, mb->saved.f32() + saved_offsets_[k], scratch_.f32());
+                         Activation(*mb, k), Activation(*mb, k + 1), dy, layer_dx,
+                         static_cast<const char*>(mb->saved.data()) + saved_offsets_[k],
+                         scratch_.data());
     if (layer_done) layer_done(static_cast<int>(k));
     dy = dx;
-    dx = dx == grad_a_.f32() ? grad_b_.f32() : grad_a_.f32();
+    dx_buffer = dx_buffer == grad_a_.data() ? grad_b_.data() : grad_a_.data();
   }
-  if (grad_input != nullptr) {
-    backend_->CopyToHost(grad_input, dy, sizeof(float) * n * input_features());
-  }
+  if (grad_input != nullptr) ToHost(dy, grad_input, n * input_features());
   Discard(microbatch);
   return backend_->Sync();
 }

@@ -10,7 +10,9 @@
 // Everything random is keyed, not sequential (init: (init_seed, layer, param); dropout:
 // (init_seed, step, microbatch, layer)), so any split and any schedule give the same bits.
 //
-// Inputs and outputs of Forward/Backward are host memory: what crosses a boundary between stages.
+// Inputs and outputs of Forward/Backward are host memory in f32: what crosses a boundary between
+// stages. On the device activations are stored in the backend's activation type; a bf16 activation
+// widens to f32 exactly, so a boundary between sites rounds nothing one process would not.
 // Not thread-safe: one thread drives a Stage. Methods block until their results are on the host.
 #pragma once
 
@@ -75,9 +77,9 @@ class Stage {
   int64_t output_features() const;  // Floats per sample that Forward returns.
   int64_t param_count() const { return layer_offsets_.back(); }
   int max_batch() const { return max_batch_; }
-  // Floats one microbatch in flight keeps: its activations (input, every layer's output) and what
+  // Bytes one microbatch in flight keeps: its activations (input, every layer's output) and what
   // the layers save for the backward pass (the memory a schedule's in-flight microbatches take).
-  int64_t floats_per_microbatch() const { return activation_floats_ + saved_floats_; }
+  int64_t bytes_per_microbatch() const { return activation_bytes_ + saved_bytes_; }
   int targets_per_sample() const { return model_.TargetsPerSample(); }  // Labels per sample.
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   // Where layer k's parameters start in a parameter arena (layout order: layer by layer, param by
@@ -103,8 +105,10 @@ class Stage {
   // layer and the parameter, so every split has the same). Host memory.
   std::vector<float> InitialParams() const;
   // Per-layer views of a parameter arena `weights` and a gradient arena `grads` (device memory of
-  // param_count() floats each, layout order; not owned).
-  std::vector<LayerParams> Views(float* weights, float* grads) const;
+  // param_count() floats each, layout order; not owned), and of `operands`, the weights' copy in
+  // the activation type that products read (param_count() elements; none: products read weights).
+  std::vector<LayerParams> Views(float* weights, float* grads,
+                                 TypedPtr operands = TypedPtr()) const;
 
   // Runs microbatch `microbatch`: input [n, input_features()] -> output [n, output_features()]
   // (not copied when output is null), 1 <= n <= max_batch(), with `weights` (one view per layer).
@@ -114,8 +118,8 @@ class Stage {
 
   // Last stage only, after Forward(microbatch): softmax cross-entropy of its logits against
   // labels [n, ModelSpec::TargetsPerSample()] (host); keeps dLoss/dlogits = (softmax - onehot) *
-  // grad_scale for Backward, where grad_scale = 1 / (targets of the global batch) makes the loss
-  // the mean over them.
+  // grad_scale for Backward (written over the logits: the fused classifier), where grad_scale =
+  // 1 / (targets of the global batch) makes the loss the mean over them.
   absl::StatusOr<LossResult> Loss(int microbatch, const int32_t* labels, float grad_scale);
 
   // Backpropagates microbatch `microbatch`: grad_output [n, output_features()] (host; null on the
@@ -154,6 +158,13 @@ class Stage {
   Stage() = default;
   absl::StatusOr<std::unique_ptr<Microbatch>> TakeMicrobatch();
   absl::StatusOr<Microbatch*> Find(int microbatch, const char* what);
+  // Activation a_k of a microbatch (its type: f32 for the first stage's input, else the backend's
+  // activation type).
+  TypedPtr Activation(const Microbatch& mb, size_t k) const;
+  // Host f32 <-> a typed device tensor of n elements (through the f32 staging buffer when the
+  // tensor is narrower).
+  void FromHost(const float* host, TypedPtr dst, int64_t n);
+  void ToHost(ConstTypedPtr src, float* host, int64_t n);
   PassInfo Pass(const Microbatch& mb, int layer) const;
   absl::Status CheckViews(WeightViews weights, const char* what) const;
 
@@ -175,13 +186,16 @@ class Stage {
   std::vector<int64_t> tied_offsets_;
   int64_t tied_numel_ = 0;
   int64_t tied_head_offset_ = -1;  // -1: the stage holds no head copy.
-  // Per microbatch: activations a_0 (input) .. a_k (output) and each layer's saved floats.
+  // Per microbatch: activations a_0 (input) .. a_k (output), their types, and each layer's saved
+  // bytes (byte offsets).
   std::vector<int64_t> activation_offsets_, saved_offsets_;
-  int64_t activation_floats_ = 0, saved_floats_ = 0;
+  std::vector<DType> activation_dtypes_;
+  int64_t activation_bytes_ = 0, saved_bytes_ = 0;
   std::map<int, std::unique_ptr<Microbatch>> in_flight_;
   std::vector<std::unique_ptr<Microbatch>> free_;
-  // Shared by all microbatches: gradient ping-pong buffers, layer scratch, loss buffers.
-  DeviceBuffer grad_a_, grad_b_, scratch_, labels_, losses_, correct_;
+  // Shared by all microbatches: gradient ping-pong buffers, layer scratch, loss buffers, and an f32
+  // staging buffer for host copies of narrower tensors.
+  DeviceBuffer grad_a_, grad_b_, scratch_, labels_, losses_, correct_, staging_;
 };
 
 }  // namespace strait::site

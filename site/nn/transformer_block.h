@@ -16,7 +16,10 @@ struct TransformerBlockSpec {
   bool fused_attention = false;  // The backend's fused attention ops (AttentionShape::fused).
 };
 
-// r = x + drop(attn(ln1(x))); y = r + drop(mlp(ln2(r))), the MLP being fc1 -> GELU -> fc2.
+// r = x + drop(attn(ln1(x))); y = r + drop(mlp(ln2(r))), the MLP being fc1 -> GELU -> fc2. The
+// residual add that makes r runs fused with ln2 (Backend::ResidualLayerNormForward), fc1's bias
+// and GELU in its product's epilogue, and in the backward GELU's derivative and fc1's bias
+// gradient in the product that makes fc2's input gradient.
 // Params: ln1.{gamma,beta}, attn.qkv.{weight,bias}, attn.proj.{weight,bias}, ln2.{gamma,beta},
 // mlp.fc1.{weight,bias}, mlp.fc2.{weight,bias}.
 // Under tensor parallelism (`shard`, core/tensor_split.h) this rank holds heads/parts heads and
@@ -25,22 +28,24 @@ struct TransformerBlockSpec {
 class TransformerBlock final : public Layer {
  public:
   // `layout`: this rank's (ShardLayout).
-  TransformerBlock(LayerLayout layout, const TransformerBlockSpec& spec, TensorShard shard = {});
-  int64_t SavedFloats(int n) const override;
-  int64_t ScratchFloats(int n) const override;
+  TransformerBlock(LayerLayout layout, DType act, const TransformerBlockSpec& spec,
+                   TensorShard shard = {});
+  int64_t SavedBytes(int n) const override;
+  int64_t ScratchBytes(int n) const override;
   void Forward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
-               const float* x, float* y, float* saved, float* scratch) override;
+               ConstTypedPtr x, TypedPtr y, void* saved, void* scratch) override;
   void Backward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
-                const float* x, const float* y, float* dy, float* dx, const float* saved,
-                float* scratch) override;
+                ConstTypedPtr x, ConstTypedPtr y, TypedPtr dy, TypedPtr dx, const void* saved,
+                void* scratch) override;
 
  private:
   AttentionShape Shape(int n) const;  // This rank's heads.
+  int64_t ScratchBytesBeforeAttention(int64_t rows) const;
   // y [rows, D] = x [rows, in] W^T summed over the ranks, + b.
-  void RowParallel(Backend& backend, int64_t rows, int in, const float* x, const float* w,
-                   const float* b, float* y) const;
+  void RowParallel(Backend& backend, int64_t rows, int in, ConstTypedPtr x, ConstTypedPtr w,
+                   const float* b, TypedPtr y) const;
   // Sums a partial gradient over the ranks (nothing for a whole block).
-  void SumPartial(Backend& backend, float* x, int64_t count) const;
+  void SumPartial(Backend& backend, TypedPtr x, int64_t count) const;
 
   TransformerBlockSpec spec_;
   TensorShard shard_;

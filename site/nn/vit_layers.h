@@ -12,14 +12,14 @@ namespace strait::site {
 // data, so Backward writes zeros to dx when asked for it.
 class PatchEmbedLayer final : public Layer {
  public:
-  PatchEmbedLayer(LayerLayout layout, const VitSpec& vit);
-  int64_t SavedFloats(int n) const override;
-  int64_t ScratchFloats(int n) const override;
+  PatchEmbedLayer(LayerLayout layout, DType act, const VitSpec& vit);
+  int64_t SavedBytes(int n) const override;
+  int64_t ScratchBytes(int n) const override;
   void Forward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
-               const float* x, float* y, float* saved, float* scratch) override;
+               ConstTypedPtr x, TypedPtr y, void* saved, void* scratch) override;
   void Backward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
-                const float* x, const float* y, float* dy, float* dx, const float* saved,
-                float* scratch) override;
+                ConstTypedPtr x, ConstTypedPtr y, TypedPtr dy, TypedPtr dx, const void* saved,
+                void* scratch) override;
 
  private:
   VitSpec vit_;
@@ -30,14 +30,14 @@ class PatchEmbedLayer final : public Layer {
 // Params: ln.gamma [D], ln.beta [D], fc.weight [classes, D], fc.bias [classes].
 class ClassifierHead final : public Layer {
  public:
-  ClassifierHead(LayerLayout layout, const VitSpec& vit);
-  int64_t SavedFloats(int n) const override;
-  int64_t ScratchFloats(int n) const override;
+  ClassifierHead(LayerLayout layout, DType act, const VitSpec& vit);
+  int64_t SavedBytes(int n) const override;
+  int64_t ScratchBytes(int n) const override;
   void Forward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
-               const float* x, float* y, float* saved, float* scratch) override;
+               ConstTypedPtr x, TypedPtr y, void* saved, void* scratch) override;
   void Backward(Backend& backend, const LayerParams& params, const PassInfo& pass, int n,
-                const float* x, const float* y, float* dy, float* dx, const float* saved,
-                float* scratch) override;
+                ConstTypedPtr x, ConstTypedPtr y, TypedPtr dy, TypedPtr dx, const void* saved,
+                void* scratch) override;
 
  private:
   VitSpec vit_;

@@ -174,9 +174,9 @@ class StageExecutor {
   int64_t output_features() const { return stage(0).output_features(); }  // Floats per sample out.
   int64_t param_count() const { return stage(0).full_param_count(); }     // Of the whole layers.
   int max_batch() const { return max_batch_; }
-  // Floats one microbatch in flight keeps on all workers together (Stage::floats_per_microbatch;
+  // Bytes one microbatch in flight keeps on all workers together (Stage::bytes_per_microbatch;
   // each worker's stage is sized for its share).
-  int64_t floats_per_microbatch() const { return stage(0).floats_per_microbatch() * workers(); }
+  int64_t bytes_per_microbatch() const { return stage(0).bytes_per_microbatch() * workers(); }
   int workers() const { return static_cast<int>(workers_.size()); }
   int weight_versions() const { return history(0).versions(); }
   float lookahead() const { return history(0).lookahead(); }

@@ -42,15 +42,27 @@ absl::StatusOr<std::unique_ptr<WeightHistory>> WeightHistory::Create(const Stage
     STRAIT_ASSIGN_OR_RETURN(DeviceBuffer weights, DeviceBuffer::Create(h->backend_, bytes));
     h->weights_.push_back(std::move(weights));
   }
-  for (const DeviceBuffer& weights : h->weights_) {
+  const DType act = h->backend_->activation_dtype();
+  if (act != DType::kF32) {
+    for (size_t slot = 0; slot < h->weights_.size(); ++slot) {
+      STRAIT_ASSIGN_OR_RETURN(
+          DeviceBuffer operands,
+          DeviceBuffer::Create(h->backend_, SizeOf(act) * std::max<int64_t>(h->param_count_, 1)));
+      h->operands_.push_back(std::move(operands));
+    }
+  }
+  for (size_t slot = 0; slot < h->weights_.size(); ++slot) {
     for (const DeviceBuffer& grads : h->grads_) {
-      h->views_.push_back(stage.Views(weights.f32(), grads.f32()));
+      h->views_.push_back(
+          stage.Views(h->weights_[slot].f32(), grads.f32(), h->Operands(static_cast<int>(slot))));
     }
   }
   // Every version starts as L_0 (steps 0 and 1 of 2bw both use it; P_0 = L_0).
   const std::vector<float> initial = stage.InitialParams();
-  for (const DeviceBuffer& weights : h->weights_) {
-    h->backend_->CopyToDevice(weights.f32(), initial.data(), sizeof(float) * initial.size());
+  for (size_t slot = 0; slot < h->weights_.size(); ++slot) {
+    h->backend_->CopyToDevice(h->weights_[slot].f32(), initial.data(),
+                              sizeof(float) * initial.size());
+    h->RefreshOperands(static_cast<int>(slot));
   }
   for (int64_t step = 0; step < versions; ++step) h->ZeroGrads(step);
   STRAIT_RETURN_IF_ERROR(h->backend_->Sync());
@@ -58,6 +70,14 @@ absl::StatusOr<std::unique_ptr<WeightHistory>> WeightHistory::Create(const Stage
 }
 
 WeightHistory::~WeightHistory() = default;
+
+TypedPtr WeightHistory::Operands(int slot) const {
+  return operands_.empty() ? TypedPtr() : operands_[slot].typed(backend_->activation_dtype());
+}
+
+void WeightHistory::RefreshOperands(int slot) {
+  if (!operands_.empty()) backend_->Convert(param_count_, weights_[slot].f32(), Operands(slot));
+}
 
 absl::StatusOr<int> WeightHistory::Slot(int64_t version, const char* what) const {
   const bool two = versioning_.versions == 2;
@@ -86,12 +106,14 @@ absl::Status WeightHistory::Update(int64_t step, Optimizer& optimizer, float gra
   const float c = versioning_.lookahead;
   if (versioning_.versions == 2) {
     // The arena of L_{step-2} (or P_{step-2}) takes L_{step-1}, the weights before this update.
-    float* kept = weights_[c > 0.0f ? LookaheadSlot(step) : 1].f32();
-    backend_->CopyOnDevice(kept, newest, sizeof(float) * param_count_);
+    const int kept = c > 0.0f ? LookaheadSlot(step) : 1;
+    backend_->CopyOnDevice(weights_[kept].f32(), newest, sizeof(float) * param_count_);
+    RefreshOperands(kept);
   }
-  optimizer.Step(step, grad_scale, newest, grads(step - 1));
+  optimizer.Step(step, grad_scale, newest, grads(step - 1), Operands(0));
   if (c > 0.0f) {  // P_step = (1 + c) L_step - c L_{step-1}
     backend_->Axpby(param_count_, 1.0f + c, newest, -c, weights_[LookaheadSlot(step)].f32());
+    RefreshOperands(LookaheadSlot(step));
   }
   newest_ = step;
   return backend_->Sync();
@@ -134,6 +156,7 @@ absl::Status WeightHistory::SetNewest(absl::Span<const float> params) {
         absl::StrCat("SetParams: ", params.size(), " floats for a stage of ", param_count_));
   }
   backend_->CopyToDevice(weights_[0].f32(), params.data(), sizeof(float) * params.size());
+  RefreshOperands(0);
   return backend_->Sync();
 }
 
@@ -155,10 +178,12 @@ absl::Status WeightHistory::Restore(int64_t version, absl::Span<const float> new
   if (two) {
     const int slot = *Slot(std::max<int64_t>(version - 1, 0), "RestoreWeights");
     backend_->CopyToDevice(weights_[slot].f32(), previous.data(), sizeof(float) * previous.size());
+    RefreshOperands(slot);
   }
   if (ahead) {  // after `previous`: at version 0 both are P_0 = L_0
     backend_->CopyToDevice(weights_[LookaheadSlot(version)].f32(), lookahead.data(),
                            sizeof(float) * lookahead.size());
+    RefreshOperands(LookaheadSlot(version));
   }
   return backend_->Sync();
 }

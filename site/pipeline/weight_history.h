@@ -31,6 +31,10 @@
 // Views (per layer, the form Stage::Forward and Backward take) are made once at Create for every
 // (weight arena, gradient arena) pair, so handing weights to a pass copies nothing.
 //
+// Under a narrower activation type (bf16) every weight arena has a copy in that type, the operands
+// the products read (LayerParams::operand); whatever writes an arena writes its copy too (the
+// optimizer in the same pass as its update), so a copy never lags its weights.
+//
 // Not thread-safe: the thread that drives the worker's backend uses it. Methods that return
 // host data block until it is there; the others queue work on the backend.
 #pragma once
@@ -139,6 +143,9 @@ class WeightHistory {
   absl::StatusOr<int> Slot(int64_t version, const char* what) const;
   int LookaheadSlot(int64_t version) const { return 1 + static_cast<int>(version % 2); }
   absl::StatusOr<std::vector<float>> ToHost(const float* src) const;
+  // The operand copy of weight arena `slot` (none under f32), and its refresh from the arena.
+  TypedPtr Operands(int slot) const;
+  void RefreshOperands(int slot);
 
   Backend* backend_ = nullptr;
   WeightVersioning versioning_;
@@ -147,6 +154,7 @@ class WeightHistory {
   // [0]: the newest weights; [1] (two versions): the previous version, or with lookahead
   // [1 + k % 2]: P_k. Gradient arenas by step parity.
   std::vector<DeviceBuffer> weights_, grads_;
+  std::vector<DeviceBuffer> operands_;           // [slot], in the activation type; empty under f32
   std::vector<std::vector<LayerParams>> views_;  // [slot * versions + gradient arena]
 };
 

@@ -107,7 +107,7 @@ absl::StatusOr<std::vector<LayerProfile>> ProfileLayers(const ModelSpec& model, 
                         .update_s = Median(update),
                         .param_bytes = 4 * stage->param_count(),
                         .optimizer_bytes = 4 * static_cast<int64_t>(state.size()),
-                        .microbatch_bytes = 4 * stage->floats_per_microbatch()});
+                        .microbatch_bytes = stage->bytes_per_microbatch()});
   }
   return profiles;
 }

@@ -1,61 +1,49 @@
+// The CPU backend: typed tensors (f32, or bf16 emulated: widened, computed in f32, rounded once on
+// the store) adapted to the f32 loops of cpu_loops.cc.
 #include "site/backend/cpu/cpu_backend.h"
 
 #include <cblas.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "site/backend/cpu/cpu_attention.h"
+#include "site/backend/cpu/cpu_loops.h"
+#include "site/backend/cpu/f32_views.h"
 #include "site/backend/cpu/thread_pool.h"
 #include "site/backend/op_math.h"
 
 namespace strait::site {
 namespace {
 
-// Below this many floats of work a loop runs on the calling thread: waking the pool costs more.
-constexpr int64_t kGrainFloats = 1 << 15;
+using cpu::F32In;
+using cpu::F32Out;
 
-int64_t RowGrain(int64_t cols) {
-  return std::max<int64_t>(1, kGrainFloats / std::max<int64_t>(1, cols));
-}
-
-// Small matrix products (attention) where a BLAS call costs more than the arithmetic:
-// C = alpha * op(A) op(B) + beta * C. op(B) is first packed row-major [k, n] so that the inner loop
-// runs over contiguous columns (vectorised); the sum over l is in order.
-void SmallGemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
-               const float* b, int ldb, float beta, float* c, int ldc) {
-  thread_local std::vector<float> packed, row;
-  packed.resize(static_cast<size_t>(k) * n);
-  row.resize(n);
-  for (int l = 0; l < k; ++l) {
-    for (int j = 0; j < n; ++j) {
-      packed[static_cast<size_t>(l) * n + j] =
-          tb ? b[int64_t{j} * ldb + l] : b[int64_t{l} * ldb + j];
-    }
-  }
-  const int64_t a_i = ta ? 1 : lda, a_l = ta ? lda : 1;
-  for (int i = 0; i < m; ++i) {
-    float* r = row.data();
-    std::fill(r, r + n, 0.0f);
-    for (int l = 0; l < k; ++l) {
-      const float av = a[i * a_i + l * a_l];
-      const float* bl = packed.data() + static_cast<size_t>(l) * n;
-      for (int j = 0; j < n; ++j) r[j] += av * bl[j];
-    }
-    float* ci = c + int64_t{i} * ldc;
-    for (int j = 0; j < n; ++j) ci[j] = alpha * r[j] + (beta == 0.0f ? 0.0f : beta * ci[j]);
+// n elements from src to dst, converted when their types differ.
+void CopyElements(ConstTypedPtr src, TypedPtr dst, int64_t n) {
+  if (n <= 0) return;
+  if (src.dtype() == dst.dtype()) {
+    std::memmove(dst.data(), src.data(), static_cast<size_t>(n) * SizeOf(src.dtype()));
+  } else if (dst.is_f32()) {
+    cpu::Widen(n, src, dst.f32());
+  } else {
+    cpu::Narrow(n, src.f32(), dst);
   }
 }
 
-void Sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
-           const float* b, int ldb, float beta, float* c, int ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
-              k, alpha, a, lda, b, ldb, beta, c, ldc);
+float ActivationGrad(ActivationOp act, float x, float dy) {
+  switch (act) {
+    case ActivationOp::kRelu:
+      return x > 0.0f ? dy : 0.0f;
+    case ActivationOp::kGelu:
+      return dy * GeluGrad(x);
+    case ActivationOp::kNone:
+      break;
+  }
+  return dy;
 }
 
 class CpuBackend final : public Backend {
@@ -70,9 +58,12 @@ class CpuBackend final : public Backend {
     openblas_set_num_threads(1);
   }
 
+  using Backend::Gemm;
+
   std::string Name() const override {
-    return absl::StrCat("cpu (", threads_, " threads", bf16_ ? ", bf16 products" : "", ")");
+    return absl::StrCat("cpu (", threads_, " threads", bf16_ ? ", bf16" : "", ")");
   }
+  DType activation_dtype() const override { return bf16_ ? DType::kBf16 : DType::kF32; }
 
   absl::StatusOr<void*> Allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
@@ -88,410 +79,313 @@ class CpuBackend final : public Backend {
   void CopyToDevice(void* dst, const void* src, size_t bytes) override { Copy(dst, src, bytes); }
   void CopyToHost(void* dst, const void* src, size_t bytes) override { Copy(dst, src, bytes); }
   void CopyOnDevice(void* dst, const void* src, size_t bytes) override { Copy(dst, src, bytes); }
-  void Fill(float* x, int64_t n, float value) override { std::fill(x, x + n, value); }
+  void Fill(TypedPtr x, int64_t n, float value) override {
+    if (x.is_f32()) {
+      std::fill(x.f32(), x.f32() + n, value);
+    } else {
+      std::fill_n(static_cast<uint16_t*>(x.data()), n, Bf16Bits(value));
+    }
+  }
+  void Convert(int64_t n, ConstTypedPtr x, TypedPtr y) override { CopyElements(x, y, n); }
   absl::Status Sync() override { return absl::OkStatus(); }
 
-  void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
-            const float* b, int ldb, float beta, float* c, int ldc) override {
+  void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, ConstTypedPtr a, int lda,
+            ConstTypedPtr b, int ldb, float beta, TypedPtr c, int ldc,
+            const GemmEpilogue& e) override {
     if (m == 0 || n == 0) return;
-    if (bf16_) {
-      a = RoundedToBf16(a, MatrixSpan(ta ? k : m, ta ? m : k, lda), bf16_a_);
-      b = RoundedToBf16(b, MatrixSpan(tb ? n : k, tb ? k : n, ldb), bf16_b_);
-    }
-    // Split the larger of C's dimensions over the pool; each part is one single-threaded sgemm
-    // over the whole k, so the parts (and the result) depend only on the thread count.
-    const int64_t grain = std::max<int64_t>(
-        16, (int64_t{1} << 20) / std::max<int64_t>(1, int64_t{std::min(m, n)} * k));
-    if (m >= n) {
-      pool_.ParallelFor(m, grain, [&](int64_t begin, int64_t end) {
-        Sgemm(ta, tb, static_cast<int>(end - begin), n, k, alpha, a + begin * (ta ? 1 : lda), lda,
-              b, ldb, beta, c + begin * ldc, ldc);
-      });
-    } else {
-      pool_.ParallelFor(n, grain, [&](int64_t begin, int64_t end) {
-        Sgemm(ta, tb, m, static_cast<int>(end - begin), k, alpha, a, lda,
-              b + begin * (tb ? ldb : 1), ldb, beta, c + begin, ldc);
-      });
-    }
+    const F32Operand fa(*this, a, MatrixSpan(ta ? k : m, ta ? m : k, lda));
+    const F32Operand fb(*this, b, MatrixSpan(tb ? n : k, tb ? k : n, ldb));
+    const int64_t span = MatrixSpan(m, n, ldc);
+    F32Out fc(c, span, beta != 0.0f || span != int64_t{m} * n);
+    cpu::Gemm(pool_, ta, tb, m, n, k, alpha, fa.get(), lda, fb.get(), ldb, beta, fc.get(), ldc);
+    if (!e.empty()) ApplyEpilogue(m, n, ldc, e, fc.get());
+    fc.Commit();
   }
 
-  void GemmBatched(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
-                   int64_t stride_a, const float* b, int ldb, int64_t stride_b, float beta,
-                   float* c, int ldc, int64_t stride_c, int batch) override {
-    if (bf16_) {
-      a = RoundedToBf16(a, MatrixSpan(ta ? k : m, ta ? m : k, lda, stride_a, batch), bf16_a_);
-      b = RoundedToBf16(b, MatrixSpan(tb ? n : k, tb ? k : n, ldb, stride_b, batch), bf16_b_);
-    }
-    const bool small = int64_t{m} * n * k < 64 * 64 * 64;
-    const int64_t grain = std::max<int64_t>(1, kGrainFloats / std::max(1, m * n * k / 8));
-    pool_.ParallelFor(batch, grain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        (small ? SmallGemm : Sgemm)(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b,
-                                    ldb, beta, c + i * stride_c, ldc);
-      }
-    });
-  }
-
-  void BiasActivation(int64_t rows, int cols, const float* bias, ActivationOp act, float* x,
-                      float* y) override {
-    pool_.ParallelFor(rows, RowGrain(cols), [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        float* xr = x + r * cols;
-        float* yr = y + r * cols;
-        if (bias != nullptr) {
-          for (int c = 0; c < cols; ++c) xr[c] += bias[c];
-        }
-        switch (act) {
-          case ActivationOp::kNone:
-            if (yr != xr) std::memcpy(yr, xr, sizeof(float) * cols);
-            break;
-          case ActivationOp::kRelu:
-            for (int c = 0; c < cols; ++c) yr[c] = xr[c] > 0.0f ? xr[c] : 0.0f;
-            break;
-          case ActivationOp::kGelu:
-            for (int c = 0; c < cols; ++c) yr[c] = Gelu(xr[c]);
-            break;
-        }
-      }
-    });
-  }
-
-  void ActivationBackward(int64_t n, ActivationOp act, const float* x, const float* dy,
-                          float* dx) override {
-    pool_.ParallelFor(n, kGrainFloats, [&](int64_t begin, int64_t end) {
-      switch (act) {
-        case ActivationOp::kNone:
-          if (dx != dy) std::memcpy(dx + begin, dy + begin, sizeof(float) * (end - begin));
-          break;
-        case ActivationOp::kRelu:
-          for (int64_t i = begin; i < end; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
-          break;
-        case ActivationOp::kGelu:
-          for (int64_t i = begin; i < end; ++i) dx[i] = dy[i] * GeluGrad(x[i]);
-          break;
-      }
-    });
-  }
-
-  void ColumnSum(int64_t rows, int cols, const float* x, int64_t ldx, float beta,
-                 float* out) override {
-    // Column blocks in parallel; within a column the rows are summed in order.
-    const int64_t blocks = (cols + 255) / 256;
-    pool_.ParallelFor(blocks, std::max<int64_t>(1, kGrainFloats / std::max<int64_t>(1, rows * 256)),
-                      [&](int64_t begin, int64_t end) {
-                        float acc[256];
-                        for (int64_t blk = begin; blk < end; ++blk) {
-                          const int c0 = static_cast<int>(blk * 256);
-                          const int cn = std::min(256, cols - c0);
-                          std::fill(acc, acc + cn, 0.0f);
-                          for (int64_t r = 0; r < rows; ++r) {
-                            const float* xr = x + r * ldx + c0;
-                            for (int c = 0; c < cn; ++c) acc[c] += xr[c];
-                          }
-                          for (int c = 0; c < cn; ++c) {
-                            out[c0 + c] = (beta == 0.0f ? 0.0f : beta * out[c0 + c]) + acc[c];
-                          }
-                        }
-                      });
-  }
-
-  void LayerNormForward(int64_t rows, int dim, const float* x, const float* gamma,
-                        const float* beta, float* y, float* mean, float* rstd) override {
-    pool_.ParallelFor(rows, RowGrain(dim), [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const float* xr = x + r * dim;
-        float sum = 0.0f;
-        for (int c = 0; c < dim; ++c) sum += xr[c];
-        const float mu = sum / dim;
-        float var = 0.0f;
-        for (int c = 0; c < dim; ++c) var += (xr[c] - mu) * (xr[c] - mu);
-        const float rs = 1.0f / std::sqrt(var / dim + kLayerNormEps);
-        float* yr = y + r * dim;
-        for (int c = 0; c < dim; ++c) yr[c] = (xr[c] - mu) * rs * gamma[c] + beta[c];
-        mean[r] = mu;
-        rstd[r] = rs;
-      }
-    });
-  }
-
-  void LayerNormBackward(int64_t rows, int dim, const float* x, const float* gamma,
-                         const float* mean, const float* rstd, const float* dy, float* dx,
-                         float* dgamma, float* dbeta) override {
-    pool_.ParallelFor(rows, RowGrain(dim), [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const float* xr = x + r * dim;
-        const float* dyr = dy + r * dim;
-        const float mu = mean[r], rs = rstd[r];
-        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-        for (int c = 0; c < dim; ++c) {
-          const float dnorm = dyr[c] * gamma[c];
-          dnorm_mean += dnorm;
-          dnorm_norm_mean += dnorm * (xr[c] - mu) * rs;
-        }
-        dnorm_mean /= dim;
-        dnorm_norm_mean /= dim;
-        float* dxr = dx + r * dim;
-        for (int c = 0; c < dim; ++c) {
-          const float norm = (xr[c] - mu) * rs;
-          dxr[c] += (dyr[c] * gamma[c] - dnorm_mean - norm * dnorm_norm_mean) * rs;
-        }
-      }
-    });
-    // Parameter gradients: rows summed in order, so the result does not depend on the threads.
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* xr = x + r * dim;
-      const float* dyr = dy + r * dim;
-      const float mu = mean[r], rs = rstd[r];
-      for (int c = 0; c < dim; ++c) {
-        dgamma[c] += (xr[c] - mu) * rs * dyr[c];
-        dbeta[c] += dyr[c];
-      }
-    }
+  void GemmBatched(bool ta, bool tb, int m, int n, int k, float alpha, ConstTypedPtr a, int lda,
+                   int64_t stride_a, ConstTypedPtr b, int ldb, int64_t stride_b, float beta,
+                   TypedPtr c, int ldc, int64_t stride_c, int batch) override {
+    if (m == 0 || n == 0 || batch == 0) return;
+    const F32Operand fa(*this, a, MatrixSpan(ta ? k : m, ta ? m : k, lda, stride_a, batch));
+    const F32Operand fb(*this, b, MatrixSpan(tb ? n : k, tb ? k : n, ldb, stride_b, batch));
+    const int64_t span = MatrixSpan(m, n, ldc, stride_c, batch);
+    F32Out fc(c, span, beta != 0.0f || span != int64_t{m} * n * batch);
+    cpu::GemmBatched(pool_, ta, tb, m, n, k, alpha, fa.get(), lda, stride_a, fb.get(), ldb,
+                     stride_b, beta, fc.get(), ldc, stride_c, batch);
+    fc.Commit();
   }
 
   bool FusedAttention(int dh) const override { return fused_attention_ && FusedAttentionTakes(dh); }
-  void FusedAttentionForward(int batch, int tokens, int dh, float scale, bool causal,
-                             const float* q, const float* k, const float* v, float* o,
+  void FusedAttentionForward(const AttentionDims& d, ConstTypedPtr qkv, TypedPtr out,
                              float* lse) override {
-    CpuFusedAttentionForward(pool_, batch, tokens, dh, scale, causal, bf16_, q, k, v, o, lse);
+    const int64_t part = d.rows() * d.width();
+    std::vector<float> q(part), k(part), v(part), o(part);
+    Gather(d, qkv, 3 * d.width(), {q.data(), k.data(), v.data()});
+    CpuFusedAttentionForward(pool_, d.n * d.heads, d.tokens, d.dh, d.scale, d.causal, bf16_,
+                             q.data(), k.data(), v.data(), o.data(), lse);
+    Scatter(d, {o.data()}, out, d.width());
   }
-  void FusedAttentionBackward(int batch, int tokens, int dh, float scale, bool causal,
-                              const float* q, const float* k, const float* v, const float* o,
-                              const float* lse, const float* d_o, float* delta, float* dq,
-                              float* dk, float* dv) override {
-    CpuFusedAttentionBackward(pool_, batch, tokens, dh, scale, causal, bf16_, q, k, v, o, lse, d_o,
-                              delta, dq, dk, dv);
-  }
-
-  void SoftmaxRows(int64_t rows, int cols, float scale, bool causal, const float* x,
-                   float* y) override {
-    pool_.ParallelFor(rows, RowGrain(cols), [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const float* xr = x + r * cols;
-        float* yr = y + r * cols;
-        const int valid = causal ? static_cast<int>(r % cols) + 1 : cols;
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int c = 0; c < valid; ++c) mx = std::max(mx, scale * xr[c]);
-        float sum = 0.0f;
-        for (int c = 0; c < valid; ++c) {
-          yr[c] = std::exp(scale * xr[c] - mx);
-          sum += yr[c];
-        }
-        const float inv = 1.0f / sum;
-        for (int c = 0; c < valid; ++c) yr[c] *= inv;
-        std::fill(yr + valid, yr + cols, 0.0f);
-      }
-    });
+  void FusedAttentionBackward(const AttentionDims& d, ConstTypedPtr qkv, ConstTypedPtr out,
+                              const float* lse, ConstTypedPtr dout, TypedPtr dqkv,
+                              float* delta) override {
+    const int64_t part = d.rows() * d.width();
+    std::vector<float> q(part), k(part), v(part), o(part), g(part), dq(part), dk(part), dv(part);
+    Gather(d, qkv, 3 * d.width(), {q.data(), k.data(), v.data()});
+    Gather(d, out, d.width(), {o.data()});
+    Gather(d, dout, d.width(), {g.data()});
+    CpuFusedAttentionBackward(pool_, d.n * d.heads, d.tokens, d.dh, d.scale, d.causal, bf16_,
+                              q.data(), k.data(), v.data(), o.data(), lse, g.data(), delta,
+                              dq.data(), dk.data(), dv.data());
+    Scatter(d, {dq.data(), dk.data(), dv.data()}, dqkv, 3 * d.width());
   }
 
-  void SoftmaxRowsBackward(int64_t rows, int cols, float scale, const float* y, const float* dy,
-                           float* dx) override {
-    pool_.ParallelFor(rows, RowGrain(cols), [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const float* yr = y + r * cols;
-        const float* dyr = dy + r * cols;
-        float* dxr = dx + r * cols;
-        float dot = 0.0f;
-        for (int c = 0; c < cols; ++c) dot += dyr[c] * yr[c];
-        for (int c = 0; c < cols; ++c) dxr[c] = scale * yr[c] * (dyr[c] - dot);
-      }
-    });
-  }
-
-  void CrossEntropy(int64_t rows, int classes, const float* logits, const int32_t* labels,
-                    float grad_scale, float* loss, int32_t* correct, float* dlogits) override {
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* lr = logits + r * classes;
-      float* dr = dlogits + r * classes;
-      const int32_t label = labels[r];
-      if (label < 0 || label >= classes) {
-        loss[r] = 0.0f;
-        correct[r] = 0;
-        std::fill(dr, dr + classes, 0.0f);
-        continue;
-      }
-      int argmax = 0;
-      for (int c = 1; c < classes; ++c) {
-        if (lr[c] > lr[argmax]) argmax = c;
-      }
-      const float mx = lr[argmax];
-      float sum = 0.0f;
-      for (int c = 0; c < classes; ++c) {  // dr holds the exponentials until they are scaled.
-        dr[c] = std::exp(lr[c] - mx);
-        sum += dr[c];
-      }
-      loss[r] = std::log(sum) + mx - lr[label];
-      correct[r] = argmax == label ? 1 : 0;
-      const float inv = 1.0f / sum;
-      for (int c = 0; c < classes; ++c)
-        dr[c] = (dr[c] * inv - (c == label ? 1.0f : 0.0f)) * grad_scale;
+  void BiasActivation(int64_t rows, int cols, const float* bias, ActivationOp act, TypedPtr x,
+                      TypedPtr y) override {
+    const int64_t n = rows * cols;
+    F32Out fx(x, n, true);
+    if (x.data() == y.data()) {
+      cpu::BiasActivation(pool_, rows, cols, bias, act, fx.get(), fx.get());
+      fx.Commit();
+      return;
     }
+    F32Out fy(y, n, false);
+    cpu::BiasActivation(pool_, rows, cols, bias, act, fx.get(), fy.get());
+    fx.Commit();
+    fy.Commit();
+  }
+  void ActivationBackward(int64_t n, ActivationOp act, ConstTypedPtr x, ConstTypedPtr dy,
+                          TypedPtr dx) override {
+    F32In fx(x, n), fdy(dy, n);
+    F32Out fdx(dx, n, false);
+    cpu::ActivationBackward(pool_, n, act, fx.get(), fdy.get(), fdx.get());
+    fdx.Commit();
+  }
+  void ColumnSum(int64_t rows, int cols, ConstTypedPtr x, int64_t ldx, float beta,
+                 float* out) override {
+    F32In fx(x, MatrixSpan(static_cast<int>(rows), cols, static_cast<int>(ldx)));
+    cpu::ColumnSum(pool_, rows, cols, fx.get(), ldx, beta, out);
   }
 
-  void Dropout(int64_t n, float p, uint64_t key, int64_t offset, const float* x,
-               float* y) override {
-    pool_.ParallelFor(n, kGrainFloats, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) y[i] = x[i] * DropoutScale(p, key, offset + i);
-    });
+  void LayerNormForward(int64_t rows, int dim, ConstTypedPtr x, const float* gamma,
+                        const float* beta, TypedPtr y, float* mean, float* rstd) override {
+    F32In fx(x, rows * dim);
+    F32Out fy(y, rows * dim, false);
+    cpu::LayerNormForward(pool_, rows, dim, fx.get(), gamma, beta, fy.get(), mean, rstd);
+    fy.Commit();
+  }
+  void ResidualLayerNormForward(int64_t rows, int dim, ConstTypedPtr x, ConstTypedPtr branch,
+                                TypedPtr r, const float* gamma, const float* beta, TypedPtr y,
+                                float* mean, float* rstd) override {
+    const int64_t n = rows * dim;
+    std::vector<float> sum(n);
+    {
+      F32In fx(x, n), fb(branch, n);
+      for (int64_t i = 0; i < n; ++i) sum[i] = cpu::StoredAs(r.dtype(), fx.get()[i] + fb.get()[i]);
+    }
+    cpu::Narrow(n, sum.data(), r);
+    F32Out fy(y, n, false);
+    cpu::LayerNormForward(pool_, rows, dim, sum.data(), gamma, beta, fy.get(), mean, rstd);
+    fy.Commit();
+  }
+  void LayerNormBackward(int64_t rows, int dim, ConstTypedPtr x, const float* gamma,
+                         const float* mean, const float* rstd, ConstTypedPtr dy, TypedPtr dx,
+                         float* dgamma, float* dbeta) override {
+    const int64_t n = rows * dim;
+    F32In fx(x, n), fdy(dy, n);
+    F32Out fdx(dx, n, true);
+    cpu::LayerNormBackward(pool_, rows, dim, fx.get(), gamma, mean, rstd, fdy.get(), fdx.get(),
+                           dgamma, dbeta);
+    fdx.Commit();
   }
 
-  void Axpy(int64_t n, float alpha, const float* x, float* y) override {
-    pool_.ParallelFor(n, kGrainFloats, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) y[i] += alpha * x[i];
-    });
+  void SoftmaxRows(int64_t rows, int cols, float scale, bool causal, ConstTypedPtr x,
+                   TypedPtr y) override {
+    F32In fx(x, rows * cols);
+    F32Out fy(y, rows * cols, false);
+    cpu::SoftmaxRows(pool_, rows, cols, scale, causal, fx.get(), fy.get());
+    fy.Commit();
+  }
+  void SoftmaxRowsBackward(int64_t rows, int cols, float scale, ConstTypedPtr y, ConstTypedPtr dy,
+                           TypedPtr dx) override {
+    F32In fy(y, rows * cols), fdy(dy, rows * cols);
+    F32Out fdx(dx, rows * cols, false);
+    cpu::SoftmaxRowsBackward(pool_, rows, cols, scale, fy.get(), fdy.get(), fdx.get());
+    fdx.Commit();
+  }
+  void ClassifierLoss(int64_t rows, int classes, TypedPtr logits, const int32_t* labels,
+                      float grad_scale, float* loss, int32_t* correct) override {
+    F32Out f(logits, rows * classes, true);
+    cpu::ClassifierLoss(pool_, rows, classes, f.get(), labels, grad_scale, loss, correct);
+    f.Commit();
   }
 
-  void Axpby(int64_t n, float alpha, const float* x, float beta, float* y) override {
-    pool_.ParallelFor(n, kGrainFloats, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const float ax = alpha * x[i], by = beta * y[i];
-        y[i] = ax + by;
-      }
-    });
+  void Dropout(int64_t n, float p, uint64_t key, int64_t offset, ConstTypedPtr x,
+               TypedPtr y) override {
+    F32In fx(x, n);
+    F32Out fy(y, n, false);
+    cpu::Dropout(pool_, n, p, key, offset, fx.get(), fy.get());
+    fy.Commit();
   }
-
-  void Copy2D(int64_t rows, int cols, const float* src, int64_t ld_src, float* dst,
+  void Axpy(int64_t n, float alpha, ConstTypedPtr x, TypedPtr y) override {
+    F32In fx(x, n);
+    F32Out fy(y, n, true);
+    cpu::Axpy(pool_, n, alpha, fx.get(), fy.get());
+    fy.Commit();
+  }
+  void Axpby(int64_t n, float alpha, ConstTypedPtr x, float beta, TypedPtr y) override {
+    F32In fx(x, n);
+    F32Out fy(y, n, true);
+    cpu::Axpby(pool_, n, alpha, fx.get(), beta, fy.get());
+    fy.Commit();
+  }
+  void Copy2D(int64_t rows, int cols, ConstTypedPtr src, int64_t ld_src, TypedPtr dst,
               int64_t ld_dst) override {
-    for (int64_t r = 0; r < rows; ++r) {
-      std::memmove(dst + r * ld_dst, src + r * ld_src, sizeof(float) * cols);
-    }
+    for (int64_t r = 0; r < rows; ++r) CopyElements(src + r * ld_src, dst + r * ld_dst, cols);
   }
-
-  void EmbeddingLookup(int64_t rows, int dim, int vocab, const float* ids, const float* table,
-                       float* y) override {
-    pool_.ParallelFor(rows, RowGrain(dim), [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const int64_t id = TokenId(ids[r], vocab);
-        float* yr = y + r * dim;
-        if (id < 0) {
-          std::fill(yr, yr + dim, 0.0f);
-        } else {
-          std::memcpy(yr, table + id * dim, sizeof(float) * dim);
-        }
-      }
-    });
-  }
-
-  void EmbeddingBackward(int64_t rows, int dim, int vocab, const float* ids, const float* dy,
-                         float* dtable) override {
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t id = TokenId(ids[r], vocab);
-      if (id < 0) continue;
-      float* dr = dtable + id * dim;
-      const float* dyr = dy + r * dim;
-      for (int c = 0; c < dim; ++c) dr[c] += dyr[c];
-    }
-  }
-
-  void ExtractPatches(int n, int channels, int height, int width, int p, const float* images,
-                      float* patches) override {
+  void ExtractPatches(int n, int channels, int height, int width, int p, ConstTypedPtr images,
+                      TypedPtr patches) override {
     const int gh = height / p, gw = width / p;
     const int64_t patch_size = int64_t{channels} * p * p;
     for (int b = 0; b < n; ++b) {
-      const float* img = images + int64_t{b} * channels * height * width;
+      ConstTypedPtr img = images + int64_t{b} * channels * height * width;
       for (int py = 0; py < gh; ++py) {
         for (int px = 0; px < gw; ++px) {
-          float* out = patches + (int64_t{b} * gh * gw + py * gw + px) * patch_size;
+          TypedPtr out = patches + (int64_t{b} * gh * gw + py * gw + px) * patch_size;
           for (int c = 0; c < channels; ++c) {
             for (int i = 0; i < p; ++i) {
-              const float* src = img + (int64_t{c} * height + py * p + i) * width + px * p;
-              std::memcpy(out + (c * p + i) * p, src, sizeof(float) * p);
+              CopyElements(img + (int64_t{c} * height + py * p + i) * width + px * p,
+                           out + (c * p + i) * p, p);
             }
           }
         }
       }
     }
   }
-
-  void HeadsToBatch(int n, int tokens, int heads, int dh, const float* x, int64_t ldx,
-                    float* y) override {
+  void HeadsToBatch(int n, int tokens, int heads, int dh, ConstTypedPtr x, int64_t ldx,
+                    TypedPtr y) override {
     for (int b = 0; b < n; ++b) {
       for (int h = 0; h < heads; ++h) {
         for (int t = 0; t < tokens; ++t) {
-          std::memcpy(y + ((int64_t{b} * heads + h) * tokens + t) * dh,
-                      x + (int64_t{b} * tokens + t) * ldx + h * dh, sizeof(float) * dh);
+          CopyElements(x + (int64_t{b} * tokens + t) * ldx + h * dh,
+                       y + ((int64_t{b} * heads + h) * tokens + t) * dh, dh);
         }
       }
     }
   }
-
-  void BatchToHeads(int n, int tokens, int heads, int dh, const float* y, float* x,
+  void BatchToHeads(int n, int tokens, int heads, int dh, ConstTypedPtr y, TypedPtr x,
                     int64_t ldx) override {
     for (int b = 0; b < n; ++b) {
       for (int h = 0; h < heads; ++h) {
         for (int t = 0; t < tokens; ++t) {
-          std::memcpy(x + (int64_t{b} * tokens + t) * ldx + h * dh,
-                      y + ((int64_t{b} * heads + h) * tokens + t) * dh, sizeof(float) * dh);
+          CopyElements(y + ((int64_t{b} * heads + h) * tokens + t) * dh,
+                       x + (int64_t{b} * tokens + t) * ldx + h * dh, dh);
         }
       }
     }
   }
 
-  void SgdUpdate(int64_t n, float lr, float momentum, float weight_decay, float grad_scale,
-                 float* param, const float* grad, float* velocity) override {
-    pool_.ParallelFor(n, kGrainFloats, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const float g = grad[i] * grad_scale + weight_decay * param[i];
-        velocity[i] = momentum * velocity[i] + g;
-        param[i] -= lr * velocity[i];
+  void EmbeddingLookup(int64_t rows, int dim, int vocab, const float* ids, const float* table,
+                       TypedPtr y) override {
+    pool_.ParallelFor(rows, 64, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t id = TokenId(ids[r], vocab);
+        if (id < 0) {
+          Fill(y + r * dim, dim, 0.0f);
+        } else {
+          CopyElements(table + id * dim, y + r * dim, dim);
+        }
       }
     });
   }
+  void EmbeddingBackward(int64_t rows, int dim, int vocab, const float* ids, ConstTypedPtr dy,
+                         float* dtable) override {
+    F32In fdy(dy, rows * dim);
+    cpu::EmbeddingBackward(rows, dim, vocab, ids, fdy.get(), dtable);
+  }
 
+  void SgdUpdate(int64_t n, float lr, float momentum, float weight_decay, float grad_scale,
+                 float* param, const float* grad, float* velocity, TypedPtr param_copy) override {
+    cpu::SgdUpdate(pool_, n, lr, momentum, weight_decay, grad_scale, param, grad, velocity);
+    if (param_copy) CopyElements(param, param_copy, n);
+  }
   void AdamWUpdate(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                    float bias1, float bias2, float grad_scale, float* param, const float* grad,
-                   float* m, float* v) override {
-    pool_.ParallelFor(n, kGrainFloats, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const float g = grad[i] * grad_scale;
-        m[i] = beta1 * m[i] + (1.0f - beta1) * g;
-        v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
-        const float update = (m[i] / bias1) / (std::sqrt(v[i] / bias2) + eps);
-        param[i] -= lr * (update + weight_decay * param[i]);
-      }
-    });
+                   float* m, float* v, TypedPtr param_copy) override {
+    cpu::AdamWUpdate(pool_, n, lr, beta1, beta2, eps, weight_decay, bias1, bias2, grad_scale, param,
+                     grad, m, v);
+    if (param_copy) CopyElements(param, param_copy, n);
   }
-
-  double SumSquares(int64_t n, const float* x) override {
-    // A fixed number of chunks (not one per thread) summed in order: thread-count independent.
-    constexpr int kChunks = 64;
-    double partial[kChunks] = {};
-    pool_.ParallelFor(kChunks, n >= kGrainFloats * 4 ? 1 : kChunks,
-                      [&](int64_t begin, int64_t end) {
-                        for (int64_t c = begin; c < end; ++c) {
-                          double s = 0.0;
-                          for (int64_t i = n * c / kChunks; i < n * (c + 1) / kChunks; ++i) {
-                            s += static_cast<double>(x[i]) * x[i];
-                          }
-                          partial[c] = s;
-                        }
-                      });
-    double total = 0.0;
-    for (double s : partial) total += s;
-    return total;
-  }
+  double SumSquares(int64_t n, const float* x) override { return cpu::SumSquares(pool_, n, x); }
 
  private:
-  static void Copy(void* dst, const void* src, size_t bytes) {
-    if (bytes > 0) std::memmove(dst, src, bytes);
+  // A product operand as floats: widened, and under bf16 precision rounded to bf16 (a tensor
+  // core's input; exact for a bf16 tensor). A product of two bf16 values is exact in f32, so the
+  // f32 product of these is what a tensor core computes, up to the order of the sums.
+  class F32Operand {
+   public:
+    F32Operand(CpuBackend& backend, ConstTypedPtr x, int64_t n) : in_(x, n), p_(in_.get()) {
+      if (!backend.bf16_ || !x.is_f32()) return;
+      rounded_.assign(p_, p_ + n);
+      cpu::RoundToBf16InPlace(backend.pool_, n, rounded_.data());
+      p_ = rounded_.data();
+    }
+    const float* get() const { return p_; }
+
+   private:
+    F32In in_;
+    std::vector<float> rounded_;
+    const float* p_;
+  };
+
+  // The epilogue on the f32 result t [m, n] (ld ldc), in place (GemmEpilogue's contract).
+  void ApplyEpilogue(int m, int n, int ldc, const GemmEpilogue& e, float* t) {
+    const int64_t span = MatrixSpan(m, n, ldc);
+    F32In input(e.act_input, e.act_input ? span : 0);
+    F32Out pre(e.pre, e.pre ? span : 0, e.pre && span != int64_t{m} * n);
+    pool_.ParallelFor(m, 64, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        float* row = t + r * ldc;
+        for (int c = 0; c < n; ++c) {
+          float v = row[c];
+          if (e.bias != nullptr) v += e.bias[c];
+          if (e.pre) pre.get()[r * ldc + c] = v;
+          if (e.act == ActivationOp::kRelu) v = v > 0.0f ? v : 0.0f;
+          if (e.act == ActivationOp::kGelu) v = Gelu(v);
+          if (e.grad_of != ActivationOp::kNone) {
+            v = ActivationGrad(e.grad_of, input.get()[r * ldc + c], v);
+          }
+          row[c] = v;
+        }
+      }
+    });
+    if (e.pre) pre.Commit();
+    if (e.bias_grad != nullptr) cpu::ColumnSum(pool_, m, n, t, ldc, 1.0f, e.bias_grad);
   }
 
-  // The `n` floats from x rounded to bf16 into `out`: a product of them in fp32 is exactly what a
-  // tensor core computes with bf16 inputs (every product of two bf16 is exact in fp32), up to the
-  // order of the sums.
-  const float* RoundedToBf16(const float* x, int64_t n, std::vector<float>& out) {
-    out.resize(n);
-    float* y = out.data();
-    pool_.ParallelFor(n, kGrainFloats, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) y[i] = RoundToBf16(x[i]);
-    });
-    return y;
+  // Head-major f32 copies [n, heads, tokens, dh] of the parts of `x` (rows of width ld, part i
+  // at column i * width).
+  void Gather(const AttentionDims& d, ConstTypedPtr x, int64_t ld,
+              std::initializer_list<float*> parts) {
+    int i = 0;
+    for (float* part : parts) {
+      HeadsToBatch(d.n, d.tokens, d.heads, d.dh, x + i++ * d.width(), ld, part);
+    }
+  }
+  void Scatter(const AttentionDims& d, std::initializer_list<const float*> parts, TypedPtr x,
+               int64_t ld) {
+    int i = 0;
+    for (const float* part : parts) {
+      BatchToHeads(d.n, d.tokens, d.heads, d.dh, part, x + i++ * d.width(), ld);
+    }
+  }
+
+  static void Copy(void* dst, const void* src, size_t bytes) {
+    if (bytes > 0) std::memmove(dst, src, bytes);
   }
 
   int threads_;
   bool bf16_;  // training.precision: bf16.
   bool fused_attention_;
-  std::vector<float> bf16_a_, bf16_b_;
   ThreadPool pool_;
 };
 

@@ -11,10 +11,11 @@
 
 namespace strait::site {
 
-// threads >= 1. With Precision::kBf16 the matrix products round their inputs to bf16 first (an
-// emulation of tensor cores: the reference for the CUDA backend's bf16 products). The returned
-// backend is not thread-safe (one user thread at a time).
-// AttentionKernel::kDefault is kBatched on the CPU (OpenBLAS's products are faster there).
+// threads >= 1. With Precision::kBf16 activations and product operands are stored as bf16 and every
+// op widens, computes in f32 and rounds once on the store, and the matrix products round f32
+// inputs to bf16 first: an emulation of the CUDA backend's bf16 path, its test reference. The
+// returned backend is not thread-safe (one user thread at a time). AttentionKernel::kDefault is
+// kBatched on the CPU (OpenBLAS's products are faster there).
 std::unique_ptr<Backend> CreateCpuBackend(int threads, Precision precision = Precision::kFp32,
                                           AttentionKernel attention = AttentionKernel::kDefault);
 

@@ -1,10 +1,12 @@
-// The CUDA backend: cuBLAS for matrix products, the kernels of cuda_kernels.cu for the rest, all
-// on one stream. Compiled by the host compiler; only the kernels go through nvcc.
+// The CUDA backend: cuBLASLt for matrix products (bf16 tensor cores or exact f32, epilogues fused
+// where cuBLASLt has them), cuDNN's flash attention for bf16, the kernels of cuda_kernels.cu and
+// attention_kernels.cu for the rest, all on one stream. Compiled by the host compiler; only the
+// kernels go through nvcc.
 #include "site/backend/cuda/cuda_backend.h"
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <limits>
 #include <string>
 #include <utility>
@@ -13,35 +15,62 @@
 #include "compression/cuda/cuda_check.h"
 #include "site/backend/cuda/attention_kernels.h"
 #include "site/backend/cuda/cuda_kernels.h"
+#include "site/backend/cuda/cudnn_attention.h"
+#include "site/backend/cuda/lt_matmul.h"
 #include "site/backend/op_math.h"
 
 namespace strait::site {
 namespace {
 
-cublasOperation_t Op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
+// A device buffer that grows to the largest size asked for so far (after the stream is idle).
+class Scratch {
+ public:
+  ~Scratch() { cudaFree(data_); }
+  // `bytes` of device memory, or nullptr after a failure (kept in *error).
+  void* Get(size_t bytes, cudaStream_t stream, absl::Status* error) {
+    if (bytes <= bytes_) return data_;
+    error->Update(STRAIT_CUDA_CHECK(cudaStreamSynchronize(stream)));
+    cudaFree(data_);
+    data_ = nullptr;
+    bytes_ = 0;
+    const absl::Status s = STRAIT_CUDA_CHECK(cudaMalloc(&data_, bytes));
+    if (!s.ok()) {
+      error->Update(s);
+      data_ = nullptr;
+      return nullptr;
+    }
+    bytes_ = bytes;
+    return data_;
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, std::string name, bool bf16, bool fused_attention, cudaStream_t stream,
-              cublasHandle_t cublas, double* partials)
-      : device_(device),
-        name_(std::move(name)),
+  CudaBackend(std::string name, bool bf16, bool fused_attention, cudaStream_t stream,
+              std::unique_ptr<LtMatmul> lt, std::unique_ptr<CudnnAttention> cudnn, double* partials)
+      : name_(std::move(name)),
         bf16_(bf16),
         fused_attention_(fused_attention),
         stream_(stream),
-        cublas_(cublas),
-        partials_(partials) {}
+        lt_(std::move(lt)),
+        cudnn_(std::move(cudnn)),
+        sum_partials_(partials) {}
 
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
-    cudaFree(bf16_a_.data);
-    cudaFree(bf16_b_.data);
-    cudaFree(partials_);
-    cublasDestroy(cublas_);
+    lt_.reset();
+    cudnn_.reset();
+    cudaFree(sum_partials_);
     cudaStreamDestroy(stream_);
   }
 
+  using Backend::Gemm;
   std::string Name() const override { return name_; }
+  DType activation_dtype() const override { return bf16_ ? DType::kBf16 : DType::kF32; }
   cudaStream_t stream() const { return stream_; }
 
   absl::StatusOr<void*> Allocate(size_t bytes) override {
@@ -76,200 +105,274 @@ class CudaBackend final : public Backend {
     if (bytes > 0)
       Check(STRAIT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_)));
   }
-  void Fill(float* x, int64_t n, float value) override {
-    if (n > 0) Check(STRAIT_CUDA_CHECK(LaunchFill(stream_, x, n, value)));
+  void Fill(TypedPtr x, int64_t n, float value) override {
+    Check(STRAIT_CUDA_CHECK(LaunchFill(stream_, x, n, value)));
+  }
+  void Convert(int64_t n, ConstTypedPtr x, TypedPtr y) override {
+    Check(STRAIT_CUDA_CHECK(LaunchConvert(stream_, n, x, y)));
   }
 
   absl::Status Sync() override {
     Check(STRAIT_CUDA_CHECK(cudaStreamSynchronize(stream_)));
-    absl::Status s = error_;
-    error_ = absl::OkStatus();
-    return s;
+    return std::exchange(error_, absl::OkStatus());
   }
 
-  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
-  void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
-            const float* b, int ldb, float beta, float* c, int ldc) override {
+  void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, ConstTypedPtr a, int lda,
+            ConstTypedPtr b, int ldb, float beta, TypedPtr c, int ldc,
+            const GemmEpilogue& e) override {
     if (m == 0 || n == 0) return;
-    if (!bf16_) {
-      Check(STRAIT_CUBLAS_CHECK(
-          cublasSgemm(cublas_, Op(tb), Op(ta), n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc)));
+    LtProduct p = Product(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (p.a == nullptr || p.b == nullptr) return;  // an operand's conversion failed (error_)
+    LtEpilogue le;
+    float* bias_grad = nullptr;
+    if (FusedEpilogue(e, beta, n, ldc, &le, &bias_grad) && lt_->Supports(p, le)) {
+      Check(lt_->Run(p, le));
+      if (bias_grad != nullptr) Axpy(n, 1.0f, bias_grad, e.bias_grad);
       return;
     }
-    a = RoundedToBf16(a, MatrixSpan(ta ? k : m, ta ? m : k, lda), bf16_a_);
-    b = RoundedToBf16(b, MatrixSpan(tb ? n : k, tb ? k : n, ldb), bf16_b_);
-    if (a == nullptr || b == nullptr) return;
-    Check(STRAIT_CUBLAS_CHECK(cublasGemmEx(cublas_, Op(tb), Op(ta), n, m, k, &alpha, b, CUDA_R_32F,
-                                           ldb, a, CUDA_R_32F, lda, &beta, c, CUDA_R_32F, ldc,
-                                           kBf16Compute, CUBLAS_GEMM_DEFAULT)));
+    if (e.empty()) {
+      Check(lt_->Run(p));
+      return;
+    }
+    // The product in f32 scratch, then the epilogue kernel stores C and the rest.
+    auto* t =
+        static_cast<float*>(f32_product_.Get(sizeof(float) * int64_t{m} * n, stream_, &error_));
+    auto* partials = PartialsFor(m, n);
+    if (t == nullptr || partials == nullptr) return;
+    if (beta != 0.0f) Copy2D(m, n, c, ldc, t, n);
+    p.c = t, p.ldc = n, p.c_type = DType::kF32;
+    Check(lt_->Run(p));
+    Check(STRAIT_CUDA_CHECK(LaunchGemmEpilogue(stream_, m, n, t, ldc, e, c, partials)));
   }
 
-  void GemmBatched(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
-                   int64_t stride_a, const float* b, int ldb, int64_t stride_b, float beta,
-                   float* c, int ldc, int64_t stride_c, int batch) override {
+  void GemmBatched(bool ta, bool tb, int m, int n, int k, float alpha, ConstTypedPtr a, int lda,
+                   int64_t stride_a, ConstTypedPtr b, int ldb, int64_t stride_b, float beta,
+                   TypedPtr c, int ldc, int64_t stride_c, int batch) override {
     if (m == 0 || n == 0 || batch == 0) return;
-    if (!bf16_) {
-      Check(STRAIT_CUBLAS_CHECK(cublasSgemmStridedBatched(cublas_, Op(tb), Op(ta), n, m, k, &alpha,
-                                                          b, ldb, stride_b, a, lda, stride_a, &beta,
-                                                          c, ldc, stride_c, batch)));
+    LtProduct p =
+        Product(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, stride_a, stride_b, batch);
+    if (p.a == nullptr || p.b == nullptr) return;
+    p.batch = batch;
+    p.stride_a = stride_a, p.stride_b = stride_b, p.stride_c = stride_c;
+    Check(lt_->Run(p));
+  }
+
+  // bf16 through cuDNN's flash attention, f32 through the CUDA-core kernels.
+  bool FusedAttention(int dh) const override {
+    if (!fused_attention_ || !FusedAttentionTakes(dh)) return false;
+    return bf16_ ? cudnn_ != nullptr : dh <= kFusedAttentionMaxHeadDimF32;
+  }
+  void FusedAttentionForward(const AttentionDims& d, ConstTypedPtr qkv, TypedPtr out,
+                             float* lse) override {
+    if (qkv.is_f32() && out.is_f32()) {
+      Check(STRAIT_CUDA_CHECK(LaunchFusedAttentionForward(stream_, d, qkv.f32(), out.f32(), lse)));
       return;
     }
-    a = RoundedToBf16(a, MatrixSpan(ta ? k : m, ta ? m : k, lda, stride_a, batch), bf16_a_);
-    b = RoundedToBf16(b, MatrixSpan(tb ? n : k, tb ? k : n, ldb, stride_b, batch), bf16_b_);
-    if (a == nullptr || b == nullptr) return;
-    Check(STRAIT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-        cublas_, Op(tb), Op(ta), n, m, k, &alpha, b, CUDA_R_32F, ldb, stride_b, a, CUDA_R_32F, lda,
-        stride_a, &beta, c, CUDA_R_32F, ldc, stride_c, batch, kBf16Compute, CUBLAS_GEMM_DEFAULT)));
+    if (!Cudnn(d, qkv, out)) return;
+    Check(cudnn_->Forward(Shape(d), qkv.data(), out.data(), lse));
+  }
+  void FusedAttentionBackward(const AttentionDims& d, ConstTypedPtr qkv, ConstTypedPtr out,
+                              const float* lse, ConstTypedPtr dout, TypedPtr dqkv,
+                              float* delta) override {
+    if (qkv.is_f32() && out.is_f32() && dout.is_f32() && dqkv.is_f32()) {
+      Check(STRAIT_CUDA_CHECK(LaunchFusedAttentionBackward(stream_, d, qkv.f32(), out.f32(), lse,
+                                                           dout.f32(), delta, dqkv.f32())));
+      return;
+    }
+    if (!Cudnn(d, qkv, dqkv) || dout.dtype() != DType::kBf16) return;
+    Check(cudnn_->Backward(Shape(d), qkv.data(), out.data(), lse, dout.data(), dqkv.data()));
   }
 
-  bool FusedAttention(int dh) const override { return fused_attention_ && FusedAttentionTakes(dh); }
-  void FusedAttentionForward(int batch, int tokens, int dh, float scale, bool causal,
-                             const float* q, const float* k, const float* v, float* o,
-                             float* lse) override {
-    Check(STRAIT_CUDA_CHECK(LaunchFusedAttentionForward(stream_, batch, tokens, dh, scale, causal,
-                                                        bf16_, q, k, v, o, lse)));
-  }
-  void FusedAttentionBackward(int batch, int tokens, int dh, float scale, bool causal,
-                              const float* q, const float* k, const float* v, const float* o,
-                              const float* lse, const float* d_o, float* delta, float* dq,
-                              float* dk, float* dv) override {
-    Check(STRAIT_CUDA_CHECK(LaunchFusedAttentionBackward(stream_, batch, tokens, dh, scale, causal,
-                                                         bf16_, q, k, v, o, lse, d_o, delta, dq, dk,
-                                                         dv)));
-  }
-
-  void BiasActivation(int64_t rows, int cols, const float* bias, ActivationOp act, float* x,
-                      float* y) override {
+  void BiasActivation(int64_t rows, int cols, const float* bias, ActivationOp act, TypedPtr x,
+                      TypedPtr y) override {
     Check(STRAIT_CUDA_CHECK(LaunchBiasActivation(stream_, rows, cols, bias, act, x, y)));
   }
-  void ActivationBackward(int64_t n, ActivationOp act, const float* x, const float* dy,
-                          float* dx) override {
+  void ActivationBackward(int64_t n, ActivationOp act, ConstTypedPtr x, ConstTypedPtr dy,
+                          TypedPtr dx) override {
     Check(STRAIT_CUDA_CHECK(LaunchActivationBackward(stream_, n, act, x, dy, dx)));
   }
-  void ColumnSum(int64_t rows, int cols, const float* x, int64_t ldx, float beta,
+  void ColumnSum(int64_t rows, int cols, ConstTypedPtr x, int64_t ldx, float beta,
                  float* out) override {
-    Check(STRAIT_CUDA_CHECK(LaunchColumnSum(stream_, rows, cols, x, ldx, beta, out)));
+    float* partials = PartialsFor(rows, cols);
+    if (partials == nullptr) return;
+    Check(STRAIT_CUDA_CHECK(LaunchColumnSum(stream_, rows, cols, x, ldx, beta, out, partials)));
   }
-  void LayerNormForward(int64_t rows, int dim, const float* x, const float* gamma,
-                        const float* beta, float* y, float* mean, float* rstd) override {
+  void LayerNormForward(int64_t rows, int dim, ConstTypedPtr x, const float* gamma,
+                        const float* beta, TypedPtr y, float* mean, float* rstd) override {
     Check(STRAIT_CUDA_CHECK(
         LaunchLayerNormForward(stream_, rows, dim, x, gamma, beta, y, mean, rstd)));
   }
-  void LayerNormBackward(int64_t rows, int dim, const float* x, const float* gamma,
-                         const float* mean, const float* rstd, const float* dy, float* dx,
-                         float* dgamma, float* dbeta) override {
-    Check(STRAIT_CUDA_CHECK(
-        LaunchLayerNormBackward(stream_, rows, dim, x, gamma, mean, rstd, dy, dx, dgamma, dbeta)));
+  void ResidualLayerNormForward(int64_t rows, int dim, ConstTypedPtr x, ConstTypedPtr branch,
+                                TypedPtr r, const float* gamma, const float* beta, TypedPtr y,
+                                float* mean, float* rstd) override {
+    Check(STRAIT_CUDA_CHECK(LaunchResidualLayerNormForward(stream_, rows, dim, x, branch, r, gamma,
+                                                           beta, y, mean, rstd)));
   }
-  void SoftmaxRows(int64_t rows, int cols, float scale, bool causal, const float* x,
-                   float* y) override {
+  void LayerNormBackward(int64_t rows, int dim, ConstTypedPtr x, const float* gamma,
+                         const float* mean, const float* rstd, ConstTypedPtr dy, TypedPtr dx,
+                         float* dgamma, float* dbeta) override {
+    float* partials = PartialsFor(rows, 2 * int64_t{dim});
+    if (partials == nullptr) return;
+    Check(STRAIT_CUDA_CHECK(LaunchLayerNormBackward(stream_, rows, dim, x, gamma, mean, rstd, dy,
+                                                    dx, dgamma, dbeta, partials)));
+  }
+  void SoftmaxRows(int64_t rows, int cols, float scale, bool causal, ConstTypedPtr x,
+                   TypedPtr y) override {
     Check(STRAIT_CUDA_CHECK(LaunchSoftmaxRows(stream_, rows, cols, scale, causal, x, y)));
   }
-  void EmbeddingLookup(int64_t rows, int dim, int vocab, const float* ids, const float* table,
-                       float* y) override {
-    Check(STRAIT_CUDA_CHECK(LaunchEmbeddingLookup(stream_, rows, dim, vocab, ids, table, y)));
-  }
-  void EmbeddingBackward(int64_t rows, int dim, int vocab, const float* ids, const float* dy,
-                         float* dtable) override {
-    Check(STRAIT_CUDA_CHECK(LaunchEmbeddingBackward(stream_, rows, dim, vocab, ids, dy, dtable)));
-  }
-  void SoftmaxRowsBackward(int64_t rows, int cols, float scale, const float* y, const float* dy,
-                           float* dx) override {
+  void SoftmaxRowsBackward(int64_t rows, int cols, float scale, ConstTypedPtr y, ConstTypedPtr dy,
+                           TypedPtr dx) override {
     Check(STRAIT_CUDA_CHECK(LaunchSoftmaxRowsBackward(stream_, rows, cols, scale, y, dy, dx)));
   }
-  void CrossEntropy(int64_t rows, int classes, const float* logits, const int32_t* labels,
-                    float grad_scale, float* loss, int32_t* correct, float* dlogits) override {
-    Check(STRAIT_CUDA_CHECK(LaunchCrossEntropy(stream_, rows, classes, logits, labels, grad_scale,
-                                               loss, correct, dlogits)));
+  void ClassifierLoss(int64_t rows, int classes, TypedPtr logits, const int32_t* labels,
+                      float grad_scale, float* loss, int32_t* correct) override {
+    Check(STRAIT_CUDA_CHECK(
+        LaunchClassifierLoss(stream_, rows, classes, logits, labels, grad_scale, loss, correct)));
   }
-  void Dropout(int64_t n, float p, uint64_t key, int64_t offset, const float* x,
-               float* y) override {
+  void Dropout(int64_t n, float p, uint64_t key, int64_t offset, ConstTypedPtr x,
+               TypedPtr y) override {
     Check(STRAIT_CUDA_CHECK(LaunchDropout(stream_, n, p, key, offset, x, y)));
   }
-  void Axpy(int64_t n, float alpha, const float* x, float* y) override {
+  void Axpy(int64_t n, float alpha, ConstTypedPtr x, TypedPtr y) override {
     Check(STRAIT_CUDA_CHECK(LaunchAxpy(stream_, n, alpha, x, y)));
   }
-  void Axpby(int64_t n, float alpha, const float* x, float beta, float* y) override {
+  void Axpby(int64_t n, float alpha, ConstTypedPtr x, float beta, TypedPtr y) override {
     Check(STRAIT_CUDA_CHECK(LaunchAxpby(stream_, n, alpha, x, beta, y)));
   }
-  void Copy2D(int64_t rows, int cols, const float* src, int64_t ld_src, float* dst,
+  void Copy2D(int64_t rows, int cols, ConstTypedPtr src, int64_t ld_src, TypedPtr dst,
               int64_t ld_dst) override {
     Check(STRAIT_CUDA_CHECK(LaunchCopy2D(stream_, rows, cols, src, ld_src, dst, ld_dst)));
   }
-  void ExtractPatches(int n, int channels, int height, int width, int p, const float* images,
-                      float* patches) override {
+  void ExtractPatches(int n, int channels, int height, int width, int p, ConstTypedPtr images,
+                      TypedPtr patches) override {
     Check(STRAIT_CUDA_CHECK(
         LaunchExtractPatches(stream_, n, channels, height, width, p, images, patches)));
   }
-  void HeadsToBatch(int n, int tokens, int heads, int dh, const float* x, int64_t ldx,
-                    float* y) override {
+  void HeadsToBatch(int n, int tokens, int heads, int dh, ConstTypedPtr x, int64_t ldx,
+                    TypedPtr y) override {
     Check(STRAIT_CUDA_CHECK(LaunchHeadsToBatch(stream_, n, tokens, heads, dh, x, ldx, y)));
   }
-  void BatchToHeads(int n, int tokens, int heads, int dh, const float* y, float* x,
+  void BatchToHeads(int n, int tokens, int heads, int dh, ConstTypedPtr y, TypedPtr x,
                     int64_t ldx) override {
     Check(STRAIT_CUDA_CHECK(LaunchBatchToHeads(stream_, n, tokens, heads, dh, y, x, ldx)));
   }
+  void EmbeddingLookup(int64_t rows, int dim, int vocab, const float* ids, const float* table,
+                       TypedPtr y) override {
+    Check(STRAIT_CUDA_CHECK(LaunchEmbeddingLookup(stream_, rows, dim, vocab, ids, table, y)));
+  }
+  void EmbeddingBackward(int64_t rows, int dim, int vocab, const float* ids, ConstTypedPtr dy,
+                         float* dtable) override {
+    Check(STRAIT_CUDA_CHECK(LaunchEmbeddingBackward(stream_, rows, dim, vocab, ids, dy, dtable)));
+  }
   void SgdUpdate(int64_t n, float lr, float momentum, float wd, float scale, float* param,
-                 const float* grad, float* velocity) override {
+                 const float* grad, float* velocity, TypedPtr copy) override {
     Check(STRAIT_CUDA_CHECK(
-        LaunchSgdUpdate(stream_, n, lr, momentum, wd, scale, param, grad, velocity)));
+        LaunchSgdUpdate(stream_, n, lr, momentum, wd, scale, param, grad, velocity, copy)));
   }
   void AdamWUpdate(int64_t n, float lr, float b1, float b2, float eps, float wd, float bias1,
-                   float bias2, float scale, float* param, const float* grad, float* m,
-                   float* v) override {
+                   float bias2, float scale, float* param, const float* grad, float* m, float* v,
+                   TypedPtr copy) override {
     Check(STRAIT_CUDA_CHECK(LaunchAdamWUpdate(stream_, n, lr, b1, b2, eps, wd, bias1, bias2, scale,
-                                              param, grad, m, v)));
+                                              param, grad, m, v, copy)));
   }
 
   double SumSquares(int64_t n, const float* x) override {
-    Check(STRAIT_CUDA_CHECK(LaunchSumSquares(stream_, n, x, partials_)));
+    Check(STRAIT_CUDA_CHECK(LaunchSumSquares(stream_, n, x, sum_partials_)));
     double result = 0.0;
-    CopyToHost(&result, partials_, sizeof(double));
+    CopyToHost(&result, sum_partials_, sizeof(double));
     return error_.ok() ? result : std::numeric_limits<double>::quiet_NaN();
   }
 
  private:
-  // A device buffer that grows to the largest operand rounded so far.
-  struct Scratch {
-    float* data = nullptr;
-    int64_t floats = 0;
-  };
+  // The fused f32 kernels keep a row of a head in registers.
+  static constexpr int kFusedAttentionMaxHeadDimF32 = 64;
 
-  void Check(absl::Status s) {
-    if (!s.ok() && error_.ok()) error_ = std::move(s);
+  void Check(absl::Status s) { error_.Update(s); }
+
+  // A product's operands in the type the products take: bf16 under bf16 precision (an f32
+  // tensor is rounded into scratch first, as the CPU emulation rounds it), f32 otherwise (a bf16
+  // tensor is widened). Null operands after an error.
+  LtProduct Product(bool ta, bool tb, int m, int n, int k, float alpha, ConstTypedPtr a, int lda,
+                    ConstTypedPtr b, int ldb, float beta, TypedPtr c, int ldc, int64_t stride_a = 0,
+                    int64_t stride_b = 0, int batch = 1) {
+    const DType want = bf16_ ? DType::kBf16 : DType::kF32;
+    LtProduct p;
+    p.trans_a = ta, p.trans_b = tb, p.m = m, p.n = n, p.k = k;
+    p.a = Operand(a, MatrixSpan(ta ? k : m, ta ? m : k, lda, stride_a, batch), want, operand_a_);
+    p.b = Operand(b, MatrixSpan(tb ? n : k, tb ? k : n, ldb, stride_b, batch), want, operand_b_);
+    p.lda = lda, p.ldb = ldb;
+    p.c = c.data(), p.ldc = ldc, p.c_type = c.dtype(), p.ab = want;
+    p.alpha = alpha, p.beta = beta;
+    return p;
   }
 
-  // The `n` floats from x rounded to bf16 into `scratch` (nullptr after an error, kept for Sync).
-  // Inputs that are already bf16 values make cuBLAS's down-conversion for the tensor cores exact,
-  // so the products are the CPU emulation's up to the order of the sums.
-  const float* RoundedToBf16(const float* x, int64_t n, Scratch& scratch) {
-    if (n > scratch.floats) {
-      Check(STRAIT_CUDA_CHECK(cudaStreamSynchronize(stream_)));
-      cudaFree(scratch.data);
-      scratch = {};
-      absl::Status s =
-          STRAIT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&scratch.data), sizeof(float) * n));
-      if (!s.ok()) {
-        Check(std::move(s));
-        return nullptr;
-      }
-      scratch.floats = n;
+  const void* Operand(ConstTypedPtr x, int64_t n, DType want, Scratch& scratch) {
+    if (x.dtype() == want) return x.data();
+    void* converted = scratch.Get(static_cast<size_t>(n) * SizeOf(want), stream_, &error_);
+    if (converted == nullptr) return nullptr;
+    Convert(n, x, TypedPtr(converted, want));
+    return converted;
+  }
+
+  // The cuBLASLt epilogue for `e`, when it has one: GELU forward with bias and the pre-activation,
+  // bias alone, or GELU's backward with the bias gradient (into scratch: cuBLASLt overwrites it,
+  // the op accumulates; *bias_grad is the scratch to add).
+  // The aux matrix (pre or act_input) has C's leading dimension `ldc`; C has n columns.
+  bool FusedEpilogue(const GemmEpilogue& e, float beta, int n, int ldc, LtEpilogue* le,
+                     float** bias_grad) {
+    if (e.empty()) return false;
+    if (e.grad_of == ActivationOp::kGelu && e.bias == nullptr && e.act == ActivationOp::kNone &&
+        !e.pre && beta == 0.0f) {
+      le->dgelu = true;
+      le->aux = const_cast<void*>(e.act_input.data());
+      le->aux_type = e.act_input.dtype();
+      le->ld_aux = ldc;
+      if (e.bias_grad == nullptr) return true;
+      *bias_grad = static_cast<float*>(bias_grad_.Get(sizeof(float) * n, stream_, &error_));
+      le->bias_grad = *bias_grad;
+      return *bias_grad != nullptr;
     }
-    Check(STRAIT_CUDA_CHECK(LaunchRoundToBf16(stream_, x, n, scratch.data)));
-    return scratch.data;
+    if (e.grad_of != ActivationOp::kNone || e.bias_grad != nullptr) return false;
+    if (e.act == ActivationOp::kGelu && e.pre && beta == 0.0f) {
+      le->bias = e.bias, le->gelu = true;
+      le->aux = e.pre.data(), le->aux_type = e.pre.dtype(), le->ld_aux = ldc;
+      return true;
+    }
+    if (e.act == ActivationOp::kNone && !e.pre) {
+      le->bias = e.bias;
+      return true;
+    }
+    return false;
   }
 
-  // bf16 tensor-core products with fp32 accumulation, on fp32 buffers (cuBLAS converts them).
-  static constexpr cublasComputeType_t kBf16Compute = CUBLAS_COMPUTE_32F_FAST_16BF;
+  // Scratch for the per-chunk partial sums of a reduction over `rows` rows of `cols` columns.
+  float* PartialsFor(int64_t rows, int64_t cols) {
+    return static_cast<float*>(partials_.Get(
+        sizeof(float) * std::max<int64_t>(PartialFloats(rows, cols), 1), stream_, &error_));
+  }
 
-  int device_;
+  bool Cudnn(const AttentionDims& d, ConstTypedPtr qkv, ConstTypedPtr out) {
+    if (cudnn_ != nullptr && qkv.dtype() == DType::kBf16 && out.dtype() == DType::kBf16) {
+      return true;
+    }
+    Check(absl::FailedPreconditionError(absl::StrCat(
+        "fused attention of ", ToString(qkv.dtype()), " tensors (n=", d.n, " tokens=", d.tokens,
+        " heads=", d.heads, " dh=", d.dh, ") needs cuDNN and bf16, or f32: ",
+        cudnn_ == nullptr ? "cuDNN did not load" : "mixed types")));
+    return false;
+  }
+  static CudnnAttentionShape Shape(const AttentionDims& d) {
+    return {d.n, d.tokens, d.heads, d.dh, d.scale, d.causal};
+  }
+
   std::string name_;
-  bool bf16_;  // training.precision: bf16.
+  bool bf16_;  // training.precision: bf16 (activations and operands stored as bf16)
   bool fused_attention_;
-  Scratch bf16_a_, bf16_b_;
   cudaStream_t stream_;
-  cublasHandle_t cublas_;
-  double* partials_;  // [kSumSquaresBlocks] on the device
+  std::unique_ptr<LtMatmul> lt_;
+  std::unique_ptr<CudnnAttention> cudnn_;  // null when cuDNN cannot run here
+  double* sum_partials_;                   // [kSumSquaresBlocks] on the device
+  Scratch operand_a_, operand_b_, f32_product_, partials_, bias_grad_;
   absl::Status error_;
 };
 
@@ -301,22 +404,28 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device, Precision
   cudaStream_t stream = nullptr;
   s = STRAIT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   if (!s.ok()) return s;
-  cublasHandle_t cublas = nullptr;
-  s = STRAIT_CUBLAS_CHECK(cublasCreate(&cublas));
-  if (s.ok()) s = STRAIT_CUBLAS_CHECK(cublasSetStream(cublas, stream));
-  // FP32 products stay FP32 (cuBLAS's default math mode uses no TF32 for sgemm).
-  if (s.ok()) s = STRAIT_CUBLAS_CHECK(cublasSetMathMode(cublas, CUBLAS_DEFAULT_MATH));
+  absl::StatusOr<std::unique_ptr<LtMatmul>> lt = LtMatmul::Create(stream);
   double* partials = nullptr;
-  if (s.ok()) s = STRAIT_CUDA_CHECK(cudaMalloc(&partials, sizeof(double) * kSumSquaresBlocks));
-  if (!s.ok()) {
-    if (cublas != nullptr) cublasDestroy(cublas);
+  if (lt.ok()) s = STRAIT_CUDA_CHECK(cudaMalloc(&partials, sizeof(double) * kSumSquaresBlocks));
+  if (!lt.ok() || !s.ok()) {
     cudaStreamDestroy(stream);
-    return s;
+    return lt.ok() ? s : lt.status();
   }
   const bool bf16 = precision == Precision::kBf16;
+  // cuDNN's flash attention serves bf16 only; where it does not load (an older GPU or no cuDNN)
+  // bf16 attention runs as batched products.
+  std::unique_ptr<CudnnAttention> cudnn;
+  if (bf16) {
+    absl::StatusOr<std::unique_ptr<CudnnAttention>> made = CudnnAttention::Create(stream);
+    if (made.ok()) cudnn = *std::move(made);
+  }
+  // The default: flash attention under bf16 (cuDNN), batched products under f32 (they measured
+  // faster than the f32 kernels on an H200: docs/benchmarks.md).
+  const bool fused = attention == AttentionKernel::kFused ||
+                     (attention == AttentionKernel::kDefault && bf16 && cudnn != nullptr);
   return std::unique_ptr<Backend>(
-      new CudaBackend(device, absl::StrCat("cuda:", device, " ", prop.name, bf16 ? " (bf16)" : ""),
-                      bf16, attention == AttentionKernel::kFused, stream, cublas, partials));
+      new CudaBackend(absl::StrCat("cuda:", device, " ", prop.name, bf16 ? " (bf16)" : ""), bf16,
+                      fused, stream, *std::move(lt), std::move(cudnn), partials));
 }
 
 }  // namespace strait::site

@@ -21,14 +21,25 @@ struct Result {
 
 Result RunAttention(const AttentionShape& s, Precision precision) {
   auto backend = CreateCpuBackend(2, precision, AttentionKernel::kFused);
+  const DType act = backend->activation_dtype();
   const int64_t rows = s.rows(), d = s.dim();
   std::vector<float> qkv(rows * 3 * d), dout(rows * d);
   for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = 2.0f * CounterUniform(1, i) - 1.0f;
   for (size_t i = 0; i < dout.size(); ++i) dout[i] = 2.0f * CounterUniform(2, i) - 1.0f;
-  std::vector<float> saved(AttentionSavedFloats(s)), scratch(AttentionScratchFloats(s));
+  // The tensors in the activation type, as a transformer block holds them.
+  std::vector<float> qkv_t(qkv.size()), dout_t(dout.size()), out_t(rows * d), dqkv_t(rows * 3 * d);
+  backend->Convert(qkv.size(), qkv.data(), TypedPtr(qkv_t.data(), act));
+  backend->Convert(dout.size(), dout.data(), TypedPtr(dout_t.data(), act));
+  std::vector<float> saved(AttentionSavedBytes(s, act) / 4 + 1),
+      scratch(AttentionScratchBytes(s, act) / 4 + 1);
+  AttentionForward(*backend, s, TypedPtr(qkv_t.data(), act), TypedPtr(out_t.data(), act),
+                   saved.data(), scratch.data());
+  AttentionBackward(*backend, s, TypedPtr(qkv_t.data(), act), TypedPtr(out_t.data(), act),
+                    saved.data(), TypedPtr(dout_t.data(), act), TypedPtr(dqkv_t.data(), act),
+                    scratch.data());
   Result r{std::vector<float>(rows * d), std::vector<float>(rows * 3 * d)};
-  AttentionForward(*backend, s, qkv.data(), r.out.data(), saved.data(), scratch.data());
-  AttentionBackward(*backend, s, saved.data(), dout.data(), r.dqkv.data(), scratch.data());
+  backend->Convert(r.out.size(), TypedPtr(out_t.data(), act), r.out.data());
+  backend->Convert(r.dqkv.size(), TypedPtr(dqkv_t.data(), act), r.dqkv.data());
   return r;
 }
 

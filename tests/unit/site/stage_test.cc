@@ -54,6 +54,21 @@ ModelSpec Vit() {
   return m;
 }
 
+// A small GPT (byte-sized vocabulary of 11, context 9): embed, two blocks, head.
+ModelSpec Gpt() {
+  ModelSpec m;
+  m.family = ModelFamily::kGpt;
+  m.gpt.vocab = 11;
+  m.gpt.context = 9;
+  m.gpt.dim = 16;
+  m.gpt.depth = 2;  // 4 layers
+  m.gpt.heads = 2;
+  m.gpt.mlp_dim = 24;
+  m.gpt.dropout = 0.1f;
+  m.init_seed = 3;
+  return m;
+}
+
 struct StepResult {
   std::vector<float> logits;  // every microbatch's, in order
   std::vector<float> grads;   // all stages' gradient arenas, concatenated
@@ -62,17 +77,20 @@ struct StepResult {
 };
 
 // One training step of `stages` chained through host buffers, GPipe order: all forwards, then
-// backwards 0..M-1, like a federation with lossless links.
+// backwards 0..M-1, like a federation with lossless links. vocab > 0: a language model's step
+// (token ids in, a label per token).
 StepResult RunStep(std::vector<std::unique_ptr<StageExecutor>>& stages, int64_t step,
-                   int microbatches, int n) {
+                   int microbatches, int n, int vocab = 0) {
   StepResult r;
   const int64_t in = stages.front()->input_features();
-  const int global = microbatches * n;
+  const int per_sample = vocab > 0 ? static_cast<int>(in) : 1;
+  const int global = microbatches * n * per_sample;
   for (auto& s : stages) s->ZeroGrad();
   for (int m = 0; m < microbatches; ++m) {
     std::vector<float> x(n * in);
     for (size_t i = 0; i < x.size(); ++i) {
-      x[i] = 2 * CounterUniform(CombineKey(step, m), i) - 1;
+      const float u = CounterUniform(CombineKey(step, m), i);
+      x[i] = vocab > 0 ? std::floor(u * vocab) : 2 * u - 1;
     }
     for (auto& s : stages) {
       std::vector<float> y(n * s->output_features());
@@ -80,8 +98,10 @@ StepResult RunStep(std::vector<std::unique_ptr<StageExecutor>>& stages, int64_t 
       x = std::move(y);
     }
     r.logits.insert(r.logits.end(), x.begin(), x.end());
-    std::vector<int32_t> labels(n);
-    for (int i = 0; i < n; ++i) labels[i] = (i + m + static_cast<int>(step)) % 4;
+    std::vector<int32_t> labels(n * per_sample);
+    for (size_t i = 0; i < labels.size(); ++i) {
+      labels[i] = (static_cast<int>(i) + m + static_cast<int>(step)) % (vocab > 0 ? vocab : 4);
+    }
     auto loss = stages.back()->Loss(m, labels.data(), 1.0f / global);
     EXPECT_TRUE(loss.ok()) << loss.status();
     r.loss += loss->loss_sum;
@@ -113,9 +133,11 @@ StepResult RunStep(std::vector<std::unique_ptr<StageExecutor>>& stages, int64_t 
 // A stage of one CPU worker of `threads` threads (results depend on the thread count only).
 std::unique_ptr<StageExecutor> MakeStage(const ModelSpec& model, LayerRange range,
                                          const OptimizerSpec& o, int threads,
-                                         WeightVersioning versioning = {}) {
+                                         WeightVersioning versioning = {},
+                                         Precision precision = Precision::kFp32) {
   site::StageWorkers worker;
   worker.threads = threads;
+  worker.precision = precision;
   auto s = StageExecutor::Create(model, range, o, 6, versioning, worker);
   EXPECT_TRUE(s.ok()) << s.status();
   return s.ok() ? *std::move(s) : nullptr;
@@ -123,13 +145,14 @@ std::unique_ptr<StageExecutor> MakeStage(const ModelSpec& model, LayerRange rang
 
 std::vector<std::unique_ptr<StageExecutor>> MakeStages(const ModelSpec& model,
                                                        const std::vector<LayerRange>& ranges,
-                                                       int threads, OptimizerKind opt) {
+                                                       int threads, OptimizerKind opt,
+                                                       Precision precision = Precision::kFp32) {
   OptimizerSpec o;
   o.kind = opt;
   o.lr = 0.01;
   o.weight_decay = 0.01;
   std::vector<std::unique_ptr<StageExecutor>> stages;
-  for (LayerRange r : ranges) stages.push_back(MakeStage(model, r, o, threads));
+  for (LayerRange r : ranges) stages.push_back(MakeStage(model, r, o, threads, {}, precision));
   return stages;
 }
 
@@ -160,6 +183,47 @@ void ExpectSplitInvariant(const ModelSpec& model, OptimizerKind opt) {
 
 TEST(StageTest, MlpSplitIsBitIdentical) { ExpectSplitInvariant(Mlp(), OptimizerKind::kAdamW); }
 TEST(StageTest, VitSplitIsBitIdentical) { ExpectSplitInvariant(Vit(), OptimizerKind::kSgd); }
+
+// bf16 activations (training.precision: bf16): a boundary between stages widens a bf16 tensor to
+// f32 and narrows it back, both exact, so a split model still trains the whole one's bits.
+TEST(StageTest, Bf16SplitIsBitIdentical) {
+  for (const ModelSpec& model : {Mlp(), Vit(), Gpt()}) {
+    SCOPED_TRACE(ToString(model.family));
+    const int layers = model.NumLayers();
+    auto whole = MakeStages(model, {{0, layers}}, 2, OptimizerKind::kAdamW, Precision::kBf16);
+    auto split =
+        MakeStages(model, {{0, 2}, {2, layers}}, 2, OptimizerKind::kAdamW, Precision::kBf16);
+    const int vocab = model.family == ModelFamily::kGpt ? model.gpt.vocab : 0;
+    for (int64_t step = 0; step < 3; ++step) {
+      StepResult a = RunStep(whole, step, 3, 6, vocab);
+      StepResult b = RunStep(split, step, 3, 6, vocab);
+      ASSERT_EQ(a.logits, b.logits) << "step " << step;
+      ASSERT_EQ(a.grads, b.grads) << "step " << step;
+      ASSERT_EQ(a.params, b.params) << "step " << step;
+      ASSERT_EQ(a.loss, b.loss);
+    }
+  }
+}
+
+// The same steps in bf16 and f32 differ by bf16's rounding only: logits within a few bf16 ulps
+// of their scale, the loss within 1%.
+TEST(StageTest, Bf16StepsStayNearFp32) {
+  const ModelSpec model = Gpt();
+  const int layers = model.NumLayers();
+  auto f32 = MakeStages(model, {{0, layers}}, 2, OptimizerKind::kAdamW);
+  auto bf16 = MakeStages(model, {{0, layers}}, 2, OptimizerKind::kAdamW, Precision::kBf16);
+  for (int64_t step = 0; step < 3; ++step) {
+    StepResult a = RunStep(f32, step, 3, 6, model.gpt.vocab);
+    StepResult b = RunStep(bf16, step, 3, 6, model.gpt.vocab);
+    EXPECT_NE(a.logits, b.logits);
+    float scale = 0.0f;
+    for (float v : a.logits) scale = std::max(scale, std::abs(v));
+    for (size_t i = 0; i < a.logits.size(); ++i) {
+      ASSERT_NEAR(b.logits[i], a.logits[i], 0.05f * scale) << "step " << step << " logit " << i;
+    }
+    EXPECT_NEAR(b.loss, a.loss, 0.01 * a.loss) << "step " << step;
+  }
+}
 
 TEST(StageTest, ParametersDependOnlyOnSeedLayerAndParam) {
   auto whole = MakeStages(Vit(), {{0, 5}}, 1, OptimizerKind::kAdamW);
