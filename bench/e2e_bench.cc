@@ -10,7 +10,7 @@
 // loopback, then with every site behind its own emulated link with no delay and no rate limit
 // ("pass-through": the emulators' CPU without the link's physics), then behind links of the
 // profile (tools/wan), and each run is set against the lower bound on step time that its measured
-// compute and the links allow (core/step_time_bound.h): achieved/bound says how much of the step
+// compute and the links allow (plan/step_time_bound.h): achieved/bound says how much of the step
 // is overhead that physics does not demand.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -27,7 +27,7 @@
 #include "bench/federation_run.h"
 #include "core/cpu_time.h"
 #include "core/job_spec.h"
-#include "core/step_time_bound.h"
+#include "plan/step_time_bound.h"
 #include "tools/job_spec_options.h"
 #include "tools/job_spec_rewrite.h"
 #include "tools/local_federation.h"
@@ -57,10 +57,10 @@ struct E2eOptions {
 };
 
 // The bound for `run` of `spec`, its stages' compute as measured in that run.
-StepBound Bound(const JobSpec& spec, const FederationRun& run, int64_t steps,
-                const std::optional<LinkProfile>& wan) {
+plan::StepBound Bound(const JobSpec& spec, const FederationRun& run, int64_t steps,
+                      const std::optional<LinkProfile>& wan) {
   const int m = spec.training.microbatches;
-  BoundInput in;
+  plan::BoundInput in;
   in.schedule = spec.training.schedule;
   in.extra_in_flight = spec.training.extra_in_flight;
   in.update = spec.training.update;
@@ -72,7 +72,7 @@ StepBound Bound(const JobSpec& spec, const FederationRun& run, int64_t steps,
         {.forward_s = site.time.value("forward_s", 0.0) * per_microbatch,
          .backward_s = site.time.value("backward_s", 0.0) * per_microbatch,
          .update_s = site.time.value("update_s", 0.0) / static_cast<double>(steps)});
-    SiteLink link;
+    plan::SiteLink link;
     if (wan) {
       link.one_way_delay_s = std::chrono::duration<double>(wan->one_way_delay).count();
       link.bytes_per_second = wan->rate_bits_per_second / 8;
@@ -81,7 +81,7 @@ StepBound Bound(const JobSpec& spec, const FederationRun& run, int64_t steps,
   }
   in.forward_frame_bytes = run.forward_frame_bytes;
   in.backward_frame_bytes = run.backward_frame_bytes;
-  return StepTimeLowerBound(in);
+  return plan::StepTimeLowerBound(in);
 }
 
 absl::StatusOr<double> RunReference(LocalFederation& fed) {
@@ -247,7 +247,7 @@ int RunWan(const E2eOptions& o) {
         std::fprintf(stderr, "strait bench e2e: %s\n", std::string(run.status().message()).c_str());
         return 1;
       }
-      const StepBound bound = Bound(spec, *run, steps, link);
+      const plan::StepBound bound = Bound(spec, *run, steps, link);
       const double sps = run->steady_samples_per_second;
       const double step_s = t.global_batch / std::max(sps, 1e-9);
       const double cpu_per_step_s = run->CpuSeconds() / static_cast<double>(steps);

@@ -3,7 +3,7 @@
 // Sites stand for datacenters of different speeds on this one machine: each under its CPU quota
 // (--site-cpus, tools/cpu_quota.h) and, with --link, behind an emulated WAN link (tools/wan). The
 // benchmark first profiles every site as the planner would see it (`strait profile` in the site's
-// quota), plans the split (core/split_planner.h), then trains the job once per split, one after
+// quota), plans the split (plan/split_planner.h), then trains the job once per split, one after
 // the other in one sitting: the planned one, the even one and every other contiguous split (or,
 // when there are more than --max-runs, the best by prediction and a seeded sample of the rest).
 // Each row sets the measured steady-state samples/s beside the prediction.
@@ -22,8 +22,8 @@
 #include "absl/strings/str_format.h"
 #include "bench/command.h"
 #include "bench/federation_run.h"
-#include "core/site_profile.h"
-#include "core/split_planner.h"
+#include "plan/site_profile.h"
+#include "plan/split_planner.h"
 #include "site/plan/site_profiler.h"
 #include "tools/cpu_quota.h"
 #include "tools/job_spec_options.h"
@@ -46,14 +46,14 @@ struct PlanBenchOptions {
 };
 
 // Every site's profile, each measured as it will run: under its quota, or in this process.
-absl::StatusOr<FederationProfile> ProfileSites(const std::string& config, const JobSpec& spec,
-                                               const std::map<std::string, double>& quotas) {
-  FederationProfile profiles;
+absl::StatusOr<plan::FederationProfile> ProfileSites(const std::string& config, const JobSpec& spec,
+                                                     const std::map<std::string, double>& quotas) {
+  plan::FederationProfile profiles;
   const site::SiteProfilerOptions options{.threads = 1};
   for (size_t s = 0; s < spec.sites.size(); ++s) {
     const std::string& id = spec.sites[s].id;
     std::fprintf(stderr, "profiling %s ...\n", id.c_str());
-    absl::StatusOr<SiteProfile> p =
+    absl::StatusOr<plan::SiteProfile> p =
         quotas.count(id) ? tools::ProfileUnderQuota(config, id, quotas.at(id), options)
                          : site::MeasureSiteProfile(spec, static_cast<int>(s), options);
     if (!p.ok()) return p.status();
@@ -63,9 +63,9 @@ absl::StatusOr<FederationProfile> ProfileSites(const std::string& config, const 
 }
 
 // The emulated link of each site that has one, as `strait wan` models it.
-std::map<std::string, tools::LinkProfile> EmulatedLinks(const FederationProfile& profiles) {
+std::map<std::string, tools::LinkProfile> EmulatedLinks(const plan::FederationProfile& profiles) {
   std::map<std::string, tools::LinkProfile> links;
-  for (const MeasuredLink& l : profiles.links) {
+  for (const plan::MeasuredLink& l : profiles.links) {
     links[l.site] = {
         .name = "custom",
         .rate_bits_per_second = 8 * l.bytes_per_second,
@@ -76,12 +76,15 @@ std::map<std::string, tools::LinkProfile> EmulatedLinks(const FederationProfile&
 
 // Which splits to run: all of them when they are at most `max_runs`; otherwise the planned and
 // the even split, the best by prediction up to half of `max_runs`, and a seeded sample of the rest.
-std::vector<SplitPrediction> Chosen(std::vector<SplitPrediction> all, const SplitChoice& planned,
-                                    const SplitChoice& even, int max_runs) {
+std::vector<plan::SplitPrediction> Chosen(std::vector<plan::SplitPrediction> all,
+                                          const plan::SplitChoice& planned,
+                                          const plan::SplitChoice& even, int max_runs) {
   if (static_cast<int>(all.size()) <= max_runs) return all;
   std::sort(all.begin(), all.end(),
-            [](const SplitPrediction& a, const SplitPrediction& b) { return a.step_s < b.step_s; });
-  std::vector<SplitPrediction> chosen, rest;
+            [](const plan::SplitPrediction& a, const plan::SplitPrediction& b) {
+              return a.step_s < b.step_s;
+            });
+  std::vector<plan::SplitPrediction> chosen, rest;
   for (size_t i = 0; i < all.size(); ++i) {
     const bool keep = all[i].choice.layers == planned.layers ||
                       all[i].choice.layers == even.layers || static_cast<int>(i) < max_runs / 2;
@@ -89,7 +92,7 @@ std::vector<SplitPrediction> Chosen(std::vector<SplitPrediction> all, const Spli
   }
   std::mt19937 random(7);
   std::shuffle(rest.begin(), rest.end(), random);
-  for (const SplitPrediction& p : rest) {
+  for (const plan::SplitPrediction& p : rest) {
     if (static_cast<int>(chosen.size()) >= max_runs) break;
     chosen.push_back(p);
   }
@@ -97,7 +100,7 @@ std::vector<SplitPrediction> Chosen(std::vector<SplitPrediction> all, const Spli
 }
 
 struct Row {
-  SplitPrediction predicted;
+  plan::SplitPrediction predicted;
   double measured_sps = 0;
   double Error() const { return predicted.samples_per_s / std::max(measured_sps, 1e-9) - 1; }
 };
@@ -114,7 +117,7 @@ int RunPlanBench(const PlanBenchOptions& o) {
   // Sites not named run uncapped.
   absl::StatusOr<std::map<std::string, double>> quotas =
       tools::ParseSiteCpus(o.site_cpus, SiteIds(spec));
-  FederationProfile profiles;
+  plan::FederationProfile profiles;
   absl::Status s = quotas.status();
   if (s.ok()) s = tools::AddLinkProfiles(spec, o.links, &profiles);
   if (!s.ok()) {
@@ -126,33 +129,34 @@ int RunPlanBench(const PlanBenchOptions& o) {
   const tools::TempDir dir;
   const std::string job = dir.File("job.yaml");
   std::ofstream(job) << rewritten->yaml;
-  absl::StatusOr<FederationProfile> measured = ProfileSites(job, spec, *quotas);
+  absl::StatusOr<plan::FederationProfile> measured = ProfileSites(job, spec, *quotas);
   if (!measured.ok()) {
     std::fprintf(stderr, "strait bench plan: %s\n",
                  std::string(measured.status().message()).c_str());
     return 1;
   }
-  MergeFederationProfile(*measured, &profiles);
+  plan::MergeFederationProfile(*measured, &profiles);
 
   JobSpec planned_spec = spec;
   for (SiteSpec& site : planned_spec.sites) site.plan_layers = true;
   planned_spec.training.plan_extra_in_flight = o.plan_in_flight;
-  absl::StatusOr<SplitPlan> plan = PlanSplit(planned_spec, profiles);
+  absl::StatusOr<plan::SplitPlan> plan = plan::PlanSplit(planned_spec, profiles);
   if (!plan.ok()) {
     std::fprintf(stderr, "strait bench plan: %s\n", std::string(plan.status().message()).c_str());
     return 2;
   }
-  for (const std::string& line : DescribePlan(planned_spec, *plan)) {
+  for (const std::string& line : plan::DescribePlan(planned_spec, *plan)) {
     std::fprintf(stderr, "%s\n", line.c_str());
   }
-  const SplitChoice planned = plan->ranked.front().choice;
-  std::vector<SplitPrediction> all;
-  for (const std::vector<LayerRange>& split : ContiguousSplits(planned_spec, 100000)) {
-    absl::StatusOr<SplitPrediction> p = PredictPlannedSplit(planned_spec, profiles, split);
+  const plan::SplitChoice planned = plan->ranked.front().choice;
+  std::vector<plan::SplitPrediction> all;
+  for (const std::vector<LayerRange>& split : plan::ContiguousSplits(planned_spec, 100000)) {
+    absl::StatusOr<plan::SplitPrediction> p =
+        plan::PredictPlannedSplit(planned_spec, profiles, split);
     if (p.ok()) all.push_back(*std::move(p));
   }
-  const SplitChoice even{EvenSplit(planned_spec), 0};
-  const std::vector<SplitPrediction> chosen = Chosen(all, planned, even, o.max_runs);
+  const plan::SplitChoice even{plan::EvenSplit(planned_spec), 0};
+  const std::vector<plan::SplitPrediction> chosen = Chosen(all, planned, even, o.max_runs);
 
   const std::map<std::string, tools::LinkProfile> links = EmulatedLinks(profiles);
   std::vector<Row> rows;
@@ -160,7 +164,7 @@ int RunPlanBench(const PlanBenchOptions& o) {
     std::printf("%-28s %9s %14s %14s %13s %13s %8s\n", "split", "in flight", "predicted ms",
                 "measured ms", "predicted s/s", "measured s/s", "error");
   }
-  for (const SplitPrediction& p : chosen) {
+  for (const plan::SplitPrediction& p : chosen) {
     tools::JobSpecOverrides overrides = o.overrides;
     overrides.layers = p.choice.layers;
     overrides.extra_in_flight = p.choice.extra_in_flight;
@@ -183,7 +187,7 @@ int RunPlanBench(const PlanBenchOptions& o) {
                                                               : "";
     if (!o.json) {
       std::printf("%-28s %9s %14.1f %14.1f %13.0f %13.0f %+7.1f%%%s\n",
-                  SplitToString(p.choice.layers).c_str(),
+                  plan::SplitToString(p.choice.layers).c_str(),
                   absl::StrCat("+", p.choice.extra_in_flight).c_str(), p.step_s * 1e3,
                   spec.training.global_batch / std::max(row.measured_sps, 1e-9) * 1e3,
                   p.samples_per_s, row.measured_sps, 100 * row.Error(), tag.c_str());
@@ -193,7 +197,7 @@ int RunPlanBench(const PlanBenchOptions& o) {
       const double microbatches = steps * spec.training.microbatches;
       for (size_t i = 0; i < run->sites.size(); ++i) {
         const SiteFigures& site = run->sites[i];
-        const StageCost& cost = p.stages[i];
+        const plan::StageCost& cost = p.stages[i];
         std::printf(
             "    %-8s f+b %6.2f ms/microbatch (profile %6.2f), update %6.1f ms (%6.1f), "
             "busy %3.0f%%\n",
@@ -207,7 +211,7 @@ int RunPlanBench(const PlanBenchOptions& o) {
       std::fflush(stdout);
     }
   }
-  const auto find = [&](const SplitChoice& c) {
+  const auto find = [&](const plan::SplitChoice& c) {
     return *std::find_if(rows.begin(), rows.end(),
                          [&](const Row& r) { return r.predicted.choice.layers == c.layers; });
   };
@@ -220,9 +224,9 @@ int RunPlanBench(const PlanBenchOptions& o) {
   const double of_best = planned_row.measured_sps / best.measured_sps;
   const double over_even = planned_row.measured_sps / even_row.measured_sps;
   if (o.json) {
-    nlohmann::json out = {{"planned", SplitToString(planned.layers)},
+    nlohmann::json out = {{"planned", plan::SplitToString(planned.layers)},
                           {"planned_samples_per_second", planned_row.measured_sps},
-                          {"best", SplitToString(best.predicted.choice.layers)},
+                          {"best", plan::SplitToString(best.predicted.choice.layers)},
                           {"best_samples_per_second", best.measured_sps},
                           {"even_samples_per_second", even_row.measured_sps},
                           {"planned_of_best", of_best},
@@ -235,9 +239,9 @@ int RunPlanBench(const PlanBenchOptions& o) {
     std::printf(
         "\nplanned %s: %.0f samples/s = %.1f%% of the best measured (%s), %.2fx the even split "
         "%s; predictions within %.1f%% of the measured step time (%zu of %zu splits run)\n",
-        SplitToString(planned.layers).c_str(), planned_row.measured_sps, 100 * of_best,
-        SplitToString(best.predicted.choice.layers).c_str(), over_even,
-        SplitToString(even.layers).c_str(), 100 * worst_error, rows.size(), all.size());
+        plan::SplitToString(planned.layers).c_str(), planned_row.measured_sps, 100 * of_best,
+        plan::SplitToString(best.predicted.choice.layers).c_str(), over_even,
+        plan::SplitToString(even.layers).c_str(), 100 * worst_error, rows.size(), all.size());
   }
   return 0;
 }

@@ -190,7 +190,7 @@ struct TrainingSpec {
   // back; later stages get a share in proportion to their round trip (core/schedule.h).
   // Costs that many more microbatches of activations held; the results stay the same bits.
   int extra_in_flight = 0;
-  // `extra_in_flight: auto`: the split planner chooses extra_in_flight (core/split_planner.h).
+  // `extra_in_flight: auto`: the split planner chooses extra_in_flight (plan/split_planner.h).
   bool plan_extra_in_flight = false;
   // 2bw only: forward weights extrapolated this many updates along the last one (weight_history.h);
   // 0 = PipeDream-2BW's plain one-step-stale weights.
@@ -268,7 +268,7 @@ struct LayerRange {
 struct SiteSpec {
   std::string id;
   LayerRange layers;
-  // `layers: auto`: the split planner assigns `layers` (core/split_planner.h); until then it is
+  // `layers: auto`: the split planner assigns `layers` (plan/split_planner.h); until then it is
   // empty, and what runs a stage needs the planned spec (WithSplit).
   bool plan_layers = false;
   DeviceKind device = DeviceKind::kCpu;
@@ -310,7 +310,7 @@ struct JobSpec {
   std::vector<std::vector<std::string>> replicas;
   // Set by ReplicaView: the replica whose site ids `sites` carry (its data shard, its tensor keys).
   int view_replica = 0;
-  // Set by core/split_planner.h WithSplit: the layers are the planner's choice.
+  // Set by plan/split_planner.h WithSplit: the layers are the planner's choice.
   bool split_planned = false;
 
   // Index of the site with this id in `sites` (replica 0's stages), or -1.

@@ -392,7 +392,7 @@ class JobSpecParser {
     if (map.Has("extra_in_flight") && map.Get("extra_in_flight").IsScalar() &&
         map.Get("extra_in_flight").Scalar() == "auto") {
       YAML::Node extra = map.Get("extra_in_flight");
-      t.plan_extra_in_flight = true;  // The split planner chooses it (core/split_planner.h).
+      t.plan_extra_in_flight = true;  // The split planner chooses it (plan/split_planner.h).
       extra_in_flight_node_ = extra;
     } else {
       STRAIT_RETURN_IF_ERROR(map.Int("extra_in_flight", 0, 1 << 16, &t.extra_in_flight));
@@ -631,7 +631,7 @@ class JobSpecParser {
       }
       if (map.Has("layers") && map.Get("layers").IsScalar() &&
           map.Get("layers").Scalar() == "auto") {
-        site.plan_layers = true;  // The split planner assigns its range (core/split_planner.h).
+        site.plan_layers = true;  // The split planner assigns its range (plan/split_planner.h).
       } else {
         std::vector<int> range;
         STRAIT_RETURN_IF_ERROR(map.IntList("layers", 0, 1 << 20, 2, &range, /*required=*/true));

@@ -1,5 +1,5 @@
 // `strait profile` measures one site's per-layer costs into a profiles file; `strait plan` reads
-// the file and prints the split the planner chooses (core/split_planner.h), offline.
+// the file and prints the split the planner chooses (plan/split_planner.h), offline.
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,8 +11,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/job_spec.h"
-#include "core/site_profile.h"
-#include "core/split_planner.h"
+#include "plan/site_profile.h"
+#include "plan/split_planner.h"
 #include "site/plan/site_profiler.h"
 #include "tools/command.h"
 #include "tools/plan_profiles.h"
@@ -30,11 +30,11 @@ struct ProfileArgs {
   int repeats = 3;
 };
 
-void PrintProfile(const SiteProfile& p) {
+void PrintProfile(const plan::SiteProfile& p) {
   std::printf("site %s on %s, model %s, memory %.0f MiB\n", p.site.c_str(), p.device.c_str(),
               p.model.c_str(), p.memory_bytes / 1048576.0);
   std::printf("  layer  forward ms  backward ms  update ms  params MiB  per microbatch MiB\n");
-  for (const LayerProfile& l : p.layers) {
+  for (const plan::LayerProfile& l : p.layers) {
     std::printf("  %5d  %10.3f  %11.3f  %9.3f  %10.2f  %18.2f\n", l.layer, l.forward_s * 1e3,
                 l.backward_s * 1e3, l.update_s * 1e3, l.param_bytes / 1048576.0,
                 l.microbatch_bytes / 1048576.0);
@@ -60,17 +60,17 @@ int RunProfile(const ProfileArgs& a) {
   std::fprintf(stderr, "strait profile: measuring %d layers of site %s%s ...\n",
                spec->model.NumLayers(), a.site.c_str(),
                a.cpus > 0 ? absl::StrFormat(" under a quota of %.2f cores", a.cpus).c_str() : "");
-  absl::StatusOr<SiteProfile> profile = a.cpus > 0
-                                            ? ProfileUnderQuota(a.config, a.site, a.cpus, options)
-                                            : site::MeasureSiteProfile(*spec, index, options);
+  absl::StatusOr<plan::SiteProfile> profile =
+      a.cpus > 0 ? ProfileUnderQuota(a.config, a.site, a.cpus, options)
+                 : site::MeasureSiteProfile(*spec, index, options);
   if (!profile.ok()) {
     std::fprintf(stderr, "strait profile: %s\n", std::string(profile.status().message()).c_str());
     return 1;
   }
   PrintProfile(*profile);
-  FederationProfile file;
+  plan::FederationProfile file;
   if (access(a.out.c_str(), F_OK) == 0) {
-    absl::StatusOr<FederationProfile> old = ReadFederationProfile(a.out);
+    absl::StatusOr<plan::FederationProfile> old = plan::ReadFederationProfile(a.out);
     if (!old.ok()) {
       std::fprintf(stderr, "strait profile: %s (move it away to start a new file)\n",
                    std::string(old.status().message()).c_str());
@@ -78,8 +78,8 @@ int RunProfile(const ProfileArgs& a) {
     }
     file = *std::move(old);
   }
-  MergeFederationProfile({.sites = {*profile}}, &file);
-  if (absl::Status s = WriteFederationProfile(file, a.out); !s.ok()) {
+  plan::MergeFederationProfile({.sites = {*profile}}, &file);
+  if (absl::Status s = plan::WriteFederationProfile(file, a.out); !s.ok()) {
     std::fprintf(stderr, "strait profile: %s\n", std::string(s.message()).c_str());
     return 1;
   }
@@ -99,7 +99,7 @@ int RunPlan(const PlanArgs& a) {
     std::fprintf(stderr, "%s\n", std::string(spec.status().message()).c_str());
     return 2;
   }
-  absl::StatusOr<FederationProfile> profiles = ReadFederationProfile(a.profiles);
+  absl::StatusOr<plan::FederationProfile> profiles = plan::ReadFederationProfile(a.profiles);
   absl::Status s = profiles.status();
   if (s.ok()) s = AddLinkProfiles(*spec, a.links, &*profiles);
   if (!s.ok()) {
@@ -111,12 +111,14 @@ int RunPlan(const PlanArgs& a) {
                 a.config.c_str());
     for (SiteSpec& site : spec->sites) site.plan_layers = true;
   }
-  absl::StatusOr<SplitPlan> plan = PlanSplit(*spec, *profiles, {.runner_ups = a.runner_ups});
+  absl::StatusOr<plan::SplitPlan> plan =
+      plan::PlanSplit(*spec, *profiles, {.runner_ups = a.runner_ups});
   if (!plan.ok()) {
     std::fprintf(stderr, "strait plan: %s\n", std::string(plan.status().message()).c_str());
     return 2;
   }
-  for (const std::string& line : DescribePlan(*spec, *plan)) std::printf("%s\n", line.c_str());
+  for (const std::string& line : plan::DescribePlan(*spec, *plan))
+    std::printf("%s\n", line.c_str());
   return 0;
 }
 

@@ -11,9 +11,9 @@
 
 namespace strait::tools {
 
-absl::StatusOr<SiteProfile> ProfileUnderQuota(const std::string& config, const std::string& site,
-                                              double cores,
-                                              const site::SiteProfilerOptions& options) {
+absl::StatusOr<plan::SiteProfile> ProfileUnderQuota(const std::string& config,
+                                                    const std::string& site, double cores,
+                                                    const site::SiteProfilerOptions& options) {
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<CpuQuota> quota,
                           CpuQuota::Create(absl::StrCat("profile-", site), cores));
   const TempDir dir;
@@ -34,13 +34,13 @@ absl::StatusOr<SiteProfile> ProfileUnderQuota(const std::string& config, const s
     return absl::InternalError(absl::StrCat("strait profile of site ", site, " under ", cores,
                                             " cores exited with ", code, ": ", child.LogTail()));
   }
-  STRAIT_ASSIGN_OR_RETURN(FederationProfile file, ReadFederationProfile(out));
-  const SiteProfile* p = file.Site(site);
+  STRAIT_ASSIGN_OR_RETURN(plan::FederationProfile file, plan::ReadFederationProfile(out));
+  const plan::SiteProfile* p = file.Site(site);
   if (p == nullptr) return absl::InternalError(absl::StrCat(out, " has no profile of ", site));
   return *p;
 }
 
-absl::StatusOr<MeasuredLink> ParseSiteLink(const JobSpec& spec, const std::string& text) {
+absl::StatusOr<plan::MeasuredLink> ParseSiteLink(const JobSpec& spec, const std::string& text) {
   const std::vector<std::string> parts = absl::StrSplit(text, absl::MaxSplits('=', 1));
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("link '", text, "': ", why));
@@ -62,19 +62,19 @@ absl::StatusOr<MeasuredLink> ParseSiteLink(const JobSpec& spec, const std::strin
     link.rate_bits_per_second = *rate;
     link.one_way_delay = *delay;
   }
-  return MeasuredLink{.site = parts[0],
-                      .round_trip_s = 2e-6 * link.one_way_delay.count(),
-                      .bytes_per_second = link.rate_bits_per_second / 8};
+  return plan::MeasuredLink{.site = parts[0],
+                            .round_trip_s = 2e-6 * link.one_way_delay.count(),
+                            .bytes_per_second = link.rate_bits_per_second / 8};
 }
 
 absl::Status AddLinkProfiles(const JobSpec& spec, const std::vector<std::string>& links,
-                             FederationProfile* profiles) {
-  FederationProfile given;
+                             plan::FederationProfile* profiles) {
+  plan::FederationProfile given;
   for (const std::string& text : links) {
-    STRAIT_ASSIGN_OR_RETURN(MeasuredLink link, ParseSiteLink(spec, text));
+    STRAIT_ASSIGN_OR_RETURN(plan::MeasuredLink link, ParseSiteLink(spec, text));
     given.links.push_back(std::move(link));
   }
-  MergeFederationProfile(given, profiles);
+  plan::MergeFederationProfile(given, profiles);
   return absl::OkStatus();
 }
 

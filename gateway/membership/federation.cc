@@ -5,8 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/job_agreement.h"
-#include "core/split_planner.h"
 #include "core/tied_embeddings.h"
+#include "plan/split_planner.h"
 
 namespace strait::gateway {
 namespace {
@@ -491,7 +491,7 @@ absl::Status Federation::SetSplit(const std::vector<LayerRange>& split) {
     sites_[s].info.mutable_layers()->set_start(split[s].start);
     sites_[s].info.mutable_layers()->set_end(split[s].end);
   }
-  AlertLocked(v1::Alert::WARNING, absl::StrCat("split planned again: ", SplitToString(split),
+  AlertLocked(v1::Alert::WARNING, absl::StrCat("split planned again: ", plan::SplitToString(split),
                                                "; layers move at the next rollback"));
   return absl::OkStatus();
 }

@@ -36,15 +36,15 @@ uint64_t SplitPlanning::Submit(const std::string& site, const v1::PlanRequest& r
         absl::StrCat("site '", site, "' runs another job spec than the gateway: ",
                      FirstDisagreement(agreed_job_, request.agreed_job(), "gateway"))));
   }
-  absl::StatusOr<SiteProfile> profile = FromProto(request.profile(), site);
+  absl::StatusOr<plan::SiteProfile> profile = plan::FromProto(request.profile(), site);
   if (!profile.ok()) return refuse(profile.status());
-  FederationProfile one{.sites = {*profile}};
-  const MeasuredLink link{.site = site,
-                          .round_trip_s = request.round_trip_s(),
-                          .bytes_per_second = request.bytes_per_second()};
-  if (absl::Status s = CheckMeasuredLink(link); !s.ok()) return refuse(s);
+  plan::FederationProfile one{.sites = {*profile}};
+  const plan::MeasuredLink link{.site = site,
+                                .round_trip_s = request.round_trip_s(),
+                                .bytes_per_second = request.bytes_per_second()};
+  if (absl::Status s = plan::CheckMeasuredLink(link); !s.ok()) return refuse(s);
   if (link.round_trip_s > 0 || link.bytes_per_second > 0) one.links.push_back(link);
-  const std::string model = ProfiledModel(spec_);
+  const std::string model = plan::ProfiledModel(spec_);
   if (profile->model != model ||
       static_cast<int>(profile->layers.size()) != spec_.model.NumLayers()) {
     return refuse(absl::FailedPreconditionError(
@@ -64,7 +64,7 @@ uint64_t SplitPlanning::Submit(const std::string& site, const v1::PlanRequest& r
       answers.emplace_back(std::move(done), reply_ ? absl::StatusOr<v1::PlanReply>(*reply_)
                                                    : absl::StatusOr<v1::PlanReply>(failed_));
     } else {
-      MergeFederationProfile(one, &profiles_);
+      plan::MergeFederationProfile(one, &profiles_);
       ticket = next_ticket_++;
       waiting_[ticket] = std::move(done);
       answers = PlanIfComplete();
@@ -80,13 +80,14 @@ void SplitPlanning::OnReplan(std::function<void(const std::vector<LayerRange>&)>
   on_replan_ = std::move(handler);
 }
 
-std::optional<std::vector<LayerRange>> SplitPlanning::ReplanLocked(const FederationProfile& one) {
-  const SiteProfile& now = one.sites.front();
-  const SiteProfile* before = planned_with_.Site(now.site);
+std::optional<std::vector<LayerRange>> SplitPlanning::ReplanLocked(
+    const plan::FederationProfile& one) {
+  const plan::SiteProfile& now = one.sites.front();
+  const plan::SiteProfile* before = planned_with_.Site(now.site);
   const int microbatches = spec_.training.microbatches;
-  const double was = before ? ComputeSecondsPerStep(*before, microbatches) : 0;
-  const double is = ComputeSecondsPerStep(now, microbatches);
-  MergeFederationProfile(one, &profiles_);
+  const double was = before ? plan::ComputeSecondsPerStep(*before, microbatches) : 0;
+  const double is = plan::ComputeSecondsPerStep(now, microbatches);
+  plan::MergeFederationProfile(one, &profiles_);
   if (was > 0 && std::abs(is / was - 1) <= spec_.gateway.replan_share) return std::nullopt;
   spdlog::info(
       "site {} computes {:.1f} ms per step, the split was planned with {:.1f} ms: "
@@ -96,15 +97,15 @@ std::optional<std::vector<LayerRange>> SplitPlanning::ReplanLocked(const Federat
   JobSpec fixed = spec_;
   fixed.training.extra_in_flight = planned_->training.extra_in_flight;
   fixed.training.plan_extra_in_flight = false;
-  absl::StatusOr<SplitPlan> plan = PlanSplit(fixed, profiles_);
+  absl::StatusOr<plan::SplitPlan> plan = plan::PlanSplit(fixed, profiles_);
   if (!plan.ok()) {
     spdlog::error("cannot plan the split again ({}); keeping {}",
-                  std::string(plan.status().message()), SplitToString(SplitOf(*planned_)));
+                  std::string(plan.status().message()), plan::SplitToString(SplitOf(*planned_)));
     return std::nullopt;
   }
   const std::vector<LayerRange> split = plan->ranked.front().choice.layers;
   if (split == SplitOf(*planned_)) {
-    spdlog::info("plan: the split {} stays the best", SplitToString(split));
+    spdlog::info("plan: the split {} stays the best", plan::SplitToString(split));
     planned_with_ = profiles_;
     return std::nullopt;
   }
@@ -112,8 +113,8 @@ std::optional<std::vector<LayerRange>> SplitPlanning::ReplanLocked(const Federat
   return split;
 }
 
-void SplitPlanning::TakePlanLocked(const SplitPlan& plan) {
-  const SplitChoice& choice = plan.ranked.front().choice;
+void SplitPlanning::TakePlanLocked(const plan::SplitPlan& plan) {
+  const plan::SplitChoice& choice = plan.ranked.front().choice;
   v1::PlanReply reply;
   for (const LayerRange& r : choice.layers) {
     v1::LayerRange* range = reply.add_layers();
@@ -121,12 +122,12 @@ void SplitPlanning::TakePlanLocked(const SplitPlan& plan) {
     range->set_end(r.end);
   }
   reply.set_extra_in_flight(choice.extra_in_flight);
-  for (const std::string& line : DescribePlan(spec_, plan)) {
+  for (const std::string& line : plan::DescribePlan(spec_, plan)) {
     spdlog::info("plan: {}", line);
     reply.add_description(line);
   }
   reply_ = std::move(reply);
-  planned_ = WithSplit(spec_, choice);
+  planned_ = plan::WithSplit(spec_, choice);
   planned_with_ = profiles_;
 }
 
@@ -147,7 +148,7 @@ SplitPlanning::PlanIfComplete() {
   for (const SiteSpec& site : spec_.sites) {
     if (profiles_.Site(site.id) == nullptr) return {};
   }
-  absl::StatusOr<SplitPlan> plan = PlanSplit(spec_, profiles_);
+  absl::StatusOr<plan::SplitPlan> plan = plan::PlanSplit(spec_, profiles_);
   if (plan.ok()) {
     TakePlanLocked(*plan);
   } else {

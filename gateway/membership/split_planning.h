@@ -1,4 +1,4 @@
-// The gateway's part of `layers: auto` (DESIGN.md §4, core/split_planner.h): it collects every
+// The gateway's part of `layers: auto` (DESIGN.md §4, plan/split_planner.h): it collects every
 // site's profile and link (the Plan call), plans the split once all are in, and answers every
 // waiting site with it. A site that calls again (it restarted, or the gateway did and the sites
 // reconnect) gets the same split, unless its profile's compute per step differs from the one the
@@ -18,8 +18,8 @@
 
 #include "absl/status/statusor.h"
 #include "core/job_spec.h"
-#include "core/site_profile.h"
-#include "core/split_planner.h"
+#include "plan/site_profile.h"
+#include "plan/split_planner.h"
 #include "strait/v1/gateway.pb.h"
 
 namespace strait::gateway {
@@ -43,7 +43,7 @@ class SplitPlanning {
   void OnReplan(std::function<void(const std::vector<LayerRange>&)> handler);
 
   // Blocks until the plan is made or `stop` returns true (checked every 100 ms): the planned spec
-  // (every range and extra_in_flight set: core/split_planner.h WithSplit), the planner's error
+  // (every range and extra_in_flight set: plan/split_planner.h WithSplit), the planner's error
   // when no split works, or CANCELLED when stopped.
   absl::StatusOr<JobSpec> WaitForPlan(const std::function<bool()>& stop);
   // The plan for people, or which sites it waits for.
@@ -54,16 +54,16 @@ class SplitPlanning {
   std::vector<std::pair<Done, absl::StatusOr<v1::PlanReply>>> PlanIfComplete();
   // After the plan: takes `one` (a site's new profile and link) and plans again if the site's
   // compute changed by more than replan_share; the new split if it differs. Under mu_.
-  std::optional<std::vector<LayerRange>> ReplanLocked(const FederationProfile& one);
+  std::optional<std::vector<LayerRange>> ReplanLocked(const plan::FederationProfile& one);
   // Makes reply_ and planned_ of a plan. Under mu_.
-  void TakePlanLocked(const SplitPlan& plan);
+  void TakePlanLocked(const plan::SplitPlan& plan);
 
   const JobSpec& spec_;
   const std::string agreed_job_;
   mutable std::mutex mu_;
   std::condition_variable planned_cv_;
-  FederationProfile profiles_;      // Every site's newest.
-  FederationProfile planned_with_;  // What the current plan was made from.
+  plan::FederationProfile profiles_;      // Every site's newest.
+  plan::FederationProfile planned_with_;  // What the current plan was made from.
   std::optional<v1::PlanReply> reply_;
   std::optional<JobSpec> planned_;
   absl::Status failed_;  // Planning itself failed (no split fits): every site gets this.

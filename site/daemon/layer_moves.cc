@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/frame_header.h"
-#include "core/split_planner.h"
 #include "core/status.h"
+#include "plan/split_planner.h"
 #include "site/exchange/frame_codec.h"
 #include "site/nn/checkpoint_layers.h"
 #include "site/nn/stage.h"
@@ -22,7 +22,7 @@ namespace {
 constexpr char kPurpose[] = "move";
 
 // "[a, b)"
-std::string Range(LayerRange r) { return SplitToString({r}); }
+std::string Range(LayerRange r) { return plan::SplitToString({r}); }
 
 LayerRange Overlap(LayerRange a, LayerRange b) {
   const LayerRange r{std::max(a.start, b.start), std::min(a.end, b.end)};

@@ -22,7 +22,7 @@ struct PlannedSplitOptions {
 };
 
 // `spec` (which plans its split) with every site's range and extra_in_flight as the gateway
-// planned them (core/split_planner.h WithSplit). Logs the plan. Errors: the profile's measurement,
+// planned them (plan/split_planner.h WithSplit). Logs the plan. Errors: the profile's measurement,
 // the gateway's refusal, or a plan that does not fit `spec`.
 absl::StatusOr<JobSpec> TakePlannedSplit(const JobSpec& spec, int index,
                                          const PlannedSplitOptions& options);

@@ -12,9 +12,9 @@
 #include "absl/strings/str_format.h"
 #include "core/cpu_time.h"
 #include "core/schedule.h"
-#include "core/split_planner.h"
 #include "core/status.h"
 #include "core/tied_embeddings.h"
+#include "plan/split_planner.h"
 #include "site/daemon/layer_moves.h"
 
 namespace strait::site {
@@ -436,15 +436,15 @@ absl::Status SiteSession::TakeSplit(GatewayConnector& connector, const v1::Rollb
   for (const v1::LayerRange& r : begin.split()) {
     split.push_back({static_cast<int>(r.start()), static_cast<int>(r.end())});
   }
-  STRAIT_ASSIGN_OR_RETURN(JobSpec planned, ApplySplit(spec_, split));
+  STRAIT_ASSIGN_OR_RETURN(JobSpec planned, plan::ApplySplit(spec_, split));
   const LayerRange before = spec_.sites[options_.index].layers;
   const LayerRange now = planned.sites[options_.index].layers;
   spec_ = std::move(planned);
   if (!(before == now)) {
     spdlog::info("the gateway planned the split again: {}; this site's layers are now [{}, {})",
-                 SplitToString(split), now.start, now.end);
+                 plan::SplitToString(split), now.start, now.end);
     report_.Print(absl::StrFormat("split planned again: %s; layers [%d, %d) here",
-                                  SplitToString(split), now.start, now.end));
+                                  plan::SplitToString(split), now.start, now.end));
   }
   // From the initial parameters nothing moves: every layer starts from its seed.
   if (begin.step() == 0) return absl::OkStatus();

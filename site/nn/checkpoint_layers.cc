@@ -6,15 +6,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/model_layout.h"
-#include "core/split_planner.h"
 #include "core/status.h"
+#include "plan/split_planner.h"
 #include "site/nn/stage.h"
 
 namespace strait::site {
 namespace {
 
 // "[first, end)"
-std::string Range(int32_t first, int32_t end) { return SplitToString({{first, end}}); }
+std::string Range(int32_t first, int32_t end) { return plan::SplitToString({{first, end}}); }
 
 // Offsets of the model's layers in a weight array of layers [first, end): offsets[i - first] is
 // layer i's first float, offsets.back() the array's size.

@@ -1,5 +1,5 @@
 // Checkpoints cut into consecutive layers and put back together: how layers that change owner after
-// a re-plan (core/split_planner.h) carry their state from the old site to the new one. A cut is
+// a re-plan (plan/split_planner.h) carry their state from the old site to the new one. A cut is
 // itself a checkpoint of its layers (same format, its own fingerprint), so it travels as a
 // checkpoint file's bytes (SerializeCheckpoint / ParseCheckpoint) and is verified like one.
 //

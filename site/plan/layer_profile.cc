@@ -40,15 +40,16 @@ class Clock {
 
 }  // namespace
 
-absl::StatusOr<std::vector<LayerProfile>> ProfileLayers(const ModelSpec& model, LayerRange range,
-                                                        const OptimizerSpec& optimizer,
-                                                        const StageWorkers& workers,
-                                                        const ProfileOptions& o) {
+absl::StatusOr<std::vector<plan::LayerProfile>> ProfileLayers(const ModelSpec& model,
+                                                              LayerRange range,
+                                                              const OptimizerSpec& optimizer,
+                                                              const StageWorkers& workers,
+                                                              const ProfileOptions& o) {
   if (o.microbatch < 1 || o.warmup < 0 || o.repeats < 1 || o.min_run_s < 0) {
     return absl::InvalidArgumentError(absl::StrCat("profile of microbatches of ", o.microbatch,
                                                    " with ", o.repeats, " timed runs"));
   }
-  std::vector<LayerProfile> profiles;
+  std::vector<plan::LayerProfile> profiles;
   for (int k = range.start; k < range.end; ++k) {
     STRAIT_ASSIGN_OR_RETURN(
         std::unique_ptr<StageExecutor> stage,

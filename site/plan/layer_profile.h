@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/job_spec.h"
-#include "core/site_profile.h"
+#include "plan/site_profile.h"
 #include "site/pipeline/stage_executor.h"
 
 namespace strait::site {
@@ -35,9 +35,10 @@ struct ProfileOptions {
 // Profiles layers `range` of `model`, each as a stage of its own on `workers` (the site's device,
 // workers and threads) with `optimizer`. Inputs are zeros (a valid token id for a language model)
 // and the output gradient ones: the time of dense layers does not depend on the values.
-absl::StatusOr<std::vector<LayerProfile>> ProfileLayers(const ModelSpec& model, LayerRange range,
-                                                        const OptimizerSpec& optimizer,
-                                                        const StageWorkers& workers,
-                                                        const ProfileOptions& options);
+absl::StatusOr<std::vector<plan::LayerProfile>> ProfileLayers(const ModelSpec& model,
+                                                              LayerRange range,
+                                                              const OptimizerSpec& optimizer,
+                                                              const StageWorkers& workers,
+                                                              const ProfileOptions& options);
 
 }  // namespace strait::site

@@ -50,8 +50,8 @@ int64_t AvailableMemoryBytes() {
   return available;
 }
 
-absl::StatusOr<SiteProfile> MeasureSiteProfile(const JobSpec& spec, int index,
-                                               const SiteProfilerOptions& options) {
+absl::StatusOr<plan::SiteProfile> MeasureSiteProfile(const JobSpec& spec, int index,
+                                                     const SiteProfilerOptions& options) {
   const SiteSpec& site = spec.sites[index];
   ProfileOptions timing = options.timing;
   timing.microbatch = spec.training.MicrobatchSize();
@@ -61,34 +61,35 @@ absl::StatusOr<SiteProfile> MeasureSiteProfile(const JobSpec& spec, int index,
                              .count = site.workers,
                              .threads = options.threads,
                              .precision = spec.training.precision};
-  STRAIT_ASSIGN_OR_RETURN(std::vector<LayerProfile> layers,
+  STRAIT_ASSIGN_OR_RETURN(std::vector<plan::LayerProfile> layers,
                           ProfileLayers(spec.model, {0, spec.model.NumLayers()},
                                         spec.training.optimizer, workers, timing));
-  return SiteProfile{
+  return plan::SiteProfile{
       .site = site.id,
-      .model = ProfiledModel(spec),
+      .model = plan::ProfiledModel(spec),
       .device = ProfiledDevice(site, options.threads),
       .memory_bytes = options.memory_bytes >= 0 ? options.memory_bytes : AvailableMemoryBytes(),
       .layers = std::move(layers)};
 }
 
-absl::StatusOr<SiteProfile> CachedSiteProfile(const JobSpec& spec, int index,
-                                              const std::string& cache_path, bool again,
-                                              const SiteProfilerOptions& options, bool* measured) {
+absl::StatusOr<plan::SiteProfile> CachedSiteProfile(const JobSpec& spec, int index,
+                                                    const std::string& cache_path, bool again,
+                                                    const SiteProfilerOptions& options,
+                                                    bool* measured) {
   const SiteSpec& site = spec.sites[index];
   if (!again && std::filesystem::exists(cache_path)) {
-    absl::StatusOr<FederationProfile> cached = ReadFederationProfile(cache_path);
-    const SiteProfile* p = cached.ok() ? cached->Site(site.id) : nullptr;
-    if (p != nullptr && p->model == ProfiledModel(spec) &&
+    absl::StatusOr<plan::FederationProfile> cached = plan::ReadFederationProfile(cache_path);
+    const plan::SiteProfile* p = cached.ok() ? cached->Site(site.id) : nullptr;
+    if (p != nullptr && p->model == plan::ProfiledModel(spec) &&
         p->device == ProfiledDevice(site, options.threads) &&
         static_cast<int>(p->layers.size()) == spec.model.NumLayers()) {
       if (measured != nullptr) *measured = false;
       return *p;
     }
   }
-  STRAIT_ASSIGN_OR_RETURN(SiteProfile profile, MeasureSiteProfile(spec, index, options));
+  STRAIT_ASSIGN_OR_RETURN(plan::SiteProfile profile, MeasureSiteProfile(spec, index, options));
   const std::string temporary = cache_path + ".new";
-  STRAIT_RETURN_IF_ERROR(WriteFederationProfile({.sites = {profile}}, temporary));
+  STRAIT_RETURN_IF_ERROR(plan::WriteFederationProfile({.sites = {profile}}, temporary));
   std::error_code error;
   std::filesystem::rename(temporary, cache_path, error);
   if (error) {

@@ -1,4 +1,4 @@
-// A site's profile for the split planner (core/site_profile.h): its layers measured with the
+// A site's profile for the split planner (plan/site_profile.h): its layers measured with the
 // site's own device, workers and threads (layer_profile.h), and the memory its stage may use. The
 // profile is cached in a file, so that a rejoin or a restart does not measure again unless the
 // model, the device or the layout changed, or the operator asks (strait-site --profile-again).
@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/job_spec.h"
-#include "core/site_profile.h"
+#include "plan/site_profile.h"
 #include "site/plan/layer_profile.h"
 
 namespace strait::site {
@@ -27,16 +27,16 @@ struct SiteProfilerOptions {
 std::string ProfiledDevice(const SiteSpec& site, int threads);
 
 // Measures spec.sites[index]: every layer of the model at the job's microbatch size.
-absl::StatusOr<SiteProfile> MeasureSiteProfile(const JobSpec& spec, int index,
-                                               const SiteProfilerOptions& options);
+absl::StatusOr<plan::SiteProfile> MeasureSiteProfile(const JobSpec& spec, int index,
+                                                     const SiteProfilerOptions& options);
 
 // The profile in `cache_path` when it is of this site, model (ProfiledModel) and device
 // (ProfiledDevice) and `again` is false; otherwise measured and written there (atomically, so a
 // crash leaves the old file or the new one). `measured` (optional) says which happened.
-absl::StatusOr<SiteProfile> CachedSiteProfile(const JobSpec& spec, int index,
-                                              const std::string& cache_path, bool again,
-                                              const SiteProfilerOptions& options,
-                                              bool* measured = nullptr);
+absl::StatusOr<plan::SiteProfile> CachedSiteProfile(const JobSpec& spec, int index,
+                                                    const std::string& cache_path, bool again,
+                                                    const SiteProfilerOptions& options,
+                                                    bool* measured = nullptr);
 
 // Bytes of memory available to this process now: MemAvailable, or the cgroup's limit when lower.
 int64_t AvailableMemoryBytes();

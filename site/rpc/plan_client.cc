@@ -51,7 +51,7 @@ double Median(std::vector<double> v) {
 
 }  // namespace
 
-absl::StatusOr<MeasuredLink> ProbeLink(const PlanDial& dial, std::chrono::seconds timeout) {
+absl::StatusOr<plan::MeasuredLink> ProbeLink(const PlanDial& dial, std::chrono::seconds timeout) {
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<v1::Gateway::Stub> stub, Connect(dial));
   const auto deadline = std::chrono::system_clock::now() + timeout;
   // Times one Probe of `bytes`; the first call also waits for the gateway and sets up the channel.
@@ -76,9 +76,9 @@ absl::StatusOr<MeasuredLink> ProbeLink(const PlanDial& dial, std::chrono::second
   }
   const double round_trip = Median(small);
   const double transfer = Median(large) - round_trip;
-  return MeasuredLink{.site = dial.site_id,
-                      .round_trip_s = round_trip,
-                      .bytes_per_second = transfer > 0 ? kProbeBytes / transfer : 0};
+  return plan::MeasuredLink{.site = dial.site_id,
+                            .round_trip_s = round_trip,
+                            .bytes_per_second = transfer > 0 ? kProbeBytes / transfer : 0};
 }
 
 absl::StatusOr<v1::PlanReply> RequestPlan(const PlanDial& dial, const v1::PlanRequest& request,

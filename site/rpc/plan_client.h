@@ -8,8 +8,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "core/site_profile.h"
 #include "crypto/certificates.h"
+#include "plan/site_profile.h"
 #include "strait/v1/gateway.pb.h"
 
 namespace strait::site {
@@ -25,7 +25,7 @@ struct PlanDial {
 // The link through the real path (TLS, gRPC, the gateway): the round trip is the median of small
 // Probe calls, the rate a 1 MiB payload's bytes over the extra time its calls take. Waits for the
 // gateway up to `timeout`.
-absl::StatusOr<MeasuredLink> ProbeLink(const PlanDial& dial, std::chrono::seconds timeout);
+absl::StatusOr<plan::MeasuredLink> ProbeLink(const PlanDial& dial, std::chrono::seconds timeout);
 
 // Sends `request` and waits for the split, calling again while the gateway waits for the other
 // sites' profiles (logged every call; the dashboard names the sites it waits for) until `timeout`

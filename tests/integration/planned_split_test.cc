@@ -19,7 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "core/site_profile.h"
+#include "plan/site_profile.h"
 #include "tests/integration/federation_fixture.h"
 
 namespace strait::testing {
@@ -164,14 +164,14 @@ TEST(PlannedSplitTest, ASiteBackSlowerMakesTheLayersMoveAndTheBitsStay) {
   // dc-b comes back 30 times slower: its cached profile says so (a lower CPU quota would too, but
   // not every machine lets a test set one).
   const std::string cache = fed.dir().File("checkpoints/dc-b/profile.json");
-  absl::StatusOr<FederationProfile> profile = ReadFederationProfile(cache);
+  absl::StatusOr<plan::FederationProfile> profile = plan::ReadFederationProfile(cache);
   ASSERT_TRUE(profile.ok()) << profile.status();
-  for (SiteProfile& site : profile->sites) {
-    for (LayerProfile& layer : site.layers) {
+  for (plan::SiteProfile& site : profile->sites) {
+    for (plan::LayerProfile& layer : site.layers) {
       layer.forward_s *= 30, layer.backward_s *= 30, layer.update_s *= 30;
     }
   }
-  ASSERT_TRUE(WriteFederationProfile(*profile, cache).ok());
+  ASSERT_TRUE(plan::WriteFederationProfile(*profile, cache).ok());
   fed.StartSite("dc-b", {"--threads", "1", "--resume"});
   FinishAll(fed);
   if (HasFatalFailure()) return;

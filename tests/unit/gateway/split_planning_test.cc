@@ -29,7 +29,7 @@ JobSpec Spec() {
 
 // `slowdown` times the time of a unit layer, every layer.
 v1::PlanRequest Request(const JobSpec& spec, double slowdown) {
-  SiteProfile profile{.model = ProfiledModel(spec)};
+  plan::SiteProfile profile{.model = plan::ProfiledModel(spec)};
   for (const LayerLayout& l : BuildModelLayout(spec.model)) {
     profile.layers.push_back({.layer = l.index,
                               .forward_s = 1e-3 * slowdown,
@@ -39,7 +39,7 @@ v1::PlanRequest Request(const JobSpec& spec, double slowdown) {
   }
   v1::PlanRequest request;
   request.set_agreed_job(AgreedJobText(spec));
-  *request.mutable_profile() = ToProto(profile);
+  *request.mutable_profile() = plan::ToProto(profile);
   request.set_round_trip_s(0.01);
   request.set_bytes_per_second(1e8);
   return request;

@@ -34,13 +34,13 @@ ModelSpec Gpt() {
 
 void ExpectProfileOfEveryLayer(const ModelSpec& model) {
   const LayerRange all{0, model.NumLayers()};
-  absl::StatusOr<std::vector<LayerProfile>> profile =
+  absl::StatusOr<std::vector<plan::LayerProfile>> profile =
       ProfileLayers(model, all, OptimizerSpec{}, {}, {.microbatch = 4, .warmup = 1, .repeats = 3});
   ASSERT_TRUE(profile.ok()) << profile.status();
   const std::vector<LayerLayout> layout = BuildModelLayout(model);
   ASSERT_EQ(profile->size(), layout.size());
   for (size_t k = 0; k < layout.size(); ++k) {
-    const LayerProfile& p = (*profile)[k];
+    const plan::LayerProfile& p = (*profile)[k];
     EXPECT_EQ(p.layer, static_cast<int>(k));
     EXPECT_GT(p.forward_s, 0.0) << k;
     EXPECT_GT(p.backward_s, 0.0) << k;
@@ -57,7 +57,7 @@ TEST(LayerProfileTest, GptHasOneEntryPerLayerWithItsMemory) { ExpectProfileOfEve
 TEST(LayerProfileTest, ProfilesWithTheWeightVersionsOf2bw) {
   TrainingSpec training;
   training.schedule = Schedule::k2BW;
-  absl::StatusOr<std::vector<LayerProfile>> profile = ProfileLayers(
+  absl::StatusOr<std::vector<plan::LayerProfile>> profile = ProfileLayers(
       Mlp(), {0, 3}, OptimizerSpec{}, {},
       {.microbatch = 4, .warmup = 1, .repeats = 1, .versioning = VersioningOf(training)});
   ASSERT_TRUE(profile.ok()) << profile.status();

@@ -1,10 +1,10 @@
-#include "core/step_time_bound.h"
+#include "plan/step_time_bound.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-namespace strait {
+namespace strait::plan {
 namespace {
 
 BoundInput Uniform(int stages, int microbatches, StageCost cost, SiteLink link,
@@ -178,4 +178,4 @@ TEST(StepTimeBound, QueuedModelNeverBeatsTheBound) {
 }
 
 }  // namespace
-}  // namespace strait
+}  // namespace strait::plan

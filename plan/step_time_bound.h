@@ -28,7 +28,7 @@
 
 #include "core/job_spec.h"
 
-namespace strait {
+namespace strait::plan {
 
 struct StageCost {
   double forward_s = 0;   // One microbatch's forward pass (the loss included on the last stage).
@@ -72,4 +72,4 @@ struct StepBound {
 // stages.size() - 1 entries, microbatches >= 1.
 StepBound StepTimeLowerBound(const BoundInput& input);
 
-}  // namespace strait
+}  // namespace strait::plan

@@ -1,4 +1,4 @@
-#include "core/split_planner.h"
+#include "plan/split_planner.h"
 
 #include <algorithm>
 #include <functional>
@@ -12,7 +12,7 @@
 #include "core/status.h"
 #include "core/tensor_split.h"
 
-namespace strait {
+namespace strait::plan {
 namespace {
 
 // Frame header, codec header and AEAD tag around a tensor's bytes (an upper estimate).
@@ -647,4 +647,4 @@ std::vector<std::string> DescribePlan(const JobSpec& spec, const SplitPlan& plan
   return lines;
 }
 
-}  // namespace strait
+}  // namespace strait::plan

@@ -1,4 +1,4 @@
-#include "core/step_time_bound.h"
+#include "plan/step_time_bound.h"
 
 #include <algorithm>
 #include <cstddef>
@@ -11,7 +11,7 @@
 
 #include "core/schedule.h"
 
-namespace strait {
+namespace strait::plan {
 namespace {
 
 // When an op (or a message) is done, and what the path that ends there is made of.
@@ -432,4 +432,4 @@ StepBound StepTimeLowerBound(const BoundInput& in) {
   return bound;
 }
 
-}  // namespace strait
+}  // namespace strait::plan

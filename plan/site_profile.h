@@ -1,4 +1,4 @@
-// What the split planner (core/split_planner.h) knows of a federation: each site's measured cost
+// What the split planner (plan/split_planner.h) knows of a federation: each site's measured cost
 // of every layer of the job's model (site/plan/layer_profile.h measures it), and each site's link
 // to the gateway. Profiles travel with a site's join and live in files for `strait plan`
 // (JSON, below), so a plan can be made offline and a rejoin need not measure again.
@@ -12,7 +12,7 @@
 #include "core/job_spec.h"
 #include "strait/v1/gateway.pb.h"
 
-namespace strait {
+namespace strait::plan {
 
 // One layer on one site, at the job's microbatch size, on the site's devices and workers.
 struct LayerProfile {
@@ -79,4 +79,4 @@ void MergeFederationProfile(const FederationProfile& from, FederationProfile* in
 // forward and backward per microbatch, and its update once. What a re-plan compares.
 double ComputeSecondsPerStep(const SiteProfile& profile, int microbatches);
 
-}  // namespace strait
+}  // namespace strait::plan

@@ -1,14 +1,14 @@
-// Feeds arbitrary bytes to the two decoders of site profiles (core/site_profile.h): a profiles file
+// Feeds arbitrary bytes to the two decoders of site profiles (plan/site_profile.h): a profiles file
 // (JSON, `strait plan --profiles`) and a PlanRequest's profile from the network (FromProto). Both
 // must return a Status, never crash; a profile either accepts is planned with
-// (core/split_planner.h) as the gateway would, which must not crash on any numbers it let through
+// (plan/split_planner.h) as the gateway would, which must not crash on any numbers it let through
 // either. Seeds: tests/fuzz/corpus/site_profile_fuzz/.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-#include "core/site_profile.h"
-#include "core/split_planner.h"
+#include "plan/site_profile.h"
+#include "plan/split_planner.h"
 
 namespace {
 
@@ -24,9 +24,9 @@ const strait::JobSpec& Spec() {
 }
 
 // Plans with `site` standing for every site of Spec(), as the gateway would once all are in.
-void Plan(strait::SiteProfile site) {
-  site.model = strait::ProfiledModel(Spec());
-  strait::FederationProfile profiles;
+void Plan(strait::plan::SiteProfile site) {
+  site.model = strait::plan::ProfiledModel(Spec());
+  strait::plan::FederationProfile profiles;
   for (const char* id : {"a", "b", "c"}) {
     site.site = id;
     profiles.sites.push_back(site);
@@ -34,7 +34,7 @@ void Plan(strait::SiteProfile site) {
                               .round_trip_s = site.layers.empty() ? 0 : site.layers[0].forward_s,
                               .bytes_per_second = static_cast<double>(site.memory_bytes)});
   }
-  (void)strait::PlanSplit(Spec(), profiles);
+  (void)strait::plan::PlanSplit(Spec(), profiles);
 }
 
 }  // namespace
@@ -43,13 +43,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
   if (data[0] % 2 == 0) {
-    absl::StatusOr<strait::FederationProfile> file =
-        strait::ParseFederationProfile(bytes, "fuzz.json");
+    absl::StatusOr<strait::plan::FederationProfile> file =
+        strait::plan::ParseFederationProfile(bytes, "fuzz.json");
     if (file.ok() && !file->sites.empty()) Plan(file->sites.front());
   } else {
     strait::v1::MeasuredSite message;
     if (!message.ParseFromString(bytes)) return 0;
-    absl::StatusOr<strait::SiteProfile> profile = strait::FromProto(message, "a");
+    absl::StatusOr<strait::plan::SiteProfile> profile = strait::plan::FromProto(message, "a");
     if (profile.ok()) Plan(*profile);
   }
   return 0;

@@ -1,4 +1,4 @@
-#include "core/site_profile.h"
+#include "plan/site_profile.h"
 
 #include <cmath>
 #include <fstream>
@@ -11,7 +11,7 @@
 #include "core/status.h"
 #include "nlohmann/json.hpp"
 
-namespace strait {
+namespace strait::plan {
 namespace {
 
 using nlohmann::json;
@@ -313,4 +313,4 @@ double ComputeSecondsPerStep(const SiteProfile& profile, int microbatches) {
   return seconds;
 }
 
-}  // namespace strait
+}  // namespace strait::plan

@@ -1,8 +1,8 @@
-// The split planner (core/split_planner.h) against brute force: the plan is the fastest of every
+// The split planner (plan/split_planner.h) against brute force: the plan is the fastest of every
 // contiguous split the model predicts, pinned ranges stay, memory limits hold, the pruned search
 // finds the exhaustive search's split, and every bad input is refused with the site to fix. Also
-// `layers: auto` in the job spec and the profile file format (core/site_profile.h).
-#include "core/split_planner.h"
+// `layers: auto` in the job spec and the profile file format (plan/site_profile.h).
+#include "plan/split_planner.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 
 #include "core/model_layout.h"
 
-namespace strait {
+namespace strait::plan {
 namespace {
 
 using ::testing::HasSubstr;
@@ -279,4 +279,4 @@ TEST(SiteProfileTest, RoundTripsThroughJsonAndRefusesBadFields) {
 }
 
 }  // namespace
-}  // namespace strait
+}  // namespace strait::plan

@@ -1,8 +1,8 @@
 // The split planner (DESIGN.md §4 `layers: auto`, issue 30): which contiguous layers each site
 // runs, and how many microbatches stage 0 keeps in flight, so that a step takes least time.
 //
-// A split is judged by the step time the schedule's model predicts (core/step_time_bound.h) from
-// the sites' measured per-layer costs and their links (core/site_profile.h): each stage's forward,
+// A split is judged by the step time the schedule's model predicts (plan/step_time_bound.h) from
+// the sites' measured per-layer costs and their links (plan/site_profile.h): each stage's forward,
 // backward and update summed over its layers, each boundary's frame its activations' bytes through
 // the link's codec chain. The prediction is the model's period with links that queue frames, or the
 // busiest link with the latency it cannot overlap, whichever is longer. A split must fit each
@@ -24,10 +24,10 @@
 
 #include "absl/status/statusor.h"
 #include "core/job_spec.h"
-#include "core/site_profile.h"
-#include "core/step_time_bound.h"
+#include "plan/site_profile.h"
+#include "plan/step_time_bound.h"
 
-namespace strait {
+namespace strait::plan {
 
 struct SplitChoice {
   std::vector<LayerRange> layers;  // One range per site, in pipeline order, tiling the model.
@@ -101,4 +101,4 @@ std::string SplitToString(const std::vector<LayerRange>& layers);
 // it, the runner-ups and the even split; one line per fact (the gateway logs each line).
 std::vector<std::string> DescribePlan(const JobSpec& spec, const SplitPlan& plan);
 
-}  // namespace strait
+}  // namespace strait::plan
