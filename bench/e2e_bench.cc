@@ -27,29 +27,29 @@
 #include "bench/federation_run.h"
 #include "core/cpu_time.h"
 #include "core/job_spec.h"
+#include "harness/job_spec_options.h"
+#include "harness/job_spec_rewrite.h"
+#include "harness/local_federation.h"
+#include "harness/wan/link_profile.h"
 #include "plan/step_time_bound.h"
-#include "tools/job_spec_options.h"
-#include "tools/job_spec_rewrite.h"
-#include "tools/local_federation.h"
-#include "tools/wan/link_profile.h"
 
 namespace strait::bench {
 namespace {
 
-using tools::AddJobSpecOverrideOptions;
-using tools::DefaultJobSpec;
-using tools::Describe;
-using tools::JobSpecOverrides;
-using tools::LinkProfile;
-using tools::LocalFederation;
-using tools::NamedProfile;
-using tools::ReadFile;
-using tools::RewriteJobSpec;
-using tools::RewrittenJobSpec;
+using harness::AddJobSpecOverrideOptions;
+using harness::DefaultJobSpec;
+using harness::Describe;
+using harness::JobSpecOverrides;
+using harness::LinkProfile;
+using harness::LocalFederation;
+using harness::NamedProfile;
+using harness::ReadFile;
+using harness::RewriteJobSpec;
+using harness::RewrittenJobSpec;
 
 struct E2eOptions {
   std::string config;
-  JobSpecOverrides overrides = {.steps = 150};  // --steps, codecs, batch, schedule.
+  harness::JobSpecOverrides overrides = {.steps = 150};  // --steps, codecs, batch, schedule.
   int rounds = 1;
   bool json = false;
   std::string wan;                     // Profile name; empty: federation against strait train.
@@ -58,7 +58,7 @@ struct E2eOptions {
 
 // The bound for `run` of `spec`, its stages' compute as measured in that run.
 plan::StepBound Bound(const JobSpec& spec, const FederationRun& run, int64_t steps,
-                      const std::optional<LinkProfile>& wan) {
+                      const std::optional<harness::LinkProfile>& wan) {
   const int m = spec.training.microbatches;
   plan::BoundInput in;
   in.schedule = spec.training.schedule;
@@ -84,11 +84,11 @@ plan::StepBound Bound(const JobSpec& spec, const FederationRun& run, int64_t ste
   return plan::StepTimeLowerBound(in);
 }
 
-absl::StatusOr<double> RunReference(LocalFederation& fed) {
+absl::StatusOr<double> RunReference(harness::LocalFederation& fed) {
   if (int code = fed.RunReference({"--threads", "1", "--log-every", "1000000"}, kRunLimit);
       code != 0) {
     return absl::InternalError(absl::StrFormat("strait train exited with %d:\n%s", code,
-                                               ReadFile(fed.dir().File("reference.log"))));
+                                               harness::ReadFile(fed.dir().File("reference.log"))));
   }
   return Metrics(fed.ReferenceDir()).value("samples_per_second", 0.0);
 }
@@ -125,7 +125,7 @@ int RunAgainstTrain(const E2eOptions& o, const std::string& yaml, const JobSpec&
   };
   std::vector<Round> rounds;
   for (int r = 0; r < o.rounds; ++r) {
-    LocalFederation fed(yaml, SiteIds(spec));
+    harness::LocalFederation fed(yaml, SiteIds(spec));
     absl::StatusOr<double> train = RunReference(fed);
     absl::StatusOr<FederationRun> run = train.ok() ? RunFederation(fed, spec, {}, o.site_cpus)
                                                    : absl::StatusOr<FederationRun>(train.status());
@@ -181,7 +181,7 @@ enum class LinkKind { kLoopback, kPassThrough, kProfile };
 
 // Loopback against the WAN profile, for the lossless chain and a compressed one.
 int RunWan(const E2eOptions& o) {
-  absl::StatusOr<LinkProfile> profile = NamedProfile(o.wan);
+  absl::StatusOr<harness::LinkProfile> profile = harness::NamedProfile(o.wan);
   if (!profile.ok()) {
     std::fprintf(stderr, "strait bench e2e: --wan: %s\n",
                  std::string(profile.status().message()).c_str());
@@ -189,7 +189,7 @@ int RunWan(const E2eOptions& o) {
   }
   struct Chain {
     std::string name;
-    JobSpecOverrides overrides;
+    harness::JobSpecOverrides overrides;
   };
   // The compressed chain: the command line's codecs, or int8+zstd forward and bf16 backward.
   Chain lossless{"lossless", o.overrides}, compressed{"compressed", o.overrides};
@@ -206,7 +206,8 @@ int RunWan(const E2eOptions& o) {
   std::string summary;
   bool header = false;
   for (const Chain& chain : {lossless, compressed}) {
-    absl::StatusOr<RewrittenJobSpec> rewritten = RewriteJobSpec(o.config, chain.overrides);
+    absl::StatusOr<harness::RewrittenJobSpec> rewritten =
+        harness::RewriteJobSpec(o.config, chain.overrides);
     if (!rewritten.ok()) {
       std::fprintf(stderr, "strait bench e2e: %s\n",
                    std::string(rewritten.status().message()).c_str());
@@ -233,12 +234,12 @@ int RunWan(const E2eOptions& o) {
     // Samples/s on loopback and through pass-through emulators, for the summary lines.
     double loopback_sps = 0, passthrough_sps = 0;
     for (LinkKind kind : {LinkKind::kLoopback, LinkKind::kPassThrough, LinkKind::kProfile}) {
-      std::optional<LinkProfile> link;
-      if (kind == LinkKind::kPassThrough) link = LinkProfile{.name = "pass-through"};
+      std::optional<harness::LinkProfile> link;
+      if (kind == LinkKind::kPassThrough) link = harness::LinkProfile{.name = "pass-through"};
       if (kind == LinkKind::kProfile) link = *profile;
       const std::string link_name = kind == LinkKind::kLoopback ? "loopback" : link->name;
-      LocalFederation fed(rewritten->yaml, SiteIds(spec));
-      std::map<std::string, LinkProfile> links;
+      harness::LocalFederation fed(rewritten->yaml, SiteIds(spec));
+      std::map<std::string, harness::LinkProfile> links;
       for (const std::string& id : SiteIds(spec)) {
         if (link) links[id] = *link;
       }
@@ -343,7 +344,7 @@ int RunWan(const E2eOptions& o) {
 
 int RunE2e(E2eOptions o) {
   const bool default_config = o.config.empty();
-  if (default_config) o.config = DefaultJobSpec();
+  if (default_config) o.config = harness::DefaultJobSpec();
   if (!o.wan.empty()) return RunWan(o);  // Runs a lossless and a compressed chain itself.
   // The default job spec compresses one of its links to show it in `strait demo`; against
   // `strait train`, its links are lossless unless the command line names codecs.
@@ -351,7 +352,8 @@ int RunE2e(E2eOptions o) {
       o.overrides.backward_codec.empty()) {
     o.overrides.codec = "none";
   }
-  absl::StatusOr<RewrittenJobSpec> rewritten = RewriteJobSpec(o.config, o.overrides);
+  absl::StatusOr<harness::RewrittenJobSpec> rewritten =
+      harness::RewriteJobSpec(o.config, o.overrides);
   if (!rewritten.ok()) {
     std::fprintf(stderr, "strait bench e2e: %s\n",
                  std::string(rewritten.status().message()).c_str());
@@ -372,7 +374,7 @@ void AddBenchE2eCommand(CLI::App& bench, int* exit_code) {
   cmd->add_option("-c,--config", o->config,
                   "Job spec (default: configs/fashion-mlp-3site.yaml of this source tree)")
       ->type_name("FILE");
-  AddJobSpecOverrideOptions(*cmd, o->overrides, "Steps per run (default 150)");
+  harness::AddJobSpecOverrideOptions(*cmd, o->overrides, "Steps per run (default 150)");
   cmd->add_option("--rounds", o->rounds,
                   "Rounds of (strait train, federation); the best ratio counts (without --wan)")
       ->capture_default_str()

@@ -1,12 +1,12 @@
 #include "bench/federation_run.h"
 
 #include "absl/strings/str_format.h"
-#include "tools/subprocess.h"
+#include "harness/subprocess.h"
 
 namespace strait::bench {
 
 nlohmann::json Metrics(const std::string& dir) {
-  return nlohmann::json::parse(tools::ReadFile(dir + "/metrics.json"), nullptr,
+  return nlohmann::json::parse(harness::ReadFile(dir + "/metrics.json"), nullptr,
                                /*allow_exceptions=*/false);
 }
 
@@ -16,9 +16,10 @@ std::vector<std::string> SiteIds(const JobSpec& spec) {
   return ids;
 }
 
-absl::StatusOr<FederationRun> RunFederation(tools::LocalFederation& fed, const JobSpec& spec,
-                                            const std::map<std::string, tools::LinkProfile>& links,
-                                            const std::vector<std::string>& site_cpus) {
+absl::StatusOr<FederationRun> RunFederation(
+    harness::LocalFederation& fed, const JobSpec& spec,
+    const std::map<std::string, harness::LinkProfile>& links,
+    const std::vector<std::string>& site_cpus) {
   const std::vector<std::string> ids = SiteIds(spec);
   if (absl::Status s = fed.LimitSiteCpus(site_cpus); !s.ok()) return s;
   std::string error;

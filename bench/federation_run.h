@@ -12,8 +12,8 @@
 
 #include "absl/status/statusor.h"
 #include "core/job_spec.h"
-#include "tools/local_federation.h"
-#include "tools/wan/link_profile.h"
+#include "harness/local_federation.h"
+#include "harness/wan/link_profile.h"
 
 namespace strait::bench {
 
@@ -54,8 +54,9 @@ std::vector<std::string> SiteIds(const JobSpec& spec);
 // Trains `spec` in `fed` (gateway, then every site with one compute thread and no evaluation):
 // the sites named in `links` behind an emulated link of that profile, the others on plain
 // loopback; `site_cpus` ("SITE=CORES") caps sites' CPU. Blocks until every site has exited.
-absl::StatusOr<FederationRun> RunFederation(tools::LocalFederation& fed, const JobSpec& spec,
-                                            const std::map<std::string, tools::LinkProfile>& links,
-                                            const std::vector<std::string>& site_cpus);
+absl::StatusOr<FederationRun> RunFederation(
+    harness::LocalFederation& fed, const JobSpec& spec,
+    const std::map<std::string, harness::LinkProfile>& links,
+    const std::vector<std::string>& site_cpus);
 
 }  // namespace strait::bench

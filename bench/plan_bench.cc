@@ -22,22 +22,22 @@
 #include "absl/strings/str_format.h"
 #include "bench/command.h"
 #include "bench/federation_run.h"
+#include "harness/cpu_quota.h"
+#include "harness/job_spec_options.h"
+#include "harness/job_spec_rewrite.h"
+#include "harness/local_federation.h"
+#include "harness/plan_profiles.h"
+#include "harness/subprocess.h"
 #include "plan/site_profile.h"
 #include "plan/split_planner.h"
 #include "site/plan/site_profiler.h"
-#include "tools/cpu_quota.h"
-#include "tools/job_spec_options.h"
-#include "tools/job_spec_rewrite.h"
-#include "tools/local_federation.h"
-#include "tools/plan_profiles.h"
-#include "tools/subprocess.h"
 
 namespace strait::bench {
 namespace {
 
 struct PlanBenchOptions {
   std::string config;
-  tools::JobSpecOverrides overrides = {.steps = 40};
+  harness::JobSpecOverrides overrides = {.steps = 40};
   std::vector<std::string> site_cpus;  // SITE=CORES
   std::vector<std::string> links;      // SITE=PROFILE or SITE=RATE:DELAY
   int max_runs = 12;
@@ -54,7 +54,7 @@ absl::StatusOr<plan::FederationProfile> ProfileSites(const std::string& config, 
     const std::string& id = spec.sites[s].id;
     std::fprintf(stderr, "profiling %s ...\n", id.c_str());
     absl::StatusOr<plan::SiteProfile> p =
-        quotas.count(id) ? tools::ProfileUnderQuota(config, id, quotas.at(id), options)
+        quotas.count(id) ? harness::ProfileUnderQuota(config, id, quotas.at(id), options)
                          : site::MeasureSiteProfile(spec, static_cast<int>(s), options);
     if (!p.ok()) return p.status();
     profiles.sites.push_back(*std::move(p));
@@ -63,8 +63,8 @@ absl::StatusOr<plan::FederationProfile> ProfileSites(const std::string& config, 
 }
 
 // The emulated link of each site that has one, as `strait wan` models it.
-std::map<std::string, tools::LinkProfile> EmulatedLinks(const plan::FederationProfile& profiles) {
-  std::map<std::string, tools::LinkProfile> links;
+std::map<std::string, harness::LinkProfile> EmulatedLinks(const plan::FederationProfile& profiles) {
+  std::map<std::string, harness::LinkProfile> links;
   for (const plan::MeasuredLink& l : profiles.links) {
     links[l.site] = {
         .name = "custom",
@@ -106,8 +106,9 @@ struct Row {
 };
 
 int RunPlanBench(const PlanBenchOptions& o) {
-  const std::string config = o.config.empty() ? tools::DefaultJobSpec() : o.config;
-  absl::StatusOr<tools::RewrittenJobSpec> rewritten = tools::RewriteJobSpec(config, o.overrides);
+  const std::string config = o.config.empty() ? harness::DefaultJobSpec() : o.config;
+  absl::StatusOr<harness::RewrittenJobSpec> rewritten =
+      harness::RewriteJobSpec(config, o.overrides);
   if (!rewritten.ok()) {
     std::fprintf(stderr, "strait bench plan: %s\n",
                  std::string(rewritten.status().message()).c_str());
@@ -116,17 +117,17 @@ int RunPlanBench(const PlanBenchOptions& o) {
   JobSpec spec = rewritten->spec;
   // Sites not named run uncapped.
   absl::StatusOr<std::map<std::string, double>> quotas =
-      tools::ParseSiteCpus(o.site_cpus, SiteIds(spec));
+      harness::ParseSiteCpus(o.site_cpus, SiteIds(spec));
   plan::FederationProfile profiles;
   absl::Status s = quotas.status();
-  if (s.ok()) s = tools::AddLinkProfiles(spec, o.links, &profiles);
+  if (s.ok()) s = harness::AddLinkProfiles(spec, o.links, &profiles);
   if (!s.ok()) {
     std::fprintf(stderr, "strait bench plan: %s\n", std::string(s.message()).c_str());
     return 2;
   }
   // The profiles are measured on the rewritten spec (its steps and schedule do not matter to
   // them, its microbatch and model do).
-  const tools::TempDir dir;
+  const harness::TempDir dir;
   const std::string job = dir.File("job.yaml");
   std::ofstream(job) << rewritten->yaml;
   absl::StatusOr<plan::FederationProfile> measured = ProfileSites(job, spec, *quotas);
@@ -158,23 +159,23 @@ int RunPlanBench(const PlanBenchOptions& o) {
   const plan::SplitChoice even{plan::EvenSplit(planned_spec), 0};
   const std::vector<plan::SplitPrediction> chosen = Chosen(all, planned, even, o.max_runs);
 
-  const std::map<std::string, tools::LinkProfile> links = EmulatedLinks(profiles);
+  const std::map<std::string, harness::LinkProfile> links = EmulatedLinks(profiles);
   std::vector<Row> rows;
   if (!o.json) {
     std::printf("%-28s %9s %14s %14s %13s %13s %8s\n", "split", "in flight", "predicted ms",
                 "measured ms", "predicted s/s", "measured s/s", "error");
   }
   for (const plan::SplitPrediction& p : chosen) {
-    tools::JobSpecOverrides overrides = o.overrides;
+    harness::JobSpecOverrides overrides = o.overrides;
     overrides.layers = p.choice.layers;
     overrides.extra_in_flight = p.choice.extra_in_flight;
-    absl::StatusOr<tools::RewrittenJobSpec> run_spec = tools::RewriteJobSpec(config, overrides);
+    absl::StatusOr<harness::RewrittenJobSpec> run_spec = harness::RewriteJobSpec(config, overrides);
     if (!run_spec.ok()) {
       std::fprintf(stderr, "strait bench plan: %s\n",
                    std::string(run_spec.status().message()).c_str());
       return 1;
     }
-    tools::LocalFederation fed(run_spec->yaml, SiteIds(run_spec->spec));
+    harness::LocalFederation fed(run_spec->yaml, SiteIds(run_spec->spec));
     absl::StatusOr<FederationRun> run = RunFederation(fed, run_spec->spec, links, o.site_cpus);
     if (!run.ok()) {
       std::fprintf(stderr, "strait bench plan: %s\n", std::string(run.status().message()).c_str());
@@ -259,7 +260,7 @@ void AddBenchPlanCommand(CLI::App& bench, int* exit_code) {
                   "Job spec (default: configs/fashion-mlp-3site.yaml of this source tree); its "
                   "ranges are replaced by each split's")
       ->type_name("FILE");
-  AddJobSpecOverrideOptions(*cmd, o->overrides, "Steps per run (default 40)");
+  harness::AddJobSpecOverrideOptions(*cmd, o->overrides, "Steps per run (default 40)");
   cmd->add_option("--site-cpus", o->site_cpus,
                   "Cap a site's processes at this many CPU cores: repeatable, e.g. --site-cpus "
                   "dc-b=0.25")

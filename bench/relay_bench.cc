@@ -25,16 +25,16 @@
 #include "core/status.h"
 #include "crypto/certificates.h"
 #include "gateway/rpc/tls_credentials.h"
+#include "harness/subprocess.h"
 #include "site/rpc/gateway_client.h"
 #include "site/rpc/tls_credentials.h"
-#include "tools/subprocess.h"
 
 namespace strait::bench {
 namespace {
 
-using tools::FindStraitExecutable;
-using tools::Process;
-using tools::TempDir;
+using harness::FindStraitExecutable;
+using harness::Process;
+using harness::TempDir;
 
 constexpr int kPullWindow = 8;
 
@@ -142,7 +142,7 @@ absl::StatusOr<int64_t> PushAll(site::GatewayClient& client, uint64_t frames, ui
   return start;
 }
 
-absl::StatusOr<int64_t> WaitForResult(Process& sink, const std::string& file,
+absl::StatusOr<int64_t> WaitForResult(harness::Process& sink, const std::string& file,
                                       const std::string& key) {
   auto values = sink.WaitForReadyFile(file, {key}, std::chrono::seconds(300));
   if (values.empty())
@@ -157,7 +157,7 @@ absl::StatusOr<Measurement> Measure(const std::string& dir, const std::string& t
   m.frame_bytes = bytes;
   m.frames = std::max<uint64_t>(8, total_bytes / bytes);
   const std::string tag = absl::StrCat(dir, "/run", run);
-  std::vector<std::string> gateway_args = {FindStraitExecutable("strait-gateway"),
+  std::vector<std::string> gateway_args = {harness::FindStraitExecutable("strait-gateway"),
                                            "--config",
                                            dir + "/fed.yaml",
                                            "--listen",
@@ -168,13 +168,13 @@ absl::StatusOr<Measurement> Measure(const std::string& dir, const std::string& t
                                            "warn",
                                            "--no-dashboard"};
   if (tls_dir.empty()) gateway_args.push_back("--insecure");
-  Process gateway(gateway_args, tag + ".gateway.log");
+  harness::Process gateway(gateway_args, tag + ".gateway.log");
   auto ready = gateway.WaitForReadyFile(tag + ".gateway", {"grpc"}, std::chrono::seconds(30));
   if (ready.empty())
     return absl::UnavailableError("the gateway did not start:\n" + gateway.LogTail());
   const std::string address = "127.0.0.1:" + ready["grpc"];
 
-  std::vector<std::string> sink_args = {FindStraitExecutable("strait"),
+  std::vector<std::string> sink_args = {harness::FindStraitExecutable("strait"),
                                         "bench",
                                         "relay-sink",
                                         "--gateway",
@@ -186,7 +186,7 @@ absl::StatusOr<Measurement> Measure(const std::string& dir, const std::string& t
                                         "--result-file",
                                         tag + ".result"};
   if (!tls_dir.empty()) sink_args.insert(sink_args.end(), {"--tls-dir", tls_dir});
-  Process sink(sink_args, tag + ".sink.log");
+  harness::Process sink(sink_args, tag + ".sink.log");
   auto sink_ready = sink.WaitForReadyFile(tag + ".sink", {"direct"}, std::chrono::seconds(30));
   if (sink_ready.empty())
     return absl::UnavailableError("the consumer did not start:\n" + sink.LogTail());
@@ -215,13 +215,13 @@ absl::StatusOr<Measurement> Measure(const std::string& dir, const std::string& t
 }
 
 absl::Status MakeCertificates(const std::string& dir) {
-  const std::string strait = FindStraitExecutable("strait");
+  const std::string strait = harness::FindStraitExecutable("strait");
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{strait, "certs", "init", "--dir", dir, "--name", kRelayFederation},
         {strait, "certs", "issue", "--dir", dir, "--gateway", "127.0.0.1"},
         {strait, "certs", "issue", "--dir", dir, "--site", "a"},
         {strait, "certs", "issue", "--dir", dir, "--site", "b"}}) {
-    Process certs(args, dir + "/certs.log");
+    harness::Process certs(args, dir + "/certs.log");
     if (certs.Wait(std::chrono::seconds(60)) != 0)
       return absl::InternalError("strait certs failed:\n" + certs.LogTail());
   }
@@ -229,7 +229,7 @@ absl::Status MakeCertificates(const std::string& dir) {
 }
 
 int RunRelay(bool json, uint64_t total_mib) {
-  TempDir dir;
+  harness::TempDir dir;
   std::ofstream(dir.File("fed.yaml")) << kRelayJobSpec;
   const std::string tls_dir = dir.File("certs");
   std::filesystem::create_directories(tls_dir);

@@ -31,19 +31,19 @@
 #include "bench/command.h"
 #include "bench/federation_run.h"
 #include "compression/chain_spec.h"
+#include "harness/cpu_quota.h"
+#include "harness/job_spec_options.h"
+#include "harness/job_spec_rewrite.h"
+#include "harness/local_federation.h"
+#include "harness/subprocess.h"
 #include "site/nn/checkpoint.h"
-#include "tools/cpu_quota.h"
-#include "tools/job_spec_options.h"
-#include "tools/job_spec_rewrite.h"
-#include "tools/local_federation.h"
-#include "tools/subprocess.h"
 
 namespace strait::bench {
 namespace {
 
 struct ReplanBenchOptions {
   std::string config;
-  tools::JobSpecOverrides overrides = {.steps = 60, .checkpoint_every = 20};
+  harness::JobSpecOverrides overrides = {.steps = 60, .checkpoint_every = 20};
   std::vector<std::string> site_cpus;  // SITE=CORES before the slow-down.
   std::string slow;                    // SITE=CORES after it.
   int slow_at = 20;
@@ -102,27 +102,27 @@ absl::StatusOr<Phase> LastPhase(const std::string& log, int64_t steps, int globa
   return phase;
 }
 
-void StartSites(tools::LocalFederation& fed, const std::vector<std::string>& ids) {
+void StartSites(harness::LocalFederation& fed, const std::vector<std::string>& ids) {
   for (const std::string& id : ids) fed.StartSite(id, {"--threads", "1", "--no-eval"});
 }
 
-absl::Status WaitSites(tools::LocalFederation& fed, const std::vector<std::string>& ids) {
+absl::Status WaitSites(harness::LocalFederation& fed, const std::vector<std::string>& ids) {
   for (const std::string& id : ids) {
     if (int code = fed.WaitSite(id, kRunLimit); code != 0) {
       return absl::InternalError(absl::StrCat("site ", id, " exited with ", code, ":\n",
                                               fed.SiteLog(id), "\n--- gateway:\n",
-                                              tools::ReadFile(fed.GatewayLogFile())));
+                                              harness::ReadFile(fed.GatewayLogFile())));
     }
   }
   return absl::OkStatus();
 }
 
 // Whether the sites' final checkpoints, in stage order, are `strait train`'s byte for byte.
-absl::StatusOr<bool> SameBitsAsOneMachine(tools::LocalFederation& fed,
+absl::StatusOr<bool> SameBitsAsOneMachine(harness::LocalFederation& fed,
                                           const std::vector<std::string>& ids) {
   if (fed.RunReference({"--threads", "1"}, kRunLimit) != 0) {
     return absl::InternalError("strait train failed:\n" +
-                               tools::ReadFile(fed.dir().File("reference.log")));
+                               harness::ReadFile(fed.dir().File("reference.log")));
   }
   absl::StatusOr<site::CheckpointState> reference =
       site::ReadCheckpoint(fed.ReferenceDir() + "/final.ckpt");
@@ -157,8 +157,8 @@ int Fail(const absl::Status& s, int code = 1) {
 
 int RunReplanBench(const ReplanBenchOptions& o) {
   const std::string config =
-      o.config.empty() ? tools::DefaultJobSpec("fashion-mlp-3site-auto.yaml") : o.config;
-  absl::StatusOr<tools::RewrittenJobSpec> job = tools::RewriteJobSpec(config, o.overrides);
+      o.config.empty() ? harness::DefaultJobSpec("fashion-mlp-3site-auto.yaml") : o.config;
+  absl::StatusOr<harness::RewrittenJobSpec> job = harness::RewriteJobSpec(config, o.overrides);
   if (!job.ok()) return Fail(job.status(), 2);
   const JobSpec& spec = job->spec;
   if (!spec.PlansSplit()) {
@@ -167,7 +167,7 @@ int RunReplanBench(const ReplanBenchOptions& o) {
   }
   const std::vector<std::string> ids = SiteIds(spec);
   const std::vector<std::string> slow = absl::StrSplit(o.slow, '=');
-  absl::StatusOr<std::map<std::string, double>> after = tools::ParseSiteCpus({o.slow}, ids);
+  absl::StatusOr<std::map<std::string, double>> after = harness::ParseSiteCpus({o.slow}, ids);
   if (!after.ok() || slow.size() != 2) {
     return Fail(absl::InvalidArgumentError("--slow takes SITE=CORES of a site of the job"), 2);
   }
@@ -182,7 +182,7 @@ int RunReplanBench(const ReplanBenchOptions& o) {
   // The run that slows down.
   std::fprintf(stderr, "run 1: %s, then %s from step %d\n", absl::StrJoin(o.site_cpus, " ").c_str(),
                o.slow.c_str(), o.slow_at);
-  tools::LocalFederation slowed(job->yaml, ids);
+  harness::LocalFederation slowed(job->yaml, ids);
   if (absl::Status s = slowed.LimitSiteCpus(o.site_cpus); !s.ok()) return Fail(s, 2);
   std::string error;
   if (!slowed.StartGateway({}, &error)) return Fail(absl::InternalError(error));
@@ -198,13 +198,13 @@ int RunReplanBench(const ReplanBenchOptions& o) {
     return Fail(absl::InternalError(absl::StrCat(slow[0], " wrote no checkpoint of step ",
                                                  o.slow_at, ":\n", slowed.SiteLog(slow[0]))));
   }
-  const std::string before_log = tools::ReadFile(slowed.GatewayLogFile());
+  const std::string before_log = harness::ReadFile(slowed.GatewayLogFile());
   slowed.site(slow[0]).Kill(SIGKILL);
   slowed.site(slow[0]).Wait(std::chrono::seconds(10));
   if (absl::Status s = slowed.LimitSiteCpus(slow[0], after->at(slow[0])); !s.ok()) return Fail(s);
   slowed.StartSite(slow[0], {"--threads", "1", "--no-eval", "--resume"});
   if (absl::Status s = WaitSites(slowed, ids); !s.ok()) return Fail(s);
-  const std::string slowed_log = tools::ReadFile(slowed.GatewayLogFile());
+  const std::string slowed_log = harness::ReadFile(slowed.GatewayLogFile());
   absl::StatusOr<Phase> replanned = LastPhase(slowed_log, steps, batch);
   if (!replanned.ok()) return Fail(replanned.status());
   const std::vector<std::string> first_plan = Lines(before_log, "plan: planned split ");
@@ -212,18 +212,18 @@ int RunReplanBench(const ReplanBenchOptions& o) {
   // A fresh federation under the new quotas, as many steps as the first trained after its
   // rollback.
   std::fprintf(stderr, "run 2: %s from the start\n", absl::StrJoin(after_cpus, " ").c_str());
-  tools::JobSpecOverrides fresh_overrides = o.overrides;
+  harness::JobSpecOverrides fresh_overrides = o.overrides;
   fresh_overrides.steps = steps - replanned->from_step;
-  absl::StatusOr<tools::RewrittenJobSpec> fresh_job =
-      tools::RewriteJobSpec(config, fresh_overrides);
+  absl::StatusOr<harness::RewrittenJobSpec> fresh_job =
+      harness::RewriteJobSpec(config, fresh_overrides);
   if (!fresh_job.ok()) return Fail(fresh_job.status());
-  tools::LocalFederation fresh(fresh_job->yaml, ids);
+  harness::LocalFederation fresh(fresh_job->yaml, ids);
   if (absl::Status s = fresh.LimitSiteCpus(after_cpus); !s.ok()) return Fail(s, 2);
   if (!fresh.StartGateway({}, &error)) return Fail(absl::InternalError(error));
   StartSites(fresh, ids);
   if (absl::Status s = WaitSites(fresh, ids); !s.ok()) return Fail(s);
   absl::StatusOr<Phase> planned =
-      LastPhase(tools::ReadFile(fresh.GatewayLogFile()), fresh_overrides.steps, batch);
+      LastPhase(harness::ReadFile(fresh.GatewayLogFile()), fresh_overrides.steps, batch);
   if (!planned.ok()) return Fail(planned.status());
 
   const std::string first_split = first_plan.empty() ? "?" : SplitOfPlanLine(first_plan.back());
@@ -270,7 +270,7 @@ void AddBenchReplanCommand(CLI::App& bench, int* exit_code) {
                   "Job spec with layers: auto (default: configs/fashion-mlp-3site-auto.yaml of "
                   "this source tree)")
       ->type_name("FILE");
-  AddJobSpecOverrideOptions(*cmd, o->overrides, "Steps of the first run (default 60)");
+  harness::AddJobSpecOverrideOptions(*cmd, o->overrides, "Steps of the first run (default 60)");
   cmd->add_option("--checkpoint-every", o->overrides.checkpoint_every,
                   "training.checkpoint.every of both runs")
       ->capture_default_str()

@@ -19,17 +19,17 @@
 #include "absl/strings/str_format.h"
 #include "bench/command.h"
 #include "bench/federation_run.h"
-#include "tools/job_spec_options.h"
-#include "tools/job_spec_rewrite.h"
-#include "tools/local_federation.h"
-#include "tools/wan/link_profile.h"
+#include "harness/job_spec_options.h"
+#include "harness/job_spec_rewrite.h"
+#include "harness/local_federation.h"
+#include "harness/wan/link_profile.h"
 
 namespace strait::bench {
 namespace {
 
 struct ReplicasBenchOptions {
   std::string config;
-  tools::JobSpecOverrides overrides;
+  harness::JobSpecOverrides overrides;
   int every = 20;
   int bits = 8;
   std::string wan;            // Profile name; empty: no WAN run.
@@ -46,8 +46,8 @@ struct ReplicasRun {
 };
 
 absl::StatusOr<ReplicasRun> Train(const ReplicasBenchOptions& o, const std::string& sync,
-                                  const std::optional<tools::LinkProfile>& wan) {
-  tools::JobSpecOverrides overrides = o.overrides;
+                                  const std::optional<harness::LinkProfile>& wan) {
+  harness::JobSpecOverrides overrides = o.overrides;
   overrides.sync = sync;
   if (sync == "outer") {
     overrides.outer_every = o.every;
@@ -55,12 +55,12 @@ absl::StatusOr<ReplicasRun> Train(const ReplicasBenchOptions& o, const std::stri
   } else {
     overrides.outer_lr = overrides.outer_momentum = -1;
   }
-  absl::StatusOr<tools::RewrittenJobSpec> job = tools::RewriteJobSpec(o.config, overrides);
+  absl::StatusOr<harness::RewrittenJobSpec> job = harness::RewriteJobSpec(o.config, overrides);
   if (!job.ok()) return job.status();
   const JobSpec& spec = job->spec;
   std::vector<std::string> ids;
   for (int slot = 0; slot < spec.SiteSlots(); ++slot) ids.push_back(spec.SiteIdAt(slot));
-  tools::LocalFederation fed(job->yaml, ids);
+  harness::LocalFederation fed(job->yaml, ids);
   std::string error;
   if (!fed.StartGateway({"--log-level", "warn"}, &error)) {
     return absl::InternalError("the gateway did not start:\n" + error);
@@ -98,9 +98,9 @@ absl::StatusOr<ReplicasRun> Train(const ReplicasBenchOptions& o, const std::stri
 }
 
 int RunReplicasBench(const ReplicasBenchOptions& o) {
-  std::optional<tools::LinkProfile> wan;
+  std::optional<harness::LinkProfile> wan;
   if (!o.wan.empty()) {
-    absl::StatusOr<tools::LinkProfile> profile = tools::NamedProfile(o.wan);
+    absl::StatusOr<harness::LinkProfile> profile = harness::NamedProfile(o.wan);
     if (!profile.ok()) {
       std::fprintf(stderr, "strait bench replicas: %s\n",
                    std::string(profile.status().message()).c_str());
@@ -116,7 +116,7 @@ int RunReplicasBench(const ReplicasBenchOptions& o) {
   const std::string outer = absl::StrFormat("outer, every %d, %d bits", o.every, o.bits);
   struct Variant {
     std::string name, sync;
-    std::optional<tools::LinkProfile> link;
+    std::optional<harness::LinkProfile> link;
   };
   std::vector<Variant> variants;
   if (!o.no_reference) variants.push_back({"every_step", "every_step", std::nullopt});

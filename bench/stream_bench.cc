@@ -18,21 +18,21 @@
 #include "bench/command.h"
 #include "bench/relay_job.h"
 #include "core/frame_header.h"
+#include "harness/subprocess.h"
+#include "harness/wan/link_emulator.h"
+#include "harness/wan/link_profile.h"
 #include "site/rpc/gateway_client.h"
-#include "tools/subprocess.h"
-#include "tools/wan/link_emulator.h"
-#include "tools/wan/link_profile.h"
 
 namespace strait::bench {
 namespace {
 
-using tools::Describe;
-using tools::FindStraitExecutable;
-using tools::LinkEmulator;
-using tools::LinkProfile;
-using tools::NamedProfile;
-using tools::Process;
-using tools::TempDir;
+using harness::Describe;
+using harness::FindStraitExecutable;
+using harness::LinkEmulator;
+using harness::LinkProfile;
+using harness::NamedProfile;
+using harness::Process;
+using harness::TempDir;
 
 constexpr int kWarmUpFrames = 4;  // Let gRPC's flow-control windows grow to the link's BDP first.
 
@@ -57,7 +57,8 @@ absl::StatusOr<std::unique_ptr<site::GatewayClient>> Connect(const std::string& 
 // Milliseconds from the push of frame `index` (`bytes` long) to the end of its pull, which was
 // placed at the gateway beforehand.
 absl::StatusOr<double> TimeOneFrame(site::GatewayClient& producer, site::GatewayClient& consumer,
-                                    const LinkProfile& profile, uint64_t index, uint64_t bytes) {
+                                    const harness::LinkProfile& profile, uint64_t index,
+                                    uint64_t bytes) {
   const v1::TensorKey key = RelayFrameKey(index);
   auto pulled = consumer.Pull(key, std::chrono::seconds(120));
   // The pull crosses the consumer's link first.
@@ -79,20 +80,20 @@ absl::StatusOr<double> TimeOneFrame(site::GatewayClient& producer, site::Gateway
 
 // One gateway, two emulated links, a producer pushing in pieces of `chunk_bytes` (whole frames when
 // it is at least the frame size); the median latency per frame size.
-absl::Status MeasurePieces(const TempDir& dir, const LinkProfile& profile,
+absl::Status MeasurePieces(const harness::TempDir& dir, const harness::LinkProfile& profile,
                            const std::vector<uint64_t>& frame_sizes, uint64_t chunk_bytes, int runs,
                            int tag, std::vector<Row>& rows) {
   const std::string ready_file = dir.File("gateway" + std::to_string(tag) + ".ready");
-  Process gateway({FindStraitExecutable("strait-gateway"), "--config", dir.File("fed.yaml"),
-                   "--listen", "127.0.0.1:0", "--ready-file", ready_file, "--insecure",
-                   "--log-level", "warn", "--no-dashboard"},
-                  dir.File("gateway" + std::to_string(tag) + ".log"));
+  harness::Process gateway({harness::FindStraitExecutable("strait-gateway"), "--config",
+                            dir.File("fed.yaml"), "--listen", "127.0.0.1:0", "--ready-file",
+                            ready_file, "--insecure", "--log-level", "warn", "--no-dashboard"},
+                           dir.File("gateway" + std::to_string(tag) + ".log"));
   auto ready = gateway.WaitForReadyFile(ready_file, {"grpc"}, std::chrono::seconds(30));
   if (ready.empty())
     return absl::UnavailableError("the gateway did not start:\n" + gateway.LogTail());
   const std::string address = "127.0.0.1:" + ready["grpc"];
-  auto producer_link = LinkEmulator::Start("127.0.0.1:0", address, profile);
-  auto consumer_link = LinkEmulator::Start("127.0.0.1:0", address, profile);
+  auto producer_link = harness::LinkEmulator::Start("127.0.0.1:0", address, profile);
+  auto consumer_link = harness::LinkEmulator::Start("127.0.0.1:0", address, profile);
   if (!producer_link.ok()) return producer_link.status();
   if (!consumer_link.ok()) return consumer_link.status();
   auto consumer = Connect((*consumer_link)->address(), "b", kMaxChunkBytes);
@@ -129,13 +130,13 @@ absl::Status MeasurePieces(const TempDir& dir, const LinkProfile& profile,
 
 int RunStream(const std::string& profile_name, const std::vector<uint64_t>& frame_kib,
               uint64_t chunk_bytes, int runs, bool json) {
-  absl::StatusOr<LinkProfile> profile = NamedProfile(profile_name);
+  absl::StatusOr<harness::LinkProfile> profile = harness::NamedProfile(profile_name);
   if (!profile.ok()) {
     std::fprintf(stderr, "strait bench stream: %s\n",
                  std::string(profile.status().message()).c_str());
     return 2;
   }
-  TempDir dir;
+  harness::TempDir dir;
   std::ofstream(dir.File("fed.yaml")) << kRelayJobSpec;
   // Frames over kMaxChunkBytes cannot be pushed whole (in one piece): timed in pieces only.
   std::vector<uint64_t> sizes, whole_sizes;

@@ -16,9 +16,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/job_spec.h"
+#include "harness/job_spec_options.h"
+#include "harness/local_federation.h"
 #include "tools/command.h"
-#include "tools/job_spec_options.h"
-#include "tools/local_federation.h"
 #include "tools/text_sampling.h"
 
 namespace strait::tools {
@@ -26,7 +26,7 @@ namespace {
 
 struct DemoOptions {
   std::string config;
-  JobSpecOverrides overrides;  // --steps and the codec chains.
+  harness::JobSpecOverrides overrides;  // --steps and the codec chains.
   bool no_dashboard = false;
   std::string dashboard = "127.0.0.1:0";
   bool keep = false;
@@ -55,7 +55,7 @@ std::string Mib(double bytes) { return absl::StrFormat("%.1f MiB", bytes / (1 <<
 // One process's log shown on the demo's screen, each line prefixed with its name.
 struct Follower {
   std::string name;
-  LogFollower log;
+  harness::LogFollower log;
   bool
       progress_lines;  // false: its "step ..." lines are left out (the last stage's carry the loss)
 };
@@ -71,7 +71,7 @@ void Forward(std::vector<Follower>& followers, size_t width) {
 }
 
 // Reads the sites' metrics.json and prints what the federation achieved.
-void PrintSummary(const JobSpec& spec, LocalFederation& fed, double wall_seconds) {
+void PrintSummary(const JobSpec& spec, harness::LocalFederation& fed, double wall_seconds) {
   double raw = 0, wire = 0;
   std::optional<double> accuracy, val_loss, val_bits_per_byte, val_bytes_per_token;
   double samples_per_second = 0;
@@ -80,8 +80,9 @@ void PrintSummary(const JobSpec& spec, LocalFederation& fed, double wall_seconds
   for (int slot = 0; slot < spec.SiteSlots(); ++slot) {
     const std::string& id = spec.SiteIdAt(slot);
     const bool last_stage = slot % spec.Stages() == spec.Stages() - 1;
-    nlohmann::json m = nlohmann::json::parse(ReadFile(fed.OutDir(id) + "/metrics.json"), nullptr,
-                                             /*allow_exceptions=*/false);
+    nlohmann::json m =
+        nlohmann::json::parse(harness::ReadFile(fed.OutDir(id) + "/metrics.json"), nullptr,
+                              /*allow_exceptions=*/false);
     if (m.is_discarded()) continue;
     if (m.contains("test_accuracy")) accuracy = m["test_accuracy"].get<double>();
     if (m.contains("val_loss")) val_loss = m["val_loss"].get<double>();
@@ -135,30 +136,31 @@ void PrintSummary(const JobSpec& spec, LocalFederation& fed, double wall_seconds
 }
 
 int RunDemo(DemoOptions o) {
-  if (o.config.empty()) o.config = DefaultJobSpec();
+  if (o.config.empty()) o.config = harness::DefaultJobSpec();
   if (o.config.empty()) {
     std::fprintf(stderr,
                  "strait demo: no default job spec next to this build; pass --config FILE\n");
     return 2;
   }
-  const Executables exe = Executables::Find();
+  const harness::Executables exe = harness::Executables::Find();
   for (const std::string* path : {&exe.gateway, &exe.site}) {
     if (path->empty()) {
       std::fprintf(stderr, "strait demo: strait-gateway or strait-site not found beside %s\n",
-                   FindStraitExecutable("strait").c_str());
+                   harness::FindStraitExecutable("strait").c_str());
       return 1;
     }
   }
-  absl::StatusOr<RewrittenJobSpec> rewritten = RewriteJobSpec(o.config, o.overrides);
+  absl::StatusOr<harness::RewrittenJobSpec> rewritten =
+      harness::RewriteJobSpec(o.config, o.overrides);
   if (!rewritten.ok()) {
     std::fprintf(stderr, "strait demo: %s\n", std::string(rewritten.status().message()).c_str());
     return 2;
   }
   const std::string& yaml = rewritten->yaml;
   const JobSpec* spec = &rewritten->spec;
-  std::optional<LinkProfile> wan_profile;
+  std::optional<harness::LinkProfile> wan_profile;
   if (!o.wan.empty()) {
-    absl::StatusOr<LinkProfile> profile = NamedProfile(o.wan);
+    absl::StatusOr<harness::LinkProfile> profile = harness::NamedProfile(o.wan);
     if (!profile.ok()) {
       std::fprintf(stderr, "strait demo: --wan: %s\n",
                    std::string(profile.status().message()).c_str());
@@ -177,10 +179,10 @@ int RunDemo(DemoOptions o) {
     std::fprintf(stderr, "strait demo: --resume needs the --workdir of the run to resume\n");
     return 2;
   }
-  std::unique_ptr<LocalFederation> federation =
-      o.workdir.empty() ? std::make_unique<LocalFederation>(yaml, ids, exe)
-                        : std::make_unique<LocalFederation>(yaml, ids, exe, o.workdir);
-  LocalFederation& fed = *federation;
+  std::unique_ptr<harness::LocalFederation> federation =
+      o.workdir.empty() ? std::make_unique<harness::LocalFederation>(yaml, ids, exe)
+                        : std::make_unique<harness::LocalFederation>(yaml, ids, exe, o.workdir);
+  harness::LocalFederation& fed = *federation;
   std::printf("strait demo: %s, %zu sites, work directory %s\n", spec->name.c_str(), ids.size(),
               fed.dir().path().c_str());
   for (int r = 0; r < spec->Replicas(); ++r) {
@@ -238,7 +240,7 @@ int RunDemo(DemoOptions o) {
     std::printf("strait demo: %s CPU cores (a cgroup quota for that site's processes)\n",
                 cap.c_str());
   }
-  std::vector<Follower> followers = {{"gateway", LogFollower(fed.GatewayLogFile()), true}};
+  std::vector<Follower> followers = {{"gateway", harness::LogFollower(fed.GatewayLogFile()), true}};
   // Processes that must end with code 0: every site and every follower rank of a site of
   // several machines (its rank 0 is the site's process, whose log is followed).
   std::vector<std::string> processes;
@@ -250,13 +252,15 @@ int RunDemo(DemoOptions o) {
     if (machines > 1) {
       fed.StartSiteRanks(id, machines, args);
       std::printf("strait demo: site %s runs as %d ranks on loopback\n", id.c_str(), machines);
-      for (int r = 1; r < machines; ++r) processes.push_back(LocalFederation::RankName(id, r));
+      for (int r = 1; r < machines; ++r)
+        processes.push_back(harness::LocalFederation::RankName(id, r));
     } else {
       fed.StartSite(id, args);
     }
     processes.push_back(id);
     // The last stage of every replica shows its progress lines.
-    followers.push_back({id, LogFollower(fed.SiteLogFile(id)), (i + 1) % spec->sites.size() == 0});
+    followers.push_back(
+        {id, harness::LogFollower(fed.SiteLogFile(id)), (i + 1) % spec->sites.size() == 0});
   }
   const auto start = std::chrono::steady_clock::now();
   std::set<std::string> finished;
@@ -314,8 +318,8 @@ void AddDemoCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("-c,--config", o->config,
                   "Job spec (default: configs/fashion-mlp-3site.yaml of this source tree)")
       ->type_name("FILE");
-  AddJobSpecOverrideOptions(*cmd, o->overrides,
-                            "Train this many steps instead of the job spec's epochs");
+  harness::AddJobSpecOverrideOptions(*cmd, o->overrides,
+                                     "Train this many steps instead of the job spec's epochs");
   cmd->add_flag("--no-dashboard", o->no_dashboard, "Serve no dashboard");
   cmd->add_option("--dashboard", o->dashboard, "Dashboard address (port 0 picks a free one)")
       ->capture_default_str()

@@ -11,12 +11,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/job_spec.h"
+#include "harness/plan_profiles.h"
+#include "harness/wan/link_profile.h"
 #include "plan/site_profile.h"
 #include "plan/split_planner.h"
 #include "site/plan/site_profiler.h"
 #include "tools/command.h"
-#include "tools/plan_profiles.h"
-#include "tools/wan/link_profile.h"
 
 namespace strait::tools {
 namespace {
@@ -61,7 +61,7 @@ int RunProfile(const ProfileArgs& a) {
                spec->model.NumLayers(), a.site.c_str(),
                a.cpus > 0 ? absl::StrFormat(" under a quota of %.2f cores", a.cpus).c_str() : "");
   absl::StatusOr<plan::SiteProfile> profile =
-      a.cpus > 0 ? ProfileUnderQuota(a.config, a.site, a.cpus, options)
+      a.cpus > 0 ? harness::ProfileUnderQuota(a.config, a.site, a.cpus, options)
                  : site::MeasureSiteProfile(*spec, index, options);
   if (!profile.ok()) {
     std::fprintf(stderr, "strait profile: %s\n", std::string(profile.status().message()).c_str());
@@ -101,7 +101,7 @@ int RunPlan(const PlanArgs& a) {
   }
   absl::StatusOr<plan::FederationProfile> profiles = plan::ReadFederationProfile(a.profiles);
   absl::Status s = profiles.status();
-  if (s.ok()) s = AddLinkProfiles(*spec, a.links, &*profiles);
+  if (s.ok()) s = harness::AddLinkProfiles(*spec, a.links, &*profiles);
   if (!s.ok()) {
     std::fprintf(stderr, "strait plan: %s\n", std::string(s.message()).c_str());
     return 2;

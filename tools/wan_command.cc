@@ -14,10 +14,10 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "harness/wan/control_server.h"
+#include "harness/wan/link_emulator.h"
+#include "harness/wan/link_profile.h"
 #include "tools/command.h"
-#include "tools/wan/control_server.h"
-#include "tools/wan/link_emulator.h"
-#include "tools/wan/link_profile.h"
 
 namespace strait::tools {
 namespace {
@@ -43,7 +43,7 @@ struct WanOptions {
 };
 
 // The link the options ask for, or a message saying what to change.
-absl::StatusOr<LinkProfile> ProfileFromOptions(const WanOptions& o) {
+absl::StatusOr<harness::LinkProfile> ProfileFromOptions(const WanOptions& o) {
   if (!o.profile.empty() && (!o.rate.empty() || !o.delay.empty())) {
     return absl::InvalidArgumentError(
         "give either --profile NAME or --rate R --delay D (a custom link), not both");
@@ -52,38 +52,38 @@ absl::StatusOr<LinkProfile> ProfileFromOptions(const WanOptions& o) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "say which link to emulate: --profile NAME (%s) or --rate R --delay D, e.g. --rate 100mbit "
         "--delay 75ms",
-        absl::StrJoin(ProfileNames(), ", ")));
+        absl::StrJoin(harness::ProfileNames(), ", ")));
   }
-  LinkProfile profile;
+  harness::LinkProfile profile;
   if (!o.profile.empty()) {
-    absl::StatusOr<LinkProfile> named = NamedProfile(o.profile);
+    absl::StatusOr<harness::LinkProfile> named = harness::NamedProfile(o.profile);
     if (!named.ok()) return named.status();
     profile = *named;
   } else {
     profile.name = "custom";
     // A missing --rate is an unlimited one, a missing --delay none.
-    absl::StatusOr<double> rate = ParseRate(o.rate.empty() ? "unlimited" : o.rate);
+    absl::StatusOr<double> rate = harness::ParseRate(o.rate.empty() ? "unlimited" : o.rate);
     if (!rate.ok()) return rate.status();
     absl::StatusOr<std::chrono::microseconds> delay =
-        ParseDuration(o.delay.empty() ? "0" : o.delay);
+        harness::ParseDuration(o.delay.empty() ? "0" : o.delay);
     if (!delay.ok()) return delay.status();
     profile.rate_bits_per_second = *rate;
     profile.one_way_delay = *delay;
   }
   if (!o.jitter.empty()) {
-    absl::StatusOr<std::chrono::microseconds> jitter = ParseDuration(o.jitter);
+    absl::StatusOr<std::chrono::microseconds> jitter = harness::ParseDuration(o.jitter);
     if (!jitter.ok()) return jitter.status();
     profile.jitter = *jitter;
   }
   if (!o.loss_burst.empty()) {
-    absl::StatusOr<LossBurst> burst = ParseLossBurst(o.loss_burst);
+    absl::StatusOr<harness::LossBurst> burst = harness::ParseLossBurst(o.loss_burst);
     if (!burst.ok()) return burst.status();
     profile.loss_burst = *burst;
   }
   return profile;
 }
 
-std::string FinalStats(const LinkEmulator::Stats& s) {
+std::string FinalStats(const harness::LinkEmulator::Stats& s) {
   return absl::StrFormat(
       "strait wan: %d bytes up, %d bytes down, %d connections%s", s.bytes_up, s.bytes_down,
       s.connections,
@@ -97,12 +97,12 @@ int RunWan(const WanOptions& o) {
                  "the gateway's address)\n");
     return 2;
   }
-  absl::StatusOr<LinkProfile> profile = ProfileFromOptions(o);
+  absl::StatusOr<harness::LinkProfile> profile = ProfileFromOptions(o);
   if (!profile.ok()) {
     std::fprintf(stderr, "strait wan: %s\n", std::string(profile.status().message()).c_str());
     return 2;
   }
-  absl::StatusOr<std::chrono::microseconds> dial_timeout = ParseDuration(o.dial_timeout);
+  absl::StatusOr<std::chrono::microseconds> dial_timeout = harness::ParseDuration(o.dial_timeout);
   if (!dial_timeout.ok() || dial_timeout->count() <= 0) {
     std::fprintf(stderr, "strait wan: --dial-timeout %s: %s\n", o.dial_timeout.c_str(),
                  dial_timeout.ok() ? "must be positive, e.g. 10s"
@@ -121,16 +121,16 @@ int RunWan(const WanOptions& o) {
   action.sa_flags = SA_RESTART;
   for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGUSR2}) sigaction(s, &action, nullptr);
 
-  absl::StatusOr<std::unique_ptr<LinkEmulator>> link = LinkEmulator::Start(
+  absl::StatusOr<std::unique_ptr<harness::LinkEmulator>> link = harness::LinkEmulator::Start(
       o.listen, o.forward, *profile, std::chrono::ceil<std::chrono::milliseconds>(*dial_timeout));
   if (!link.ok()) {
     std::fprintf(stderr, "strait wan: %s\n", std::string(link.status().message()).c_str());
     return link.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
-  std::unique_ptr<ControlServer> control;
+  std::unique_ptr<harness::ControlServer> control;
   if (!o.control.empty()) {
-    absl::StatusOr<std::unique_ptr<ControlServer>> started =
-        ControlServer::Start(o.control, link->get());
+    absl::StatusOr<std::unique_ptr<harness::ControlServer>> started =
+        harness::ControlServer::Start(o.control, link->get());
     if (!started.ok()) {
       std::fprintf(stderr, "strait wan: control socket: %s\n",
                    std::string(started.status().message()).c_str());
@@ -169,17 +169,18 @@ int RunWan(const WanOptions& o) {
       failed_dials = failed;
     }
     if (signal == 0 && o.verbose) {  // Ten seconds passed.
-      const LinkEmulator::Stats s = (*link)->stats();
+      const harness::LinkEmulator::Stats s = (*link)->stats();
       if (s.bytes_up + s.bytes_down != reported) {
         reported = s.bytes_up + s.bytes_down;
         std::printf("%s, %llu open, link %s\n", FinalStats(s).c_str(),
-                    static_cast<unsigned long long>(s.open_connections), StateName(s.state));
+                    static_cast<unsigned long long>(s.open_connections),
+                    harness::StateName(s.state));
       }
     }
     std::fflush(stdout);
   }
   control.reset();
-  const LinkEmulator::Stats s = (*link)->stats();
+  const harness::LinkEmulator::Stats s = (*link)->stats();
   link->reset();
   std::printf("%s\n", FinalStats(s).c_str());
   std::fflush(stdout);

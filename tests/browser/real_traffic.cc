@@ -46,7 +46,7 @@ absl::StatusOr<std::unique_ptr<RealTraffic>> RealTraffic::Start(const std::strin
   RealTraffic& t = *traffic;
   std::ofstream(t.dir_.File("fed.yaml")) << kSpec;
   std::ofstream(t.dir_.File("token")) << token << "\n";
-  t.gateway_ = std::make_unique<tools::Process>(
+  t.gateway_ = std::make_unique<harness::Process>(
       std::vector<std::string>{gateway_binary, "--config", t.dir_.File("fed.yaml"), "--insecure",
                                "--listen", "127.0.0.1:0", "--dashboard", "127.0.0.1:0",
                                "--ready-file", t.dir_.File("ready"), "--log-level", "warn"},

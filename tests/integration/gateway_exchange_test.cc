@@ -14,15 +14,15 @@
 #include <memory>
 #include <thread>
 
+#include "harness/subprocess.h"
 #include "strait/v1/gateway.grpc.pb.h"
 #include "tests/integration/loopback_socket.h"
-#include "tools/subprocess.h"
 
 namespace strait {
 namespace {
 
-using tools::Process;
-using tools::TempDir;
+using harness::Process;
+using harness::TempDir;
 
 constexpr size_t kChunk = 1 << 20;
 
@@ -245,7 +245,7 @@ class GatewayExchangeTest : public ::testing::Test {
  protected:
   void StartGateway(const std::string& budget, int width = 1 << 20) {
     std::ofstream(dir_.File("fed.yaml")) << SpecText(budget, width);
-    gateway_ = std::make_unique<Process>(
+    gateway_ = std::make_unique<harness::Process>(
         std::vector<std::string>{std::string(STRAIT_BINARY_DIR) + "/gateway/strait-gateway",
                                  "--config", dir_.File("fed.yaml"), "--insecure", "--listen",
                                  "127.0.0.1:0", "--ready-file", dir_.File("ready"), "--dashboard",
@@ -261,8 +261,8 @@ class GatewayExchangeTest : public ::testing::Test {
     if (HasFailure() && gateway_) std::cerr << "gateway log:\n" << gateway_->LogTail() << "\n";
   }
 
-  TempDir dir_;
-  std::unique_ptr<Process> gateway_;
+  harness::TempDir dir_;
+  std::unique_ptr<harness::Process> gateway_;
   std::string address_;
   int http_port_ = 0;  // The dashboard's: /metrics.
 };

@@ -16,15 +16,15 @@
 #include <thread>
 
 #include "core/join_request.h"
+#include "harness/subprocess.h"
 #include "site/rpc/gateway_client.h"
 #include "strait/v1/gateway.grpc.pb.h"
-#include "tools/subprocess.h"
 
 namespace strait {
 namespace {
 
-using tools::Process;
-using tools::TempDir;
+using harness::Process;
+using harness::TempDir;
 
 constexpr int kProducers = 64;
 constexpr int kFramesEach = 8;
@@ -52,7 +52,7 @@ v1::TensorKey Key(int producer, int frame) {
 }
 
 TEST(GatewayLoadTest, SixtyFourProducersAgainstASmallBudget) {
-  TempDir dir;
+  harness::TempDir dir;
   std::ofstream(dir.File("fed.yaml")) << R"(name: load-test
 gateway: {memory_budget: 16MiB, heartbeat_timeout: 60s}
 model: {family: mlp, input: 16, hidden: [16384, 8], classes: 4}
@@ -62,10 +62,11 @@ sites:
   - {id: a, layers: [0, 1]}
   - {id: b, layers: [1, 3]}
 )";
-  Process gateway({std::string(STRAIT_BINARY_DIR) + "/gateway/strait-gateway", "-c",
-                   dir.File("fed.yaml"), "--insecure", "--listen", "127.0.0.1:0", "--no-dashboard",
-                   "--ready-file", dir.File("ready"), "--log-level", "warn"},
-                  dir.File("gateway.log"));
+  harness::Process gateway(
+      {std::string(STRAIT_BINARY_DIR) + "/gateway/strait-gateway", "-c", dir.File("fed.yaml"),
+       "--insecure", "--listen", "127.0.0.1:0", "--no-dashboard", "--ready-file", dir.File("ready"),
+       "--log-level", "warn"},
+      dir.File("gateway.log"));
   auto ready = gateway.WaitForReadyFile(dir.File("ready"), {"grpc"}, std::chrono::seconds(30));
   ASSERT_FALSE(ready.empty()) << gateway.LogTail();
   const std::string address = "127.0.0.1:" + ready["grpc"];

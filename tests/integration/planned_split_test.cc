@@ -83,14 +83,14 @@ void FinishAll(BuildTreeFederation& fed) {
       std::string logs;
       for (const std::string& site : kSites) logs += "\n--- " + site + ":\n" + fed.SiteLog(site);
       ASSERT_EQ(code, 0) << *it << " failed" << logs << "\n--- gateway:\n"
-                         << ReadFile(fed.GatewayLogFile());
+                         << harness::ReadFile(fed.GatewayLogFile());
       it = running.erase(it);
     }
     if (std::chrono::steady_clock::now() > deadline) {
       std::string logs;
       for (const std::string& site : kSites) logs += "\n--- " + site + ":\n" + fed.SiteLog(site);
       FAIL() << running.front() << " and others still run after 300 s" << logs << "\n--- gateway:\n"
-             << ReadFile(fed.GatewayLogFile());
+             << harness::ReadFile(fed.GatewayLogFile());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -118,7 +118,7 @@ TEST(PlannedSplitTest, TheGatewayPlansTheSplitAndTheSitesTrainTheBitsOfOneMachin
   if (HasFatalFailure()) return;
   FinishAll(fed);
   if (HasFatalFailure()) return;
-  const std::string gateway = ReadFile(fed.GatewayLogFile());
+  const std::string gateway = harness::ReadFile(fed.GatewayLogFile());
   EXPECT_THAT(gateway, HasSubstr("planning the split: waiting for the profiles of"));
   EXPECT_THAT(gateway, HasSubstr("plan: planned split ["));
   EXPECT_THAT(gateway, HasSubstr("contiguous splits predicted"));
@@ -134,7 +134,7 @@ TEST(PlannedSplitTest, TheGatewayPlansTheSplitAndTheSitesTrainTheBitsOfOneMachin
     EXPECT_TRUE(std::filesystem::exists(fed.dir().File("checkpoints/" + site + "/profile.json")));
   }
   ASSERT_EQ(fed.RunReference(kThreads, seconds(600)), 0)
-      << ReadFile(fed.dir().File("reference.log"));
+      << harness::ReadFile(fed.dir().File("reference.log"));
   ExpectSameStateAsReference(fed, kSites, 20);
 }
 
@@ -151,7 +151,7 @@ TEST(PlannedSplitTest, ARestartedSiteTakesItsCachedProfileAndTheSamePlan) {
   EXPECT_THAT(fed.SiteLog("dc-b"), HasSubstr("took the cached profile of 5 layers"));
   EXPECT_EQ(RangeOf(fed, "dc-b"), range);
   ASSERT_EQ(fed.RunReference(kThreads, seconds(600)), 0)
-      << ReadFile(fed.dir().File("reference.log"));
+      << harness::ReadFile(fed.dir().File("reference.log"));
   ExpectSameStateAsReference(fed, kSites, 40);
 }
 
@@ -175,7 +175,7 @@ TEST(PlannedSplitTest, ASiteBackSlowerMakesTheLayersMoveAndTheBitsStay) {
   fed.StartSite("dc-b", {"--threads", "1", "--resume"});
   FinishAll(fed);
   if (HasFatalFailure()) return;
-  EXPECT_THAT(ReadFile(fed.GatewayLogFile()), HasSubstr("planning it again"));
+  EXPECT_THAT(harness::ReadFile(fed.GatewayLogFile()), HasSubstr("planning it again"));
   EXPECT_THAT(fed.SiteLog("dc-b"), HasSubstr("took the cached profile of 5 layers"));
   EXPECT_NE(RangeOf(fed, "dc-b"), before) << fed.SiteLog("dc-b");
   std::string logs;
@@ -183,7 +183,7 @@ TEST(PlannedSplitTest, ASiteBackSlowerMakesTheLayersMoveAndTheBitsStay) {
   EXPECT_THAT(logs, HasSubstr("moving layers"));
   EXPECT_THAT(logs, HasSubstr("received layers"));
   ASSERT_EQ(fed.RunReference(kThreads, seconds(600)), 0)
-      << ReadFile(fed.dir().File("reference.log"));
+      << harness::ReadFile(fed.dir().File("reference.log"));
   ExpectSameStateAsReference(fed, kSites, 40);
 }
 
@@ -195,12 +195,12 @@ TEST(PlannedSplitTest, ASiteOfAnotherJobSpecIsRefusedWithTheDifference) {
   const std::string other = fed.dir().File("other.yaml");
   std::ofstream(other) << JobYaml(5, 64);
   const std::string log = fed.dir().File("other.log");
-  tools::Process site(
-      {tools::Executables::InBuildTree(STRAIT_BINARY_DIR).site, "-c", other, "--site", "dc-c",
+  harness::Process site(
+      {harness::Executables::InBuildTree(STRAIT_BINARY_DIR).site, "-c", other, "--site", "dc-c",
        "--gateway", fed.gateway_address(), "--out", fed.OutDir("dc-c"), "--threads", "1"},
       log);
-  EXPECT_NE(site.Wait(seconds(120)), 0) << ReadFile(log);
-  EXPECT_THAT(ReadFile(log), HasSubstr("runs another job spec than the gateway"));
+  EXPECT_NE(site.Wait(seconds(120)), 0) << harness::ReadFile(log);
+  EXPECT_THAT(harness::ReadFile(log), HasSubstr("runs another job spec than the gateway"));
 }
 
 }  // namespace

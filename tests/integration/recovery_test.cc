@@ -67,13 +67,13 @@ bool WaitForCheckpoint(BuildTreeFederation& fed, const std::string& site, int st
 }
 
 nlohmann::json Metrics(const std::string& dir) {
-  return nlohmann::json::parse(ReadFile(dir + "/metrics.json"), nullptr,
+  return nlohmann::json::parse(harness::ReadFile(dir + "/metrics.json"), nullptr,
                                /*allow_exceptions=*/false);
 }
 
 void ExpectLikeReference(BuildTreeFederation& fed, int steps) {
   ASSERT_EQ(fed.RunReference({"--threads", "1"}, seconds(600)), 0)
-      << ReadFile(fed.dir().File("reference.log"));
+      << harness::ReadFile(fed.dir().File("reference.log"));
   ExpectSameStateAsReference(fed, kSites, steps);
   const nlohmann::json last = Metrics(fed.OutDir("dc-c")), single = Metrics(fed.ReferenceDir());
   EXPECT_EQ(last["loss"], single["loss"]);  // Every step's loss, replayed steps included.
@@ -107,7 +107,7 @@ void KillTheMiddleSiteAndResume(const std::string& schedule) {
   ASSERT_NE(resumed, std::string::npos) << gateway_log;
   std::printf("gateway: %s\n",
               gateway_log.substr(resumed, gateway_log.find('\n', resumed) - resumed).c_str());
-  const std::string site_log = ReadFile(fed.SiteLogFile("dc-b"));
+  const std::string site_log = harness::ReadFile(fed.SiteLogFile("dc-b"));
   const size_t again = site_log.find("training again from step");
   ASSERT_NE(again, std::string::npos) << site_log;
   std::printf("dc-b: %s\n", site_log.substr(again, site_log.find('\n', again) - again).c_str());
@@ -136,8 +136,9 @@ TEST(RecoveryTest, TheGatewayKilledMidRunAndRestartedEndsBitIdentical) {
   ASSERT_TRUE(fed.RestartGateway(&error)) << error;
   for (const std::string& site : kSites) {
     ASSERT_EQ(fed.WaitSite(site, seconds(600)), 0) << site << ":\n" << fed.SiteLog(site);
-    EXPECT_NE(ReadFile(fed.SiteLogFile(site)).find("joined the gateway at"), std::string::npos)
-        << ReadFile(fed.SiteLogFile(site));
+    EXPECT_NE(harness::ReadFile(fed.SiteLogFile(site)).find("joined the gateway at"),
+              std::string::npos)
+        << harness::ReadFile(fed.SiteLogFile(site));
   }
   const std::string gateway_log = fed.gateway().LogTail(20000);
   EXPECT_NE(gateway_log.find("training starts at step"), std::string::npos) << gateway_log;
@@ -151,7 +152,7 @@ int WanPort(const std::string& log_file) {
   const std::regex first_line("strait wan: 127\\.0\\.0\\.1:(\\d+) -> ");
   for (int i = 0; i < 200; ++i) {
     std::smatch m;
-    const std::string log = ReadFile(log_file);
+    const std::string log = harness::ReadFile(log_file);
     if (std::regex_search(log, m, first_line)) return std::stoi(m[1]);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -166,9 +167,9 @@ TEST(RecoveryTest, ALinkCutForTenSecondsThenRestoredEndsBitIdentical) {
   // dc-b reaches the gateway through `strait wan` (metro profile); SIGUSR1 cuts the link (every
   // connection closed, new ones refused), SIGUSR2 restores it.
   const std::string wan_log = fed.dir().File("wan.log");
-  tools::Process wan({tools::Executables::InBuildTree(STRAIT_BINARY_DIR).strait, "wan", "--forward",
-                      fed.gateway_address(), "--profile", "metro"},
-                     wan_log);
+  harness::Process wan({harness::Executables::InBuildTree(STRAIT_BINARY_DIR).strait, "wan",
+                        "--forward", fed.gateway_address(), "--profile", "metro"},
+                       wan_log);
   const int port = WanPort(wan_log);
   ASSERT_GT(port, 0) << wan.LogTail();
   fed.StartSite("dc-a", {"--threads", "1"});
@@ -182,11 +183,12 @@ TEST(RecoveryTest, ALinkCutForTenSecondsThenRestoredEndsBitIdentical) {
   for (const std::string& site : kSites) {
     ASSERT_EQ(fed.WaitSite(site, seconds(600)), 0) << site << ":\n" << fed.SiteLog(site);
   }
-  const std::string log = ReadFile(fed.SiteLogFile("dc-b"));
+  const std::string log = harness::ReadFile(fed.SiteLogFile("dc-b"));
   EXPECT_NE(log.find("cannot reach the gateway"), std::string::npos) << log;
   EXPECT_NE(log.find("joined the gateway at"), std::string::npos) << log;
   EXPECT_NE(fed.gateway().LogTail(20000).find("training restarts at step"), std::string::npos);
-  EXPECT_NE(ReadFile(wan_log).find("link cut (SIGUSR1)"), std::string::npos) << ReadFile(wan_log);
+  EXPECT_NE(harness::ReadFile(wan_log).find("link cut (SIGUSR1)"), std::string::npos)
+      << harness::ReadFile(wan_log);
   ExpectLikeReference(fed, steps);
 }
 
@@ -228,7 +230,7 @@ TEST(RecoveryTest, ResumeSkipsACorruptAndATruncatedCheckpoint) {
   EXPECT_NE(fed.gateway().LogTail(20000).find("training starts at step 30"), std::string::npos)
       << fed.gateway().LogTail(20000);
   ASSERT_EQ(fed.RunReference({"--threads", "1"}, seconds(600)), 0)
-      << ReadFile(fed.dir().File("reference.log"));
+      << harness::ReadFile(fed.dir().File("reference.log"));
   ExpectSameStateAsReference(fed, kSites, 60);
 }
 

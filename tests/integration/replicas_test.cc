@@ -83,7 +83,7 @@ TEST(ReplicasTest, EveryStepTrainsWhatOnePipelineWithTwiceTheBatchTrains) {
   BuildTreeFederation fed(JobYaml({}), kSites);
   TrainAll(fed);
   ASSERT_EQ(fed.RunReference({"--threads", "1"}, seconds(600)), 0)
-      << ReadFile(fed.dir().File("reference.log"));
+      << harness::ReadFile(fed.dir().File("reference.log"));
   ExpectLikeReferenceUpToFloatOrder(fed, {"dc-a", "dc-b"});
   ExpectLikeReferenceUpToFloatOrder(fed, {"dc-c", "dc-d"});
   ExpectReplicasAgree(fed, "dc-a", "dc-c");
@@ -101,7 +101,7 @@ TEST(ReplicasTest, OuterRoundsEndWithTheReplicasAgreeing) {
   ExpectReplicasAgree(fed, "dc-a", "dc-c");
   ExpectReplicasAgree(fed, "dc-b", "dc-d");
   // Five rounds: after steps 10, 20, 30, 40 and the last, 45.
-  const std::string log = ReadFile(fed.SiteLogFile("dc-c"));
+  const std::string log = harness::ReadFile(fed.SiteLogFile("dc-c"));
   EXPECT_NE(log.find("outer round after step 40"), std::string::npos) << log;
   EXPECT_NE(log.find("outer round after step 45"), std::string::npos) << log;
 }
@@ -109,7 +109,7 @@ TEST(ReplicasTest, OuterRoundsEndWithTheReplicasAgreeing) {
 // Waits until `site`'s log has `text` (false after 300 s or if it exited).
 bool WaitForLog(BuildTreeFederation& fed, const std::string& site, const std::string& text) {
   const auto deadline = std::chrono::steady_clock::now() + seconds(300);
-  while (ReadFile(fed.SiteLogFile(site)).find(text) == std::string::npos) {
+  while (harness::ReadFile(fed.SiteLogFile(site)).find(text) == std::string::npos) {
     if (std::chrono::steady_clock::now() > deadline || !fed.site(site).Running()) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -130,7 +130,7 @@ TEST(ReplicasTest, AReplicaKilledDuringAnOuterRoundRollsBackAndEndsWithTheSameBi
   ASSERT_TRUE(WaitForLog(fed, "dc-c", "outer round after step 20")) << fed.SiteLog("dc-c");
   fed.site("dc-a").Kill(SIGSTOP);
   std::this_thread::sleep_for(std::chrono::seconds(1));
-  const std::string waiting = ReadFile(fed.SiteLogFile("dc-c"));
+  const std::string waiting = harness::ReadFile(fed.SiteLogFile("dc-c"));
   const size_t last_line = waiting.rfind('\n', waiting.size() - 2);
   ASSERT_NE(waiting.find("outer round after step", last_line), std::string::npos)
       << "dc-c is not waiting in an outer round:\n"

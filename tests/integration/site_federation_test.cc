@@ -88,7 +88,7 @@ links:
 }
 
 nlohmann::json Metrics(const std::string& dir) {
-  return nlohmann::json::parse(ReadFile(dir + "/metrics.json"), nullptr,
+  return nlohmann::json::parse(harness::ReadFile(dir + "/metrics.json"), nullptr,
                                /*allow_exceptions=*/false);
 }
 
@@ -102,7 +102,7 @@ void TrainBoth(BuildTreeFederation& fed,
     ASSERT_EQ(fed.WaitSite(site, seconds(600)), 0) << site << ":\n" << fed.SiteLog(site);
   }
   ASSERT_EQ(fed.RunReference({"--threads", "1"}, seconds(600)), 0)
-      << ReadFile(fed.dir().File("reference.log"));
+      << harness::ReadFile(fed.dir().File("reference.log"));
 }
 
 class FidelityTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
@@ -289,7 +289,7 @@ TEST(MixedWorkersTest, OneTwoOneWorkersMatchOneProcessUpToFloatOrder) {
 
 TEST(SecurityTest, ACertificateOfAnotherCaCannotJoin) {
   BuildTreeFederation fed(JobYaml({}), kSites);
-  ASSERT_TRUE(MakeCertificates(fed.dir().File("other"), {"dc-a"}, "other").ok());
+  ASSERT_TRUE(harness::MakeCertificates(fed.dir().File("other"), {"dc-a"}, "other").ok());
   std::string error;
   ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
   const std::string other = fed.dir().File("other");
@@ -317,9 +317,9 @@ TEST(AgreementTest, ASiteThatWouldTrainAnotherNumberOfStepsCannotJoin) {
 
 TEST(SecurityTest, AFrameAlteredInTheGatewayIsRefusedCountedAndStopsTraining) {
   // The test gateway (tamper_gateway_main.cc): strait-gateway that flips a byte of the third frame.
-  tools::Executables executables = tools::Executables::InBuildTree(STRAIT_BINARY_DIR);
+  harness::Executables executables = harness::Executables::InBuildTree(STRAIT_BINARY_DIR);
   executables.gateway = STRAIT_TAMPER_GATEWAY;
-  tools::LocalFederation fed(JobYaml({}), kSites, executables);
+  harness::LocalFederation fed(JobYaml({}), kSites, executables);
   std::string error;
   ASSERT_TRUE(fed.StartGateway({"--tamper-frame", "3"}, &error)) << error;
   for (const std::string& site : kSites) fed.StartSite(site);

@@ -114,7 +114,7 @@ TEST(SiteRanksTest, TwoRanksTrainTheBitsOfOneProcessOfTwoWorkersAndMatchOneMachi
   Train(workers, 1);
   if (HasFatalFailure()) return;
   ExpectSameFinalState(ranks, workers);
-  const std::string leader_log = ReadFile(ranks.SiteLogFile("dc-b"));
+  const std::string leader_log = harness::ReadFile(ranks.SiteLogFile("dc-b"));
   EXPECT_THAT(leader_log, ::testing::HasSubstr("site group 1 formed: 2 ranks"));
   // What the dashboard shows: dc-b's machines and, from its leader's reports, each rank's state.
   const v1::FederationState state = GatewayState(ranks);
@@ -125,7 +125,7 @@ TEST(SiteRanksTest, TwoRanksTrainTheBitsOfOneProcessOfTwoWorkersAndMatchOneMachi
   EXPECT_EQ(state.sites(1).last_report().ranks(1).state(), "training");
 
   ASSERT_EQ(ranks.RunReference(kThreads, seconds(600)), 0)
-      << ReadFile(ranks.dir().File("reference.log"));
+      << harness::ReadFile(ranks.dir().File("reference.log"));
   ExpectLikeReferenceUpToFloatOrder(ranks, kSites);
 }
 
@@ -139,7 +139,7 @@ TEST(SiteRanksTest, TensorParallelMiddleSiteMatchesOneMachineAndRepeatsItsBits) 
   if (HasFatalFailure()) return;
   ExpectSameFinalState(first, second);
   ASSERT_EQ(first.RunReference(kThreads, seconds(600)), 0)
-      << ReadFile(first.dir().File("reference.log"));
+      << harness::ReadFile(first.dir().File("reference.log"));
   ExpectLikeReferenceUpToFloatOrder(first, kSites);
 }
 
@@ -173,7 +173,7 @@ TEST(SiteRanksTest, AFollowerRankKilledMidRunFailsItsSiteAndTheRestartedRankRejo
   Finish(fed, 2);
   if (HasFatalFailure()) return;
 
-  const std::string leader_log = ReadFile(fed.SiteLogFile("dc-b"));
+  const std::string leader_log = harness::ReadFile(fed.SiteLogFile("dc-b"));
   EXPECT_THAT(leader_log, ::testing::HasSubstr("the site left the federation and resumes"));
   EXPECT_THAT(leader_log, ::testing::HasSubstr("site group 2 formed"));
   const std::string gateway_log = fed.gateway().LogTail(20000);
@@ -201,7 +201,7 @@ TEST(SiteRanksTest, AHungFollowerRankIsDetectedWithinTheHeartbeatTimeout) {
   }
   fed.site(rank1).Kill(SIGSTOP);
   const auto stopped = std::chrono::steady_clock::now();
-  while (ReadFile(fed.SiteLogFile("dc-b")).find("the site left the federation") ==
+  while (harness::ReadFile(fed.SiteLogFile("dc-b")).find("the site left the federation") ==
          std::string::npos) {
     ASSERT_LT(std::chrono::steady_clock::now() - stopped, seconds(30)) << fed.SiteLog("dc-b");
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -218,7 +218,7 @@ TEST(SiteRanksTest, AHungFollowerRankIsDetectedWithinTheHeartbeatTimeout) {
 // Only the leader (dc-b's rank 0) runs: the ranks are refused before anything joins a gateway.
 TEST(SiteRanksTest, ARankWithAnotherSitesOrAnotherCasCertificateIsRefused) {
   BuildTreeFederation fed(JobYaml(2, 1, 10), kSites);
-  ASSERT_TRUE(MakeCertificates(fed.dir().File("other"), {"dc-b"}, "other").ok());
+  ASSERT_TRUE(harness::MakeCertificates(fed.dir().File("other"), {"dc-b"}, "other").ok());
   fed.StartSiteRanks("dc-b", 1, kThreads);  // The leader alone.
   const std::string certs = fed.dir().File("certs"), other = fed.dir().File("other");
   const std::string rank1 = BuildTreeFederation::RankName("dc-b", 1);

@@ -25,11 +25,11 @@
 #include <thread>
 #include <vector>
 
-#include "tools/subprocess.h"
-#include "tools/wan/control_server.h"
-#include "tools/wan/emulator_thread.h"
-#include "tools/wan/link_emulator.h"
-#include "tools/wan/link_profile.h"
+#include "harness/subprocess.h"
+#include "harness/wan/control_server.h"
+#include "harness/wan/emulator_thread.h"
+#include "harness/wan/link_emulator.h"
+#include "harness/wan/link_profile.h"
 
 namespace strait::tools {
 namespace {
@@ -39,9 +39,9 @@ using std::chrono::milliseconds;
 
 const std::string kStrait = std::string(STRAIT_BINARY_DIR) + "/tools/strait";
 
-LinkProfile Custom(double rate, std::chrono::microseconds delay,
-                   std::chrono::microseconds jitter = {}) {
-  LinkProfile p;
+harness::LinkProfile Custom(double rate, std::chrono::microseconds delay,
+                            std::chrono::microseconds jitter = {}) {
+  harness::LinkProfile p;
   p.name = "custom";
   p.rate_bits_per_second = rate;
   p.one_way_delay = delay;
@@ -209,9 +209,10 @@ struct Recording {
   }
 };
 
-std::unique_ptr<LinkEmulator> StartLink(const TestServer& server, const LinkProfile& profile) {
-  absl::StatusOr<std::unique_ptr<LinkEmulator>> link =
-      LinkEmulator::Start("127.0.0.1:0", server.address(), profile);
+std::unique_ptr<harness::LinkEmulator> StartLink(const TestServer& server,
+                                                 const harness::LinkProfile& profile) {
+  absl::StatusOr<std::unique_ptr<harness::LinkEmulator>> link =
+      harness::LinkEmulator::Start("127.0.0.1:0", server.address(), profile);
   EXPECT_TRUE(link.ok()) << link.status();
   return link.ok() ? std::move(*link) : nullptr;
 }
@@ -291,14 +292,14 @@ TEST(WanLinkTest, CutClosesConnectionsUntilRestored) {
   EXPECT_TRUE(ClosedByPeer(before));
   close(before);
   ASSERT_TRUE(Eventually([&] { return link->stats().open_connections == 0; }));
-  EXPECT_EQ(link->stats().state, LinkEmulator::State::kCut);
+  EXPECT_EQ(link->stats().state, harness::LinkEmulator::State::kCut);
   const int during = Dial(link->port(), std::chrono::seconds(5));
   ASSERT_GE(during, 0);  // The kernel accepts; the emulator closes it at once.
   EXPECT_TRUE(ClosedByPeer(during));
   close(during);
 
   link->Restore();
-  ASSERT_TRUE(Eventually([&] { return link->stats().state == LinkEmulator::State::kUp; }));
+  ASSERT_TRUE(Eventually([&] { return link->stats().state == harness::LinkEmulator::State::kUp; }));
   const int after = Dial(link->port(), std::chrono::seconds(5));
   EXPECT_TRUE(Echoes(after));
   close(after);
@@ -322,7 +323,7 @@ TEST(WanLinkTest, StallHoldsBytesAndRestoreDeliversThemAll) {
   ASSERT_TRUE(WriteAll(fd, held.data(), held.size()));
   std::this_thread::sleep_for(milliseconds(500));
   EXPECT_EQ(recording.size(), first.size()) << "bytes crossed a stalled link";
-  EXPECT_EQ(link->stats().state, LinkEmulator::State::kStalled);
+  EXPECT_EQ(link->stats().state, harness::LinkEmulator::State::kStalled);
 
   const Clock::time_point restored = Clock::now();
   link->Restore();
@@ -354,7 +355,7 @@ TEST(WanLinkTest, JitterKeepsOrderAndIntegrity) {
   EXPECT_TRUE(ClosedByPeer(fd)) << "the half-close did not come back";
   close(fd);
   EXPECT_TRUE(Eventually([&] {
-    const LinkEmulator::Stats s = link->stats();
+    const harness::LinkEmulator::Stats s = link->stats();
     return s.open_connections == 0 && s.bytes_up == payload.size() &&
            s.bytes_down == payload.size();
   }));
@@ -364,13 +365,13 @@ TEST(WanLinkTest, JitterKeepsOrderAndIntegrity) {
 // and destroying one closes its listener and its connections at once while the others carry on.
 TEST(WanLinkTest, LinksSharingAThreadForwardAndCloseIndependently) {
   TestServer echo(Echo);
-  auto thread = std::make_shared<EmulatorThread>();
-  absl::StatusOr<std::unique_ptr<LinkEmulator>> a =
-      LinkEmulator::Start("127.0.0.1:0", echo.address(), Custom(0, milliseconds(2)),
-                          LinkEmulator::kDialTimeout, thread);
-  absl::StatusOr<std::unique_ptr<LinkEmulator>> b =
-      LinkEmulator::Start("127.0.0.1:0", echo.address(), Custom(0, milliseconds(5)),
-                          LinkEmulator::kDialTimeout, thread);
+  auto thread = std::make_shared<harness::EmulatorThread>();
+  absl::StatusOr<std::unique_ptr<harness::LinkEmulator>> a =
+      harness::LinkEmulator::Start("127.0.0.1:0", echo.address(), Custom(0, milliseconds(2)),
+                                   harness::LinkEmulator::kDialTimeout, thread);
+  absl::StatusOr<std::unique_ptr<harness::LinkEmulator>> b =
+      harness::LinkEmulator::Start("127.0.0.1:0", echo.address(), Custom(0, milliseconds(5)),
+                                   harness::LinkEmulator::kDialTimeout, thread);
   ASSERT_TRUE(a.ok() && b.ok());
   const int to_a = Dial((*a)->port(), std::chrono::seconds(5));
   const int to_b = Dial((*b)->port(), std::chrono::seconds(5));
@@ -388,12 +389,13 @@ TEST(WanLinkTest, LinksSharingAThreadForwardAndCloseIndependently) {
 }
 
 TEST(WanLinkTest, RejectsBadAddresses) {
-  EXPECT_EQ(LinkEmulator::Start("127.0.0.1", "127.0.0.1:1", Custom(0, {})).status().code(),
+  EXPECT_EQ(harness::LinkEmulator::Start("127.0.0.1", "127.0.0.1:1", Custom(0, {})).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(LinkEmulator::Start("127.0.0.1:0", "127.0.0.1:99999", Custom(0, {})).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  absl::StatusOr<std::unique_ptr<LinkEmulator>> v6 =
-      LinkEmulator::Start("[::1]:0", "127.0.0.1:1", Custom(0, {}));
+  EXPECT_EQ(
+      harness::LinkEmulator::Start("127.0.0.1:0", "127.0.0.1:99999", Custom(0, {})).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<std::unique_ptr<harness::LinkEmulator>> v6 =
+      harness::LinkEmulator::Start("[::1]:0", "127.0.0.1:1", Custom(0, {}));
   if (v6.ok()) {  // Where the machine has IPv6 loopback.
     EXPECT_THAT((*v6)->address(), ::testing::StartsWith("[::1]:"));
   }
@@ -417,7 +419,7 @@ int BoundLoopbackSocket(int* port) {
 
 // Dials `link` once: the emulator must close the client (within the client's 5 s read timeout)
 // and count a failed dial, not a connection.
-void ExpectAConnectionClosedAsAFailedDial(const LinkEmulator& link) {
+void ExpectAConnectionClosedAsAFailedDial(const harness::LinkEmulator& link) {
   const int fd = Dial(link.port(), std::chrono::seconds(5));
   ASSERT_GE(fd, 0);
   EXPECT_TRUE(ClosedByPeer(fd));
@@ -431,11 +433,11 @@ TEST(WanLinkTest, ADialThatFailsClosesTheClientAndIsCounted) {
   int port = 0;
   const int reserved = BoundLoopbackSocket(&port);
   ASSERT_GE(reserved, 0);
-  absl::StatusOr<std::unique_ptr<LinkEmulator>> link = LinkEmulator::Start(
+  absl::StatusOr<std::unique_ptr<harness::LinkEmulator>> link = harness::LinkEmulator::Start(
       "127.0.0.1:0", "127.0.0.1:" + std::to_string(port), Custom(0, milliseconds(1)));
   ASSERT_TRUE(link.ok()) << link.status();
   ExpectAConnectionClosedAsAFailedDial(**link);
-  EXPECT_THAT(StatsJson((*link)->stats()), ::testing::HasSubstr(R"("failed_dials":1)"));
+  EXPECT_THAT(harness::StatsJson((*link)->stats()), ::testing::HasSubstr(R"("failed_dials":1)"));
   close(reserved);
 }
 
@@ -450,12 +452,13 @@ TEST(WanLinkTest, ADialThatGetsNoAnswerTimesOutClosesTheClientAndIsCounted) {
   ASSERT_GE(queued, 0);
   const std::string forward = "127.0.0.1:" + std::to_string(port);
 
-  EXPECT_EQ(
-      LinkEmulator::Start("127.0.0.1:0", forward, Custom(0, {}), milliseconds(0)).status().code(),
-      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(harness::LinkEmulator::Start("127.0.0.1:0", forward, Custom(0, {}), milliseconds(0))
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
   {  // With a long timeout the dial just hangs: the client stays open and nothing is counted.
-    absl::StatusOr<std::unique_ptr<LinkEmulator>> patient =
-        LinkEmulator::Start("127.0.0.1:0", forward, Custom(0, {}), std::chrono::minutes(1));
+    absl::StatusOr<std::unique_ptr<harness::LinkEmulator>> patient = harness::LinkEmulator::Start(
+        "127.0.0.1:0", forward, Custom(0, {}), std::chrono::minutes(1));
     ASSERT_TRUE(patient.ok()) << patient.status();
     const int fd = Dial((*patient)->port(), std::chrono::seconds(1));
     ASSERT_GE(fd, 0);
@@ -464,8 +467,8 @@ TEST(WanLinkTest, ADialThatGetsNoAnswerTimesOutClosesTheClientAndIsCounted) {
     EXPECT_EQ((*patient)->stats().connections, 0u);
     close(fd);
   }
-  absl::StatusOr<std::unique_ptr<LinkEmulator>> link =
-      LinkEmulator::Start("127.0.0.1:0", forward, Custom(0, {}), milliseconds(300));
+  absl::StatusOr<std::unique_ptr<harness::LinkEmulator>> link =
+      harness::LinkEmulator::Start("127.0.0.1:0", forward, Custom(0, {}), milliseconds(300));
   ASSERT_TRUE(link.ok()) << link.status();
   // Closed by the dial timeout (300 ms), well before the client's 5 s read timeout.
   ExpectAConnectionClosedAsAFailedDial(**link);
@@ -501,11 +504,11 @@ int NumberFromLog(const std::string& log_file, const std::string& pattern) {
 TEST(WanLinkTest, StraitWanProcess) {
   const std::string strait = kStrait;
   TestServer echo(Echo);
-  TempDir dir;
+  harness::TempDir dir;
   const std::string log = dir.File("wan.log");
-  Process wan({strait, "wan", "--listen", "127.0.0.1:0", "--forward", echo.address(), "--rate",
-               "1gbit", "--delay", "1ms", "--control", "127.0.0.1:0"},
-              log);
+  harness::Process wan({strait, "wan", "--listen", "127.0.0.1:0", "--forward", echo.address(),
+                        "--rate", "1gbit", "--delay", "1ms", "--control", "127.0.0.1:0"},
+                       log);
   const int port = NumberFromLog(log, "strait wan: 127\\.0\\.0\\.1:(\\d+) -> " + echo.address() +
                                           ", custom: 1 Gbit/s, 1 ms one-way\n");
   ASSERT_GT(port, 0) << wan.LogTail();
@@ -550,7 +553,7 @@ TEST(WanLinkTest, StraitWanProcess) {
 
 TEST(WanLinkTest, StraitWanRejectsBadInput) {
   const std::string strait = kStrait;
-  TempDir dir;
+  harness::TempDir dir;
   struct Case {
     std::vector<std::string> args;
     const char* message;
@@ -571,7 +574,7 @@ TEST(WanLinkTest, StraitWanRejectsBadInput) {
         Case{{"--forward", "127.0.0.1:1", "--bogus"}, "--bogus"}}) {
     std::vector<std::string> argv = {strait, "wan"};
     argv.insert(argv.end(), c.args.begin(), c.args.end());
-    Process p(argv, dir.File("bad" + std::to_string(run++) + ".log"));
+    harness::Process p(argv, dir.File("bad" + std::to_string(run++) + ".log"));
     EXPECT_EQ(p.Wait(std::chrono::seconds(10)), 2) << c.args.back();
     EXPECT_THAT(p.LogTail(), ::testing::HasSubstr(c.message)) << c.args.back();
   }

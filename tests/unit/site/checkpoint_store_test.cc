@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "tools/subprocess.h"
+#include "harness/subprocess.h"
 
 namespace strait::site {
 namespace {
@@ -33,7 +33,7 @@ class CheckpointStoreTest : public ::testing::Test {
     return *std::move(group);
   }
 
-  tools::TempDir dir_;
+  harness::TempDir dir_;
   JobSpec spec_;
 };
 

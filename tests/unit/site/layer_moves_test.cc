@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "core/model_layout.h"
+#include "harness/subprocess.h"
 #include "site/backend/counter_rng.h"
 #include "site/nn/checkpoint_layers.h"
 #include "site/nn/stage.h"
 #include "tests/unit/site/fake_gateway.h"
-#include "tools/subprocess.h"
 
 namespace strait::site {
 namespace {
@@ -90,7 +90,7 @@ class LayerMovesTest : public ::testing::Test {
         << spec_.sites[site].id;
   }
 
-  tools::TempDir dir_;
+  harness::TempDir dir_;
   JobSpec spec_;
   CheckpointState whole_;
   FakeGateway gateway_;

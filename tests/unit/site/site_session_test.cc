@@ -29,10 +29,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "crypto/certificates.h"
+#include "harness/subprocess.h"
 #include "site/backend/cpu/cpu_backend.h"
 #include "site/nn/trainer.h"
 #include "tests/unit/site/fake_gateway.h"
-#include "tools/subprocess.h"
 
 namespace strait::site {
 namespace {
@@ -419,7 +419,7 @@ class SiteSessionTest : public ::testing::Test {
               trainer->Evaluate()->accuracy);
   }
 
-  tools::TempDir dir_;
+  harness::TempDir dir_;
   JobSpec spec_;
   FakeGateway gateway_;
   FakeFederation federation_{gateway_};
