@@ -1,4 +1,4 @@
-// The check macros for CUDA runtime, cuBLAS and NCCL calls (DESIGN.md §9: one per external
+// The check macros for CUDA runtime, cuBLAS, cuDNN and NCCL calls (DESIGN.md §9: one per external
 // library), for every folder that may call them: compression/cuda, site/backend/cuda and
 // site/collective. Each evaluates `expr` once and yields an absl::Status: OK when the call
 // succeeded, else Internal with "<file>:<line>: <expr>: <error name>: <description>". They do not
@@ -6,9 +6,10 @@
 //   STRAIT_RETURN_IF_ERROR(STRAIT_CUDA_CHECK(cudaMallocAsync(&p, bytes, stream)));
 //   absl::Status s = STRAIT_CUBLAS_CHECK(cublasCreate(&handle));
 //   replica.status.Update(STRAIT_NCCL_CHECK(ncclGroupEnd()));
-// STRAIT_CUDA_CHECK needs only this header. STRAIT_CUBLAS_CHECK and STRAIT_NCCL_CHECK name
-// cuBLAS's and NCCL's own error-string functions, so the file using them includes <cublas_v2.h> or
-// <nccl.h> (it does anyway, to make the call): code that uses CUDA alone needs neither library.
+// STRAIT_CUDA_CHECK needs only this header. STRAIT_CUBLAS_CHECK, STRAIT_CUDNN_CHECK and
+// STRAIT_NCCL_CHECK name cuBLAS's, cuDNN's and NCCL's own error-string functions, so the file using
+// them includes <cublas_v2.h>, <cudnn.h> or <nccl.h> (it does anyway, to make the call): code that
+// uses CUDA alone needs none of those libraries.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -48,6 +49,19 @@ inline std::string DescribeCudaError(cudaError_t e) {
       [](cublasStatus_t e) {                                                           \
         return ::absl::StrCat(cublasGetStatusName(e), ": ", cublasGetStatusString(e)); \
       },                                                                               \
+      #expr, __FILE__, __LINE__)
+
+// A cuDNN call (include <cudnn.h> first): the status's name and number, then what
+// cudnnGetLastErrorString says about the failure (when it says anything).
+#define STRAIT_CUDNN_CHECK(expr)                                                              \
+  ::strait::compression::LibraryCallStatus<cudnnStatus_t>(                                    \
+      (expr), CUDNN_STATUS_SUCCESS,                                                           \
+      [](cudnnStatus_t e) {                                                                   \
+        char strait_cudnn_last_[512] = {};                                                    \
+        cudnnGetLastErrorString(strait_cudnn_last_, sizeof(strait_cudnn_last_));              \
+        return ::absl::StrCat(cudnnGetErrorString(e), " (", static_cast<int>(e), ")",         \
+                              strait_cudnn_last_[0] != '\0' ? ": " : "", strait_cudnn_last_); \
+      },                                                                                      \
       #expr, __FILE__, __LINE__)
 
 // An NCCL call (include <nccl.h> first). NCCL has no name function: the name is the number.

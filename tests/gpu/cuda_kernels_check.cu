@@ -1,4 +1,4 @@
-// GPU check of site/backend/cuda/cuda_kernels.cu and attention_kernels.cu against host reference
+// GPU check of site/backend/cuda/cuda_kernels.h and attention_kernels.h against host reference
 // loops that mirror site/backend/cpu (cpu_loops.cc, cpu_backend.cc): every launcher, f32, bf16 and
 // mixed types, aligned (vector) and misaligned (scalar) pointers, register and streaming row
 // widths, multi-chunk column reductions, determinism (two runs, same bits), then a few timings

@@ -4,6 +4,7 @@
 // Build (from /work/typed), one line:
 //   g++ -std=c++20 -O2 -Wall -Wextra -I/work/typed -I/usr/local/cuda/include
 //     /tmp/cudnn_attention_smoke.cc site/backend/cuda/cudnn_attention.cc
+//     site/backend/cuda/cudnn_attention_graphs.cc site/backend/cuda/cudnn_graph.cc
 //     -L/usr/local/cuda/lib64 -lcudnn -lcudart -labsl_status -labsl_statusor -labsl_strings
 //     -Wl,-rpath,/usr/local/cuda/lib64 -o /tmp/cudnn_attention_smoke
 // Run: /tmp/cudnn_attention_smoke [--no-timing]

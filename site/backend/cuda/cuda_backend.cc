@@ -1,6 +1,6 @@
 // The CUDA backend: cuBLASLt for matrix products (bf16 tensor cores or exact f32, epilogues fused
-// where cuBLASLt has them), cuDNN's flash attention for bf16, the kernels of cuda_kernels.cu and
-// attention_kernels.cu for the rest, all on one stream. Compiled by the host compiler; only the
+// where cuBLASLt has them), cuDNN's flash attention for bf16, the kernels of cuda_kernels.h and
+// attention_kernels.h for the rest, all on one stream. Compiled by the host compiler; only the
 // kernels go through nvcc.
 #include "site/backend/cuda/cuda_backend.h"
 

@@ -299,14 +299,10 @@ absl::Status SetEpiloguePointers(const Plan& plan, const LtProduct& p, const LtE
   return absl::OkStatus();
 }
 
-// Builds the descriptors and asks the heuristic. An error status: a cuBLASLt call failed (nothing
-// is cached). OK with plan->status not OK: cuBLASLt has no algorithm (cached).
-absl::Status BuildPlan(cublasLtHandle_t handle, size_t workspace_bytes, const LtProduct& p,
-                       const LtEpilogue& e, const std::string& shape, Plan* plan) {
-  plan->epilogue = EpilogueOf(e);
-  const cudaDataType_t ab = CudaType(p.ab);
-  const cudaDataType_t c = CudaType(p.c_type);
-
+// The operation descriptor: f32 compute, the transposes and the epilogue, with this call's
+// epilogue pointers.
+absl::Status SetOperation(const LtProduct& p, const LtEpilogue& e, const std::string& shape,
+                          Plan* plan) {
   // The operation: f32 compute and f32 alpha/beta (host pointers, the default pointer mode).
   STRAIT_LT_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
                             shape);
@@ -333,8 +329,13 @@ absl::Status BuildPlan(cublasLtHandle_t handle, size_t workspace_bytes, const Lt
     }
   }
   // The heuristic infers the bias / aux alignment from the pointers' values: set the real ones.
-  if (absl::Status s = SetEpiloguePointers(*plan, p, e); !s.ok()) return s;
+  return SetEpiloguePointers(*plan, p, e);
+}
 
+// The layouts of cuBLASLt's A, B and C = D (strided batches when batch > 1).
+absl::Status SetLayouts(const LtProduct& p, const std::string& shape, Plan* plan) {
+  const cudaDataType_t ab = CudaType(p.ab);
+  const cudaDataType_t c = CudaType(p.c_type);
   // Layouts, column-major (see the table in lt_matmul.h).
   const uint64_t m = static_cast<uint64_t>(p.m), n = static_cast<uint64_t>(p.n),
                  k = static_cast<uint64_t>(p.k);
@@ -361,7 +362,13 @@ absl::Status BuildPlan(cublasLtHandle_t handle, size_t workspace_bytes, const Lt
     STRAIT_LT_RETURN_IF_ERROR(
         SetLayout(plan->layout_c, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, stride_c), shape);
   }
+  return absl::OkStatus();
+}
 
+// Asks the heuristic for an algorithm that fits the workspace: plan->status says which, or why
+// none (Unimplemented). An error status: a cuBLASLt call failed.
+absl::Status ChooseAlgorithm(cublasLtHandle_t handle, size_t workspace_bytes, const LtProduct& p,
+                             const std::string& shape, Plan* plan) {
   // Preferences: the workspace, and the operands' actual alignments (cuBLASLt assumes 256 bytes
   // otherwise and may pick a kernel that faults on less-aligned buffers).
   cublasLtMatmulPreference_t pref = nullptr;
@@ -409,6 +416,16 @@ absl::Status BuildPlan(cublasLtHandle_t handle, size_t workspace_bytes, const Lt
   plan->status = absl::UnimplementedError(absl::StrCat(
       "cublasLtMatmulAlgoGetHeuristic: no algorithm (", returned, " results) for ", shape));
   return absl::OkStatus();
+}
+
+// Builds the descriptors and asks the heuristic. An error status: a cuBLASLt call failed (nothing
+// is cached). OK with plan->status not OK: cuBLASLt has no algorithm (cached).
+absl::Status BuildPlan(cublasLtHandle_t handle, size_t workspace_bytes, const LtProduct& p,
+                       const LtEpilogue& e, const std::string& shape, Plan* plan) {
+  plan->epilogue = EpilogueOf(e);
+  if (absl::Status s = SetOperation(p, e, shape, plan); !s.ok()) return s;
+  if (absl::Status s = SetLayouts(p, shape, plan); !s.ok()) return s;
+  return ChooseAlgorithm(handle, workspace_bytes, p, shape, plan);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
-// The CUDA, cuBLAS and NCCL check macros. No GPU needed: the error codes are given, not returned by
-// a device call, and the runtime's error strings need no device.
+// The CUDA, cuBLAS, cuDNN and NCCL check macros. No GPU needed: the error codes are given, not
+// returned by a device call, and the runtime's error strings need no device.
 #include "compression/cuda/cuda_check.h"
 
 #include <cublas_v2.h>
+#include <cudnn.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nccl.h>
@@ -21,6 +22,7 @@ using ::testing::StartsWith;
 TEST(CudaCheckTest, SuccessIsOk) {
   EXPECT_TRUE(STRAIT_CUDA_CHECK(cudaSuccess).ok());
   EXPECT_TRUE(STRAIT_CUBLAS_CHECK(CUBLAS_STATUS_SUCCESS).ok());
+  EXPECT_TRUE(STRAIT_CUDNN_CHECK(CUDNN_STATUS_SUCCESS).ok());
   EXPECT_TRUE(STRAIT_NCCL_CHECK(ncclSuccess).ok());
 }
 
@@ -39,6 +41,15 @@ TEST(CudaCheckTest, CublasErrorNamesTheStatus) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
   EXPECT_THAT(std::string(s.message()),
               HasSubstr(": CUBLAS_STATUS_NOT_INITIALIZED: CUBLAS_STATUS_NOT_INITIALIZED: "));
+}
+
+TEST(CudaCheckTest, CudnnErrorNamesTheStatusAndItsNumber) {
+  absl::Status s = STRAIT_CUDNN_CHECK(CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr(absl::StrCat(
+                  ": CUDNN_STATUS_BAD_PARAM: ", cudnnGetErrorString(CUDNN_STATUS_BAD_PARAM), " (",
+                  static_cast<int>(CUDNN_STATUS_BAD_PARAM), ")")));
 }
 
 TEST(CudaCheckTest, NcclErrorNamesTheResult) {
