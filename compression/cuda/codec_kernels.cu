@@ -5,10 +5,10 @@
 #include <cub/device/device_select.cuh>
 
 #include "compression/cuda/codec_kernels.h"
-#include "compression/cuda/cuda_check.h"
 #include "compression/float_bits.h"
 #include "compression/quantize_stage.h"
 #include "compression/topk_stage.h"
+#include "core/library_check.h"
 #include "core/status.h"
 
 namespace strait::compression {

@@ -3,8 +3,8 @@
 #include <vector>
 
 #include "compression/cuda/codec_kernels.h"
-#include "compression/cuda/cuda_check.h"
 #include "compression/quantize_stage.h"
+#include "core/library_check.h"
 #include "core/status.h"
 
 namespace strait::compression {

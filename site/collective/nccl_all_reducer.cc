@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "compression/cuda/cuda_check.h"
+#include "core/library_check.h"
 #include "core/status.h"
 #include "site/backend/cuda/cuda_backend.h"
 #include "site/collective/all_reducer.h"

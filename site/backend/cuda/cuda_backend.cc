@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "compression/cuda/cuda_check.h"
+#include "core/library_check.h"
 #include "site/backend/cuda/attention_kernels.h"
 #include "site/backend/cuda/cuda_kernels.h"
 #include "site/backend/cuda/cudnn_attention.h"

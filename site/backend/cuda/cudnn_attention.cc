@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "compression/cuda/cuda_check.h"
+#include "core/library_check.h"
 #include "core/status.h"
 #include "site/backend/cuda/cudnn_attention_graphs.h"
 #include "site/backend/cuda/cudnn_graph.h"

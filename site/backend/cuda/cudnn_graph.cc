@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "compression/cuda/cuda_check.h"
+#include "core/library_check.h"
 #include "core/status.h"
 
 // Passes an attribute as its name (for messages) and its value.

@@ -1,6 +1,6 @@
 // The CUDA, cuBLAS, cuDNN and NCCL check macros. No GPU needed: the error codes are given, not
 // returned by a device call, and the runtime's error strings need no device.
-#include "compression/cuda/cuda_check.h"
+#include "core/library_check.h"
 
 #include <cublas_v2.h>
 #include <cudnn.h>
@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 
-namespace strait::compression {
+namespace strait {
 namespace {
 
 using ::testing::HasSubstr;
@@ -87,4 +87,4 @@ TEST(CudaCheckTest, ComposesWithReturnIfError) {
 }
 
 }  // namespace
-}  // namespace strait::compression
+}  // namespace strait
