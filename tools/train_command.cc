@@ -15,7 +15,7 @@
 #include "core/logging.h"
 #include "core/run_report.h"
 #include "site/backend/backend_factory.h"
-#include "site/nn/trainer.h"
+#include "site/pipeline/trainer.h"
 #include "tools/command.h"
 
 namespace strait::tools {

@@ -18,8 +18,8 @@
 #include "absl/status/status.h"
 #include "core/job_spec.h"
 #include "site/daemon/checkpoint_store.h"
+#include "site/exchange/gateway_link.h"
 #include "site/exchange/link_security.h"
-#include "site/pipeline/gateway_link.h"
 #include "strait/v1/gateway.pb.h"
 
 namespace strait::site {

@@ -14,7 +14,7 @@
 #include "absl/types/span.h"
 #include "compression/codec_chain.h"
 #include "crypto/aead.h"
-#include "site/pipeline/gateway_link.h"
+#include "site/exchange/gateway_link.h"
 #include "strait/v1/tensor.pb.h"
 
 namespace strait::site {

@@ -19,7 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "site/exchange/frame_codec.h"
-#include "site/pipeline/gateway_link.h"
+#include "site/exchange/gateway_link.h"
 #include "site/pipeline/site_metrics.h"
 
 namespace strait::site {

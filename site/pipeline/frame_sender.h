@@ -18,7 +18,7 @@
 
 #include "absl/status/status.h"
 #include "site/exchange/frame_codec.h"
-#include "site/pipeline/gateway_link.h"
+#include "site/exchange/gateway_link.h"
 #include "site/pipeline/site_metrics.h"
 
 namespace strait::site {

@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "core/job_spec.h"
-#include "site/pipeline/gateway_link.h"
+#include "site/exchange/gateway_link.h"
 #include "strait/v1/gateway.grpc.pb.h"
 
 namespace strait::site {

@@ -10,8 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "site/exchange/gateway_link.h"
 #include "site/exchange/link_security.h"
-#include "site/pipeline/gateway_link.h"
 #include "strait/v1/gateway.pb.h"
 
 namespace strait::site {

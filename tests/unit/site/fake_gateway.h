@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "site/pipeline/gateway_link.h"
+#include "site/exchange/gateway_link.h"
 
 namespace strait::site {
 

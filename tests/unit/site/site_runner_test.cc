@@ -20,9 +20,9 @@
 #include "core/job_spec.h"
 #include "core/tied_embeddings.h"
 #include "site/backend/cpu/cpu_backend.h"
-#include "site/nn/trainer.h"
 #include "site/pipeline/stage_checkpoint.h"
 #include "site/pipeline/stage_executor.h"
+#include "site/pipeline/trainer.h"
 #include "tests/unit/site/fake_gateway.h"
 
 namespace strait::site {

@@ -31,7 +31,7 @@
 #include "crypto/certificates.h"
 #include "harness/subprocess.h"
 #include "site/backend/cpu/cpu_backend.h"
-#include "site/nn/trainer.h"
+#include "site/pipeline/trainer.h"
 #include "tests/unit/site/fake_gateway.h"
 
 namespace strait::site {

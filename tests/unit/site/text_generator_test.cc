@@ -10,7 +10,7 @@
 #include <string>
 
 #include "site/backend/cpu/cpu_backend.h"
-#include "site/nn/trainer.h"
+#include "site/pipeline/trainer.h"
 
 namespace strait::site {
 namespace {

@@ -1,6 +1,6 @@
 // Trainer: it learns, it is deterministic, and save-load-continue equals an uninterrupted run; the
 // same for schedule 2bw, whose checkpoints hold both weight versions and load into 2bw jobs only.
-#include "site/nn/trainer.h"
+#include "site/pipeline/trainer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

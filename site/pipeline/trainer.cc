@@ -1,4 +1,4 @@
-#include "site/nn/trainer.h"
+#include "site/pipeline/trainer.h"
 
 #include <algorithm>
 #include <numeric>
