@@ -12,6 +12,9 @@ find_package(CLI11 CONFIG REQUIRED)
 find_package(nlohmann_json CONFIG REQUIRED)
 find_package(Boost 1.74 REQUIRED)
 find_package(ZLIB REQUIRED)
+# prometheus-cpp (prometheus-cpp-dev): its core library writes /metrics (gateway/http). Debian's
+# config also finds civetweb and CURL for its pull and push libraries, which Strait does not use.
+find_package(prometheus-cpp CONFIG REQUIRED)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
 # SentencePiece (libsentencepiece-dev): its processor and trainer libraries, linked by one module
 # only (site/data/CMakeLists.txt says why).
