@@ -17,5 +17,6 @@ void AddBenchE2eCommand(CLI::App& bench, int* exit_code);
 void AddBenchPlanCommand(CLI::App& bench, int* exit_code);
 void AddBenchReplanCommand(CLI::App& bench, int* exit_code);
 void AddBenchReplicasCommand(CLI::App& bench, int* exit_code);
+void AddBenchChaosCommand(CLI::App& bench, int* exit_code);
 
 }  // namespace strait::bench

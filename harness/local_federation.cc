@@ -95,7 +95,7 @@ bool LocalFederation::StartGateway(const std::vector<std::string>& extra_args, s
   gateway_.reset();  // A restart: the old gateway goes first, with its ready file.
   std::error_code ignored;
   std::filesystem::remove(dir_.File("gateway.ready"), ignored);
-  gateway_ = std::make_unique<Process>(args, GatewayLogFile());
+  gateway_ = std::make_unique<Process>(args, GatewayLogFile(), append_logs_);
   std::vector<std::string> keys = {"grpc"};
   if (dashboard) keys.push_back("http");
   auto ready =
@@ -138,7 +138,7 @@ void LocalFederation::StartSite(const std::string& site, const std::vector<std::
   std::vector<std::string> args = {executables_.site, "-c", config(), "--site",    site,
                                    "--gateway",       dial, "--out",  OutDir(site)};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
-  sites_[site] = std::make_unique<Process>(args, SiteLogFile(site));
+  sites_[site] = std::make_unique<Process>(args, SiteLogFile(site), append_logs_);
   CapCpus(site, *sites_[site]);
 }
 
@@ -199,10 +199,16 @@ std::string LocalFederation::RankName(const std::string& site, int rank) {
 void LocalFederation::StartSiteRanks(const std::string& site, int machines,
                                      const std::vector<std::string>& extra_args) {
   leaders_[site] = "127.0.0.1:" + FreeLoopbackPort();
-  std::vector<std::string> leader = {"--rank", "0", "--leader", leaders_[site]};
-  leader.insert(leader.end(), extra_args.begin(), extra_args.end());
-  StartSite(site, leader);
+  StartLeader(site, extra_args);
   for (int r = 1; r < machines; ++r) StartRank(site, r, extra_args);
+}
+
+void LocalFederation::StartLeader(const std::string& site,
+                                  const std::vector<std::string>& extra_args) {
+  std::vector<std::string> leader = {"--rank", "0", "--leader", leaders_.at(site)};
+  leader.insert(leader.end(), extra_args.begin(), extra_args.end());
+  sites_[site].reset();  // A restart: the old process goes first.
+  StartSite(site, leader);
 }
 
 void LocalFederation::StartRank(const std::string& site, int rank,
@@ -213,7 +219,7 @@ void LocalFederation::StartRank(const std::string& site, int rank,
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   const std::string name = RankName(site, rank);
   sites_[name].reset();  // A restart: the old process goes first.
-  sites_[name] = std::make_unique<Process>(args, SiteLogFile(name));
+  sites_[name] = std::make_unique<Process>(args, SiteLogFile(name), append_logs_);
   CapCpus(site, *sites_[name]);
 }
 

@@ -53,6 +53,9 @@ class LocalFederation {
 
   const TempDir& dir() const { return dir_; }
   void KeepDirectory() { dir_.Keep(); }
+  // Processes started from now on write after their log's earlier content (restarts included)
+  // instead of replacing it.
+  void AppendLogs() { append_logs_ = true; }
   std::string config() const { return dir_.File("fed.yaml"); }
 
   // Starts strait-gateway on a free loopback port (no dashboard unless `extra_args` asks for one)
@@ -98,6 +101,13 @@ class LocalFederation {
   // (Re)starts follower rank `rank` of `site` (after StartSiteRanks).
   void StartRank(const std::string& site, int rank,
                  const std::vector<std::string>& extra_args = {});
+  // Restarts the leader (rank 0) of `site` (after StartSiteRanks) where its ranks look for it.
+  void StartLeader(const std::string& site, const std::vector<std::string>& extra_args = {});
+  // The emulated link between `site` and the gateway (EmulateWan), or null.
+  LinkEmulator* link(const std::string& site) {
+    auto it = wan_links_.find(site);
+    return it == wan_links_.end() ? nullptr : it->second.get();
+  }
   static std::string RankName(const std::string& site, int rank);
   Process& site(const std::string& site) { return *sites_.at(site); }
   // Waits for site `site` to exit; its exit code (-1 on timeout).
@@ -131,6 +141,7 @@ class LocalFederation {
   std::shared_ptr<EmulatorThread> wan_thread_;                      // All the links run on it.
   std::map<std::string, std::unique_ptr<LinkEmulator>> wan_links_;  // Outlive the sites.
   std::map<std::string, std::unique_ptr<Process>> sites_;
+  bool append_logs_ = false;
 };
 
 // This source tree's configs/<name> (fashion-mlp-3site.yaml: the default of `strait demo` and

@@ -46,14 +46,14 @@ std::string FindStraitExecutable(const std::string& name) {
   return "";
 }
 
-Process::Process(std::vector<std::string> argv, std::string log_file)
+Process::Process(std::vector<std::string> argv, std::string log_file, bool append)
     : log_file_(std::move(log_file)) {
   pid_ = fork();
   if (pid_ == 0) {
     // Dies with its parent even when the parent cannot run destructors (a crashed test, kill -9).
     // The signal follows the forking *thread*: Processes are made on long-lived threads.
     prctl(PR_SET_PDEATHSIG, SIGTERM);
-    int fd = open(log_file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fd = open(log_file_.c_str(), O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC), 0644);
     if (fd >= 0) {
       dup2(fd, STDOUT_FILENO);
       dup2(fd, STDERR_FILENO);

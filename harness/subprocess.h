@@ -37,10 +37,11 @@ std::string FindStraitExecutable(const std::string& name);
 
 class Process {
  public:
-  // Starts `argv[0]` (a path) with the arguments; stdout and stderr go to `log_file`. The child
-  // gets SIGTERM if the thread that made the Process exits, so make Processes on long-lived
-  // threads.
-  Process(std::vector<std::string> argv, std::string log_file);
+  // Starts `argv[0]` (a path) with the arguments; stdout and stderr go to `log_file`, replacing
+  // what it held (or after it, with `append`: a restarted process's log keeps its earlier lives).
+  // The child gets SIGTERM if the thread that made the Process exits, so make Processes on
+  // long-lived threads.
+  Process(std::vector<std::string> argv, std::string log_file, bool append = false);
   // Stops the process if it still runs.
   ~Process();
   Process(const Process&) = delete;
