@@ -179,7 +179,7 @@ class CudaBackend final : public Backend {
                                                            dout.f32(), delta, dqkv.f32())));
       return;
     }
-    if (!Cudnn(d, qkv, dqkv) || dout.dtype() != DType::kBf16) return;
+    if (!Cudnn(d, qkv, dqkv) || !Cudnn(d, out, dout)) return;
     Check(cudnn_->Backward(Shape(d), qkv.data(), out.data(), lse, dout.data(), dqkv.data()));
   }
 
