@@ -1,13 +1,7 @@
 #include "site/nn/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <array>
-#include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
@@ -63,21 +57,6 @@ class Reader {
   size_t pos_ = 0;
 };
 
-absl::Status ErrnoError(const std::string& what, const std::string& path) {
-  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
-}
-
-absl::Status WriteAll(int fd, const std::string& data, const std::string& path) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoError("cannot write", path);
-    done += static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 uint32_t Crc32c(const void* data, size_t size, uint32_t crc) {
@@ -126,38 +105,19 @@ absl::StatusOr<std::string> SerializeCheckpoint(const CheckpointState& s) {
   return data;
 }
 
-absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) {
+absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s, Env* env) {
   absl::StatusOr<std::string> bytes = SerializeCheckpoint(s);
   if (!bytes.ok()) return bytes.status();
-  const std::string& data = *bytes;
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot create", tmp);
-  absl::Status status = WriteAll(fd, data, tmp);
-  if (status.ok() && ::fsync(fd) != 0) status = ErrnoError("cannot fsync", tmp);
-  if (::close(fd) != 0 && status.ok()) status = ErrnoError("cannot close", tmp);
-  if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    status = ErrnoError("cannot rename to " + path + ":", tmp);
-  }
-  if (!status.ok()) {
-    ::unlink(tmp.c_str());
-    return status;
-  }
-  const size_t slash = path.find_last_of('/');
-  const std::string dir =
-      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) return ErrnoError("cannot open directory", dir);
-  const bool synced = ::fsync(dir_fd) == 0;
-  ::close(dir_fd);
-  return synced ? absl::OkStatus() : ErrnoError("cannot fsync directory", dir);
+  return env->WriteFileAtomically(path, *bytes);
 }
 
-absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open checkpoint ", path));
-  const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  absl::StatusOr<CheckpointState> state = ParseCheckpoint(data);
+absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path, Env* env) {
+  absl::StatusOr<std::string> data = env->ReadFile(path);
+  if (!data.ok()) {
+    return absl::Status(data.status().code(), absl::StrCat("cannot read checkpoint ", path, ": ",
+                                                           data.status().message()));
+  }
+  absl::StatusOr<CheckpointState> state = ParseCheckpoint(*data);
   if (!state.ok()) {
     return absl::Status(state.status().code(),
                         absl::StrCat("checkpoint ", path, ": ", state.status().message()));

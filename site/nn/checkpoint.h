@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/env.h"
 
 namespace strait::site {
 
@@ -51,12 +52,14 @@ struct CheckpointState {
 // weight versions).
 absl::StatusOr<std::string> SerializeCheckpoint(const CheckpointState& state);
 
-// Writes `state` to `path` atomically. Blocks on disk I/O. Thread-safe for distinct paths.
-absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& state);
+// Writes `state` to `path` atomically (Env::WriteFileAtomically). Blocks on disk I/O. Thread-safe
+// for distinct paths.
+absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& state,
+                             Env* env = Env::Default());
 
 // Reads and verifies a checkpoint: a missing file is NotFound; a truncated, corrupt (checksum) or
 // foreign file is DataLoss, with the reason. Thread-safe.
-absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path);
+absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path, Env* env = Env::Default());
 
 // Decodes and verifies the bytes of a checkpoint file (DataLoss with the reason when they are not
 // one); checks every length before reading. Thread-safe.
