@@ -107,25 +107,35 @@ absl::Status CodecChain::Decode(absl::Span<const uint8_t> frame, DecodedTensor* 
 
 absl::Status CodecChain::DecodeWithHeader(absl::Span<const uint8_t> frame, DecodedTensor* out) {
   const FrameHeader& h = header_;
+  out->values.resize(h.raw_size / 4);
+  out->shape = h.shape;
+  out->chain = h.chain;
+  return DecodeStages(
+      frame, 0, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(out->values.data()), h.raw_size));
+}
+
+absl::Status CodecChain::DecodeStages(absl::Span<const uint8_t> frame, size_t last_stage,
+                                      absl::Span<uint8_t> target) {
+  const FrameHeader& h = header_;
   const size_t count = stages_.size();
   for (size_t i = 0; i < count; ++i) {  // every size is plausible before anything is allocated
     STRAIT_RETURN_IF_ERROR(
         stages_[i]->CheckSizes(i == 0 ? h.raw_size : h.stage_sizes[i - 1], h.stage_sizes[i]));
   }
-  out->values.resize(h.raw_size / 4);
-  out->shape = h.shape;
-  out->chain = h.chain;
   absl::Span<const uint8_t> in = frame.subspan(h.header_size);
-  for (size_t i = count; i-- > 0;) {
-    absl::Span<uint8_t> target;
-    if (i == 0) {
-      target = absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(out->values.data()), h.raw_size);
-    } else {
+  if (last_stage == count) {  // nothing to run: the body is what is wanted
+    if (in.size() != target.size()) return SizeError("frame body", target.size(), in.size());
+    if (!in.empty()) std::memcpy(target.data(), in.data(), in.size());
+    return absl::OkStatus();
+  }
+  for (size_t i = count; i-- > last_stage;) {
+    absl::Span<uint8_t> out = target;
+    if (i > last_stage) {
       scratch_[i % 2].Resize(h.stage_sizes[i - 1]);
-      target = absl::Span<uint8_t>(scratch_[i % 2].data(), h.stage_sizes[i - 1]);
+      out = absl::Span<uint8_t>(scratch_[i % 2].data(), h.stage_sizes[i - 1]);
     }
-    STRAIT_RETURN_IF_ERROR(stages_[i]->Decode(in, target));
-    in = target;
+    STRAIT_RETURN_IF_ERROR(stages_[i]->Decode(in, out));
+    in = out;
   }
   return absl::OkStatus();
 }
@@ -137,6 +147,25 @@ absl::Status TensorDecoder::Decode(absl::Span<const uint8_t> frame, DecodedTenso
   }
   chain_->header_ = header_;
   return chain_->DecodeWithHeader(frame, out);
+}
+
+absl::Status TensorDecoder::DecodeValuePayload(absl::Span<const uint8_t> frame,
+                                               DecodedPayload* out) {
+  STRAIT_RETURN_IF_ERROR(ParseFrameHeader(frame, options_.max_raw_bytes, &header_));
+  if (header_.chain.stages.empty() || !IsValueStage(header_.chain.stages[0].kind)) {
+    return absl::FailedPreconditionError(absl::StrCat("codec chain '", header_.chain.ToString(),
+                                                      "' has no value stage to decode elsewhere"));
+  }
+  if (chain_ == nullptr || !(chain_->spec() == header_.chain)) {
+    chain_ = CodecChain::Create(header_.chain, options_);
+  }
+  chain_->header_ = header_;
+  out->value_payload.resize(header_.stage_sizes[0]);
+  out->element_count = header_.raw_size / 4;
+  out->shape = header_.shape;
+  out->chain = header_.chain;
+  return chain_->DecodeStages(
+      frame, 1, absl::Span<uint8_t>(out->value_payload.data(), header_.stage_sizes[0]));
 }
 
 }  // namespace strait::compression

@@ -38,6 +38,16 @@ struct DecodedTensor {
   ChainSpec chain;
 };
 
+// A frame decoded up to its value stage (a device decoder runs that stage itself, e.g. a GPU
+// dequantizing where the tensor is used): what the chain's first stage wrote for `element_count`
+// values. Reuse one across calls.
+struct DecodedPayload {
+  std::vector<uint8_t> value_payload;
+  uint64_t element_count = 0;
+  Shape shape;
+  ChainSpec chain;
+};
+
 // One chain's encoder and decoder. Owns its stages, their zstd contexts and scratch buffers, reused
 // across calls (no allocation per call in steady state). Not thread-safe: one per thread.
 class CodecChain {
@@ -81,6 +91,10 @@ class CodecChain {
                                                        absl::Span<const uint8_t> in,
                                                        const EncodeContext& context);
   absl::Status DecodeWithHeader(absl::Span<const uint8_t> frame, DecodedTensor* out);
+  // Runs the stages from the last down to `last_stage`, writing what stage last_stage decoded into
+  // `target` (of the header's size for it). Every size checked first.
+  absl::Status DecodeStages(absl::Span<const uint8_t> frame, size_t last_stage,
+                            absl::Span<uint8_t> target);
 
   friend class TensorDecoder;
 
@@ -104,6 +118,10 @@ class TensorDecoder {
 
   // Same contract as CodecChain::Decode, for a frame of any chain.
   absl::Status Decode(absl::Span<const uint8_t> frame, DecodedTensor* out);
+  // The same checks, stopping before the value stage: out->value_payload is what that stage of
+  // out->chain decodes (its sizes already checked against element_count). FailedPrecondition for
+  // a chain without a value stage.
+  absl::Status DecodeValuePayload(absl::Span<const uint8_t> frame, DecodedPayload* out);
 
  private:
   CodecOptions options_;

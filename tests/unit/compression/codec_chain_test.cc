@@ -108,6 +108,38 @@ TEST(CodecChainTest, EncodeValuePayloadMatchesEncode) {
   EXPECT_FALSE(zstd->EncodeValuePayload({}, {0}).ok());
 }
 
+// The other half of a device decoder: a frame decoded up to its value stage gives that stage's
+// payload, which a chain-of-the-value-stage frame decodes to the frame's values.
+TEST(CodecChainTest, DecodeValuePayloadStopsBeforeTheValueStage) {
+  std::vector<float> v = testing::Relu(3000, 7);
+  TensorDecoder decoder;
+  for (const char* spec : {"fp16", "bf16+shuffle+zstd", "int8+zstd", "int4", "int8"}) {
+    SCOPED_TRACE(spec);
+    auto chain = *CodecChain::Create(spec);
+    const absl::Span<const uint8_t> encoded = *chain->Encode(v, {30, 100});
+    const std::vector<uint8_t> frame(encoded.begin(), encoded.end());
+    DecodedPayload payload;
+    ASSERT_TRUE(decoder.DecodeValuePayload(frame, &payload).ok());
+    EXPECT_EQ(payload.element_count, 3000u);
+    EXPECT_EQ(payload.shape, (Shape{30, 100}));
+    auto value_only = CodecChain::Create(ChainSpec{{chain->spec().stages[0]}});
+    absl::Span<const uint8_t> direct = *value_only->Encode(v, {30, 100});
+    EXPECT_EQ(payload.value_payload,
+              std::vector<uint8_t>(direct.begin() + FrameHeaderSize(2, 1), direct.end()));
+    // A cut frame is refused, not read past its end.
+    DecodedPayload cut;
+    EXPECT_FALSE(
+        decoder.DecodeValuePayload(absl::MakeConstSpan(frame).subspan(0, frame.size() - 1), &cut)
+            .ok());
+  }
+  auto zstd = *CodecChain::Create("zstd");
+  const absl::Span<const uint8_t> bytes = *zstd->Encode(v, {3000});
+  DecodedPayload none;
+  EXPECT_EQ(
+      decoder.DecodeValuePayload(std::vector<uint8_t>(bytes.begin(), bytes.end()), &none).code(),
+      absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(CodecChainTest, DecodeLimitRefusesLargeTensorsBeforeAllocating) {
   CodecOptions options;
   options.max_raw_bytes = 1000;
