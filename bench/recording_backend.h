@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "compression/chain_spec.h"
 #include "site/backend/backend.h"
 
 namespace strait::bench {
@@ -110,6 +111,15 @@ class RecordingBackend final : public site::Backend {
                    float bias2, float scale, float* param, const float* grad, float* m, float* v,
                    site::TypedPtr copy) override;
   double SumSquares(int64_t n, const float* x) override;
+  absl::Status EncodeValues(const compression::StageSpec& stage, uint64_t seed,
+                            site::ConstTypedPtr values, int64_t n,
+                            std::vector<uint8_t>* payload) override {
+    return inner_->EncodeValues(stage, seed, values, n, payload);
+  }
+  absl::Status DecodeValues(const compression::StageSpec& stage, absl::Span<const uint8_t> payload,
+                            int64_t n, site::TypedPtr values) override {
+    return inner_->DecodeValues(stage, payload, n, values);
+  }
 
  private:
   // Runs `op`, timed into `family` while profiling.

@@ -175,8 +175,7 @@ std::string CostTable::LimitOf(const BoundInput& in, const SplitPrediction& p) c
     if (busy > most) most = busy, busiest = s;
   }
   return absl::StrFormat("the compute of %s (layers %s, %.1f ms of work per step)",
-                         spec_.sites[busiest].id, RangeText(p.choice.layers[busiest]),
-                         most * 1e3);
+                         spec_.sites[busiest].id, RangeText(p.choice.layers[busiest]), most * 1e3);
 }
 
 }  // namespace strait::plan

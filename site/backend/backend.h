@@ -20,10 +20,16 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "site/backend/dtype.h"
+
+namespace strait::compression {
+struct StageSpec;  // compression/chain_spec.h (not included: .cu files, C++17, include this header)
+}  // namespace strait::compression
 
 namespace strait::site {
 
@@ -232,6 +238,21 @@ class Backend {
   // Sum of x[i]^2 in double, in a fixed order; blocks until the result is on the host. Returns
   // NaN if an earlier op failed (Sync() reports why).
   virtual double SumSquares(int64_t n, const float* x /*[n]*/) = 0;
+
+  // A codec chain's value stage (compression/chain_spec.h: none, fp16, bf16, int8 or int4; top-k
+  // is Unimplemented: its error feedback lives on the host) on n elements of `values` in this
+  // backend's memory: `payload` (host memory) gets byte for byte what the stage writes for the same
+  // floats on the CPU; CodecChain::EncodeValuePayload finishes the frame. `seed`: the chain's
+  // stochastic-rounding seed for this tensor (CodecChain::next_seed). Blocks until the payload is
+  // on the host: a GPU site copies the quantized bytes, not the fp32 tensor. Errors name the stage.
+  virtual absl::Status EncodeValues(const compression::StageSpec& stage, uint64_t seed,
+                                    ConstTypedPtr values /*[n]*/, int64_t n,
+                                    std::vector<uint8_t>* payload) = 0;
+  // The inverse: a payload of that stage (host memory; a TensorDecoder checked its size for n
+  // values) into `values` (this backend's memory, its type).
+  virtual absl::Status DecodeValues(const compression::StageSpec& stage,
+                                    absl::Span<const uint8_t> payload, int64_t n,
+                                    TypedPtr values /*[n]*/) = 0;
 };
 
 // Owns one allocation of a Backend; movable, not copyable. The Backend must outlive it.

@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compression/chain_spec.h"
+#include "compression/codec_stage.h"
+#include "core/status.h"
 #include "site/backend/cpu/cpu_attention.h"
 #include "site/backend/cpu/cpu_loops.h"
 #include "site/backend/cpu/f32_views.h"
@@ -305,6 +308,31 @@ class CpuBackend final : public Backend {
   }
   double SumSquares(int64_t n, const float* x) override { return cpu::SumSquares(pool_, n, x); }
 
+  absl::Status EncodeValues(const compression::StageSpec& spec, uint64_t seed, ConstTypedPtr values,
+                            int64_t n, std::vector<uint8_t>* payload) override {
+    STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<compression::CodecStage> stage, ValueStage(spec));
+    F32In floats(values, n);
+    compression::EncodeContext context;
+    context.element_count = static_cast<uint64_t>(n);
+    context.seed = seed;
+    compression::ByteBuffer out;
+    STRAIT_RETURN_IF_ERROR(stage->Encode(
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(floats.get()), sizeof(float) * n),
+        context, &out));
+    payload->assign(out.data(), out.data() + out.size());
+    return absl::OkStatus();
+  }
+  absl::Status DecodeValues(const compression::StageSpec& spec, absl::Span<const uint8_t> payload,
+                            int64_t n, TypedPtr values) override {
+    STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<compression::CodecStage> stage, ValueStage(spec));
+    STRAIT_RETURN_IF_ERROR(stage->CheckSizes(sizeof(float) * n, payload.size()));
+    F32Out floats(values, n, false);
+    STRAIT_RETURN_IF_ERROR(stage->Decode(
+        payload, absl::MakeSpan(reinterpret_cast<uint8_t*>(floats.get()), sizeof(float) * n)));
+    floats.Commit();
+    return absl::OkStatus();
+  }
+
  private:
   // A product operand as floats: widened, and under bf16 precision rounded to bf16 (a tensor
   // core's input; exact for a bf16 tensor). A product of two bf16 values is exact in f32, so the
@@ -371,6 +399,16 @@ class CpuBackend final : public Backend {
     for (const float* part : parts) {
       BatchToHeads(d.n, d.tokens, d.heads, d.dh, part, x + i++ * d.width(), ld);
     }
+  }
+
+  // The CPU stage of a value stage a backend may run (not top-k: its residuals are the host's).
+  static absl::StatusOr<std::unique_ptr<compression::CodecStage>> ValueStage(
+      const compression::StageSpec& spec) {
+    if (!compression::IsValueStage(spec.kind) || spec.kind == compression::StageKind::kTopK) {
+      return absl::UnimplementedError(
+          "a backend runs the value stages none, fp16, bf16, int8 and int4, not this one");
+    }
+    return compression::MakeCodecStage(spec);
   }
 
   static void Copy(void* dst, const void* src, size_t bytes) {

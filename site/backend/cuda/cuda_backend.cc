@@ -12,7 +12,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "compression/chain_spec.h"
+#include "compression/cuda/codec_kernels.h"
+#include "compression/quantize_stage.h"
 #include "core/library_check.h"
+#include "core/status.h"
 #include "site/backend/cuda/attention_kernels.h"
 #include "site/backend/cuda/cuda_kernels.h"
 #include "site/backend/cuda/cudnn_attention.h"
@@ -276,6 +280,12 @@ class CudaBackend final : public Backend {
                                               param, grad, m, v, copy)));
   }
 
+  absl::Status EncodeValues(const compression::StageSpec& stage, uint64_t seed,
+                            ConstTypedPtr values, int64_t n,
+                            std::vector<uint8_t>* payload) override;
+  absl::Status DecodeValues(const compression::StageSpec& stage, absl::Span<const uint8_t> payload,
+                            int64_t n, TypedPtr values) override;
+
   double SumSquares(int64_t n, const float* x) override {
     Check(STRAIT_CUDA_CHECK(LaunchSumSquares(stream_, n, x, sum_partials_)));
     double result = 0.0;
@@ -373,8 +383,93 @@ class CudaBackend final : public Backend {
   std::unique_ptr<CudnnAttention> cudnn_;  // null when cuDNN cannot run here
   double* sum_partials_;                   // [kSumSquaresBlocks] on the device
   Scratch operand_a_, operand_b_, f32_product_, partials_, bias_grad_;
+  Scratch codec_floats_, codec_bytes_;  // A tensor widened for the value kernels, their payload.
   absl::Status error_;
 };
+
+// The payload's bytes for n values of `stage` (the CPU stage's layout:
+// compression/quantize_stage.h).
+absl::StatusOr<uint64_t> PayloadBytes(const compression::StageSpec& stage, int64_t n) {
+  using compression::StageKind;
+  switch (stage.kind) {
+    case StageKind::kNone:
+      return 4 * static_cast<uint64_t>(n);
+    case StageKind::kFp16:
+    case StageKind::kBf16:
+      return 2 * static_cast<uint64_t>(n);
+    case StageKind::kInt8:
+    case StageKind::kInt4:
+      return compression::QuantizedSize(stage.kind == StageKind::kInt8 ? 8 : 4, n,
+                                        stage.block_size);
+    default:
+      return absl::UnimplementedError(
+          "a backend runs the value stages none, fp16, bf16, int8 and int4, not this one");
+  }
+}
+
+absl::Status CudaBackend::EncodeValues(const compression::StageSpec& stage, uint64_t seed,
+                                       ConstTypedPtr values, int64_t n,
+                                       std::vector<uint8_t>* payload) {
+  using compression::StageKind;
+  STRAIT_ASSIGN_OR_RETURN(const uint64_t bytes, PayloadBytes(stage, n));
+  // The value kernels read f32 (compression stays a leaf library): a bf16 tensor is widened first.
+  const float* floats = values.f32();
+  if (floats == nullptr) {
+    floats = static_cast<float*>(codec_floats_.Get(sizeof(float) * n, stream_, &error_));
+    if (floats == nullptr) return Sync();
+    Convert(n, values, TypedPtr(const_cast<float*>(floats)));
+  }
+  auto* device =
+      static_cast<uint8_t*>(codec_bytes_.Get(std::max<uint64_t>(bytes, 1), stream_, &error_));
+  if (device == nullptr) return Sync();
+  absl::Status launched;
+  if (stage.kind == StageKind::kNone) {
+    CopyOnDevice(device, floats, bytes);
+  } else if (stage.kind == StageKind::kFp16 || stage.kind == StageKind::kBf16) {
+    launched =
+        compression::CastToHalfOnDevice(floats, n, stage.kind == StageKind::kBf16, device, stream_);
+  } else {
+    launched =
+        compression::QuantizeOnDevice(floats, n, stage.kind == StageKind::kInt8 ? 8 : 4,
+                                      stage.block_size, stage.stochastic, seed, device, stream_);
+  }
+  Check(launched);
+  payload->resize(bytes);
+  CopyToHost(payload->data(), device, bytes);
+  return Sync();
+}
+
+absl::Status CudaBackend::DecodeValues(const compression::StageSpec& stage,
+                                       absl::Span<const uint8_t> payload, int64_t n,
+                                       TypedPtr values) {
+  using compression::StageKind;
+  STRAIT_ASSIGN_OR_RETURN(const uint64_t bytes, PayloadBytes(stage, n));
+  if (payload.size() != bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("a payload of ", payload.size(), " bytes for ",
+                                                   n, " values of this stage; it takes ", bytes));
+  }
+  auto* device =
+      static_cast<uint8_t*>(codec_bytes_.Get(std::max<uint64_t>(bytes, 1), stream_, &error_));
+  float* floats = values.f32();
+  if (floats == nullptr) {
+    floats = static_cast<float*>(codec_floats_.Get(sizeof(float) * n, stream_, &error_));
+  }
+  if (device == nullptr || floats == nullptr) return Sync();
+  CopyToDevice(device, payload.data(), bytes);
+  absl::Status launched;
+  if (stage.kind == StageKind::kNone) {
+    CopyOnDevice(floats, device, bytes);
+  } else if (stage.kind == StageKind::kFp16 || stage.kind == StageKind::kBf16) {
+    launched = compression::CastFromHalfOnDevice(device, n, stage.kind == StageKind::kBf16, floats,
+                                                 stream_);
+  } else {
+    launched = compression::DequantizeOnDevice(device, n, stage.kind == StageKind::kInt8 ? 8 : 4,
+                                               stage.block_size, floats, stream_);
+  }
+  Check(launched);
+  if (!values.is_f32()) Convert(n, floats, values);
+  return Sync();
+}
 
 }  // namespace
 

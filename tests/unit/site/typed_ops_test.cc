@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "compression/codec_chain.h"
 #include "site/backend/counter_rng.h"
 #include "site/backend/cpu/cpu_backend.h"
 #include "site/backend/dtype.h"
@@ -233,6 +234,44 @@ TEST(TypedOpsTest, CopiesConvertBetweenTypes) {
   EXPECT_EQ(back, Rounded(x));
   cpu->Fill(z.ptr() + 10, 5, 0.1f);
   EXPECT_EQ(z.bits[12], Bf16Bits(0.1f));
+}
+
+// A codec chain's value stage run by the backend on a tensor of either type: the payload the chain
+// itself writes for the tensor's values, and back (what a GPU site does before and after the
+// copy to and from the host).
+TEST(TypedOpsTest, ValueStagesEncodeAndDecodeLikeTheChain) {
+  auto cpu = CreateCpuBackend(2);
+  const int64_t n = 1000;
+  const std::vector<float> values = Rounded(Random(n, 23, -3, 3));
+  for (const char* spec : {"none", "fp16", "bf16", "int8", "int4", "int8:64:sr"}) {
+    SCOPED_TRACE(spec);
+    auto chain = *compression::CodecChain::Create(spec);
+    const compression::StageSpec& stage = chain->spec().stages[0];
+    const uint64_t seed = chain->next_seed();
+    const absl::Span<const uint8_t> frame = *chain->Encode(values, {static_cast<uint64_t>(n)});
+    const std::vector<uint8_t> want(frame.begin() + compression::FrameHeaderSize(1, 1),
+                                    frame.end());
+    std::vector<uint8_t> from_f32, from_bf16;
+    ASSERT_TRUE(cpu->EncodeValues(stage, seed, values.data(), n, &from_f32).ok());
+    Bf16 b(values);
+    ASSERT_TRUE(cpu->EncodeValues(stage, seed, b.ptr(), n, &from_bf16).ok());
+    EXPECT_EQ(from_f32, want);
+    EXPECT_EQ(from_bf16, want);  // the bf16 tensor holds the same values
+    compression::DecodedTensor decoded;
+    ASSERT_TRUE(chain->Decode(frame, &decoded).ok());
+    std::vector<float> back(n);
+    ASSERT_TRUE(cpu->DecodeValues(stage, want, n, back.data()).ok());
+    EXPECT_EQ(back, decoded.values);
+    Bf16 back16(n);
+    ASSERT_TRUE(cpu->DecodeValues(stage, want, n, back16.ptr()).ok());
+    EXPECT_EQ(back16.values(), Rounded(decoded.values));
+    EXPECT_FALSE(
+        cpu->DecodeValues(stage, absl::MakeConstSpan(want).subspan(1), n, back.data()).ok());
+  }
+  auto topk = *compression::CodecChain::Create("topk:0.1");
+  std::vector<uint8_t> payload;
+  EXPECT_EQ(cpu->EncodeValues(topk->spec().stages[0], 0, values.data(), n, &payload).code(),
+            absl::StatusCode::kUnimplemented);
 }
 
 }  // namespace
