@@ -113,9 +113,6 @@ void WriteGateway(const v1::FederationState& state, Exposition& e) {
   }
   e.Family("strait_gateway_uptime_seconds", "gauge", "Seconds since the gateway started.");
   e.Sample({}, state.uptime_s());
-  e.Family("strait_gateway_insecure", "gauge",
-           "1 when the gateway serves plaintext gRPC (--insecure), 0 with mutual TLS.");
-  e.Sample({}, uint64_t{state.insecure() ? 1u : 0u});
   e.Family("strait_gateway_stored_bytes", "gauge", "Bytes of frames held in the mailbox.");
   e.Sample({}, state.stored_bytes());
   e.Family("strait_gateway_memory_budget_bytes", "gauge", "Byte budget for stored frames.");
