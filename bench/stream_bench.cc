@@ -7,6 +7,9 @@
 // one-way delay, r the rate, x the frame's bytes and c the largest piece:
 //   - whole, 2d + 2x/r: serialized on the producer's link, stored, serialized on the consumer's;
 //   - in pieces, 2d + x/r + c/r: the consumer's link one piece behind the producer's.
+// Both sites reach the gateway over mutual TLS, the only transport it serves. Until issue 45 this
+// benchmark used the gateway's plaintext --insecure mode, now gone (no test switches in production
+// binaries); docs/benchmarks.md says which of its figures were taken that way.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -18,10 +21,13 @@
 #include "bench/command.h"
 #include "bench/relay_job.h"
 #include "core/frame_header.h"
+#include "core/status.h"
 #include "harness/subprocess.h"
+#include "harness/test_certificates.h"
 #include "harness/wan/link_emulator.h"
 #include "harness/wan/link_profile.h"
 #include "site/rpc/gateway_client.h"
+#include "site/rpc/tls_credentials.h"
 
 namespace strait::bench {
 namespace {
@@ -43,13 +49,15 @@ struct Row {
   double model_ms = 0;
 };
 
-absl::StatusOr<std::unique_ptr<site::GatewayClient>> Connect(const std::string& address,
+// Site `id` joined to the gateway at `address` over mutual TLS with its certificate.
+absl::StatusOr<std::unique_ptr<site::GatewayClient>> Connect(const harness::TestCertificates& certs,
+                                                             const std::string& address,
                                                              const std::string& id,
                                                              size_t chunk_bytes) {
   site::GatewayClient::Options options;
   options.address = address;
-  options.credentials = grpc::InsecureChannelCredentials();
-  options.insecure_site_id = id;
+  STRAIT_ASSIGN_OR_RETURN(const crypto::TlsMaterial material, certs.Site(id));
+  STRAIT_ASSIGN_OR_RETURN(options.credentials, site::MakeSiteChannelCredentials(material));
   options.chunk_bytes = chunk_bytes;
   return site::GatewayClient::Connect(options, RelayJoin(id));
 }
@@ -80,13 +88,14 @@ absl::StatusOr<double> TimeOneFrame(site::GatewayClient& producer, site::Gateway
 
 // One gateway, two emulated links, a producer pushing in pieces of `chunk_bytes` (whole frames when
 // it is at least the frame size); the median latency per frame size.
-absl::Status MeasurePieces(const harness::TempDir& dir, const harness::LinkProfile& profile,
+absl::Status MeasurePieces(const harness::TempDir& dir, const harness::TestCertificates& certs,
+                           const harness::LinkProfile& profile,
                            const std::vector<uint64_t>& frame_sizes, uint64_t chunk_bytes, int runs,
                            int tag, std::vector<Row>& rows) {
   const std::string ready_file = dir.File("gateway" + std::to_string(tag) + ".ready");
   harness::Process gateway({harness::FindStraitExecutable("strait-gateway"), "--config",
                             dir.File("fed.yaml"), "--listen", "127.0.0.1:0", "--ready-file",
-                            ready_file, "--insecure", "--log-level", "warn", "--no-dashboard"},
+                            ready_file, "--log-level", "warn", "--no-dashboard"},
                            dir.File("gateway" + std::to_string(tag) + ".log"));
   auto ready = gateway.WaitForReadyFile(ready_file, {"grpc"}, std::chrono::seconds(30));
   if (ready.empty())
@@ -96,9 +105,9 @@ absl::Status MeasurePieces(const harness::TempDir& dir, const harness::LinkProfi
   auto consumer_link = harness::LinkEmulator::Start("127.0.0.1:0", address, profile);
   if (!producer_link.ok()) return producer_link.status();
   if (!consumer_link.ok()) return consumer_link.status();
-  auto consumer = Connect((*consumer_link)->address(), "b", kMaxChunkBytes);
+  auto consumer = Connect(certs, (*consumer_link)->address(), "b", kMaxChunkBytes);
   if (!consumer.ok()) return consumer.status();
-  auto producer = Connect((*producer_link)->address(), "a", chunk_bytes);
+  auto producer = Connect(certs, (*producer_link)->address(), "a", chunk_bytes);
   if (!producer.ok()) return producer.status();
 
   uint64_t index = 0;
@@ -138,6 +147,14 @@ int RunStream(const std::string& profile_name, const std::vector<uint64_t>& fram
   }
   harness::TempDir dir;
   std::ofstream(dir.File("fed.yaml")) << kRelayJobSpec;
+  // certs/ beside fed.yaml: the job spec's default paths, so it needs no tls: block.
+  absl::StatusOr<harness::TestCertificates> certs =
+      harness::MakeCertificates(dir.File("certs"), {"a", "b"}, kRelayFederation);
+  if (!certs.ok()) {
+    std::fprintf(stderr, "strait bench stream: %s\n",
+                 std::string(certs.status().message()).c_str());
+    return 1;
+  }
   // Frames over kMaxChunkBytes cannot be pushed whole (in one piece): timed in pieces only.
   std::vector<uint64_t> sizes, whole_sizes;
   for (uint64_t kib : frame_kib) {
@@ -155,7 +172,7 @@ int RunStream(const std::string& profile_name, const std::vector<uint64_t>& fram
                        ? "whole"
                        : absl::StrFormat("in pieces of %d KiB", pieces >> 10).c_str());
     }
-    if (absl::Status s = MeasurePieces(dir, *profile, measured, pieces, runs, tag++, rows);
+    if (absl::Status s = MeasurePieces(dir, *certs, *profile, measured, pieces, runs, tag++, rows);
         !s.ok()) {
       std::fprintf(stderr, "stream bench failed: %s\n", std::string(s.message()).c_str());
       return 1;

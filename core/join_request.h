@@ -12,7 +12,8 @@ namespace strait {
 // index. The caller sets total_steps (it needs the data set's size when the job counts epochs).
 v1::JoinRequest JoinRequestFor(const JobSpec& spec, int stage, v1::SignedKey key);
 
-// A key carrying only the site id and epoch (for --insecure tests and tools that seal nothing).
+// A key carrying only the site id and epoch, no signature: for tests and benchmarks that join as a
+// site (over mutual TLS) but seal nothing. Neighbours refuse it for a sealed link.
 v1::SignedKey UnsignedKey(const std::string& site_id, uint32_t epoch);
 
 }  // namespace strait

@@ -15,31 +15,6 @@
 
 namespace strait::harness {
 
-absl::StatusOr<crypto::CertifiedKey> MakeCertificates(const std::string& dir,
-                                                      const std::vector<std::string>& sites,
-                                                      const std::string& federation) {
-  std::error_code error;
-  std::filesystem::create_directories(dir, error);
-  if (error) return absl::InternalError("cannot create " + dir + ": " + error.message());
-  auto write = [&](const std::string& stem, const crypto::CertifiedKey& key) {
-    std::ofstream(dir + "/" + stem + ".pem") << key.certificate_pem;
-    std::ofstream(dir + "/" + stem + ".key") << key.key_pem;
-  };
-  absl::StatusOr<crypto::CertifiedKey> ca = crypto::CreateCa(federation);
-  if (!ca.ok()) return ca.status();
-  write("ca", *ca);
-  absl::StatusOr<crypto::CertifiedKey> gateway =
-      crypto::IssueGatewayCertificate(*ca, {"127.0.0.1"});
-  if (!gateway.ok()) return gateway.status();
-  write("gateway", *gateway);
-  for (const std::string& site : sites) {
-    absl::StatusOr<crypto::CertifiedKey> cert = crypto::IssueSiteCertificate(*ca, site);
-    if (!cert.ok()) return cert.status();
-    write(site, *cert);
-  }
-  return ca;
-}
-
 Executables Executables::Find() {
   return {FindStraitExecutable("strait-gateway"), FindStraitExecutable("strait-site"),
           FindStraitExecutable("strait")};

@@ -14,18 +14,12 @@
 #include "crypto/certificates.h"
 #include "harness/cpu_quota.h"
 #include "harness/subprocess.h"
+#include "harness/test_certificates.h"
 #include "harness/wan/emulator_thread.h"
 #include "harness/wan/link_emulator.h"
 #include "harness/wan/link_profile.h"
 
 namespace strait::harness {
-
-// Writes a federation CA, the gateway's certificate (127.0.0.1) and certificates for `sites` into
-// `dir` as ca.pem, gateway.pem/.key and <site>.pem/.key (the job spec's default names under
-// certs/). `federation` names the CA. Returns the CA.
-absl::StatusOr<crypto::CertifiedKey> MakeCertificates(const std::string& dir,
-                                                      const std::vector<std::string>& sites,
-                                                      const std::string& federation = "test");
 
 // Where the three Strait executables are.
 struct Executables {

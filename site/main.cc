@@ -32,9 +32,6 @@ int main(int argc, char** argv) {
       ->type_name("FILE");
   app.add_option("--key", o.key, "Site private key (default: tls.site_key)")->type_name("FILE");
   app.add_option("--ca", o.ca, "Federation CA certificate (default: tls.ca)")->type_name("FILE");
-  app.add_flag("--insecure", o.insecure,
-               "Plaintext gRPC to a gateway started with --insecure (tests only); links stay "
-               "sealed when the job spec encrypts them");
   app.add_option(
          "--steps", o.steps,
          "Train this many steps instead of the job spec's (every site of a run must give the "

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/cpu_time.h"
 #include "core/status.h"
 #include "site/backend/backend_factory.h"
 #include "site/data/tokenizer.h"
@@ -24,7 +25,8 @@ absl::StatusOr<TextSample> SampleFromCheckpoints(const JobSpec& spec, const std:
   STRAIT_ASSIGN_OR_RETURN(ModelParams params, LoadModelParams(spec, dir));
   STRAIT_ASSIGN_OR_RETURN(
       std::unique_ptr<site::Backend> backend,
-      site::CreateBackend(DeviceKind::kCpu, {threads, 0, spec.training.precision}));
+      site::CreateBackend(DeviceKind::kCpu,
+                          {threads == 0 ? UsableCores() : threads, 0, spec.training.precision}));
   STRAIT_ASSIGN_OR_RETURN(
       std::unique_ptr<site::TextGenerator> generator,
       site::TextGenerator::Create(spec.model, params.params, std::move(backend)));

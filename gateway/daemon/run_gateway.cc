@@ -68,19 +68,14 @@ absl::StatusOr<JobSpec> LoadSpec(const GatewayDaemonOptions& options) {
   return spec;
 }
 
-// How the gRPC server authenticates sites: the gateway's TLS material, or none with --insecure.
-absl::StatusOr<GatewayServerOptions> ServerOptions(const JobSpec& spec, bool insecure,
-                                                   std::shared_ptr<const RevocationList> revoked) {
+// How the gRPC server authenticates sites: the gateway's TLS material and the deny list.
+absl::StatusOr<GatewayServerOptions> ServerOptions(const JobSpec& spec,
+                                                   std::shared_ptr<const RevocationList> revoked,
+                                                   std::shared_ptr<ServerHook> hook) {
   GatewayServerOptions options;
   options.listen = spec.gateway.listen;
-  options.insecure = insecure;
   options.revoked = std::move(revoked);
-  if (insecure) {
-    spdlog::warn(
-        "INSECURE: plaintext gRPC, no certificates; sites are not authenticated. Never use "
-        "--insecure outside a test on one machine.");
-    return options;
-  }
+  options.hook = std::move(hook);
   absl::StatusOr<crypto::TlsMaterial> material =
       crypto::LoadTlsMaterial(spec.tls.ca, spec.tls.gateway_cert, spec.tls.gateway_key);
   if (!material.ok()) {
@@ -136,8 +131,6 @@ void AddGatewayFlags(CLI::App& app, GatewayDaemonOptions& options) {
                  "Override dashboard.address (host:port; port 0 picks a free one)");
   app.add_flag("--no-dashboard", options.no_dashboard,
                "Serve no dashboard, /metrics or /api/state");
-  app.add_flag("--insecure", options.insecure,
-               "Plaintext gRPC without certificates; sites name themselves. For local tests only");
   app.add_option("--ready-file", options.ready_file,
                  "Write 'grpc=PORT' and 'http=PORT' to FILE once serving (for scripts and tests)");
   app.add_option("--log-level", options.log_level, "trace, debug, info, warn, error or off")
@@ -152,7 +145,7 @@ int RunGateway(const GatewayDaemonOptions& options) {
   DenyListReloader deny_list(spec->tls.deny_list);
   if (absl::Status s = deny_list.Reload(); !s.ok()) return Fail(s.message(), 2);
   absl::StatusOr<GatewayServerOptions> server_options =
-      ServerOptions(*spec, options.insecure, deny_list.revoked());
+      ServerOptions(*spec, deny_list.revoked(), options.server_hook);
   if (!server_options.ok()) return Fail(server_options.status().message(), 2);
 
   // With layers: auto the split is planned first (split_planning.h): the server answers Plan and
@@ -163,9 +156,8 @@ int RunGateway(const GatewayDaemonOptions& options) {
   std::atomic<GatewayCore*> serving{nullptr};
   auto make_core = [&](const JobSpec& job) {
     GatewayOptions core_options;
-    core_options.insecure = options.insecure;
     core_options.max_frame_bytes = MaxFrameWireBytes(job);
-    core = std::make_unique<GatewayCore>(job, core_options, options.push_interceptor);
+    core = std::make_unique<GatewayCore>(job, core_options);
   };
   if (!planning) make_core(*spec);
   absl::StatusOr<std::unique_ptr<GatewayServer>> server =
@@ -175,8 +167,8 @@ int RunGateway(const GatewayDaemonOptions& options) {
                 server.status().code() == absl::StatusCode::kUnavailable ? 1 : 2);
   }
   serving.store(core.get());
-  spdlog::info("federation {}: serving {} sites on port {}{}", spec->name, spec->SiteSlots(),
-               (*server)->port(), options.insecure ? " (INSECURE)" : " (mutual TLS)");
+  spdlog::info("federation {}: serving {} sites on port {} (mutual TLS)", spec->name,
+               spec->SiteSlots(), (*server)->port());
 
   std::unique_ptr<DashboardServer> dashboard;
   if (!options.no_dashboard) {

@@ -1,14 +1,14 @@
 // strait-gateway as a composition (DESIGN.md §9): the job spec, the deny list, the handler logic
 // (GatewayCore), the gRPC server (gateway/rpc/gateway_server.h), the dashboard, the ready file and
 // the wait for a signal. main.cc parses the command line and calls RunGateway; a test may build its
-// own gateway executable the same way, with a push interceptor (push_interceptor.h).
+// own gateway executable the same way, with a hook that adds to the gRPC server (server_hook.h).
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
 
-#include "gateway/exchange/push_interceptor.h"
+#include "gateway/rpc/server_hook.h"
 
 namespace strait::gateway {
 
@@ -18,10 +18,10 @@ struct GatewayDaemonOptions {
   std::string dashboard_address;  // Overrides dashboard.address when not empty.
   std::string ready_file;         // Written once serving: "grpc=PORT\nhttp=PORT\n". Optional.
   std::string log_level = "info";
-  bool insecure = false;      // Plaintext gRPC, sites name themselves: tests on one machine only.
   bool no_dashboard = false;  // No dashboard, /metrics or /api/state.
-  // Tests only; strait-gateway never sets it. Sees the first chunk of every push.
-  std::shared_ptr<PushInterceptor> push_interceptor;
+  // Tests only; strait-gateway never sets it. Adds to the gRPC server as it is built (for example
+  // an interceptor that alters a pushed frame).
+  std::shared_ptr<ServerHook> server_hook;
 };
 
 // Declares strait-gateway's command-line options on `app`; parsing fills `options`, which must

@@ -249,10 +249,7 @@ void ExchangeSession::OnPush(v1::PushChunk chunk) {
   if (refused_transfers_.count(transfer_id) > 0) return;
   // Chunk 0 of an offered frame takes over the offer's reservation.
   std::optional<Offer> offer;
-  if (chunk.chunk().index() == 0) {
-    if (PushInterceptor* interceptor = core_.push_interceptor()) interceptor->OnFirstChunk(chunk);
-    offer = TakeOffer(transfer_id);
-  }
+  if (chunk.chunk().index() == 0) offer = TakeOffer(transfer_id);
   const uint64_t granted_bytes = offer && offer->granted ? offer->bytes : 0;
   if (offer && !offer->granted) {
     RefusePush(

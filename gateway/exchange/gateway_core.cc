@@ -2,11 +2,9 @@
 
 namespace strait::gateway {
 
-GatewayCore::GatewayCore(const JobSpec& spec, GatewayOptions options,
-                         std::shared_ptr<PushInterceptor> push_interceptor)
+GatewayCore::GatewayCore(const JobSpec& spec, GatewayOptions options)
     : spec_(spec),
       options_(options),
-      push_interceptor_(std::move(push_interceptor)),
       // Credit may use all of the budget but one largest frame: a frame waiting for a reservation
       // then always fits once the stored frames are acknowledged (no deadlock on idle credit).
       mailbox_(spec.gateway.memory_budget,
@@ -14,8 +12,7 @@ GatewayCore::GatewayCore(const JobSpec& spec, GatewayOptions options,
                    ? spec.gateway.memory_budget - options.max_frame_bytes
                    : 0),
       federation_(
-          spec, options.insecure,
-          [this](uint32_t generation) { mailbox_.PurgeGenerationsBelow(generation); },
+          spec, [this](uint32_t generation) { mailbox_.PurgeGenerationsBelow(generation); },
           [this](int slot, const std::string& why) { sums_.SiteFailed(slot, why); }),
       sums_(spec, mailbox_, federation_),
       housekeeper_([this] { Housekeeping(); }) {}

@@ -12,7 +12,6 @@
 
 #include "core/job_spec.h"
 #include "gateway/aggregate/replica_sums.h"
-#include "gateway/exchange/push_interceptor.h"
 #include "gateway/mailbox/mailbox.h"
 #include "gateway/membership/federation.h"
 #include "strait/v1/gateway.pb.h"
@@ -20,7 +19,6 @@
 namespace strait::gateway {
 
 struct GatewayOptions {
-  bool insecure = false;
   uint64_t max_frame_bytes = 256ull << 20;  // Largest frame accepted on a push.
   std::chrono::milliseconds default_pull_timeout{30000};
   std::chrono::milliseconds housekeeping_interval{100};
@@ -35,10 +33,8 @@ struct GatewayOptions {
 
 class GatewayCore {
  public:
-  // `spec` must outlive the core. `push_interceptor` (tests only; null in production) sees the
-  // first chunk of every push. Starts the housekeeping thread.
-  GatewayCore(const JobSpec& spec, GatewayOptions options,
-              std::shared_ptr<PushInterceptor> push_interceptor = nullptr);
+  // `spec` must outlive the core. Starts the housekeeping thread.
+  GatewayCore(const JobSpec& spec, GatewayOptions options);
   // Stops the housekeeping thread.
   ~GatewayCore();
 
@@ -46,8 +42,6 @@ class GatewayCore {
   const GatewayOptions& options() const { return options_; }
   // Standing credit per push stream: options().push_credit_bytes or its default.
   uint64_t push_credit_bytes() const;
-  // The interceptor given at construction, or null.
-  PushInterceptor* push_interceptor() const { return push_interceptor_.get(); }
   Mailbox& mailbox() { return mailbox_; }
   Federation& federation() { return federation_; }
   ReplicaSums& sums() { return sums_; }
@@ -58,7 +52,6 @@ class GatewayCore {
 
   const JobSpec& spec_;
   const GatewayOptions options_;
-  const std::shared_ptr<PushInterceptor> push_interceptor_;
   Mailbox mailbox_;
   Federation federation_;
   ReplicaSums sums_;

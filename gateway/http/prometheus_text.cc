@@ -105,9 +105,6 @@ void WriteGateway(const v1::FederationState& state, Exposition& e) {
   }
   e.Gauge("strait_gateway_uptime_seconds", "Seconds since the gateway started.");
   e.Sample({}, state.uptime_s());
-  e.Gauge("strait_gateway_insecure",
-          "1 when the gateway serves plaintext gRPC (--insecure), 0 with mutual TLS.");
-  e.Sample({}, state.insecure() ? 1 : 0);
   e.Gauge("strait_gateway_stored_bytes", "Bytes of frames held in the mailbox.");
   e.Sample({}, state.stored_bytes());
   e.Gauge("strait_gateway_memory_budget_bytes", "Byte budget for stored frames.");

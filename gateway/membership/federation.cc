@@ -76,12 +76,10 @@ v1::GatewayMessage RollbackMessage(uint64_t step, uint32_t generation,
 
 }  // namespace
 
-Federation::Federation(const JobSpec& spec, bool insecure,
-                       std::function<void(uint32_t)> new_generation,
+Federation::Federation(const JobSpec& spec, std::function<void(uint32_t)> new_generation,
                        std::function<void(int, const std::string&)> site_down)
     : spec_(spec),
       agreed_job_(AgreedJobText(spec)),
-      insecure_(insecure),
       new_generation_(std::move(new_generation)),
       site_down_(std::move(site_down)) {
   for (int slot = 0; slot < spec.SiteSlots(); ++slot) {
@@ -97,10 +95,6 @@ Federation::Federation(const JobSpec& spec, bool insecure,
     site.info.set_machines(s.machines);
     site.info.set_state(v1::SITE_ABSENT);
     sites_.push_back(std::move(site));
-  }
-  if (insecure) {
-    AlertLocked(v1::Alert::CRITICAL,
-                "gateway runs with --insecure: plaintext gRPC, sites are not authenticated");
   }
 }
 
@@ -404,7 +398,6 @@ v1::FederationState Federation::Snapshot(const Mailbox::Stats& mailbox,
   state.set_memory_budget_bytes(mailbox.budget_bytes);
   state.set_waiting_pulls(mailbox.waiting_pulls);
   state.set_accounting_errors(mailbox.accounting_errors);
-  state.set_insecure(insecure_);
   for (const v1::Alert& alert : alerts_) *state.add_alerts() = alert;
   state.set_uptime_s(std::chrono::duration<double>(now - started_).count());
   state.set_unix_ms(UnixMs());

@@ -36,15 +36,14 @@ class Federation {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // `spec` must outlive the federation. `insecure`: plaintext gRPC (shown on the dashboard).
+  // `spec` must outlive the federation.
   // `new_generation` is called (outside the lock) with each generation after the first, before any
   // site hears of it: the gateway purges older generations from the mailbox there. `site_down` is
   // called (outside the lock) with the slot of a site marked down: its replicas' open sums abort.
   //
   // Sites are numbered by slot (JobSpec::SiteSlots): the stage without replicas.
-  Federation(const JobSpec& spec, bool insecure,
-             std::function<void(uint32_t)> new_generation = nullptr,
-             std::function<void(int, const std::string&)> site_down = nullptr);
+  explicit Federation(const JobSpec& spec, std::function<void(uint32_t)> new_generation = nullptr,
+                      std::function<void(int, const std::string&)> site_down = nullptr);
 
   // A site asks to join. `site_id` is its verified certificate identity. Checks the request against
   // the job spec (federation, layers, device, workers; key.site_id == site_id; an epoch newer than
@@ -110,7 +109,6 @@ class Federation {
 
   const JobSpec& spec_;
   const std::string agreed_job_;  // AgreedJobText(spec_): what a joining site must send.
-  const bool insecure_;
   const Clock::time_point started_ = Clock::now();
   mutable std::mutex mu_;
   std::vector<Site> sites_;

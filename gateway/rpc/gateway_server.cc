@@ -15,28 +15,20 @@ GatewayServer::~GatewayServer() { Shutdown(std::chrono::seconds(2)); }
 
 absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
     GatewayCore* core, SplitPlanning* planning, const GatewayServerOptions& options) {
-  std::shared_ptr<grpc::ServerCredentials> credentials;
-  PeerIdentity identity;
-  if (options.insecure) {
-    credentials = grpc::InsecureServerCredentials();
-    identity = ClaimedIdentity;
-  } else {
-    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> tls =
-        MakeGatewayServerCredentials(options.tls, options.revoked);
-    if (!tls.ok()) return tls.status();
-    credentials = *std::move(tls);
-    identity = [](const grpc::CallbackServerContext& context) { return PeerSiteId(context); };
-  }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeGatewayServerCredentials(options.tls, options.revoked);
+  if (!credentials.ok()) return credentials.status();
   std::unique_ptr<GatewayServer> server(new GatewayServer());
-  server->service_ = std::make_unique<GatewayService>(core, planning, std::move(identity));
+  server->service_ = std::make_unique<GatewayService>(core, planning);
 
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, credentials, &server->port_);
+  builder.AddListeningPort(options.listen, *credentials, &server->port_);
   builder.RegisterService(server->service_.get());
   // A chunk carries at most 1 MiB of body plus its header. Messages up to 4 MiB are read so that an
   // oversized chunk is answered with an error on a healthy stream; larger ones end the stream.
   builder.SetMaxReceiveMessageSize(4 << 20);
   builder.SetMaxSendMessageSize(static_cast<int>(kMaxChunkBytes + (64 << 10)));
+  if (options.hook != nullptr) options.hook->AddTo(builder);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     server->server_.reset();

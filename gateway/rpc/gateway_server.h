@@ -1,7 +1,7 @@
 // The gateway's gRPC server (DESIGN.md §9: the wiring, apart from the handler logic): the Gateway
-// service (gateway_service.h) on one listening address, over mutual TLS 1.3 (tls_credentials.h) or,
-// for tests on one machine, plaintext. The daemon starts and stops it through this header, which
-// keeps gRPC's types out of everything but gateway/rpc/.
+// service (gateway_service.h) on one listening address, over mutual TLS 1.3 (tls_credentials.h).
+// The daemon starts and stops it through this header, which keeps gRPC's types out of everything
+// but gateway/rpc/.
 #pragma once
 
 #include <chrono>
@@ -13,6 +13,7 @@
 #include "gateway/exchange/gateway_core.h"
 #include "gateway/membership/split_planning.h"
 #include "gateway/rpc/revocation_list.h"
+#include "gateway/rpc/server_hook.h"
 
 namespace grpc {
 class Server;
@@ -23,12 +24,12 @@ namespace strait::gateway {
 class GatewayService;
 
 struct GatewayServerOptions {
-  std::string listen;  // host:port; port 0 picks a free one.
-  // Plaintext gRPC; sites name themselves (the x-strait-site header). For tests on one machine.
-  bool insecure = false;
-  crypto::TlsMaterial tls;  // The federation CA and the gateway's certificate; unused if insecure.
+  std::string listen;       // host:port; port 0 picks a free one.
+  crypto::TlsMaterial tls;  // The federation CA and the gateway's certificate.
   // Certificates refused at every call; the caller may Replace the list while the server runs.
   std::shared_ptr<const RevocationList> revoked = std::make_shared<RevocationList>();
+  // Tests only (server_hook.h); null in strait-gateway.
+  std::shared_ptr<ServerHook> hook;
 };
 
 class GatewayServer {

@@ -5,6 +5,7 @@
 
 #include "gateway/rpc/exchange_reactor.h"
 #include "gateway/rpc/status_conversion.h"
+#include "gateway/rpc/tls_credentials.h"
 
 namespace strait::gateway {
 namespace {
@@ -77,19 +78,8 @@ class PlanReactor : public grpc::ServerUnaryReactor {
 
 }  // namespace
 
-absl::StatusOr<std::string> ClaimedIdentity(const grpc::CallbackServerContext& context) {
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find("x-strait-site");
-  if (it == metadata.end()) {
-    return absl::UnauthenticatedError(
-        "insecure gateway: the client must name its site in the "
-        "x-strait-site header");
-  }
-  return std::string(it->second.data(), it->second.size());
-}
-
-GatewayService::GatewayService(GatewayCore* core, SplitPlanning* planning, PeerIdentity identity)
-    : core_(core), planning_(planning), identity_(std::move(identity)) {}
+GatewayService::GatewayService(GatewayCore* core, SplitPlanning* planning)
+    : core_(core), planning_(planning) {}
 
 absl::StatusOr<GatewayCore*> GatewayService::Core() const {
   if (GatewayCore* core = core_.load(std::memory_order_acquire)) return core;
@@ -106,7 +96,7 @@ grpc::ServerUnaryReactor* GatewayService::Join(grpc::CallbackServerContext* cont
     reactor->Finish(ToGrpcStatus(core.status()));
     return reactor;
   }
-  absl::StatusOr<std::string> peer = identity_(*context);
+  absl::StatusOr<std::string> peer = PeerSiteId(*context);
   if (!peer.ok()) {
     (*core)->federation().CountRejected("unauthenticated", std::string(peer.status().message()));
     reactor->Finish(ToGrpcStatus(peer.status()));
@@ -128,7 +118,7 @@ grpc::ServerBidiReactor<v1::SiteMessage, v1::GatewayMessage>* GatewayService::Ex
     grpc::CallbackServerContext* context) {
   absl::StatusOr<GatewayCore*> core = Core();
   if (!core.ok()) return new RefusedStream(core.status());
-  absl::StatusOr<std::string> peer = identity_(*context);
+  absl::StatusOr<std::string> peer = PeerSiteId(*context);
   if (!peer.ok()) {
     (*core)->federation().CountRejected("unauthenticated", std::string(peer.status().message()));
     return new RefusedStream(peer.status());
@@ -140,7 +130,7 @@ grpc::ServerUnaryReactor* GatewayService::GetState(grpc::CallbackServerContext* 
                                                    const v1::GetStateRequest*,
                                                    v1::FederationState* reply) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::StatusOr<std::string> peer = identity_(*context);
+  absl::StatusOr<std::string> peer = PeerSiteId(*context);
   if (!peer.ok()) {
     reactor->Finish(ToGrpcStatus(peer.status()));
     return reactor;
@@ -156,7 +146,7 @@ grpc::ServerUnaryReactor* GatewayService::GetState(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* GatewayService::Plan(grpc::CallbackServerContext* context,
                                                const v1::PlanRequest* request,
                                                v1::PlanReply* reply) {
-  absl::StatusOr<std::string> peer = identity_(*context);
+  absl::StatusOr<std::string> peer = PeerSiteId(*context);
   absl::Status refused = peer.status();
   if (refused.ok() && planning_ == nullptr) {
     refused = absl::FailedPreconditionError(
@@ -175,7 +165,7 @@ grpc::ServerUnaryReactor* GatewayService::Plan(grpc::CallbackServerContext* cont
 grpc::ServerUnaryReactor* GatewayService::Probe(grpc::CallbackServerContext* context,
                                                 const v1::ProbeRequest*, v1::ProbeReply*) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(identity_(*context).status()));
+  reactor->Finish(ToGrpcStatus(PeerSiteId(*context).status()));
   return reactor;
 }
 

@@ -1,13 +1,11 @@
 // The Gateway gRPC service (proto/strait/v1/gateway.proto) on the callback API: Join, GetState,
-// Plan and Probe as unary reactors, one ExchangeReactor per Exchange stream. The peer's identity
-// comes from a function the server is built with (the verified TLS certificate; a header with
-// --insecure).
+// Plan and Probe as unary reactors, one ExchangeReactor per Exchange stream. The peer's identity is
+// the site id of the client certificate that the TLS handshake verified (tls_credentials.h).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
-#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -17,17 +15,11 @@
 
 namespace strait::gateway {
 
-// Returns the site id of the peer of a call, or an error (the call is refused with it).
-using PeerIdentity = std::function<absl::StatusOr<std::string>(const grpc::CallbackServerContext&)>;
-
-// The identity a client claims in the "x-strait-site" metadata header: for --insecure runs only.
-absl::StatusOr<std::string> ClaimedIdentity(const grpc::CallbackServerContext& context);
-
 class GatewayService final : public v1::Gateway::CallbackService {
  public:
   // `core` (null until Attach while the split is planned) and `planning` (null unless the job
   // says layers: auto) must outlive the service.
-  GatewayService(GatewayCore* core, SplitPlanning* planning, PeerIdentity identity);
+  GatewayService(GatewayCore* core, SplitPlanning* planning);
   // Serves `core` from now on (once the split is planned).
   void Attach(GatewayCore& core) { core_.store(&core, std::memory_order_release); }
 
@@ -49,7 +41,6 @@ class GatewayService final : public v1::Gateway::CallbackService {
 
   std::atomic<GatewayCore*> core_;
   SplitPlanning* const planning_;
-  PeerIdentity identity_;
 };
 
 }  // namespace strait::gateway

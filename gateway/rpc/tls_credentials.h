@@ -29,7 +29,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeGatewayServerCreden
     const crypto::TlsMaterial& material, std::shared_ptr<const RevocationList> revoked);
 
 // The site id of the peer of `context`, from the client certificate the handshake verified.
-// kUnauthenticated when the call carries no site certificate (e.g. an insecure server in a test).
+// kUnauthenticated when the call carries no site certificate.
 absl::StatusOr<std::string> PeerSiteId(const grpc::ServerContextBase& context);
 
 }  // namespace strait::gateway

@@ -386,15 +386,12 @@ function render() {
   const sites = sitesInOrder(state);
 
   setText("federation", view.federation || "—");
-  document.getElementById("insecure-banner").hidden = !state.insecure;
   const meta = document.getElementById("meta");
   meta.replaceChildren(
       el("span", {}, "uptime ", el("b", {}, fmtDuration(state.uptime_s))),
       el("span", {}, "layers ", el("b", {}, String(num(view.num_layers)))),
       el("span", {}, "generation ", el("b", {}, String(num(view.generation)))),
-      el("span", {}, "checkpoint ", el("b", {}, view.has_common_checkpoint ? `step ${fmtCount(view.common_checkpoint_step)}` : "none")),
-      el("span", {}, "transport ", el("b", {style: {color: state.insecure ? "var(--bad)" : "var(--good)"}},
-          state.insecure ? "plaintext" : "mTLS")));
+      el("span", {}, "checkpoint ", el("b", {}, view.has_common_checkpoint ? `step ${fmtCount(view.common_checkpoint_step)}` : "none")));
 
   renderKpis(state, sites);
   renderPipeline(state, sites);

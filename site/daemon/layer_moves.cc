@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <future>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -20,6 +21,12 @@ namespace strait::site {
 namespace {
 
 constexpr char kPurpose[] = "move";
+
+// The byte budget of a move key's sealer (LinkSecurity::Derive's rotate_bytes): none. Move keys are
+// derived afresh for every move (purpose "move", the rollback generation) and each seals a single
+// frame, one part of this site's layers for one peer, so no volume of sealed bytes ever calls for
+// a new key; the budget is set beyond any frame.
+constexpr uint64_t kMoveKeyNoByteBudget = std::numeric_limits<uint64_t>::max();
 
 // "[a, b)"
 std::string Range(LayerRange r) { return plan::SplitToString({r}); }
@@ -81,8 +88,8 @@ absl::Status MoveLayers(const LayerMoves& m, const CheckpointStore& store) {
         return absl::FailedPreconditionError(
             absl::StrCat("no key of site ", peer, " to move layers"));
       }
-      STRAIT_ASSIGN_OR_RETURN(
-          crypto, m.security->Derive(peer, key->second, UINT64_MAX / 2, m.generation, kPurpose));
+      STRAIT_ASSIGN_OR_RETURN(crypto, m.security->Derive(peer, key->second, kMoveKeyNoByteBudget,
+                                                         m.generation, kPurpose));
     }
     decoders[to] = std::make_unique<FrameDecoder>(std::move(crypto.opener),
                                                   MaxMoveFloats(spec) * sizeof(float));

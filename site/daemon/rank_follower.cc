@@ -2,7 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -42,13 +41,16 @@ absl::Status Serve(const FollowerOptions& o, LeaderLink& link, bool& grouped) {
     switch (order->kind_case()) {
       case v1::RankOrder::kGroup: {
         const v1::RankGroupOrder& g = order->group();
-        const auto timeout = std::chrono::milliseconds(
-            static_cast<int64_t>(std::clamp(g.timeout_s(), 1.0, 3600.0) * 1000));
         stage.reset();
+        const absl::StatusOr<std::chrono::milliseconds> timeout = GroupTimeout(g.timeout_s());
+        if (!timeout.ok()) {  // The leader's mistake: answered with the value, never corrected.
+          done = timeout.status();
+          break;
+        }
         const SiteSpec& site = o.spec->sites[o.index];
         absl::StatusOr<SiteGroups> made =
             ConnectSiteGroups(link.store(), g.prefix(), o.rank, site.machines, site.tensor_parallel,
-                              o.collective_host, timeout);
+                              o.collective_host, *timeout);
         done = made.status();
         if (made.ok()) {
           groups = *std::move(made);

@@ -21,6 +21,12 @@ std::chrono::milliseconds Millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 
+// The group's rendezvous and collective timeout: the site's heartbeat timeout, at least 1 s
+// (kMinGroupTimeoutS; a heartbeat timeout may be shorter, a rendezvous needs that long).
+double GroupTimeoutSeconds(const JobSpec& spec) {
+  return std::max(spec.gateway.heartbeat_timeout_s, kMinGroupTimeoutS);
+}
+
 }  // namespace
 
 RankLeader::RankLeader(Options options)
@@ -35,6 +41,15 @@ RankLeader::~RankLeader() {
 }
 
 absl::StatusOr<std::unique_ptr<RankLeader>> RankLeader::Start(Options options) {
+  // A timeout the followers would refuse stops the site here, before any rank waits for it.
+  if (absl::StatusOr<std::chrono::milliseconds> timeout =
+          GroupTimeout(GroupTimeoutSeconds(*options.spec));
+      !timeout.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gateway.heartbeat_timeout times out the group of a site of several "
+                     "machines: ",
+                     timeout.status().message()));
+  }
   std::unique_ptr<RankLeader> leader(new RankLeader(std::move(options)));
   const Options& o = leader->options_;
   STRAIT_ASSIGN_OR_RETURN(leader->server_, RankServer::Start({.listen = o.listen,
@@ -117,8 +132,7 @@ absl::Status RankLeader::FormGroup(std::chrono::milliseconds wait) {
     builds_ = 0;
   }
   const std::string prefix = absl::StrCat("group-", generation_, "/");
-  const std::chrono::milliseconds timeout =
-      std::max(call_timeout_, std::chrono::milliseconds(1000));
+  const std::chrono::milliseconds timeout = *GroupTimeout(GroupTimeoutSeconds(*options_.spec));
   v1::RankOrder order;
   order.mutable_group()->set_prefix(prefix);
   order.mutable_group()->set_timeout_s(timeout.count() / 1000.0);

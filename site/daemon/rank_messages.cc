@@ -1,5 +1,6 @@
 #include "site/daemon/rank_messages.h"
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -109,6 +110,15 @@ absl::StatusOr<RankResult> FromAnswer(const v1::RankAnswer& a) {
   r.sum = a.sum();
   for (int i = 0; i < a.loss_sums_size(); ++i) r.losses.push_back({a.loss_sums(i), a.corrects(i)});
   return r;
+}
+
+absl::StatusOr<std::chrono::milliseconds> GroupTimeout(double timeout_s) {
+  if (!std::isfinite(timeout_s) || timeout_s < kMinGroupTimeoutS || timeout_s > kMaxGroupTimeoutS) {
+    return absl::InvalidArgumentError(absl::StrCat("a site's group timeout must be ",
+                                                   kMinGroupTimeoutS, " to ", kMaxGroupTimeoutS,
+                                                   " s, got ", timeout_s, " s"));
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
 }
 
 }  // namespace strait::site

@@ -94,7 +94,7 @@ struct SiteSetup {
   JobSpec spec;
   int index = 0;
   int64_t total_steps = 0;
-  std::optional<crypto::TlsMaterial> tls;  // Loaded unless insecure with no sealed link.
+  crypto::TlsMaterial tls;  // The site's certificate and key, and the federation CA.
   crypto::DenyList deny_list;
 };
 
@@ -103,9 +103,6 @@ absl::StatusOr<SiteSetup> LoadSetup(const SiteOptions& o) {
   STRAIT_ASSIGN_OR_RETURN(std::tie(setup.spec, setup.index), LoadSpec(o));
   const JobSpec& spec = setup.spec;
   const int index = setup.index;
-  const bool sealed =
-      (index > 0 && spec.links[index - 1].encryption) ||
-      (index + 1 < static_cast<int>(spec.sites.size()) && spec.links[index].encryption);
   if (o.threads < 1) return Invalid("--threads must be at least 1");
   const SiteSpec& site = spec.sites[index];
   if (o.rank < 0 || o.rank >= site.machines) {
@@ -125,9 +122,7 @@ absl::StatusOr<SiteSetup> LoadSetup(const SiteOptions& o) {
   }
   // Identity: the certificate authenticates the gRPC channel and signs each epoch's link key.
   // The ranks of a site of several machines authenticate each other with the site's certificate.
-  if (!o.insecure || sealed || site.machines > 1) {
-    STRAIT_ASSIGN_OR_RETURN(setup.tls, LoadSiteTls(o, spec));
-  }
+  STRAIT_ASSIGN_OR_RETURN(setup.tls, LoadSiteTls(o, spec));
   if (!spec.tls.deny_list.empty()) {
     STRAIT_ASSIGN_OR_RETURN(setup.deny_list, crypto::DenyList::Load(spec.tls.deny_list));
   }
@@ -221,7 +216,6 @@ GatewayConnection::Options ConnectionOptionsFor(const SiteOptions& o, const Site
   options.spec = &setup.spec;
   options.index = setup.index;
   options.total_steps = setup.total_steps;
-  options.insecure = o.insecure;
   options.tls = setup.tls;
   options.deny_list = setup.deny_list;
   options.reconnect_timeout_s = o.reconnect_timeout_s;
@@ -287,7 +281,7 @@ absl::Status LeadSite(const SiteOptions& o, const SiteSetup& setup, const StageD
                           RankLeader::Start({.spec = &spec,
                                              .index = setup.index,
                                              .listen = o.leader,
-                                             .tls = *setup.tls,
+                                             .tls = setup.tls,
                                              .deny_list = setup.deny_list,
                                              .collective_host = CollectiveHost(o)}));
   report.Print(absl::StrFormat("%s: leader of %d ranks, listening for them on %s", o.site_id,
@@ -341,10 +335,7 @@ absl::Status RunSite(const SiteOptions& o) {
   STRAIT_ASSIGN_OR_RETURN(SiteSetup setup, LoadSetup(o));
   if (setup.spec.PlansSplit()) {
     PlannedSplitOptions plan{
-        .dial = {.address = setup.spec.gateway.address,
-                 .site_id = o.site_id,
-                 .insecure = o.insecure,
-                 .tls = setup.tls},
+        .dial = {.address = setup.spec.gateway.address, .site_id = o.site_id, .tls = setup.tls},
         .threads = o.threads,
         .cache_path =
             absl::StrCat(setup.spec.training.checkpoint.dir, "/", o.site_id, "/profile.json"),
@@ -361,7 +352,7 @@ absl::Status RunSite(const SiteOptions& o) {
                         .threads = o.threads,
                         .leader = {.address = o.leader,
                                    .site_id = o.site_id,
-                                   .tls = *setup.tls,
+                                   .tls = setup.tls,
                                    .deny_list = setup.deny_list},
                         .collective_host = CollectiveHost(o),
                         .reconnect_timeout_s = o.reconnect_timeout_s});

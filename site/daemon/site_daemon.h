@@ -22,11 +22,9 @@ struct SiteOptions {
   std::string site_id;
   std::string gateway;        // host:port; empty: the job spec's gateway.address.
   std::string cert, key, ca;  // PEM paths; empty: the job spec's tls: section.
-  bool insecure =
-      false;          // Plaintext gRPC (tests); links may still be sealed with the certificates.
-  int64_t steps = 0;  // > 0: overrides training.steps / epochs.
-  int threads = 1;    // Compute threads per worker (CPU).
-  std::string out;    // If set: final.ckpt and metrics.json are written there.
+  int64_t steps = 0;          // > 0: overrides training.steps / epochs.
+  int threads = 1;            // Compute threads per worker (CPU).
+  std::string out;            // If set: final.ckpt and metrics.json are written there.
   double report_interval_s = 2.0;
   bool evaluate = true;  // Test accuracy through the pipeline after the last step.
   bool resume = false;   // Offer the newest valid checkpoint of this site to resume from.

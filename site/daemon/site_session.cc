@@ -55,7 +55,9 @@ absl::StatusOr<LinkSecurity::LinkCrypto> LinkCryptoWith(
   const std::string& id = spec.sites[peer].id;
   if (security == nullptr) {
     return absl::FailedPreconditionError(
-        absl::StrCat("the link with ", id, " is encrypted, but this site has no certificate"));
+        absl::StrCat("the link with ", id,
+                     " is encrypted, but this site has no signed key (it has "
+                     "not joined)"));
   }
   auto key = peer_keys.find(id);
   absl::StatusOr<LinkSecurity::LinkCrypto> crypto = security->Derive(
@@ -77,7 +79,7 @@ absl::Status AddReplicaSums(const JobSpec& spec, int index, GatewayLink& gateway
   if (security == nullptr) {
     return absl::FailedPreconditionError(
         "replicas mask what they sum with keys signed by their certificates, and this site has "
-        "none: run it with a certificate (without --insecure)");
+        "no signed key (it has not joined)");
   }
   std::vector<crypto::LinkEnd> ends;
   for (const std::string& id : spec.StageReplicaIds(index)) {
@@ -93,11 +95,13 @@ absl::Status AddReplicaSums(const JobSpec& spec, int index, GatewayLink& gateway
     ends.push_back(*std::move(end));
   }
   STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create("none", nullptr));
-  links.sum_out = std::make_unique<FrameSender>(gateway, std::move(encoder), index, v1::FORWARD,
-                                                metrics, /*max_pending=*/2);
-  links.sum_in = std::make_unique<FrameReceiver>(
-      gateway, std::make_unique<FrameDecoder>(nullptr, max_raw), "the gateway's sum", index,
-      v1::BACKWARD, metrics, /*window=*/2);
+  STRAIT_ASSIGN_OR_RETURN(
+      links.sum_out, FrameSender::Create(gateway, std::move(encoder), index, v1::FORWARD, metrics,
+                                         /*max_pending=*/2));
+  STRAIT_ASSIGN_OR_RETURN(
+      links.sum_in,
+      FrameReceiver::Create(gateway, std::make_unique<FrameDecoder>(nullptr, max_raw),
+                            "the gateway's sum", index, v1::BACKWARD, metrics, /*window=*/2));
   links.mask = [security, ends = std::move(ends)](absl::string_view round,
                                                   std::span<uint32_t> words) {
     return security->AddMasks(round, ends, words);
@@ -120,22 +124,26 @@ absl::StatusOr<StageLinks> BuildLinks(const JobSpec& spec, int index, GatewayLin
     STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c,
                             LinkCryptoWith(spec, link, index - 1, security, peer_keys, generation));
     STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create(link.backward, std::move(c.sealer)));
-    links.backward_out = std::make_unique<FrameSender>(gateway, std::move(encoder), index - 1,
-                                                       v1::BACKWARD, metrics, window);
-    links.forward_in = std::make_unique<FrameReceiver>(
-        gateway, std::make_unique<FrameDecoder>(std::move(c.opener), max_raw),
-        spec.sites[index - 1].id, index - 1, v1::FORWARD, metrics, window);
+    STRAIT_ASSIGN_OR_RETURN(
+        links.backward_out,
+        FrameSender::Create(gateway, std::move(encoder), index - 1, v1::BACKWARD, metrics, window));
+    STRAIT_ASSIGN_OR_RETURN(
+        links.forward_in,
+        FrameReceiver::Create(gateway, std::make_unique<FrameDecoder>(std::move(c.opener), max_raw),
+                              spec.sites[index - 1].id, index - 1, v1::FORWARD, metrics, window));
   }
   if (index < stages - 1) {  // With the next stage.
     const LinkSpec& link = spec.links[index];
     STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c,
                             LinkCryptoWith(spec, link, index + 1, security, peer_keys, generation));
     STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create(link.forward, std::move(c.sealer)));
-    links.forward_out = std::make_unique<FrameSender>(gateway, std::move(encoder), index,
-                                                      v1::FORWARD, metrics, window);
-    links.backward_in = std::make_unique<FrameReceiver>(
-        gateway, std::make_unique<FrameDecoder>(std::move(c.opener), max_raw),
-        spec.sites[index + 1].id, index, v1::BACKWARD, metrics, window);
+    STRAIT_ASSIGN_OR_RETURN(
+        links.forward_out,
+        FrameSender::Create(gateway, std::move(encoder), index, v1::FORWARD, metrics, window));
+    STRAIT_ASSIGN_OR_RETURN(
+        links.backward_in,
+        FrameReceiver::Create(gateway, std::make_unique<FrameDecoder>(std::move(c.opener), max_raw),
+                              spec.sites[index + 1].id, index, v1::BACKWARD, metrics, window));
   }
   if (const std::optional<int> peer = TiedLinkPeer(spec, index)) {
     const bool first = index == 0;
@@ -143,11 +151,14 @@ absl::StatusOr<StageLinks> BuildLinks(const JobSpec& spec, int index, GatewayLin
     STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c,
                             LinkCryptoWith(spec, link, *peer, security, peer_keys, generation));
     STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create("none", std::move(c.sealer)));
-    links.tied_out = std::make_unique<FrameSender>(
-        gateway, std::move(encoder), 0, first ? v1::FORWARD : v1::BACKWARD, metrics, window);
-    links.tied_in = std::make_unique<FrameReceiver>(
-        gateway, std::make_unique<FrameDecoder>(std::move(c.opener), max_raw), spec.sites[*peer].id,
-        0, first ? v1::BACKWARD : v1::FORWARD, metrics, window);
+    STRAIT_ASSIGN_OR_RETURN(
+        links.tied_out, FrameSender::Create(gateway, std::move(encoder), 0,
+                                            first ? v1::FORWARD : v1::BACKWARD, metrics, window));
+    STRAIT_ASSIGN_OR_RETURN(
+        links.tied_in,
+        FrameReceiver::Create(gateway, std::make_unique<FrameDecoder>(std::move(c.opener), max_raw),
+                              spec.sites[*peer].id, 0, first ? v1::BACKWARD : v1::FORWARD, metrics,
+                              window));
   }
   if (spec.Replicas() > 1)
     STRAIT_RETURN_IF_ERROR(

@@ -5,6 +5,20 @@
 
 namespace strait::site {
 
+absl::StatusOr<std::unique_ptr<FrameReceiver>> FrameReceiver::Create(
+    GatewayLink& link, std::unique_ptr<FrameDecoder> decoder, std::string peer, uint32_t boundary,
+    v1::Direction direction, SiteMetrics& metrics, int window,
+    std::chrono::milliseconds pull_timeout) {
+  if (window < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the receiver of boundary ", boundary, " ", v1::Direction_Name(direction),
+                     " from ", peer, " needs a window of at least 1 frame, got ", window));
+  }
+  return std::unique_ptr<FrameReceiver>(new FrameReceiver(link, std::move(decoder), std::move(peer),
+                                                          boundary, direction, metrics, window,
+                                                          pull_timeout));
+}
+
 FrameReceiver::FrameReceiver(GatewayLink& link, std::unique_ptr<FrameDecoder> decoder,
                              std::string peer, uint32_t boundary, v1::Direction direction,
                              SiteMetrics& metrics, int window,
@@ -15,7 +29,7 @@ FrameReceiver::FrameReceiver(GatewayLink& link, std::unique_ptr<FrameDecoder> de
       boundary_(boundary),
       direction_(direction),
       metrics_(metrics),
-      window_(window < 1 ? 1 : window),
+      window_(static_cast<size_t>(window)),
       pull_timeout_(pull_timeout) {
   thread_ = std::thread([this] { Run(); });
 }

@@ -26,10 +26,13 @@ namespace strait::site {
 
 class FrameReceiver {
  public:
-  // `link` and `metrics` must outlive the receiver. `peer` names the producing site in errors.
-  FrameReceiver(GatewayLink& link, std::unique_ptr<FrameDecoder> decoder, std::string peer,
-                uint32_t boundary, v1::Direction direction, SiteMetrics& metrics, int window,
-                std::chrono::milliseconds pull_timeout = std::chrono::seconds(10));
+  // Starts a receiver's thread. `link` and `metrics` must outlive the receiver. `peer` names the
+  // producing site in errors. `window`: how many announced frames have pulls waiting at once;
+  // INVALID_ARGUMENT naming it when it is below 1.
+  static absl::StatusOr<std::unique_ptr<FrameReceiver>> Create(
+      GatewayLink& link, std::unique_ptr<FrameDecoder> decoder, std::string peer, uint32_t boundary,
+      v1::Direction direction, SiteMetrics& metrics, int window,
+      std::chrono::milliseconds pull_timeout = std::chrono::seconds(10));
   ~FrameReceiver();  // Stops the thread; pulls still waiting are abandoned.
 
   // Announces the next tensor to be taken. `shape`: the exact shape the frame must have. Never
@@ -44,6 +47,10 @@ class FrameReceiver {
   void Stop(const absl::Status& status);
 
  private:
+  FrameReceiver(GatewayLink& link, std::unique_ptr<FrameDecoder> decoder, std::string peer,
+                uint32_t boundary, v1::Direction direction, SiteMetrics& metrics, int window,
+                std::chrono::milliseconds pull_timeout);
+
   struct Expected {
     v1::TensorKey key;
     std::vector<int64_t> shape;

@@ -7,6 +7,18 @@
 
 namespace strait::site {
 
+absl::StatusOr<std::unique_ptr<FrameSender>> FrameSender::Create(
+    GatewayLink& link, std::unique_ptr<FrameEncoder> encoder, uint32_t boundary,
+    v1::Direction direction, SiteMetrics& metrics, int max_pending) {
+  if (max_pending < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the sender of boundary ", boundary, " ", v1::Direction_Name(direction),
+                     " needs max_pending of at least 1 frame in flight, got ", max_pending));
+  }
+  return std::unique_ptr<FrameSender>(
+      new FrameSender(link, std::move(encoder), boundary, direction, metrics, max_pending));
+}
+
 FrameSender::FrameSender(GatewayLink& link, std::unique_ptr<FrameEncoder> encoder,
                          uint32_t boundary, v1::Direction direction, SiteMetrics& metrics,
                          int max_pending)
@@ -15,7 +27,7 @@ FrameSender::FrameSender(GatewayLink& link, std::unique_ptr<FrameEncoder> encode
       boundary_(boundary),
       direction_(direction),
       metrics_(metrics),
-      max_pending_(max_pending < 1 ? 1 : max_pending) {
+      max_pending_(max_pending) {
   encoder_thread_ = std::thread([this] { EncodeAndPush(); });
   ack_thread_ = std::thread([this] { AwaitAcks(); });
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "site/exchange/frame_codec.h"
 #include "site/exchange/gateway_link.h"
 #include "site/pipeline/site_metrics.h"
@@ -25,9 +26,13 @@ namespace strait::site {
 
 class FrameSender {
  public:
-  // `link` and `metrics` must outlive the sender. `boundary` and `direction` label the metrics.
-  FrameSender(GatewayLink& link, std::unique_ptr<FrameEncoder> encoder, uint32_t boundary,
-              v1::Direction direction, SiteMetrics& metrics, int max_pending);
+  // Starts a sender's threads. `link` and `metrics` must outlive the sender. `boundary` and
+  // `direction` label the metrics. INVALID_ARGUMENT naming `max_pending` when it is below 1.
+  static absl::StatusOr<std::unique_ptr<FrameSender>> Create(GatewayLink& link,
+                                                             std::unique_ptr<FrameEncoder> encoder,
+                                                             uint32_t boundary,
+                                                             v1::Direction direction,
+                                                             SiteMetrics& metrics, int max_pending);
   // Stops the threads; tensors not yet pushed are dropped (call Flush first to keep them).
   ~FrameSender();
 
@@ -43,6 +48,9 @@ class FrameSender {
   void Stop(const absl::Status& status);
 
  private:
+  FrameSender(GatewayLink& link, std::unique_ptr<FrameEncoder> encoder, uint32_t boundary,
+              v1::Direction direction, SiteMetrics& metrics, int max_pending);
+
   struct Item {
     v1::TensorKey key;
     std::vector<float> values;

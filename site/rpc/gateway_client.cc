@@ -33,12 +33,7 @@ absl::Status GatewayClient::Start(const v1::JoinRequest& join) {
   stub_ =
       v1::Gateway::NewStub(grpc::CreateCustomChannel(options_.address, options_.credentials, args));
 
-  auto identify = [this](grpc::ClientContext& context) {
-    if (!options_.insecure_site_id.empty())
-      context.AddMetadata("x-strait-site", options_.insecure_site_id);
-  };
   grpc::ClientContext join_context;
-  identify(join_context);
   join_context.set_deadline(std::chrono::system_clock::now() + options_.join_timeout);
   join_context.set_wait_for_ready(true);  // The gateway may still be starting.
   grpc::Status joined = stub_->Join(&join_context, join, &join_reply_);
@@ -48,8 +43,6 @@ absl::Status GatewayClient::Start(const v1::JoinRequest& join) {
         absl::StrCat("joining the gateway at ", options_.address, ": ", joined.error_message()));
   }
 
-  identify(primary_context_);
-  identify(push_context_);
   primary_ = stub_->Exchange(&primary_context_);
   push_ = stub_->Exchange(&push_context_);
   v1::SiteMessage hello;

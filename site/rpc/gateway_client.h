@@ -26,9 +26,10 @@ namespace strait::site {
 class GatewayClient final : public GatewayLink {
  public:
   struct Options {
-    std::string address;                                    // host:port of the gateway
-    std::shared_ptr<grpc::ChannelCredentials> credentials;  // mutual TLS (or insecure for tests)
-    std::string insecure_site_id;  // With insecure credentials: the id claimed in a header.
+    std::string address;  // host:port of the gateway
+    // Mutual TLS with the site's certificate (site/rpc/tls_credentials.h): the gateway knows the
+    // site by it.
+    std::shared_ptr<grpc::ChannelCredentials> credentials;
     std::chrono::milliseconds heartbeat{1000};
     std::chrono::seconds join_timeout{10};
     uint64_t max_frame_bytes = 1ull << 30;  // Deliveries larger than this are refused.

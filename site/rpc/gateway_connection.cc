@@ -38,11 +38,7 @@ GatewayConnection::GatewayConnection(Options options, ConnectionEvents events)
   GatewayClient::Options& o = dial_->options;
   o.address = spec.gateway.address;
   o.chunk_bytes = spec.gateway.chunk_size;
-  o.join_timeout = options_.join_timeout;
-  if (options_.insecure) {
-    o.credentials = grpc::InsecureChannelCredentials();
-    o.insecure_site_id = spec.sites[options_.index].id;
-  }  // With mTLS, each join makes the credentials (which can fail).
+  o.join_timeout = options_.join_timeout;  // Each join makes the credentials (which can fail).
   o.on_control = events_.control;
   o.on_disconnect = events_.lost;
 }
@@ -65,14 +61,9 @@ absl::StatusOr<v1::JoinReply> GatewayConnection::Join(std::optional<int64_t> che
   }
   const auto now_s = static_cast<uint32_t>(seconds_now().count());
   epoch_ = std::max({now_s, epoch_ + 1, options_.min_epoch});
-  v1::SignedKey own_key = UnsignedKey(spec.sites[options_.index].id, epoch_);
-  if (options_.tls) {
-    STRAIT_ASSIGN_OR_RETURN(
-        security_, LinkSecurity::Create(spec.name, epoch_, options_.tls->own, options_.tls->ca_pem,
-                                        options_.deny_list));
-    own_key = security_->own_key();
-  }
-  v1::JoinRequest join = JoinRequestFor(spec, options_.index, own_key);
+  STRAIT_ASSIGN_OR_RETURN(security_, LinkSecurity::Create(spec.name, epoch_, options_.tls.own,
+                                                          options_.tls.ca_pem, options_.deny_list));
+  v1::JoinRequest join = JoinRequestFor(spec, options_.index, security_->own_key());
   join.set_total_steps(static_cast<uint64_t>(options_.total_steps));
   if (checkpoint) {
     join.set_has_checkpoint(true);
@@ -84,9 +75,7 @@ absl::StatusOr<v1::JoinReply> GatewayConnection::Join(std::optional<int64_t> che
     std::lock_guard<std::mutex> lock(mu_);
     dial = dial_->options;  // OnControl may change the handler meanwhile.
   }
-  if (!options_.insecure) {
-    STRAIT_ASSIGN_OR_RETURN(dial.credentials, MakeSiteChannelCredentials(*options_.tls));
-  }
+  STRAIT_ASSIGN_OR_RETURN(dial.credentials, MakeSiteChannelCredentials(options_.tls));
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<GatewayClient> joined,
                           GatewayClient::Connect(std::move(dial), join));
   v1::JoinReply reply = joined->join_reply();

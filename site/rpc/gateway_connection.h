@@ -31,11 +31,9 @@ class GatewayConnection final : public GatewayConnector, private GatewayLink {
     const JobSpec* spec = nullptr;  // Must outlive the connection; gateway.address is dialled.
     int index = 0;                  // This site's stage in spec->sites.
     int64_t total_steps = 0;        // Claimed in every JoinRequest (the gateway checks it).
-    // Plaintext gRPC, the site id claimed in a header (for a gateway started with --insecure).
-    bool insecure = false;
-    // The site's certificate and key with the federation CA: the mutual TLS identity (unless
-    // insecure) and, when set, the key that signs each epoch's link key (sealed links).
-    std::optional<crypto::TlsMaterial> tls;
+    // The site's certificate and key with the federation CA: the mutual TLS identity, and the key
+    // that signs each epoch's link key.
+    crypto::TlsMaterial tls;
     crypto::DenyList deny_list;  // Revoked neighbours' certificates.
     double reconnect_timeout_s = 300;
     std::chrono::seconds join_timeout{10};  // Per join attempt.
@@ -77,7 +75,7 @@ class GatewayConnection final : public GatewayConnector, private GatewayLink {
   const ConnectionEvents events_;
   std::unique_ptr<Dial> dial_;
   uint32_t epoch_ = 0;                      // Of the newest join attempt.
-  std::unique_ptr<LinkSecurity> security_;  // This epoch's link key; null without tls.
+  std::unique_ptr<LinkSecurity> security_;  // This epoch's link key; null before the first join.
 
   mutable std::mutex mu_;  // Guards client_ (the pipeline's and the reporter's threads use it).
   // Shared with calls in flight on other threads, so that a Rejoin never frees it under them.

@@ -47,8 +47,8 @@ class GatewayConnector {
   // after a loss), pushes and pulls fail with UNAVAILABLE and reports are dropped.
   virtual GatewayLink& link() = 0;
 
-  // The link keys of the current join (this site's signed key went into it), or nullptr when the
-  // site has no certificate to seal with. Valid until the next Join or Rejoin.
+  // The link keys of the current join (this site's signed key went into it), or nullptr before the
+  // first join. Valid until the next Join or Rejoin.
   virtual const LinkSecurity* security() const = 0;
 };
 

@@ -21,19 +21,14 @@ constexpr int kProbeBytes = 1 << 20;
 constexpr int kProbes = 5;
 
 absl::StatusOr<std::unique_ptr<v1::Gateway::Stub>> Connect(const PlanDial& dial) {
-  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
-  if (!dial.insecure) {
-    if (!dial.tls) return absl::InvalidArgumentError("no TLS material to dial the gateway with");
-    STRAIT_ASSIGN_OR_RETURN(credentials, MakeSiteChannelCredentials(*dial.tls));
-  }
+  STRAIT_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                          MakeSiteChannelCredentials(dial.tls));
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(2 * kProbeBytes);
   return v1::Gateway::NewStub(grpc::CreateCustomChannel(dial.address, credentials, args));
 }
 
-void Identify(const PlanDial& dial, grpc::ClientContext& context,
-              std::chrono::system_clock::time_point deadline) {
-  if (dial.insecure) context.AddMetadata("x-strait-site", dial.site_id);
+void Prepare(grpc::ClientContext& context, std::chrono::system_clock::time_point deadline) {
   context.set_deadline(deadline);
   context.set_wait_for_ready(true);  // The gateway may still be starting.
 }
@@ -60,7 +55,7 @@ absl::StatusOr<plan::MeasuredLink> ProbeLink(const PlanDial& dial, std::chrono::
     request.set_payload(std::string(bytes, '\0'));
     v1::ProbeReply reply;
     grpc::ClientContext context;
-    Identify(dial, context, deadline);
+    Prepare(context, deadline);
     const auto start = Clock::now();
     const grpc::Status status = stub->Probe(&context, request, &reply);
     if (!status.ok()) return Failed(dial, "probing", status);
@@ -89,7 +84,7 @@ absl::StatusOr<v1::PlanReply> RequestPlan(const PlanDial& dial, const v1::PlanRe
   while (true) {
     v1::PlanReply reply;
     grpc::ClientContext context;
-    Identify(dial, context, std::chrono::system_clock::now() + kCall);
+    Prepare(context, std::chrono::system_clock::now() + kCall);
     const grpc::Status status = stub->Plan(&context, request, &reply);
     if (status.ok()) return reply;
     const bool waiting = status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <chrono>
-#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -17,9 +16,7 @@ namespace strait::site {
 struct PlanDial {
   std::string address;  // host:port of the gateway.
   std::string site_id;
-  // Mutual TLS with the site's certificate; plaintext with the id in a header when insecure.
-  bool insecure = false;
-  std::optional<crypto::TlsMaterial> tls;
+  crypto::TlsMaterial tls;  // Mutual TLS with the site's certificate.
 };
 
 // The link through the real path (TLS, gRPC, the gateway): the round trip is the median of small

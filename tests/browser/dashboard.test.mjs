@@ -1,7 +1,7 @@
 // Opens the dashboard in headless Chromium (Debian's, no browser download) while the helper server
 // feeds it a changing fake federation, and checks what a person would see: the three sites with
-// their layer ranges in stage order, the links between them, the insecure banner, charts that grow,
-// the step rising, no script errors. Saves dashboard.png in the output directory.
+// their layer ranges in stage order, the links between them, charts that grow, the step rising, no
+// script errors. Saves dashboard.png in the output directory.
 //
 //   node dashboard.test.mjs SERVER_BINARY OUTPUT_DIR CHROMIUM
 import assert from "node:assert/strict";
@@ -20,7 +20,7 @@ const TOKEN = "browser-test-token";
 // Starts the helper server and resolves with its port.
 function startServer() {
   const args = mode === "real" ? ["--token", TOKEN, "--real"]
-                               : ["--token", TOKEN, "--insecure", "--interval-ms", "250"];
+                               : ["--token", TOKEN, "--interval-ms", "250"];
   if (mode === "replicas") args.push("--replicas");
   const child = spawn(serverBinary, args, {stdio: ["pipe", "pipe", "inherit"]});
   const port = new Promise((resolve, reject) => {
@@ -85,7 +85,6 @@ async function main() {
     assert.deepEqual(sites.map((s) => s.state), ["training", "training", "training"]);
     const links = await page.$$eval(`${firstPipeline} .link-row`, (nodes) => nodes.map((n) => n.dataset.link));
     assert.deepEqual(links, ["0/forward", "0/backward", "1/forward", "1/backward"]);
-    assert.equal(await page.isVisible("#insecure-banner"), true, "the insecure banner shows");
     assert.match(await page.textContent("#federation"), /fashion-demo/);
     if (mode !== "real") {  // The fake federation's last stage reports its test accuracy.
       assert.equal(await page.textContent("#kpi-eval"), "88.21%");

@@ -58,11 +58,9 @@ int main(int argc, char** argv) {
       "Serves the dashboard with a fake federation for the browser test, or (--real) starts a "
       "real strait-gateway with three test sites pushing traffic through it."};
   strait::gateway::DashboardOptions options;
-  bool insecure = false;
   int max_seconds = 300;
   int interval_ms = 250;
   app.add_option("--token", options.token, "Bearer token to require");
-  app.add_flag("--insecure", insecure, "Report plaintext gRPC (the dashboard's banner)");
   app.add_option("--interval-ms", interval_ms, "Sample interval")->capture_default_str();
   bool real = false;
   app.add_flag("--real", real, "A real gateway process and real gRPC traffic instead of fake data");
@@ -87,7 +85,7 @@ int main(int argc, char** argv) {
     traffic = *std::move(started);
     std::printf("PORT %d\n", traffic->http_port());
   } else {
-    auto source = strait::gateway::testing::FakeSnapshotSource(insecure);
+    auto source = strait::gateway::testing::FakeSnapshotSource();
     if (replicas) source = [source] { return AsTwoReplicas(source()); };
     auto server = strait::gateway::DashboardServer::Start(options, source);
     if (!server.ok()) {

@@ -4,6 +4,9 @@
 #include <fstream>
 
 #include "core/join_request.h"
+#include "core/status.h"
+#include "harness/test_certificates.h"
+#include "site/rpc/tls_credentials.h"
 
 namespace strait::testing {
 namespace {
@@ -46,10 +49,14 @@ absl::StatusOr<std::unique_ptr<RealTraffic>> RealTraffic::Start(const std::strin
   RealTraffic& t = *traffic;
   std::ofstream(t.dir_.File("fed.yaml")) << kSpec;
   std::ofstream(t.dir_.File("token")) << token << "\n";
+  // Mutual TLS, as every gateway serves: certs/ beside fed.yaml, the job spec's default paths.
+  absl::StatusOr<harness::TestCertificates> certs =
+      harness::MakeCertificates(t.dir_.File("certs"), {"dc-a", "dc-b", "dc-c"}, "fashion-demo");
+  if (!certs.ok()) return certs.status();
   t.gateway_ = std::make_unique<harness::Process>(
-      std::vector<std::string>{gateway_binary, "--config", t.dir_.File("fed.yaml"), "--insecure",
-                               "--listen", "127.0.0.1:0", "--dashboard", "127.0.0.1:0",
-                               "--ready-file", t.dir_.File("ready"), "--log-level", "warn"},
+      std::vector<std::string>{gateway_binary, "--config", t.dir_.File("fed.yaml"), "--listen",
+                               "127.0.0.1:0", "--dashboard", "127.0.0.1:0", "--ready-file",
+                               t.dir_.File("ready"), "--log-level", "warn"},
       t.dir_.File("gateway.log"));
   auto ready = t.gateway_->WaitForReadyFile(t.dir_.File("ready"), {"grpc", "http"},
                                             std::chrono::seconds(30));
@@ -58,14 +65,26 @@ absl::StatusOr<std::unique_ptr<RealTraffic>> RealTraffic::Start(const std::strin
   t.http_port_ = std::stoi(ready["http"]);
   absl::StatusOr<JobSpec> spec = LoadJobSpec(t.dir_.File("fed.yaml"));
   if (!spec.ok()) return spec.status();
-  for (int stage = 0; stage < static_cast<int>(spec->sites.size()); ++stage) {
+  // Site `stage` joined with `epoch`, over mutual TLS with its certificate.
+  auto join = [&](int stage,
+                  uint32_t epoch) -> absl::StatusOr<std::unique_ptr<site::GatewayClient>> {
     const std::string& id = spec->sites[stage].id;
     site::GatewayClient::Options options;
     options.address = "127.0.0.1:" + ready["grpc"];
-    options.credentials = grpc::InsecureChannelCredentials();
-    options.insecure_site_id = id;
-    auto client =
-        site::GatewayClient::Connect(options, JoinRequestFor(*spec, stage, UnsignedKey(id, 1)));
+    STRAIT_ASSIGN_OR_RETURN(const crypto::TlsMaterial material, certs->Site(id));
+    STRAIT_ASSIGN_OR_RETURN(options.credentials, site::MakeSiteChannelCredentials(material));
+    return site::GatewayClient::Connect(options,
+                                        JoinRequestFor(*spec, stage, UnsignedKey(id, epoch)));
+  };
+  // dc-a restarts once before the others join, as a site may: the gateway's alerts (its stream
+  // ended, it rejoined) give the dashboard something to list.
+  {
+    absl::StatusOr<std::unique_ptr<site::GatewayClient>> first = join(0, 1);
+    if (!first.ok()) return first.status();
+    (void)(*first)->Close();
+  }
+  for (int stage = 0; stage < static_cast<int>(spec->sites.size()); ++stage) {
+    absl::StatusOr<std::unique_ptr<site::GatewayClient>> client = join(stage, stage == 0 ? 2 : 1);
     if (!client.ok()) return client.status();
     t.sites_.push_back(*std::move(client));
   }

@@ -16,8 +16,8 @@ namespace strait::testing {
 
 class RealTraffic {
  public:
-  // Starts the gateway (insecure, dashboard on a free port, `token` required) and the sites'
-  // traffic.
+  // Starts the gateway (mutual TLS with certificates made here, dashboard on a free port, `token`
+  // required) and the sites' traffic.
   static absl::StatusOr<std::unique_ptr<RealTraffic>> Start(const std::string& gateway_binary,
                                                             const std::string& token);
   // Stops the traffic, then the gateway.

@@ -15,6 +15,8 @@
 #include <thread>
 
 #include "harness/subprocess.h"
+#include "harness/test_certificates.h"
+#include "site/rpc/tls_credentials.h"
 #include "strait/v1/gateway.grpc.pb.h"
 #include "tests/integration/loopback_socket.h"
 
@@ -53,16 +55,32 @@ v1::TensorKey Key(uint32_t microbatch, uint32_t boundary, v1::Direction directio
   return key;
 }
 
-// One site's view of the gateway: joined, with an open Exchange stream.
+// The sites' certificates (and "mallory"'s: a certificate of this federation for no site of the
+// job), in <dir>/certs beside the job spec, which therefore needs no tls: block.
+harness::TestCertificates Certificates(const harness::TempDir& dir) {
+  absl::StatusOr<harness::TestCertificates> certs =
+      harness::MakeCertificates(dir.File("certs"), {"a", "b", "c", "mallory"}, "relay-test");
+  EXPECT_TRUE(certs.ok()) << certs.status();
+  return certs.ok() ? *std::move(certs) : harness::TestCertificates{};
+}
+
+// One site's view of the gateway: joined over mutual TLS with its certificate, with an open
+// Exchange stream.
 class TestSite {
  public:
-  TestSite(const std::string& address, const std::string& id, uint32_t stage, uint32_t epoch = 1)
+  TestSite(const harness::TestCertificates& certs, const std::string& address,
+           const std::string& id, uint32_t stage, uint32_t epoch = 1)
       : id_(id) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(8 << 20);
     args.SetMaxSendMessageSize(8 << 20);
+    absl::StatusOr<crypto::TlsMaterial> material = certs.Site(id);
+    if (!material.ok()) {
+      join_status_ = grpc::Status(grpc::StatusCode::UNAUTHENTICATED, material.status().ToString());
+      return;
+    }
     stub_ = v1::Gateway::NewStub(
-        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+        grpc::CreateCustomChannel(address, *site::MakeSiteChannelCredentials(*material), args));
     v1::JoinRequest request;
     request.set_federation("relay-test");
     request.mutable_layers()->set_start(stage);
@@ -72,10 +90,8 @@ class TestSite {
     request.mutable_key()->set_site_id(id);
     request.mutable_key()->set_epoch(epoch);
     grpc::ClientContext context;
-    context.AddMetadata("x-strait-site", id);
     join_status_ = stub_->Join(&context, request, &reply_);
     if (!join_status_.ok()) return;
-    stream_context_.AddMetadata("x-strait-site", id);
     // A reply that never comes fails the test instead of hanging it.
     stream_context_.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(2));
     stream_ = stub_->Exchange(&stream_context_);
@@ -203,7 +219,6 @@ class TestSite {
   }
   v1::FederationState State() {
     grpc::ClientContext context;
-    context.AddMetadata("x-strait-site", id_);
     v1::FederationState state;
     EXPECT_TRUE(stub_->GetState(&context, v1::GetStateRequest(), &state).ok());
     return state;
@@ -247,9 +262,8 @@ class GatewayExchangeTest : public ::testing::Test {
     std::ofstream(dir_.File("fed.yaml")) << SpecText(budget, width);
     gateway_ = std::make_unique<harness::Process>(
         std::vector<std::string>{std::string(STRAIT_BINARY_DIR) + "/gateway/strait-gateway",
-                                 "--config", dir_.File("fed.yaml"), "--insecure", "--listen",
-                                 "127.0.0.1:0", "--ready-file", dir_.File("ready"), "--dashboard",
-                                 "127.0.0.1:0"},
+                                 "--config", dir_.File("fed.yaml"), "--listen", "127.0.0.1:0",
+                                 "--ready-file", dir_.File("ready"), "--dashboard", "127.0.0.1:0"},
         dir_.File("gateway.log"));
     auto ready =
         gateway_->WaitForReadyFile(dir_.File("ready"), {"grpc", "http"}, std::chrono::seconds(30));
@@ -262,6 +276,7 @@ class GatewayExchangeTest : public ::testing::Test {
   }
 
   harness::TempDir dir_;
+  const harness::TestCertificates certs_ = Certificates(dir_);
   std::unique_ptr<harness::Process> gateway_;
   std::string address_;
   int http_port_ = 0;  // The dashboard's: /metrics.
@@ -292,7 +307,7 @@ std::string Pattern(size_t bytes, char seed) {
 
 TEST_F(GatewayExchangeTest, SixteenMebibyteFrameTravelsInChunksAndIsAcknowledged) {
   StartGateway("128MiB");
-  TestSite a(address_, "a", 0), b(address_, "b", 1);
+  TestSite a(certs_, address_, "a", 0), b(certs_, address_, "b", 1);
   ASSERT_TRUE(a.join_status().ok()) << a.join_status().error_message();
   ASSERT_TRUE(b.join_status().ok());
   const std::string body = Pattern(16 << 20, 'q');
@@ -325,12 +340,12 @@ TEST_F(GatewayExchangeTest, SixteenMebibyteFrameTravelsInChunksAndIsAcknowledged
 // gets the frame whole from the producer's next push.
 TEST_F(GatewayExchangeTest, FramesStreamThroughAndRestartWhenTheProducerDiesMidFrame) {
   StartGateway("128MiB");
-  TestSite b(address_, "b", 1);
+  TestSite b(certs_, address_, "b", 1);
   const std::string body = Pattern(3 << 10, 's');
   const v1::TensorKey key = Key(0, 0, v1::FORWARD);
   b.Pull(1, key);
   {
-    TestSite a(address_, "a", 0);
+    TestSite a(certs_, address_, "a", 0);
     a.Push(1, key, body, 1 << 10, 0, 1);  // chunk 0 of 3 only
     v1::Deliver first = b.ReadDeliver();
     EXPECT_EQ(first.chunk().index(), 0u);
@@ -343,7 +358,7 @@ TEST_F(GatewayExchangeTest, FramesStreamThroughAndRestartWhenTheProducerDiesMidF
   v1::Deliver restart = b.ReadDeliver();
   EXPECT_TRUE(restart.restart());
   EXPECT_EQ(restart.pull_id(), 1u);
-  TestSite a(address_, "a", 0, /*epoch=*/2);
+  TestSite a(certs_, address_, "a", 0, /*epoch=*/2);
   a.Push(2, key, body, 1 << 10);
   EXPECT_EQ(a.ReadPushAck().status_code(), 0);
   int status = -1;
@@ -356,7 +371,7 @@ TEST_F(GatewayExchangeTest, FramesStreamThroughAndRestartWhenTheProducerDiesMidF
 
 TEST_F(GatewayExchangeTest, PullWaitsForThePushAndTimesOutWhenNothingComes) {
   StartGateway("128MiB");
-  TestSite b(address_, "b", 1), c(address_, "c", 2);
+  TestSite b(certs_, address_, "b", 1), c(certs_, address_, "c", 2);
   c.Pull(5, Key(2, 1, v1::FORWARD));       // waits for b's push
   b.Pull(6, Key(3, 0, v1::FORWARD), 200);  // nobody pushes this: times out
   int status = -1;
@@ -369,8 +384,8 @@ TEST_F(GatewayExchangeTest, PullWaitsForThePushAndTimesOutWhenNothingComes) {
 
 TEST_F(GatewayExchangeTest, AuthorizationAndMalformedMessagesLeaveTheStreamHealthy) {
   StartGateway("128MiB");
-  TestSite a(address_, "a", 0), c(address_, "c", 2);
-  TestSite mallory(address_, "mallory", 0);
+  TestSite a(certs_, address_, "a", 0), c(certs_, address_, "c", 2);
+  TestSite mallory(certs_, address_, "mallory", 0);
   EXPECT_EQ(mallory.join_status().error_code(), grpc::StatusCode::PERMISSION_DENIED);
   c.Push(1, Key(0, 0, v1::FORWARD), "not-yours");  // c does not produce boundary 0
   EXPECT_EQ(c.ReadPushAck().status_code(), static_cast<int>(grpc::StatusCode::PERMISSION_DENIED));
@@ -427,7 +442,7 @@ TEST_F(GatewayExchangeTest, AuthorizationAndMalformedMessagesLeaveTheStreamHealt
 // grant is refused with FAILED_PRECONDITION, counted (also in /metrics), and the stream goes on.
 TEST_F(GatewayExchangeTest, AnUnfundedPushIsRefusedCountedAndTheStreamStaysUsable) {
   StartGateway("128MiB");
-  TestSite a(address_, "a", 0), b(address_, "b", 1);
+  TestSite a(certs_, address_, "a", 0), b(certs_, address_, "b", 1);
   const v1::TensorKey key = Key(0, 0, v1::FORWARD);
   a.PushUnfunded(1, key, std::string(3 << 10, 'u'), 1 << 10);
   v1::PushAck refused = a.ReadPushAck();
@@ -461,7 +476,7 @@ TEST_F(GatewayExchangeTest, AnUnfundedPushIsRefusedCountedAndTheStreamStaysUsabl
 
 TEST_F(GatewayExchangeTest, SmallBudgetBlocksTheProducerUntilTheConsumerDrains) {
   StartGateway("3MiB", /*width=*/16384);  // frames of up to 1 MiB
-  TestSite a(address_, "a", 0), b(address_, "b", 1);
+  TestSite a(certs_, address_, "a", 0), b(certs_, address_, "b", 1);
   constexpr int kFrames = 4;
   std::thread producer([&] {
     for (int m = 0; m < kFrames; ++m)

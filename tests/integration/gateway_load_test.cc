@@ -17,7 +17,9 @@
 
 #include "core/join_request.h"
 #include "harness/subprocess.h"
+#include "harness/test_certificates.h"
 #include "site/rpc/gateway_client.h"
+#include "site/rpc/tls_credentials.h"
 #include "strait/v1/gateway.grpc.pb.h"
 
 namespace strait {
@@ -53,6 +55,15 @@ v1::TensorKey Key(int producer, int frame) {
 
 TEST(GatewayLoadTest, SixtyFourProducersAgainstASmallBudget) {
   harness::TempDir dir;
+  absl::StatusOr<harness::TestCertificates> certs =
+      harness::MakeCertificates(dir.File("certs"), {"a", "b"}, "load-test");
+  ASSERT_TRUE(certs.ok()) << certs.status();
+  // Mutual TLS with site `id`'s certificate, as a real site dials.
+  auto credentials = [&](const std::string& id) {
+    absl::StatusOr<crypto::TlsMaterial> material = certs->Site(id);
+    EXPECT_TRUE(material.ok()) << material.status();
+    return *site::MakeSiteChannelCredentials(*material);
+  };
   std::ofstream(dir.File("fed.yaml")) << R"(name: load-test
 gateway: {memory_budget: 16MiB, heartbeat_timeout: 60s}
 model: {family: mlp, input: 16, hidden: [16384, 8], classes: 4}
@@ -62,11 +73,10 @@ sites:
   - {id: a, layers: [0, 1]}
   - {id: b, layers: [1, 3]}
 )";
-  harness::Process gateway(
-      {std::string(STRAIT_BINARY_DIR) + "/gateway/strait-gateway", "-c", dir.File("fed.yaml"),
-       "--insecure", "--listen", "127.0.0.1:0", "--no-dashboard", "--ready-file", dir.File("ready"),
-       "--log-level", "warn"},
-      dir.File("gateway.log"));
+  harness::Process gateway({std::string(STRAIT_BINARY_DIR) + "/gateway/strait-gateway", "-c",
+                            dir.File("fed.yaml"), "--listen", "127.0.0.1:0", "--no-dashboard",
+                            "--ready-file", dir.File("ready"), "--log-level", "warn"},
+                           dir.File("gateway.log"));
   auto ready = gateway.WaitForReadyFile(dir.File("ready"), {"grpc"}, std::chrono::seconds(30));
   ASSERT_FALSE(ready.empty()) << gateway.LogTail();
   const std::string address = "127.0.0.1:" + ready["grpc"];
@@ -77,8 +87,7 @@ sites:
   auto connect = [&](const std::string& id) {
     site::GatewayClient::Options options;
     options.address = address;
-    options.credentials = grpc::InsecureChannelCredentials();
-    options.insecure_site_id = id;
+    options.credentials = credentials(id);
     return site::GatewayClient::Connect(
         options, JoinRequestFor(*spec, spec->SiteIndex(id), UnsignedKey(id, 1)));
   };
@@ -87,14 +96,13 @@ sites:
   ASSERT_TRUE(producer_site.ok() && consumer.ok());
 
   // 64 extra push streams of site a, each pushing its own frames.
+  const std::shared_ptr<grpc::ChannelCredentials> producer_credentials = credentials("a");
   std::vector<std::thread> producers;
   std::atomic<int> push_errors{0};
   for (int p = 0; p < kProducers; ++p) {
     producers.emplace_back([&, p] {
-      auto stub =
-          v1::Gateway::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      auto stub = v1::Gateway::NewStub(grpc::CreateChannel(address, producer_credentials));
       grpc::ClientContext context;
-      context.AddMetadata("x-strait-site", "a");
       auto stream = stub->Exchange(&context);
       v1::SiteMessage hello;
       hello.mutable_hello()->set_epoch(1);

@@ -423,9 +423,13 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> CreateCpuBackend(int threads, Precision precision,
-                                          AttentionKernel attention) {
-  return std::make_unique<CpuBackend>(std::max(1, threads), precision, attention);
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(int threads, Precision precision,
+                                                          AttentionKernel attention) {
+  if (threads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the CPU backend needs at least 1 thread, got ", threads));
+  }
+  return std::make_unique<CpuBackend>(threads, precision, attention);
 }
 
 }  // namespace strait::site

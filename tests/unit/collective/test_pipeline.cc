@@ -16,7 +16,7 @@ namespace {
 class StageUnit final : public Unit {
  public:
   StageUnit(const ModelSpec& model, LayerRange range, OptimizerKind opt, int threads)
-      : backend_(CreateCpuBackend(threads)) {
+      : backend_(*CreateCpuBackend(threads)) {
     auto s = Stage::Create(model, range, kMaxBatch, backend_.get());
     EXPECT_TRUE(s.ok()) << s.status();
     stage_ = *std::move(s);

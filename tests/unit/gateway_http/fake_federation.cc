@@ -24,7 +24,7 @@ constexpr FakeSite kSites[] = {
 
 }  // namespace
 
-v1::FederationState FakeFederationState(double t_s, bool insecure) {
+v1::FederationState FakeFederationState(double t_s) {
   const uint64_t step = static_cast<uint64_t>(4 * t_s);
   const double s = static_cast<double>(step);
   v1::FederationState state;
@@ -112,7 +112,6 @@ v1::FederationState FakeFederationState(double t_s, bool insecure) {
   state.set_stored_bytes(static_cast<uint64_t>((96.0 + 64.0 * std::sin(t_s / 5.0)) * (1 << 20)));
   state.set_waiting_pulls(2);
   state.set_accounting_errors(1);
-  state.set_insecure(insecure);
   state.set_uptime_s(t_s + 42.0);
   const uint64_t now_ms = 1'790'000'000'000 + static_cast<uint64_t>(t_s * 1000);
   state.set_unix_ms(now_ms);
@@ -129,11 +128,11 @@ v1::FederationState FakeFederationState(double t_s, bool insecure) {
   return state;
 }
 
-std::function<v1::FederationState()> FakeSnapshotSource(bool insecure, double speed) {
+std::function<v1::FederationState()> FakeSnapshotSource(double speed) {
   auto start = std::chrono::steady_clock::now();
-  return [start, insecure, speed] {
+  return [start, speed] {
     std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-    return FakeFederationState(elapsed.count() * speed, insecure);
+    return FakeFederationState(elapsed.count() * speed);
   };
 }
 

@@ -242,7 +242,6 @@ TEST(PrometheusText, FakeFederationParsesAndMatchesTheSnapshot) {
             2);
   EXPECT_EQ(Value(e, "strait_gateway_rejected_frames_total", {}), 5);
   EXPECT_EQ(Value(e, "strait_gateway_memory_budget_bytes", {}), 512.0 * 1024 * 1024);
-  EXPECT_EQ(Value(e, "strait_gateway_insecure", {}), 0);
   EXPECT_EQ(Value(e, "strait_gateway_alerts", {{"severity", "critical"}}), 1);
   EXPECT_EQ(Value(e, "strait_federation_info", {{"federation", "fashion-demo"}}), 1);
 }

@@ -52,7 +52,7 @@ TEST(Bf16ProductsTest, RoundsToNearestEven) {
 }
 
 TEST(Bf16ProductsTest, GemmIsTheFp32ProductOfRoundedInputs) {
-  auto fp32 = CreateCpuBackend(2), bf16 = CreateCpuBackend(2, Precision::kBf16);
+  auto fp32 = *CreateCpuBackend(2), bf16 = *CreateCpuBackend(2, Precision::kBf16);
   EXPECT_NE(bf16->Name().find("bf16"), std::string::npos);
   const int m = 37, n = 29, k = 41;
   for (bool ta : {false, true}) {
@@ -76,7 +76,7 @@ TEST(Bf16ProductsTest, GemmIsTheFp32ProductOfRoundedInputs) {
 
 // Attention's products read interleaved heads: operands with gaps between rows and matrices.
 TEST(Bf16ProductsTest, BatchedGemmOnInterleavedOperands) {
-  auto fp32 = CreateCpuBackend(2), bf16 = CreateCpuBackend(2, Precision::kBf16);
+  auto fp32 = *CreateCpuBackend(2), bf16 = *CreateCpuBackend(2, Precision::kBf16);
   const int tokens = 12, head_dim = 8, heads = 3, ld = 3 * heads * head_dim;  // q|k|v rows
   const std::vector<float> qkv = Random(tokens * ld, 5), rounded = Rounded(qkv);
   std::vector<float> want(heads * tokens * tokens), got(want.size());

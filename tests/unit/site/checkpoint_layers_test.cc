@@ -81,7 +81,7 @@ TEST(CheckpointLayersTest, CutsJoinBackToTheWhole) {
 
 TEST(CheckpointLayersTest, FingerprintIsTheStages) {
   const ModelSpec model = Gpt();
-  auto backend = CreateCpuBackend(1);
+  auto backend = *CreateCpuBackend(1);
   for (LayerRange r : {LayerRange{0, 5}, LayerRange{1, 3}, LayerRange{4, 5}}) {
     auto stage = Stage::Create(model, r, 2, backend.get());
     ASSERT_TRUE(stage.ok());

@@ -20,7 +20,7 @@ struct Result {
 };
 
 Result RunAttention(const AttentionShape& s, Precision precision) {
-  auto backend = CreateCpuBackend(2, precision, AttentionKernel::kFused);
+  auto backend = *CreateCpuBackend(2, precision, AttentionKernel::kFused);
   const DType act = backend->activation_dtype();
   const int64_t rows = s.rows(), d = s.dim();
   std::vector<float> qkv(rows * 3 * d), dout(rows * d);

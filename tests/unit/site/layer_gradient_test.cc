@@ -105,7 +105,7 @@ float Random(uint64_t key, uint64_t i, float lo, float hi) {
 
 // Runs the engine's Forward and Backward for one layer and checks both against the reference.
 void CheckLayer(const Harness& h) {
-  auto backend = CreateCpuBackend(1, Precision::kFp32, h.attention);
+  auto backend = *CreateCpuBackend(1, Precision::kFp32, h.attention);
   auto layers = BuildLayers(h.model, {h.layer, h.layer + 1}, {}, backend.get());
   ASSERT_TRUE(layers.ok()) << layers.status();
   Layer& layer = *(*layers)[0];
@@ -371,7 +371,7 @@ TEST(LayerGradientTest, FusedAttentionTransformerBlock) {
     h.ref = BlockRef(h.n, t, d, heads, mlp, 0.2f, causal);
     CheckLayer(h);
     // The fused layer keeps a log-sum-exp per query, not a [T, T] matrix per head.
-    auto fused = CreateCpuBackend(1, Precision::kFp32, AttentionKernel::kFused);
+    auto fused = *CreateCpuBackend(1, Precision::kFp32, AttentionKernel::kFused);
     auto with = BuildLayers(m, {1, 2}, {}, fused.get()), without = BuildLayers(m, {1, 2});
     ASSERT_TRUE(with.ok() && without.ok());
     EXPECT_LT((*with)[0]->SavedBytes(h.n), (*without)[0]->SavedBytes(h.n));
@@ -390,7 +390,7 @@ TEST(LayerGradientTest, LmHead) {
 
 // The fused classifier: the loss, and the logits' gradient written over the logits.
 TEST(LayerGradientTest, ClassifierLoss) {
-  auto backend = CreateCpuBackend(1);
+  auto backend = *CreateCpuBackend(1);
   const int rows = 4, classes = 5;
   const float scale = 0.25f;
   std::vector<float> logits(rows * classes), loss(rows);

@@ -4,6 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
 namespace strait::site {
 namespace {
 
@@ -58,6 +64,25 @@ TEST(RankMessagesTest, AnswersCarryResultsAndErrors) {
   v1::RankAnswer odd;
   odd.set_code(12345);  // not a status code: unknown
   EXPECT_EQ(AnswerStatus(odd).code(), absl::StatusCode::kUnknown);
+}
+
+// A group order's timeout outside 1 to 3600 s is the leader's mistake: the follower refuses it with
+// the value instead of forming its group with another timeout than the leader's.
+TEST(RankMessagesTest, AGroupTimeoutOutOfRangeIsRefusedWithItsValue) {
+  EXPECT_EQ(*GroupTimeout(2.5), std::chrono::milliseconds(2500));
+  EXPECT_EQ(*GroupTimeout(1), std::chrono::seconds(1));
+  EXPECT_EQ(*GroupTimeout(3600), std::chrono::hours(1));
+  for (const auto& [timeout_s, shown] : std::vector<std::pair<double, std::string>>{
+           {0.5, "0.5"},
+           {0, "0"},
+           {-2, "-2"},
+           {7200, "7200"},
+           {std::numeric_limits<double>::infinity(), "inf"},
+           {std::numeric_limits<double>::quiet_NaN(), "nan"}}) {
+    const absl::Status refused = GroupTimeout(timeout_s).status();
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << shown;
+    EXPECT_EQ(refused.message(), "a site's group timeout must be 1 to 3600 s, got " + shown + " s");
+  }
 }
 
 }  // namespace

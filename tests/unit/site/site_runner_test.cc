@@ -105,12 +105,12 @@ std::vector<std::unique_ptr<SiteUnderTest>> Federation(
     const uint64_t max_raw = 1 << 20;
     if (i > 0) {
       const LinkSpec& l = spec.links[i - 1];
-      links.forward_in = std::make_unique<FrameReceiver>(
-          link,
-          std::make_unique<FrameDecoder>(*crypto::Opener::Create(DirectionKey(2 * (i - 1))),
-                                         max_raw),
-          spec.sites[i - 1].id, i - 1, v1::FORWARD, site->metrics, 3);
-      links.backward_out = std::make_unique<FrameSender>(
+      links.forward_in =
+          *FrameReceiver::Create(link,
+                                 std::make_unique<FrameDecoder>(
+                                     *crypto::Opener::Create(DirectionKey(2 * (i - 1))), max_raw),
+                                 spec.sites[i - 1].id, i - 1, v1::FORWARD, site->metrics, 3);
+      links.backward_out = *FrameSender::Create(
           link,
           *FrameEncoder::Create(l.backward,
                                 *crypto::Sealer::Create(DirectionKey(2 * (i - 1) + 1), 1 << 30)),
@@ -118,11 +118,11 @@ std::vector<std::unique_ptr<SiteUnderTest>> Federation(
     }
     if (i + 1 < stages) {
       const LinkSpec& l = spec.links[i];
-      links.forward_out = std::make_unique<FrameSender>(
+      links.forward_out = *FrameSender::Create(
           link,
           *FrameEncoder::Create(l.forward, *crypto::Sealer::Create(DirectionKey(2 * i), 1 << 30)),
           i, v1::FORWARD, site->metrics, 3);
-      links.backward_in = std::make_unique<FrameReceiver>(
+      links.backward_in = *FrameReceiver::Create(
           link,
           std::make_unique<FrameDecoder>(*crypto::Opener::Create(DirectionKey(2 * i + 1)), max_raw),
           spec.sites[i + 1].id, i, v1::BACKWARD, site->metrics, 3);
@@ -131,10 +131,10 @@ std::vector<std::unique_ptr<SiteUnderTest>> Federation(
       // The first and the last site's own link: keys 2 * stages (forward) and 2 * stages + 1.
       const bool first = i == 0;
       const uint8_t out = 2 * stages + (first ? 0 : 1), in = 2 * stages + (first ? 1 : 0);
-      links.tied_out = std::make_unique<FrameSender>(
+      links.tied_out = *FrameSender::Create(
           link, *FrameEncoder::Create("none", *crypto::Sealer::Create(DirectionKey(out), 1 << 30)),
           0, first ? v1::FORWARD : v1::BACKWARD, site->metrics, 3);
-      links.tied_in = std::make_unique<FrameReceiver>(
+      links.tied_in = *FrameReceiver::Create(
           link, std::make_unique<FrameDecoder>(*crypto::Opener::Create(DirectionKey(in)), max_raw),
           spec.sites[first ? stages - 1 : 0].id, 0, first ? v1::BACKWARD : v1::FORWARD,
           site->metrics, 3);
@@ -203,7 +203,7 @@ std::vector<float> AllParams(std::vector<std::unique_ptr<SiteUnderTest>>& sites)
 // Trains `spec` in one process, the reference, and expects the sites' parameters to be its bits.
 std::unique_ptr<Trainer> ExpectTrainerBits(const JobSpec& spec,
                                            std::vector<std::unique_ptr<SiteUnderTest>>& sites) {
-  auto trainer = *Trainer::Create(spec, CreateCpuBackend(1, spec.training.precision));
+  auto trainer = *Trainer::Create(spec, *CreateCpuBackend(1, spec.training.precision));
   for (int64_t s = 0; s < spec.training.steps; ++s) EXPECT_TRUE(trainer->Step().ok());
   const std::vector<float> reference = *trainer->stage().Params();
   const std::vector<float> params = AllParams(sites);
@@ -217,7 +217,7 @@ std::unique_ptr<Trainer> ExpectTrainerBits(const JobSpec& spec,
 // sites, and expects the last site's evaluations and losses to be its bits: the same figures after
 // the same steps.
 void ExpectTrainerEvaluations(const JobSpec& spec, const SiteUnderTest& last) {
-  auto trainer = *Trainer::Create(spec, CreateCpuBackend(1, spec.training.precision));
+  auto trainer = *Trainer::Create(spec, *CreateCpuBackend(1, spec.training.precision));
   const int64_t total = spec.training.steps;
   std::vector<double> losses;
   std::vector<StepEvaluation> expected;
@@ -266,7 +266,7 @@ TEST(SiteRunnerEagerTest, TrainsDifferentBitsThanDeferredAndThanSynchronous) {
   auto params = [](const std::string& schedule) {
     JobSpec spec = Spec(schedule, "none");
     spec.training.grad_clip = 0.0;
-    auto trainer = *Trainer::Create(spec, CreateCpuBackend(1, spec.training.precision));
+    auto trainer = *Trainer::Create(spec, *CreateCpuBackend(1, spec.training.precision));
     for (int64_t s = 0; s < spec.training.steps; ++s) EXPECT_TRUE(trainer->Step().ok());
     return *trainer->stage().Params();
   };
@@ -281,8 +281,8 @@ TEST(SiteRunnerEagerTest, TrainsDifferentBitsThanDeferredAndThanSynchronous) {
 TEST(SiteRunnerEagerTest, ClipsEachStepWithTheNormOfTheStepBefore) {
   JobSpec clipped = Spec("2bw, update: eager", "none"), plain = clipped;
   plain.training.grad_clip = 0.0;
-  auto a = *Trainer::Create(clipped, CreateCpuBackend(1, clipped.training.precision));
-  auto b = *Trainer::Create(plain, CreateCpuBackend(1, plain.training.precision));
+  auto a = *Trainer::Create(clipped, *CreateCpuBackend(1, clipped.training.precision));
+  auto b = *Trainer::Create(plain, *CreateCpuBackend(1, plain.training.precision));
   ASSERT_TRUE(a->Step().ok() && b->Step().ok());
   EXPECT_EQ(*a->stage().Params(), *b->stage().Params());
   const float first_scale = a->stage().lagged_clip_scale();  // From step 0's norm, for step 1.
@@ -522,7 +522,7 @@ TEST_P(SiteRunnerTwoBwTest, ResumedFromCheckpointsEqualsUninterrupted) {
   FakeGateway::Link link(gateway);
   auto resumed = Federation(spec, gateway, link, {1, 1, 1}, at, paths);
   RunAll(resumed, spec.training.steps);
-  auto trainer = *Trainer::Create(spec, CreateCpuBackend(1, spec.training.precision));
+  auto trainer = *Trainer::Create(spec, *CreateCpuBackend(1, spec.training.precision));
   for (int64_t s = 0; s < spec.training.steps; ++s) ASSERT_TRUE(trainer->Step().ok());
   const std::vector<float> reference = *trainer->stage().Params();
   const std::vector<float> params = AllParams(resumed);
@@ -573,7 +573,7 @@ TEST(FrameReceiverTest, AnnouncedFramesArePulledAtOnceWhileAnOlderOneIsAwaited) 
   FakeGateway gateway;
   FakeGateway::Link link(gateway);
   SiteMetrics metrics;
-  FrameReceiver receiver(
+  std::unique_ptr<FrameReceiver> receiver = *FrameReceiver::Create(
       link, std::make_unique<FrameDecoder>(*crypto::Opener::Create(DirectionKey(0)), 1 << 20),
       "dc-a", 0, v1::FORWARD, metrics, /*window=*/3);
   // None of these frames ever arrives, so the receiver keeps waiting for the first; each
@@ -581,10 +581,40 @@ TEST(FrameReceiverTest, AnnouncedFramesArePulledAtOnceWhileAnOlderOneIsAwaited) 
   for (int step = 0; step < 4; ++step) {
     v1::TensorKey key;
     key.set_step(step);
-    receiver.Expect(key, {1});
+    receiver->Expect(key, {1});
     EXPECT_EQ(gateway.pulls(), static_cast<size_t>(std::min(step + 1, 3)));
   }
-  receiver.Stop(absl::CancelledError("test over"));
+  receiver->Stop(absl::CancelledError("test over"));
+}
+
+// A window or a send-ahead of no frames is a caller's mistake: refused with the value, not raised
+// to one (DESIGN.md §9).
+TEST(FrameReceiverTest, AWindowBelowOneIsRefusedWithItsValue) {
+  FakeGateway gateway;
+  FakeGateway::Link link(gateway);
+  SiteMetrics metrics;
+  for (int window : {0, -3}) {
+    absl::StatusOr<std::unique_ptr<FrameReceiver>> receiver =
+        FrameReceiver::Create(link, std::make_unique<FrameDecoder>(nullptr, 1 << 20), "dc-a", 0,
+                              v1::FORWARD, metrics, window);
+    EXPECT_EQ(receiver.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(receiver.status().message()),
+                ::testing::EndsWith(absl::StrCat("window of at least 1 frame, got ", window)));
+  }
+}
+
+TEST(FrameSenderTest, AMaxPendingBelowOneIsRefusedWithItsValue) {
+  FakeGateway gateway;
+  FakeGateway::Link link(gateway);
+  SiteMetrics metrics;
+  for (int max_pending : {0, -1}) {
+    absl::StatusOr<std::unique_ptr<FrameSender>> sender = FrameSender::Create(
+        link, *FrameEncoder::Create("none", nullptr), 0, v1::BACKWARD, metrics, max_pending);
+    EXPECT_EQ(sender.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(sender.status().message()),
+                ::testing::EndsWith(
+                    absl::StrCat("max_pending of at least 1 frame in flight, got ", max_pending)));
+  }
 }
 
 }  // namespace

@@ -389,7 +389,7 @@ class SiteSessionTest : public ::testing::Test {
       absl::Status status = site->Wait();
       ASSERT_TRUE(status.ok()) << site->id() << ": " << status << "\n" << log_->Text();
     }
-    auto trainer = *Trainer::Create(spec_, CreateCpuBackend(1));
+    auto trainer = *Trainer::Create(spec_, *CreateCpuBackend(1));
     std::vector<double> losses;
     for (int64_t s = 0; s < kSteps; ++s) losses.push_back(trainer->Step()->loss);
     const std::vector<float> reference = *trainer->stage().Params();
@@ -486,7 +486,7 @@ TEST_F(SiteSessionTest, EvaluatesEveryNStepsAndAgainWhereARollbackReplays) {
   gateway_.Send(Rollback(2, 2));  // From step 2 again: evaluated at 2, 4, 6, then at the end.
   ExpectLikeOneProcess();
 
-  auto trainer = *Trainer::Create(spec_, CreateCpuBackend(1));
+  auto trainer = *Trainer::Create(spec_, *CreateCpuBackend(1));
   std::vector<StepEvaluation> expected;
   while (trainer->step() < kSteps) {
     ASSERT_TRUE(trainer->Step().ok());
@@ -624,7 +624,7 @@ TEST_F(SiteSessionTest, ResumeOffersTheNewestCheckpointAndTrainsOnFromIt) {
   for (auto& site : sites_) ASSERT_TRUE(site->Wait().ok()) << log_->Text();
   EXPECT_EQ(b().losses().first_step(), 4);
   EXPECT_EQ(b().losses().losses().size(), 4u);
-  auto trainer = *Trainer::Create(spec_, CreateCpuBackend(1));
+  auto trainer = *Trainer::Create(spec_, *CreateCpuBackend(1));
   for (int64_t s = 0; s < kSteps; ++s) ASSERT_TRUE(trainer->Step().ok());
   const std::vector<float> reference = *trainer->stage().Params();
   const std::vector<float> a_params = *a().session().stage().Params();

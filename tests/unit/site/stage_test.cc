@@ -267,7 +267,7 @@ TEST(StageTest, ContractErrors) {
   EXPECT_FALSE(StageExecutor::Create(Mlp(), {3, 7}, OptimizerSpec{}, 4, {}, {}).ok());
 
   // The Stage itself: no Backward before Loss on the last stage, one view per layer.
-  auto backend = CreateCpuBackend(1);
+  auto backend = *CreateCpuBackend(1);
   auto stage = *Stage::Create(Mlp(), {2, 5}, 6, backend.get());
   std::vector<float> weights(stage->param_count()), grads(stage->param_count());
   const std::vector<LayerParams> views = stage->Views(weights.data(), grads.data());
@@ -284,7 +284,7 @@ TEST(StageTest, ContractErrors) {
 // 2-4 from another give the bits of two stages [0, 2) and [2, 5) on those arenas (what `strait
 // train` does to imitate sites whose stages use different weight versions).
 TEST(StageTest, ComputesEachLayerWithTheWeightsItIsHanded) {
-  auto backend = CreateCpuBackend(1);
+  auto backend = *CreateCpuBackend(1);
   const ModelSpec model = Mlp();
   auto whole = *Stage::Create(model, {0, 5}, 6, backend.get());
   auto head = *Stage::Create(model, {0, 2}, 6, backend.get());
@@ -326,7 +326,7 @@ TEST(StageTest, ComputesEachLayerWithTheWeightsItIsHanded) {
 // earlier builds stop loading. These values were printed by the build before the stage API moved
 // weight versions out of Stage (and must stay what they are).
 TEST(StageTest, FingerprintIsStableAcrossBuilds) {
-  auto backend = CreateCpuBackend(1);
+  auto backend = *CreateCpuBackend(1);
   EXPECT_EQ((*Stage::Create(Mlp(), {0, 5}, 6, backend.get()))->Fingerprint(),
             17111667145296457435ull);
   EXPECT_EQ((*Stage::Create(Mlp(), {2, 5}, 6, backend.get()))->Fingerprint(),
@@ -581,7 +581,7 @@ TEST(StageTest, WeightVersionContractErrors) {
 // without momentum, so the step is exactly that).
 // The step SGD without momentum takes on a gradient of 1 at updates 1 .. `updates`: its lr.
 std::vector<float> LearningRates(const OptimizerSpec& spec, int updates) {
-  auto backend = CreateCpuBackend(1);
+  auto backend = *CreateCpuBackend(1);
   auto optimizer = *Optimizer::Create(spec, 1, backend.get());
   float* param = static_cast<float*>(*backend->Allocate(sizeof(float)));
   float* grad = static_cast<float*>(*backend->Allocate(sizeof(float)));

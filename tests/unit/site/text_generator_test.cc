@@ -23,7 +23,7 @@ ModelSpec TinyGpt() {
 }
 
 std::vector<float> InitialParams(const ModelSpec& model) {
-  auto backend = CreateCpuBackend(1);
+  auto backend = *CreateCpuBackend(1);
   return (*Stage::Create(model, {0, model.NumLayers()}, 1, backend.get()))->InitialParams();
 }
 
@@ -40,7 +40,7 @@ TEST(SampleTokenTest, TemperatureZeroAndTopOneTakeTheMostLikely) {
 
 TEST(TextGeneratorTest, LogitsDependOnlyOnEarlierTokens) {
   const ModelSpec model = TinyGpt();
-  auto g = TextGenerator::Create(model, InitialParams(model), CreateCpuBackend(1));
+  auto g = TextGenerator::Create(model, InitialParams(model), *CreateCpuBackend(1));
   ASSERT_TRUE(g.ok()) << g.status();
   const std::vector<int32_t> a = {'a', 'b', 'c'}, ab = {'a', 'b'};
   auto after_ab = (*g)->NextLogits(ab);
@@ -56,7 +56,7 @@ TEST(TextGeneratorTest, LogitsDependOnlyOnEarlierTokens) {
 
 TEST(TextGeneratorTest, WrongParameterCountIsAClearError) {
   const ModelSpec model = TinyGpt();
-  auto g = TextGenerator::Create(model, std::vector<float>(10), CreateCpuBackend(1));
+  auto g = TextGenerator::Create(model, std::vector<float>(10), *CreateCpuBackend(1));
   ASSERT_FALSE(g.ok());
   EXPECT_THAT(g.status().message(), ::testing::HasSubstr("10 parameters"));
 }
@@ -75,10 +75,10 @@ TEST(TextGeneratorTest, ATrainedModelContinuesItsText) {
   spec.training.global_batch = 16;
   spec.training.microbatches = 2;
   spec.training.optimizer.lr = 1e-2;
-  auto trainer = Trainer::Create(spec, CreateCpuBackend(2));
+  auto trainer = Trainer::Create(spec, *CreateCpuBackend(2));
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   for (int i = 0; i < 80; ++i) ASSERT_TRUE((*trainer)->Step().ok());
-  auto g = TextGenerator::Create(spec.model, *(*trainer)->stage().Params(), CreateCpuBackend(1));
+  auto g = TextGenerator::Create(spec.model, *(*trainer)->stage().Params(), *CreateCpuBackend(1));
   ASSERT_TRUE(g.ok()) << g.status();
   const std::string prompt = "the quick brown ";
   auto out =

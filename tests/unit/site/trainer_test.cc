@@ -49,7 +49,7 @@ JobSpec SyntheticJob(ModelFamily family) {
 }
 
 std::unique_ptr<Trainer> MakeTrainer(const JobSpec& spec) {
-  auto t = Trainer::Create(spec, CreateCpuBackend(2, spec.training.precision));
+  auto t = Trainer::Create(spec, *CreateCpuBackend(2, spec.training.precision));
   EXPECT_TRUE(t.ok()) << t.status();
   return t.ok() ? *std::move(t) : nullptr;
 }
@@ -453,7 +453,7 @@ TEST_F(TrainerTest, CheckpointsOfEarlierBuildsLoadAndContinue) {
     const std::string dir = STRAIT_SOURCE_DIR "/tests/data/checkpoints/";
     absl::StatusOr<JobSpec> spec = LoadJobSpec(dir + name + ".yaml");
     ASSERT_TRUE(spec.ok()) << spec.status();
-    auto t = Trainer::Create(*spec, CreateCpuBackend(1));
+    auto t = Trainer::Create(*spec, *CreateCpuBackend(1));
     ASSERT_TRUE(t.ok()) << t.status();
     absl::Status loaded = (*t)->LoadCheckpoint(dir + name + "-step3.ckpt");
     ASSERT_TRUE(loaded.ok()) << loaded;

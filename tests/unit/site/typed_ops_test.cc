@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "compression/codec_chain.h"
@@ -64,7 +66,7 @@ TEST(TypedOpsTest, Bf16BitsRoundToNearestEven) {
 
 // Element-wise and row ops on bf16 tensors: the f32 op on the bf16 values, rounded once.
 TEST(TypedOpsTest, RowAndElementwiseOpsRoundOnceOnTheStore) {
-  auto cpu = CreateCpuBackend(2);
+  auto cpu = *CreateCpuBackend(2);
   const int rows = 13, dim = 40;
   const int64_t n = rows * dim;
   const std::vector<float> x = Rounded(Random(n, 2, -3, 3)), g = Random(dim, 3), b = Random(dim, 4);
@@ -102,7 +104,7 @@ TEST(TypedOpsTest, RowAndElementwiseOpsRoundOnceOnTheStore) {
 
 // r = x + branch stored, then LayerNorm of what was stored.
 TEST(TypedOpsTest, ResidualLayerNormIsTheAddThenTheNorm) {
-  auto cpu = CreateCpuBackend(2, Precision::kBf16);
+  auto cpu = *CreateCpuBackend(2, Precision::kBf16);
   const int rows = 9, dim = 24;
   const int64_t n = rows * dim;
   const std::vector<float> g = Random(dim, 7), b = Random(dim, 8);
@@ -128,7 +130,7 @@ TEST(TypedOpsTest, ResidualLayerNormIsTheAddThenTheNorm) {
 // The forward epilogue: t = product + bias; pre = t; C = act(t), each stored once.
 TEST(TypedOpsTest, GemmForwardEpilogueIsBiasThenActivation) {
   for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
-    auto cpu = CreateCpuBackend(2, precision);
+    auto cpu = *CreateCpuBackend(2, precision);
     const DType act = cpu->activation_dtype();
     const int m = 21, n = 16, k = 12;
     std::vector<float> a = Random(m * k, 11), w = Random(n * k, 12), bias = Random(n, 13);
@@ -157,7 +159,7 @@ TEST(TypedOpsTest, GemmForwardEpilogueIsBiasThenActivation) {
 
 // The backward epilogue: C = product * act'(act_input); bias_grad += the column sums of that.
 TEST(TypedOpsTest, GemmBackwardEpilogueIsActivationGradThenColumnSums) {
-  auto cpu = CreateCpuBackend(2);
+  auto cpu = *CreateCpuBackend(2);
   const int m = 30, n = 10, k = 7;
   const std::vector<float> dy = Random(m * k, 14), w = Random(k * n, 15), h = Random(m * n, 16);
   std::vector<float> t(m * n), want(m * n), got(m * n), db(n, 0.5f), db_want(n, 0.5f);
@@ -176,7 +178,7 @@ TEST(TypedOpsTest, GemmBackwardEpilogueIsActivationGradThenColumnSums) {
 // bf16 products: the f32 product of the operands' bf16 values, whatever type they are stored in;
 // a bf16 C is rounded once after the sum.
 TEST(TypedOpsTest, Bf16ProductsReadBf16Values) {
-  auto fp32 = CreateCpuBackend(2), bf16 = CreateCpuBackend(2, Precision::kBf16);
+  auto fp32 = *CreateCpuBackend(2), bf16 = *CreateCpuBackend(2, Precision::kBf16);
   const int m = 17, n = 9, k = 33;
   const std::vector<float> a = Random(m * k, 17), b = Random(k * n, 18);
   std::vector<float> want(m * n);
@@ -189,7 +191,7 @@ TEST(TypedOpsTest, Bf16ProductsReadBf16Values) {
 
 // The fused classifier writes the gradient over the logits, of any type.
 TEST(TypedOpsTest, ClassifierLossInPlaceOnBf16Logits) {
-  auto cpu = CreateCpuBackend(2);
+  auto cpu = *CreateCpuBackend(2);
   const int rows = 6, classes = 11;
   const std::vector<float> logits = Rounded(Random(rows * classes, 19, -4, 4));
   std::vector<int32_t> labels = {0, 10, 3, -1, 5, 5};
@@ -207,7 +209,7 @@ TEST(TypedOpsTest, ClassifierLossInPlaceOnBf16Logits) {
 
 // The optimizer writes the products' copy of the weights in the same pass.
 TEST(TypedOpsTest, OptimizerWritesTheOperandCopy) {
-  auto cpu = CreateCpuBackend(2);
+  auto cpu = *CreateCpuBackend(2);
   const int64_t n = 3000;
   std::vector<float> p = Random(n, 20), g = Random(n, 21), m(n, 0.0f), v(n, 0.0f);
   Bf16 copy(n);
@@ -222,7 +224,7 @@ TEST(TypedOpsTest, OptimizerWritesTheOperandCopy) {
 
 // Copies between types convert; within one type they move the bits.
 TEST(TypedOpsTest, CopiesConvertBetweenTypes) {
-  auto cpu = CreateCpuBackend(1);
+  auto cpu = *CreateCpuBackend(1);
   const std::vector<float> x = Random(64, 22);
   Bf16 y(64), z(64);
   cpu->Copy2D(4, 16, x.data(), 16, y.ptr(), 16);
@@ -240,7 +242,7 @@ TEST(TypedOpsTest, CopiesConvertBetweenTypes) {
 // itself writes for the tensor's values, and back (what a GPU site does before and after the
 // copy to and from the host).
 TEST(TypedOpsTest, ValueStagesEncodeAndDecodeLikeTheChain) {
-  auto cpu = CreateCpuBackend(2);
+  auto cpu = *CreateCpuBackend(2);
   const int64_t n = 1000;
   const std::vector<float> values = Rounded(Random(n, 23, -3, 3));
   for (const char* spec : {"none", "fp16", "bf16", "int8", "int4", "int8:64:sr"}) {
@@ -272,6 +274,18 @@ TEST(TypedOpsTest, ValueStagesEncodeAndDecodeLikeTheChain) {
   std::vector<uint8_t> payload;
   EXPECT_EQ(cpu->EncodeValues(topk->spec().stages[0], 0, values.data(), n, &payload).code(),
             absl::StatusCode::kUnimplemented);
+}
+
+// A thread count below 1 is a caller's mistake: refused with its value (DESIGN.md §9), not raised
+// to one.
+TEST(CpuBackendTest, AThreadCountBelowOneIsRefusedWithItsValue) {
+  for (int threads : {0, -4}) {
+    absl::StatusOr<std::unique_ptr<Backend>> backend = CreateCpuBackend(threads);
+    EXPECT_EQ(backend.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(backend.status().message(),
+              "the CPU backend needs at least 1 thread, got " + std::to_string(threads));
+  }
+  EXPECT_TRUE(CreateCpuBackend(1).ok());
 }
 
 }  // namespace

@@ -35,7 +35,7 @@ std::vector<float> WeightsOf(const WeightHistory& h, const Stage& stage, int64_t
 class WeightHistoryTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    backend_ = CreateCpuBackend(1);
+    backend_ = *CreateCpuBackend(1);
     stage_ = *Stage::Create(Mlp(), {0, 2}, 4, backend_.get());
     OptimizerSpec sgd;
     sgd.kind = OptimizerKind::kSgd;
