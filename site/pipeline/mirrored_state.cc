@@ -1,0 +1,70 @@
+#include "site/pipeline/mirrored_state.h"
+
+namespace strait::site {
+
+absl::StatusOr<std::vector<float>> MirroredState::Params() const {
+  return shards_.Whole(ShardedState::kParams, 0);
+}
+
+absl::StatusOr<std::vector<float>> MirroredState::PreviousParams() const {
+  return shards_.Whole(ShardedState::kPrevious, 0);
+}
+
+absl::StatusOr<std::vector<float>> MirroredState::LookaheadParams() const {
+  return shards_.Whole(ShardedState::kLookahead, 0);
+}
+
+absl::StatusOr<std::vector<float>> MirroredState::Grads(int64_t step) const {
+  return shards_.Whole(ShardedState::kGrads, step);
+}
+
+absl::StatusOr<std::vector<float>> MirroredState::OptimizerState() const {
+  return shards_.Whole(ShardedState::kOptimizer, 0);
+}
+
+absl::Status MirroredState::SetParams(absl::Span<const float> params) {
+  auto call = [&](int rank) {
+    RankCall c{.op = RankOp::kSetParams};
+    c.values = shards_.ShardsFor(params, rank);
+    return c;
+  };
+  std::vector<float> storage;
+  const absl::Span<const float> own = shards_.OwnShards(params, storage);
+  return fan_out_.Run(call, [&] { return local_.state().SetParams(own); });
+}
+
+absl::Status MirroredState::RestoreWeights(int64_t version, absl::Span<const float> newest,
+                                           absl::Span<const float> previous,
+                                           absl::Span<const float> lookahead) {
+  auto call = [&](int rank) {
+    RankCall c{.op = RankOp::kRestoreWeights, .weights = version};
+    c.values = shards_.ShardsFor(newest, rank);
+    c.previous = shards_.ShardsFor(previous, rank);
+    c.lookahead = shards_.ShardsFor(lookahead, rank);
+    return c;
+  };
+  std::vector<float> storage[3];
+  const absl::Span<const float> own_newest = shards_.OwnShards(newest, storage[0]),
+                                own_previous = shards_.OwnShards(previous, storage[1]),
+                                own_lookahead = shards_.OwnShards(lookahead, storage[2]);
+  return fan_out_.Run(call, [&] {
+    return local_.state().RestoreWeights(version, own_newest, own_previous, own_lookahead);
+  });
+}
+
+absl::Status MirroredState::SetOptimizerState(absl::Span<const float> state) {
+  auto call = [&](int rank) {
+    RankCall c{.op = RankOp::kSetOptimizerState};
+    c.values = shards_.ShardsFor(state, rank);
+    return c;
+  };
+  std::vector<float> storage;
+  const absl::Span<const float> own = shards_.OwnShards(state, storage);
+  return fan_out_.Run(call, [&] { return local_.state().SetOptimizerState(own); });
+}
+
+absl::Status MirroredState::SetGrads(int64_t, absl::Span<const float>) {
+  return absl::FailedPreconditionError("SetGrads on a site of several ranks");
+}
+
+}  // namespace strait::site
