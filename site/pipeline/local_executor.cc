@@ -34,14 +34,31 @@ absl::Status CheckWorkers(int max_batch, const StageWorkers& workers) {
   return absl::OkStatus();
 }
 
+// What the stage of `workers` is (worker 0's stage and history stand for every worker's).
+StageShape ShapeOf(const WorkerSet& workers, int max_batch) {
+  const Stage& stage = *workers.at(0).stage;
+  const WeightHistory& history = *workers.at(0).history;
+  return {.range = stage.range(),
+          .is_last = stage.is_last(),
+          .input_features = stage.input_features(),
+          .output_features = stage.output_features(),
+          .param_count = stage.full_param_count(),
+          .max_batch = max_batch,
+          .bytes_per_microbatch = stage.bytes_per_microbatch() * workers.count(),
+          .workers = workers.count(),
+          .weight_versions = history.versions(),
+          .lookahead = history.lookahead(),
+          .fingerprint = stage.Fingerprint(),
+          .device_names = workers.device_names()};
+}
+
 }  // namespace
 
-LocalExecutor::LocalExecutor(int max_batch, RowSplit rows, const StageWorkers& config,
+LocalExecutor::LocalExecutor(int max_batch, RowSplit rows, TensorReducer* tensor_reducer,
                              std::unique_ptr<WorkerSet> workers)
-    : max_batch_(max_batch),
+    : StageExecutor(ShapeOf(*workers, max_batch)),
       rows_(rows),
-      device_(config.device),
-      tensor_reducer_(config.tensor_reducer),
+      tensor_reducer_(tensor_reducer),
       workers_(std::move(workers)),
       state_(*workers_) {}
 
@@ -77,7 +94,8 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(
         worker.views.resize(worker.stage->layers().size());
         return worker.backend->Sync();
       }));
-  std::unique_ptr<LocalExecutor> e(new LocalExecutor(max_batch, rows, workers, std::move(set)));
+  std::unique_ptr<LocalExecutor> e(
+      new LocalExecutor(max_batch, rows, workers.tensor_reducer, std::move(set)));
   STRAIT_ASSIGN_OR_RETURN(
       e->buckets_, GradientBuckets::Create(*e->workers_,
                                            workers.make_reducer ? workers.make_reducer
@@ -107,9 +125,9 @@ absl::Status LocalExecutor::ComposeViews(Worker& w, const InFlight& mb, const ch
 
 absl::StatusOr<LocalExecutor::InFlight> LocalExecutor::CheckForward(
     int64_t step, int microbatch, int n, const ForwardOptions& options) const {
-  if (n < 1 || n > max_batch_) {
+  if (n < 1 || n > max_batch()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("microbatch of ", n, " samples; this stage takes 1 to ", max_batch_));
+        absl::StrCat("microbatch of ", n, " samples; this stage takes 1 to ", max_batch()));
   }
   if (holds(microbatch)) {
     return absl::FailedPreconditionError(

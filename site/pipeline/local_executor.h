@@ -31,22 +31,7 @@ class LocalExecutor final : public StageExecutor {
       WeightVersioning versioning, const StageWorkers& workers);
   ~LocalExecutor() override;
 
-  LayerRange range() const override { return stage().range(); }
-  bool is_first() const override { return stage().is_first(); }
-  bool is_last() const override { return stage().is_last(); }
-  int64_t input_features() const override { return stage().input_features(); }
-  int64_t output_features() const override { return stage().output_features(); }
-  int64_t param_count() const override { return stage().full_param_count(); }
-  int max_batch() const override { return max_batch_; }
-  int64_t bytes_per_microbatch() const override {
-    return stage().bytes_per_microbatch() * workers();
-  }
-  int workers() const override { return workers_->count(); }
-  int weight_versions() const override { return history().versions(); }
-  float lookahead() const override { return history().lookahead(); }
   int64_t weights_version() const override { return history().newest(); }
-  uint64_t Fingerprint() const override { return stage().Fingerprint(); }
-  std::string device_names() const override { return workers_->device_names(); }
 
   // Inputs and outputs are whole microbatches; this process reads and writes its rows only.
   absl::Status Forward(int64_t step, int microbatch, int n, const float* input, float* output,
@@ -102,7 +87,7 @@ class LocalExecutor final : public StageExecutor {
   const Stage& stage() const { return *workers_->at(0).stage; }
 
  private:
-  LocalExecutor(int max_batch, RowSplit rows, const StageWorkers& config,
+  LocalExecutor(int max_batch, RowSplit rows, TensorReducer* tensor_reducer,
                 std::unique_ptr<WorkerSet> workers);
   const WeightHistory& history() const { return *workers_->at(0).history; }
   // Points worker w's views at the weights microbatch `mb` computes with.
@@ -114,9 +99,7 @@ class LocalExecutor final : public StageExecutor {
   // The tensor reducer's error after a pass, if any.
   absl::Status TensorStatus() const;
 
-  const int max_batch_;
   const RowSplit rows_;
-  const DeviceKind device_;
   TensorReducer* const tensor_reducer_;  // Not owned; null without tensor parallelism.
   std::unique_ptr<WorkerSet> workers_;
   std::unique_ptr<GradientBuckets> buckets_;  // Destroyed before the workers.

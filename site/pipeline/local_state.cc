@@ -27,26 +27,6 @@ absl::StatusOr<std::vector<float>> LocalState::Read(ShardedState which, int64_t 
       });
 }
 
-absl::StatusOr<std::vector<float>> LocalState::Params() const {
-  return Read(ShardedState::kParams, 0);
-}
-
-absl::StatusOr<std::vector<float>> LocalState::PreviousParams() const {
-  return Read(ShardedState::kPrevious, 0);
-}
-
-absl::StatusOr<std::vector<float>> LocalState::LookaheadParams() const {
-  return Read(ShardedState::kLookahead, 0);
-}
-
-absl::StatusOr<std::vector<float>> LocalState::Grads(int64_t step) const {
-  return Read(ShardedState::kGrads, step);
-}
-
-absl::StatusOr<std::vector<float>> LocalState::OptimizerState() const {
-  return Read(ShardedState::kOptimizer, 0);
-}
-
 absl::Status LocalState::SetParams(absl::Span<const float> params) {
   return workers_.OnWorkers([&](int w) { return workers_.at(w).history->SetNewest(params); });
 }

@@ -9,7 +9,6 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "site/pipeline/rank_call.h"
 #include "site/pipeline/stage_state.h"
 #include "site/pipeline/worker_set.h"
 
@@ -19,15 +18,9 @@ class LocalState final : public StageState {
  public:
   explicit LocalState(WorkerSet& workers) : workers_(workers) {}  // Not owned; must outlive this.
 
-  // State `which` of this process (of gradient step `step`), its own shards under tensor
-  // parallelism: layout order, the optimizer's arenas side by side.
-  absl::StatusOr<std::vector<float>> Read(ShardedState which, int64_t step) const;
+  // This process's copy, its own shards under tensor parallelism.
+  absl::StatusOr<std::vector<float>> Read(ShardedState which, int64_t step) const override;
 
-  absl::StatusOr<std::vector<float>> Params() const override;
-  absl::StatusOr<std::vector<float>> PreviousParams() const override;
-  absl::StatusOr<std::vector<float>> LookaheadParams() const override;
-  absl::StatusOr<std::vector<float>> Grads(int64_t step) const override;
-  absl::StatusOr<std::vector<float>> OptimizerState() const override;
   absl::Status SetParams(absl::Span<const float> params) override;
   absl::Status RestoreWeights(int64_t version, absl::Span<const float> newest,
                               absl::Span<const float> previous,

@@ -2,26 +2,6 @@
 
 namespace strait::site {
 
-absl::StatusOr<std::vector<float>> MirroredState::Params() const {
-  return shards_.Whole(ShardedState::kParams, 0);
-}
-
-absl::StatusOr<std::vector<float>> MirroredState::PreviousParams() const {
-  return shards_.Whole(ShardedState::kPrevious, 0);
-}
-
-absl::StatusOr<std::vector<float>> MirroredState::LookaheadParams() const {
-  return shards_.Whole(ShardedState::kLookahead, 0);
-}
-
-absl::StatusOr<std::vector<float>> MirroredState::Grads(int64_t step) const {
-  return shards_.Whole(ShardedState::kGrads, step);
-}
-
-absl::StatusOr<std::vector<float>> MirroredState::OptimizerState() const {
-  return shards_.Whole(ShardedState::kOptimizer, 0);
-}
-
 absl::Status MirroredState::SetParams(absl::Span<const float> params) {
   auto call = [&](int rank) {
     RankCall c{.op = RankOp::kSetParams};

@@ -20,11 +20,11 @@ class MirroredState final : public StageState {
   MirroredState(LocalExecutor& local, const RankFanOut& fan_out, const TensorShards& shards)
       : local_(local), fan_out_(fan_out), shards_(shards) {}
 
-  absl::StatusOr<std::vector<float>> Params() const override;
-  absl::StatusOr<std::vector<float>> PreviousParams() const override;
-  absl::StatusOr<std::vector<float>> LookaheadParams() const override;
-  absl::StatusOr<std::vector<float>> Grads(int64_t step) const override;
-  absl::StatusOr<std::vector<float>> OptimizerState() const override;
+  // The leader's copy, assembled from its replica's shards under tensor parallelism.
+  absl::StatusOr<std::vector<float>> Read(ShardedState which, int64_t step) const override {
+    return shards_.Whole(which, step);
+  }
+
   absl::Status SetParams(absl::Span<const float> params) override;
   absl::Status RestoreWeights(int64_t version, absl::Span<const float> newest,
                               absl::Span<const float> previous,

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "site/nn/stage.h"
+#include "site/pipeline/stage_state.h"
 
 namespace strait::site {
 
@@ -31,9 +32,6 @@ enum class RankOp {
   kReadShard,       // `weights`: which state (ShardedState); `step`: the gradient's step.
   kGradSumSquares,  // Of the split parameters' gradient of step `step`.
 };
-
-// What kReadShard reads.
-enum class ShardedState { kParams, kPrevious, kLookahead, kGrads, kOptimizer };
 
 // The arguments of one StageExecutor call; which fields count depends on `op`
 // (FollowerStage::Serve).

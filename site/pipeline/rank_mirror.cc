@@ -10,7 +10,8 @@ namespace strait::site {
 
 RankMirror::RankMirror(std::unique_ptr<LocalExecutor> local, RankPeers& peers, SiteRows rows,
                        int tensor_parallel)
-    : local_(std::move(local)),
+    : StageExecutor(local->shape()),
+      local_(std::move(local)),
       fan_out_(peers),
       rows_(rows),
       tensor_parallel_(tensor_parallel),

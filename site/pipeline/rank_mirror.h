@@ -29,20 +29,7 @@ class RankMirror final : public StageExecutor {
   RankMirror(std::unique_ptr<LocalExecutor> local, RankPeers& peers, SiteRows rows,
              int tensor_parallel);
 
-  LayerRange range() const override { return local_->range(); }
-  bool is_first() const override { return local_->is_first(); }
-  bool is_last() const override { return local_->is_last(); }
-  int64_t input_features() const override { return local_->input_features(); }
-  int64_t output_features() const override { return local_->output_features(); }
-  int64_t param_count() const override { return local_->param_count(); }
-  int max_batch() const override { return local_->max_batch(); }
-  int64_t bytes_per_microbatch() const override { return local_->bytes_per_microbatch(); }
-  int workers() const override { return local_->workers(); }
-  int weight_versions() const override { return local_->weight_versions(); }
-  float lookahead() const override { return local_->lookahead(); }
   int64_t weights_version() const override { return local_->weights_version(); }
-  uint64_t Fingerprint() const override { return local_->Fingerprint(); }
-  std::string device_names() const override { return local_->device_names(); }
 
   absl::Status Forward(int64_t step, int microbatch, int n, const float* input, float* output,
                        const ForwardOptions& options = {}) override;

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -70,6 +71,25 @@ struct ForwardOptions {
   int dropout_microbatch_offset = 0;
 };
 
+// What a stage is, fixed when it is made (StageExecutor's getters).
+struct StageShape {
+  LayerRange range;
+  bool is_last = false;
+  int64_t input_features = 0;   // Floats per sample in.
+  int64_t output_features = 0;  // Floats per sample out.
+  int64_t param_count = 0;      // Of the whole layers.
+  int max_batch = 0;
+  // Bytes one microbatch in flight keeps on this process's workers together.
+  int64_t bytes_per_microbatch = 0;
+  int workers = 0;  // This process's.
+  int weight_versions = 1;
+  float lookahead = 0;
+  // Hash of the family and the layouts of the stage's layers (Stage::Fingerprint): checkpoints of
+  // a different model or split do not load.
+  uint64_t fingerprint = 0;
+  std::string device_names;  // The workers' backends, e.g. "cpu (1 threads), cpu (1 threads)".
+};
+
 // A training step s of M microbatches: ZeroGrad(s); Forward(s, m, ...) for each microbatch in the
 // schedule's order (on the last stage Loss(m, labels, 1 / global_batch) right after it);
 // Backward(m, ..., last_of_step = m == M - 1) for m = 0 .. M-1 in this order; norm^2 =
@@ -84,30 +104,26 @@ class StageExecutor {
   static absl::StatusOr<std::unique_ptr<StageExecutor>> Create(
       const ModelSpec& model, LayerRange range, const OptimizerSpec& optimizer, int max_batch,
       WeightVersioning versioning, const StageWorkers& workers);
-  StageExecutor() = default;
   virtual ~StageExecutor() = default;
   StageExecutor(const StageExecutor&) = delete;
   StageExecutor& operator=(const StageExecutor&) = delete;
 
-  virtual LayerRange range() const = 0;
-  virtual bool is_first() const = 0;
-  virtual bool is_last() const = 0;
-  virtual int64_t input_features() const = 0;   // Floats per sample in.
-  virtual int64_t output_features() const = 0;  // Floats per sample out.
-  virtual int64_t param_count() const = 0;      // Of the whole layers.
-  virtual int max_batch() const = 0;
-  // Bytes one microbatch in flight keeps on this process's workers together.
-  virtual int64_t bytes_per_microbatch() const = 0;
-  virtual int workers() const = 0;  // This process's.
-  virtual int weight_versions() const = 0;
-  virtual float lookahead() const = 0;
+  LayerRange range() const { return shape_.range; }
+  bool is_first() const { return range().start == 0; }
+  bool is_last() const { return shape_.is_last; }
+  int64_t input_features() const { return shape_.input_features; }
+  int64_t output_features() const { return shape_.output_features; }
+  int64_t param_count() const { return shape_.param_count; }
+  int max_batch() const { return shape_.max_batch; }
+  int64_t bytes_per_microbatch() const { return shape_.bytes_per_microbatch; }
+  int workers() const { return shape_.workers; }
+  int weight_versions() const { return shape_.weight_versions; }
+  float lookahead() const { return shape_.lookahead; }
+  uint64_t Fingerprint() const { return shape_.fingerprint; }
+  std::string device_names() const { return shape_.device_names; }
+  const StageShape& shape() const { return shape_; }
   // k of the newest weights L_k: the updates applied (counting those of a restored checkpoint).
   virtual int64_t weights_version() const = 0;
-  // Hash of the family and the layouts of the stage's layers (Stage::Fingerprint): checkpoints of
-  // a different model or split do not load.
-  virtual uint64_t Fingerprint() const = 0;
-  // The workers' backends, e.g. "cpu (1 threads), cpu (1 threads)".
-  virtual std::string device_names() const = 0;
 
   // 2bw with update eager and grad_clip (schedule.h LaggedClip): the clipping scale of the newest
   // global norm, which the next update applies. The stage that computes the norm (the first, or
@@ -178,7 +194,11 @@ class StageExecutor {
     return state().SetGrads(step, grads);
   }
 
+ protected:
+  explicit StageExecutor(StageShape shape) : shape_(std::move(shape)) {}
+
  private:
+  const StageShape shape_;
   float lagged_clip_scale_ = 1.0f;
 };
 

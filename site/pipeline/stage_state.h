@@ -13,19 +13,32 @@
 
 namespace strait::site {
 
+// A part of the state, in host memory (RankOp::kReadShard reads a follower's).
+enum class ShardedState { kParams, kPrevious, kLookahead, kGrads, kOptimizer };
+
 class StageState {
  public:
   virtual ~StageState() = default;
 
-  // Host copies, parameters in layout order (layer by layer, param by param). Every worker of
-  // every rank holds the same replicated state; with tensor parallelism the leader assembles the
-  // shards into whole parameters. Params: the newest weights L_k. PreviousParams,
-  // LookaheadParams, Grads: WeightHistory's Previous, Lookahead, Grads (of step `step`'s arena).
-  virtual absl::StatusOr<std::vector<float>> Params() const = 0;
-  virtual absl::StatusOr<std::vector<float>> PreviousParams() const = 0;
-  virtual absl::StatusOr<std::vector<float>> LookaheadParams() const = 0;
-  virtual absl::StatusOr<std::vector<float>> Grads(int64_t step) const = 0;
-  virtual absl::StatusOr<std::vector<float>> OptimizerState() const = 0;
+  // A host copy of part `which` (of the gradient of step `step`), parameters in layout order
+  // (layer by layer, param by param; the optimizer's arenas side by side). Every worker of every
+  // rank holds the same replicated state; with tensor parallelism the leader assembles the shards
+  // into whole parameters. kParams: the newest weights L_k; kPrevious, kLookahead, kGrads:
+  // WeightHistory's Previous, Lookahead, Grads.
+  virtual absl::StatusOr<std::vector<float>> Read(ShardedState which, int64_t step) const = 0;
+  absl::StatusOr<std::vector<float>> Params() const { return Read(ShardedState::kParams, 0); }
+  absl::StatusOr<std::vector<float>> PreviousParams() const {
+    return Read(ShardedState::kPrevious, 0);
+  }
+  absl::StatusOr<std::vector<float>> LookaheadParams() const {
+    return Read(ShardedState::kLookahead, 0);
+  }
+  absl::StatusOr<std::vector<float>> Grads(int64_t step) const {
+    return Read(ShardedState::kGrads, step);
+  }
+  absl::StatusOr<std::vector<float>> OptimizerState() const {
+    return Read(ShardedState::kOptimizer, 0);
+  }
 
   // The setters write every worker of every rank. SetParams overwrites the newest weights (the
   // version number stays); RestoreWeights: WeightHistory::Restore.
