@@ -39,10 +39,7 @@ absl::StatusOr<RankResult> FollowerStage::ServeForward(const RankCall& c) {
   STRAIT_RETURN_IF_ERROR(local_->Forward(c.step, c.microbatch, c.rows, input.data(),
                                          c.wants_output ? output.data() : nullptr, options));
   RankResult result;
-  if (c.wants_output) {
-    result.values.assign(output.begin() + rows.first * out,
-                         output.begin() + (rows.first + rows.second) * out);
-  }
+  if (c.wants_output) result.values = RowsOf(output.data(), rows, out);
   return result;
 }
 
@@ -82,10 +79,7 @@ absl::StatusOr<RankResult> FollowerStage::ServeBackward(const RankCall& c) {
                                           c.wants_output ? grad_input.data() : nullptr,
                                           c.last_of_step));
   RankResult result;
-  if (c.wants_output) {
-    result.values.assign(grad_input.begin() + rows.first * in,
-                         grad_input.begin() + (rows.first + rows.second) * in);
-  }
+  if (c.wants_output) result.values = RowsOf(grad_input.data(), rows, in);
   return result;
 }
 

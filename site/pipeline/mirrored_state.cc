@@ -2,15 +2,22 @@
 
 namespace strait::site {
 
-absl::Status MirroredState::SetParams(absl::Span<const float> params) {
+absl::Status MirroredState::Scatter(
+    RankOp op, absl::Span<const float> whole,
+    const std::function<absl::Status(absl::Span<const float> own)>& local) {
   auto call = [&](int rank) {
-    RankCall c{.op = RankOp::kSetParams};
-    c.values = shards_.ShardsFor(params, rank);
+    RankCall c{.op = op};
+    c.values = shards_.ShardsFor(whole, rank);
     return c;
   };
   std::vector<float> storage;
-  const absl::Span<const float> own = shards_.OwnShards(params, storage);
-  return fan_out_.Run(call, [&] { return local_.state().SetParams(own); });
+  const absl::Span<const float> own = shards_.OwnShards(whole, storage);
+  return fan_out_.Run(call, [&] { return local(own); });
+}
+
+absl::Status MirroredState::SetParams(absl::Span<const float> params) {
+  return Scatter(RankOp::kSetParams, params,
+                 [&](absl::Span<const float> own) { return local_.state().SetParams(own); });
 }
 
 absl::Status MirroredState::RestoreWeights(int64_t version, absl::Span<const float> newest,
@@ -33,14 +40,9 @@ absl::Status MirroredState::RestoreWeights(int64_t version, absl::Span<const flo
 }
 
 absl::Status MirroredState::SetOptimizerState(absl::Span<const float> state) {
-  auto call = [&](int rank) {
-    RankCall c{.op = RankOp::kSetOptimizerState};
-    c.values = shards_.ShardsFor(state, rank);
-    return c;
-  };
-  std::vector<float> storage;
-  const absl::Span<const float> own = shards_.OwnShards(state, storage);
-  return fan_out_.Run(call, [&] { return local_.state().SetOptimizerState(own); });
+  return Scatter(RankOp::kSetOptimizerState, state, [&](absl::Span<const float> own) {
+    return local_.state().SetOptimizerState(own);
+  });
 }
 
 absl::Status MirroredState::SetGrads(int64_t, absl::Span<const float>) {

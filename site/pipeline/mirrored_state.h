@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "site/pipeline/local_executor.h"
@@ -34,6 +35,10 @@ class MirroredState final : public StageState {
   absl::Status SetGrads(int64_t step, absl::Span<const float> grads) override;
 
  private:
+  // Sends every follower a call `op` of its shards of `whole`, and gives the leader's to `local`.
+  absl::Status Scatter(RankOp op, absl::Span<const float> whole,
+                       const std::function<absl::Status(absl::Span<const float> own)>& local);
+
   LocalExecutor& local_;
   const RankFanOut& fan_out_;
   const TensorShards& shards_;

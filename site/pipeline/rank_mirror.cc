@@ -24,7 +24,6 @@ absl::Status RankMirror::Forward(int64_t step, int microbatch, int n, const floa
                           local_->CheckForward(step, microbatch, n, options));
   const int64_t in = input_features(), out = output_features();
   auto call = [&](int rank) {
-    const auto [first, rows] = rows_.Rows(n, rank);
     RankCall c{.op = RankOp::kForward,
                .step = step,
                .microbatch = microbatch,
@@ -33,7 +32,7 @@ absl::Status RankMirror::Forward(int64_t step, int microbatch, int n, const floa
                .wants_output = output != nullptr && rows_.Answers(rank),
                .weights = mb.weights,
                .layer_weights = mb.layer_weights};
-    c.values.assign(input + first * in, input + (first + rows) * in);
+    c.values = RowsOf(input, rows_.Rows(n, rank), in);
     return c;
   };
   auto gather = [&](int rank, RankResult& result) {
@@ -85,16 +84,13 @@ absl::Status RankMirror::Backward(int microbatch, const float* grad_output, floa
   const int n = mb->rows;
   const int64_t in = input_features(), out = output_features();
   auto call = [&](int rank) {
-    const auto [first, rows] = rows_.Rows(n, rank);
     RankCall c{.op = RankOp::kBackward,
                .microbatch = microbatch,
                .last_of_step = last_of_step,
                // Every tensor rank computes the input gradient (its last all-reduce is part of
                // that); only the first of a replica's is used.
                .wants_output = grad_input != nullptr};
-    if (grad_output != nullptr) {
-      c.values.assign(grad_output + first * out, grad_output + (first + rows) * out);
-    }
+    if (grad_output != nullptr) c.values = RowsOf(grad_output, rows_.Rows(n, rank), out);
     return c;
   };
   auto local = [&] {
@@ -110,26 +106,24 @@ absl::Status RankMirror::Backward(int microbatch, const float* grad_output, floa
   return absl::OkStatus();
 }
 
-void RankMirror::Discard(int microbatch) {
-  if (!local_->holds(microbatch)) return;
-  // A follower's failure shows in the next call that returns a Status.
+void RankMirror::Unchecked(const RankCall& call, const std::function<void()>& local) {
   fan_out_
-      .Run([&](int) { return RankCall{.op = RankOp::kDiscard, .microbatch = microbatch}; },
+      .Run([&](int) { return call; },
            [&] {
-             local_->Discard(microbatch);
+             local();
              return absl::OkStatus();
            })
       .IgnoreError();
 }
 
+void RankMirror::Discard(int microbatch) {
+  if (!local_->holds(microbatch)) return;
+  Unchecked({.op = RankOp::kDiscard, .microbatch = microbatch},
+            [&] { local_->Discard(microbatch); });
+}
+
 void RankMirror::ZeroGrad(int64_t step) {
-  fan_out_
-      .Run([&](int) { return RankCall{.op = RankOp::kZeroGrad, .step = step}; },
-           [&] {
-             local_->ZeroGrad(step);
-             return absl::OkStatus();
-           })
-      .IgnoreError();
+  Unchecked({.op = RankOp::kZeroGrad, .step = step}, [&] { local_->ZeroGrad(step); });
 }
 
 absl::StatusOr<double> RankMirror::GradSumSquares(double downstream, int64_t step) {

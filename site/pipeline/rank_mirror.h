@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +51,10 @@ class RankMirror final : public StageExecutor {
   StageState& state() override { return state_; }
 
  private:
+  // `call` to every follower and `local` here, for the calls that return no Status: a follower's
+  // failure shows in the next call that does.
+  void Unchecked(const RankCall& call, const std::function<void()>& local);
+
   const std::unique_ptr<LocalExecutor> local_;
   const RankFanOut fan_out_;
   const SiteRows rows_;

@@ -67,6 +67,14 @@ class SiteRows {
   int parts_;
 };
 
+// A rank's `rows` (first, count) of `features` floats each, copied out of `whole` (a whole
+// microbatch).
+inline std::vector<float> RowsOf(const float* whole, std::pair<int64_t, int> rows,
+                                 int64_t features) {
+  return std::vector<float>(whole + rows.first * features,
+                            whole + (rows.first + rows.second) * features);
+}
+
 // Copies a rank's `rows` (first, count) of `features` floats each from `values` into `whole` (a
 // whole microbatch); Internal when the sizes differ (`what` names the tensor).
 inline absl::Status PlaceRows(const std::vector<float>& values, std::pair<int64_t, int> rows,
