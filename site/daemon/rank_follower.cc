@@ -13,7 +13,7 @@
 #include "site/daemon/rank_leader.h"
 #include "site/daemon/rank_messages.h"
 #include "site/daemon/site_session.h"
-#include "site/pipeline/stage_executor.h"
+#include "site/pipeline/follower_stage.h"
 
 namespace strait::site {
 namespace {
@@ -30,7 +30,7 @@ bool Refusal(const absl::Status& s) {
 absl::Status Serve(const FollowerOptions& o, LeaderLink& link, bool& grouped) {
   SiteGroups groups;
   std::string prefix;                    // Of the group's keys in the leader's store.
-  std::unique_ptr<StageExecutor> stage;  // Destroyed before the group its reducers use.
+  std::unique_ptr<FollowerStage> stage;  // Destroyed before the group its reducers use.
   for (;;) {
     absl::StatusOr<v1::RankOrder> order = link.Next();
     if (!order.ok()) {
@@ -73,9 +73,9 @@ absl::Status Serve(const FollowerOptions& o, LeaderLink& link, bool& grouped) {
                          .tensor = groups.reducer.get(),
                          .store = &link.store(),
                          .nccl_prefix = BuildKeyPrefix(prefix, order->build().build())};
-        absl::StatusOr<std::unique_ptr<StageExecutor>> made =
-            MakeStageFactory(*o.spec, o.index, order->build().total_steps(), o.threads,
-                             ranks)(o.spec->sites[o.index].layers);
+        absl::StatusOr<std::unique_ptr<FollowerStage>> made =
+            MakeFollowerFactory(*o.spec, o.index, order->build().total_steps(), o.threads,
+                                ranks)(o.spec->sites[o.index].layers);
         done = made.status();
         if (made.ok()) stage = *std::move(made);
         break;

@@ -208,13 +208,13 @@ ReducerMaker NcclAcrossRanks(const StageRanks& ranks) {
   };
 }
 
-}  // namespace
-
-StageFactory MakeStageFactory(const JobSpec& spec, int index, int64_t total_steps, int threads,
-                              StageRanks ranks) {
+// MakeStageFactory, MakeFollowerFactory: `Made` is StageExecutor or FollowerStage.
+template <class Made>
+std::function<absl::StatusOr<std::unique_ptr<Made>>(LayerRange)> FactoryOf(
+    const JobSpec& spec, int index, int64_t total_steps, int threads, StageRanks ranks) {
   const OptimizerSpec optimizer = WithDecayHorizon(spec.training.optimizer, total_steps);
   return [&spec, index, optimizer, threads,
-          ranks](LayerRange layers) -> absl::StatusOr<std::unique_ptr<StageExecutor>> {
+          ranks](LayerRange layers) -> absl::StatusOr<std::unique_ptr<Made>> {
     const SiteSpec& site = spec.sites[index];
     StageWorkers workers{.device = site.device,
                          .count = site.workers,
@@ -237,9 +237,21 @@ StageFactory MakeStageFactory(const JobSpec& spec, int index, int64_t total_step
     } else if (ranks.ranks > 1) {
       workers.make_reducer = NcclAcrossRanks(ranks);
     }
-    return StageExecutor::Create(spec.model, layers, optimizer, spec.training.MicrobatchSize(),
-                                 VersioningOf(spec.training), workers);
+    return Made::Create(spec.model, layers, optimizer, spec.training.MicrobatchSize(),
+                        VersioningOf(spec.training), workers);
   };
+}
+
+}  // namespace
+
+StageFactory MakeStageFactory(const JobSpec& spec, int index, int64_t total_steps, int threads,
+                              StageRanks ranks) {
+  return FactoryOf<StageExecutor>(spec, index, total_steps, threads, ranks);
+}
+
+FollowerFactory MakeFollowerFactory(const JobSpec& spec, int index, int64_t total_steps,
+                                    int threads, StageRanks ranks) {
+  return FactoryOf<FollowerStage>(spec, index, total_steps, threads, ranks);
 }
 
 double SessionFigures::SamplesPerSecond(int global_batch) const {

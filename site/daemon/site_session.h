@@ -29,6 +29,7 @@
 #include "site/daemon/site_report_sender.h"
 #include "site/daemon/training_control.h"
 #include "site/nn/evaluation.h"
+#include "site/pipeline/follower_stage.h"
 #include "site/pipeline/site_metrics.h"
 #include "site/pipeline/site_runner.h"
 #include "site/pipeline/stage_executor.h"
@@ -62,6 +63,13 @@ struct StageRanks {
 // group must outlive the factory's stages.
 StageFactory MakeStageFactory(const JobSpec& spec, int index, int64_t total_steps, int threads,
                               StageRanks ranks = {});
+
+// The same stage for a follower rank (ranks.rank >= 1), which serves its leader's calls
+// (site/daemon/rank_follower.h).
+using FollowerFactory =
+    std::function<absl::StatusOr<std::unique_ptr<FollowerStage>>(LayerRange layers)>;
+FollowerFactory MakeFollowerFactory(const JobSpec& spec, int index, int64_t total_steps,
+                                    int threads, StageRanks ranks);
 
 struct SessionOptions {
   int index = 0;            // This site's stage.

@@ -6,8 +6,8 @@
 
 namespace strait::site {
 
-LocalRankPeers::LocalRankPeers(std::vector<StageExecutor*> followers) {
-  for (StageExecutor* stage : followers) {
+LocalRankPeers::LocalRankPeers(std::vector<FollowerStage*> followers) {
+  for (FollowerStage* stage : followers) {
     lanes_.push_back(std::make_unique<Lane>());
     Lane* lane = lanes_.back().get();
     lane->thread = std::thread([lane, stage] { Serve(*lane, *stage); });
@@ -25,7 +25,7 @@ LocalRankPeers::~LocalRankPeers() {
   }
 }
 
-void LocalRankPeers::Serve(Lane& lane, StageExecutor& stage) {
+void LocalRankPeers::Serve(Lane& lane, FollowerStage& stage) {
   std::unique_lock<std::mutex> lock(lane.mu);
   for (;;) {
     lane.cv.wait(lock, [&] { return lane.stop || !lane.calls.empty(); });
@@ -79,8 +79,8 @@ absl::StatusOr<std::unique_ptr<LocalRankSite>> LocalRankSite::Create(
       site->groups[dp * tensor_parallel + tp].data = std::move(data[dp]);
     }
   }
-  site->stages.resize(ranks);
-  std::vector<StageExecutor*> followers;
+  site->followers.resize(ranks - 1);
+  std::vector<FollowerStage*> followers;
   for (int r = ranks; r-- > 0;) {  // Followers first: the leader's peers point at them.
     StageWorkers w = workers;
     w.rank = r;
@@ -103,9 +103,15 @@ absl::StatusOr<std::unique_ptr<LocalRankSite>> LocalRankSite::Create(
       site->peers = std::make_unique<LocalRankPeers>(followers);
       w.peers = site->peers.get();
     }
-    STRAIT_ASSIGN_OR_RETURN(
-        site->stages[r], StageExecutor::Create(model, range, optimizer, max_batch, versioning, w));
-    if (r > 0) followers.insert(followers.begin(), site->stages[r].get());
+    if (r > 0) {
+      STRAIT_ASSIGN_OR_RETURN(
+          site->followers[r - 1],
+          FollowerStage::Create(model, range, optimizer, max_batch, versioning, w));
+      followers.insert(followers.begin(), site->followers[r - 1].get());
+    } else {
+      STRAIT_ASSIGN_OR_RETURN(site->leader_stage, StageExecutor::Create(model, range, optimizer,
+                                                                        max_batch, versioning, w));
+    }
   }
   return site;
 }

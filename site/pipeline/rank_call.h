@@ -1,8 +1,9 @@
 // How the leader of a site of several ranks (machines) drives the other ranks (DESIGN.md §4): every
-// StageExecutor call of the leader that computes or changes state is mirrored to each follower as a
-// RankCall carrying that rank's rows of the microbatch; the follower makes the same call on its own
-// StageExecutor (StageExecutor::Serve) and answers with a RankResult. Reads of the replicated state
-// (parameters, norms, checkpoints) stay on the leader, whose copy equals every rank's.
+// StageExecutor call of the leader that computes or changes state is mirrored (rank_mirror.h) to
+// each follower as a RankCall carrying that rank's rows of the microbatch; the follower makes the
+// same call on its own part (FollowerStage::Serve) and answers with a RankResult. Reads of the
+// replicated state (parameters, norms, checkpoints) stay on the leader, whose copy equals every
+// rank's.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "site/nn/stage.h"
+#include "site/pipeline/stage_state.h"
 
 namespace strait::site {
 
@@ -31,10 +33,8 @@ enum class RankOp {
   kGradSumSquares,  // Of the split parameters' gradient of step `step`.
 };
 
-// What kReadShard reads.
-enum class ShardedState { kParams, kPrevious, kLookahead, kGrads, kOptimizer };
-
-// The arguments of one StageExecutor call; which fields count depends on `op` (see Serve).
+// The arguments of one StageExecutor call; which fields count depends on `op`
+// (FollowerStage::Serve).
 struct RankCall {
   RankOp op = RankOp::kForward;
   int64_t step = 0;    // Forward, ZeroGrad, ScaleGrads, AddTiedGrad, TieLocalGrads, OptimizerStep.

@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "site/daemon/rank_messages.h"
-#include "site/pipeline/stage_executor.h"
+#include "site/pipeline/follower_stage.h"
 
 namespace {
 
@@ -26,7 +26,7 @@ strait::ModelSpec Mlp() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto stage =
-      strait::site::StageExecutor::Create(Mlp(), {0, 3}, {}, 4, {2, 0.0f}, {.rank = 1, .ranks = 2});
+      strait::site::FollowerStage::Create(Mlp(), {0, 3}, {}, 4, {2, 0.0f}, {.rank = 1, .ranks = 2});
   if (!stage.ok()) __builtin_trap();
   size_t at = 0;
   for (int calls = 0; at + 2 <= size && calls < 64; ++calls) {

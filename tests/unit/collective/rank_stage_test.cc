@@ -1,6 +1,6 @@
 // A stage on a site of several ranks, in one process: the ranks' Gloo group (real TCP on loopback,
 // rendezvous through a MemoryRendezvousStore), the hierarchical cross-rank reducer, and the
-// leader's StageExecutor mirroring its calls to followers that Serve them (each follower on a
+// leader's StageExecutor mirroring its calls to FollowerStages that Serve them (each follower on a
 // thread of its own behind LocalRankPeers; strait-site puts a gRPC stream there). Two
 // ranks of one worker give the bits of one process of two workers; more give them up to float
 // order.
@@ -16,6 +16,7 @@
 #include "site/collective/all_reducer.h"
 #include "site/collective/gloo_group.h"
 #include "site/collective/rendezvous_store.h"
+#include "site/pipeline/follower_stage.h"
 #include "site/pipeline/local_rank_peers.h"
 #include "site/pipeline/stage_executor.h"
 #include "tests/unit/collective/test_pipeline.h"
@@ -136,7 +137,7 @@ TEST(RankStageTest, TwoRanksOfOneWorkerAreBitIdenticalToOneProcessOfTwo) {
   EXPECT_EQ(a.loss, b.loss);
   EXPECT_EQ(a.params, b.params);
   // The follower holds the leader's weights.
-  EXPECT_EQ(*site->stages[1]->Params(), a.params);
+  EXPECT_EQ(*site->follower(1).Params(), a.params);
 }
 
 TEST(RankStageTest, MoreRanksAndWorkersMatchOneProcessUpToFloatOrder) {
@@ -149,7 +150,7 @@ TEST(RankStageTest, MoreRanksAndWorkersMatchOneProcessUpToFloatOrder) {
   for (size_t i = 0; i < a.params.size(); ++i) {
     ASSERT_NEAR(a.params[i], b.params[i], 1e-5f * (1 + std::abs(b.params[i]))) << i;
   }
-  for (int r = 1; r < 3; ++r) EXPECT_EQ(*site->stages[r]->Params(), a.params);
+  for (int r = 1; r < 3; ++r) EXPECT_EQ(*site->follower(r).Params(), a.params);
 }
 
 TEST(RankStageTest, RestoredStateReachesEveryRank) {
@@ -158,17 +159,20 @@ TEST(RankStageTest, RestoredStateReachesEveryRank) {
   Train(*process, 2);
   ASSERT_TRUE(site->leader().SetParams(*process->Params()).ok());
   ASSERT_TRUE(site->leader().SetOptimizerState(*process->OptimizerState()).ok());
-  EXPECT_EQ(*site->stages[1]->Params(), *process->Params());
-  EXPECT_EQ(*site->stages[1]->OptimizerState(), *process->OptimizerState());
+  EXPECT_EQ(*site->follower(1).Params(), *process->Params());
+  EXPECT_EQ(*site->follower(1).OptimizerState(), *process->OptimizerState());
 }
 
 TEST(RankStageTest, OnlyTheLeaderOfSeveralRanksHasFollowers) {
   EXPECT_FALSE(StageExecutor::Create(Mlp(), {0, 5}, AdamW(), 6, {}, {.rank = 0, .ranks = 2}).ok());
   EXPECT_FALSE(StageExecutor::Create(Mlp(), {0, 5}, AdamW(), 6, {}, {.rank = 2, .ranks = 2}).ok());
+  // A follower's stage serves its leader's calls; the leader's is a StageExecutor.
+  EXPECT_FALSE(StageExecutor::Create(Mlp(), {0, 5}, AdamW(), 6, {}, {.rank = 1, .ranks = 2}).ok());
+  EXPECT_FALSE(FollowerStage::Create(Mlp(), {0, 5}, AdamW(), 6, {}, {}).ok());
 }
 
 TEST(RankStageTest, AFollowerRefusesRowsThatDoNotFit) {
-  auto stage = StageExecutor::Create(Mlp(), {0, 5}, AdamW(), 6, {}, {.rank = 1, .ranks = 2});
+  auto stage = FollowerStage::Create(Mlp(), {0, 5}, AdamW(), 6, {}, {.rank = 1, .ranks = 2});
   ASSERT_TRUE(stage.ok());
   RankCall call{.op = RankOp::kForward, .rows = 6};
   call.values.resize(5);  // Not 3 rows of 20.
@@ -243,7 +247,7 @@ TEST(TensorParallelTest, RestoredWholeStateReachesEveryShard) {
   EXPECT_EQ(*leader.Params(), *process->Params());
   EXPECT_EQ(*leader.OptimizerState(), *process->OptimizerState());
   // The follower holds its shards only.
-  EXPECT_LT((*site)->stages[1]->Params()->size(), process->Params()->size());
+  EXPECT_LT((*site)->follower(1).Params()->size(), process->Params()->size());
 }
 
 }  // namespace
