@@ -5,9 +5,8 @@
 // process loads its own copy of the file, and a site with another learning rate or update timing
 // would otherwise train something else without a word).
 //
-// Left out, as they legitimately differ between the files of one federation: addresses, paths,
-// certificates, the dashboard, checkpoint and gateway settings, and the number of steps
-// (`strait-site --steps`), which the sites agree on among themselves (JoinRequest.total_steps).
+// Which keys it carries and which it leaves out (addresses, paths, certificates, the dashboard,
+// checkpoint and gateway settings, the run's length): the field table, core/job_fields.h.
 #pragma once
 
 #include <string>
@@ -17,7 +16,7 @@
 
 namespace strait {
 
-// One "key: value" line per setting, in a fixed order; numbers exact.
+// One "key: value" line per setting, in a fixed order (AgreedLines); numbers exact.
 std::string AgreedJobText(const JobSpec& spec);
 
 // The first line of `theirs` that differs from `ours`, as "KEY: THEIRS (OURS_NAME: OURS)", or a

@@ -279,8 +279,10 @@ struct SiteSpec {
   // Ranks that split every layer of the site Megatron-style (core/tensor_split.h); machines =
   // tensor_parallel x the data-parallel degree. Rank r is tensor rank r % T of replica r / T.
   int tensor_parallel = 1;
-  int replicas() const { return machines / tensor_parallel; }  // Data-parallel degree.
-  int parts() const { return replicas() * workers; }  // How many ways a microbatch is split.
+  // The ranks that each hold the whole stage and split the rows (data parallel within the site;
+  // not the job's `replicas`, which are pipelines).
+  int data_parallel() const { return machines / tensor_parallel; }
+  int parts() const { return data_parallel() * workers; }  // How many ways a microbatch is split.
 };
 
 // The link across boundary b joins sites[b] (producer of forward tensors) and sites[b + 1].

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "compression/chain_spec.h"
 #include "core/frame_header.h"
+#include "core/job_fields.h"
 #include "core/job_spec.h"
 #include "core/status.h"
 #include "core/tensor_split.h"
@@ -45,7 +46,7 @@ absl::StatusOr<JobSpec> JobSpecParser::Parse(absl::string_view text) {
   STRAIT_RETURN_IF_ERROR(ParseLinks(map));
   STRAIT_RETURN_IF_ERROR(ParseReplicas(map));
   STRAIT_RETURN_IF_ERROR(CheckSchedule(map));
-  STRAIT_RETURN_IF_ERROR(map.Finish());
+  STRAIT_RETURN_IF_ERROR(Finish(map));
   STRAIT_RETURN_IF_ERROR(CheckMemoryBudget(map));
   return std::move(spec_);
 }
@@ -60,6 +61,19 @@ std::string JobSpecParser::Resolve(const std::string& path) const {
 // The mapping under `key` (absent is fine: every section has defaults). Check status() after.
 YamlMap JobSpecParser::Section(YamlMap& parent, absl::string_view key) {
   return YamlMap(file_, parent.Get(key), parent.PathOf(key));
+}
+
+absl::Status JobSpecParser::Finish(YamlMap& map) {
+  for (const std::string& key : map.known()) {
+    const std::string path = map.PathOf(key);
+    if (FindJobField(path) == nullptr && !IsJobSection(path)) {
+      return absl::InternalError(
+          absl::StrCat("job spec key '", path,
+                       "' is missing from the field table (core/job_fields.cc): say "
+                       "whether every process of a federation must agree on it"));
+    }
+  }
+  return map.Finish();
 }
 
 absl::Status JobSpecParser::CheckHostPort(YamlMap& map, absl::string_view key,
@@ -104,7 +118,7 @@ absl::Status JobSpecParser::ParseGateway(YamlMap& root) {
                                                   "protocol carries), found ",
                                                   g.chunk_size, " bytes"));
   }
-  return map.Finish();
+  return Finish(map);
 }
 
 absl::Status JobSpecParser::ParseDashboard(YamlMap& root) {
@@ -114,7 +128,7 @@ absl::Status JobSpecParser::ParseDashboard(YamlMap& root) {
   STRAIT_RETURN_IF_ERROR(CheckHostPort(map, "address", spec_.dashboard.address));
   STRAIT_RETURN_IF_ERROR(map.String("token_file", &spec_.dashboard.token_file));
   spec_.dashboard.token_file = Resolve(spec_.dashboard.token_file);
-  return map.Finish();
+  return Finish(map);
 }
 
 absl::Status JobSpecParser::ParseTls(YamlMap& root) {
@@ -130,7 +144,7 @@ absl::Status JobSpecParser::ParseTls(YamlMap& root) {
     STRAIT_RETURN_IF_ERROR(map.String(key, field));
     *field = Resolve(*field);
   }
-  return map.Finish();
+  return Finish(map);
 }
 
 absl::Status JobSpecParser::ParseModel(YamlMap& root) {
@@ -201,7 +215,7 @@ absl::Status JobSpecParser::ParseModel(YamlMap& root) {
     STRAIT_RETURN_IF_ERROR(map.Int("classes", 2, kMaxWidth, &v.classes));
     STRAIT_RETURN_IF_ERROR(map.Float("dropout", 0.0, 0.95, &v.dropout));
   }
-  return map.Finish();
+  return Finish(map);
 }
 
 absl::Status JobSpecParser::ParseGpt(YamlMap& map) {
@@ -219,7 +233,7 @@ absl::Status JobSpecParser::ParseGpt(YamlMap& map) {
   STRAIT_RETURN_IF_ERROR(map.Int("mlp_dim", 1, kMaxWidth, &g.mlp_dim));
   STRAIT_RETURN_IF_ERROR(map.Float("dropout", 0.0, 0.95, &g.dropout));
   STRAIT_RETURN_IF_ERROR(map.Bool("tie_embeddings", &g.tie_embeddings));
-  return map.Finish();
+  return Finish(map);
 }
 
 absl::Status JobSpecParser::ParseData(YamlMap& root) {
@@ -269,7 +283,7 @@ absl::Status JobSpecParser::ParseData(YamlMap& root) {
       map.Allow(key);
     }
   }
-  if (text) return map.Finish();
+  if (text) return Finish(map);
   if (d.kind == DatasetKind::kSynthetic) {
     STRAIT_RETURN_IF_ERROR(map.Int("train_size", 1, 1 << 24, &d.synthetic_train));
     STRAIT_RETURN_IF_ERROR(map.Int("test_size", 1, 1 << 24, &d.synthetic_test));
@@ -284,7 +298,7 @@ absl::Status JobSpecParser::ParseData(YamlMap& root) {
               m.InputFeatures(), " features and ", m.Classes(), " classes"));
     }
   }
-  return map.Finish();
+  return Finish(map);
 }
 
 }  // namespace strait::job_spec_internal

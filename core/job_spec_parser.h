@@ -40,6 +40,9 @@ class JobSpecParser {
 
   // The mapping under `key` (absent is fine: every section has defaults). Check status() after.
   YamlMap Section(YamlMap& parent, absl::string_view key);
+  // YamlMap::Finish, after checking that every key read has its place in the field table
+  // (core/job_fields.h): a key missing there is a bug, reported as INTERNAL.
+  absl::Status Finish(YamlMap& map);
 
   static absl::Status CheckHostPort(YamlMap& map, absl::string_view key, const std::string& value);
 

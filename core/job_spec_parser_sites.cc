@@ -72,7 +72,7 @@ absl::Status JobSpecParser::ParseSites(YamlMap& root) {
     STRAIT_RETURN_IF_ERROR(map.Int("tensor_parallel", 1, kMaxMachines, &site.tensor_parallel));
     tensor_nodes.push_back(map.Get("tensor_parallel"));
     STRAIT_RETURN_IF_ERROR(CheckSiteLayout(map, site));
-    STRAIT_RETURN_IF_ERROR(map.Finish());
+    STRAIT_RETURN_IF_ERROR(Finish(map));
     spec_.sites.push_back(std::move(site));
   }
   STRAIT_RETURN_IF_ERROR(CheckLayerSplit(layer_nodes, num_layers));
@@ -126,7 +126,7 @@ absl::Status JobSpecParser::CheckSiteLayout(YamlMap& map, const SiteSpec& site) 
   }
   if (site.parts() > microbatch) {
     return map.ErrorAt("machines",
-                       absl::StrCat(site.replicas(), " replicas x ", site.workers,
+                       absl::StrCat(site.data_parallel(), " data-parallel ranks x ", site.workers,
                                     " workers cannot share a microbatch of ", microbatch,
                                     " samples; use fewer machines or workers"));
   }
@@ -246,7 +246,7 @@ absl::Status JobSpecParser::ParseLinks(YamlMap& root) {
     }
     STRAIT_RETURN_IF_ERROR(map.Bool("encryption", &link.encryption));
     STRAIT_RETURN_IF_ERROR(map.Bytes("rotate_bytes", 1 << 20, &link.rotate_bytes));
-    STRAIT_RETURN_IF_ERROR(map.Finish());
+    STRAIT_RETURN_IF_ERROR(Finish(map));
   }
   return absl::OkStatus();
 }

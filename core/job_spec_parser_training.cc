@@ -54,7 +54,7 @@ absl::Status JobSpecParser::ParseOptimizer(YamlMap& training) {
     }
     STRAIT_RETURN_IF_ERROR(map.Double("eps", 1e-30, 1.0, &o.eps));
   }
-  return map.Finish();
+  return Finish(map);
 }
 
 absl::Status JobSpecParser::ParseCheckpoint(YamlMap& training) {
@@ -65,7 +65,7 @@ absl::Status JobSpecParser::ParseCheckpoint(YamlMap& training) {
   STRAIT_RETURN_IF_ERROR(map.String("dir", &c.dir));
   STRAIT_RETURN_IF_ERROR(map.Int("keep", 1, 1000, &c.keep));
   c.dir = Resolve(c.dir);
-  return map.Finish();
+  return Finish(map);
 }
 
 absl::Status JobSpecParser::ParseTraining(YamlMap& root) {
@@ -118,7 +118,7 @@ absl::Status JobSpecParser::ParseTraining(YamlMap& root) {
   STRAIT_RETURN_IF_ERROR(ParseEvalEvery(map));
   STRAIT_RETURN_IF_ERROR(ParseCheckpoint(map));
   STRAIT_RETURN_IF_ERROR(ParseSync(map));
-  return map.Finish();
+  return Finish(map);
 }
 
 // training.sync, training.outer and training.fixed_point_bits; ParseReplicas checks that the job
@@ -145,7 +145,7 @@ absl::Status JobSpecParser::ParseSync(YamlMap& map) {
                                               "replicas' sum), found ",
                                               t.outer.bits));
   }
-  return outer.Finish();
+  return Finish(outer);
 }
 
 // `replicas:` R pipelines of site ids, the first the ids of `sites` in stage order.
@@ -177,14 +177,6 @@ absl::Status JobSpecParser::ParseReplicas(YamlMap& root) {
     return root.ErrorAt("replicas",
                         "replicas do not take model.tie_embeddings across sites yet; untie the "
                         "embeddings or put the whole model on one site per pipeline");
-  }
-  for (const SiteSpec& site : spec_.sites) {
-    if (site.machines > 1) {
-      return root.ErrorAt(
-          "replicas",
-          absl::StrCat("replicas take sites of one machine each for now; site '", site.id, "' has ",
-                       site.machines, ": give it machines: 1 (more workers) or drop the replicas"));
-    }
   }
   if (node.size() * spec_.sites.size() > kMaxSites) {
     return root.ErrorAt("replicas", absl::StrCat("at most ", kMaxSites, " sites in all, found ",

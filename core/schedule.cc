@@ -73,11 +73,13 @@ float KeptGradientScale(const TrainingSpec& training, int stages, int stage, int
 namespace {
 
 // 2bw: see StepOps.
-std::vector<ScheduleOp> StreamStepOps(int stages, int stage, int microbatches, int64_t step,
-                                      int64_t first_step, int64_t last_step, int extra_in_flight,
-                                      UpdateTiming update) {
+std::vector<ScheduleOp> StreamStepOps(const StageStepping& stepping, int64_t step, StepRange run) {
+  const int microbatches = stepping.microbatches;
   const int64_t m = microbatches;
-  const int warmup = StreamWarmup(stages, stage, microbatches, extra_in_flight);
+  const int64_t first_step = run.first_step, last_step = run.last_step;
+  const UpdateTiming update = stepping.update;
+  const int warmup =
+      StreamWarmup(stepping.stages, stepping.stage, microbatches, stepping.extra_in_flight);
   std::vector<ScheduleOp> ops;
   auto forward = [&](int64_t n) {
     if (n / m <= last_step) ops.push_back({ScheduleOp::kForward, static_cast<int>(n % m), n / m});
@@ -108,15 +110,10 @@ std::vector<ScheduleOp> StreamStepOps(int stages, int stage, int microbatches, i
 
 }  // namespace
 
-std::vector<ScheduleOp> StepOps(Schedule schedule, int stages, int stage, int microbatches,
-                                int64_t step, int64_t first_step, int64_t last_step,
-                                int extra_in_flight, UpdateTiming update) {
-  if (schedule == Schedule::k2BW) {
-    return StreamStepOps(stages, stage, microbatches, step, first_step, last_step, extra_in_flight,
-                         update);
-  }
-  std::vector<ScheduleOp> ops =
-      StageSchedule(schedule, stages, stage, microbatches, extra_in_flight);
+std::vector<ScheduleOp> StepOps(const StageStepping& stepping, int64_t step, StepRange run) {
+  if (stepping.schedule == Schedule::k2BW) return StreamStepOps(stepping, step, run);
+  std::vector<ScheduleOp> ops = StageSchedule(stepping.schedule, stepping.stages, stepping.stage,
+                                              stepping.microbatches, stepping.extra_in_flight);
   for (ScheduleOp& op : ops) op.step = step;
   ops.push_back({ScheduleOp::kClipNorm, 0, step});
   ops.push_back({ScheduleOp::kUpdate, 0, step});

@@ -61,8 +61,23 @@ std::vector<ScheduleOp> StageSchedule(Schedule schedule, int stages, int stage, 
 // The most microbatches whose activations the stage holds at once while running `ops`.
 int MaxInFlight(const std::vector<ScheduleOp>& ops);
 
-// What SiteRunner::Step(step) runs on stage `stage` of `stages`, in a run that started at
-// `first_step` (0, or the checkpoint it resumed from) and whose last step is `last_step`:
+// What fixes one stage's ops in every step: its place in the pipeline and the schedule's knobs.
+struct StageStepping {
+  Schedule schedule = Schedule::k1F1B;
+  int stages = 1;
+  int stage = 0;
+  int microbatches = 1;
+  int extra_in_flight = 0;
+  UpdateTiming update = UpdateTiming::kDeferred;
+};
+
+// The steps of a run: from `first_step` (0, or the checkpoint it resumed from) to `last_step`.
+struct StepRange {
+  int64_t first_step = 0;
+  int64_t last_step = 0;
+};
+
+// What SiteRunner::Step(step) runs on stage `stage` of `stages`, in the run `run`:
 //   1f1b, gpipe: StageSchedule's ops of `step`, then kClipNorm and kUpdate of `step`.
 //   2bw: the stream's pairs whose backward belongs to `step` (Step(first_step) first runs the
 //     warm-up forwards), kClipNorm of `step` after its last backward, kUpdate of `step` - 1
@@ -73,10 +88,7 @@ int MaxInFlight(const std::vector<ScheduleOp>& ops);
 // With 2bw the warm-up is at most M - 1 forwards whatever extra_in_flight asks: the microbatches
 // held across a step boundary must have distinct indices within their steps.
 // With update eager (2bw), the kUpdate of `step` comes right after its kClipNorm, in every step.
-std::vector<ScheduleOp> StepOps(Schedule schedule, int stages, int stage, int microbatches,
-                                int64_t step, int64_t first_step, int64_t last_step,
-                                int extra_in_flight = 0,
-                                UpdateTiming update = UpdateTiming::kDeferred);
+std::vector<ScheduleOp> StepOps(const StageStepping& stepping, int64_t step, StepRange run);
 
 // 2bw: the forwards stage `stage` runs ahead of its backwards (WarmupForwards, at most M - 1).
 int StreamWarmup(int stages, int stage, int microbatches, int extra_in_flight);

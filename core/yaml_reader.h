@@ -93,6 +93,8 @@ class YamlMap {
   absl::Status Finish();
   // Allows `key` without reading it (e.g. keys of another model family are reported separately).
   void Allow(absl::string_view key) { known_.insert(std::string(key)); }
+  // The keys read or allowed so far.
+  const std::set<std::string>& known() const { return known_; }
 
  private:
   YAML::Node Child(absl::string_view key) const;

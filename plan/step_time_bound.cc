@@ -38,6 +38,12 @@ Crossing CrossingOf(const BoundInput& in, int a, int b, double bytes) {
   return {x.one_way_delay_s + y.one_way_delay_s, bytes / std::min(Rate(x), Rate(y))};
 }
 
+// Stage s's place in the pipeline and the schedule's knobs, as StepOps takes them.
+StageStepping Stepping(const BoundInput& in, int s) {
+  return {in.schedule, static_cast<int>(in.stages.size()), s, in.microbatches, in.extra_in_flight,
+          in.update};
+}
+
 // The message an op of stage s waits for from a neighbour: its input frame; with clipping, the sum
 // of squares (last -> first, 0 bytes) and the scale (first -> last, relayed by each stage before
 // its update). Nothing for the first forward, the last backward and, without clipping, the rest.
@@ -89,8 +95,7 @@ class PathSimulator {
     std::vector<std::vector<ScheduleOp>> ops(stages_);
     for (int s = 0; s < stages_; ++s) {
       for (int t = 0; t < run; ++t) {
-        const std::vector<ScheduleOp> step = StepOps(in_.schedule, stages_, s, in_.microbatches, t,
-                                                     0, run - 1, in_.extra_in_flight, in_.update);
+        const std::vector<ScheduleOp> step = StepOps(Stepping(in_, s), t, {0, run - 1});
         ops[s].insert(ops[s].end(), step.begin(), step.end());
       }
     }
@@ -247,8 +252,7 @@ class FlushedStep {
   explicit FlushedStep(const BoundInput& in)
       : in_(in), stages_(static_cast<int>(in.stages.size())) {
     for (int s = 0; s < stages_; ++s) {
-      for (const ScheduleOp& op : StepOps(in.schedule, stages_, s, in.microbatches, 0, 0, 0,
-                                          in.extra_in_flight, in.update)) {
+      for (const ScheduleOp& op : StepOps(Stepping(in, s), 0, {0, 0})) {
         index_[{s, op.kind, op.microbatch}] = static_cast<int>(nodes_.size());
         nodes_.push_back({s, op, Duration(s, op)});
       }

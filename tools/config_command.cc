@@ -135,9 +135,10 @@ void PrintSplit(const JobSpec& spec) {
                   site.machines);
       if (site.tensor_parallel > 1) {
         std::printf(
-            " = %d tensor ranks x %d replica(s): every Linear, attention head and MLP of "
+            " = %d tensor ranks x %d data-parallel rank(s): every Linear, attention head and MLP "
+            "of "
             "the site split %d ways (Megatron-style, Gloo between them)",
-            site.tensor_parallel, site.replicas(), site.tensor_parallel);
+            site.tensor_parallel, site.data_parallel(), site.tensor_parallel);
       }
       std::printf(
           "; each replica %d %s worker(s): a microbatch of %d split %d ways, gradients summed in "

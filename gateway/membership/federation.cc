@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/job_agreement.h"
+#include "core/status.h"
 #include "core/tied_embeddings.h"
 #include "plan/split_planner.h"
 
@@ -98,14 +99,8 @@ Federation::Federation(const JobSpec& spec, std::function<void(uint32_t)> new_ge
   }
 }
 
-absl::StatusOr<v1::JoinReply> Federation::Join(const std::string& site_id,
-                                               const v1::JoinRequest& request,
-                                               Clock::time_point now) {
-  const int index = spec_.SiteSlot(site_id);
-  if (index < 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("'", site_id, "' is not a site of federation '", spec_.name, "'"));
-  }
+absl::Status Federation::CheckJoinRequest(const std::string& site_id, int index,
+                                          const v1::JoinRequest& request) const {
   const SiteSpec& expected = spec_.sites[index % spec_.Stages()];
   if (request.federation() != spec_.name) {
     return absl::FailedPreconditionError(
@@ -137,7 +132,38 @@ absl::StatusOr<v1::JoinReply> Federation::Join(const std::string& site_id,
     return absl::PermissionDeniedError(absl::StrCat(
         "site '", site_id, "' presented a key signed for '", request.key().site_id(), "'"));
   }
+  return absl::OkStatus();
+}
 
+absl::Status Federation::CheckRunLengthLocked(const Site& joining,
+                                              const v1::JoinRequest& request) const {
+  // Sites of the run under way (joined, training or down, not the one joining) fix its length.
+  for (const Site& other : sites_) {
+    const v1::SiteState state = other.info.state();
+    if (&other == &joining || request.total_steps() == 0 || other.total_steps == 0 ||
+        state == v1::SITE_ABSENT || state == v1::SITE_DONE) {
+      continue;
+    }
+    if (other.total_steps != request.total_steps()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "site '", joining.info.id(), "' trains ", request.total_steps(), " steps; site '",
+          other.info.id(), "' of the run under way trains ", other.total_steps,
+          ": start every strait-site with the same --steps (or none); a new run "
+          "of another length needs the gateway restarted"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::JoinReply> Federation::Join(const std::string& site_id,
+                                               const v1::JoinRequest& request,
+                                               Clock::time_point now) {
+  const int index = spec_.SiteSlot(site_id);
+  if (index < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("'", site_id, "' is not a site of federation '", spec_.name, "'"));
+  }
+  STRAIT_RETURN_IF_ERROR(CheckJoinRequest(site_id, index, request));
   v1::JoinReply reply;
   std::vector<Action> actions;
   {
@@ -148,21 +174,7 @@ absl::StatusOr<v1::JoinReply> Federation::Join(const std::string& site_id,
           absl::StrCat("site '", site_id, "' joined with epoch ", request.key().epoch(),
                        "; its last epoch was ", site.info.epoch(), ", a rejoin needs a newer one"));
     }
-    // Sites of the run under way (joined, training or down, not the one joining) fix its length.
-    for (const Site& other : sites_) {
-      const v1::SiteState state = other.info.state();
-      if (&other == &site || request.total_steps() == 0 || other.total_steps == 0 ||
-          state == v1::SITE_ABSENT || state == v1::SITE_DONE) {
-        continue;
-      }
-      if (other.total_steps != request.total_steps()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("site '", site_id, "' trains ", request.total_steps(), " steps; site '",
-                         other.info.id(), "' of the run under way trains ", other.total_steps,
-                         ": start every strait-site with the same --steps (or none); a new run "
-                         "of another length needs the gateway restarted"));
-      }
-    }
+    STRAIT_RETURN_IF_ERROR(CheckRunLengthLocked(site, request));
     if (site.channel != nullptr) {
       actions.push_back({site.channel, std::nullopt,
                          absl::AbortedError("replaced by a newer join of the same site")});

@@ -100,6 +100,11 @@ class Federation {
     std::function<void()> call;
   };
 
+  // A join's claims against the job spec (layers, device, the agreed job text, the key's owner).
+  absl::Status CheckJoinRequest(const std::string& site_id, int index,
+                                const v1::JoinRequest& request) const;
+  // The run under way fixes its length: a join with another --steps is refused.
+  absl::Status CheckRunLengthLocked(const Site& joining, const v1::JoinRequest& request) const;
   void AlertLocked(v1::Alert::Severity severity, std::string message);
   void MarkDownLocked(int site, const std::string& why, std::vector<Action>& actions);
   // Sends Rollback to every site when a (re)start is pending and every site is attached.

@@ -51,7 +51,7 @@ v1::RankCallOrder ToOrder(const RankCall& c) {
 }
 
 absl::StatusOr<RankCall> FromOrder(const v1::RankCallOrder& o) {
-  if (o.op() > static_cast<uint32_t>(RankOp::kGradSumSquares)) {
+  if (o.op() > static_cast<uint32_t>(RankOp::kLastOp)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown mirrored call ", o.op()));
   }
   RankCall c{.op = static_cast<RankOp>(o.op()),

@@ -120,6 +120,9 @@ absl::StatusOr<RankResult> FollowerStage::Serve(const RankCall& c) {
     case RankOp::kSetOptimizerState:
       STRAIT_RETURN_IF_ERROR(local_->state().SetOptimizerState(c.values));
       return result;
+    case RankOp::kSetGrads:
+      STRAIT_RETURN_IF_ERROR(local_->state().SetGrads(c.step, c.values));
+      return result;
     case RankOp::kReadShard: {
       if (c.weights < 0 || c.weights > static_cast<int64_t>(ShardedState::kOptimizer)) break;
       STRAIT_ASSIGN_OR_RETURN(result.values,

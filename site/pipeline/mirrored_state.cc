@@ -45,8 +45,15 @@ absl::Status MirroredState::SetOptimizerState(absl::Span<const float> state) {
   });
 }
 
-absl::Status MirroredState::SetGrads(int64_t, absl::Span<const float>) {
-  return absl::FailedPreconditionError("SetGrads on a site of several ranks");
+absl::Status MirroredState::SetGrads(int64_t step, absl::Span<const float> grads) {
+  auto call = [&](int rank) {
+    RankCall c{.op = RankOp::kSetGrads, .step = step};
+    c.values = shards_.ShardsFor(grads, rank);
+    return c;
+  };
+  std::vector<float> storage;
+  const absl::Span<const float> own = shards_.OwnShards(grads, storage);
+  return fan_out_.Run(call, [&] { return local_.state().SetGrads(step, own); });
 }
 
 }  // namespace strait::site

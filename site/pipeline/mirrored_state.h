@@ -31,7 +31,6 @@ class MirroredState final : public StageState {
                               absl::Span<const float> previous,
                               absl::Span<const float> lookahead) override;
   absl::Status SetOptimizerState(absl::Span<const float> state) override;
-  // FAILED_PRECONDITION: replicas take sites of one machine.
   absl::Status SetGrads(int64_t step, absl::Span<const float> grads) override;
 
  private:

@@ -31,13 +31,16 @@ enum class RankOp {
   // Tensor parallelism: the leader reads its tensor peers' shards and sums.
   kReadShard,       // `weights`: which state (ShardedState); `step`: the gradient's step.
   kGradSumSquares,  // Of the split parameters' gradient of step `step`.
+  kSetGrads,        // Replicas: the gradient of step `step` becomes `values` (their mean).
+  kLastOp = kSetGrads,
 };
 
 // The arguments of one StageExecutor call; which fields count depends on `op`
 // (FollowerStage::Serve).
 struct RankCall {
   RankOp op = RankOp::kForward;
-  int64_t step = 0;    // Forward, ZeroGrad, ScaleGrads, AddTiedGrad, TieLocalGrads, OptimizerStep.
+  int64_t step = 0;    // Forward, ZeroGrad, ScaleGrads, AddTiedGrad, TieLocalGrads, OptimizerStep,
+                       // SetGrads.
   int microbatch = 0;  // Forward, Loss, Backward, Discard.
   int rows = 0;  // Forward: the whole microbatch's rows (n), of which `values` are this rank's.
   bool training = true;       // Forward.
@@ -48,7 +51,8 @@ struct RankCall {
   float scale = 0;  // Loss: grad_scale; ScaleGrads: factor; OptimizerStep: grad_scale.
   int layer_start = 0, layer_end = 0;  // ScaleGrads.
   // Forward: this rank's input rows; Backward: its output-gradient rows (empty on the last stage);
-  // AddTiedGrad: `other`; SetParams, RestoreWeights: the newest weights; SetOptimizerState.
+  // AddTiedGrad: `other`; SetParams, RestoreWeights: the newest weights; SetOptimizerState;
+  // SetGrads: the gradient.
   std::vector<float> values;
   std::vector<float> previous, lookahead;  // RestoreWeights.
   std::vector<int32_t> labels;             // Loss: this rank's rows of the labels.

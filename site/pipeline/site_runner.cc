@@ -196,9 +196,9 @@ absl::StatusOr<StepResult> SiteRunner::Step(bool then_evaluate) {
   result.step = s;
   StepTally tally;
   stage_.ZeroGrad(s);  // 2bw: the arena of step s - 2, applied in the previous step.
-  for (const ScheduleOp& op :
-       StepOps(t.schedule, static_cast<int>(spec_.sites.size()), index_, t.microbatches, s,
-               first_step_, total_steps_ - 1, t.extra_in_flight, t.update)) {
+  for (const ScheduleOp& op : StepOps({t.schedule, static_cast<int>(spec_.sites.size()), index_,
+                                       t.microbatches, t.extra_in_flight, t.update},
+                                      s, {first_step_, total_steps_ - 1})) {
     switch (op.kind) {
       case ScheduleOp::kForward:
         STRAIT_RETURN_IF_ERROR(RunForward(op.step, op.microbatch, tally));

@@ -47,9 +47,8 @@ class StageState {
                                       absl::Span<const float> previous,
                                       absl::Span<const float> lookahead) = 0;
   virtual absl::Status SetOptimizerState(absl::Span<const float> state) = 0;
-  // Overwrites the gradient of `step` on every worker (the replicas' mean of it:
-  // JobSpec::replicas). FAILED_PRECONDITION on a site of several ranks (replicas take sites of one
-  // machine).
+  // Overwrites the gradient of `step` on every worker of every rank (the replicas' mean of it:
+  // JobSpec::replicas).
   virtual absl::Status SetGrads(int64_t step, absl::Span<const float> grads) = 0;
 };
 

@@ -6,6 +6,7 @@
 //   outer: replicas that train apart and meet every 10 steps end with the same bits; a replica
 //     killed with SIGKILL while its stage's outer round waits for it makes the federation roll
 //     back, and the run ends with the bits of an uninterrupted one.
+//   A stage of two machines in each replica trains, in either mode, the bits of two workers.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -31,7 +32,8 @@ const std::vector<std::string> kSites = {"dc-a", "dc-b", "dc-c", "dc-d"};
 struct JobOptions {
   std::string sync = "every_step";
   std::string length = "steps: 50";
-  std::string extra;  // More training keys.
+  std::string extra;                                  // More training keys.
+  std::string stage1 = "{id: dc-b, layers: [2, 3]}";  // The second stage's site (dc-b and dc-d).
 };
 
 std::string JobYaml(const JobOptions& o) {
@@ -51,20 +53,51 @@ training:
   EXTRA
 sites:
   - {id: dc-a, layers: [0, 2]}
-  - {id: dc-b, layers: [2, 3]}
+  - STAGE1
 replicas:
   - [dc-a, dc-b]
   - [dc-c, dc-d]
 )",
-      {{"LENGTH", o.length}, {"SYNC", o.sync}, {"EXTRA", o.extra}});
+      {{"LENGTH", o.length}, {"SYNC", o.sync}, {"EXTRA", o.extra}, {"STAGE1", o.stage1}});
 }
 
-void TrainAll(BuildTreeFederation& fed) {
+// Trains every site to the end; the second stage's sites (dc-b, dc-d) on `ranks` machines each.
+void TrainAll(BuildTreeFederation& fed, int ranks = 1) {
   std::string error;
   ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
-  for (const std::string& site : kSites) fed.StartSite(site, {"--threads", "1"});
+  const std::vector<std::string> threads = {"--threads", "1"};
+  for (const std::string& site : kSites) {
+    if (ranks > 1 && (site == "dc-b" || site == "dc-d")) {
+      fed.StartSiteRanks(site, ranks, threads);
+    } else {
+      fed.StartSite(site, threads);
+    }
+  }
   for (const std::string& site : kSites) {
     ASSERT_EQ(fed.WaitSite(site, seconds(600)), 0) << site << ":\n" << fed.SiteLog(site);
+  }
+  for (const std::string& site : {"dc-b", "dc-d"}) {
+    for (int r = 1; r < ranks; ++r) {
+      const std::string rank = BuildTreeFederation::RankName(site, r);
+      ASSERT_EQ(fed.WaitSite(rank, seconds(60)), 0) << rank << ":\n" << fed.SiteLog(rank);
+    }
+  }
+}
+
+// Every site's final.ckpt of `a` holds byte for byte what `b`'s holds: parameters and optimizer
+// state.
+void ExpectSameFinalState(BuildTreeFederation& a, BuildTreeFederation& b) {
+  for (const std::string& site : kSites) {
+    absl::StatusOr<site::CheckpointState> x = site::ReadCheckpoint(a.OutDir(site) + "/final.ckpt");
+    absl::StatusOr<site::CheckpointState> y = site::ReadCheckpoint(b.OutDir(site) + "/final.ckpt");
+    ASSERT_TRUE(x.ok() && y.ok()) << site << ": " << x.status() << " / " << y.status();
+    ASSERT_EQ(x->params.size(), y->params.size()) << site;
+    EXPECT_EQ(0, std::memcmp(x->params.data(), y->params.data(), 4 * x->params.size()))
+        << site << ": parameters differ";
+    ASSERT_EQ(x->optimizer_state.size(), y->optimizer_state.size()) << site;
+    EXPECT_EQ(0, std::memcmp(x->optimizer_state.data(), y->optimizer_state.data(),
+                             4 * x->optimizer_state.size()))
+        << site << ": optimizer state differs";
   }
 }
 
@@ -146,18 +179,32 @@ TEST(ReplicasTest, AReplicaKilledDuringAnOuterRoundRollsBackAndEndsWithTheSameBi
   }
   const std::string gateway_log = fed.gateway().LogTail(20000);
   EXPECT_NE(gateway_log.find("training restarts at step"), std::string::npos) << gateway_log;
-  for (const std::string& site : kSites) {
-    absl::StatusOr<site::CheckpointState> a =
-        site::ReadCheckpoint(fed.OutDir(site) + "/final.ckpt");
-    absl::StatusOr<site::CheckpointState> b =
-        site::ReadCheckpoint(clean.OutDir(site) + "/final.ckpt");
-    ASSERT_TRUE(a.ok() && b.ok()) << site;
-    ASSERT_EQ(a->params.size(), b->params.size());
-    EXPECT_EQ(0, std::memcmp(a->params.data(), b->params.data(), 4 * a->params.size())) << site;
-    EXPECT_EQ(0, std::memcmp(a->optimizer_state.data(), b->optimizer_state.data(),
-                             4 * a->optimizer_state.size()))
-        << site;
-  }
+  ExpectSameFinalState(fed, clean);
+}
+
+// A stage of two machines in each replica (dc-b and dc-d with a follower rank each): the replicas'
+// sums reach the followers (the mean gradient every step, the outer round's parameters), so the
+// run ends with the bits of the same job whose stage runs as one process of two workers.
+void ExpectTwoRanksTrainTheBitsOfTwoWorkers(JobOptions job) {
+  job.stage1 = "{id: dc-b, layers: [2, 3], workers: 2}";
+  BuildTreeFederation workers(JobYaml(job), kSites);
+  TrainAll(workers);
+  if (::testing::Test::HasFatalFailure()) return;
+  job.stage1 = "{id: dc-b, layers: [2, 3], machines: 2}";
+  BuildTreeFederation ranks(JobYaml(job), kSites);
+  TrainAll(ranks, 2);
+  if (::testing::Test::HasFatalFailure()) return;
+  ExpectSameFinalState(ranks, workers);
+  ExpectReplicasAgree(ranks, "dc-b", "dc-d");
+}
+
+TEST(ReplicasTest, EveryStepWithAStageOfTwoRanksTrainsTheBitsOfTwoWorkers) {
+  ExpectTwoRanksTrainTheBitsOfTwoWorkers({.length = "steps: 20"});
+}
+
+TEST(ReplicasTest, OuterRoundsWithAStageOfTwoRanksTrainTheBitsOfTwoWorkers) {
+  ExpectTwoRanksTrainTheBitsOfTwoWorkers(
+      {.sync = kOuter, .length = "steps: 25", .extra = kOuterKeys});
 }
 
 }  // namespace

@@ -19,7 +19,9 @@ TEST(ConfigsTest, EveryExampleLoads) {
     ASSERT_TRUE(spec.ok()) << spec.status();
     EXPECT_EQ(spec->links.size() + 1, spec->sites.size());
     // A planned split (layers: auto) has no ranges until the gateway plans it.
-    if (!spec->PlansSplit()) EXPECT_EQ(spec->sites.back().layers.end, spec->model.NumLayers());
+    if (!spec->PlansSplit()) {
+      EXPECT_EQ(spec->sites.back().layers.end, spec->model.NumLayers());
+    }
     EXPECT_EQ(BuildModelLayout(spec->model).size(), static_cast<size_t>(spec->model.NumLayers()));
     ++count;
   }

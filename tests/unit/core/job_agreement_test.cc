@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "absl/strings/str_replace.h"
+#include "core/job_fields.h"
 #include "core/tied_embeddings.h"
 
 namespace strait {
@@ -86,6 +89,33 @@ TEST(JobAgreementTest, TheFirstDifferenceIsNamedWithBothValues) {
           "ours"),
       "training.eval_every: 5 (ours: 0)");
   EXPECT_EQ(FirstDisagreement("x: 1\n", "x: 1\ny: 2\n", "ours"), "y: 2 (ours: (nothing))");
+}
+
+// The field table's two halves fit: every agreed field names a line the text has, and every line
+// carries some field (so the parser's check that each key has a field covers the text).
+TEST(JobFieldsTest, EveryAgreedFieldNamesALineAndEveryLineCarriesAField) {
+  std::set<absl::string_view> lines, named;
+  for (const AgreedLine& line : AgreedLines())
+    EXPECT_TRUE(lines.insert(line.key).second) << line.key;
+  for (const JobField& field : JobFields()) {
+    if (field.agreed_line.empty()) continue;
+    EXPECT_TRUE(lines.count(field.agreed_line)) << field.path << " names " << field.agreed_line;
+    named.insert(field.agreed_line);
+  }
+  for (absl::string_view line : lines)
+    EXPECT_TRUE(named.count(line)) << line << " carries no field";
+}
+
+TEST(JobFieldsTest, ListElementsAndSectionsAreFound) {
+  ASSERT_NE(FindJobField("sites[3].layers"), nullptr);
+  EXPECT_EQ(FindJobField("sites[3].layers")->agreed_line, "sites");
+  EXPECT_EQ(FindJobField("gateway.address")->agreed_line, "");
+  EXPECT_EQ(FindJobField("training.optimizer"), nullptr);
+  EXPECT_TRUE(IsJobSection("training.optimizer"));
+  EXPECT_TRUE(IsJobSection("sites"));
+  EXPECT_TRUE(IsJobSection("links[1]"));
+  EXPECT_FALSE(IsJobSection("training.optimizer.lr"));
+  EXPECT_FALSE(IsJobSection("training.nothing"));
 }
 
 }  // namespace

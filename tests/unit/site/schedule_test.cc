@@ -126,7 +126,7 @@ std::vector<Op> RunOps(Schedule schedule, int stages, int stage, int microbatche
   std::vector<Op> ops;
   for (int64_t t = first_step; t <= last_step; ++t) {
     const std::vector<Op> step =
-        StepOps(schedule, stages, stage, microbatches, t, first_step, last_step, extra, update);
+        StepOps({schedule, stages, stage, microbatches, extra, update}, t, {first_step, last_step});
     ops.insert(ops.end(), step.begin(), step.end());
   }
   return ops;
@@ -139,23 +139,23 @@ TEST(ScheduleTest, TwoBwStreamOfAThreeStagePipeline) {
   const std::vector<Op> stage0_step1 = {
       {Op::kForward, 2, 1},  {Op::kBackward, 0, 1}, {Op::kUpdate, 0, 0},   {Op::kForward, 0, 2},
       {Op::kBackward, 1, 1}, {Op::kForward, 1, 2},  {Op::kBackward, 2, 1}, {Op::kClipNorm, 0, 1}};
-  EXPECT_EQ(StepOps(Schedule::k2BW, 3, 0, 3, 1, 0, 2), stage0_step1);
+  EXPECT_EQ(StepOps({Schedule::k2BW, 3, 0, 3}, 1, {0, 2}), stage0_step1);
   const std::vector<Op> stage0_step0 = {
       {Op::kForward, 0, 0},  {Op::kForward, 1, 0},  {Op::kForward, 2, 0},
       {Op::kBackward, 0, 0}, {Op::kForward, 0, 1},  {Op::kBackward, 1, 0},
       {Op::kForward, 1, 1},  {Op::kBackward, 2, 0}, {Op::kClipNorm, 0, 0}};
-  EXPECT_EQ(StepOps(Schedule::k2BW, 3, 0, 3, 0, 0, 2), stage0_step0);
+  EXPECT_EQ(StepOps({Schedule::k2BW, 3, 0, 3}, 0, {0, 2}), stage0_step0);
   // The last stage applies step t-1's gradient at the end of step t; the last step also its own.
   const std::vector<Op> last_stage_last_step = {
       {Op::kForward, 0, 1},  {Op::kBackward, 0, 1}, {Op::kForward, 1, 1}, {Op::kBackward, 1, 1},
       {Op::kClipNorm, 0, 1}, {Op::kUpdate, 0, 0},   {Op::kUpdate, 0, 1}};
-  EXPECT_EQ(StepOps(Schedule::k2BW, 3, 2, 2, 1, 0, 1), last_stage_last_step);
+  EXPECT_EQ(StepOps({Schedule::k2BW, 3, 2, 2}, 1, {0, 1}), last_stage_last_step);
   // 1f1b: the step's schedule, then its norm and update.
   std::vector<Op> one = StageSchedule(Schedule::k1F1B, 3, 1, 4);
   for (Op& op : one) op.step = 5;
   one.push_back({Op::kClipNorm, 0, 5});
   one.push_back({Op::kUpdate, 0, 5});
-  EXPECT_EQ(StepOps(Schedule::k1F1B, 3, 1, 4, 5, 0, 9), one);
+  EXPECT_EQ(StepOps({Schedule::k1F1B, 3, 1, 4}, 5, {0, 9}), one);
 }
 
 TEST(ScheduleTest, TwoBwEagerUpdatesRightAfterTheStepsLastBackward) {
@@ -165,11 +165,11 @@ TEST(ScheduleTest, TwoBwEagerUpdatesRightAfterTheStepsLastBackward) {
       {Op::kForward, 0, 0},  {Op::kForward, 1, 0},  {Op::kForward, 2, 0}, {Op::kBackward, 0, 0},
       {Op::kForward, 0, 1},  {Op::kBackward, 1, 0}, {Op::kForward, 1, 1}, {Op::kBackward, 2, 0},
       {Op::kClipNorm, 0, 0}, {Op::kUpdate, 0, 0}};
-  EXPECT_EQ(StepOps(Schedule::k2BW, 3, 0, 3, 0, 0, 2, 0, UpdateTiming::kEager), stage0_step0);
+  EXPECT_EQ(StepOps({Schedule::k2BW, 3, 0, 3, 0, UpdateTiming::kEager}, 0, {0, 2}), stage0_step0);
   const std::vector<Op> stage0_step1 = {
       {Op::kForward, 2, 1}, {Op::kBackward, 0, 1}, {Op::kForward, 0, 2},  {Op::kBackward, 1, 1},
       {Op::kForward, 1, 2}, {Op::kBackward, 2, 1}, {Op::kClipNorm, 0, 1}, {Op::kUpdate, 0, 1}};
-  EXPECT_EQ(StepOps(Schedule::k2BW, 3, 0, 3, 1, 0, 2, 0, UpdateTiming::kEager), stage0_step1);
+  EXPECT_EQ(StepOps({Schedule::k2BW, 3, 0, 3, 0, UpdateTiming::kEager}, 1, {0, 2}), stage0_step1);
   // So microbatches 0 and 1 of step 1 (run before the update of step 0) compute with L_0, the
   // rest with L_1; the last stage (warm-up 0) always with the newest.
   TrainingSpec t;
