@@ -253,14 +253,17 @@ TEST_F(LayerMovesInMemoryTest, APartThatNeverComesTimesOutOnTheEnvClock) {
 // A part whose floats are not a range of the model's layers is refused, naming the site.
 TEST_F(LayerMovesInMemoryTest, AMalformedPartIsRefusedNamingItsSite) {
   Train({{0, 2}, {2, 3}, {3, 5}});
+  const std::vector<std::string> trained = {*mem_.ReadFile(Path(0)), "", *mem_.ReadFile(Path(2))};
   gateway_.on_push = [](ReceivedFrame& frame) {
     if (frame.header.key().boundary() == 1) frame.body.resize(frame.body.size() / 2);
   };
   const std::vector<absl::Status> results = Move({{0, 1}, {1, 3}, {3, 5}}, 2);
-  EXPECT_FALSE(results[0].ok());
-  EXPECT_NE(results[0].message().find("site dc-b"), std::string::npos) << results[0];
-  EXPECT_FALSE(results[2].ok());
-  EXPECT_NE(results[2].message().find("site dc-b"), std::string::npos) << results[2];
+  for (int site : {0, 2}) {
+    EXPECT_EQ(results[site].code(), absl::StatusCode::kInvalidArgument) << results[site];
+    EXPECT_NE(results[site].message().find("the part from site dc-b is refused"), std::string::npos)
+        << results[site];
+    EXPECT_EQ(*mem_.ReadFile(Path(site)), trained[site]);  // Nothing was rewritten.
+  }
 }
 
 }  // namespace
