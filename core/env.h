@@ -1,6 +1,6 @@
 // Files and time for the code that keeps and recovers state (checkpoints, layer moves, the waits of
 // recovery), behind an interface as leveldb's Env (DESIGN.md §9): production passes Env::Default(),
-// the files of the local disk and the steady clock; tests pass a fake (tests/unit/site/mem_env.h:
+// the files of the local disk and the steady clock; tests pass a fake (tests/unit/core/mem_env.h:
 // files in memory, a clock that moves only when told), so those paths are unit-tested without a
 // disk or a sleep. Implementations are thread-safe.
 #pragma once

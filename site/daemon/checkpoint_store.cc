@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -14,14 +13,21 @@
 #include "site/pipeline/stage_checkpoint.h"
 
 namespace strait::site {
+namespace {
 
-CheckpointStore::CheckpointStore(const JobSpec& spec, const std::string& site_id)
+// "step-<N>.ckpt", N of at least eight digits.
+std::string FileNameFor(int64_t step) { return absl::StrFormat("step-%08d.ckpt", step); }
+
+}  // namespace
+
+CheckpointStore::CheckpointStore(const JobSpec& spec, const std::string& site_id, Env& env)
     : spec_(spec),
+      env_(env),
       dir_(spec.training.checkpoint.dir + "/" + site_id),
       keep_(std::max(2, spec.training.checkpoint.keep)) {}
 
 std::string CheckpointStore::PathFor(int64_t step) const {
-  return absl::StrFormat("%s/step-%08d.ckpt", dir_, step);
+  return absl::StrCat(dir_, "/", FileNameFor(step));
 }
 
 bool CheckpointStore::Due(int64_t step) const {
@@ -31,11 +37,7 @@ bool CheckpointStore::Due(int64_t step) const {
 
 absl::Status CheckpointStore::Save(int64_t step, const StageExecutor& stage,
                                    const std::vector<float>* outer_state) {
-  std::error_code error;
-  std::filesystem::create_directories(dir_, error);
-  if (error)
-    return absl::InternalError(
-        absl::StrCat("cannot create checkpoint dir ", dir_, ": ", error.message()));
+  // Env::WriteFileAtomically makes the directory.
   if (outer_state != nullptr) {
     // The same file format (checksum, atomic rename), the state in place of the parameters.
     CheckpointState outer{.step = step,
@@ -43,17 +45,18 @@ absl::Status CheckpointStore::Save(int64_t step, const StageExecutor& stage,
                           .init_seed = spec_.model.init_seed,
                           .data_seed = spec_.data.seed,
                           .params = *outer_state};
-    STRAIT_RETURN_IF_ERROR(WriteCheckpoint(PathFor(step) + ".outer", outer));
+    STRAIT_RETURN_IF_ERROR(WriteCheckpoint(PathFor(step) + ".outer", outer, &env_));
   }
-  STRAIT_RETURN_IF_ERROR(SaveStageCheckpoint(PathFor(step), spec_, stage, step));
+  STRAIT_RETURN_IF_ERROR(SaveStageCheckpoint(PathFor(step), spec_, stage, step, &env_));
   std::vector<int64_t> steps = Steps();
   for (size_t i = 0; i + keep_ < steps.size(); ++i) {
     // With the checkpoint it trained before layers moved (site/daemon/layer_moves.h), if any.
     // And its outer optimizer's momentum (replicas with sync: outer), if any.
     for (const std::string& path :
          {PathFor(steps[i]), PathFor(steps[i]) + ".moved", PathFor(steps[i]) + ".outer"}) {
-      std::filesystem::remove(path, error);
-      if (error) spdlog::warn("cannot remove old checkpoint {}: {}", path, error.message());
+      if (absl::Status removed = env_.RemoveFile(path); !removed.ok()) {
+        spdlog::warn("cannot remove old checkpoint {}: {}", path, std::string(removed.message()));
+      }
     }
   }
   return absl::OkStatus();
@@ -61,14 +64,17 @@ absl::Status CheckpointStore::Save(int64_t step, const StageExecutor& stage,
 
 std::vector<int64_t> CheckpointStore::Steps() const {
   std::vector<int64_t> steps;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(dir_, error)) {
+  absl::StatusOr<std::vector<std::string>> names = env_.ListFiles(dir_);
+  if (!names.ok()) {
+    spdlog::warn("cannot list checkpoints: {}", std::string(names.status().message()));
+    return steps;
+  }
+  for (const std::string& name : *names) {
     long long step = 0;
     char tail = 0;
-    const std::string name = entry.path().filename().string();
     // Exactly step-<digits>.ckpt; temporaries of an interrupted write have another suffix.
     if (std::sscanf(name.c_str(), "step-%lld.ckp%c", &step, &tail) == 2 && tail == 't' &&
-        name == std::filesystem::path(PathFor(step)).filename().string()) {
+        name == FileNameFor(step)) {
       steps.push_back(step);
     }
   }
@@ -79,7 +85,7 @@ std::vector<int64_t> CheckpointStore::Steps() const {
 absl::StatusOr<int64_t> CheckpointStore::NewestValid(const StageExecutor& stage) const {
   std::vector<int64_t> steps = Steps();
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    absl::StatusOr<CheckpointState> state = ReadCheckpoint(PathFor(*it));
+    absl::StatusOr<CheckpointState> state = ReadCheckpoint(PathFor(*it), &env_);
     absl::Status problem = state.status();
     // A planned split's checkpoint may hold other layers than the stage: they move at the rollback
     // (site/daemon/layer_moves.h).
@@ -104,7 +110,7 @@ absl::StatusOr<int64_t> CheckpointStore::NewestValid(const StageExecutor& stage)
 }
 
 absl::Status CheckpointStore::Load(int64_t step, StageExecutor& stage) const {
-  absl::StatusOr<int64_t> loaded = LoadStageCheckpoint(PathFor(step), spec_, stage);
+  absl::StatusOr<int64_t> loaded = LoadStageCheckpoint(PathFor(step), spec_, stage, &env_);
   if (!loaded.ok()) {
     return absl::Status(loaded.status().code(), absl::StrCat("cannot roll back to step ", step,
                                                              ": ", loaded.status().message()));
@@ -118,7 +124,7 @@ absl::Status CheckpointStore::Load(int64_t step, StageExecutor& stage) const {
 
 absl::StatusOr<std::vector<float>> CheckpointStore::LoadOuterState(int64_t step) const {
   const std::string path = PathFor(step) + ".outer";
-  absl::StatusOr<CheckpointState> state = ReadCheckpoint(path);
+  absl::StatusOr<CheckpointState> state = ReadCheckpoint(path, &env_);
   if (!state.ok()) return state.status();
   if (state->step != step) {
     return absl::DataLossError(absl::StrCat(path, " holds step ", state->step, ", not ", step));

@@ -1,7 +1,7 @@
 // One site's coordinated checkpoints (DESIGN.md §7): <checkpoint.dir>/<site id>/step-<N>.ckpt,
 // written atomically every `checkpoint.every` steps, the newest `checkpoint.keep` kept (at least
 // two: sites can be one checkpoint apart, and the federation rolls back to the newest step they all
-// hold).
+// hold). Files go through an Env (core/env.h): the local disk in strait-site, memory in tests.
 //
 // Not thread-safe: the site's training thread owns it.
 #pragma once
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/env.h"
 #include "core/job_spec.h"
 #include "site/pipeline/stage_executor.h"
 
@@ -18,10 +19,12 @@ namespace strait::site {
 
 class CheckpointStore {
  public:
-  // Checkpoints of site `site_id` of `spec` (which must outlive the store).
-  CheckpointStore(const JobSpec& spec, const std::string& site_id);
+  // Checkpoints of site `site_id` of `spec`, in `env`'s files (both must outlive the store).
+  CheckpointStore(const JobSpec& spec, const std::string& site_id, Env& env);
 
   const std::string& dir() const { return dir_; }
+  // The files and clock of this site's checkpoints (layer moves use them too).
+  Env& env() const { return env_; }
   std::string PathFor(int64_t step) const;
   // True when the job spec asks for a checkpoint after `step` completed steps.
   bool Due(int64_t step) const;
@@ -48,6 +51,7 @@ class CheckpointStore {
 
  private:
   const JobSpec& spec_;
+  Env& env_;
   const std::string dir_;
   const int keep_;
 };

@@ -8,6 +8,9 @@
 // The checkpoint a site trained to that step stays as <step file>.moved when the joined one takes
 // its place, and is the source of every later move at the same step: a rollback that repeats after
 // a failure in the middle of the moves finds every part where it was.
+//
+// Files and time (the wait for each part) come from the store's Env (core/env.h), so moves are
+// unit-tested in memory on a clock that moves when told.
 #pragma once
 
 #include <chrono>
@@ -30,9 +33,10 @@ struct LayerMoves {
   int64_t step = 0;               // The rollback's (> 0).
   uint32_t generation = 0;
   GatewayLink* link = nullptr;
-  const LinkSecurity* security = nullptr;                       // Null: the job seals no link.
-  const std::map<std::string, v1::SignedKey>* keys = nullptr;   // Every other site's.
-  std::chrono::milliseconds timeout{std::chrono::minutes(10)};  // For each part to arrive.
+  const LinkSecurity* security = nullptr;                      // Null: the job seals no link.
+  const std::map<std::string, v1::SignedKey>* keys = nullptr;  // Every other site's.
+  // For each part to arrive, on the store's Env clock.
+  std::chrono::milliseconds timeout{std::chrono::minutes(10)};
   // True once the generation is over (a Pause or a newer Rollback): the wait for parts ends.
   std::function<bool()> interrupted = [] { return false; };
 };
@@ -42,8 +46,9 @@ struct LayerMoves {
 std::string TrainedCheckpointPath(const CheckpointStore& store, int64_t step);
 
 // Sends and receives the parts and writes this site's checkpoint of `m.step` for its layers in
-// `m.spec`. Logs what moved. An error names the part or site that failed; ABORTED when
-// m.interrupted() said so while a part was awaited.
+// `m.spec` (in phases: read the trained checkpoint, send, receive, await the pushes, join,
+// install). Blocks on the link and on `store`'s Env. Logs what moved. An error names the part or
+// site that failed; ABORTED when m.interrupted() said so while a part was awaited.
 absl::Status MoveLayers(const LayerMoves& m, const CheckpointStore& store);
 
 }  // namespace strait::site

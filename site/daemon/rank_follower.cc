@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <memory>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "core/job_agreement.h"
@@ -113,8 +112,8 @@ absl::Status RunFollower(const FollowerOptions& o) {
   hello.set_job_text(AgreedJobText(*o.spec));
   const auto patience =
       std::chrono::milliseconds(static_cast<int64_t>(o.reconnect_timeout_s * 1000));
-  auto deadline = std::chrono::steady_clock::now() + patience;
-  auto next_notice = std::chrono::steady_clock::now();
+  auto deadline = o.env->Now() + patience;
+  auto next_notice = o.env->Now();
   for (;;) {
     absl::Status ended;
     bool grouped = false;
@@ -130,7 +129,7 @@ absl::Status RunFollower(const FollowerOptions& o) {
       ended = link.status();
     }
     if (Refusal(ended)) return ended;
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = o.env->Now();
     if (grouped) {
       spdlog::warn("rank {}: the site's group ended ({}); attaching again", o.rank,
                    std::string(ended.message()));
@@ -143,7 +142,7 @@ absl::Status RunFollower(const FollowerOptions& o) {
                    std::string(ended.message()));
       next_notice = now + std::chrono::seconds(10);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    o.env->SleepFor(std::chrono::milliseconds(500));
   }
 }
 

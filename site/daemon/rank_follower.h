@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "core/env.h"
 #include "core/job_spec.h"
 #include "site/rpc/rank_client.h"
 
@@ -23,6 +24,7 @@ struct FollowerOptions {
   LeaderAddress leader;
   std::string collective_host = "127.0.0.1";  // Where this rank's Gloo connections bind.
   double reconnect_timeout_s = 300;           // How long to keep attaching after the group ended.
+  Env* env = Env::Default();  // The clock of reconnect_timeout_s and of the pause between attaches.
 };
 
 // Serves until the leader finishes the run (OK) or stops it (Aborted with the leader's reason),

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/env.h"
 #include "core/job_spec.h"
 #include "core/run_report.h"
 #include "core/status.h"
@@ -232,7 +233,7 @@ absl::Status TrainSite(const SiteOptions& o, const SiteSetup& setup, const Stage
   const JobSpec& spec = setup.spec;
   const int stages = static_cast<int>(spec.sites.size());
   const LayerRange& layers = spec.sites[setup.index].layers;
-  CheckpointStore checkpoints(spec, o.site_id);
+  CheckpointStore checkpoints(spec, o.site_id, *Env::Default());
   SessionOptions session_options = SessionOptionsFor(o, setup);
   session_options.resume = resume;
   session_options.process_start = process_start;

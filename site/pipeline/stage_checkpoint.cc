@@ -9,7 +9,7 @@
 namespace strait::site {
 
 absl::Status SaveStageCheckpoint(const std::string& path, const JobSpec& spec,
-                                 const StageExecutor& stage, int64_t step) {
+                                 const StageExecutor& stage, int64_t step, Env* env) {
   CheckpointState s;
   if (stage.weight_versions() == 2) {
     if (stage.weights_version() != step) {
@@ -33,12 +33,12 @@ absl::Status SaveStageCheckpoint(const std::string& path, const JobSpec& spec,
   STRAIT_ASSIGN_OR_RETURN(s.params, stage.Params());
   STRAIT_ASSIGN_OR_RETURN(s.optimizer_state, stage.OptimizerState());
   if (LaggedClip(spec.training)) s.lagged_clip_scale = stage.lagged_clip_scale();
-  return WriteCheckpoint(path, s);
+  return WriteCheckpoint(path, s, env);
 }
 
 absl::StatusOr<int64_t> LoadStageCheckpoint(const std::string& path, const JobSpec& spec,
-                                            StageExecutor& stage) {
-  STRAIT_ASSIGN_OR_RETURN(CheckpointState s, ReadCheckpoint(path));
+                                            StageExecutor& stage, Env* env) {
+  STRAIT_ASSIGN_OR_RETURN(CheckpointState s, ReadCheckpoint(path, env));
   auto mismatch = [&](const std::string& what) {
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint ", path, " does not match this job: ", what));

@@ -15,6 +15,7 @@
 #include "site/backend/counter_rng.h"
 #include "site/nn/checkpoint_layers.h"
 #include "site/nn/stage.h"
+#include "tests/unit/core/mem_env.h"
 #include "tests/unit/site/fake_gateway.h"
 
 namespace strait::site {
@@ -46,14 +47,13 @@ class LayerMovesTest : public ::testing::Test {
   }
 
   std::string Path(int site) const {
-    return CheckpointStore(spec_, spec_.sites[site].id).PathFor(10);
+    return CheckpointStore(spec_, spec_.sites[site].id, *env_).PathFor(10);
   }
 
   // Each site's checkpoint of step 10 as trained under `split`.
   void Train(const std::vector<LayerRange>& split) {
     for (int s = 0; s < 3; ++s) {
-      std::filesystem::create_directories(std::filesystem::path(Path(s)).parent_path());
-      ASSERT_TRUE(WriteCheckpoint(Path(s), *CutLayers(whole_, spec_.model, split[s])).ok());
+      ASSERT_TRUE(WriteCheckpoint(Path(s), *CutLayers(whole_, spec_.model, split[s]), env_).ok());
     }
   }
 
@@ -75,7 +75,7 @@ class LayerMovesTest : public ::testing::Test {
                                  .generation = generation,
                                  .link = links[s].get(),
                                  .keys = &no_keys},
-                                CheckpointStore(planned, planned.sites[s].id));
+                                CheckpointStore(planned, planned.sites[s].id, *env_));
       });
     }
     for (std::thread& t : threads) t.join();
@@ -83,7 +83,7 @@ class LayerMovesTest : public ::testing::Test {
   }
 
   void ExpectHolds(int site, LayerRange layers) {
-    absl::StatusOr<CheckpointState> got = ReadCheckpoint(Path(site));
+    absl::StatusOr<CheckpointState> got = ReadCheckpoint(Path(site), env_);
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(*SerializeCheckpoint(*got),
               *SerializeCheckpoint(*CutLayers(whole_, spec_.model, layers)))
@@ -91,6 +91,7 @@ class LayerMovesTest : public ::testing::Test {
   }
 
   harness::TempDir dir_;
+  Env* env_ = Env::Default();  // The in-memory tests below set their own.
   JobSpec spec_;
   CheckpointState whole_;
   FakeGateway gateway_;
@@ -161,10 +162,108 @@ TEST_F(LayerMovesTest, TheEndOfTheGenerationEndsTheWait) {
                                      .link = &link,
                                      .keys = &no_keys,
                                      .interrupted = [&link] { return link.pulls >= 3; }},
-                                    CheckpointStore(planned, "dc-a"));
+                                    CheckpointStore(planned, "dc-a", *Env::Default()));
   EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
   EXPECT_EQ(link.pulls, 3);
   EXPECT_FALSE(std::filesystem::exists(Path(0) + ".moved"));  // Nothing was rewritten.
+}
+
+// The same moves on an in-memory Env (tests/unit/core/mem_env.h): no disk, and the wait for a part
+// on a clock that moves only when told.
+class LayerMovesInMemoryTest : public LayerMovesTest {
+ protected:
+  LayerMovesInMemoryTest() {
+    env_ = &mem_;
+    spec_.training.checkpoint.dir = "/ckpt";
+  }
+  testing::MemEnv mem_;
+};
+
+TEST_F(LayerMovesInMemoryTest, EverySiteEndsWithItsNewLayers) {
+  Train({{0, 2}, {2, 3}, {3, 5}});
+  for (const absl::Status& s : Move({{0, 1}, {1, 3}, {3, 5}}, 2)) ASSERT_TRUE(s.ok()) << s;
+  ExpectHolds(0, {0, 1});
+  ExpectHolds(1, {1, 3});
+  ExpectHolds(2, {3, 5});
+  EXPECT_TRUE(mem_.FileExists(Path(0) + ".moved"));
+  EXPECT_TRUE(mem_.FileExists(Path(1) + ".moved"));
+  EXPECT_FALSE(mem_.FileExists(Path(2) + ".moved"));  // Its layers stayed.
+  EXPECT_EQ(gateway_.stored(), 0u);
+  EXPECT_EQ(mem_.Now(), Env::Clock::time_point{});  // Nothing waited on the clock.
+}
+
+// dc-a's disk fills after it kept its trained checkpoint as .moved: its move fails naming the file,
+// the trained checkpoint stays readable, and the rollback repeated once there is room completes
+// from it (the other sites' parts come again from their trained files).
+TEST_F(LayerMovesInMemoryTest, AFailedWriteLeavesTheTrainedCheckpointAndTheRepeatCompletes) {
+  Train({{0, 2}, {2, 3}, {3, 5}});
+  const std::string trained = *mem_.ReadFile(Path(0));
+  mem_.FailWritesUnder(Path(0));
+  std::vector<absl::Status> results = Move({{0, 1}, {1, 3}, {3, 5}}, 2);
+  EXPECT_EQ(results[0].code(), absl::StatusCode::kInternal) << results[0];
+  EXPECT_NE(results[0].message().find("step-00000010.ckpt"), std::string::npos) << results[0];
+  EXPECT_TRUE(results[1].ok()) << results[1];
+  EXPECT_TRUE(results[2].ok()) << results[2];
+  EXPECT_EQ(*mem_.ReadFile(Path(0) + ".moved"), trained);
+  EXPECT_EQ(TrainedCheckpointPath(CheckpointStore(spec_, "dc-a", mem_), 10), Path(0) + ".moved");
+  ASSERT_TRUE(ReadCheckpoint(Path(0) + ".moved", &mem_).ok());
+
+  mem_.FailWritesUnder("");
+  for (const absl::Status& s : Move({{0, 1}, {1, 3}, {3, 5}}, 3)) ASSERT_TRUE(s.ok()) << s;
+  ExpectHolds(0, {0, 1});
+  ExpectHolds(1, {1, 3});
+  ExpectHolds(2, {3, 5});
+  EXPECT_EQ(*mem_.ReadFile(Path(0) + ".moved"), trained);  // Still what dc-a trained.
+}
+
+// A part that never comes: the wait ends after the move's timeout on the Env's clock (each pull of
+// the link takes its second), naming the site, and no file changes.
+TEST_F(LayerMovesInMemoryTest, APartThatNeverComesTimesOutOnTheEnvClock) {
+  Train({{0, 2}, {2, 3}, {3, 5}});
+  JobSpec planned = spec_;
+  planned.sites[0].layers = {0, 1}, planned.sites[1].layers = {1, 3};
+  class SlowNothing : public NothingArrives {
+   public:
+    explicit SlowNothing(testing::MemEnv& env) : env_(env) {}
+    std::future<absl::StatusOr<ReceivedFrame>> Pull(const v1::TensorKey& key,
+                                                    std::chrono::milliseconds wait) override {
+      env_.Advance(wait);
+      return NothingArrives::Pull(key, wait);
+    }
+    testing::MemEnv& env_;
+  } link(mem_);
+  const int writes = mem_.writes();
+  const std::map<std::string, v1::SignedKey> no_keys;
+  const absl::Status s = MoveLayers({.spec = &planned,
+                                     .index = 0,
+                                     .step = 10,
+                                     .generation = 2,
+                                     .link = &link,
+                                     .keys = &no_keys,
+                                     .timeout = std::chrono::seconds(10)},
+                                    CheckpointStore(planned, "dc-a", mem_));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("no part from site dc-b"), std::string::npos) << s;
+  EXPECT_EQ(link.pulls, 10);
+  EXPECT_EQ(mem_.Now() - Env::Clock::time_point{}, std::chrono::seconds(10));
+  EXPECT_EQ(mem_.writes(), writes);
+  EXPECT_FALSE(mem_.FileExists(Path(0) + ".moved"));
+}
+
+// A part whose floats are not a range of the model's layers is refused, naming the site.
+TEST_F(LayerMovesInMemoryTest, AMalformedPartIsRefusedNamingItsSite) {
+  Train({{0, 2}, {2, 3}, {3, 5}});
+  const std::vector<std::string> trained = {*mem_.ReadFile(Path(0)), "", *mem_.ReadFile(Path(2))};
+  gateway_.on_push = [](ReceivedFrame& frame) {
+    if (frame.header.key().boundary() == 1) frame.body.resize(frame.body.size() / 2);
+  };
+  const std::vector<absl::Status> results = Move({{0, 1}, {1, 3}, {3, 5}}, 2);
+  for (int site : {0, 2}) {
+    EXPECT_EQ(results[site].code(), absl::StatusCode::kInvalidArgument) << results[site];
+    EXPECT_NE(results[site].message().find("the part from site dc-b is refused"), std::string::npos)
+        << results[site];
+    EXPECT_EQ(*mem_.ReadFile(Path(site)), trained[site]);  // Nothing was rewritten.
+  }
 }
 
 }  // namespace

@@ -242,7 +242,7 @@ class Site {
   Site(const JobSpec& spec, int index, FakeFederation& federation, SessionOptions options = {})
       : spec_(spec),
         index_(index),
-        checkpoints_(spec, spec.sites[index].id),
+        checkpoints_(spec, spec.sites[index].id, *Env::Default()),
         out_(std::tmpfile()),
         report_(kSteps, spec.training.global_batch, out_),
         session_(spec, WithIndex(options, index), MakeStageFactory(spec, index, kSteps, 1),
