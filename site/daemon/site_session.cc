@@ -15,14 +15,12 @@
 #include "plan/split_planner.h"
 #include "site/daemon/layer_moves.h"
 #include "site/daemon/stage_link_builder.h"
+#include "site/daemon/step_progress.h"
 
 namespace strait::site {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Seconds between progress lines (more often at a generation's first step and at the last).
-constexpr double kProgressInterval = 2.0;
 
 double Seconds(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
@@ -60,7 +58,8 @@ SiteSession::SiteSession(const JobSpec& spec, SessionOptions options, StageFacto
       options_(std::move(options)),
       build_stage_(std::move(build_stage)),
       checkpoints_(checkpoints),
-      report_(report) {
+      report_(report),
+      step_progress_(options_.total_steps, spec.training.global_batch, progress_, report) {
   for (int peer : KeyPeers(spec_, options_.index)) peers_.push_back(spec_.sites[peer].id);
   // The stage's other replicas: their pairwise masks (crypto/pairwise_masks.h).
   for (const std::string& id : spec_.StageReplicaIds(options_.index)) {
@@ -377,31 +376,16 @@ absl::Status SiteSession::AfterStep(const SiteRunner& runner, const StepResult& 
     }
     sender.SendSoon();  // The gateway's common checkpoint is what a recovery starts from.
   }
-  ShowProgress(runner, step, pass, now);
+  // A progress line at a generation's first step, before an evaluation and at the last step too.
+  const int64_t done = runner.step();
+  step_progress_.Show(
+      {.step = done,
+       .loss = step.loss,
+       .steps_trained = figures_.steps_done,
+       .trained_seconds = pass.TrainedSeconds(now)},
+      /*line_due=*/done == options_.total_steps || done == pass.from + 1 || EvaluatesAfter(done),
+      now);
   return absl::OkStatus();
-}
-
-// Rate and ETA over all the steps trained so far, for the reports; a progress line every
-// kProgressInterval, at a generation's first step, before an evaluation and at the last step.
-void SiteSession::ShowProgress(const SiteRunner& runner, const StepResult& step, const Pass& pass,
-                               Clock::time_point now) {
-  const int global_batch = spec_.training.global_batch;
-  const double elapsed = pass.TrainedSeconds(now);
-  const double rate =
-      static_cast<double>(figures_.steps_done) * global_batch / std::max(elapsed, 1e-9);
-  const double eta_s = static_cast<double>(options_.total_steps - runner.step()) * global_batch /
-                       std::max(rate, 1e-9);
-  {
-    std::lock_guard<std::mutex> lock(progress_.mu);
-    progress_.step = runner.step();
-    progress_.loss = step.loss;
-    progress_.samples_per_second = rate;
-    progress_.eta_s = eta_s;
-  }
-  if (report_.WindowSeconds(now) >= kProgressInterval || runner.step() == options_.total_steps ||
-      runner.step() == pass.from + 1 || EvaluatesAfter(runner.step())) {
-    report_.PrintProgress(runner.step(), std::nullopt, step.loss, eta_s, now);
-  }
 }
 
 }  // namespace strait::site

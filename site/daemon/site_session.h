@@ -27,6 +27,7 @@
 #include "site/daemon/neighbour_keys.h"
 #include "site/daemon/site_report_sender.h"
 #include "site/daemon/stage_factory.h"
+#include "site/daemon/step_progress.h"
 #include "site/daemon/training_control.h"
 #include "site/nn/evaluation.h"
 #include "site/pipeline/site_metrics.h"
@@ -138,8 +139,6 @@ class SiteSession {
   // Records an evaluation after `step` steps (last stage) and puts it in the reports from now on
   // (the last one among them).
   void ReportEvaluation(int64_t step, const Evaluation& e);
-  void ShowProgress(const SiteRunner& runner, const StepResult& step, const Pass& pass,
-                    std::chrono::steady_clock::time_point now);
 
   JobSpec spec_;  // With the split of the current generation.
   const SessionOptions options_;
@@ -152,6 +151,7 @@ class SiteSession {
   NeighbourKeys keys_;
   SiteMetrics metrics_;
   SiteProgress progress_;
+  StepProgress step_progress_;  // Into progress_ and report_.
   std::unique_ptr<StageExecutor> stage_;
   int window_ = 1;  // Frames each link direction keeps in flight.
 

@@ -17,12 +17,12 @@ namespace {
 // One stage's links of one generation, direction by direction.
 class LinkBuilder {
  public:
-  LinkBuilder(const JobSpec& spec, int index, GatewayLink& gateway, const LinkKeys& keys,
+  LinkBuilder(const JobSpec& spec, int index, GatewayLink& gateway, const LinkSealing& sealing,
               SiteMetrics& metrics, const LinkLimits& limits)
       : spec_(spec),
         index_(index),
         gateway_(gateway),
-        keys_(keys),
+        sealing_(sealing),
         metrics_(metrics),
         limits_(limits) {}
 
@@ -44,29 +44,29 @@ class LinkBuilder {
   const JobSpec& spec_;
   const int index_;
   GatewayLink& gateway_;
-  const LinkKeys& keys_;
+  const LinkSealing& sealing_;
   SiteMetrics& metrics_;
   const LinkLimits& limits_;
 };
 
 v1::SignedKey LinkBuilder::PeerKey(const std::string& id) const {
-  if (keys_.peers == nullptr) return {};
-  auto key = keys_.peers->find(id);
-  return key == keys_.peers->end() ? v1::SignedKey{} : key->second;
+  if (sealing_.peers == nullptr) return {};
+  auto key = sealing_.peers->find(id);
+  return key == sealing_.peers->end() ? v1::SignedKey{} : key->second;
 }
 
 absl::StatusOr<LinkSecurity::LinkCrypto> LinkBuilder::CryptoWith(const LinkSpec& link,
                                                                  int peer) const {
   if (!link.encryption) return LinkSecurity::LinkCrypto{};
   const std::string& id = spec_.sites[peer].id;
-  if (keys_.security == nullptr) {
+  if (sealing_.security == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("the link with ", id,
                      " is encrypted, but this site has no signed key (it has "
                      "not joined)"));
   }
   absl::StatusOr<LinkSecurity::LinkCrypto> crypto =
-      keys_.security->Derive(id, PeerKey(id), link.rotate_bytes, keys_.generation);
+      sealing_.security->Derive(id, PeerKey(id), link.rotate_bytes, sealing_.generation);
   if (!crypto.ok()) {
     return absl::Status(
         crypto.status().code(),
@@ -124,7 +124,7 @@ absl::Status LinkBuilder::AddTied(int peer, StageLinks& links) {
 }
 
 absl::Status LinkBuilder::AddReplicaSums(StageLinks& links) {
-  const LinkSecurity* security = keys_.security;
+  const LinkSecurity* security = sealing_.security;
   if (security == nullptr) {
     return absl::FailedPreconditionError(
         "replicas mask what they sum with keys signed by their certificates, and this site has "
@@ -198,9 +198,9 @@ LinkLimits LinkLimitsOf(const JobSpec& spec, const StageExecutor& stage, int win
 }
 
 absl::StatusOr<StageLinks> BuildStageLinks(const JobSpec& spec, int index, GatewayLink& gateway,
-                                           const LinkKeys& keys, SiteMetrics& metrics,
+                                           const LinkSealing& sealing, SiteMetrics& metrics,
                                            const LinkLimits& limits) {
-  return LinkBuilder(spec, index, gateway, keys, metrics, limits).Build();
+  return LinkBuilder(spec, index, gateway, sealing, metrics, limits).Build();
 }
 
 }  // namespace strait::site

@@ -21,7 +21,7 @@ namespace strait::site {
 
 // What seals a generation's links: this site's signed key (null before it joined: then only
 // links without encryption can be built) and the peers' signed keys by site id, for `generation`.
-struct LinkKeys {
+struct LinkSealing {
   const LinkSecurity* security = nullptr;
   const std::map<std::string, v1::SignedKey>* peers = nullptr;  // Not owned.
   uint32_t generation = 0;
@@ -45,7 +45,7 @@ LinkLimits LinkLimitsOf(const JobSpec& spec, const StageExecutor& stage, int win
 // The links of stage `index` of `spec` through `gateway`, counted in `metrics` (both must outlive
 // the links). An error names the peer whose key does not verify, or a missing key.
 absl::StatusOr<StageLinks> BuildStageLinks(const JobSpec& spec, int index, GatewayLink& gateway,
-                                           const LinkKeys& keys, SiteMetrics& metrics,
+                                           const LinkSealing& sealing, SiteMetrics& metrics,
                                            const LinkLimits& limits);
 
 }  // namespace strait::site

@@ -10,11 +10,11 @@
 
 namespace strait::site {
 
-OuterRounds::OuterRounds(StageFrames& frames, int64_t total_steps, ReplicaSums& sums,
+OuterRounds::OuterRounds(StageFrames& frames, int64_t total_steps, ReplicaMeans& means,
                          StageExecutor& stage)
     : frames_(frames),
       total_steps_(total_steps),
-      sums_(sums),
+      means_(means),
       stage_(stage),
       optimizer_(static_cast<float>(frames.spec().training.outer.lr),
                  static_cast<float>(frames.spec().training.outer.momentum), stage.param_count()) {}
@@ -48,7 +48,7 @@ absl::Status OuterRounds::MaybeRound(int64_t steps_done) {
       OuterSumFormat(t.outer.bits, t.fixed_point_bits, spec.Replicas(), last_mean_);
   std::vector<float> own;
   STRAIT_ASSIGN_OR_RETURN(std::vector<float> mean,
-                          sums_.Mean("outer", steps_done, delta, format, &own));
+                          means_.Mean("outer", steps_done, delta, format, &own));
   ScopedTimer timer(frames_.metrics(), Timer::kCompute, Timer::kUpdate);
   for (size_t i = 0; i < delta.size(); ++i) residual_[i] = delta[i] - own[i];
   STRAIT_RETURN_IF_ERROR(optimizer_.Step(mean, start_));

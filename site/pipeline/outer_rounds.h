@@ -1,6 +1,6 @@
 // DiLoCo outer rounds (training.sync outer): a stage's replicas train apart and, after every
 // outer.every-th step's update and after the last, average their pseudo-gradients (the round's
-// start minus now, plus this replica's error feedback) through ReplicaSums, low-bit when
+// start minus now, plus this replica's error feedback) through ReplicaMeans, low-bit when
 // outer.bits says so; each applies the outer optimizer (site/nn/outer_optimizer.h) to the round's
 // start, so all replicas begin the next round from the same parameters.
 //
@@ -13,16 +13,16 @@
 
 #include "absl/status/status.h"
 #include "site/nn/outer_optimizer.h"
-#include "site/pipeline/replica_sums.h"
+#include "site/pipeline/replica_means.h"
 #include "site/pipeline/stage_executor.h"
 
 namespace strait::site {
 
 class OuterRounds {
  public:
-  // The rounds of a run of `total_steps` of the stage of `frames`. `frames`, `sums` and `stage`
+  // The rounds of a run of `total_steps` of the stage of `frames`. `frames`, `means` and `stage`
   // must outlive this.
-  OuterRounds(StageFrames& frames, int64_t total_steps, ReplicaSums& sums, StageExecutor& stage);
+  OuterRounds(StageFrames& frames, int64_t total_steps, ReplicaMeans& means, StageExecutor& stage);
 
   // Whether `spec` averages its replicas in outer rounds.
   static bool Used(const JobSpec& spec);
@@ -42,7 +42,7 @@ class OuterRounds {
  private:
   StageFrames& frames_;
   const int64_t total_steps_;
-  ReplicaSums& sums_;
+  ReplicaMeans& means_;
   StageExecutor& stage_;
   OuterOptimizer optimizer_;
   std::vector<float> start_;      // The parameters the current round started from.

@@ -21,12 +21,12 @@ SiteRunner::SiteRunner(const JobSpec& spec, int index, StageExecutor& stage, Sta
       microbatch_size_(spec.training.MicrobatchSize()),
       clip_(frames_, stage),
       tied_(frames_, stage),
-      sums_(frames_, stage),
+      means_(frames_, stage),
       step_(steps.start_step),
       updates_(steps.start_step),
       expected_through_(steps.start_step - 1) {
   if (OuterRounds::Used(spec)) {
-    outer_ = std::make_unique<OuterRounds>(frames_, steps.total_steps, sums_, stage);
+    outer_ = std::make_unique<OuterRounds>(frames_, steps.total_steps, means_, stage);
   }
   if (data_.train) {
     sampler_.emplace(spec.data.seed, data_.train->size, spec.training.global_batch,
@@ -212,7 +212,7 @@ absl::Status SiteRunner::KeepFreshGrads(int64_t s) {
 absl::Status SiteRunner::EndBackwards(int64_t s) {
   STRAIT_RETURN_IF_ERROR(KeepFreshGrads(s));
   STRAIT_RETURN_IF_ERROR(tied_.Share(s));
-  STRAIT_RETURN_IF_ERROR(sums_.AverageGrads(s));
+  STRAIT_RETURN_IF_ERROR(means_.AverageGrads(s));
   return clip_.SendNorm(s);
 }
 

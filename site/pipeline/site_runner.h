@@ -15,7 +15,7 @@
 // At the schedule's step-end ops the runner calls its collaborators, each the owner of one
 // protocol: ClipNormRelay (the global norm upstream, the clipping scale downstream), and before the
 // norm TiedGradientExchange (tied embeddings' gradients between the first and the last stage) and
-// ReplicaSums (with training.sync every_step, the replicas' mean gradient); OuterRounds (DiLoCo)
+// ReplicaMeans (with training.sync every_step, the replicas' mean gradient); OuterRounds (DiLoCo)
 // after the updates that end a round.
 #pragma once
 
@@ -34,7 +34,7 @@
 #include "site/nn/evaluation.h"
 #include "site/pipeline/clip_norm_relay.h"
 #include "site/pipeline/outer_rounds.h"
-#include "site/pipeline/replica_sums.h"
+#include "site/pipeline/replica_means.h"
 #include "site/pipeline/site_metrics.h"
 #include "site/pipeline/stage_executor.h"
 #include "site/pipeline/stage_frames.h"
@@ -157,7 +157,7 @@ class SiteRunner {
   const int microbatch_size_;
   ClipNormRelay clip_;
   TiedGradientExchange tied_;
-  ReplicaSums sums_;
+  ReplicaMeans means_;
   std::unique_ptr<OuterRounds> outer_;  // sync outer only.
   std::optional<Sampler> sampler_;
   int64_t step_;

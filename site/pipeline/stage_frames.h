@@ -1,5 +1,5 @@
 // The frames of one stage's links, as SiteRunner and its step-end collaborators (ClipNormRelay,
-// TiedGradientExchange, ReplicaSums, OuterRounds) see them: the keys (job, step, microbatch,
+// TiedGradientExchange, ReplicaMeans, OuterRounds) see them: the keys (job, step, microbatch,
 // boundary, direction, purpose, rollback generation, replica) and sends and receives whose
 // blocking counts as waiting (Timer::kWait). Owns the links. For the training thread, except
 // Abort.

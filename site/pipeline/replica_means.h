@@ -19,10 +19,10 @@
 
 namespace strait::site {
 
-class ReplicaSums {
+class ReplicaMeans {
  public:
   // `frames` and `stage` must outlive this.
-  ReplicaSums(StageFrames& frames, StageExecutor& stage);
+  ReplicaMeans(StageFrames& frames, StageExecutor& stage);
 
   // kClipNorm with replicas summing every step: the gradient of `step` becomes the replicas' mean.
   // A no-op otherwise.

@@ -1,4 +1,4 @@
-#include "site/pipeline/replica_sums.h"
+#include "site/pipeline/replica_means.h"
 
 #include <spdlog/spdlog.h>
 
@@ -11,10 +11,10 @@
 
 namespace strait::site {
 
-ReplicaSums::ReplicaSums(StageFrames& frames, StageExecutor& stage)
+ReplicaMeans::ReplicaMeans(StageFrames& frames, StageExecutor& stage)
     : frames_(frames), stage_(stage) {}
 
-absl::Status ReplicaSums::AverageGrads(int64_t s) {
+absl::Status ReplicaMeans::AverageGrads(int64_t s) {
   const JobSpec& spec = frames_.spec();
   if (spec.Replicas() < 2 || spec.training.sync != ReplicaSync::kEveryStep) {
     return absl::OkStatus();
@@ -32,10 +32,10 @@ absl::Status ReplicaSums::AverageGrads(int64_t s) {
   return stage_.SetGrads(s, mean);
 }
 
-absl::StatusOr<std::vector<float>> ReplicaSums::Mean(const std::string& what, int64_t round,
-                                                     std::vector<float> values,
-                                                     const SumFormat& format,
-                                                     std::vector<float>* own) {
+absl::StatusOr<std::vector<float>> ReplicaMeans::Mean(const std::string& what, int64_t round,
+                                                      std::vector<float> values,
+                                                      const SumFormat& format,
+                                                      std::vector<float>* own) {
   const StageLinks& links = frames_.links();
   if (!links.sum_out || !links.sum_in || !links.mask) {
     return absl::FailedPreconditionError("this stage has no link to its replicas' sums");
