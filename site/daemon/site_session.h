@@ -6,6 +6,9 @@
 //
 // It talks to the gateway only through a GatewayConnector (the gRPC one in production, an
 // in-process fake in tests/unit/site/site_session_test.cc).
+// What it builds and shows has rooms of its own: a generation's stage (StageFactory,
+// stage_factory.h), its links (BuildStageLinks, stage_link_builder.h) and the progress after each
+// step (StepProgress, step_progress.h).
 //
 // Join and Run are for one thread (the training thread); the handlers of events() may be called on
 // any thread.
