@@ -170,8 +170,8 @@ int RunCollectiveBench(const CollectiveBenchOptions& o) {
   configs.push_back({.workers = 1, .threads = o.threads_per_worker, .ranks = o.workers});
   for (Config& c : configs) {
     if (c.ranks > 1) {
-      auto site = site::LocalRankSite::Create(model, {0, o.layers}, optimizer, o.batch, {}, c.ranks,
-                                              {.threads = c.threads});
+      auto site = site::LocalRankSite::Create(model, {0, o.layers}, optimizer, o.batch, {},
+                                              {.threads = c.threads, .ranks = c.ranks});
       if (!site.ok()) return Fail(site.status());
       c.site = *std::move(site);
     } else {

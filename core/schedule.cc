@@ -73,7 +73,7 @@ float KeptGradientScale(const TrainingSpec& training, int stages, int stage, int
 namespace {
 
 // 2bw: see StepOps.
-std::vector<ScheduleOp> StreamStepOps(const StageStepping& stepping, int64_t step, StepRange run) {
+std::vector<ScheduleOp> StreamStepOps(const StageStepping& stepping, int64_t step, StepSpan run) {
   const int microbatches = stepping.microbatches;
   const int64_t m = microbatches;
   const int64_t first_step = run.first_step, last_step = run.last_step;
@@ -110,7 +110,7 @@ std::vector<ScheduleOp> StreamStepOps(const StageStepping& stepping, int64_t ste
 
 }  // namespace
 
-std::vector<ScheduleOp> StepOps(const StageStepping& stepping, int64_t step, StepRange run) {
+std::vector<ScheduleOp> StepOps(const StageStepping& stepping, int64_t step, StepSpan run) {
   if (stepping.schedule == Schedule::k2BW) return StreamStepOps(stepping, step, run);
   std::vector<ScheduleOp> ops = StageSchedule(stepping.schedule, stepping.stages, stepping.stage,
                                               stepping.microbatches, stepping.extra_in_flight);

@@ -72,7 +72,7 @@ struct StageStepping {
 };
 
 // The steps of a run: from `first_step` (0, or the checkpoint it resumed from) to `last_step`.
-struct StepRange {
+struct StepSpan {
   int64_t first_step = 0;
   int64_t last_step = 0;
 };
@@ -88,7 +88,7 @@ struct StepRange {
 // With 2bw the warm-up is at most M - 1 forwards whatever extra_in_flight asks: the microbatches
 // held across a step boundary must have distinct indices within their steps.
 // With update eager (2bw), the kUpdate of `step` comes right after its kClipNorm, in every step.
-std::vector<ScheduleOp> StepOps(const StageStepping& stepping, int64_t step, StepRange run);
+std::vector<ScheduleOp> StepOps(const StageStepping& stepping, int64_t step, StepSpan run);
 
 // 2bw: the forwards stage `stage` runs ahead of its backwards (WarmupForwards, at most M - 1).
 int StreamWarmup(int stages, int stage, int microbatches, int extra_in_flight);

@@ -30,9 +30,9 @@ absl::Status GlooTensorReducer::status() const {
 }
 
 absl::StatusOr<SiteGroups> ConnectSiteGroups(RendezvousStore& store, const std::string& prefix,
-                                             int rank, int machines, int tensor_parallel,
-                                             const std::string& host,
+                                             SiteRank place, const std::string& host,
                                              std::chrono::milliseconds timeout) {
+  const int rank = place.rank, machines = place.machines, tensor_parallel = place.tensor_parallel;
   SiteGroups groups;
   const int replicas = machines / tensor_parallel;
   const int tp = rank % tensor_parallel, dp = rank / tensor_parallel;

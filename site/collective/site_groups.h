@@ -40,10 +40,17 @@ struct SiteGroups {
   std::unique_ptr<GlooTensorReducer> reducer;  // Over `tensor`; null without it.
 };
 
-// Connects rank `rank`'s groups (tensor, then data: the same order on every rank) under `prefix`.
+// Rank `rank` of a site of `machines` ranks, `tensor_parallel` of them in each replica.
+struct SiteRank {
+  int rank = 0;
+  int machines = 1;
+  int tensor_parallel = 1;
+};
+
+// Connects `place`'s groups (tensor, then data: the same order on every rank) under `prefix`,
+// binding to `host` and waiting for the other ranks up to `timeout`.
 absl::StatusOr<SiteGroups> ConnectSiteGroups(RendezvousStore& store, const std::string& prefix,
-                                             int rank, int machines, int tensor_parallel,
-                                             const std::string& host,
+                                             SiteRank place, const std::string& host,
                                              std::chrono::milliseconds timeout);
 
 }  // namespace strait::site

@@ -12,6 +12,7 @@
 #include "site/daemon/rank_leader.h"
 #include "site/daemon/rank_messages.h"
 #include "site/daemon/site_session.h"
+#include "site/daemon/stage_factory.h"
 #include "site/pipeline/follower_stage.h"
 
 namespace strait::site {
@@ -47,9 +48,10 @@ absl::Status Serve(const FollowerOptions& o, LeaderLink& link, bool& grouped) {
           break;
         }
         const SiteSpec& site = o.spec->sites[o.index];
-        absl::StatusOr<SiteGroups> made =
-            ConnectSiteGroups(link.store(), g.prefix(), o.rank, site.machines, site.tensor_parallel,
-                              o.collective_host, *timeout);
+        absl::StatusOr<SiteGroups> made = ConnectSiteGroups(
+            link.store(), g.prefix(),
+            {.rank = o.rank, .machines = site.machines, .tensor_parallel = site.tensor_parallel},
+            o.collective_host, *timeout);
         done = made.status();
         if (made.ok()) {
           groups = *std::move(made);

@@ -137,9 +137,12 @@ absl::Status RankLeader::FormGroup(std::chrono::milliseconds wait) {
   order.mutable_group()->set_prefix(prefix);
   order.mutable_group()->set_timeout_s(timeout.count() / 1000.0);
   for (int r = 1; r < machines_; ++r) STRAIT_RETURN_IF_ERROR(Fail(Link(r)->Send(order)));
-  absl::StatusOr<SiteGroups> groups = ConnectSiteGroups(
-      store_, prefix, 0, machines_, options_.spec->sites[options_.index].tensor_parallel,
-      options_.collective_host, timeout);
+  absl::StatusOr<SiteGroups> groups =
+      ConnectSiteGroups(store_, prefix,
+                        {.rank = 0,
+                         .machines = machines_,
+                         .tensor_parallel = options_.spec->sites[options_.index].tensor_parallel},
+                        options_.collective_host, timeout);
   absl::Status status = groups.status();
   for (int r = 1; r < machines_; ++r) {
     absl::StatusOr<v1::RankAnswer> answer = Link(r)->Receive(kSetupTimeout);

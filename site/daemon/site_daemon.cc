@@ -21,6 +21,7 @@
 #include "site/daemon/rank_follower.h"
 #include "site/daemon/rank_leader.h"
 #include "site/daemon/site_session.h"
+#include "site/daemon/stage_factory.h"
 #include "site/data/dataset.h"
 #include "site/data/tokenizer.h"
 #include "site/nn/evaluation.h"
@@ -223,20 +224,32 @@ GatewayConnection::Options ConnectionOptionsFor(const SiteOptions& o, const Site
   return options;
 }
 
+// What every join of this site process runs with: its options and setup, its stage's data, the
+// run's report, and when the process started.
+struct SiteRun {
+  const SiteOptions& options;
+  const SiteSetup& setup;
+  const StageData& data;
+  RunReport& report;
+  std::chrono::steady_clock::time_point process_start;
+};
+
 // One join of the federation: the session of this process (or of this formation of the site's
 // group), from the join to the end of training or the failure that ends it. `epoch`: the newest
-// join epoch so far, updated (a later join must use a larger one).
-absl::Status TrainSite(const SiteOptions& o, const SiteSetup& setup, const StageData& data,
-                       StageFactory factory, bool resume, uint32_t& epoch, RunReport& report,
-                       std::chrono::steady_clock::time_point process_start,
+// join epoch so far, updated (a later join must use a larger one). `leader`: the site's ranks, on
+// the leader of several.
+absl::Status TrainSite(const SiteRun& run, StageFactory factory, bool resume, uint32_t& epoch,
                        const RankLeader* leader = nullptr) {
+  const SiteOptions& o = run.options;
+  const SiteSetup& setup = run.setup;
+  RunReport& report = run.report;
   const JobSpec& spec = setup.spec;
   const int stages = static_cast<int>(spec.sites.size());
   const LayerRange& layers = spec.sites[setup.index].layers;
   CheckpointStore checkpoints(spec, o.site_id, *Env::Default());
   SessionOptions session_options = SessionOptionsFor(o, setup);
   session_options.resume = resume;
-  session_options.process_start = process_start;
+  session_options.process_start = run.process_start;
   if (leader != nullptr) session_options.ranks = [leader] { return leader->RankStates(); };
   SiteSession session(spec, session_options, std::move(factory), checkpoints, report);
   GatewayConnection::Options connection_options = ConnectionOptionsFor(o, setup);
@@ -249,7 +262,7 @@ absl::Status TrainSite(const SiteOptions& o, const SiteSetup& setup, const Stage
 
   report.Print(absl::StrFormat("%s: stage %d of %d, layers [%d, %d), %d steps", o.site_id,
                                setup.index, stages, layers.start, layers.end, setup.total_steps));
-  result = session.Run(connection, data);
+  result = session.Run(connection, run.data);
   epoch = std::max(epoch, connection.epoch());
   if (const std::optional<Evaluation> evaluation = session.figures().evaluation) {
     report.Print(absl::StrFormat("%s after %d steps; %.0f samples/s",
@@ -274,8 +287,10 @@ std::string CollectiveHost(const SiteOptions& o) {
 
 // Rank 0 of a site of several machines: forms the site's group, trains, and after a rank's failure
 // leaves the federation, forms the group again and rejoins from its checkpoint.
-absl::Status LeadSite(const SiteOptions& o, const SiteSetup& setup, const StageData& data,
-                      RunReport& report, std::chrono::steady_clock::time_point process_start) {
+absl::Status LeadSite(const SiteRun& run) {
+  const SiteOptions& o = run.options;
+  const SiteSetup& setup = run.setup;
+  RunReport& report = run.report;
   const JobSpec& spec = setup.spec;
   const int machines = spec.sites[setup.index].machines;
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<RankLeader> leader,
@@ -313,8 +328,7 @@ absl::Status LeadSite(const SiteOptions& o, const SiteSetup& setup, const StageD
                                .store = &group->store(),
                                .nccl_prefix = keys})(layers);
     };
-    absl::Status result =
-        TrainSite(o, setup, data, factory, resume, epoch, report, process_start, leader.get());
+    absl::Status result = TrainSite(run, factory, resume, epoch, leader.get());
     const absl::Status rank_failure = leader->failure();
     if (result.ok() || rank_failure.ok()) {
       leader->EndGroup(/*regroup=*/false, result);  // Done, or stopped: the followers exit too.
@@ -361,13 +375,12 @@ absl::Status RunSite(const SiteOptions& o) {
   RunReport report(setup.total_steps, spec.training.global_batch);
   STRAIT_ASSIGN_OR_RETURN(StageData data,
                           LoadStageData(spec, setup.index == 0, setup.index == stages - 1));
-  if (setup.spec.sites[setup.index].machines > 1) {
-    return LeadSite(o, setup, data, report, process_start);
-  }
+  const SiteRun run{
+      .options = o, .setup = setup, .data = data, .report = report, .process_start = process_start};
+  if (setup.spec.sites[setup.index].machines > 1) return LeadSite(run);
   uint32_t epoch = 0;
-  return TrainSite(o, setup, data,
-                   MakeStageFactory(spec, setup.index, setup.total_steps, o.threads), o.resume,
-                   epoch, report, process_start);
+  return TrainSite(run, MakeStageFactory(spec, setup.index, setup.total_steps, o.threads), o.resume,
+                   epoch);
 }
 
 }  // namespace strait::site

@@ -5,165 +5,25 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
-#include <numeric>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/cpu_time.h"
-#include "core/schedule.h"
 #include "core/status.h"
 #include "core/tied_embeddings.h"
 #include "plan/split_planner.h"
 #include "site/daemon/layer_moves.h"
+#include "site/daemon/stage_link_builder.h"
+#include "site/daemon/step_progress.h"
 
 namespace strait::site {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Seconds between progress lines (more often at a generation's first step and at the last).
-constexpr double kProgressInterval = 2.0;
-
 double Seconds(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
-}
-
-// Prefetch and send-ahead as deep as any stage keeps microbatches in flight (+1 for the clipping
-// frame): a link carries as many frames at once as its deeper producer or consumer holds (stage 0
-// may hold many more than the last stage with extra_in_flight), and a shallower window would allow
-// only that many frames per link round trip. The gateway's memory budget still bounds what is
-// stored.
-int LinkWindow(const JobSpec& spec) {
-  const int stages = static_cast<int>(spec.sites.size());
-  int window = 0;
-  for (int s = 0; s < stages; ++s) {
-    window = std::max(window, MaxInFlight(StageSchedule(spec.training.schedule, stages, s,
-                                                        spec.training.microbatches,
-                                                        spec.training.extra_in_flight)) +
-                                  1);
-  }
-  return window;
-}
-
-// The keys of the link with `peer` (a neighbour, or the other end of the tied link) for
-// `generation` (no sealing when the link is not encrypted).
-absl::StatusOr<LinkSecurity::LinkCrypto> LinkCryptoWith(
-    const JobSpec& spec, const LinkSpec& link, int peer, const LinkSecurity* security,
-    const std::map<std::string, v1::SignedKey>& peer_keys, uint32_t generation) {
-  if (!link.encryption) return LinkSecurity::LinkCrypto{};
-  const std::string& id = spec.sites[peer].id;
-  if (security == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the link with ", id,
-                     " is encrypted, but this site has no signed key (it has "
-                     "not joined)"));
-  }
-  auto key = peer_keys.find(id);
-  absl::StatusOr<LinkSecurity::LinkCrypto> crypto = security->Derive(
-      id, key == peer_keys.end() ? v1::SignedKey{} : key->second, link.rotate_bytes, generation);
-  if (!crypto.ok()) {
-    return absl::Status(
-        crypto.status().code(),
-        absl::StrCat("the key of site ", id, " does not verify: ", crypto.status().message()));
-  }
-  return crypto;
-}
-
-// Replicas (JobSpec::replicas): the stage's secure sums through the gateway, lossless and not
-// sealed (the gateway adds the words), masked with keys agreed with the stage's other replicas.
-absl::Status AddReplicaSums(const JobSpec& spec, int index, GatewayLink& gateway,
-                            const LinkSecurity* security,
-                            const std::map<std::string, v1::SignedKey>& peer_keys,
-                            SiteMetrics& metrics, uint64_t max_raw, StageLinks& links) {
-  if (security == nullptr) {
-    return absl::FailedPreconditionError(
-        "replicas mask what they sum with keys signed by their certificates, and this site has "
-        "no signed key (it has not joined)");
-  }
-  std::vector<crypto::LinkEnd> ends;
-  for (const std::string& id : spec.StageReplicaIds(index)) {
-    if (id == spec.sites[index].id) continue;  // This site.
-    auto key = peer_keys.find(id);
-    absl::StatusOr<crypto::LinkEnd> end =
-        security->VerifiedEnd(id, key == peer_keys.end() ? v1::SignedKey{} : key->second);
-    if (!end.ok()) {
-      return absl::Status(
-          end.status().code(),
-          absl::StrCat("the key of replica ", id, " does not verify: ", end.status().message()));
-    }
-    ends.push_back(*std::move(end));
-  }
-  STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create("none", nullptr));
-  STRAIT_ASSIGN_OR_RETURN(
-      links.sum_out, FrameSender::Create(gateway, std::move(encoder), index, v1::FORWARD, metrics,
-                                         /*max_pending=*/2));
-  STRAIT_ASSIGN_OR_RETURN(
-      links.sum_in,
-      FrameReceiver::Create(gateway, std::make_unique<FrameDecoder>(nullptr, max_raw),
-                            "the gateway's sum", index, v1::BACKWARD, metrics, /*window=*/2));
-  links.mask = [security, ends = std::move(ends)](absl::string_view round,
-                                                  std::span<uint32_t> words) {
-    return security->AddMasks(round, ends, words);
-  };
-  return absl::OkStatus();
-}
-
-// The four link directions of stage `index` for `generation` (and the tied link of the first and
-// the last stage: core/tied_embeddings.h): codecs from the job spec, link keys derived from the
-// peers' current signed keys and the generation.
-absl::StatusOr<StageLinks> BuildLinks(const JobSpec& spec, int index, GatewayLink& gateway,
-                                      const LinkSecurity* security,
-                                      const std::map<std::string, v1::SignedKey>& peer_keys,
-                                      uint32_t generation, SiteMetrics& metrics, int window,
-                                      uint64_t max_raw, uint64_t max_sum_raw) {
-  const int stages = static_cast<int>(spec.sites.size());
-  StageLinks links;
-  if (index > 0) {  // With the previous stage.
-    const LinkSpec& link = spec.links[index - 1];
-    STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c,
-                            LinkCryptoWith(spec, link, index - 1, security, peer_keys, generation));
-    STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create(link.backward, std::move(c.sealer)));
-    STRAIT_ASSIGN_OR_RETURN(
-        links.backward_out,
-        FrameSender::Create(gateway, std::move(encoder), index - 1, v1::BACKWARD, metrics, window));
-    STRAIT_ASSIGN_OR_RETURN(
-        links.forward_in,
-        FrameReceiver::Create(gateway, std::make_unique<FrameDecoder>(std::move(c.opener), max_raw),
-                              spec.sites[index - 1].id, index - 1, v1::FORWARD, metrics, window));
-  }
-  if (index < stages - 1) {  // With the next stage.
-    const LinkSpec& link = spec.links[index];
-    STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c,
-                            LinkCryptoWith(spec, link, index + 1, security, peer_keys, generation));
-    STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create(link.forward, std::move(c.sealer)));
-    STRAIT_ASSIGN_OR_RETURN(
-        links.forward_out,
-        FrameSender::Create(gateway, std::move(encoder), index, v1::FORWARD, metrics, window));
-    STRAIT_ASSIGN_OR_RETURN(
-        links.backward_in,
-        FrameReceiver::Create(gateway, std::make_unique<FrameDecoder>(std::move(c.opener), max_raw),
-                              spec.sites[index + 1].id, index, v1::BACKWARD, metrics, window));
-  }
-  if (const std::optional<int> peer = TiedLinkPeer(spec, index)) {
-    const bool first = index == 0;
-    const LinkSpec link = TiedLink(spec);
-    STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c,
-                            LinkCryptoWith(spec, link, *peer, security, peer_keys, generation));
-    STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create("none", std::move(c.sealer)));
-    STRAIT_ASSIGN_OR_RETURN(
-        links.tied_out, FrameSender::Create(gateway, std::move(encoder), 0,
-                                            first ? v1::FORWARD : v1::BACKWARD, metrics, window));
-    STRAIT_ASSIGN_OR_RETURN(
-        links.tied_in,
-        FrameReceiver::Create(gateway, std::make_unique<FrameDecoder>(std::move(c.opener), max_raw),
-                              spec.sites[*peer].id, 0, first ? v1::BACKWARD : v1::FORWARD, metrics,
-                              window));
-  }
-  if (spec.Replicas() > 1)
-    STRAIT_RETURN_IF_ERROR(
-        AddReplicaSums(spec, index, gateway, security, peer_keys, metrics, max_sum_raw, links));
-  return links;
 }
 
 // Registers a generation's runner with the control while it trains, so that a Pause, Rollback or
@@ -183,77 +43,6 @@ class ActiveRunner {
 
 }  // namespace
 
-namespace {
-
-// The gradient reduction of a CUDA site of several ranks: NCCL over every rank's devices (rank r's
-// device w is NCCL rank r * W + w), one clique per reduction, its unique id made by the leader and
-// read by the others from the site's store.
-ReducerMaker NcclAcrossRanks(const StageRanks& ranks) {
-  auto made = std::make_shared<int>(0);  // Reductions made so far by this stage: the key's index.
-  return [ranks, made](const std::vector<Backend*>& backends, std::vector<float*> arenas,
-                       std::vector<Bucket> buckets) -> absl::StatusOr<std::unique_ptr<AllReducer>> {
-    const int workers = static_cast<int>(backends.size());
-    const std::string key = absl::StrCat(ranks.nccl_prefix, "nccl-id-", (*made)++);
-    std::string id;
-    if (ranks.rank == 0) {
-      STRAIT_ASSIGN_OR_RETURN(id, NewNcclUniqueId());
-      STRAIT_RETURN_IF_ERROR(ranks.store->Set(key, id));
-    } else {
-      STRAIT_ASSIGN_OR_RETURN(id, ranks.store->Get(key, std::chrono::seconds(120)));
-    }
-    std::vector<int> devices(workers);
-    std::iota(devices.begin(), devices.end(), 0);
-    const NcclClique clique{id, ranks.ranks * workers, ranks.rank * workers};
-    return CreateNcclAllReducer(backends, devices, std::move(arenas), std::move(buckets), &clique);
-  };
-}
-
-// MakeStageFactory, MakeFollowerFactory: `Made` is StageExecutor or FollowerStage.
-template <class Made>
-std::function<absl::StatusOr<std::unique_ptr<Made>>(LayerRange)> FactoryOf(
-    const JobSpec& spec, int index, int64_t total_steps, int threads, StageRanks ranks) {
-  const OptimizerSpec optimizer = WithDecayHorizon(spec.training.optimizer, total_steps);
-  return [&spec, index, optimizer, threads,
-          ranks](LayerRange layers) -> absl::StatusOr<std::unique_ptr<Made>> {
-    const SiteSpec& site = spec.sites[index];
-    StageWorkers workers{.device = site.device,
-                         .count = site.workers,
-                         .threads = threads,
-                         .precision = spec.training.precision,
-                         .rank = ranks.rank,
-                         .ranks = ranks.ranks,
-                         .peers = ranks.peers,
-                         .tensor_parallel = ranks.tensor_parallel,
-                         .tensor_reducer = ranks.tensor};
-    if (ranks.ranks > 1 && site.device == DeviceKind::kCpu) {
-      GlooGroup* group = ranks.group;
-      workers.make_reducer =
-          [group](const std::vector<Backend*>& backends, std::vector<float*> arenas,
-                  std::vector<Bucket> buckets) -> absl::StatusOr<std::unique_ptr<AllReducer>> {
-        // One replica (tensor parallelism alone): a rank's gradient is its own shard's.
-        if (group == nullptr) return InProcessReducer(DeviceKind::kCpu)(backends, arenas, buckets);
-        return CreateCrossRankCpuReducer(std::move(arenas), std::move(buckets), group);
-      };
-    } else if (ranks.ranks > 1) {
-      workers.make_reducer = NcclAcrossRanks(ranks);
-    }
-    return Made::Create(spec.model, layers, optimizer, spec.training.MicrobatchSize(),
-                        VersioningOf(spec.training), workers);
-  };
-}
-
-}  // namespace
-
-StageFactory MakeStageFactory(const JobSpec& spec, int index, int64_t total_steps, int threads,
-                              StageRanks ranks) {
-  return FactoryOf<StageExecutor>(spec, index, total_steps, threads, ranks);
-}
-
-FollowerFactory MakeFollowerFactory(const JobSpec& spec, int index, int64_t total_steps,
-                                    int threads, StageRanks ranks) {
-  return FactoryOf<FollowerStage>(spec, index, total_steps, threads, ranks);
-}
-
 double SessionFigures::SamplesPerSecond(int global_batch) const {
   return static_cast<double>(steps_done) * global_batch / std::max(train_seconds, 1e-9);
 }
@@ -269,7 +58,8 @@ SiteSession::SiteSession(const JobSpec& spec, SessionOptions options, StageFacto
       options_(std::move(options)),
       build_stage_(std::move(build_stage)),
       checkpoints_(checkpoints),
-      report_(report) {
+      report_(report),
+      step_progress_(options_.total_steps, spec.training.global_batch, progress_, report) {
   for (int peer : KeyPeers(spec_, options_.index)) peers_.push_back(spec_.sites[peer].id);
   // The stage's other replicas: their pairwise masks (crypto/pairwise_masks.h).
   for (const std::string& id : spec_.StageReplicaIds(options_.index)) {
@@ -425,17 +215,15 @@ absl::StatusOr<std::unique_ptr<SiteRunner>> SiteSession::StartGeneration(
   spdlog::info("training from {} (generation {})",
                from == 0 ? std::string("the initial parameters") : checkpoints_.PathFor(from),
                generation);
-  max_raw_ = static_cast<uint64_t>(spec_.training.MicrobatchSize()) *
-             std::max(stage_->input_features(), stage_->output_features()) * 4;
-  if (TiedAcrossSites(spec_)) {  // Tied gradients: on their own link, or on the one of two sites.
-    max_raw_ = std::max<uint64_t>(max_raw_, TiedMatrixOf(spec_.model)->numel * sizeof(float));
-  }
-  STRAIT_ASSIGN_OR_RETURN(StageLinks links,
-                          BuildLinks(spec_, options_.index, connector.link(), connector.security(),
-                                     peer_keys, generation, metrics_, window_, max_raw_,
-                                     static_cast<uint64_t>(stage_->param_count()) * 4));
-  auto runner = std::make_unique<SiteRunner>(spec_, options_.index, *stage_, std::move(links), data,
-                                             metrics_, options_.total_steps, from, generation);
+  STRAIT_ASSIGN_OR_RETURN(
+      StageLinks links,
+      BuildStageLinks(
+          spec_, options_.index, connector.link(),
+          {.security = connector.security(), .peers = &peer_keys, .generation = generation},
+          metrics_, LinkLimitsOf(spec_, *stage_, window_)));
+  auto runner = std::make_unique<SiteRunner>(
+      spec_, options_.index, *stage_, StageIo{std::move(links), data}, metrics_,
+      StepRange{.total_steps = options_.total_steps, .start_step = from, .generation = generation});
   if (from > 0 && runner->has_outer_rounds()) {
     STRAIT_ASSIGN_OR_RETURN(std::vector<float> outer, checkpoints_.LoadOuterState(from));
     STRAIT_RETURN_IF_ERROR(runner->SetOuterState(outer));
@@ -588,31 +376,16 @@ absl::Status SiteSession::AfterStep(const SiteRunner& runner, const StepResult& 
     }
     sender.SendSoon();  // The gateway's common checkpoint is what a recovery starts from.
   }
-  ShowProgress(runner, step, pass, now);
+  // A progress line at a generation's first step, before an evaluation and at the last step too.
+  const int64_t done = runner.step();
+  step_progress_.Show(
+      {.step = done,
+       .loss = step.loss,
+       .steps_trained = figures_.steps_done,
+       .trained_seconds = pass.TrainedSeconds(now)},
+      /*line_due=*/done == options_.total_steps || done == pass.from + 1 || EvaluatesAfter(done),
+      now);
   return absl::OkStatus();
-}
-
-// Rate and ETA over all the steps trained so far, for the reports; a progress line every
-// kProgressInterval, at a generation's first step, before an evaluation and at the last step.
-void SiteSession::ShowProgress(const SiteRunner& runner, const StepResult& step, const Pass& pass,
-                               Clock::time_point now) {
-  const int global_batch = spec_.training.global_batch;
-  const double elapsed = pass.TrainedSeconds(now);
-  const double rate =
-      static_cast<double>(figures_.steps_done) * global_batch / std::max(elapsed, 1e-9);
-  const double eta_s = static_cast<double>(options_.total_steps - runner.step()) * global_batch /
-                       std::max(rate, 1e-9);
-  {
-    std::lock_guard<std::mutex> lock(progress_.mu);
-    progress_.step = runner.step();
-    progress_.loss = step.loss;
-    progress_.samples_per_second = rate;
-    progress_.eta_s = eta_s;
-  }
-  if (report_.WindowSeconds(now) >= kProgressInterval || runner.step() == options_.total_steps ||
-      runner.step() == pass.from + 1 || EvaluatesAfter(runner.step())) {
-    report_.PrintProgress(runner.step(), std::nullopt, step.loss, eta_s, now);
-  }
 }
 
 }  // namespace strait::site

@@ -6,6 +6,9 @@
 //
 // It talks to the gateway only through a GatewayConnector (the gRPC one in production, an
 // in-process fake in tests/unit/site/site_session_test.cc).
+// What it builds and shows has rooms of its own: a generation's stage (StageFactory,
+// stage_factory.h), its links (BuildStageLinks, stage_link_builder.h) and the progress after each
+// step (StepProgress, step_progress.h).
 //
 // Join and Run are for one thread (the training thread); the handlers of events() may be called on
 // any thread.
@@ -23,53 +26,19 @@
 #include "absl/status/statusor.h"
 #include "core/job_spec.h"
 #include "core/run_report.h"
-#include "site/collective/gloo_group.h"
 #include "site/daemon/checkpoint_store.h"
 #include "site/daemon/neighbour_keys.h"
 #include "site/daemon/site_report_sender.h"
+#include "site/daemon/stage_factory.h"
+#include "site/daemon/step_progress.h"
 #include "site/daemon/training_control.h"
 #include "site/nn/evaluation.h"
-#include "site/pipeline/follower_stage.h"
 #include "site/pipeline/site_metrics.h"
 #include "site/pipeline/site_runner.h"
 #include "site/pipeline/stage_executor.h"
 #include "site/rpc/gateway_connector.h"
 
 namespace strait::site {
-
-// Builds this site's stage of `layers` with its initial parameters (every generation starts from a
-// fresh one, then loads its checkpoint; a planned split may give it other layers). The session's
-// only way to make a stage.
-using StageFactory =
-    std::function<absl::StatusOr<std::unique_ptr<StageExecutor>>(LayerRange layers)>;
-
-// Where this process sits in its site (DESIGN.md §4): rank `rank` of the site's `ranks` machines.
-struct StageRanks {
-  int rank = 0;
-  int ranks = 1;
-  RankPeers* peers = nullptr;  // The leader of several ranks: its followers.
-  GlooGroup* group = nullptr;  // Several CPU replicas: the data-parallel group of this rank.
-  int tensor_parallel = 1;     // Tensor ranks per replica; `tensor` sums between them.
-  TensorReducer* tensor = nullptr;
-  // Several CUDA ranks: the site's rendezvous store and this build's prefix of keys in it, under
-  // which the leader hands out one NCCL unique id per gradient reduction.
-  RendezvousStore* store = nullptr;
-  std::string nccl_prefix;
-};
-
-// The stage of site `index` of `spec` (its device and workers) for a run of `total_steps`
-// (the horizon of the optimizer's decay), with `threads` compute threads per worker, as rank
-// `ranks` of its site (its gradients summed across the ranks' group). `spec` and the peers and
-// group must outlive the factory's stages.
-StageFactory MakeStageFactory(const JobSpec& spec, int index, int64_t total_steps, int threads,
-                              StageRanks ranks = {});
-
-// The same stage for a follower rank (ranks.rank >= 1), which serves its leader's calls
-// (site/daemon/rank_follower.h).
-using FollowerFactory =
-    std::function<absl::StatusOr<std::unique_ptr<FollowerStage>>(LayerRange layers)>;
-FollowerFactory MakeFollowerFactory(const JobSpec& spec, int index, int64_t total_steps,
-                                    int threads, StageRanks ranks);
 
 struct SessionOptions {
   int index = 0;            // This site's stage.
@@ -173,8 +142,6 @@ class SiteSession {
   // Records an evaluation after `step` steps (last stage) and puts it in the reports from now on
   // (the last one among them).
   void ReportEvaluation(int64_t step, const Evaluation& e);
-  void ShowProgress(const SiteRunner& runner, const StepResult& step, const Pass& pass,
-                    std::chrono::steady_clock::time_point now);
 
   JobSpec spec_;  // With the split of the current generation.
   const SessionOptions options_;
@@ -187,9 +154,9 @@ class SiteSession {
   NeighbourKeys keys_;
   SiteMetrics metrics_;
   SiteProgress progress_;
+  StepProgress step_progress_;  // Into progress_ and report_.
   std::unique_ptr<StageExecutor> stage_;
-  int window_ = 1;        // Frames each link direction keeps in flight.
-  uint64_t max_raw_ = 0;  // Largest tensor a frame of this stage may carry (bytes).
+  int window_ = 1;  // Frames each link direction keeps in flight.
 
   SessionFigures figures_;
   std::optional<std::chrono::steady_clock::time_point> first_step_end_;

@@ -6,28 +6,25 @@
 namespace strait::site {
 
 absl::StatusOr<std::unique_ptr<FrameReceiver>> FrameReceiver::Create(
-    GatewayLink& link, std::unique_ptr<FrameDecoder> decoder, std::string peer, uint32_t boundary,
-    v1::Direction direction, SiteMetrics& metrics, int window,
-    std::chrono::milliseconds pull_timeout) {
+    GatewayLink& link, std::unique_ptr<FrameDecoder> decoder, FrameSource source,
+    SiteMetrics& metrics, int window, std::chrono::milliseconds pull_timeout) {
   if (window < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the receiver of boundary ", boundary, " ", v1::Direction_Name(direction),
-                     " from ", peer, " needs a window of at least 1 frame, got ", window));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the receiver of boundary ", source.boundary, " ", v1::Direction_Name(source.direction),
+        " from ", source.peer, " needs a window of at least 1 frame, got ", window));
   }
-  return std::unique_ptr<FrameReceiver>(new FrameReceiver(link, std::move(decoder), std::move(peer),
-                                                          boundary, direction, metrics, window,
-                                                          pull_timeout));
+  return std::unique_ptr<FrameReceiver>(new FrameReceiver(
+      link, std::move(decoder), std::move(source), metrics, window, pull_timeout));
 }
 
 FrameReceiver::FrameReceiver(GatewayLink& link, std::unique_ptr<FrameDecoder> decoder,
-                             std::string peer, uint32_t boundary, v1::Direction direction,
-                             SiteMetrics& metrics, int window,
+                             FrameSource source, SiteMetrics& metrics, int window,
                              std::chrono::milliseconds pull_timeout)
     : link_(link),
       decoder_(std::move(decoder)),
-      peer_(std::move(peer)),
-      boundary_(boundary),
-      direction_(direction),
+      peer_(std::move(source.peer)),
+      boundary_(static_cast<uint32_t>(source.boundary)),
+      direction_(source.direction),
       metrics_(metrics),
       window_(static_cast<size_t>(window)),
       pull_timeout_(pull_timeout) {

@@ -24,14 +24,21 @@
 
 namespace strait::site {
 
+// Where a receiver's frames come from: the producing site (`peer`, named in errors) and the link
+// direction they travel (`boundary`, `direction`: the labels of the metrics).
+struct FrameSource {
+  std::string peer;
+  int boundary = 0;
+  v1::Direction direction = v1::FORWARD;
+};
+
 class FrameReceiver {
  public:
-  // Starts a receiver's thread. `link` and `metrics` must outlive the receiver. `peer` names the
-  // producing site in errors. `window`: how many announced frames have pulls waiting at once;
-  // INVALID_ARGUMENT naming it when it is below 1.
+  // Starts a receiver's thread. `link` and `metrics` must outlive the receiver. `window`: how many
+  // announced frames have pulls waiting at once; INVALID_ARGUMENT naming it when it is below 1.
   static absl::StatusOr<std::unique_ptr<FrameReceiver>> Create(
-      GatewayLink& link, std::unique_ptr<FrameDecoder> decoder, std::string peer, uint32_t boundary,
-      v1::Direction direction, SiteMetrics& metrics, int window,
+      GatewayLink& link, std::unique_ptr<FrameDecoder> decoder, FrameSource source,
+      SiteMetrics& metrics, int window,
       std::chrono::milliseconds pull_timeout = std::chrono::seconds(10));
   ~FrameReceiver();  // Stops the thread; pulls still waiting are abandoned.
 
@@ -47,9 +54,8 @@ class FrameReceiver {
   void Stop(const absl::Status& status);
 
  private:
-  FrameReceiver(GatewayLink& link, std::unique_ptr<FrameDecoder> decoder, std::string peer,
-                uint32_t boundary, v1::Direction direction, SiteMetrics& metrics, int window,
-                std::chrono::milliseconds pull_timeout);
+  FrameReceiver(GatewayLink& link, std::unique_ptr<FrameDecoder> decoder, FrameSource source,
+                SiteMetrics& metrics, int window, std::chrono::milliseconds pull_timeout);
 
   struct Expected {
     v1::TensorKey key;

@@ -59,7 +59,8 @@ absl::StatusOr<RankResult> LocalRankPeers::Await(int rank) {
 
 absl::StatusOr<std::unique_ptr<LocalRankSite>> LocalRankSite::Create(
     const ModelSpec& model, LayerRange range, const OptimizerSpec& optimizer, int max_batch,
-    WeightVersioning versioning, int ranks, StageWorkers workers, int tensor_parallel) {
+    WeightVersioning versioning, StageWorkers workers) {
+  const int ranks = workers.ranks, tensor_parallel = workers.tensor_parallel;
   auto site = std::make_unique<LocalRankSite>();
   const int replicas = ranks / tensor_parallel;
   site->groups.resize(ranks);

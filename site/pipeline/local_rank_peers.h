@@ -59,11 +59,11 @@ struct LocalRankSite {
   // Rank `rank`'s own part (its rows, its shards), rank >= 1.
   const StageExecutor& follower(int rank) const { return followers[rank - 1]->stage(); }
 
-  // `workers`: each rank's (its rank, ranks, peers, tensor parallelism and make_reducer are set
-  // here).
+  // `workers`: each rank's, in a site of workers.ranks ranks with workers.tensor_parallel tensor
+  // ranks per replica (each rank's own rank, peers, tensor reducer and make_reducer are set here).
   static absl::StatusOr<std::unique_ptr<LocalRankSite>> Create(
       const ModelSpec& model, LayerRange range, const OptimizerSpec& optimizer, int max_batch,
-      WeightVersioning versioning, int ranks, StageWorkers workers, int tensor_parallel = 1);
+      WeightVersioning versioning, StageWorkers workers);
 };
 
 }  // namespace strait::site

@@ -5,12 +5,6 @@
 // arithmetic, in the same order, as `strait train` on the whole model, so lossless links give the
 // same bits.
 //
-// Global-norm clipping rides on the links: after a step's last backward pass, stage i receives the
-// sum of squares of stages i+1..S-1, adds its own (GradSumSquares chains last to first) and sends
-// the total back; stage 0 turns it into the clip scale, which travels forward stage by stage, each
-// stage taking and relaying it right before its update. Both are CLIP-purpose frames, sealed like
-// the tensors and never lossy.
-//
 // The schedule's ops come from StepOps (core/schedule.h). With 1f1b and gpipe a step ends
 // with a flush: clipping norm, scale, update. With 2bw the stream runs across steps: Step(t) runs
 // the pairs whose backward belongs to step t (and forwards of step t+1), sends the norm of g_t when
@@ -18,22 +12,14 @@
 // step t+1; the scale of g_{t-1} travels ahead of that forward's activations on the same link.
 // The last step also applies its own gradient, so a run ends with the weights L_T.
 //
-// Replicas (JobSpec::replicas) with training.sync every_step: at kClipNorm, before the norm, the
-// stage's gradient becomes the mean of its replicas' (SumOverReplicas), so every replica takes the
-// update of one pipeline with R times the batch.
-//
-// With training.sync outer (DiLoCo), replicas train apart and, after every outer.every-th step's
-// update and after the last, average their pseudo-gradients (the round's start minus now) through
-// the same sums; each applies the outer optimizer (site/nn/outer_optimizer.h) to the start, so all
-// replicas begin the next round from the same parameters.
-//
-// Tied embeddings (core/tied_embeddings.h): at kClipNorm the first and the last stage each send
-// the other their gradient of the shared matrix; the first stage adds the last's right away (its
-// part of the norm counts the sum), the last stage adds the first's at kUpdate, before the scale.
+// At the schedule's step-end ops the runner calls its collaborators, each the owner of one
+// protocol: ClipNormRelay (the global norm upstream, the clipping scale downstream), and before the
+// norm TiedGradientExchange (tied embeddings' gradients between the first and the last stage) and
+// ReplicaMeans (with training.sync every_step, the replicas' mean gradient); OuterRounds (DiLoCo)
+// after the updates that end a round.
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -45,34 +31,16 @@
 #include "core/schedule.h"
 #include "site/data/dataset.h"
 #include "site/data/sampler.h"
-#include "site/exchange/masked_sum.h"
 #include "site/nn/evaluation.h"
-#include "site/nn/outer_optimizer.h"
-#include "site/pipeline/frame_receiver.h"
-#include "site/pipeline/frame_sender.h"
+#include "site/pipeline/clip_norm_relay.h"
+#include "site/pipeline/outer_rounds.h"
+#include "site/pipeline/replica_means.h"
 #include "site/pipeline/site_metrics.h"
 #include "site/pipeline/stage_executor.h"
+#include "site/pipeline/stage_frames.h"
+#include "site/pipeline/tied_gradient_exchange.h"
 
 namespace strait::site {
-
-// The four link directions of a stage; the ones that do not exist (first / last stage) are null.
-struct StageLinks {
-  std::unique_ptr<FrameReceiver> forward_in;   // Activations from stage i-1.
-  std::unique_ptr<FrameSender> backward_out;   // Their gradients, to stage i-1.
-  std::unique_ptr<FrameSender> forward_out;    // Activations to stage i+1.
-  std::unique_ptr<FrameReceiver> backward_in;  // Their gradients, from stage i+1.
-  // Tied embeddings across three stages or more (core/tied_embeddings.h), first and last stage
-  // only: the link with the other end. Null otherwise (two stages: the TIED frames ride on the
-  // neighbours' link).
-  std::unique_ptr<FrameSender> tied_out;
-  std::unique_ptr<FrameReceiver> tied_in;
-  // Replicas (JobSpec::replicas): the secure sums of this stage's replicas through the gateway
-  // (proto Purpose SUM): masked vectors out, sums in; `mask` adds this replica's pairwise masks of
-  // a round (crypto/pairwise_masks.h; each round's label unique). Null without replicas.
-  std::unique_ptr<FrameSender> sum_out;
-  std::unique_ptr<FrameReceiver> sum_in;
-  std::function<absl::Status(absl::string_view round, std::span<uint32_t> words)> mask;
-};
 
 // What the stage's own data holds: the first stage reads inputs, the last stage labels; a middle
 // stage needs only the test split's size (to follow the evaluation batches). Shared, read-only: a
@@ -80,6 +48,21 @@ struct StageLinks {
 struct StageData {
   std::shared_ptr<const Dataset> train, test;  // Set on the first and the last stage.
   int64_t test_size = 0;
+};
+
+// Where the stage's tensors come from and go to: its links and its own data.
+struct StageIo {
+  StageLinks links;
+  StageData data;
+};
+
+// The steps a runner takes: the stage holds the state after `start_step` steps; `total_steps` is
+// how far the run goes (frames are announced one step ahead, never beyond it); `generation` is the
+// federation's rollback generation, part of every tensor key.
+struct StepRange {
+  int64_t total_steps = 0;
+  int64_t start_step = 0;
+  uint32_t generation = 0;
 };
 
 struct StepResult {
@@ -95,13 +78,10 @@ struct StepResult {
 class SiteRunner {
  public:
   // Stage `index` of `spec` with `stage` (its workers, built for its layers and microbatch size,
-  // holding the state after `start_step` steps), links and data as above. `stage`,
-  // `metrics` and `spec` must outlive the runner. `total_steps`: how far the run goes (frames are
-  // announced one step ahead, never beyond it). `generation`: the federation's rollback generation,
-  // part of every tensor key.
-  SiteRunner(const JobSpec& spec, int index, StageExecutor& stage, StageLinks links, StageData data,
-             SiteMetrics& metrics, int64_t total_steps, int64_t start_step = 0,
-             uint32_t generation = 0);
+  // holding the state after steps.start_step steps), links and data as above. `stage`, `metrics`
+  // and `spec` must outlive the runner.
+  SiteRunner(const JobSpec& spec, int index, StageExecutor& stage, StageIo io, SiteMetrics& metrics,
+             StepRange steps);
 
   int64_t step() const { return step_; }  // Steps completed.
   // Optimizer updates applied: the stage holds the weights L_updates(). step() with 1f1b, gpipe
@@ -132,7 +112,7 @@ class SiteRunner {
   // a round's end; and its restoration when a generation resumes from one (before the first
   // Step). Nullopt / FAILED_PRECONDITION without outer rounds.
   std::optional<std::vector<float>> OuterState() const;
-  bool has_outer_rounds() const { return outer_.has_value(); }
+  bool has_outer_rounds() const { return outer_ != nullptr; }
   absl::Status SetOuterState(std::span<const float> state);
 
   // Blocks until the gateway holds everything this stage sent.
@@ -143,76 +123,45 @@ class SiteRunner {
   void Abort(const absl::Status& status);
 
  private:
-  v1::TensorKey Key(int64_t step, int microbatch, int boundary, v1::Direction direction,
-                    v1::Purpose purpose = v1::TRAIN) const;
   // The tallies of a step on the last stage.
   struct StepTally {
     double loss_sum = 0.0;
     int64_t correct = 0;
   };
+  v1::TensorKey Key(int64_t step, int microbatch, int boundary, v1::Direction direction,
+                    v1::Purpose purpose = v1::TRAIN) const {
+    return frames_.Key(step, microbatch, boundary, direction, purpose);
+  }
   // Announces the frames of `step` to the receivers, in the order the ops take them.
   void ExpectStep(int64_t step);
   absl::Status RunForward(int64_t step, int microbatch, StepTally& tally);
   absl::Status RunBackward(int64_t step, int microbatch);
-  // kClipNorm: this stage's part of the clipping norm of `step`'s gradient goes upstream; on the
-  // first stage it becomes the scale.
-  absl::Status SendNorm(int64_t step);
-  // Before the forward of step's last microbatch, with LaggedClip: the first stage takes the scale
-  // of the last step's norm, the others receive it from upstream; each passes it downstream (in
-  // front of the microbatch) and keeps it for the step's update.
-  absl::Status PassLaggedScale(int64_t step);
+  // kClipNorm: the collaborators' parts, in their order.
+  absl::Status EndBackwards(int64_t step);
   // kClipNorm, first: with dropped stale gradients, the gradient of `step` becomes the mean over
   // the microbatches kept (schedule.h KeptGradientScale).
   absl::Status KeepFreshGrads(int64_t step);
-  // kClipNorm, before SendNorm: the tied-embedding exchange's first half (see above).
-  absl::Status ShareTiedGrad(int64_t step);
-  // The link of the TIED frames: the stages' own, or the neighbours' with two stages.
-  FrameSender& TiedOut() const;
-  FrameReceiver& TiedIn() const;
-  v1::TensorKey TiedKey(int64_t step, bool from_first) const;
-  std::vector<int64_t> TiedShape() const;  // [vocab, dim]
-  // kClipNorm with replicas summing every step: the gradient becomes the replicas' mean.
-  absl::Status AverageReplicaGrads(int64_t step);
-  // The mean of `values` over this stage's replicas, through the gateway's secure sum: fixed point
-  // of `format` (site/exchange/masked_sum.h), masked, summed, back to floats / R. `round` names it
-  // among all rounds of the run (its masks must never repeat). `own`, if given, receives what this
-  // replica's share stands for after quantisation.
-  absl::StatusOr<std::vector<float>> MeanOverReplicas(const std::string& what, int64_t round,
-                                                      std::vector<float> values,
-                                                      const SumFormat& format,
-                                                      std::vector<float>* own = nullptr);
-  // sync outer, after the update that completes `steps_done` steps: an outer round when one is
-  // due (every outer.every steps and after the last).
-  absl::Status MaybeOuterRound(int64_t steps_done);
-  // kUpdate: takes (and relays downstream) the clipping scale of `step`'s gradient and applies it.
+  // kUpdate: takes the first stage's tied gradient (last stage) and the clipping scale of `step`'s
+  // gradient, and applies it.
   absl::Status Update(int64_t step);
-  absl::StatusOr<std::vector<float>> Receive(FrameReceiver& from, const v1::TensorKey& key);
-  absl::Status SendTo(FrameSender& to, const v1::TensorKey& key, std::vector<float> values,
-                      std::vector<int64_t> shape);
   // Copies inputs (first stage) and labels (last stage) of samples indices[0, n) of `data`.
   void Gather(const Dataset& data, const int64_t* indices, int n);
 
   const JobSpec& spec_;
   const int index_;
   StageExecutor& stage_;
-  StageLinks links_;
+  StageFrames frames_;
   StageData data_;
   SiteMetrics& metrics_;
-  const int64_t total_steps_;
-  const int64_t first_step_;
-  const uint32_t generation_;
+  const StepRange steps_;
   const int microbatch_size_;
-  const bool tied_across_;  // The first and the last stage exchange tied gradients.
-  int64_t clamped_ = 0;     // Values the secure sums clamped to the fixed point's range.
-  std::optional<OuterOptimizer> outer_;  // sync outer only.
-  std::vector<float> outer_start_;       // The parameters the current outer round started from.
-  std::vector<float> outer_residual_;    // Error feedback: what quantisation left of the deltas.
-  std::vector<float> outer_last_mean_;   // The last round's mean delta (its scales: masked_sum.h).
+  ClipNormRelay clip_;
+  TiedGradientExchange tied_;
+  ReplicaMeans means_;
+  std::unique_ptr<OuterRounds> outer_;  // sync outer only.
   std::optional<Sampler> sampler_;
   int64_t step_;
   int64_t updates_;
-  // Clipping scales not yet applied, by step: the first stage's, or with LaggedClip every stage's.
-  std::map<int64_t, float> scales_;
   int64_t expected_through_;  // Last step whose frames were announced to the receivers.
   std::vector<float> inputs_;
   std::vector<int32_t> labels_;

@@ -37,7 +37,8 @@ OptimizerSpec Optimizer(OptimizerKind kind, double lr) {
 OptimizerSpec AdamW() { return Optimizer(OptimizerKind::kAdamW, 0.01); }
 
 std::unique_ptr<LocalRankSite> MakeSite(int ranks, int workers) {
-  auto site = LocalRankSite::Create(Mlp(), {0, 5}, AdamW(), 6, {}, ranks, {.count = workers});
+  auto site =
+      LocalRankSite::Create(Mlp(), {0, 5}, AdamW(), 6, {}, {.count = workers, .ranks = ranks});
   EXPECT_TRUE(site.ok()) << site.status();
   return *std::move(site);
 }
@@ -207,7 +208,8 @@ void ExpectTensorParallelLikeOneProcess(const ModelSpec& model, int ranks, int t
   const Trace want = Train(**process, model, 3);
   Trace got[2];
   for (Trace& t : got) {
-    auto site = LocalRankSite::Create(model, all, optimizer, 6, {}, ranks, {}, tensor);
+    auto site = LocalRankSite::Create(model, all, optimizer, 6, {},
+                                      {.ranks = ranks, .tensor_parallel = tensor});
     ASSERT_TRUE(site.ok()) << site.status();
     EXPECT_EQ((*site)->leader().param_count(), (*process)->param_count());
     t = Train((*site)->leader(), model, 3);
@@ -239,7 +241,8 @@ TEST(TensorParallelTest, TwoReplicasOfTwoTensorRanksMatchOneProcess) {
 TEST(TensorParallelTest, RestoredWholeStateReachesEveryShard) {
   auto process = MakeProcess(1);
   Train(*process, 2);
-  auto site = LocalRankSite::Create(Mlp(), {0, 5}, AdamW(), 6, {}, 2, {}, 2);
+  auto site =
+      LocalRankSite::Create(Mlp(), {0, 5}, AdamW(), 6, {}, {.ranks = 2, .tensor_parallel = 2});
   ASSERT_TRUE(site.ok()) << site.status();
   StageExecutor& leader = (*site)->leader();
   ASSERT_TRUE(leader.SetParams(*process->Params()).ok());

@@ -109,7 +109,7 @@ std::vector<std::unique_ptr<SiteUnderTest>> Federation(
           *FrameReceiver::Create(link,
                                  std::make_unique<FrameDecoder>(
                                      *crypto::Opener::Create(DirectionKey(2 * (i - 1))), max_raw),
-                                 spec.sites[i - 1].id, i - 1, v1::FORWARD, site->metrics, 3);
+                                 {spec.sites[i - 1].id, i - 1, v1::FORWARD}, site->metrics, 3);
       links.backward_out = *FrameSender::Create(
           link,
           *FrameEncoder::Create(l.backward,
@@ -125,7 +125,7 @@ std::vector<std::unique_ptr<SiteUnderTest>> Federation(
       links.backward_in = *FrameReceiver::Create(
           link,
           std::make_unique<FrameDecoder>(*crypto::Opener::Create(DirectionKey(2 * i + 1)), max_raw),
-          spec.sites[i + 1].id, i, v1::BACKWARD, site->metrics, 3);
+          {spec.sites[i + 1].id, i, v1::BACKWARD}, site->metrics, 3);
     }
     if (TiedAcrossSites(spec) && stages >= 3 && (i == 0 || i + 1 == stages)) {
       // The first and the last site's own link: keys 2 * stages (forward) and 2 * stages + 1.
@@ -136,7 +136,7 @@ std::vector<std::unique_ptr<SiteUnderTest>> Federation(
           0, first ? v1::FORWARD : v1::BACKWARD, site->metrics, 3);
       links.tied_in = *FrameReceiver::Create(
           link, std::make_unique<FrameDecoder>(*crypto::Opener::Create(DirectionKey(in)), max_raw),
-          spec.sites[first ? stages - 1 : 0].id, 0, first ? v1::BACKWARD : v1::FORWARD,
+          {spec.sites[first ? stages - 1 : 0].id, 0, first ? v1::BACKWARD : v1::FORWARD},
           site->metrics, 3);
     }
     StageData data;
@@ -146,8 +146,10 @@ std::vector<std::unique_ptr<SiteUnderTest>> Federation(
     }
     data.test_size = *DatasetSize(spec.data, spec.model, Split::kTest);
     site->runner = std::make_unique<SiteRunner>(
-        spec, i, *site->stage, std::move(links), std::move(data), site->metrics,
-        spec.training.steps, start_step, /*generation=*/checkpoints.empty() ? 0 : 1);
+        spec, i, *site->stage, StageIo{std::move(links), std::move(data)}, site->metrics,
+        StepRange{.total_steps = spec.training.steps,
+                  .start_step = start_step,
+                  .generation = checkpoints.empty() ? 0u : 1u});
     sites.push_back(std::move(site));
   }
   return sites;
@@ -575,7 +577,7 @@ TEST(FrameReceiverTest, AnnouncedFramesArePulledAtOnceWhileAnOlderOneIsAwaited) 
   SiteMetrics metrics;
   std::unique_ptr<FrameReceiver> receiver = *FrameReceiver::Create(
       link, std::make_unique<FrameDecoder>(*crypto::Opener::Create(DirectionKey(0)), 1 << 20),
-      "dc-a", 0, v1::FORWARD, metrics, /*window=*/3);
+      {"dc-a", 0, v1::FORWARD}, metrics, /*window=*/3);
   // None of these frames ever arrives, so the receiver keeps waiting for the first; each
   // announcement is still pulled before Expect returns, up to the window.
   for (int step = 0; step < 4; ++step) {
@@ -595,8 +597,8 @@ TEST(FrameReceiverTest, AWindowBelowOneIsRefusedWithItsValue) {
   SiteMetrics metrics;
   for (int window : {0, -3}) {
     absl::StatusOr<std::unique_ptr<FrameReceiver>> receiver =
-        FrameReceiver::Create(link, std::make_unique<FrameDecoder>(nullptr, 1 << 20), "dc-a", 0,
-                              v1::FORWARD, metrics, window);
+        FrameReceiver::Create(link, std::make_unique<FrameDecoder>(nullptr, 1 << 20),
+                              {"dc-a", 0, v1::FORWARD}, metrics, window);
     EXPECT_EQ(receiver.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(receiver.status().message()),
                 ::testing::EndsWith(absl::StrCat("window of at least 1 frame, got ", window)));
