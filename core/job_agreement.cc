@@ -9,9 +9,9 @@
 
 namespace strait {
 
-std::string AgreedJobText(const JobSpec& spec) {
+std::string AgreedJobText(const JobSpec& spec, bool split_planned) {
   std::string out;
-  for (const AgreedLine& line : AgreedLines()) line.append(spec, out);
+  for (const AgreedLine& line : AgreedLines()) line.append(spec, split_planned, out);
   return out;
 }
 

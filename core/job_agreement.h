@@ -17,7 +17,9 @@
 namespace strait {
 
 // One "key: value" line per setting, in a fixed order (AgreedLines); numbers exact.
-std::string AgreedJobText(const JobSpec& spec);
+// `split_planned`: the planner chose the split (core/job_view.h JobView::planned): every site's
+// layers read "planned", as a re-plan may change them at a rollback.
+std::string AgreedJobText(const JobSpec& spec, bool split_planned = false);
 
 // The first line of `theirs` that differs from `ours`, as "KEY: THEIRS (OURS_NAME: OURS)", or a
 // line that only one has; empty when they are equal.

@@ -23,7 +23,7 @@ void Line(std::string& out, absl::string_view key, absl::string_view value) {
 }
 
 // The layout fixes every shape; activation, dropout and the seed are what it does not show.
-void ModelLayers(const JobSpec& spec, std::string& out) {
+void ModelLayers(const JobSpec& spec, bool /*split_planned*/, std::string& out) {
   for (const LayerLayout& layer : BuildModelLayout(spec.model)) {
     std::vector<std::string> params;
     for (const ParamLayout& p : layer.params) params.push_back(p.name + ShapeToString(p.shape));
@@ -39,15 +39,15 @@ float Dropout(const ModelSpec& m) {
                                          : m.gpt.dropout;
 }
 
-void Sites(const JobSpec& spec, std::string& out) {
+void Sites(const JobSpec& spec, bool split_planned, std::string& out) {
   for (int i = 0; i < spec.Stages(); ++i) {
     const SiteSpec& s = spec.sites[i];
-    // Replica 0's ids: every replica's view of the job (JobSpec::ReplicaView) agrees. A planned
-    // split may change at a rollback (proto Rollback.split): not agreed here.
+    // Replica 0's ids: every replica's site agrees. A planned split may change at a rollback
+    // (proto Rollback.split): not agreed here; before the plan, `auto` and the pinned ranges are.
     const std::string layers =
-        s.plan_layers        ? "layers auto"
-        : spec.split_planned ? "layers planned"
-                             : absl::StrCat("layers [", s.layers.start, ", ", s.layers.end, ")");
+        split_planned   ? "layers planned"
+        : s.plan_layers ? "layers auto"
+                        : absl::StrCat("layers [", s.layers.start, ", ", s.layers.end, ")");
     Line(out, absl::StrCat("sites.", spec.SiteIdAt(i)),
          absl::StrCat(
              layers, " on ", ToString(s.device), " x", s.workers,
@@ -56,7 +56,7 @@ void Sites(const JobSpec& spec, std::string& out) {
   }
 }
 
-void Links(const JobSpec& spec, std::string& out) {
+void Links(const JobSpec& spec, bool /*split_planned*/, std::string& out) {
   for (const LinkSpec& l : spec.links) {
     Line(out, absl::StrCat("links.", l.boundary),
          absl::StrCat("forward ", l.forward, ", backward ", l.backward,
@@ -65,7 +65,7 @@ void Links(const JobSpec& spec, std::string& out) {
   }
 }
 
-void Replicas(const JobSpec& spec, std::string& out) {
+void Replicas(const JobSpec& spec, bool /*split_planned*/, std::string& out) {
   if (spec.Replicas() == 1) return;
   std::vector<std::string> pipelines;
   for (const std::vector<std::string>& p : spec.replicas)
@@ -82,9 +82,9 @@ void Replicas(const JobSpec& spec, std::string& out) {
 }
 
 // A line of one value: `expr` of the spec `s`.
-#define STRAIT_AGREED(key, expr)                                          \
-  AgreedLine {                                                            \
-    key, [](const JobSpec& s, std::string& out) { Line(out, key, expr); } \
+#define STRAIT_AGREED(key, expr)                                                \
+  AgreedLine {                                                                  \
+    key, [](const JobSpec& s, bool, std::string& out) { Line(out, key, expr); } \
   }
 
 }  // namespace
@@ -95,13 +95,13 @@ const std::vector<AgreedLine>& AgreedLines() {
       STRAIT_AGREED("model.family", ToString(s.model.family)),
       {"model.layer", ModelLayers},
       {"model.activation",
-       [](const JobSpec& s, std::string& out) {
+       [](const JobSpec& s, bool, std::string& out) {
          if (s.model.family == ModelFamily::kMlp) {
            Line(out, "model.activation", ToString(s.model.mlp.activation));
          }
        }},
       {"model.tie_embeddings",
-       [](const JobSpec& s, std::string& out) {
+       [](const JobSpec& s, bool, std::string& out) {
          if (s.model.family == ModelFamily::kGpt) {
            Line(out, "model.tie_embeddings", s.model.gpt.tie_embeddings ? "true" : "false");
          }
@@ -111,7 +111,7 @@ const std::vector<AgreedLine>& AgreedLines() {
       STRAIT_AGREED("data.dataset", ToString(s.data.kind)),
       STRAIT_AGREED("data.seed", absl::StrCat(s.data.seed)),
       {"data.synthetic",
-       [](const JobSpec& s, std::string& out) {
+       [](const JobSpec& s, bool, std::string& out) {
          if (s.data.kind != DatasetKind::kSynthetic) return;
          Line(out, "data.train_size", absl::StrCat(s.data.synthetic_train));
          Line(out, "data.test_size", absl::StrCat(s.data.synthetic_test));
@@ -119,7 +119,7 @@ const std::vector<AgreedLine>& AgreedLines() {
       // The file's path may differ between machines; the windows depend on the tokenizer kind and
       // the split (the sites check the vocabulary when they load the tokenizer).
       {"data.text",
-       [](const JobSpec& s, std::string& out) {
+       [](const JobSpec& s, bool, std::string& out) {
          if (s.data.kind != DatasetKind::kText) return;
          Line(out, "data.tokenizer", s.data.tokenizer == "bytes" ? "bytes" : "sentencepiece");
          Line(out, "data.validation", Exact(s.data.validation));

@@ -20,10 +20,11 @@ struct JobField {
 };
 
 // One line (or, for the model's layers, the sites and the links, one line per element) of the
-// agreed job text: `key` names it, `append` writes it.
+// agreed job text: `key` names it, `append` writes it. `split_planned`: the planner chose the
+// split (core/job_view.h JobView::planned).
 struct AgreedLine {
   absl::string_view key;
-  void (*append)(const JobSpec& spec, std::string& out);
+  void (*append)(const JobSpec& spec, bool split_planned, std::string& out);
 };
 
 const std::vector<JobField>& JobFields();

@@ -134,13 +134,6 @@ int JobSpec::SiteSlot(absl::string_view id) const {
   return -1;
 }
 
-JobSpec JobSpec::ReplicaView(int replica) const {
-  JobSpec view = *this;
-  view.view_replica = replica;
-  for (int s = 0; s < Stages(); ++s) view.sites[s].id = SiteIdAt(replica * Stages() + s);
-  return view;
-}
-
 int JobSpec::SiteIndex(absl::string_view id) const {
   for (size_t i = 0; i < sites.size(); ++i) {
     if (sites[i].id == id) return static_cast<int>(i);
@@ -155,7 +148,7 @@ absl::StatusOr<JobSpec> OnePipelineOf(const JobSpec& spec) {
         "replicas with sync: outer train apart between outer steps; no single pipeline trains "
         "the same (set sync: every_step for its one-pipeline equivalent)");
   }
-  JobSpec one = spec.ReplicaView(0);
+  JobSpec one = spec;  // Replica 0's ids are those of `sites`.
   one.training.global_batch *= spec.Replicas();
   one.training.microbatches *= spec.Replicas();
   one.replicas.clear();

@@ -268,8 +268,8 @@ struct LayerRange {
 struct SiteSpec {
   std::string id;
   LayerRange layers;
-  // `layers: auto`: the split planner assigns `layers` (plan/split_planner.h); until then it is
-  // empty, and what runs a stage needs the planned spec (WithSplit).
+  // `layers: auto`: the split planner chooses the layers (plan/split_planner.h); `layers` stays
+  // empty, and what runs a stage takes its layers from the planned view (core/job_view.h).
   bool plan_layers = false;
   DeviceKind device = DeviceKind::kCpu;
   int workers = 1;  // Per machine (rank).
@@ -310,10 +310,6 @@ struct JobSpec {
   // (site/data/sampler.h). replicas[0] are the ids of `sites`; every other replica site of stage s
   // runs as sites[s] says (layers, device, workers, machines). Empty: one pipeline, `sites`.
   std::vector<std::vector<std::string>> replicas;
-  // Set by ReplicaView: the replica whose site ids `sites` carry (its data shard, its tensor keys).
-  int view_replica = 0;
-  // Set by plan/split_planner.h WithSplit: the layers are the planner's choice.
-  bool split_planned = false;
 
   // Index of the site with this id in `sites` (replica 0's stages), or -1.
   int SiteIndex(absl::string_view id) const;
@@ -328,14 +324,12 @@ struct JobSpec {
   std::vector<std::string> StageReplicaIds(int stage) const;
   // Slot of the site with this id among all replicas, or -1.
   int SiteSlot(absl::string_view id) const;
-  // The job as replica r's sites see it: `sites` carry replica r's ids (the stage's settings are
-  // shared), everything else as here. What a site of replica r trains its stage of.
-  JobSpec ReplicaView(int replica) const;
   // True when some site has layers: auto (the split is the planner's to choose).
   bool PlansSplit() const;
-  // True when the split is the planner's, before (PlansSplit) or after planning (split_planned):
-  // the gateway may plan it again, and layers move between sites at a rollback.
-  bool SplitMayMove() const { return PlansSplit() || split_planned; }
+  // True when the split is the planner's (PlansSplit; the spec keeps `layers: auto` after the
+  // plan, which lives in core/job_view.h): the gateway may plan it again, and layers move between
+  // sites at a rollback.
+  bool SplitMayMove() const { return PlansSplit(); }
 };
 
 // The single pipeline that a job's replicas train together, for `strait train`: the job itself

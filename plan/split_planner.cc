@@ -385,18 +385,18 @@ std::vector<LayerRange> EvenSplit(const JobSpec& spec) {
   return split;
 }
 
-JobSpec WithSplit(JobSpec spec, const SplitChoice& choice) {
-  for (size_t s = 0; s < spec.sites.size(); ++s) {
-    spec.sites[s].layers = choice.layers[s];
-    spec.sites[s].plan_layers = false;
-  }
+JobView WithSplit(const SplitChoice& choice, int replica) {
+  return JobView{.replica = replica, .split = choice.layers, .planned = true};
+}
+
+JobSpec WithPlannedInFlight(JobSpec spec, const SplitChoice& choice) {
   spec.training.extra_in_flight = choice.extra_in_flight;
   spec.training.plan_extra_in_flight = false;
-  spec.split_planned = true;
   return spec;
 }
 
-absl::StatusOr<JobSpec> ApplySplit(JobSpec spec, const std::vector<LayerRange>& layers) {
+absl::StatusOr<JobView> ApplySplit(const JobSpec& spec, JobView view,
+                                   const std::vector<LayerRange>& layers) {
   int next = 0;
   bool tiles = layers.size() == spec.sites.size();
   for (size_t s = 0; tiles && s < layers.size(); ++s) {
@@ -408,8 +408,8 @@ absl::StatusOr<JobSpec> ApplySplit(JobSpec spec, const std::vector<LayerRange>& 
         "the split ", SplitToString(layers), " does not give the model's ", spec.model.NumLayers(),
         " layers in order to the ", spec.sites.size(), " sites"));
   }
-  for (size_t s = 0; s < layers.size(); ++s) spec.sites[s].layers = layers[s];
-  return spec;
+  view.split = layers;
+  return view;
 }
 
 std::string SplitToString(const std::vector<LayerRange>& layers) {

@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/job_spec.h"
+#include "core/job_view.h"
 #include "plan/site_profile.h"
 #include "plan/step_time_bound.h"
 
@@ -86,13 +87,18 @@ absl::StatusOr<SplitPlan> PlanSplit(const JobSpec& spec, const FederationProfile
 std::vector<std::vector<LayerRange>> ContiguousSplits(const JobSpec& spec, int64_t limit);
 std::vector<LayerRange> EvenSplit(const JobSpec& spec);
 
-// `spec` with every site's range (and extra_in_flight) set as `choice` says: what the sites run.
-JobSpec WithSplit(JobSpec spec, const SplitChoice& choice);
+// The view of `replica` with `choice`'s ranges as its split, planned: what the sites run.
+JobView WithSplit(const SplitChoice& choice, int replica = 0);
 
-// `spec` (whose split was planned) with the ranges `layers`, as a re-plan gives them (proto
-// Rollback.split). InvalidArgument when they do not tile the model in stage order, a range per
-// site.
-absl::StatusOr<JobSpec> ApplySplit(JobSpec spec, const std::vector<LayerRange>& layers);
+// `spec` with `choice`'s extra_in_flight set (no longer `auto`). Settled once, when the spec is
+// loaded and the split first planned (a re-plan keeps it), so the spec stays immutable after.
+JobSpec WithPlannedInFlight(JobSpec spec, const SplitChoice& choice);
+
+// `view` (whose split was planned) with the ranges `layers`, as a re-plan gives them (proto
+// Rollback.split). InvalidArgument when they do not tile `spec`'s model in stage order, a range
+// per site.
+absl::StatusOr<JobView> ApplySplit(const JobSpec& spec, JobView view,
+                                   const std::vector<LayerRange>& layers);
 
 // "[0, 2) [2, 5) [5, 6)"
 std::string SplitToString(const std::vector<LayerRange>& layers);

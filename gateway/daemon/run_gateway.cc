@@ -14,12 +14,14 @@
 
 #include "core/frame_header.h"
 #include "core/job_spec.h"
+#include "core/job_view.h"
 #include "core/logging.h"
 #include "crypto/deny_list.h"
 #include "gateway/exchange/gateway_core.h"
 #include "gateway/http/dashboard_server.h"
 #include "gateway/rpc/gateway_server.h"
 #include "gateway/rpc/revocation_list.h"
+#include "plan/split_planner.h"
 
 namespace strait::gateway {
 namespace {
@@ -154,12 +156,12 @@ int RunGateway(const GatewayDaemonOptions& options) {
   if (spec->PlansSplit()) planning = std::make_unique<SplitPlanning>(*spec);
   std::unique_ptr<GatewayCore> core;
   std::atomic<GatewayCore*> serving{nullptr};
-  auto make_core = [&](const JobSpec& job) {
+  auto make_core = [&](const JobSpec& job, const JobView& view) {
     GatewayOptions core_options;
     core_options.max_frame_bytes = MaxFrameWireBytes(job);
-    core = std::make_unique<GatewayCore>(job, core_options);
+    core = std::make_unique<GatewayCore>(job, view, core_options);
   };
-  if (!planning) make_core(*spec);
+  if (!planning) make_core(*spec, JobView::Initial(*spec));
   absl::StatusOr<std::unique_ptr<GatewayServer>> server =
       GatewayServer::Start(core.get(), planning.get(), *server_options);
   if (!server.ok()) {
@@ -194,17 +196,19 @@ int RunGateway(const GatewayDaemonOptions& options) {
   }
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
+  // The spec the core serves once planned: the file's with the planned extra_in_flight, settled
+  // once (a re-plan moves only layers).
   std::optional<JobSpec> planned;
   if (planning) {
     spdlog::info("{}", planning->Description().front());
-    absl::StatusOr<JobSpec> plan = planning->WaitForPlan([] { return g_stop != 0; });
+    absl::StatusOr<plan::SplitChoice> plan = planning->WaitForPlan([] { return g_stop != 0; });
     if (!plan.ok() && plan.status().code() != absl::StatusCode::kCancelled) {
       std::this_thread::sleep_for(std::chrono::seconds(2));  // The sites get the error first.
       return Fail(plan.status().message(), 2);
     }
     if (plan.ok()) {
-      planned = *std::move(plan);
-      make_core(*planned);
+      planned = plan::WithPlannedInFlight(*spec, *plan);
+      make_core(*planned, plan::WithSplit(*plan));
       // A site that rejoins at another speed may change the split: the federation's next Rollback
       // gives every site its new layers, and they move them first.
       GatewayCore* attached = core.get();

@@ -3,6 +3,9 @@
 namespace strait::gateway {
 
 GatewayCore::GatewayCore(const JobSpec& spec, GatewayOptions options)
+    : GatewayCore(spec, JobView::Initial(spec), options) {}
+
+GatewayCore::GatewayCore(const JobSpec& spec, const JobView& view, GatewayOptions options)
     : spec_(spec),
       options_(options),
       // Credit may use all of the budget but one largest frame: a frame waiting for a reservation
@@ -12,7 +15,7 @@ GatewayCore::GatewayCore(const JobSpec& spec, GatewayOptions options)
                    ? spec.gateway.memory_budget - options.max_frame_bytes
                    : 0),
       federation_(
-          spec, [this](uint32_t generation) { mailbox_.PurgeGenerationsBelow(generation); },
+          spec, view, [this](uint32_t generation) { mailbox_.PurgeGenerationsBelow(generation); },
           [this](int slot, const std::string& why) { sums_.SiteFailed(slot, why); }),
       sums_(spec, mailbox_, federation_),
       housekeeper_([this] { Housekeeping(); }) {}

@@ -33,7 +33,10 @@ struct GatewayOptions {
 
 class GatewayCore {
  public:
-  // `spec` must outlive the core. Starts the housekeeping thread.
+  // `spec` must outlive the core; `view`: the split it serves (the plan's, with `layers: auto`).
+  // Starts the housekeeping thread.
+  GatewayCore(const JobSpec& spec, const JobView& view, GatewayOptions options);
+  // With the split as the file writes it (JobView::Initial).
   GatewayCore(const JobSpec& spec, GatewayOptions options);
   // Stops the housekeeping thread.
   ~GatewayCore();

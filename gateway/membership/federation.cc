@@ -77,10 +77,11 @@ v1::GatewayMessage RollbackMessage(uint64_t step, uint32_t generation,
 
 }  // namespace
 
-Federation::Federation(const JobSpec& spec, std::function<void(uint32_t)> new_generation,
+Federation::Federation(const JobSpec& spec, const JobView& view,
+                       std::function<void(uint32_t)> new_generation,
                        std::function<void(int, const std::string&)> site_down)
     : spec_(spec),
-      agreed_job_(AgreedJobText(spec)),
+      agreed_job_(AgreedJobText(spec, view.planned)),
       new_generation_(std::move(new_generation)),
       site_down_(std::move(site_down)) {
   for (int slot = 0; slot < spec.SiteSlots(); ++slot) {
@@ -89,8 +90,9 @@ Federation::Federation(const JobSpec& spec, std::function<void(uint32_t)> new_ge
     site.info.set_id(spec.SiteIdAt(slot));
     site.info.set_stage(static_cast<uint32_t>(slot % spec.Stages()));
     site.info.set_replica(static_cast<uint32_t>(slot / spec.Stages()));
-    site.info.mutable_layers()->set_start(s.layers.start);
-    site.info.mutable_layers()->set_end(s.layers.end);
+    const LayerRange& layers = view.Layers(slot % spec.Stages());
+    site.info.mutable_layers()->set_start(layers.start);
+    site.info.mutable_layers()->set_end(layers.end);
     site.info.set_device(ToString(s.device));
     site.info.set_workers(s.workers);
     site.info.set_machines(s.machines);

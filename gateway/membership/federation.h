@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/job_spec.h"
+#include "core/job_view.h"
 #include "gateway/mailbox/mailbox.h"
 #include "gateway/membership/site_channel.h"
 #include "strait/v1/gateway.pb.h"
@@ -36,14 +37,16 @@ class Federation {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // `spec` must outlive the federation.
+  // `spec` must outlive the federation; `view` is the split it starts from (a planned one: the
+  // plan's, which SetSplit may change; its replica is unused).
   // `new_generation` is called (outside the lock) with each generation after the first, before any
   // site hears of it: the gateway purges older generations from the mailbox there. `site_down` is
   // called (outside the lock) with the slot of a site marked down: its replicas' open sums abort.
   //
   // Sites are numbered by slot (JobSpec::SiteSlots): the stage without replicas.
-  explicit Federation(const JobSpec& spec, std::function<void(uint32_t)> new_generation = nullptr,
-                      std::function<void(int, const std::string&)> site_down = nullptr);
+  Federation(const JobSpec& spec, const JobView& view,
+             std::function<void(uint32_t)> new_generation = nullptr,
+             std::function<void(int, const std::string&)> site_down = nullptr);
 
   // A site asks to join. `site_id` is its verified certificate identity. Checks the request against
   // the job spec (federation, layers, device, workers; key.site_id == site_id; an epoch newer than

@@ -10,15 +10,6 @@
 #include "spdlog/spdlog.h"
 
 namespace strait::gateway {
-namespace {
-
-std::vector<LayerRange> SplitOf(const JobSpec& spec) {
-  std::vector<LayerRange> split;
-  for (const SiteSpec& site : spec.sites) split.push_back(site.layers);
-  return split;
-}
-
-}  // namespace
 
 SplitPlanning::SplitPlanning(const JobSpec& spec) : spec_(spec), agreed_job_(AgreedJobText(spec)) {}
 
@@ -94,17 +85,15 @@ std::optional<std::vector<LayerRange>> SplitPlanning::ReplanLocked(
       "planning it again",
       now.site, is * 1e3, was * 1e3);
   // The sites keep the extra_in_flight they run with; only the layers move.
-  JobSpec fixed = spec_;
-  fixed.training.extra_in_flight = planned_->training.extra_in_flight;
-  fixed.training.plan_extra_in_flight = false;
+  const JobSpec fixed = plan::WithPlannedInFlight(spec_, *planned_);
   absl::StatusOr<plan::SplitPlan> plan = plan::PlanSplit(fixed, profiles_);
   if (!plan.ok()) {
     spdlog::error("cannot plan the split again ({}); keeping {}",
-                  std::string(plan.status().message()), plan::SplitToString(SplitOf(*planned_)));
+                  std::string(plan.status().message()), plan::SplitToString(planned_->layers));
     return std::nullopt;
   }
   const std::vector<LayerRange> split = plan->ranked.front().choice.layers;
-  if (split == SplitOf(*planned_)) {
+  if (split == planned_->layers) {
     spdlog::info("plan: the split {} stays the best", plan::SplitToString(split));
     planned_with_ = profiles_;
     return std::nullopt;
@@ -127,7 +116,7 @@ void SplitPlanning::TakePlanLocked(const plan::SplitPlan& plan) {
     reply.add_description(line);
   }
   reply_ = std::move(reply);
-  planned_ = plan::WithSplit(spec_, choice);
+  planned_ = choice;
   planned_with_ = profiles_;
 }
 
@@ -165,7 +154,7 @@ SplitPlanning::PlanIfComplete() {
   return answers;
 }
 
-absl::StatusOr<JobSpec> SplitPlanning::WaitForPlan(const std::function<bool()>& stop) {
+absl::StatusOr<plan::SplitChoice> SplitPlanning::WaitForPlan(const std::function<bool()>& stop) {
   std::unique_lock<std::mutex> lock(mu_);
   while (!planned_ && failed_.ok() && !stop()) {
     planned_cv_.wait_for(lock, std::chrono::milliseconds(100));

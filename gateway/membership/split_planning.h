@@ -42,10 +42,10 @@ class SplitPlanning {
   // Called (without the lock) with every split planned again after the first.
   void OnReplan(std::function<void(const std::vector<LayerRange>&)> handler);
 
-  // Blocks until the plan is made or `stop` returns true (checked every 100 ms): the planned spec
-  // (every range and extra_in_flight set: plan/split_planner.h WithSplit), the planner's error
-  // when no split works, or CANCELLED when stopped.
-  absl::StatusOr<JobSpec> WaitForPlan(const std::function<bool()>& stop);
+  // Blocks until the plan is made or `stop` returns true (checked every 100 ms): the first plan's
+  // choice (every range and extra_in_flight; the core serves plan/split_planner.h WithSplit of it
+  // and WithPlannedInFlight), the planner's error when no split works, or CANCELLED when stopped.
+  absl::StatusOr<plan::SplitChoice> WaitForPlan(const std::function<bool()>& stop);
   // The plan for people, or which sites it waits for.
   std::vector<std::string> Description() const;
 
@@ -65,7 +65,7 @@ class SplitPlanning {
   plan::FederationProfile profiles_;      // Every site's newest.
   plan::FederationProfile planned_with_;  // What the current plan was made from.
   std::optional<v1::PlanReply> reply_;
-  std::optional<JobSpec> planned_;
+  std::optional<plan::SplitChoice> planned_;  // The newest plan's; extra_in_flight the first's.
   absl::Status failed_;  // Planning itself failed (no split fits): every site gets this.
   std::map<uint64_t, Done> waiting_;
   uint64_t next_ticket_ = 1;

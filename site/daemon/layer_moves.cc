@@ -98,13 +98,13 @@ absl::StatusOr<LinkSecurity::LinkCrypto> MoveCrypto(const LayerMoves& m, const s
 absl::Status SendPart(const LayerMoves& m, const Source& source, int to,
                       std::unique_ptr<crypto::Sealer> sealer, Sent& sent) {
   const JobSpec& spec = *m.spec;
-  const LayerRange part = Overlap(source.held, spec.sites[to].layers);
+  const LayerRange part = Overlap(source.held, m.view->Layers(to));
   std::optional<CheckpointState> cut;
   if (part.start < part.end) {
     STRAIT_ASSIGN_OR_RETURN(cut, CutLayers(source.state, spec.model, part));
     sent.layers += part.end - part.start;
-    spdlog::info("moving layers {} to {} (checkpoint of step {})", Range(part), spec.sites[to].id,
-                 m.step);
+    spdlog::info("moving layers {} to {} (checkpoint of step {})", Range(part),
+                 m.view->SiteId(spec, to), m.step);
   }
   const std::vector<float> payload = LayerPartToFloats(cut ? &*cut : nullptr);
   STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create("none", std::move(sealer)));
@@ -124,7 +124,8 @@ absl::StatusOr<Sent> SendParts(const LayerMoves& m, const Source& source) {
   sent.decoders.resize(stages);
   for (int to = 0; to < stages; ++to) {
     if (to == m.index) continue;
-    STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto crypto, MoveCrypto(m, spec.sites[to].id));
+    STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto crypto,
+                            MoveCrypto(m, m.view->SiteId(spec, to)));
     sent.decoders[to] = std::make_unique<FrameDecoder>(std::move(crypto.opener),
                                                        MaxMoveFloats(spec) * sizeof(float));
     STRAIT_RETURN_IF_ERROR(SendPart(m, source, to, std::move(crypto.sealer), sent));
@@ -155,14 +156,14 @@ absl::StatusOr<std::vector<CheckpointState>> ReceiveParts(const LayerMoves& m, c
                                                           const Sent& sent, Env& env) {
   const JobSpec& spec = *m.spec;
   std::vector<CheckpointState> parts;
-  const LayerRange own = Overlap(source.held, spec.sites[m.index].layers);
+  const LayerRange own = Overlap(source.held, m.view->Layers(m.index));
   if (own.start < own.end) {
     STRAIT_ASSIGN_OR_RETURN(CheckpointState cut, CutLayers(source.state, spec.model, own));
     parts.push_back(std::move(cut));
   }
   for (int from = 0; from < static_cast<int>(spec.sites.size()); ++from) {
     if (from == m.index) continue;
-    const std::string& peer = spec.sites[from].id;
+    const std::string& peer = m.view->SiteId(spec, from);
     const v1::TensorKey key = MoveKey(m, from, m.index);
     STRAIT_ASSIGN_OR_RETURN(ReceivedFrame frame, AwaitPart(m, key, peer, env));
     absl::StatusOr<std::vector<float>> payload =
@@ -196,7 +197,7 @@ absl::Status AwaitPushes(std::vector<std::future<absl::Status>>& pushes) {
 
 // Phase 5: the parts joined into the checkpoint of exactly this site's new layers.
 absl::StatusOr<CheckpointState> JoinMine(const LayerMoves& m, std::vector<CheckpointState> parts) {
-  const LayerRange mine = m.spec->sites[m.index].layers;
+  const LayerRange mine = m.view->Layers(m.index);
   std::sort(parts.begin(), parts.end(), [](const CheckpointState& a, const CheckpointState& b) {
     return a.first_layer < b.first_layer;
   });
@@ -216,7 +217,7 @@ absl::StatusOr<CheckpointState> JoinMine(const LayerMoves& m, std::vector<Checkp
 // .moved (when it was not already). Nothing is written when nothing moved here.
 absl::Status Install(const LayerMoves& m, const CheckpointStore& store, const Source& source,
                      const CheckpointState& joined, int64_t sent_layers) {
-  const LayerRange mine = m.spec->sites[m.index].layers;
+  const LayerRange mine = m.view->Layers(m.index);
   const std::string path = store.PathFor(m.step);
   if (source.held == mine && source.path == path) return absl::OkStatus();  // Nothing moved here.
   if (source.path == path) {

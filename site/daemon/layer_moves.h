@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "core/job_spec.h"
+#include "core/job_view.h"
 #include "site/daemon/checkpoint_store.h"
 #include "site/exchange/gateway_link.h"
 #include "site/exchange/link_security.h"
@@ -28,7 +29,8 @@
 namespace strait::site {
 
 struct LayerMoves {
-  const JobSpec* spec = nullptr;  // With the split of the generation that starts.
+  const JobSpec* spec = nullptr;
+  const JobView* view = nullptr;  // The split of the generation that starts; this site's replica.
   int index = 0;                  // This stage.
   int64_t step = 0;               // The rollback's (> 0).
   uint32_t generation = 0;
@@ -46,7 +48,7 @@ struct LayerMoves {
 std::string TrainedCheckpointPath(const CheckpointStore& store, int64_t step);
 
 // Sends and receives the parts and writes this site's checkpoint of `m.step` for its layers in
-// `m.spec` (in phases: read the trained checkpoint, send, receive, await the pushes, join,
+// `m.view` (in phases: read the trained checkpoint, send, receive, await the pushes, join,
 // install). Blocks on the link and on `store`'s Env. Logs what moved. An error names the part or
 // site that failed; ABORTED when m.interrupted() said so while a part was awaited.
 absl::Status MoveLayers(const LayerMoves& m, const CheckpointStore& store);

@@ -12,8 +12,8 @@
 
 namespace strait::site {
 
-absl::StatusOr<JobSpec> TakePlannedSplit(const JobSpec& spec, int index,
-                                         const PlannedSplitOptions& o) {
+absl::StatusOr<plan::SplitChoice> TakePlannedSplit(const JobSpec& spec, int index,
+                                                   const PlannedSplitOptions& o) {
   const SiteSpec& site = spec.sites[index];
   std::error_code ignored;
   std::filesystem::create_directories(std::filesystem::path(o.cache_path).parent_path(), ignored);
@@ -40,7 +40,7 @@ absl::StatusOr<JobSpec> TakePlannedSplit(const JobSpec& spec, int index,
   }
   // The gateway planned it from the same spec; still, a split that does not tile the model or
   // moves a pinned range is refused rather than run.
-  absl::Status fits = plan::ApplySplit(spec, choice.layers).status();
+  absl::Status fits = plan::ApplySplit(spec, JobView::Initial(spec), choice.layers).status();
   for (size_t s = 0; fits.ok() && s < spec.sites.size(); ++s) {
     if (!spec.sites[s].plan_layers && !(choice.layers[s] == spec.sites[s].layers)) {
       fits = absl::InvalidArgumentError(
@@ -53,7 +53,7 @@ absl::StatusOr<JobSpec> TakePlannedSplit(const JobSpec& spec, int index,
                      ", which does not fit this job spec: ", fits.message()));
   }
   if (reply.description_size() > 0) spdlog::info("plan: {}", reply.description(0));
-  return plan::WithSplit(spec, choice);
+  return choice;
 }
 
 }  // namespace strait::site

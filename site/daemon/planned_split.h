@@ -1,7 +1,8 @@
 // `layers: auto` on a site (DESIGN.md §4, issue 30): before it builds its stage, the site measures
 // its per-layer profile (or takes the cached one: site/plan/site_profiler.h), probes its link to
 // the gateway, sends both with a Plan call and waits until the gateway has planned the split from
-// every site's profile. What it runs from then on is the planned spec.
+// every site's profile. What it runs from then on is the planned split (core/job_view.h) and the
+// planned extra_in_flight.
 #pragma once
 
 #include <chrono>
@@ -9,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/job_spec.h"
+#include "plan/split_planner.h"
 #include "site/rpc/plan_client.h"
 
 namespace strait::site {
@@ -21,10 +23,11 @@ struct PlannedSplitOptions {
   std::chrono::seconds timeout{300};  // How long to wait for the gateway and the other sites.
 };
 
-// `spec` (which plans its split) with every site's range and extra_in_flight as the gateway
-// planned them (plan/split_planner.h WithSplit). Logs the plan. Errors: the profile's measurement,
-// the gateway's refusal, or a plan that does not fit `spec`.
-absl::StatusOr<JobSpec> TakePlannedSplit(const JobSpec& spec, int index,
-                                         const PlannedSplitOptions& options);
+// Every site's range and extra_in_flight as the gateway planned them for `spec` (which plans its
+// split): the caller runs plan/split_planner.h WithSplit and WithPlannedInFlight of it. Logs the
+// plan. Errors: the profile's measurement, the gateway's refusal, or a plan that does not fit
+// `spec`.
+absl::StatusOr<plan::SplitChoice> TakePlannedSplit(const JobSpec& spec, int index,
+                                                   const PlannedSplitOptions& options);
 
 }  // namespace strait::site

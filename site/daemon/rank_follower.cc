@@ -76,7 +76,7 @@ absl::Status Serve(const FollowerOptions& o, LeaderLink& link, bool& grouped) {
                          .nccl_prefix = BuildKeyPrefix(prefix, order->build().build())};
         absl::StatusOr<std::unique_ptr<FollowerStage>> made =
             MakeFollowerFactory(*o.spec, o.index, order->build().total_steps(), o.threads,
-                                ranks)(o.spec->sites[o.index].layers);
+                                ranks)(o.view->Layers(o.index));
         done = made.status();
         if (made.ok()) stage = *std::move(made);
         break;
@@ -108,10 +108,10 @@ absl::Status Serve(const FollowerOptions& o, LeaderLink& link, bool& grouped) {
 absl::Status RunFollower(const FollowerOptions& o) {
   const SiteSpec& site = o.spec->sites[o.index];
   v1::RankHello hello;
-  hello.set_site_id(site.id);
+  hello.set_site_id(o.view->SiteId(*o.spec, o.index));
   hello.set_rank(o.rank);
   hello.set_machines(site.machines);
-  hello.set_job_text(AgreedJobText(*o.spec));
+  hello.set_job_text(AgreedJobText(*o.spec, o.view->planned));
   const auto patience =
       std::chrono::milliseconds(static_cast<int64_t>(o.reconnect_timeout_s * 1000));
   auto deadline = o.env->Now() + patience;

@@ -12,12 +12,14 @@
 #include "absl/status/status.h"
 #include "core/env.h"
 #include "core/job_spec.h"
+#include "core/job_view.h"
 #include "site/rpc/rank_client.h"
 
 namespace strait::site {
 
 struct FollowerOptions {
   const JobSpec* spec = nullptr;  // Must outlive the call.
+  const JobView* view = nullptr;  // The site's replica and split as it started; must outlive it.
   int index = 0;                  // The site's stage.
   int rank = 1;
   int threads = 1;  // Compute threads per worker.

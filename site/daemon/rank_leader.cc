@@ -32,7 +32,7 @@ double GroupTimeoutSeconds(const JobSpec& spec) {
 RankLeader::RankLeader(Options options)
     : options_(std::move(options)),
       machines_(options_.spec->sites[options_.index].machines),
-      job_text_(AgreedJobText(*options_.spec)),
+      job_text_(AgreedJobText(*options_.spec, options_.view->planned)),
       call_timeout_(Millis(options_.spec->gateway.heartbeat_timeout_s)) {}
 
 RankLeader::~RankLeader() {
@@ -52,11 +52,12 @@ absl::StatusOr<std::unique_ptr<RankLeader>> RankLeader::Start(Options options) {
   }
   std::unique_ptr<RankLeader> leader(new RankLeader(std::move(options)));
   const Options& o = leader->options_;
-  STRAIT_ASSIGN_OR_RETURN(leader->server_, RankServer::Start({.listen = o.listen,
-                                                              .site_id = o.spec->sites[o.index].id,
-                                                              .tls = o.tls,
-                                                              .deny_list = o.deny_list},
-                                                             *leader));
+  STRAIT_ASSIGN_OR_RETURN(leader->server_,
+                          RankServer::Start({.listen = o.listen,
+                                             .site_id = o.view->SiteId(*o.spec, o.index),
+                                             .tls = o.tls,
+                                             .deny_list = o.deny_list},
+                                            *leader));
   return leader;
 }
 
@@ -118,7 +119,7 @@ absl::Status RankLeader::FormGroup(std::chrono::milliseconds wait) {
       if (std::chrono::steady_clock::now() >= deadline) {
         return absl::DeadlineExceededError(
             absl::StrCat("rank(s) ", absl::StrJoin(missing, ", "), " of site '",
-                         options_.spec->sites[options_.index].id,
+                         options_.view->SiteId(*options_.spec, options_.index),
                          "' did not attach to the leader at ", options_.listen, " in time"));
       }
       spdlog::info("waiting for rank(s) {} to attach at {}", absl::StrJoin(missing, ", "),
@@ -187,8 +188,9 @@ absl::Status RankLeader::Fail(absl::Status status) {
   if (status.ok()) return status;
   std::lock_guard<std::mutex> lock(mu_);
   if (failure_.ok()) {
-    failure_ = absl::UnavailableError(absl::StrCat(
-        "site '", options_.spec->sites[options_.index].id, "' failed: ", status.message()));
+    failure_ = absl::UnavailableError(
+        absl::StrCat("site '", options_.view->SiteId(*options_.spec, options_.index),
+                     "' failed: ", status.message()));
     spdlog::error("{}", std::string(failure_.message()));
   }
   return failure_;

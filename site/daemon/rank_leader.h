@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/job_spec.h"
+#include "core/job_view.h"
 #include "crypto/certificates.h"
 #include "crypto/deny_list.h"
 #include "site/collective/gloo_group.h"
@@ -40,6 +41,7 @@ class RankLeader final : public RankAdmission, public RankPeers {
  public:
   struct Options {
     const JobSpec* spec = nullptr;  // Must outlive the leader.
+    const JobView* view = nullptr;  // The site's replica and split as it started; must outlive it.
     int index = 0;                  // The site's stage.
     std::string listen;             // host:port the followers dial (strait-site --leader).
     crypto::TlsMaterial tls;        // The site's certificate and key, and the federation CA.

@@ -12,10 +12,12 @@
 #include "absl/strings/str_format.h"
 #include "core/env.h"
 #include "core/job_spec.h"
+#include "core/job_view.h"
 #include "core/run_report.h"
 #include "core/status.h"
 #include "crypto/certificates.h"
 #include "crypto/deny_list.h"
+#include "plan/split_planner.h"
 #include "site/daemon/checkpoint_store.h"
 #include "site/daemon/planned_split.h"
 #include "site/daemon/rank_follower.h"
@@ -47,7 +49,8 @@ absl::StatusOr<crypto::TlsMaterial> LoadSiteTls(const SiteOptions& o, const JobS
   return material;
 }
 
-// The job spec with the command line's overrides applied, and this site's index in it.
+// The job spec with the command line's overrides applied, and this site's slot in it (replica by
+// replica: JobSpec::SiteSlot).
 absl::StatusOr<std::pair<JobSpec, int>> LoadSpec(const SiteOptions& o) {
   absl::StatusOr<JobSpec> spec = LoadJobSpec(o.config);
   if (!spec.ok()) return Invalid(std::string(spec.status().message()));
@@ -59,15 +62,12 @@ absl::StatusOr<std::pair<JobSpec, int>> LoadSpec(const SiteOptions& o) {
     }
     return Invalid(absl::StrCat(o.config, ": no site '", o.site_id, "'; the sites are ", ids));
   }
-  // A replica's site runs its stage as replica 0's does, with its pipeline's ids.
-  *spec = spec->ReplicaView(slot / spec->Stages());
-  const int index = slot % spec->Stages();
   if (o.steps > 0) {
     spec->training.steps = o.steps;
     spec->training.epochs = 0;
   }
   if (!o.gateway.empty()) spec->gateway.address = o.gateway;
-  return std::make_pair(*std::move(spec), index);
+  return std::make_pair(*std::move(spec), slot);
 }
 
 // Loads what this stage reads of the data set (DESIGN.md §1: data stays at its site).
@@ -90,10 +90,13 @@ absl::StatusOr<StageData> LoadStageData(const JobSpec& spec, bool first, bool la
   return data;
 }
 
-// What RunSite works from: the job spec with the command line's overrides, this site's place in
-// it, the run's length, and the site's identity.
+// What RunSite works from: the job spec with the command line's overrides (immutable once the
+// split is planned), this site's place in it, the run's length, and the site's identity.
 struct SiteSetup {
   JobSpec spec;
+  // This site's replica and the split it starts with (a replica's site runs its stage as replica
+  // 0's does, with its pipeline's ids).
+  JobView view;
   int index = 0;
   int64_t total_steps = 0;
   crypto::TlsMaterial tls;  // The site's certificate and key, and the federation CA.
@@ -102,18 +105,21 @@ struct SiteSetup {
 
 absl::StatusOr<SiteSetup> LoadSetup(const SiteOptions& o) {
   SiteSetup setup;
-  STRAIT_ASSIGN_OR_RETURN(std::tie(setup.spec, setup.index), LoadSpec(o));
+  int slot = 0;
+  STRAIT_ASSIGN_OR_RETURN(std::tie(setup.spec, slot), LoadSpec(o));
   const JobSpec& spec = setup.spec;
+  setup.index = slot % spec.Stages();
+  setup.view = JobView::Initial(spec, slot / spec.Stages());
   const int index = setup.index;
   if (o.threads < 1) return Invalid("--threads must be at least 1");
   const SiteSpec& site = spec.sites[index];
   if (o.rank < 0 || o.rank >= site.machines) {
-    return Invalid(absl::StrCat("--rank ", o.rank, ": site '", site.id, "' runs on ", site.machines,
-                                " machine(s), ranks 0 to ", site.machines - 1, " (sites[", index,
-                                "].machines in ", o.config, ")"));
+    return Invalid(absl::StrCat("--rank ", o.rank, ": site '", o.site_id, "' runs on ",
+                                site.machines, " machine(s), ranks 0 to ", site.machines - 1,
+                                " (sites[", index, "].machines in ", o.config, ")"));
   }
   if (site.machines > 1 && o.leader.empty()) {
-    return Invalid(absl::StrCat("site '", site.id, "' runs on ", site.machines,
+    return Invalid(absl::StrCat("site '", o.site_id, "' runs on ", site.machines,
                                 " machines: give every rank --leader HOST:PORT, the address on "
                                 "which rank 0 listens for the others"));
   }
@@ -216,6 +222,7 @@ SessionOptions SessionOptionsFor(const SiteOptions& o, const SiteSetup& setup) {
 GatewayConnection::Options ConnectionOptionsFor(const SiteOptions& o, const SiteSetup& setup) {
   GatewayConnection::Options options;
   options.spec = &setup.spec;
+  options.view = &setup.view;
   options.index = setup.index;
   options.total_steps = setup.total_steps;
   options.tls = setup.tls;
@@ -245,13 +252,13 @@ absl::Status TrainSite(const SiteRun& run, StageFactory factory, bool resume, ui
   RunReport& report = run.report;
   const JobSpec& spec = setup.spec;
   const int stages = static_cast<int>(spec.sites.size());
-  const LayerRange& layers = spec.sites[setup.index].layers;
+  const LayerRange& layers = setup.view.Layers(setup.index);
   CheckpointStore checkpoints(spec, o.site_id, *Env::Default());
   SessionOptions session_options = SessionOptionsFor(o, setup);
   session_options.resume = resume;
   session_options.process_start = run.process_start;
   if (leader != nullptr) session_options.ranks = [leader] { return leader->RankStates(); };
-  SiteSession session(spec, session_options, std::move(factory), checkpoints, report);
+  SiteSession session(spec, setup.view, session_options, std::move(factory), checkpoints, report);
   GatewayConnection::Options connection_options = ConnectionOptionsFor(o, setup);
   connection_options.min_epoch = epoch + 1;
   // After the session, whose handlers it calls: destroyed (and so closed) first, on every path.
@@ -295,6 +302,7 @@ absl::Status LeadSite(const SiteRun& run) {
   const int machines = spec.sites[setup.index].machines;
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<RankLeader> leader,
                           RankLeader::Start({.spec = &spec,
+                                             .view = &setup.view,
                                              .index = setup.index,
                                              .listen = o.leader,
                                              .tls = setup.tls,
@@ -356,12 +364,17 @@ absl::Status RunSite(const SiteOptions& o) {
             absl::StrCat(setup.spec.training.checkpoint.dir, "/", o.site_id, "/profile.json"),
         .profile_again = o.profile_again,
         .timeout = std::chrono::seconds(static_cast<int64_t>(o.reconnect_timeout_s))};
-    STRAIT_ASSIGN_OR_RETURN(setup.spec, TakePlannedSplit(setup.spec, setup.index, plan));
+    STRAIT_ASSIGN_OR_RETURN(const plan::SplitChoice choice,
+                            TakePlannedSplit(setup.spec, setup.index, plan));
+    // Settled once, before anything runs: from here on the spec stays as it is.
+    setup.spec = plan::WithPlannedInFlight(std::move(setup.spec), choice);
+    setup.view = plan::WithSplit(choice, setup.view.replica);
   }
   const JobSpec& spec = setup.spec;
   const int stages = static_cast<int>(spec.sites.size());
   if (setup.spec.sites[setup.index].machines > 1 && o.rank > 0) {
     return RunFollower({.spec = &spec,
+                        .view = &setup.view,
                         .index = setup.index,
                         .rank = o.rank,
                         .threads = o.threads,

@@ -52,18 +52,19 @@ double SessionFigures::SteadySamplesPerSecond(int global_batch) const {
   return static_cast<double>(steps_done - 1) * global_batch / std::max(steady_seconds, 1e-9);
 }
 
-SiteSession::SiteSession(const JobSpec& spec, SessionOptions options, StageFactory build_stage,
-                         CheckpointStore& checkpoints, RunReport& report)
+SiteSession::SiteSession(const JobSpec& spec, JobView view, SessionOptions options,
+                         StageFactory build_stage, CheckpointStore& checkpoints, RunReport& report)
     : spec_(spec),
+      view_(std::move(view)),
       options_(std::move(options)),
       build_stage_(std::move(build_stage)),
       checkpoints_(checkpoints),
       report_(report),
       step_progress_(options_.total_steps, spec.training.global_batch, progress_, report) {
-  for (int peer : KeyPeers(spec_, options_.index)) peers_.push_back(spec_.sites[peer].id);
+  for (int peer : KeyPeers(spec_, options_.index)) peers_.push_back(view_.SiteId(spec_, peer));
   // The stage's other replicas: their pairwise masks (crypto/pairwise_masks.h).
   for (const std::string& id : spec_.StageReplicaIds(options_.index)) {
-    if (id != spec_.sites[options_.index].id) peers_.push_back(id);
+    if (id != view_.SiteId(spec_, options_.index)) peers_.push_back(id);
   }
 }
 
@@ -97,7 +98,8 @@ std::optional<int64_t> SiteSession::checkpoint() {
 
 absl::Status SiteSession::Join(GatewayConnector& connector) {
   const SiteSpec& site = spec_.sites[options_.index];
-  STRAIT_ASSIGN_OR_RETURN(stage_, build_stage_(site.layers));
+  const LayerRange& layers = view_.Layers(options_.index);
+  STRAIT_ASSIGN_OR_RETURN(stage_, build_stage_(layers));
   if (site.machines > 1) {
     spdlog::info("{} ranks ({} tensor-parallel), {} worker(s) each; this rank's: {}", site.machines,
                  site.tensor_parallel, site.workers, stage_->device_names());
@@ -119,7 +121,7 @@ absl::Status SiteSession::Join(GatewayConnector& connector) {
   }
   window_ = LinkWindow(spec_);
   spdlog::info("stage {} of {} (layers [{}, {})), joining the gateway at {}", options_.index,
-               spec_.sites.size(), site.layers.start, site.layers.end, spec_.gateway.address);
+               spec_.sites.size(), layers.start, layers.end, spec_.gateway.address);
   STRAIT_ASSIGN_OR_RETURN(v1::JoinReply reply, connector.Join(checkpoint()));
   for (const v1::SignedKey& k : reply.neighbour_keys()) keys_.Add(k);
   return absl::OkStatus();
@@ -210,19 +212,20 @@ absl::StatusOr<std::unique_ptr<SiteRunner>> SiteSession::StartGeneration(
                                           spdlog::info("waiting for the key of {}", missing);
                                         }));
   if (begin.split_size() > 0) STRAIT_RETURN_IF_ERROR(TakeSplit(connector, begin, peer_keys));
-  STRAIT_ASSIGN_OR_RETURN(stage_, build_stage_(spec_.sites[options_.index].layers));
+  STRAIT_ASSIGN_OR_RETURN(stage_, build_stage_(view_.Layers(options_.index)));
   if (from > 0) STRAIT_RETURN_IF_ERROR(checkpoints_.Load(from, *stage_));
   spdlog::info("training from {} (generation {})",
                from == 0 ? std::string("the initial parameters") : checkpoints_.PathFor(from),
                generation);
-  STRAIT_ASSIGN_OR_RETURN(
-      StageLinks links,
-      BuildStageLinks(
-          spec_, options_.index, connector.link(),
-          {.security = connector.security(), .peers = &peer_keys, .generation = generation},
-          metrics_, LinkLimitsOf(spec_, *stage_, window_)));
+  STRAIT_ASSIGN_OR_RETURN(StageLinks links,
+                          BuildStageLinks(spec_, options_.index, connector.link(),
+                                          {.security = connector.security(),
+                                           .peers = &peer_keys,
+                                           .generation = generation,
+                                           .replica = view_.replica},
+                                          metrics_, LinkLimitsOf(spec_, *stage_, window_)));
   auto runner = std::make_unique<SiteRunner>(
-      spec_, options_.index, *stage_, StageIo{std::move(links), data}, metrics_,
+      spec_, options_.index, *stage_, StageIo{std::move(links), data, view_.replica}, metrics_,
       StepRange{.total_steps = options_.total_steps, .start_step = from, .generation = generation});
   if (from > 0 && runner->has_outer_rounds()) {
     STRAIT_ASSIGN_OR_RETURN(std::vector<float> outer, checkpoints_.LoadOuterState(from));
@@ -247,10 +250,10 @@ absl::Status SiteSession::TakeSplit(GatewayConnector& connector, const v1::Rollb
   for (const v1::LayerRange& r : begin.split()) {
     split.push_back({static_cast<int>(r.start()), static_cast<int>(r.end())});
   }
-  STRAIT_ASSIGN_OR_RETURN(JobSpec planned, plan::ApplySplit(spec_, split));
-  const LayerRange before = spec_.sites[options_.index].layers;
-  const LayerRange now = planned.sites[options_.index].layers;
-  spec_ = std::move(planned);
+  STRAIT_ASSIGN_OR_RETURN(JobView planned, plan::ApplySplit(spec_, view_, split));
+  const LayerRange before = view_.Layers(options_.index);
+  const LayerRange now = planned.Layers(options_.index);
+  view_ = std::move(planned);
   if (!(before == now)) {
     spdlog::info("the gateway planned the split again: {}; this site's layers are now [{}, {})",
                  plan::SplitToString(split), now.start, now.end);
@@ -260,6 +263,7 @@ absl::Status SiteSession::TakeSplit(GatewayConnector& connector, const v1::Rollb
   // From the initial parameters nothing moves: every layer starts from its seed.
   if (begin.step() == 0) return absl::OkStatus();
   return MoveLayers({.spec = &spec_,
+                     .view = &view_,
                      .index = options_.index,
                      .step = static_cast<int64_t>(begin.step()),
                      .generation = begin.generation(),

@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/job_spec.h"
+#include "core/job_view.h"
 #include "core/run_report.h"
 #include "site/daemon/checkpoint_store.h"
 #include "site/daemon/neighbour_keys.h"
@@ -78,10 +79,11 @@ struct SessionFigures {
 
 class SiteSession {
  public:
-  // `checkpoints` and `report` must outlive the session, which keeps its own copy of `spec` (a
-  // planned split's Rollback may give the stages other layers). Progress lines, "interrupted"
-  // lines and the losses of the last stage go to `report`.
-  SiteSession(const JobSpec& spec, SessionOptions options, StageFactory build_stage,
+  // `spec`, `checkpoints` and `report` must outlive the session. `view`: this site's replica and
+  // the split the session starts from; the session keeps its own copy (a planned split's Rollback
+  // may give the stages other layers). Progress lines, "interrupted" lines and the losses of the
+  // last stage go to `report`.
+  SiteSession(const JobSpec& spec, JobView view, SessionOptions options, StageFactory build_stage,
               CheckpointStore& checkpoints, RunReport& report);
 
   // The handlers a connector calls (control messages, joins, losses). Whoever is given them must be
@@ -143,7 +145,8 @@ class SiteSession {
   // (the last one among them).
   void ReportEvaluation(int64_t step, const Evaluation& e);
 
-  JobSpec spec_;  // With the split of the current generation.
+  const JobSpec& spec_;
+  JobView view_;  // The split of the current generation; set by TakeSplit.
   const SessionOptions options_;
   const StageFactory build_stage_;
   CheckpointStore& checkpoints_;

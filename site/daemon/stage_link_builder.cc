@@ -32,6 +32,10 @@ class LinkBuilder {
   // The keys of the link with `peer` (a neighbour, or the other end of the tied link) for the
   // generation (no sealing when the link is not encrypted).
   absl::StatusOr<LinkSecurity::LinkCrypto> CryptoWith(const LinkSpec& link, int peer) const;
+  // The id of the site of stage `stage` in this site's pipeline (sealing_.replica).
+  const std::string& SiteId(int stage) const {
+    return spec_.SiteIdAt(sealing_.replica * spec_.Stages() + stage);
+  }
   // The signed key of site `id`, empty when it has none (then it does not verify).
   v1::SignedKey PeerKey(const std::string& id) const;
   absl::Status AddPrevious(StageLinks& links);
@@ -58,7 +62,7 @@ v1::SignedKey LinkBuilder::PeerKey(const std::string& id) const {
 absl::StatusOr<LinkSecurity::LinkCrypto> LinkBuilder::CryptoWith(const LinkSpec& link,
                                                                  int peer) const {
   if (!link.encryption) return LinkSecurity::LinkCrypto{};
-  const std::string& id = spec_.sites[peer].id;
+  const std::string& id = SiteId(peer);
   if (sealing_.security == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("the link with ", id,
@@ -87,7 +91,7 @@ absl::Status LinkBuilder::AddPrevious(StageLinks& links) {
       links.forward_in,
       FrameReceiver::Create(gateway_,
                             std::make_unique<FrameDecoder>(std::move(c.opener), limits_.max_raw),
-                            {spec_.sites[peer].id, peer, v1::FORWARD}, metrics_, limits_.window));
+                            {SiteId(peer), peer, v1::FORWARD}, metrics_, limits_.window));
   return absl::OkStatus();
 }
 
@@ -101,9 +105,9 @@ absl::Status LinkBuilder::AddNext(StageLinks& links) {
                                               metrics_, limits_.window));
   STRAIT_ASSIGN_OR_RETURN(
       links.backward_in,
-      FrameReceiver::Create(
-          gateway_, std::make_unique<FrameDecoder>(std::move(c.opener), limits_.max_raw),
-          {spec_.sites[peer].id, index_, v1::BACKWARD}, metrics_, limits_.window));
+      FrameReceiver::Create(gateway_,
+                            std::make_unique<FrameDecoder>(std::move(c.opener), limits_.max_raw),
+                            {SiteId(peer), index_, v1::BACKWARD}, metrics_, limits_.window));
   return absl::OkStatus();
 }
 
@@ -119,7 +123,7 @@ absl::Status LinkBuilder::AddTied(int peer, StageLinks& links) {
       links.tied_in,
       FrameReceiver::Create(
           gateway_, std::make_unique<FrameDecoder>(std::move(c.opener), limits_.max_raw),
-          {spec_.sites[peer].id, 0, first ? v1::BACKWARD : v1::FORWARD}, metrics_, limits_.window));
+          {SiteId(peer), 0, first ? v1::BACKWARD : v1::FORWARD}, metrics_, limits_.window));
   return absl::OkStatus();
 }
 
@@ -132,7 +136,7 @@ absl::Status LinkBuilder::AddReplicaSums(StageLinks& links) {
   }
   std::vector<crypto::LinkEnd> ends;
   for (const std::string& id : spec_.StageReplicaIds(index_)) {
-    if (id == spec_.sites[index_].id) continue;  // This site.
+    if (id == SiteId(index_)) continue;  // This site.
     absl::StatusOr<crypto::LinkEnd> end = security->VerifiedEnd(id, PeerKey(id));
     if (!end.ok()) {
       return absl::Status(

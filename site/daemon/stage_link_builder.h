@@ -21,10 +21,12 @@ namespace strait::site {
 
 // What seals a generation's links: this site's signed key (null before it joined: then only
 // links without encryption can be built) and the peers' signed keys by site id, for `generation`.
+// The peers are the sites of pipeline `replica` (JobView::replica).
 struct LinkSealing {
   const LinkSecurity* security = nullptr;
   const std::map<std::string, v1::SignedKey>* peers = nullptr;  // Not owned.
   uint32_t generation = 0;
+  int replica = 0;
 };
 
 // How much a stage's links hold: frames in flight per direction, and the largest tensor a frame

@@ -14,7 +14,7 @@ SiteRunner::SiteRunner(const JobSpec& spec, int index, StageExecutor& stage, Sta
     : spec_(spec),
       index_(index),
       stage_(stage),
-      frames_(spec, index, steps.generation, std::move(io.links), metrics),
+      frames_(spec, io.replica, index, steps.generation, std::move(io.links), metrics),
       data_(std::move(io.data)),
       metrics_(metrics),
       steps_(steps),
@@ -30,7 +30,7 @@ SiteRunner::SiteRunner(const JobSpec& spec, int index, StageExecutor& stage, Sta
   }
   if (data_.train) {
     sampler_.emplace(spec.data.seed, data_.train->size, spec.training.global_batch,
-                     spec.view_replica, spec.Replicas());
+                     frames_.replica(), spec.Replicas());
   }
 }
 
@@ -152,7 +152,7 @@ absl::Status SiteRunner::RunForward(int64_t step, int m, StepTally& tally) {
     ScopedTimer timer(metrics_, Timer::kCompute, Timer::kForward);
     ForwardOptions options;
     options.weights = ForwardWeights(t, static_cast<int>(spec_.sites.size()), index_, step, m);
-    options.dropout_microbatch_offset = spec_.view_replica * t.microbatches;
+    options.dropout_microbatch_offset = frames_.replica() * t.microbatches;
     STRAIT_RETURN_IF_ERROR(stage_.Forward(step, m, mb, first ? inputs_.data() : input.data(),
                                           last ? nullptr : output.data(), options));
     if (last) {

@@ -50,10 +50,12 @@ struct StageData {
   int64_t test_size = 0;
 };
 
-// Where the stage's tensors come from and go to: its links and its own data.
+// Where the stage's tensors come from and go to: its links and its own data, as a stage of pipeline
+// `replica` (JobView::replica: its data shard and the replica of its tensor keys).
 struct StageIo {
   StageLinks links;
   StageData data;
+  int replica = 0;
 };
 
 // The steps a runner takes: the stage holds the state after `start_step` steps; `total_steps` is

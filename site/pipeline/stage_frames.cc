@@ -7,9 +7,10 @@
 
 namespace strait::site {
 
-StageFrames::StageFrames(const JobSpec& spec, int index, uint32_t generation, StageLinks links,
-                         SiteMetrics& metrics)
+StageFrames::StageFrames(const JobSpec& spec, int replica, int index, uint32_t generation,
+                         StageLinks links, SiteMetrics& metrics)
     : spec_(spec),
+      replica_(replica),
       index_(index),
       generation_(generation),
       links_(std::move(links)),
@@ -25,7 +26,7 @@ v1::TensorKey StageFrames::Key(int64_t step, int microbatch, int boundary, v1::D
   key.set_direction(direction);
   key.set_purpose(purpose);
   key.set_generation(generation_);
-  key.set_replica(static_cast<uint32_t>(spec_.view_replica));
+  key.set_replica(static_cast<uint32_t>(replica_));
   return key;
 }
 

@@ -40,11 +40,13 @@ struct StageLinks {
 
 class StageFrames {
  public:
-  // Stage `index` of `spec` in rollback `generation`. `spec` and `metrics` must outlive this.
-  StageFrames(const JobSpec& spec, int index, uint32_t generation, StageLinks links,
+  // Stage `index` of pipeline `replica` (JobView::replica) of `spec` in rollback `generation`.
+  // `spec` and `metrics` must outlive this.
+  StageFrames(const JobSpec& spec, int replica, int index, uint32_t generation, StageLinks links,
               SiteMetrics& metrics);
 
   const JobSpec& spec() const { return spec_; }
+  int replica() const { return replica_; }
   int index() const { return index_; }
   uint32_t generation() const { return generation_; }
   SiteMetrics& metrics() { return metrics_; }
@@ -67,6 +69,7 @@ class StageFrames {
 
  private:
   const JobSpec& spec_;
+  const int replica_;
   const int index_;
   const uint32_t generation_;
   StageLinks links_;

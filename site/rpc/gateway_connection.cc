@@ -63,7 +63,10 @@ absl::StatusOr<v1::JoinReply> GatewayConnection::Join(std::optional<int64_t> che
   epoch_ = std::max({now_s, epoch_ + 1, options_.min_epoch});
   STRAIT_ASSIGN_OR_RETURN(security_, LinkSecurity::Create(spec.name, epoch_, options_.tls.own,
                                                           options_.tls.ca_pem, options_.deny_list));
-  v1::JoinRequest join = JoinRequestFor(spec, options_.index, security_->own_key());
+  v1::JoinRequest join =
+      options_.view != nullptr
+          ? JoinRequestFor(spec, *options_.view, options_.index, security_->own_key())
+          : JoinRequestFor(spec, options_.index, security_->own_key());
   join.set_total_steps(static_cast<uint64_t>(options_.total_steps));
   if (checkpoint) {
     join.set_has_checkpoint(true);

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "core/job_spec.h"
+#include "core/job_view.h"
 #include "crypto/certificates.h"
 #include "crypto/deny_list.h"
 #include "site/rpc/gateway_connector.h"
@@ -29,8 +30,11 @@ class GatewayConnection final : public GatewayConnector, private GatewayLink {
  public:
   struct Options {
     const JobSpec* spec = nullptr;  // Must outlive the connection; gateway.address is dialled.
-    int index = 0;                  // This site's stage in spec->sites.
-    int64_t total_steps = 0;        // Claimed in every JoinRequest (the gateway checks it).
+    // The split every join claims (the site's as it started) and whether it is planned; null: the
+    // file's (JobView::Initial). Must outlive the connection.
+    const JobView* view = nullptr;
+    int index = 0;            // This site's stage in spec->sites.
+    int64_t total_steps = 0;  // Claimed in every JoinRequest (the gateway checks it).
     // The site's certificate and key with the federation CA: the mutual TLS identity, and the key
     // that signs each epoch's link key.
     crypto::TlsMaterial tls;

@@ -46,11 +46,14 @@ TEST(JobAgreementTest, WhatMayDifferBetweenTheFilesOfOneFederationDoesNotCount) 
 // that seal their MOVE frames: every site gets every other's.
 TEST(JobAgreementTest, APlannedSplitAgreesWhateverItsLayers) {
   JobSpec before = Parse(kSpec), after = Parse(kSpec);
-  before.split_planned = after.split_planned = true;
+  for (JobSpec* spec : {&before, &after}) {
+    for (SiteSpec& site : spec->sites) site.plan_layers = true;  // layers: auto, planned.
+  }
   after.sites[0].layers = {0, 2};
   after.sites[1].layers = {2, 2};
-  EXPECT_EQ(AgreedJobText(before), AgreedJobText(after));
-  EXPECT_NE(AgreedJobText(before), AgreedJobText(Parse(kSpec)));
+  EXPECT_EQ(AgreedJobText(before, /*split_planned=*/true),
+            AgreedJobText(after, /*split_planned=*/true));
+  EXPECT_NE(AgreedJobText(before, /*split_planned=*/true), AgreedJobText(Parse(kSpec)));
   EXPECT_EQ(KeyPeers(before, 0), std::vector<int>{1});
   JobSpec three = before;
   three.sites.push_back(three.sites.back());
@@ -58,7 +61,7 @@ TEST(JobAgreementTest, APlannedSplitAgreesWhateverItsLayers) {
   three.links.push_back(three.links.back());
   three.links.back().encryption = false;
   EXPECT_EQ(KeyPeers(three, 0), (std::vector<int>{1, 2}));
-  three.split_planned = false;
+  for (SiteSpec& site : three.sites) site.plan_layers = false;  // The file's split.
   EXPECT_EQ(KeyPeers(three, 0), std::vector<int>{1});
 }
 

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "core/job_agreement.h"
+#include "core/job_view.h"
+#include "core/join_request.h"
 
 namespace strait {
 namespace {
@@ -324,12 +326,12 @@ TEST(JobSpecTest, ReplicasAreSlotsOfEveryPipeline) {
   EXPECT_EQ(spec->training.outer.every, 10);
   EXPECT_EQ(spec->training.outer.bits, 16);
   // Replica 2's sites run replica 0's stages under their own ids, and agree on the job.
-  const JobSpec view = spec->ReplicaView(2);
-  EXPECT_EQ(view.view_replica, 2);
-  EXPECT_EQ(view.sites[1].id, "f");
-  EXPECT_EQ(view.sites[1].layers, (LayerRange{1, 3}));
-  EXPECT_EQ(view.SiteIndex("f"), 1);
-  EXPECT_EQ(AgreedJobText(view), AgreedJobText(*spec));
+  const JobView view = JobView::Initial(*spec, 2);
+  EXPECT_EQ(view.replica, 2);
+  EXPECT_EQ(view.SiteId(*spec, 1), "f");
+  EXPECT_EQ(view.Layers(1), (LayerRange{1, 3}));
+  EXPECT_EQ(spec->SiteSlot("f") % spec->Stages(), 1);
+  EXPECT_EQ(JoinRequestFor(*spec, view, 1, UnsignedKey("f", 1)).agreed_job(), AgreedJobText(*spec));
   // Outer rounds have no one-pipeline equivalent; every_step's has R times the batch.
   EXPECT_EQ(OnePipelineOf(*spec).status().code(), absl::StatusCode::kFailedPrecondition);
   JobSpec every = *spec;

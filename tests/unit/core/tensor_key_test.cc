@@ -61,8 +61,8 @@ TEST(TensorKeyTest, MoveKeysJoinAnyTwoStagesOfAPlannedSplit) {
   EXPECT_EQ(ConsumerStage(move, 3), 0);
   EXPECT_EQ(TensorKeyToString(move), "fed/s12/m0/b2/fwd/g0/move");
   JobSpec spec = ThreeSites();
-  EXPECT_FALSE(ValidateTensorKey(move, spec).ok());  // The split is written in the spec.
-  spec.split_planned = true;
+  EXPECT_FALSE(ValidateTensorKey(move, spec).ok());           // The split is written in the spec.
+  for (SiteSpec& site : spec.sites) site.plan_layers = true;  // layers: auto, planned.
   EXPECT_TRUE(ValidateTensorKey(move, spec).ok());
   for (auto [from, to] : {std::pair{2, 2}, std::pair{3, 0}, std::pair{0, 3}}) {
     v1::TensorKey bad = move;

@@ -13,8 +13,13 @@ using testing::FakeChannel;
 using testing::Header;
 using testing::Key;
 
+v1::JoinRequest JoinRequestFor(const JobSpec& spec, const JobView& view, int stage,
+                               uint32_t epoch) {
+  return strait::JoinRequestFor(spec, view, stage, UnsignedKey(spec.sites[stage].id, epoch));
+}
+
 v1::JoinRequest JoinRequestFor(const JobSpec& spec, int stage, uint32_t epoch) {
-  return strait::JoinRequestFor(spec, stage, UnsignedKey(spec.sites[stage].id, epoch));
+  return JoinRequestFor(spec, JobView::Initial(spec), stage, epoch);
 }
 
 v1::SiteMessage Hello(uint32_t epoch) {
@@ -72,6 +77,7 @@ class ExchangeSessionTest : public ::testing::Test {
     for (int i = 0; i < 3; ++i) spec_.sites[i].layers = {i, i + 1};
     spec_.gateway.memory_budget = 1000;
     spec_.gateway.heartbeat_timeout_s = 3600;
+    view_ = JobView::Initial(spec_);
     core_ = std::make_unique<GatewayCore>(spec_, GatewayOptions{});
   }
 
@@ -79,7 +85,7 @@ class ExchangeSessionTest : public ::testing::Test {
   // session for it that has said Hello.
   std::unique_ptr<ExchangeSession> Open(int stage, std::shared_ptr<FakeChannel>& channel,
                                         uint32_t epoch = 1, uint64_t checkpoint = 0) {
-    v1::JoinRequest join = JoinRequestFor(spec_, stage, epoch);
+    v1::JoinRequest join = JoinRequestFor(spec_, view_, stage, epoch);
     if (checkpoint > 0) {
       join.set_has_checkpoint(true);
       join.set_checkpoint_step(checkpoint);
@@ -157,6 +163,7 @@ class ExchangeSessionTest : public ::testing::Test {
   }
 
   JobSpec spec_;
+  JobView view_;  // The split the sites claim in their joins.
   std::unique_ptr<GatewayCore> core_;
 };
 
@@ -597,8 +604,9 @@ TEST_F(ExchangeSessionTest, TrainingStartsOnceEverySiteIsAttached) {
 // from the next one on; joins may claim the layers of either split, and MOVE frames go from one
 // site to any other.
 TEST_F(ExchangeSessionTest, APlannedSplitTravelsWithTheRollbackAndMayChange) {
-  spec_.split_planned = true;
-  core_ = std::make_unique<GatewayCore>(spec_, GatewayOptions{});
+  for (SiteSpec& site : spec_.sites) site.plan_layers = true;  // layers: auto, planned.
+  view_.planned = true;
+  core_ = std::make_unique<GatewayCore>(spec_, view_, GatewayOptions{});
   std::vector<std::shared_ptr<FakeChannel>> out(3);
   std::vector<std::unique_ptr<ExchangeSession>> sessions;
   for (int i = 0; i < 3; ++i) sessions.push_back(Open(i, out[i]));
@@ -617,7 +625,7 @@ TEST_F(ExchangeSessionTest, APlannedSplitTravelsWithTheRollbackAndMayChange) {
   EXPECT_FALSE(core_->federation().SetSplit({{0, 3}}).ok());  // Not a range per site.
   ASSERT_TRUE(core_->federation().SetSplit(second).ok());
   sessions[1]->Close();
-  v1::JoinRequest old_claim = JoinRequestFor(spec_, 1, 2);  // Layers [1, 2): before the re-plan.
+  v1::JoinRequest old_claim = JoinRequestFor(spec_, view_, 1, 2);  // [1, 2): before the re-plan.
   ASSERT_TRUE(
       core_->federation().Join(spec_.sites[1].id, old_claim, Federation::Clock::now()).ok());
   out[1] = std::make_shared<FakeChannel>();

@@ -75,10 +75,10 @@ TEST(SplitPlanningTest, EverySiteGetsTheSameSplitOnceTheLastProfileIsIn) {
   planning.Submit("b", Request(spec, 1), late.Collect());
   ASSERT_EQ(late.got.size(), 1u);
   EXPECT_EQ(late.got[0]->DebugString(), a.got[0]->DebugString());
-  absl::StatusOr<JobSpec> planned = planning.WaitForPlan([] { return false; });
+  absl::StatusOr<plan::SplitChoice> planned = planning.WaitForPlan([] { return false; });
   ASSERT_TRUE(planned.ok());
-  EXPECT_FALSE(planned->PlansSplit());
-  EXPECT_EQ(planned->sites[1].layers.start, static_cast<int>(a.got[0]->layers(1).start()));
+  ASSERT_EQ(planned->layers.size(), 3u);  // Every site's range.
+  EXPECT_EQ(planned->layers[1].start, static_cast<int>(a.got[0]->layers(1).start()));
 }
 
 // A site that calls again with a profile more than gateway.replan_share slower or faster makes the
@@ -109,10 +109,10 @@ TEST(SplitPlanningTest, ASiteBackAtAnotherSpeedGetsTheSplitPlannedAgain) {
   EXPECT_EQ(replanned.layers(2).end() - replanned.layers(2).start(), 1);  // c: one layer
   EXPECT_EQ(replans[0][2].end - replans[0][2].start, 1);
   EXPECT_EQ(replanned.extra_in_flight(), a.got[0]->extra_in_flight());
-  absl::StatusOr<JobSpec> planned = planning.WaitForPlan([] { return false; });
+  absl::StatusOr<plan::SplitChoice> planned = planning.WaitForPlan([] { return false; });
   ASSERT_TRUE(planned.ok());
-  EXPECT_EQ(planned->sites[2].layers, replans[0][2]);
-  EXPECT_TRUE(planned->SplitMayMove());
+  EXPECT_EQ(planned->layers[2], replans[0][2]);
+  EXPECT_TRUE(spec.SplitMayMove());
 }
 
 TEST(SplitPlanningTest, AForgottenWaitIsAnsweredOnceAndItsProfileStays) {

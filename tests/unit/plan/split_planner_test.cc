@@ -203,11 +203,16 @@ TEST(SplitPlannerTest, RefusesMissingAndForeignProfiles) {
 
 TEST(SplitPlannerTest, WithSplitGivesEverySiteItsRange) {
   const JobSpec spec = Spec(kAllAuto, ", extra_in_flight: auto");
-  const JobSpec planned = WithSplit(spec, {{{0, 2}, {2, 3}, {3, 8}}, 2});
-  EXPECT_FALSE(planned.PlansSplit());
-  EXPECT_EQ(planned.sites[2].layers.start, 3);
-  EXPECT_EQ(planned.training.extra_in_flight, 2);
-  EXPECT_FALSE(planned.training.plan_extra_in_flight);
+  const SplitChoice choice{{{0, 2}, {2, 3}, {3, 8}}, 2};
+  const JobView planned = WithSplit(choice, /*replica=*/1);
+  EXPECT_TRUE(planned.planned);
+  EXPECT_EQ(planned.replica, 1);
+  ASSERT_EQ(planned.split.size(), spec.sites.size());  // Every site's range.
+  EXPECT_EQ(planned.Layers(2).start, 3);
+  const JobSpec settled = WithPlannedInFlight(spec, choice);
+  EXPECT_EQ(settled.training.extra_in_flight, 2);
+  EXPECT_FALSE(settled.training.plan_extra_in_flight);
+  EXPECT_TRUE(settled.PlansSplit());  // The spec stays as written: layers: auto.
 }
 
 TEST(SplitPlannerTest, JobSpecChecksAutoRanges) {

@@ -75,7 +75,7 @@ TEST_F(CheckpointStoreTest, APlannedSplitOffersCheckpointsOfOtherLayers) {
   for (int step : {10, 20}) ASSERT_TRUE(store.Save(step, *first).ok());
   auto second = Stage(1, {1, 2});
   EXPECT_EQ(store.NewestValid(*second).status().code(), absl::StatusCode::kNotFound);
-  spec_.split_planned = true;
+  spec_.sites.push_back({.id = "dc-a", .plan_layers = true});  // layers: auto, planned.
   EXPECT_EQ(*store.NewestValid(*second), 20);
   std::filesystem::copy_file(store.PathFor(10), store.PathFor(10) + ".moved");
   ASSERT_TRUE(store.Save(30, *second).ok());

@@ -34,7 +34,7 @@ class LayerMovesTest : public ::testing::Test {
     spec_.sites = {{.id = "dc-a"}, {.id = "dc-b"}, {.id = "dc-c"}};
     spec_.links.resize(2);
     for (LinkSpec& l : spec_.links) l.encryption = false;
-    spec_.split_planned = true;
+    for (SiteSpec& site : spec_.sites) site.plan_layers = true;  // layers: auto, planned.
     // The whole model's checkpoint of step 10, every float distinct.
     int64_t n = 0;
     for (const LayerLayout& l : BuildModelLayout(spec_.model)) n += l.param_count;
@@ -60,8 +60,7 @@ class LayerMovesTest : public ::testing::Test {
   // Sites `sites` move their layers for `split` at once; their statuses.
   std::vector<absl::Status> Move(const std::vector<LayerRange>& split, uint32_t generation,
                                  std::vector<int> sites = {0, 1, 2}) {
-    JobSpec planned = spec_;
-    for (int s = 0; s < 3; ++s) planned.sites[s].layers = split[s];
+    const JobView planned{.split = split, .planned = true};
     std::vector<absl::Status> results(3);
     std::vector<std::unique_ptr<FakeGateway::Link>> links;
     for (int s = 0; s < 3; ++s) links.push_back(std::make_unique<FakeGateway::Link>(gateway_));
@@ -69,13 +68,14 @@ class LayerMovesTest : public ::testing::Test {
     const std::map<std::string, v1::SignedKey> no_keys;
     for (int s : sites) {
       threads.emplace_back([&, s] {
-        results[s] = MoveLayers({.spec = &planned,
+        results[s] = MoveLayers({.spec = &spec_,
+                                 .view = &planned,
                                  .index = s,
                                  .step = 10,
                                  .generation = generation,
                                  .link = links[s].get(),
                                  .keys = &no_keys},
-                                CheckpointStore(planned, planned.sites[s].id, *env_));
+                                CheckpointStore(spec_, spec_.sites[s].id, *env_));
       });
     }
     for (std::thread& t : threads) t.join();
@@ -151,18 +151,18 @@ class NothingArrives : public GatewayLink {
 // A Pause while a part is awaited ends the wait: the session waits for the next Rollback.
 TEST_F(LayerMovesTest, TheEndOfTheGenerationEndsTheWait) {
   Train({{0, 2}, {2, 3}, {3, 5}});
-  JobSpec planned = spec_;
-  planned.sites[0].layers = {0, 1}, planned.sites[1].layers = {1, 3};
+  const JobView planned{.split = {{0, 1}, {1, 3}, {}}, .planned = true};
   NothingArrives link;
   const std::map<std::string, v1::SignedKey> no_keys;
-  const absl::Status s = MoveLayers({.spec = &planned,
+  const absl::Status s = MoveLayers({.spec = &spec_,
+                                     .view = &planned,
                                      .index = 0,
                                      .step = 10,
                                      .generation = 2,
                                      .link = &link,
                                      .keys = &no_keys,
                                      .interrupted = [&link] { return link.pulls >= 3; }},
-                                    CheckpointStore(planned, "dc-a", *Env::Default()));
+                                    CheckpointStore(spec_, "dc-a", *Env::Default()));
   EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
   EXPECT_EQ(link.pulls, 3);
   EXPECT_FALSE(std::filesystem::exists(Path(0) + ".moved"));  // Nothing was rewritten.
@@ -220,8 +220,7 @@ TEST_F(LayerMovesInMemoryTest, AFailedWriteLeavesTheTrainedCheckpointAndTheRepea
 // the link takes its second), naming the site, and no file changes.
 TEST_F(LayerMovesInMemoryTest, APartThatNeverComesTimesOutOnTheEnvClock) {
   Train({{0, 2}, {2, 3}, {3, 5}});
-  JobSpec planned = spec_;
-  planned.sites[0].layers = {0, 1}, planned.sites[1].layers = {1, 3};
+  const JobView planned{.split = {{0, 1}, {1, 3}, {}}, .planned = true};
   class SlowNothing : public NothingArrives {
    public:
     explicit SlowNothing(testing::MemEnv& env) : env_(env) {}
@@ -234,14 +233,15 @@ TEST_F(LayerMovesInMemoryTest, APartThatNeverComesTimesOutOnTheEnvClock) {
   } link(mem_);
   const int writes = mem_.writes();
   const std::map<std::string, v1::SignedKey> no_keys;
-  const absl::Status s = MoveLayers({.spec = &planned,
+  const absl::Status s = MoveLayers({.spec = &spec_,
+                                     .view = &planned,
                                      .index = 0,
                                      .step = 10,
                                      .generation = 2,
                                      .link = &link,
                                      .keys = &no_keys,
                                      .timeout = std::chrono::seconds(10)},
-                                    CheckpointStore(planned, "dc-a", mem_));
+                                    CheckpointStore(spec_, "dc-a", mem_));
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_NE(s.message().find("no part from site dc-b"), std::string::npos) << s;
   EXPECT_EQ(link.pulls, 10);

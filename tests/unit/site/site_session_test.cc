@@ -245,8 +245,8 @@ class Site {
         checkpoints_(spec, spec.sites[index].id, *Env::Default()),
         out_(std::tmpfile()),
         report_(kSteps, spec.training.global_batch, out_),
-        session_(spec, WithIndex(options, index), MakeStageFactory(spec, index, kSteps, 1),
-                 checkpoints_, report_),
+        session_(spec, JobView::Initial(spec), WithIndex(options, index),
+                 MakeStageFactory(spec, index, kSteps, 1), checkpoints_, report_),
         connector_(federation, spec.sites[index].id, session_.events()) {}
   ~Site() {
     if (thread_.joinable()) thread_.join();
