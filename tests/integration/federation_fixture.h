@@ -62,6 +62,25 @@ inline void ExpectSameStateAsReference(BuildTreeFederation& fed,
   EXPECT_EQ(offset, n);
 }
 
+// Every site of `sites` ends with the same final.ckpt in `a` as in `b`: step, parameters and
+// optimizer state byte for byte (two runs that must train the same bits).
+inline void ExpectSameFinalState(BuildTreeFederation& a, BuildTreeFederation& b,
+                                 const std::vector<std::string>& sites) {
+  for (const std::string& id : sites) {
+    absl::StatusOr<site::CheckpointState> x = site::ReadCheckpoint(a.OutDir(id) + "/final.ckpt");
+    absl::StatusOr<site::CheckpointState> y = site::ReadCheckpoint(b.OutDir(id) + "/final.ckpt");
+    ASSERT_TRUE(x.ok() && y.ok()) << id << ": " << x.status() << " / " << y.status();
+    ASSERT_EQ(x->params.size(), y->params.size()) << id;
+    EXPECT_EQ(x->step, y->step) << id;
+    EXPECT_EQ(0, std::memcmp(x->params.data(), y->params.data(), 4 * x->params.size()))
+        << id << ": parameters differ";
+    ASSERT_EQ(x->optimizer_state.size(), y->optimizer_state.size()) << id;
+    EXPECT_EQ(0, std::memcmp(x->optimizer_state.data(), y->optimizer_state.data(),
+                             4 * x->optimizer_state.size()))
+        << id << ": optimizer state differs";
+  }
+}
+
 // The sites' final.ckpt files hold the reference run's parameters (`strait train`, RunReference)
 // up to the order of float sums (a site that splits rows or features over several GEMMs and sums
 // partial results): per stage ||site - reference|| / ||reference|| <= 1e-5, printed and returned.
