@@ -3,10 +3,10 @@
 namespace strait::site {
 
 absl::Status MirroredState::Scatter(
-    RankOp op, absl::Span<const float> whole,
+    const RankCall& base, absl::Span<const float> whole,
     const std::function<absl::Status(absl::Span<const float> own)>& local) {
   auto call = [&](int rank) {
-    RankCall c{.op = op};
+    RankCall c = base;
     c.values = shards_.ShardsFor(whole, rank);
     return c;
   };
@@ -16,7 +16,7 @@ absl::Status MirroredState::Scatter(
 }
 
 absl::Status MirroredState::SetParams(absl::Span<const float> params) {
-  return Scatter(RankOp::kSetParams, params,
+  return Scatter({.op = RankOp::kSetParams}, params,
                  [&](absl::Span<const float> own) { return local_.state().SetParams(own); });
 }
 
@@ -40,20 +40,14 @@ absl::Status MirroredState::RestoreWeights(int64_t version, absl::Span<const flo
 }
 
 absl::Status MirroredState::SetOptimizerState(absl::Span<const float> state) {
-  return Scatter(RankOp::kSetOptimizerState, state, [&](absl::Span<const float> own) {
+  return Scatter({.op = RankOp::kSetOptimizerState}, state, [&](absl::Span<const float> own) {
     return local_.state().SetOptimizerState(own);
   });
 }
 
 absl::Status MirroredState::SetGrads(int64_t step, absl::Span<const float> grads) {
-  auto call = [&](int rank) {
-    RankCall c{.op = RankOp::kSetGrads, .step = step};
-    c.values = shards_.ShardsFor(grads, rank);
-    return c;
-  };
-  std::vector<float> storage;
-  const absl::Span<const float> own = shards_.OwnShards(grads, storage);
-  return fan_out_.Run(call, [&] { return local_.state().SetGrads(step, own); });
+  return Scatter({.op = RankOp::kSetGrads, .step = step}, grads,
+                 [&](absl::Span<const float> own) { return local_.state().SetGrads(step, own); });
 }
 
 }  // namespace strait::site

@@ -34,8 +34,9 @@ class MirroredState final : public StageState {
   absl::Status SetGrads(int64_t step, absl::Span<const float> grads) override;
 
  private:
-  // Sends every follower a call `op` of its shards of `whole`, and gives the leader's to `local`.
-  absl::Status Scatter(RankOp op, absl::Span<const float> whole,
+  // Sends every follower `base` with its shards of `whole` as the values, and gives the leader's
+  // to `local`.
+  absl::Status Scatter(const RankCall& base, absl::Span<const float> whole,
                        const std::function<absl::Status(absl::Span<const float> own)>& local);
 
   LocalExecutor& local_;
