@@ -135,7 +135,7 @@ std::future<absl::StatusOr<ReceivedFrame>> GatewayClient::Pull(const v1::TensorK
     const uint64_t pull_id = next_id_++;
     PendingPull& pending = pending_pulls_[pull_id];
     future = pending.promise.get_future();
-    if (closed_) {
+    if (closed_ || primary_ended_) {
       pending.promise.set_value(absl::UnavailableError("the connection to the gateway is closed"));
       pending_pulls_.erase(pull_id);
       return future;
@@ -197,17 +197,23 @@ void GatewayClient::ReadPrimary() {
   }
   const absl::Status lost = absl::UnavailableError("the gateway closed the stream");
   NotifyDisconnect(lost);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    primary_ended_ = true;  // Later pulls fail at once rather than wait for a Deliver.
+  }
   FailPending(lost);
 }
 
 void GatewayClient::NotifyDisconnect(const absl::Status& status) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) return;  // Close() ended the streams: not a loss.
-  }
-  // Before pending pulls and pushes fail, so that their errors are known to come from the loss.
-  if (options_.on_disconnect && !disconnect_notified_.exchange(true))
-    options_.on_disconnect(status);
+  // Both readers come here; the second waits until the first has told the owner, so that no pull or
+  // push fails (on either stream) before the owner knows the loss is why.
+  std::call_once(disconnect_once_, [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) return;  // Close() ended the streams: not a loss.
+    }
+    if (options_.on_disconnect) options_.on_disconnect(status);
+  });
 }
 
 void GatewayClient::HandleDeliver(v1::Deliver& deliver) {
@@ -294,13 +300,13 @@ void GatewayClient::ReadPushAcks() {
                      message.push_ack().status_message()));
     pending_pushes_.erase(it);
   }
+  const absl::Status lost = absl::UnavailableError("the gateway closed the push stream");
+  NotifyDisconnect(lost);  // Before push_ended_ fails new pushes.
   {
     std::lock_guard<std::mutex> lock(mu_);
     push_ended_ = true;
   }
   push_cv_.notify_all();
-  const absl::Status lost = absl::UnavailableError("the gateway closed the push stream");
-  NotifyDisconnect(lost);
   FailPending(lost);
 }
 

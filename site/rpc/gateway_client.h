@@ -40,7 +40,7 @@ class GatewayClient final : public GatewayLink {
     // replaces it.
     std::function<void(const v1::Control&)> on_control;
     // Called once, on a reader's thread, when a stream ends without Close() (the gateway died or
-    // dropped this site, or the link broke), just before pending pulls and pushes fail.
+    // dropped this site, or the link broke); no pull or push fails from the loss before it returns.
     std::function<void(const absl::Status&)> on_disconnect;
   };
 
@@ -87,7 +87,7 @@ class GatewayClient final : public GatewayLink {
   void HandleDeliver(v1::Deliver& deliver);
   void Heartbeats();
   void FailPending(const absl::Status& status);
-  // Calls options_.on_disconnect once, unless Close() was called.
+  // Calls options_.on_disconnect once, unless Close() was called; every caller returns after it.
   void NotifyDisconnect(const absl::Status& status);
 
   const Options options_;
@@ -105,6 +105,7 @@ class GatewayClient final : public GatewayLink {
   uint64_t push_credit_ = 0;
   std::map<uint64_t, OfferState> offers_;
   bool push_ended_ = false;       // The push stream's reader stopped: no grant will come.
+  bool primary_ended_ = false;    // The primary stream's reader stopped: no Deliver will come.
   bool credit_answered_ = false;  // The gateway's first PushCredit (maybe of 0 bytes) arrived.
   std::condition_variable push_cv_;
   std::function<void(const v1::Control&)> control_handler_;
@@ -113,7 +114,7 @@ class GatewayClient final : public GatewayLink {
   std::condition_variable heartbeat_cv_;
 
   std::atomic<uint64_t> stream_errors_{0};
-  std::atomic<bool> disconnect_notified_{false};
+  std::once_flag disconnect_once_;
   std::thread primary_reader_, push_reader_, heartbeat_;
 };
 

@@ -115,6 +115,14 @@ inline std::vector<double> ExpectLikeReferenceUpToFloatOrder(
   return relative;
 }
 
+// The gateway's log and every site's, their last few KiB each: what a failed wait shows.
+inline std::string FederationLogs(harness::LocalFederation& fed,
+                                  const std::vector<std::string>& sites) {
+  std::string logs = "gateway:\n" + fed.gateway().LogTail(8000);
+  for (const std::string& site : sites) logs += "\n" + site + ":\n" + fed.SiteLog(site);
+  return logs;
+}
+
 // GetState over mutual TLS with site dc-a's certificate.
 inline v1::FederationState GatewayState(harness::LocalFederation& fed) {
   const std::string certs = fed.dir().File("certs") + "/";

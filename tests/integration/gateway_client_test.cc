@@ -82,8 +82,11 @@ sites:
     return JoinRequestFor(*spec_, std::max(0, spec_->SiteIndex(id)), UnsignedKey(id, epoch));
   }
 
-  absl::StatusOr<std::unique_ptr<GatewayClient>> Connect(const v1::JoinRequest& join) {
+  absl::StatusOr<std::unique_ptr<GatewayClient>> Connect(
+      const v1::JoinRequest& join,
+      std::function<void(const absl::Status&)> on_disconnect = nullptr) {
     GatewayClient::Options options;
+    options.on_disconnect = std::move(on_disconnect);
     options.address = address_;
     STRAIT_ASSIGN_OR_RETURN(const crypto::TlsMaterial material, certs_.Site(join.key().site_id()));
     STRAIT_ASSIGN_OR_RETURN(options.credentials, MakeSiteChannelCredentials(material));
@@ -194,6 +197,36 @@ TEST_F(GatewayClientTest, PendingPullsFailWhenTheGatewayGoesAway) {
   gateway_->Kill(SIGKILL);
   ASSERT_EQ(pulled.wait_for(std::chrono::seconds(20)), std::future_status::ready);
   EXPECT_EQ(pulled.get().status().code(), absl::StatusCode::kUnavailable);
+}
+
+// A site tells an interruption from a failure by what it heard first: every pull and push the loss
+// fails, on either stream, fails only once on_disconnect has returned (here it takes 300 ms).
+TEST_F(GatewayClientTest, WhatALossFailsFailsOnlyAfterTheLossWasHeard) {
+  std::atomic<bool> heard{false};
+  auto b = Connect(Join("b"), [&](const absl::Status&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    heard = true;
+  });
+  ASSERT_TRUE(b.ok()) << b.status();
+  std::vector<std::future<absl::StatusOr<ReceivedFrame>>> pulls;
+  std::vector<std::future<absl::Status>> pushes;
+  pulls.push_back((*b)->Pull(Key(0, 0, v1::FORWARD), std::chrono::seconds(60)));
+  gateway_->Kill(SIGKILL);
+  auto ready = [](auto& future) {
+    return future.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  };
+  // Until the loss is heard, nothing may have failed (pushes made meanwhile included).
+  int failed_early = 0;
+  for (uint32_t i = 1; !heard; ++i) {
+    pushes.push_back((*b)->Push(Header(Key(i, 0, v1::FORWARD), 1), "four"));
+    const bool any_ready = std::any_of(pulls.begin(), pulls.end(), ready) ||
+                           std::any_of(pushes.begin(), pushes.end(), ready);
+    if (any_ready && !heard) ++failed_early;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(failed_early, 0) << "a pull or push failed before the loss was heard";
+  for (auto& pull : pulls) EXPECT_EQ(pull.get().status().code(), absl::StatusCode::kUnavailable);
+  for (auto& push : pushes) EXPECT_EQ(push.get().code(), absl::StatusCode::kUnavailable);
 }
 
 // A push that breaks off mid-frame (here: its producer skips a chunk): the gateway has streamed

@@ -135,7 +135,7 @@ TEST(RecoveryTest, TheGatewayKilledMidRunAndRestartedEndsBitIdentical) {
   std::this_thread::sleep_for(seconds(2));  // The sites notice and keep trying to join again.
   ASSERT_TRUE(fed.RestartGateway(&error)) << error;
   for (const std::string& site : kSites) {
-    ASSERT_EQ(fed.WaitSite(site, seconds(600)), 0) << site << ":\n" << fed.SiteLog(site);
+    ASSERT_EQ(fed.WaitSite(site, seconds(300)), 0) << site << "\n" << FederationLogs(fed, kSites);
     EXPECT_NE(harness::ReadFile(fed.SiteLogFile(site)).find("joined the gateway at"),
               std::string::npos)
         << harness::ReadFile(fed.SiteLogFile(site));
