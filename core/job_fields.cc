@@ -81,6 +81,27 @@ void Replicas(const JobSpec& spec, bool /*split_planned*/, std::string& out) {
   Line(out, "training.fixed_point_bits", absl::StrCat(t.fixed_point_bits));
 }
 
+// The teacher's model, sites and what it sends; the loss the student makes of it.
+void Teacher(const JobSpec& spec, bool /*split_planned*/, std::string& out) {
+  if (!spec.has_teacher) return;
+  const TeacherSpec& t = spec.teacher;
+  Line(out, "teacher.model.family", ToString(t.model.family));
+  for (const LayerLayout& layer : BuildModelLayout(t.model)) {
+    std::vector<std::string> params;
+    for (const ParamLayout& p : layer.params) params.push_back(p.name + ShapeToString(p.shape));
+    Line(out, absl::StrCat("teacher.model.layer", layer.index),
+         absl::StrCat(layer.name, " ", absl::StrJoin(params, " ")));
+  }
+  for (const SiteSpec& s : t.sites) {
+    Line(out, absl::StrCat("teacher.sites.", s.id),
+         absl::StrCat("layers [", s.layers.start, ", ", s.layers.end, ")"));
+  }
+  Line(out, "teacher.sends", absl::StrCat("top ", t.top_k, " as ", ToString(t.values)));
+  Line(out, "training.distill",
+       absl::StrCat("alpha ", Exact(spec.training.distill.alpha), ", temperature ",
+                    Exact(spec.training.distill.temperature)));
+}
+
 // A line of one value: `expr` of the spec `s`.
 #define STRAIT_AGREED(key, expr)                                                \
   AgreedLine {                                                                  \
@@ -153,6 +174,7 @@ const std::vector<AgreedLine>& AgreedLines() {
       {"sites", Sites},
       {"replicas", Replicas},
       {"links", Links},
+      {"teacher", Teacher},
   };
   return lines;
 }
@@ -244,6 +266,32 @@ const std::vector<JobField>& JobFields() {
       {"links[].encryption", "links"},
       {"links[].rotate_bytes", "links"},
       {"replicas", "replicas"},
+      {"teacher.model.family", "teacher"},
+      {"teacher.model.input", "teacher"},
+      {"teacher.model.hidden", "teacher"},
+      {"teacher.model.classes", "teacher"},
+      {"teacher.model.image", "teacher"},
+      {"teacher.model.patch", "teacher"},
+      {"teacher.model.dim", "teacher"},
+      {"teacher.model.depth", "teacher"},
+      {"teacher.model.heads", "teacher"},
+      {"teacher.model.mlp_dim", "teacher"},
+      {"teacher.model.vocab", "teacher"},
+      {"teacher.model.context", "teacher"},
+      {"teacher.model.activation", "teacher"},
+      {"teacher.model.tie_embeddings", "teacher"},
+      {"teacher.model.dropout", "teacher"},
+      {"teacher.model.init_seed", "teacher"},
+      {"teacher.checkpoint", ""},
+      {"teacher.tokenizer", "teacher"},
+      {"teacher.top_k", "teacher"},
+      {"teacher.values", "teacher"},
+      {"teacher.sites[].id", "teacher"},
+      {"teacher.sites[].layers", "teacher"},
+      {"teacher.sites[].device", "teacher"},
+      {"teacher.sites[].workers", "teacher"},
+      {"training.distill.alpha", "teacher"},
+      {"training.distill.temperature", "teacher"},
   };
   return fields;
 }

@@ -47,6 +47,7 @@ const char* ToString(LrDecay v) { return v == LrDecay::kCosine ? "cosine" : "non
 const char* ToString(DeviceKind v) { return v == DeviceKind::kCpu ? "cpu" : "cuda"; }
 const char* ToString(Precision v) { return v == Precision::kBf16 ? "bf16" : "fp32"; }
 const char* ToString(ReplicaSync v) { return v == ReplicaSync::kOuter ? "outer" : "every_step"; }
+const char* ToString(TeacherValues v) { return v == TeacherValues::kInt8 ? "int8" : "fp16"; }
 
 OptimizerSpec WithDecayHorizon(OptimizerSpec optimizer, int64_t total_steps) {
   if (optimizer.decay_steps == 0) optimizer.decay_steps = total_steps;

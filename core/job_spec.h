@@ -179,6 +179,14 @@ struct OuterSpec {
   int bits = 8;
 };
 
+// The student's loss with a teacher (site/nn/distillation_loss.h): alpha * cross-entropy on the
+// labels + (1 - alpha) * temperature^2 * KL(teacher's tempered top-k || student's tempered).
+// Applies with a teacher only (JobSpec::teacher).
+struct DistillSpec {
+  double alpha = 0.5;
+  double temperature = 2.0;
+};
+
 struct TrainingSpec {
   int64_t steps = 0;  // Exactly one of steps / epochs is set (the other is 0).
   int epochs = 0;
@@ -216,6 +224,7 @@ struct TrainingSpec {
   // test accuracy for a classifier); 0 = only after the last step. Not with 2bw, whose pipeline
   // never holds one consistent version of the weights between steps.
   int64_t eval_every = 0;
+  DistillSpec distill;  // training.distill.
   int MicrobatchSize() const { return global_batch / microbatches; }
   // Whether a run of `total_steps` evaluates on the held-out split once `steps_done` steps are
   // done, before the next step: every eval_every steps, but not after the last (the run's final
@@ -294,6 +303,26 @@ struct LinkSpec {
   uint64_t rotate_bytes = 64ull << 30;  // Rekey after this many sealed bytes per direction.
 };
 
+// Knowledge sharing (docs/distillation.md): a trained model, the teacher, runs forward only on the
+// student's batches and sends, for every target, its top_k tempered probabilities to the student's
+// last stage, which adds the distillation loss (training.distill). The teacher's sites hold its
+// checkpoint; its weights never leave them.
+enum class TeacherValues { kFp16, kInt8 };
+const char* ToString(TeacherValues v);
+
+struct TeacherSpec {
+  ModelSpec model;  // Any family, of the student's classes (vocabulary), inputs and targets.
+  // A whole model's checkpoint (`strait train`'s final.ckpt; absolute, resolved against the file).
+  std::string checkpoint;
+  // The teacher's pipeline in stage order: ids, layers (one site: all layers by default), device,
+  // workers. Forward only; one machine each.
+  std::vector<SiteSpec> sites;
+  int top_k = 16;  // Probabilities per target, with their vocabulary indices.
+  // How each probability crosses: fp16, or int8 steps of 1/16 nat below the target's largest
+  // (site/exchange/teacher_top_k.h).
+  TeacherValues values = TeacherValues::kFp16;
+};
+
 struct JobSpec {
   std::string source_path;  // The file it was loaded from ("<string>" when parsed from text).
   std::string name;         // Federation name: part of every tensor key and key-derivation label.
@@ -310,6 +339,9 @@ struct JobSpec {
   // (site/data/sampler.h). replicas[0] are the ids of `sites`; every other replica site of stage s
   // runs as sites[s] says (layers, device, workers, machines). Empty: one pipeline, `sites`.
   std::vector<std::vector<std::string>> replicas;
+  // `teacher:` (knowledge sharing); has_teacher false: no teacher.
+  bool has_teacher = false;
+  TeacherSpec teacher;
 
   // Index of the site with this id in `sites` (replica 0's stages), or -1.
   int SiteIndex(absl::string_view id) const;

@@ -39,12 +39,13 @@ absl::StatusOr<JobSpec> JobSpecParser::Parse(absl::string_view text) {
   STRAIT_RETURN_IF_ERROR(ParseGateway(map));
   STRAIT_RETURN_IF_ERROR(ParseDashboard(map));
   STRAIT_RETURN_IF_ERROR(ParseTls(map));
-  STRAIT_RETURN_IF_ERROR(ParseModel(map));
+  STRAIT_RETURN_IF_ERROR(ParseModel(map, spec_.model));
   STRAIT_RETURN_IF_ERROR(ParseData(map));
   STRAIT_RETURN_IF_ERROR(ParseTraining(map));
   STRAIT_RETURN_IF_ERROR(ParseSites(map));
   STRAIT_RETURN_IF_ERROR(ParseLinks(map));
   STRAIT_RETURN_IF_ERROR(ParseReplicas(map));
+  STRAIT_RETURN_IF_ERROR(ParseTeacher(map));
   STRAIT_RETURN_IF_ERROR(CheckSchedule(map));
   STRAIT_RETURN_IF_ERROR(Finish(map));
   STRAIT_RETURN_IF_ERROR(CheckMemoryBudget(map));
@@ -147,12 +148,11 @@ absl::Status JobSpecParser::ParseTls(YamlMap& root) {
   return Finish(map);
 }
 
-absl::Status JobSpecParser::ParseModel(YamlMap& root) {
+absl::Status JobSpecParser::ParseModel(YamlMap& root, ModelSpec& m) {
   YamlMap map = Section(root, "model");
   STRAIT_RETURN_IF_ERROR(map.status());
   if (!map.node().IsDefined())
     return root.Missing("model", "a mapping with 'family: mlp', 'family: vit' or 'family: gpt'");
-  ModelSpec& m = spec_.model;
   STRAIT_RETURN_IF_ERROR(
       map.Enum("family",
                {{"mlp", ModelFamily::kMlp}, {"vit", ModelFamily::kVit}, {"gpt", ModelFamily::kGpt}},
@@ -179,7 +179,7 @@ absl::Status JobSpecParser::ParseModel(YamlMap& root) {
       map.Allow(key);
     }
   }
-  if (m.family == ModelFamily::kGpt) return ParseGpt(map);
+  if (m.family == ModelFamily::kGpt) return ParseGpt(map, m.gpt);
   if (m.family == ModelFamily::kMlp) {
     MlpSpec& mlp = m.mlp;
     STRAIT_RETURN_IF_ERROR(map.Int("input", 1, kMaxWidth, &mlp.input));
@@ -218,8 +218,7 @@ absl::Status JobSpecParser::ParseModel(YamlMap& root) {
   return Finish(map);
 }
 
-absl::Status JobSpecParser::ParseGpt(YamlMap& map) {
-  GptSpec& g = spec_.model.gpt;
+absl::Status JobSpecParser::ParseGpt(YamlMap& map, GptSpec& g) {
   STRAIT_RETURN_IF_ERROR(map.Int("vocab", 2, kMaxWidth, &g.vocab));
   STRAIT_RETURN_IF_ERROR(map.Int("context", 1, 65536, &g.context, /*required=*/true));
   STRAIT_RETURN_IF_ERROR(map.Int("dim", 1, 65536, &g.dim, /*required=*/true));

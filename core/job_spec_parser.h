@@ -3,10 +3,11 @@
 // sections. Internal to core: job_spec_parser.cc (the top level, gateway, dashboard, tls, model,
 // data), job_spec_parser_training.cc (training, optimizer, checkpoints, replicas and their sync)
 // and job_spec_parser_sites.cc (sites, layers, links, schedule, memory budget). One parse per
-// object.
+// object. job_spec_parser_teacher.cc: the teacher and training.distill.
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,9 +55,10 @@ class JobSpecParser {
 
   absl::Status ParseTls(YamlMap& root);
 
-  absl::Status ParseModel(YamlMap& root);
+  // `model:` under `root` (the job's, or the teacher's) into `m`.
+  absl::Status ParseModel(YamlMap& root, ModelSpec& m);
 
-  absl::Status ParseGpt(YamlMap& map);
+  absl::Status ParseGpt(YamlMap& map, GptSpec& g);
 
   absl::Status ParseData(YamlMap& root);
 
@@ -83,6 +85,14 @@ class JobSpecParser {
   absl::Status ParseEvalEvery(YamlMap& map);
 
   absl::Status ParseUpdateTiming(YamlMap& map);
+
+  // training.distill: needs a teacher (ParseTeacher checks).
+  absl::Status ParseDistill(YamlMap& training);
+
+  // `teacher:` (job_spec_parser_teacher.cc): its model, checkpoint, sites and what it sends; a
+  // teacher must read the student's batches and predict the student's classes.
+  absl::Status ParseTeacher(YamlMap& root);
+  absl::Status ParseTeacherSites(YamlMap& teacher);
 
   static int LargestDivisorAtMost(int n, int limit);
 
@@ -113,6 +123,7 @@ class JobSpecParser {
   YAML::Node extra_in_flight_node_;  // training.extra_in_flight when it says auto.
   // training.sync, outer and fixed_point_bits where given (they need replicas).
   std::vector<std::pair<std::string, YAML::Node>> sync_nodes_;
+  std::optional<YAML::Node> distill_node_;  // training.distill where given (needs a teacher).
 };
 
 }  // namespace strait::job_spec_internal

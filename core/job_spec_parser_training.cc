@@ -118,6 +118,7 @@ absl::Status JobSpecParser::ParseTraining(YamlMap& root) {
   STRAIT_RETURN_IF_ERROR(ParseEvalEvery(map));
   STRAIT_RETURN_IF_ERROR(ParseCheckpoint(map));
   STRAIT_RETURN_IF_ERROR(ParseSync(map));
+  STRAIT_RETURN_IF_ERROR(ParseDistill(map));
   return Finish(map);
 }
 

@@ -130,6 +130,50 @@ sites: [{id: a, layers: [0, 2]}, {id: b, layers: [2, 5]}]
   EXPECT_DOUBLE_EQ(spec->data.validation, 0.02);
 }
 
+TEST(JobSpecTest, ATeacherAndItsLossAreParsedAndAgreed) {
+  const std::string base = R"(
+name: lm
+model: {family: gpt, context: 64, dim: 48, depth: 3, heads: 6}
+data: {path: corpus/kjv.txt}
+sites: [{id: a, layers: [0, 2]}, {id: b, layers: [2, 5]}]
+teacher:
+  model: {family: gpt, context: 64, dim: 96, depth: 6, heads: 6}
+  checkpoint: out/teacher/final.ckpt
+)";
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(
+      base + "  sites: [{id: t-a}]\ntraining: {steps: 3}\n", "lm.yaml", "/fed");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(spec->has_teacher);
+  const TeacherSpec& t = spec->teacher;
+  EXPECT_EQ(t.model.gpt.dim, 96);
+  EXPECT_EQ(t.checkpoint, "/fed/out/teacher/final.ckpt");
+  ASSERT_EQ(t.sites.size(), 1u);
+  EXPECT_EQ(t.sites[0].layers, (LayerRange{0, 8}));  // One site holds all the teacher's layers.
+  EXPECT_EQ(t.top_k, 16);
+  EXPECT_EQ(t.values, TeacherValues::kFp16);
+  EXPECT_DOUBLE_EQ(spec->training.distill.alpha, 0.5);
+  EXPECT_DOUBLE_EQ(spec->training.distill.temperature, 2.0);
+
+  absl::StatusOr<JobSpec> split = ParseJobSpec(
+      base +
+          "  top_k: 8\n  values: int8\n"
+          "  sites: [{id: t-a, layers: [0, 3]}, {id: t-b, layers: [3, 8], device: cuda}]\n"
+          "training: {steps: 3, distill: {alpha: 0.25, temperature: 4}}\n",
+      "lm.yaml", "/fed");
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_EQ(split->teacher.sites[1].layers, (LayerRange{3, 8}));
+  EXPECT_EQ(split->teacher.sites[1].device, DeviceKind::kCuda);
+  EXPECT_EQ(split->teacher.values, TeacherValues::kInt8);
+  EXPECT_DOUBLE_EQ(split->training.distill.temperature, 4.0);
+  // Every process must agree on the teacher and the loss; not on where its checkpoint lies.
+  const std::string agreed = AgreedJobText(*split);
+  EXPECT_NE(agreed.find("teacher.sites.t-b: layers [3, 8)"), std::string::npos) << agreed;
+  EXPECT_NE(agreed.find("teacher.sends: top 8 as int8"), std::string::npos) << agreed;
+  EXPECT_NE(agreed.find("training.distill: alpha 0.25, temperature 4"), std::string::npos);
+  EXPECT_EQ(agreed.find("final.ckpt"), std::string::npos) << agreed;
+  EXPECT_NE(AgreedJobText(*spec).find("teacher.sends: top 16 as fp16"), std::string::npos);
+}
+
 TEST(JobSpecTest, ATokenizerModelResolvesAgainstTheFileLikeTheData) {
   absl::StatusOr<JobSpec> spec = ParseJobSpec(R"(
 name: lm
