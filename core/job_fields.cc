@@ -181,6 +181,42 @@ const std::vector<AgreedLine>& AgreedLines() {
 
 #undef STRAIT_AGREED
 
+namespace {
+
+// The teacher of knowledge sharing: all agreed, but where its checkpoint lies.
+std::vector<JobField> TeacherFields() {
+  return {
+      {"teacher.model.family", "teacher"},
+      {"teacher.model.input", "teacher"},
+      {"teacher.model.hidden", "teacher"},
+      {"teacher.model.classes", "teacher"},
+      {"teacher.model.image", "teacher"},
+      {"teacher.model.patch", "teacher"},
+      {"teacher.model.dim", "teacher"},
+      {"teacher.model.depth", "teacher"},
+      {"teacher.model.heads", "teacher"},
+      {"teacher.model.mlp_dim", "teacher"},
+      {"teacher.model.vocab", "teacher"},
+      {"teacher.model.context", "teacher"},
+      {"teacher.model.activation", "teacher"},
+      {"teacher.model.tie_embeddings", "teacher"},
+      {"teacher.model.dropout", "teacher"},
+      {"teacher.model.init_seed", "teacher"},
+      {"teacher.checkpoint", ""},
+      {"teacher.tokenizer", "teacher"},
+      {"teacher.top_k", "teacher"},
+      {"teacher.values", "teacher"},
+      {"teacher.sites[].id", "teacher"},
+      {"teacher.sites[].layers", "teacher"},
+      {"teacher.sites[].device", "teacher"},
+      {"teacher.sites[].workers", "teacher"},
+      {"training.distill.alpha", "teacher"},
+      {"training.distill.temperature", "teacher"},
+  };
+}
+
+}  // namespace
+
 const std::vector<JobField>& JobFields() {
   // Left out of the agreement, as they legitimately differ between the files of one federation:
   // addresses, paths, certificates, the dashboard, checkpoint and gateway settings, and the run's
@@ -266,34 +302,13 @@ const std::vector<JobField>& JobFields() {
       {"links[].encryption", "links"},
       {"links[].rotate_bytes", "links"},
       {"replicas", "replicas"},
-      {"teacher.model.family", "teacher"},
-      {"teacher.model.input", "teacher"},
-      {"teacher.model.hidden", "teacher"},
-      {"teacher.model.classes", "teacher"},
-      {"teacher.model.image", "teacher"},
-      {"teacher.model.patch", "teacher"},
-      {"teacher.model.dim", "teacher"},
-      {"teacher.model.depth", "teacher"},
-      {"teacher.model.heads", "teacher"},
-      {"teacher.model.mlp_dim", "teacher"},
-      {"teacher.model.vocab", "teacher"},
-      {"teacher.model.context", "teacher"},
-      {"teacher.model.activation", "teacher"},
-      {"teacher.model.tie_embeddings", "teacher"},
-      {"teacher.model.dropout", "teacher"},
-      {"teacher.model.init_seed", "teacher"},
-      {"teacher.checkpoint", ""},
-      {"teacher.tokenizer", "teacher"},
-      {"teacher.top_k", "teacher"},
-      {"teacher.values", "teacher"},
-      {"teacher.sites[].id", "teacher"},
-      {"teacher.sites[].layers", "teacher"},
-      {"teacher.sites[].device", "teacher"},
-      {"teacher.sites[].workers", "teacher"},
-      {"training.distill.alpha", "teacher"},
-      {"training.distill.temperature", "teacher"},
   };
-  return fields;
+  static const std::vector<JobField> all = [] {
+    std::vector<JobField> joined = fields;
+    for (const JobField& f : TeacherFields()) joined.push_back(f);
+    return joined;
+  }();
+  return all;
 }
 
 namespace {

@@ -40,12 +40,12 @@ absl::Status JobSpecParser::ParseTeacher(YamlMap& root) {
   if (t.model.InputFeatures() != student.InputFeatures() ||
       t.model.TargetsPerSample() != student.TargetsPerSample()) {
     return map.ErrorAt(
-        "model", absl::StrCat("the teacher reads samples of ", t.model.InputFeatures(),
-                              " values with ", t.model.TargetsPerSample(),
-                              " targets, the student's have ", student.InputFeatures(), " and ",
-                              student.TargetsPerSample(),
-                              ": a teacher reads the student's batches (same input size, and the "
-                              "same context for a language model)"));
+        "model",
+        absl::StrCat("the teacher reads samples of ", t.model.InputFeatures(), " values with ",
+                     t.model.TargetsPerSample(), " targets, the student's have ",
+                     student.InputFeatures(), " and ", student.TargetsPerSample(),
+                     ": a teacher reads the student's batches (same input size, and the "
+                     "same context for a language model)"));
   }
   std::string tokenizer = spec_.data.tokenizer;
   STRAIT_RETURN_IF_ERROR(map.String("tokenizer", &tokenizer));
@@ -62,9 +62,8 @@ absl::Status JobSpecParser::ParseTeacher(YamlMap& root) {
   STRAIT_RETURN_IF_ERROR(map.String("checkpoint", &t.checkpoint, /*required=*/true));
   t.checkpoint = Resolve(t.checkpoint);
   STRAIT_RETURN_IF_ERROR(map.Int("top_k", 1, std::min(student.Classes(), 4096), &t.top_k));
-  STRAIT_RETURN_IF_ERROR(
-      map.Enum("values", {{"fp16", TeacherValues::kFp16}, {"int8", TeacherValues::kInt8}},
-               &t.values));
+  STRAIT_RETURN_IF_ERROR(map.Enum(
+      "values", {{"fp16", TeacherValues::kFp16}, {"int8", TeacherValues::kInt8}}, &t.values));
   STRAIT_RETURN_IF_ERROR(ParseTeacherSites(map));
   return Finish(map);
 }
@@ -87,8 +86,9 @@ absl::Status JobSpecParser::ParseTeacherSites(YamlMap& teacher) {
     SiteSpec site;
     STRAIT_RETURN_IF_ERROR(map.String("id", &site.id, /*required=*/true));
     if (!IsSiteId(site.id)) {
-      return map.ErrorAt("id", "expected 1-63 lower-case letters, digits, '.', '_' or '-', found '" +
-                                   site.id + "'");
+      return map.ErrorAt(
+          "id",
+          "expected 1-63 lower-case letters, digits, '.', '_' or '-', found '" + site.id + "'");
     }
     if (spec_.SiteSlot(site.id) >= 0 || !ids.insert(site.id).second) {
       return map.ErrorAt("id", absl::StrCat("site id '", site.id,
@@ -108,8 +108,8 @@ absl::Status JobSpecParser::ParseTeacherSites(YamlMap& teacher) {
       return map.ErrorAt(
           "layers", absl::StrCat("the teacher's sites must cover its ", num_layers,
                                  " layers in order: this one should start at layer ", next_layer,
-                                 last ? absl::StrCat(" and end at ", num_layers) : "",
-                                 ", found [", site.layers.start, ", ", site.layers.end, ")"));
+                                 last ? absl::StrCat(" and end at ", num_layers) : "", ", found [",
+                                 site.layers.start, ", ", site.layers.end, ")"));
     }
     next_layer = site.layers.end;
     STRAIT_RETURN_IF_ERROR(

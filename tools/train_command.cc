@@ -54,7 +54,17 @@ int RunTrain(const TrainOptions& o) {
   auto backend = site::CreateBackend(device, {threads, 0, spec->training.precision});
   if (!backend.ok()) return Fail(backend.status(), 1);
   const std::string backend_name = (*backend)->Name();
-  auto trainer = site::Trainer::Create(*spec, *std::move(backend));
+  std::unique_ptr<site::Backend> teacher_backend;
+  if (spec->has_teacher) {
+    auto made = site::CreateBackend(device, {threads, 0, spec->training.precision});
+    if (!made.ok()) return Fail(made.status(), 1);
+    teacher_backend = *std::move(made);
+    std::printf("strait train: taught by %s (%d layers; top %d as %s, alpha %g, temperature %g)\n",
+                spec->teacher.checkpoint.c_str(), spec->teacher.model.NumLayers(),
+                spec->teacher.top_k, ToString(spec->teacher.values), spec->training.distill.alpha,
+                spec->training.distill.temperature);
+  }
+  auto trainer = site::Trainer::Create(*spec, *std::move(backend), std::move(teacher_backend));
   if (!trainer.ok()) return Fail(trainer.status(), 1);
   site::Trainer& t = **trainer;
   std::error_code ec;

@@ -112,6 +112,13 @@ absl::StatusOr<SiteSetup> LoadSetup(const SiteOptions& o) {
   setup.view = JobView::Initial(spec, slot / spec.Stages());
   const int index = setup.index;
   if (o.threads < 1) return Invalid("--threads must be at least 1");
+  if (spec.has_teacher) {
+    return absl::UnimplementedError(
+        absl::StrCat(o.config,
+                     " has a teacher: a federation cannot run teacher sites yet; train the student "
+                     "with `strait train -c ",
+                     o.config, "` (it runs the teacher in the same process)"));
+  }
   const SiteSpec& site = spec.sites[index];
   if (o.rank < 0 || o.rank >= site.machines) {
     return Invalid(absl::StrCat("--rank ", o.rank, ": site '", o.site_id, "' runs on ",

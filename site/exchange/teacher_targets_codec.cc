@@ -26,9 +26,7 @@ uint64_t Get(std::string_view in, size_t at, int bytes) {
 
 int IndexBytes(int classes) { return classes <= 65536 ? 2 : 4; }
 
-float Half(float v) {
-  return compression::HalfBitsToFloat(compression::FloatToHalfBits(v));
-}
+float Half(float v) { return compression::HalfBitsToFloat(compression::FloatToHalfBits(v)); }
 
 // Scales a row back to a total of 1 when rounding took it past.
 void Renormalize(float* p, int k) {
@@ -44,8 +42,7 @@ std::string EncodeTeacherTargets(const TeacherTargets& t, TeacherValues values, 
   const int index_bytes = IndexBytes(classes);
   const bool int8 = values == TeacherValues::kInt8;
   std::string out;
-  out.reserve(kHeaderBytes +
-              t.rows * (t.k * index_bytes + (int8 ? 2 + t.k : 2 * t.k)));
+  out.reserve(kHeaderBytes + t.rows * (t.k * index_bytes + (int8 ? 2 + t.k : 2 * t.k)));
   Put(out, kVersion, 1);
   Put(out, int8 ? 1 : 0, 1);
   Put(out, index_bytes, 1);
@@ -105,8 +102,8 @@ absl::StatusOr<TeacherTargets> DecodeTeacherTargets(std::string_view in, int64_t
     for (int i = 0; i < t.k; ++i, at += index_bytes) {
       const uint64_t v = Get(in, at, index_bytes);
       if (v >= static_cast<uint64_t>(classes) || seen_in_row[v] == r) {
-        return error("row ", r, ": index ", v, v < uint64_t(classes) ? " repeated" : "",
-                     " (", classes, " classes)");
+        return error("row ", r, ": index ", v, v < uint64_t(classes) ? " repeated" : "", " (",
+                     classes, " classes)");
       }
       seen_in_row[v] = r;
       index[i] = static_cast<int32_t>(v);

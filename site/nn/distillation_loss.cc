@@ -65,14 +65,16 @@ absl::Status Check(absl::Span<const float> logits, int32_t label, const TeacherT
 
 }  // namespace
 
-absl::StatusOr<double> DistillationLoss(absl::Span<const float> logits, int32_t label,
-                                        const TeacherTopK& teacher, const DistillTerms& terms,
-                                        absl::Span<float> grad) {
+absl::StatusOr<DistillationResult> DistillationLoss(absl::Span<const float> logits, int32_t label,
+                                                    const TeacherTopK& teacher,
+                                                    const DistillTerms& terms,
+                                                    absl::Span<float> grad) {
   if (absl::Status s = Check(logits, label, teacher, terms, grad); !s.ok()) return s;
   const double alpha = terms.alpha, tau = terms.temperature;
   // Hard term: -log softmax(z)_label; its gradient softmax(z) - onehot(label).
   const std::vector<double> hard = Softmax(logits, 1.0);
-  double loss = -alpha * std::log(std::max(hard[label], 1e-300));
+  const double cross_entropy = -std::log(std::max(hard[label], 1e-300));
+  double loss = alpha * cross_entropy;
   // Soft term on the buckets: the teacher's k and the rest.
   const std::vector<double> q = Softmax(logits, tau);
   std::vector<bool> in_top(logits.size(), false);
@@ -99,7 +101,7 @@ absl::StatusOr<double> DistillationLoss(absl::Span<const float> logits, int32_t 
     const double hard_grad = hard[j] - (static_cast<int32_t>(j) == label ? 1.0 : 0.0);
     grad[j] = static_cast<float>(alpha * hard_grad + soft * (q[j] - target) / tau);
   }
-  return loss;
+  return DistillationResult{.loss = loss, .cross_entropy = cross_entropy};
 }
 
 }  // namespace strait::site

@@ -26,12 +26,18 @@ struct TeacherTopK {
   absl::Span<const float> probabilities;
 };
 
+struct DistillationResult {
+  double loss = 0;           // The whole loss above.
+  double cross_entropy = 0;  // -log softmax(z)[label], what the student is judged by.
+};
+
 // The loss of `logits` (the student's, one token, the whole vocabulary) for `label`, and its
 // gradient in `grad` (same size as `logits`). INVALID_ARGUMENT (naming the value) for a label or
 // index outside the vocabulary, a repeated index, sizes that differ, probabilities outside [0, 1]
 // or summing past 1 (beyond rounding), or terms outside their ranges.
-absl::StatusOr<double> DistillationLoss(absl::Span<const float> logits, int32_t label,
-                                        const TeacherTopK& teacher, const DistillTerms& terms,
-                                        absl::Span<float> grad);
+absl::StatusOr<DistillationResult> DistillationLoss(absl::Span<const float> logits, int32_t label,
+                                                    const TeacherTopK& teacher,
+                                                    const DistillTerms& terms,
+                                                    absl::Span<float> grad);
 
 }  // namespace strait::site

@@ -279,7 +279,7 @@ absl::Status Stage::Forward(int microbatch, int n, const float* input, float* ou
   return backend_->Sync();
 }
 
-absl::StatusOr<LossResult> Stage::Loss(int microbatch, const int32_t* labels, float grad_scale) {
+absl::StatusOr<Stage::Microbatch*> Stage::FindForLoss(int microbatch, const int32_t* labels) {
   if (!is_last()) return absl::FailedPreconditionError("Loss on a stage that is not the last");
   STRAIT_ASSIGN_OR_RETURN(Microbatch * mb, Find(microbatch, "Loss"));
   const int per_sample = model_.TargetsPerSample();
@@ -295,6 +295,14 @@ absl::StatusOr<LossResult> Stage::Loss(int microbatch, const int32_t* labels, fl
     return absl::FailedPreconditionError(
         absl::StrCat("Loss(microbatch ", microbatch, ") twice: its logits are gradients now"));
   }
+  return mb;
+}
+
+absl::StatusOr<LossResult> Stage::Loss(int microbatch, const int32_t* labels, float grad_scale) {
+  STRAIT_ASSIGN_OR_RETURN(Microbatch * mb, FindForLoss(microbatch, labels));
+  const int per_sample = model_.TargetsPerSample();
+  const int64_t n = int64_t{mb->n} * per_sample;
+  const int classes = static_cast<int>(output_features() / per_sample);
   backend_->CopyToDevice(labels_.i32(), labels, sizeof(int32_t) * n);
   backend_->ClassifierLoss(n, classes, Activation(*mb, layers_.size()), labels_.i32(), grad_scale,
                            losses_.f32(), correct_.i32());
@@ -309,6 +317,38 @@ absl::StatusOr<LossResult> Stage::Loss(int microbatch, const int32_t* labels, fl
     result.correct += correct[i];
   }
   mb->has_loss_grad = true;
+  return result;
+}
+
+absl::StatusOr<LossResult> Stage::DistillLoss(int microbatch, const int32_t* labels,
+                                              const TeacherTargets& teacher, int64_t first_row,
+                                              const DistillTerms& terms, float grad_scale) {
+  STRAIT_ASSIGN_OR_RETURN(Microbatch * mb, FindForLoss(microbatch, labels));
+  const int per_sample = model_.TargetsPerSample();
+  const int64_t n = int64_t{mb->n} * per_sample;
+  const int classes = static_cast<int>(output_features() / per_sample);
+  if (first_row < 0 || first_row + n > teacher.rows) {
+    return absl::InvalidArgumentError(absl::StrCat("the teacher's targets hold ", teacher.rows,
+                                                   " rows; this microbatch needs rows [", first_row,
+                                                   ", ", first_row + n, ")"));
+  }
+  std::vector<float> logits(n * classes), grad(n * classes);
+  const TypedPtr device_logits = Activation(*mb, layers_.size());
+  ToHost(device_logits, logits.data(), n * classes);
+  STRAIT_RETURN_IF_ERROR(backend_->Sync());
+  LossResult result;
+  for (int64_t r = 0; r < n; ++r) {
+    const absl::Span<const float> z = absl::MakeConstSpan(logits).subspan(r * classes, classes);
+    const absl::Span<float> g = absl::MakeSpan(grad).subspan(r * classes, classes);
+    STRAIT_ASSIGN_OR_RETURN(DistillationResult d,
+                            DistillationLoss(z, labels[r], teacher.Row(first_row + r), terms, g));
+    result.loss_sum += d.cross_entropy;
+    result.correct += std::max_element(z.begin(), z.end()) - z.begin() == labels[r];
+    for (float& v : g) v *= grad_scale;
+  }
+  FromHost(grad.data(), device_logits, n * classes);
+  mb->has_loss_grad = true;
+  STRAIT_RETURN_IF_ERROR(backend_->Sync());
   return result;
 }
 

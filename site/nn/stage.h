@@ -28,6 +28,7 @@
 #include "core/tensor_split.h"
 #include "site/backend/backend.h"
 #include "site/nn/layer.h"
+#include "site/nn/teacher_targets.h"
 
 namespace strait::site {
 
@@ -122,6 +123,14 @@ class Stage {
   // 1 / (targets of the global batch) makes the loss the mean over them.
   absl::StatusOr<LossResult> Loss(int microbatch, const int32_t* labels, float grad_scale);
 
+  // Loss with a teacher (knowledge sharing): the same result (the labels' cross-entropy and
+  // arg-max hits), but the gradient kept is the distillation loss's (site/nn/distillation_loss.h)
+  // times grad_scale, computed on the host in double. The microbatch's targets are rows
+  // [first_row, first_row + n * TargetsPerSample()) of `teacher`.
+  absl::StatusOr<LossResult> DistillLoss(int microbatch, const int32_t* labels,
+                                         const TeacherTargets& teacher, int64_t first_row,
+                                         const DistillTerms& terms, float grad_scale);
+
   // Backpropagates microbatch `microbatch`: grad_output [n, output_features()] (host; null on the
   // last stage to use Loss's gradient) -> grad_input [n, input_features()] (skipped when null).
   // `weights` must hold the values its Forward computed with; parameter gradients are added to
@@ -158,6 +167,8 @@ class Stage {
   Stage() = default;
   absl::StatusOr<std::unique_ptr<Microbatch>> TakeMicrobatch();
   absl::StatusOr<Microbatch*> Find(int microbatch, const char* what);
+  // The last stage's microbatch whose loss is due, its labels checked (Loss, DistillLoss).
+  absl::StatusOr<Microbatch*> FindForLoss(int microbatch, const int32_t* labels);
   // Activation a_k of a microbatch (its type: f32 for the first stage's input, else the backend's
   // activation type).
   TypedPtr Activation(const Microbatch& mb, size_t k) const;

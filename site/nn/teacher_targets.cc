@@ -15,8 +15,8 @@ absl::StatusOr<TeacherTargets> TopKTargets(absl::Span<const float> logits, int64
                                                    " logits are not ", rows, " rows of ", classes));
   }
   if (k < 1 || k > classes || !(temperature > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("teacher targets: top ", k, " of ", classes,
-                                                   " at temperature ", temperature));
+    return absl::InvalidArgumentError(
+        absl::StrCat("teacher targets: top ", k, " of ", classes, " at temperature ", temperature));
   }
   TeacherTargets out;
   out.rows = rows;
@@ -27,9 +27,8 @@ absl::StatusOr<TeacherTargets> TopKTargets(absl::Span<const float> logits, int64
   for (int64_t r = 0; r < rows; ++r) {
     const absl::Span<const float> z = logits.subspan(r * classes, classes);
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-      return z[a] > z[b] || (z[a] == z[b] && a < b);
-    });
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
     const double top = z[order[0]] / temperature;
     double sum = 0;
     for (int c = 0; c < classes; ++c) sum += std::exp(z[c] / temperature - top);

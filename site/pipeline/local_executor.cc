@@ -200,15 +200,20 @@ absl::StatusOr<int> LocalExecutor::CheckLoss(int microbatch) const {
 
 absl::StatusOr<std::vector<LossResult>> LocalExecutor::LossParts(int microbatch,
                                                                  const int32_t* labels,
-                                                                 float grad_scale) {
+                                                                 float grad_scale,
+                                                                 const Teaching* teaching) {
   STRAIT_ASSIGN_OR_RETURN(const int n, CheckLoss(microbatch));
   std::vector<LossResult> parts(workers());
   STRAIT_RETURN_IF_ERROR(workers_->OnWorkers([&](int w) -> absl::Status {
     const auto [first, rows] = rows_.Rows(n, w);
     if (rows == 0) return absl::OkStatus();
     Stage& stage = *workers_->at(w).stage;
+    const int64_t first_target = first * stage.targets_per_sample();
     STRAIT_ASSIGN_OR_RETURN(
-        parts[w], stage.Loss(microbatch, labels + first * stage.targets_per_sample(), grad_scale));
+        parts[w], teaching == nullptr
+                      ? stage.Loss(microbatch, labels + first_target, grad_scale)
+                      : stage.DistillLoss(microbatch, labels + first_target, *teaching->targets,
+                                          first_target, teaching->terms, grad_scale));
     return absl::OkStatus();
   }));
   return parts;
@@ -217,6 +222,15 @@ absl::StatusOr<std::vector<LossResult>> LocalExecutor::LossParts(int microbatch,
 absl::StatusOr<LossResult> LocalExecutor::Loss(int microbatch, const int32_t* labels,
                                                float grad_scale) {
   STRAIT_ASSIGN_OR_RETURN(std::vector<LossResult> parts, LossParts(microbatch, labels, grad_scale));
+  return Sum(parts);
+}
+
+absl::StatusOr<LossResult> LocalExecutor::DistillLoss(int microbatch, const int32_t* labels,
+                                                      const TeacherTargets& teacher,
+                                                      const DistillTerms& terms, float grad_scale) {
+  const Teaching teaching{&teacher, terms};
+  STRAIT_ASSIGN_OR_RETURN(std::vector<LossResult> parts,
+                          LossParts(microbatch, labels, grad_scale, &teaching));
   return Sum(parts);
 }
 

@@ -37,6 +37,9 @@ class LocalExecutor final : public StageExecutor {
   absl::Status Forward(int64_t step, int microbatch, int n, const float* input, float* output,
                        const ForwardOptions& options = {}) override;
   absl::StatusOr<LossResult> Loss(int microbatch, const int32_t* labels, float grad_scale) override;
+  absl::StatusOr<LossResult> DistillLoss(int microbatch, const int32_t* labels,
+                                         const TeacherTargets& teacher, const DistillTerms& terms,
+                                         float grad_scale) override;
   absl::Status Backward(int microbatch, const float* grad_output, float* grad_input,
                         bool last_of_step) override;
   void Discard(int microbatch) override;
@@ -68,9 +71,16 @@ class LocalExecutor final : public StageExecutor {
   absl::StatusOr<const InFlight*> InFlightOf(int microbatch, const char* call) const;
   // Loss's checks: the microbatch's rows.
   absl::StatusOr<int> CheckLoss(int microbatch) const;
-  // Loss's result of each worker, in worker order, and their sum in that order.
+  // What the student's loss makes of a teacher's targets (DistillLoss).
+  struct Teaching {
+    const TeacherTargets* targets = nullptr;
+    DistillTerms terms;
+  };
+  // Loss's (with `teaching`: DistillLoss's) result of each worker, in worker order, and their sum
+  // in that order.
   absl::StatusOr<std::vector<LossResult>> LossParts(int microbatch, const int32_t* labels,
-                                                    float grad_scale);
+                                                    float grad_scale,
+                                                    const Teaching* teaching = nullptr);
   static LossResult Sum(const std::vector<LossResult>& parts);
   // Backward, except that the microbatch stays in flight until Retire (the leader's, until every
   // rank has done it).

@@ -9,6 +9,13 @@
 
 namespace strait::site {
 
+absl::StatusOr<LossResult> StageExecutor::DistillLoss(int, const int32_t*, const TeacherTargets&,
+                                                      const DistillTerms&, float) {
+  return absl::FailedPreconditionError(
+      "this stage cannot take a teacher's targets: a teacher's student must end on a site of one "
+      "machine");
+}
+
 absl::StatusOr<std::unique_ptr<StageExecutor>> StageExecutor::Create(
     const ModelSpec& model, LayerRange range, const OptimizerSpec& optimizer, int max_batch,
     WeightVersioning versioning, const StageWorkers& workers) {

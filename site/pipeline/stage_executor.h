@@ -141,6 +141,12 @@ class StageExecutor {
   // * grad_scale for Backward (grad_scale = 1 / global batch).
   virtual absl::StatusOr<LossResult> Loss(int microbatch, const int32_t* labels,
                                           float grad_scale) = 0;
+  // Loss with a teacher (knowledge sharing, Stage::DistillLoss): `teacher` holds one row per target
+  // of the microbatch. The same result as Loss; the gradient kept is the distillation loss's.
+  // FAILED_PRECONDITION where the stage cannot take it (a site of several machines).
+  virtual absl::StatusOr<LossResult> DistillLoss(int microbatch, const int32_t* labels,
+                                                 const TeacherTargets& teacher,
+                                                 const DistillTerms& terms, float grad_scale);
   // Backpropagates microbatch `microbatch`: grad_output [n, output_features()] (null on the last
   // stage: Loss's gradient) -> grad_input [n, input_features()] (skipped when null), with the
   // weights its Forward used. last_of_step: the step's last microbatch (every other one

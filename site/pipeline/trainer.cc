@@ -7,12 +7,14 @@
 #include "absl/strings/str_cat.h"
 #include "core/schedule.h"
 #include "core/status.h"
+#include "site/exchange/teacher_targets_codec.h"
 #include "site/pipeline/stage_checkpoint.h"
 
 namespace strait::site {
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
-                                                         std::unique_ptr<Backend> backend) {
+                                                         std::unique_ptr<Backend> backend,
+                                                         std::unique_ptr<Backend> teacher_backend) {
   STRAIT_ASSIGN_OR_RETURN(Dataset train, LoadDataset(spec.data, spec.model, Split::kTrain));
   STRAIT_ASSIGN_OR_RETURN(Dataset test, LoadDataset(spec.data, spec.model, Split::kTest));
   if (train.size < spec.training.global_batch) {
@@ -30,6 +32,19 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
                      spec.model, LayerRange{0, spec.model.NumLayers()},
                      WithDecayHorizon(spec.training.optimizer, t->total_steps()),
                      spec.training.MicrobatchSize(), site::VersioningOf(spec.training), worker));
+  if (spec.has_teacher) {
+    if (teacher_backend == nullptr) {
+      return absl::InvalidArgumentError("a job with a teacher needs a backend for the teacher");
+    }
+    site::StageWorkers teacher_worker;
+    teacher_worker.make_backend =
+        [&teacher_backend](int) -> absl::StatusOr<std::unique_ptr<Backend>> {
+      return std::move(teacher_backend);
+    };
+    STRAIT_ASSIGN_OR_RETURN(t->teacher_,
+                            LocalTeacher::Create(t->spec_, {0, spec.teacher.model.NumLayers()},
+                                                 spec.training.MicrobatchSize(), teacher_worker));
+  }
   return t;
 }
 
@@ -71,8 +86,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
     Gather(train_, batch.data() + int64_t{m} * mb, mb);
     STRAIT_RETURN_IF_ERROR(
         stage_->Forward(step_, m, mb, inputs_.data(), nullptr, WeightsOfSites(m)));
-    STRAIT_ASSIGN_OR_RETURN(LossResult loss,
-                            stage_->Loss(m, labels_.data(), 1.0f / static_cast<float>(targets)));
+    STRAIT_ASSIGN_OR_RETURN(LossResult loss, MicrobatchLoss(m, 1.0f / static_cast<float>(targets)));
     STRAIT_RETURN_IF_ERROR(stage_->Backward(m, nullptr, nullptr, m == t.microbatches - 1));
     stats.loss += loss.loss_sum;
     correct += loss.correct;
@@ -103,6 +117,16 @@ absl::StatusOr<StepStats> Trainer::Step() {
   STRAIT_RETURN_IF_ERROR(stage_->OptimizerStep(step_ + 1, scale));
   ++step_;
   return stats;
+}
+
+absl::StatusOr<LossResult> Trainer::MicrobatchLoss(int m, float grad_scale) {
+  if (teacher_ == nullptr) return stage_->Loss(m, labels_.data(), grad_scale);
+  const int mb = spec_.training.MicrobatchSize();
+  STRAIT_ASSIGN_OR_RETURN(const TeacherTargets said, teacher_->Targets(step_, mb, inputs_.data()));
+  STRAIT_ASSIGN_OR_RETURN(const TeacherTargets heard,
+                          AsReceived(said, spec_.teacher.values, spec_.model.Classes()));
+  return stage_->DistillLoss(m, labels_.data(), heard, DistillTermsOf(spec_.training.distill),
+                             grad_scale);
 }
 
 site::ForwardOptions Trainer::WeightsOfSites(int microbatch) const {

@@ -19,6 +19,7 @@
 #include "site/data/dataset.h"
 #include "site/data/sampler.h"
 #include "site/nn/evaluation.h"
+#include "site/pipeline/local_teacher.h"
 #include "site/pipeline/stage_executor.h"
 
 namespace strait::site {
@@ -32,9 +33,12 @@ struct StepStats {
 class Trainer {
  public:
   // Loads the training and test data and builds all layers of spec.model on `backend` (one
-  // worker).
-  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const JobSpec& spec,
-                                                         std::unique_ptr<Backend> backend);
+  // worker). A job with a teacher runs the whole teacher on `teacher_backend` (required then), and
+  // the loss is the distillation loss against its targets as they cross the wire
+  // (teacher_targets_codec.h AsReceived), so that a lossless federation equals this run.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(
+      const JobSpec& spec, std::unique_ptr<Backend> backend,
+      std::unique_ptr<Backend> teacher_backend = nullptr);
   ~Trainer();
 
   int64_t steps_per_epoch() const { return sampler_.BatchesPerEpoch(); }
@@ -59,6 +63,9 @@ class Trainer {
   Trainer(const JobSpec& spec, Dataset train, Dataset test);
   // Copies the inputs and labels of samples indices[0, n) into inputs_ / labels_.
   void Gather(const Dataset& data, const int64_t* indices, int n);
+  // The loss of microbatch `m` (its inputs and labels gathered), against the teacher's targets
+  // when there is one.
+  absl::StatusOr<LossResult> MicrobatchLoss(int m, float grad_scale);
   // The weights the sites' stages compute microbatch `microbatch` of this step with: one version
   // for all layers, or (2bw with update eager, when the sites differ) each site's for its layers.
   site::ForwardOptions WeightsOfSites(int microbatch) const;
@@ -67,6 +74,7 @@ class Trainer {
   Dataset train_, test_;
   Sampler sampler_;
   std::unique_ptr<site::StageExecutor> stage_;
+  std::unique_ptr<LocalTeacher> teacher_;  // With a teacher only.
   int64_t step_ = 0;
   std::vector<float> inputs_;
   std::vector<int32_t> labels_;

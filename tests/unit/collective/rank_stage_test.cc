@@ -100,7 +100,9 @@ Trace Train(StageExecutor& s, const ModelSpec& model, int steps) {
       EXPECT_TRUE(b.ok()) << b;
       t.grad_inputs.insert(t.grad_inputs.end(), dx.begin(), dx.end());
     }
-    if (s.TiedGrad(step)->empty() == false) EXPECT_TRUE(s.TieLocalGrads(step).ok());
+    if (!s.TiedGrad(step)->empty()) {
+      EXPECT_TRUE(s.TieLocalGrads(step).ok());
+    }
     EXPECT_TRUE(
         s.OptimizerStep(step + 1, GlobalNormClipScale(*s.GradSumSquares(0, step), 0.5)).ok());
   }

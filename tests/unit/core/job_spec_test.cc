@@ -140,8 +140,8 @@ teacher:
   model: {family: gpt, context: 64, dim: 96, depth: 6, heads: 6}
   checkpoint: out/teacher/final.ckpt
 )";
-  absl::StatusOr<JobSpec> spec = ParseJobSpec(
-      base + "  sites: [{id: t-a}]\ntraining: {steps: 3}\n", "lm.yaml", "/fed");
+  absl::StatusOr<JobSpec> spec =
+      ParseJobSpec(base + "  sites: [{id: t-a}]\ntraining: {steps: 3}\n", "lm.yaml", "/fed");
   ASSERT_TRUE(spec.ok()) << spec.status();
   ASSERT_TRUE(spec->has_teacher);
   const TeacherSpec& t = spec->teacher;

@@ -17,9 +17,10 @@ const std::vector<float> kTopP = {0.55f, 0.2f, 0.1f};
 
 double Loss(std::vector<float> z, const DistillTerms& terms) {
   std::vector<float> grad(z.size());
-  absl::StatusOr<double> loss = DistillationLoss(z, 3, {kTop, kTopP}, terms, absl::MakeSpan(grad));
-  EXPECT_TRUE(loss.ok()) << loss.status();
-  return loss.value_or(NAN);
+  absl::StatusOr<DistillationResult> r =
+      DistillationLoss(z, 3, {kTop, kTopP}, terms, absl::MakeSpan(grad));
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? r->loss : NAN;
 }
 
 TEST(DistillationLossTest, GradientMatchesFiniteDifferences) {
@@ -41,12 +42,13 @@ TEST(DistillationLossTest, GradientMatchesFiniteDifferences) {
 
 TEST(DistillationLossTest, AlphaOneIsTheLabelsCrossEntropy) {
   std::vector<float> grad(kLogits.size());
-  const absl::StatusOr<double> loss =
+  const absl::StatusOr<DistillationResult> loss =
       DistillationLoss(kLogits, 3, {kTop, kTopP}, {1.0f, 2.0f}, absl::MakeSpan(grad));
   ASSERT_TRUE(loss.ok());
+  EXPECT_EQ(loss->loss, loss->cross_entropy);
   double sum = 0;
   for (float z : kLogits) sum += std::exp(static_cast<double>(z));
-  EXPECT_NEAR(*loss, -(kLogits[3] - std::log(sum)), 1e-9);
+  EXPECT_NEAR(loss->loss, -(kLogits[3] - std::log(sum)), 1e-9);
   EXPECT_NEAR(grad[3], std::exp(static_cast<double>(kLogits[3])) / sum - 1, 1e-6);
 }
 
@@ -62,12 +64,13 @@ TEST(DistillationLossTest, ATeacherThatAgreesWithTheStudentAddsNothing) {
     p.push_back(static_cast<float>(std::exp(static_cast<double>(kLogits[j]) / tau) / sum));
   }
   std::vector<float> alone(kLogits.size()), taught(kLogits.size());
-  const absl::StatusOr<double> a =
+  const absl::StatusOr<DistillationResult> a =
       DistillationLoss(kLogits, 3, {top, p}, {1.0f, tau}, absl::MakeSpan(alone));
-  const absl::StatusOr<double> b =
+  const absl::StatusOr<DistillationResult> b =
       DistillationLoss(kLogits, 3, {top, p}, {0.5f, tau}, absl::MakeSpan(taught));
   ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_NEAR(*b, 0.5 * *a, 1e-6);
+  EXPECT_NEAR(b->loss, 0.5 * a->loss, 1e-6);
+  EXPECT_EQ(b->cross_entropy, a->cross_entropy);
   for (size_t j = 0; j < kLogits.size(); ++j) EXPECT_NEAR(taught[j], 0.5f * alone[j], 1e-6);
 }
 

@@ -2,13 +2,14 @@
 // (site/exchange/teacher_targets_codec.h): the right entries and probabilities, what survives the
 // trip in fp16 and int8, the bytes against fp32 logits, and a decoder that refuses every kind of
 // damage with an error instead of a crash.
+#include "site/nn/teacher_targets.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
 #include "site/exchange/teacher_targets_codec.h"
-#include "site/nn/teacher_targets.h"
 
 namespace strait::site {
 namespace {
@@ -38,11 +39,11 @@ TEST(TeacherTargetsTest, TheTopKOfTheTemperedSoftmaxLargestFirst) {
 TEST(TeacherTargetsTest, Fp16AndInt8KeepTheIndicesAndTheProbabilitiesClose) {
   const int64_t rows = 64;
   const int classes = 256;
-  absl::StatusOr<TeacherTargets> t = TopKTargets(RandomLogits(rows, classes, 1), rows, classes,
-                                                 2.0, 16);
+  absl::StatusOr<TeacherTargets> t =
+      TopKTargets(RandomLogits(rows, classes, 1), rows, classes, 2.0, 16);
   ASSERT_TRUE(t.ok());
-  for (auto [values, tolerance] : {std::pair{TeacherValues::kFp16, 1e-3},
-                                   std::pair{TeacherValues::kInt8, 0.035}}) {
+  for (auto [values, tolerance] :
+       {std::pair{TeacherValues::kFp16, 1e-3}, std::pair{TeacherValues::kInt8, 0.035}}) {
     absl::StatusOr<TeacherTargets> back = AsReceived(*t, values, classes);
     ASSERT_TRUE(back.ok()) << back.status();
     EXPECT_EQ(back->indices, t->indices);
