@@ -18,5 +18,6 @@ void AddBenchPlanCommand(CLI::App& bench, int* exit_code);
 void AddBenchReplanCommand(CLI::App& bench, int* exit_code);
 void AddBenchReplicasCommand(CLI::App& bench, int* exit_code);
 void AddBenchChaosCommand(CLI::App& bench, int* exit_code);
+void AddBenchDistillCommand(CLI::App& bench, int* exit_code);
 
 }  // namespace strait::bench

@@ -74,6 +74,34 @@ void PrintReplicas(const JobSpec& spec, const std::vector<LayerLayout>& layers) 
   }
 }
 
+// The teacher of knowledge sharing: its sites and layers, and what it sends the student.
+void PrintTeacher(const JobSpec& spec) {
+  const TeacherSpec& t = spec.teacher;
+  const std::vector<LayerLayout> layers = BuildModelLayout(t.model);
+  int64_t total = 0;
+  for (const LayerLayout& l : layers) total += l.param_count;
+  std::printf(
+      "\nteacher: %s model, %zu layers, %s parameters from %s (forward only; its weights "
+      "stay on its sites)\n",
+      ToString(t.model.family), layers.size(), Thousands(total).c_str(), t.checkpoint.c_str());
+  for (const SiteSpec& site : t.sites) {
+    std::printf("  site %-10s layers [%d, %d)  %s x%d\n", site.id.c_str(), site.layers.start,
+                site.layers.end, ToString(site.device), site.workers);
+  }
+  const int classes = spec.model.Classes();
+  const int index_bytes = classes <= 65536 ? 2 : 4;
+  const int per_target =
+      t.top_k * index_bytes + (t.values == TeacherValues::kInt8 ? 2 + t.top_k : 2 * t.top_k);
+  const double targets =
+      static_cast<double>(spec.training.MicrobatchSize()) * spec.model.TargetsPerSample();
+  std::printf(
+      "  -> %s (the student's last stage): top %d of %d per target as %s, %d bytes per target "
+      "(%s per microbatch) against %d as fp32 logits; loss alpha %g, temperature %g\n",
+      spec.sites.back().id.c_str(), t.top_k, classes, ToString(t.values), per_target,
+      HumanBytes(per_target * targets).c_str(), 4 * classes, spec.training.distill.alpha,
+      spec.training.distill.temperature);
+}
+
 void PrintSplit(const JobSpec& spec) {
   const std::vector<LayerLayout> layers = BuildModelLayout(spec.model);
   int64_t total = 0;
@@ -169,6 +197,7 @@ void PrintSplit(const JobSpec& spec) {
           link.encryption ? "encrypted" : "NOT encrypted");
     }
   }
+  if (spec.has_teacher) PrintTeacher(spec);
 }
 
 // A SentencePiece model is checked against model.vocab where it is present (loading one takes
