@@ -19,5 +19,6 @@ void AddBenchReplanCommand(CLI::App& bench, int* exit_code);
 void AddBenchReplicasCommand(CLI::App& bench, int* exit_code);
 void AddBenchChaosCommand(CLI::App& bench, int* exit_code);
 void AddBenchDistillCommand(CLI::App& bench, int* exit_code);
+void AddBenchGenerateCommand(CLI::App& bench, int* exit_code);
 
 }  // namespace strait::bench

@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   strait::bench::AddBenchReplicasCommand(*bench, &exit_code);
   strait::bench::AddBenchChaosCommand(*bench, &exit_code);
   strait::bench::AddBenchDistillCommand(*bench, &exit_code);
+  strait::bench::AddBenchGenerateCommand(*bench, &exit_code);
 
   if (std::optional<int> code = strait::ParseCommandLine(app, argc, argv)) return *code;
   return exit_code;

@@ -34,6 +34,7 @@ absl::StatusOr<std::unique_ptr<TextGenerator>> TextGenerator::Create(
   g->views_ = g->stage_->Views(g->weights_.f32(), g->grads_.f32());
   for (const LayerParams& v : g->views_) g->view_pointers_.push_back(&v);
   STRAIT_RETURN_IF_ERROR(g->backend_->Sync());
+  STRAIT_ASSIGN_OR_RETURN(g->decoder_, KvDecoder::Create(model, {0, model.NumLayers()}, params));
   return g;
 }
 
@@ -57,8 +58,20 @@ absl::StatusOr<std::vector<float>> TextGenerator::NextLogits(absl::Span<const in
 
 absl::StatusOr<std::vector<int32_t>> TextGenerator::Generate(std::vector<int32_t> prompt, int count,
                                                              const SamplingOptions& options) {
+  if (prompt.empty()) return absl::InvalidArgumentError("generation needs at least one token");
+  const size_t context = static_cast<size_t>(model_.gpt.context);
+  decoder_->Reset();
+  std::vector<float> logits;
   for (int i = 0; i < count; ++i) {
-    STRAIT_ASSIGN_OR_RETURN(std::vector<float> logits, NextLogits(prompt));
+    if (prompt.size() <= context) {
+      // The positions the cache lacks: the prompt at first, then the token sampled last.
+      while (static_cast<size_t>(decoder_->position()) < prompt.size()) {
+        STRAIT_ASSIGN_OR_RETURN(logits,
+                                decoder_->Step({static_cast<float>(prompt[decoder_->position()])}));
+      }
+    } else {
+      STRAIT_ASSIGN_OR_RETURN(logits, NextLogits(prompt));
+    }
     prompt.push_back(SampleToken(logits, options, CounterUniform(options.seed, i)));
   }
   return prompt;

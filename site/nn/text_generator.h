@@ -1,5 +1,7 @@
-// Sampling text from a trained GPT (`strait generate`): the whole model on one backend, one window
-// of `context` tokens per forward pass (no key/value cache: a window costs one training forward).
+// Sampling text from a trained GPT (`strait generate`): the whole model. While the text fits the
+// context, positions go through a key/value-cached decoder (site/nn/kv_decoder.h: a new token costs
+// one position); past it, each token is a forward of the window of the last `context` tokens on
+// the backend (positions are absolute, so a sliding window cannot reuse a cache).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 #include "absl/types/span.h"
 #include "core/job_spec.h"
 #include "site/backend/backend.h"
+#include "site/nn/kv_decoder.h"
 #include "site/nn/stage.h"
 
 namespace strait::site {
@@ -43,6 +46,7 @@ class TextGenerator {
   DeviceBuffer weights_, grads_;
   std::vector<LayerParams> views_;
   std::vector<const LayerParams*> view_pointers_;
+  std::unique_ptr<KvDecoder> decoder_;
 };
 
 // Picks a token from `logits` with `options` (temperature, top-k); `draw` in [0, 1) is the random

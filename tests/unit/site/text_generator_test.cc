@@ -85,6 +85,16 @@ TEST(TextGeneratorTest, ATrainedModelContinuesItsText) {
       (*g)->Generate(std::vector<int32_t>(prompt.begin(), prompt.end()), 12, {.temperature = 0.0});
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(std::string(out->begin(), out->end()), "the quick brown fox jumps ov");
+  // Within the context the key/value cache decodes; greedy, it picks what whole windows pick.
+  std::vector<int32_t> windowed = {'t', 'h', 'e', ' '};
+  for (int i = 0; i < 12; ++i) {
+    auto logits = (*g)->NextLogits(windowed);
+    ASSERT_TRUE(logits.ok());
+    windowed.push_back(SampleToken(*logits, {.temperature = 0.0}, 0.5));
+  }
+  auto cached = (*g)->Generate({'t', 'h', 'e', ' '}, 12, {.temperature = 0.0});
+  ASSERT_TRUE(cached.ok()) << cached.status();
+  EXPECT_EQ(*cached, windowed) << std::string(cached->begin(), cached->end());
   std::filesystem::remove_all(dir);
 }
 

@@ -1,0 +1,102 @@
+// `strait bench generate`: the time per generated token of a GPT against the length of the prompt
+// before it (issue 46's serving target), with the key/value cache (site/nn/kv_decoder.h) beside a
+// forward of the whole window per token. The model is the job spec's at its initial parameters:
+// the time of a token does not depend on the weights' values.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/command.h"
+#include "core/job_spec.h"
+#include "site/backend/backend_factory.h"
+#include "site/nn/stage.h"
+#include "site/nn/text_generator.h"
+
+namespace strait::bench {
+namespace {
+
+struct GenerateBenchOptions {
+  std::string config;
+  int tokens = 16;  // Generated after each prompt.
+  int threads = 1;
+};
+
+double Seconds(const std::chrono::steady_clock::time_point& start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+int RunGenerateBench(const GenerateBenchOptions& o) {
+  absl::StatusOr<JobSpec> spec = LoadJobSpec(o.config);
+  if (!spec.ok() || spec->model.family != ModelFamily::kGpt) {
+    std::fprintf(
+        stderr, "strait bench generate: %s\n",
+        spec.ok() ? "the job's model is not a gpt" : std::string(spec.status().message()).c_str());
+    return 2;
+  }
+  const ModelSpec& model = spec->model;
+  auto backend = site::CreateBackend(DeviceKind::kCpu, {o.threads});
+  if (!backend.ok()) return 1;
+  auto stage = site::Stage::Create(model, {0, model.NumLayers()}, 1, backend->get());
+  if (!stage.ok()) return 1;
+  const std::vector<float> params = (*stage)->InitialParams();
+  stage->reset();  // It computes on the backend the generator takes over.
+  auto generator = site::TextGenerator::Create(model, params, *std::move(backend));
+  if (!generator.ok()) {
+    std::fprintf(stderr, "strait bench generate: %s\n", generator.status().ToString().c_str());
+    return 1;
+  }
+  const int context = model.gpt.context;
+  const site::SamplingOptions greedy{.temperature = 0.0};
+  std::printf("%s: %d layers, context %d; ms per generated token (%d after each prompt)\n",
+              spec->name.c_str(), model.NumLayers(), context, o.tokens);
+  std::printf("%8s %14s %14s\n", "prompt", "kv cache", "whole window");
+  double first = 0, last = 0;
+  std::vector<int> lengths;
+  for (int length = 16; length + o.tokens <= context; length *= 2) lengths.push_back(length);
+  if (lengths.empty() || lengths.back() != context - o.tokens)
+    lengths.push_back(context - o.tokens);
+  for (int length : lengths) {
+    const std::vector<int32_t> prompt(length, 'a');
+    // The prompt's own positions cost the same in both runs: the difference is the tokens'.
+    auto start = std::chrono::steady_clock::now();
+    if (!(*generator)->Generate(prompt, 1, greedy).ok()) return 1;
+    const double prefill = Seconds(start);
+    start = std::chrono::steady_clock::now();
+    if (!(*generator)->Generate(prompt, 1 + o.tokens, greedy).ok()) return 1;
+    const double kv = (Seconds(start) - prefill) / o.tokens;
+    start = std::chrono::steady_clock::now();
+    for (int i = 0; i < o.tokens; ++i) {
+      if (!(*generator)->NextLogits(prompt).ok()) return 1;
+    }
+    const double window = Seconds(start) / o.tokens;
+    std::printf("%8d %14.3f %14.3f\n", length, 1e3 * kv, 1e3 * window);
+    if (length == lengths.front()) first = kv;
+    last = kv;
+  }
+  std::printf("kv cache: a token after a prompt of %d costs %.2fx one after a prompt of %d\n",
+              lengths.back(), last / first, lengths.front());
+  return 0;
+}
+
+}  // namespace
+
+void AddBenchGenerateCommand(CLI::App& bench, int* exit_code) {
+  CLI::App* cmd = bench.add_subcommand(
+      "generate",
+      "Time per generated token of the job's GPT against the prompt's length, with the key/value "
+      "cache beside a whole-window forward per token");
+  auto o = std::make_shared<GenerateBenchOptions>();
+  cmd->add_option("-c,--config", o->config, "Job spec of a gpt")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--tokens", o->tokens, "Tokens generated after each prompt")
+      ->capture_default_str();
+  cmd->add_option("--threads", o->threads, "CPU threads of the window forward's backend")
+      ->capture_default_str();
+  cmd->callback([o, exit_code] { *exit_code = RunGenerateBench(*o); });
+}
+
+}  // namespace strait::bench
