@@ -135,6 +135,18 @@ int JobSpec::SiteSlot(absl::string_view id) const {
   return -1;
 }
 
+const std::string& JobSpec::MemberIdAt(int slot) const {
+  const int t = TeacherStageOf(slot);
+  return t >= 0 ? teacher.sites[t].id : SiteIdAt(slot);
+}
+
+int JobSpec::MemberSlot(absl::string_view id) const {
+  for (int slot = 0; slot < MemberSlots(); ++slot) {
+    if (MemberIdAt(slot) == id) return slot;
+  }
+  return -1;
+}
+
 int JobSpec::SiteIndex(absl::string_view id) const {
   for (size_t i = 0; i < sites.size(); ++i) {
     if (sites[i].id == id) return static_cast<int>(i);

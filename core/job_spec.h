@@ -356,6 +356,18 @@ struct JobSpec {
   std::vector<std::string> StageReplicaIds(int stage) const;
   // Slot of the site with this id among all replicas, or -1.
   int SiteSlot(absl::string_view id) const;
+  // Members of the federation: the student's sites (slots 0 .. SiteSlots() - 1), then the
+  // teacher's sites in stage order (knowledge sharing: member slot SiteSlots() + t is teacher stage
+  // t).
+  int TeacherStages() const { return has_teacher ? static_cast<int>(teacher.sites.size()) : 0; }
+  int MemberSlots() const { return SiteSlots() + TeacherStages(); }
+  const std::string& MemberIdAt(int slot) const;
+  // Member slot of the site with this id, student's or teacher's, or -1.
+  int MemberSlot(absl::string_view id) const;
+  // The teacher stage of member slot `slot`, or -1 for a student site.
+  int TeacherStageOf(int slot) const {
+    return slot >= SiteSlots() && slot < MemberSlots() ? slot - SiteSlots() : -1;
+  }
   // True when some site has layers: auto (the split is the planner's to choose).
   bool PlansSplit() const;
   // True when the split is the planner's (PlansSplit; the spec keeps `layers: auto` after the

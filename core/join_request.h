@@ -17,6 +17,9 @@ v1::JoinRequest JoinRequestFor(const JobSpec& spec, const JobView& view, int sta
 // The same with the split as the file writes it (JobView::Initial).
 v1::JoinRequest JoinRequestFor(const JobSpec& spec, int stage, v1::SignedKey key);
 
+// A teacher site's: teacher stage `teacher_stage`'s layers, device and workers (knowledge sharing).
+v1::JoinRequest TeacherJoinRequest(const JobSpec& spec, int teacher_stage, v1::SignedKey key);
+
 // A key carrying only the site id and epoch, no signature: for tests and benchmarks that join as a
 // site (over mutual TLS) but seal nothing. Neighbours refuse it for a sealed link.
 v1::SignedKey UnsignedKey(const std::string& site_id, uint32_t epoch);

@@ -17,6 +17,7 @@ int ConsumerStage(const v1::TensorKey& key, int stages) {
 }
 
 int ProducerSlot(const v1::TensorKey& key, const JobSpec& spec) {
+  if (key.purpose() == v1::TEACH) return spec.SiteSlots() + static_cast<int>(key.boundary());
   if (key.purpose() == v1::SUM && key.direction() == v1::BACKWARD) return -1;
   const int stage = key.purpose() == v1::SUM ? static_cast<int>(key.boundary())
                                              : ProducerStage(key, spec.Stages());
@@ -24,6 +25,11 @@ int ProducerSlot(const v1::TensorKey& key, const JobSpec& spec) {
 }
 
 int ConsumerSlot(const v1::TensorKey& key, const JobSpec& spec) {
+  if (key.purpose() == v1::TEACH) {
+    const int next = static_cast<int>(key.boundary()) + 1;
+    // The teacher's last stage sends to the student's last stage (of the one pipeline).
+    return next < spec.TeacherStages() ? spec.SiteSlots() + next : spec.Stages() - 1;
+  }
   if (key.purpose() == v1::SUM && key.direction() == v1::FORWARD) return -1;
   const int stage = key.purpose() == v1::SUM ? static_cast<int>(key.boundary())
                                              : ConsumerStage(key, spec.Stages());
@@ -52,6 +58,18 @@ absl::Status ValidateTensorKey(const v1::TensorKey& key, const JobSpec& spec) {
           absl::StrCat("sum key of stage ", key.boundary(), " with ", lanes,
                        " values a word; expected a stage of 0..", spec.Stages() - 1,
                        " and 1, 2 or 4 values a word"));
+    }
+    return absl::OkStatus();
+  }
+  if (key.purpose() == v1::TEACH) {
+    if (!spec.has_teacher) return absl::InvalidArgumentError("teacher key in a job without one");
+    if (key.direction() != v1::FORWARD || key.replica() != 0 ||
+        key.boundary() >= static_cast<uint32_t>(spec.TeacherStages()) ||
+        key.microbatch() >= static_cast<uint32_t>(spec.training.microbatches)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "teacher key from teacher stage ", key.boundary(), ", microbatch ", key.microbatch(),
+          ", replica ", key.replica(), "; expected a stage of 0..", spec.TeacherStages() - 1,
+          ", a microbatch below ", spec.training.microbatches, ", replica 0, FORWARD"));
     }
     return absl::OkStatus();
   }
@@ -101,7 +119,7 @@ absl::Status ValidateTensorKey(const v1::TensorKey& key, const JobSpec& spec) {
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("tensor key has purpose ", key.purpose(),
-                       "; expected TRAIN, CLIP, EVAL, TIED, MOVE or SUM"));
+                       "; expected TRAIN, CLIP, EVAL, TIED, MOVE, SUM or TEACH"));
   }
   if (key.microbatch() >= static_cast<uint32_t>(spec.training.microbatches)) {
     return absl::InvalidArgumentError(absl::StrCat("tensor key has microbatch ", key.microbatch(),
@@ -114,13 +132,14 @@ std::string TensorKeyToString(const v1::TensorKey& key) {
   const char* direction = key.direction() == v1::FORWARD    ? "fwd"
                           : key.direction() == v1::BACKWARD ? "bwd"
                                                             : "dir?";
-  const char* purpose = key.purpose() == v1::TRAIN  ? ""
-                        : key.purpose() == v1::CLIP ? "/clip"
-                        : key.purpose() == v1::EVAL ? "/eval"
-                        : key.purpose() == v1::TIED ? "/tied"
-                        : key.purpose() == v1::MOVE ? "/move"
-                        : key.purpose() == v1::SUM  ? "/sum"
-                                                    : "/purpose?";
+  const char* purpose = key.purpose() == v1::TRAIN   ? ""
+                        : key.purpose() == v1::CLIP  ? "/clip"
+                        : key.purpose() == v1::EVAL  ? "/eval"
+                        : key.purpose() == v1::TIED  ? "/tied"
+                        : key.purpose() == v1::MOVE  ? "/move"
+                        : key.purpose() == v1::SUM   ? "/sum"
+                        : key.purpose() == v1::TEACH ? "/teach"
+                                                     : "/purpose?";
   return absl::StrCat(key.job(), "/s", key.step(), "/m", key.microbatch(), "/b", key.boundary(),
                       "/", direction, "/g", key.generation(), purpose,
                       key.replica() > 0 ? absl::StrCat("/r", key.replica()) : "");

@@ -17,9 +17,10 @@ int ProducerStage(const v1::TensorKey& key, int stages);
 // `microbatch`).
 int ConsumerStage(const v1::TensorKey& key, int stages);
 
-// The slot (JobSpec::SiteSlots) of the site that produces / consumes the key: its stage in
-// pipeline key.replica(); -1 for the gateway's end of a SUM key (the sum's producer, the masked
-// vector's consumer). Call on a key that passed ValidateTensorKey.
+// The member slot (JobSpec::MemberSlots) of the site that produces / consumes the key: its stage in
+// pipeline key.replica(); for a TEACH key a teacher stage's, or the student's last stage as the
+// teacher's targets' consumer; -1 for the gateway's end of a SUM key (the sum's producer, the
+// masked vector's consumer). Call on a key that passed ValidateTensorKey.
 int ProducerSlot(const v1::TensorKey& key, const JobSpec& spec);
 int ConsumerSlot(const v1::TensorKey& key, const JobSpec& spec);
 

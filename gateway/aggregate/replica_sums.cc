@@ -84,6 +84,7 @@ void ReplicaSums::Take(int slot, const FramePtr& frame) {
 }
 
 void ReplicaSums::SiteFailed(int slot, const std::string& why) {
+  if (slot >= spec_.SiteSlots()) return;  // A teacher site: in no sum.
   sums_.Abort(spec_.SiteIdAt(slot), why);
 }
 

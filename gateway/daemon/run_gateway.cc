@@ -170,7 +170,7 @@ int RunGateway(const GatewayDaemonOptions& options) {
   }
   serving.store(core.get());
   spdlog::info("federation {}: serving {} sites on port {} (mutual TLS)", spec->name,
-               spec->SiteSlots(), (*server)->port());
+               spec->MemberSlots(), (*server)->port());
 
   std::unique_ptr<DashboardServer> dashboard;
   if (!options.no_dashboard) {

@@ -12,9 +12,9 @@ absl::Status CheckRole(const JobSpec& spec, int site, const v1::TensorKey& key, 
   const int owner = produce ? ProducerSlot(key, spec) : ConsumerSlot(key, spec);
   if (owner != site) {
     return absl::PermissionDeniedError(
-        absl::StrCat("site '", spec.SiteIdAt(site), "' may not ", produce ? "push " : "pull ",
+        absl::StrCat("site '", spec.MemberIdAt(site), "' may not ", produce ? "push " : "pull ",
                      TensorKeyToString(key), ": its ", produce ? "producer" : "consumer", " is ",
-                     owner < 0 ? "the gateway" : absl::StrCat("'", spec.SiteIdAt(owner), "'")));
+                     owner < 0 ? "the gateway" : absl::StrCat("'", spec.MemberIdAt(owner), "'")));
   }
   return absl::OkStatus();
 }
@@ -22,7 +22,7 @@ absl::Status CheckRole(const JobSpec& spec, int site, const v1::TensorKey& key, 
 }  // namespace
 
 absl::StatusOr<int> SlotOfSite(const JobSpec& spec, const std::string& site_id) {
-  const int slot = spec.SiteSlot(site_id);
+  const int slot = spec.MemberSlot(site_id);
   if (slot < 0) {
     return absl::PermissionDeniedError(
         absl::StrCat("'", site_id, "' is not a site of federation '", spec.name, "'"));

@@ -13,7 +13,8 @@
 
 namespace strait::gateway {
 
-// Slot of `site_id` (JobSpec::SiteSlot); PERMISSION_DENIED when the job has no such site.
+// Member slot of `site_id` (JobSpec::MemberSlot: a student or a teacher site); PERMISSION_DENIED
+// when the job has no such site.
 absl::StatusOr<int> SlotOfSite(const JobSpec& spec, const std::string& site_id);
 
 // OK when the key is valid for the job and its producer (CheckPush) or consumer (CheckPull) is the

@@ -6,7 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "core/job_agreement.h"
 #include "core/status.h"
-#include "core/tied_embeddings.h"
+#include "gateway/membership/member_roles.h"
 #include "plan/split_planner.h"
 
 namespace strait::gateway {
@@ -18,29 +18,6 @@ uint64_t UnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-// The sites (slots) whose keys the site in `slot` gets, and which get its key: its neighbours in
-// its pipeline, the other end of the first and last stage's own link for tied embeddings
-// (core/tied_embeddings.h); with a planned split every other site (layers may move between any
-// two); with replicas the other replicas of its stage (their pairwise masks:
-// crypto/pairwise_masks.h).
-std::vector<int> KeyPartners(const JobSpec& spec, int slot) {
-  const int stages = spec.Stages();
-  const int index = slot % stages, base = slot - index;
-  std::vector<int> partners;
-  for (int other = 0; other < stages; ++other) {
-    if (other != index && (spec.SplitMayMove() || other == index - 1 || other == index + 1)) {
-      partners.push_back(base + other);
-    }
-  }
-  if (const std::optional<int> tied = TiedLinkPeer(spec, index); tied && !spec.SplitMayMove()) {
-    partners.push_back(base + *tied);
-  }
-  for (int r = 0; r < spec.Replicas(); ++r) {
-    if (r * stages + index != slot) partners.push_back(r * stages + index);
-  }
-  return partners;
 }
 
 v1::GatewayMessage ControlMessage(const v1::SignedKey& key) {
@@ -84,26 +61,16 @@ Federation::Federation(const JobSpec& spec, const JobView& view,
       agreed_job_(AgreedJobText(spec, view.planned)),
       new_generation_(std::move(new_generation)),
       site_down_(std::move(site_down)) {
-  for (int slot = 0; slot < spec.SiteSlots(); ++slot) {
-    const SiteSpec& s = spec.sites[slot % spec.Stages()];
+  for (int slot = 0; slot < spec.MemberSlots(); ++slot) {
     Site site;
-    site.info.set_id(spec.SiteIdAt(slot));
-    site.info.set_stage(static_cast<uint32_t>(slot % spec.Stages()));
-    site.info.set_replica(static_cast<uint32_t>(slot / spec.Stages()));
-    const LayerRange& layers = view.Layers(slot % spec.Stages());
-    site.info.mutable_layers()->set_start(layers.start);
-    site.info.mutable_layers()->set_end(layers.end);
-    site.info.set_device(ToString(s.device));
-    site.info.set_workers(s.workers);
-    site.info.set_machines(s.machines);
-    site.info.set_state(v1::SITE_ABSENT);
+    site.info = InitialMemberInfo(spec, view, slot);
     sites_.push_back(std::move(site));
   }
 }
 
 absl::Status Federation::CheckJoinRequest(const std::string& site_id, int index,
                                           const v1::JoinRequest& request) const {
-  const SiteSpec& expected = spec_.sites[index % spec_.Stages()];
+  const SiteSpec& expected = ExpectedMember(spec_, index);
   if (request.federation() != spec_.name) {
     return absl::FailedPreconditionError(
         absl::StrCat("site '", site_id, "' asked to join federation '", request.federation(),
@@ -112,7 +79,7 @@ absl::Status Federation::CheckJoinRequest(const std::string& site_id, int index,
   // A planned split's layers are the gateway's to give (in the Rollback): a site's claim may be
   // those of the split before a re-plan.
   const bool layers_agree =
-      spec_.SplitMayMove() ||
+      (spec_.SplitMayMove() && spec_.TeacherStageOf(index) < 0) ||
       (request.layers().start() == static_cast<uint32_t>(expected.layers.start) &&
        request.layers().end() == static_cast<uint32_t>(expected.layers.end));
   if (!layers_agree || request.device() != ToString(expected.device) ||
@@ -160,7 +127,7 @@ absl::Status Federation::CheckRunLengthLocked(const Site& joining,
 absl::StatusOr<v1::JoinReply> Federation::Join(const std::string& site_id,
                                                const v1::JoinRequest& request,
                                                Clock::time_point now) {
-  const int index = spec_.SiteSlot(site_id);
+  const int index = spec_.MemberSlot(site_id);
   if (index < 0) {
     return absl::PermissionDeniedError(
         absl::StrCat("'", site_id, "' is not a site of federation '", spec_.name, "'"));
@@ -223,7 +190,7 @@ absl::StatusOr<v1::JoinReply> Federation::Join(const std::string& site_id,
 absl::StatusOr<int> Federation::Attach(const std::string& site_id, uint32_t epoch,
                                        std::shared_ptr<SiteChannel> channel,
                                        Clock::time_point now) {
-  const int index = spec_.SiteSlot(site_id);
+  const int index = spec_.MemberSlot(site_id);
   std::vector<Action> actions;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -372,7 +339,8 @@ v1::FederationState Federation::Snapshot(const Mailbox::Stats& mailbox,
   bool all_have_checkpoint = !sites_.empty();
   uint64_t common = UINT64_MAX;
   uint64_t rejected = 0;
-  for (const Site& site : sites_) {
+  for (size_t slot = 0; slot < sites_.size(); ++slot) {
+    const Site& site = sites_[slot];
     *view.add_sites() = site.info;
     v1::SiteMetrics& metrics = *state.add_sites();
     metrics.set_site_id(site.info.id());
@@ -381,9 +349,10 @@ v1::FederationState Federation::Snapshot(const Mailbox::Stats& mailbox,
     if (site.joins > 0) {
       metrics.set_last_seen_s_ago(std::chrono::duration<double>(now - site.last_seen).count());
     }
+    rejected += site.last_report.rejected_frames();
+    if (!CheckpointsCount(spec_, static_cast<int>(slot))) continue;
     all_have_checkpoint &= site.last_report.has_checkpoint() || site.info.checkpoint_step() > 0;
     common = std::min(common, site.info.checkpoint_step());
-    rejected += site.last_report.rejected_frames();
   }
   view.set_has_common_checkpoint(all_have_checkpoint);
   view.set_common_checkpoint_step(all_have_checkpoint ? common : 0);
@@ -457,9 +426,12 @@ void Federation::MarkDownLocked(int index, const std::string& why, std::vector<A
 void Federation::MaybeStartLocked(std::vector<Action>& actions) {
   if (!start_pending_) return;
   uint64_t step = UINT64_MAX;
-  for (const Site& site : sites_) {
+  for (size_t slot = 0; slot < sites_.size(); ++slot) {
+    const Site& site = sites_[slot];
     if (site.channel == nullptr || site.info.state() == v1::SITE_DOWN) return;
-    step = std::min(step, site.info.checkpoint_step());
+    if (CheckpointsCount(spec_, static_cast<int>(slot))) {
+      step = std::min(step, site.info.checkpoint_step());
+    }
   }
   start_pending_ = false;
   start_step_ = step;
@@ -470,12 +442,10 @@ void Federation::MaybeStartLocked(std::vector<Action>& actions) {
     actions.push_back(
         {nullptr, std::nullopt, {}, [this, generation] { new_generation_(generation); }});
   }
-  std::vector<LayerRange> split;  // Only a planned split travels with the Rollback.
-  for (const Site& site : sites_) {
-    if (spec_.SplitMayMove()) {
-      split.push_back({static_cast<int>(site.info.layers().start()),
-                       static_cast<int>(site.info.layers().end())});
-    }
+  std::vector<LayerRange> split;  // Only a planned split (the student's) travels with it.
+  for (int s = 0; spec_.SplitMayMove() && s < spec_.Stages(); ++s) {
+    split.push_back({static_cast<int>(sites_[s].info.layers().start()),
+                     static_cast<int>(sites_[s].info.layers().end())});
   }
   for (Site& site : sites_) {
     site.info.set_step(step);
@@ -490,11 +460,11 @@ void Federation::MaybeStartLocked(std::vector<Action>& actions) {
 }
 
 absl::Status Federation::SetSplit(const std::vector<LayerRange>& split) {
-  if (!spec_.SplitMayMove() || split.size() != sites_.size()) {
+  if (!spec_.SplitMayMove() || static_cast<int>(split.size()) != spec_.SiteSlots()) {
     return absl::FailedPreconditionError("only a planned split of every site can change");
   }
   std::lock_guard<std::mutex> lock(mu_);
-  for (size_t s = 0; s < sites_.size(); ++s) {
+  for (size_t s = 0; s < split.size(); ++s) {
     sites_[s].info.mutable_layers()->set_start(split[s].start);
     sites_[s].info.mutable_layers()->set_end(split[s].end);
   }

@@ -75,6 +75,43 @@ TEST(TensorKeyTest, MoveKeysJoinAnyTwoStagesOfAPlannedSplit) {
   EXPECT_FALSE(ValidateTensorKey(backward, spec).ok());
 }
 
+// Knowledge sharing: teacher stages are members after the student's sites; TEACH keys go from one
+// teacher stage to the next, and from the teacher's last to the student's last stage.
+TEST(TensorKeyTest, TeachKeysRunThroughTheTeacherToTheStudentsLastStage) {
+  JobSpec spec = ThreeSites();
+  spec.sites[0].id = "a", spec.sites[1].id = "b", spec.sites[2].id = "c";
+  spec.has_teacher = true;
+  spec.teacher.sites = {SiteSpec{.id = "t0"}, SiteSpec{.id = "t1"}};
+  EXPECT_EQ(spec.MemberSlots(), 5);
+  EXPECT_EQ(spec.MemberIdAt(4), "t1");
+  EXPECT_EQ(spec.MemberSlot("t0"), 3);
+  EXPECT_EQ(spec.MemberSlot("c"), 2);
+  EXPECT_EQ(spec.SiteSlot("t0"), -1);  // Not a student site.
+  EXPECT_EQ(spec.TeacherStageOf(4), 1);
+  EXPECT_EQ(spec.TeacherStageOf(2), -1);
+  v1::TensorKey inside = Key(0, v1::FORWARD, 3), last = Key(1, v1::FORWARD, 3);
+  inside.set_purpose(v1::TEACH);
+  last.set_purpose(v1::TEACH);
+  ASSERT_TRUE(ValidateTensorKey(inside, spec).ok());
+  ASSERT_TRUE(ValidateTensorKey(last, spec).ok());
+  EXPECT_EQ(ProducerSlot(inside, spec), 3);
+  EXPECT_EQ(ConsumerSlot(inside, spec), 4);
+  EXPECT_EQ(ProducerSlot(last, spec), 4);
+  EXPECT_EQ(ConsumerSlot(last, spec), 2);
+  EXPECT_EQ(TensorKeyToString(last), "fed/s12/m3/b1/fwd/g0/teach");
+  v1::TensorKey bad = last;
+  bad.set_boundary(2);  // There is no third teacher stage.
+  EXPECT_FALSE(ValidateTensorKey(bad, spec).ok());
+  bad = last;
+  bad.set_direction(v1::BACKWARD);  // Nothing flows back to a teacher.
+  EXPECT_FALSE(ValidateTensorKey(bad, spec).ok());
+  bad = last;
+  bad.set_microbatch(4);
+  EXPECT_FALSE(ValidateTensorKey(bad, spec).ok());
+  spec.has_teacher = false;
+  EXPECT_FALSE(ValidateTensorKey(last, spec).ok());
+}
+
 TEST(TensorKeyTest, Validates) {
   JobSpec spec = ThreeSites();
   EXPECT_TRUE(ValidateTensorKey(Key(1, v1::BACKWARD, 3), spec).ok());

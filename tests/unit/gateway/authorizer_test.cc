@@ -29,6 +29,28 @@ TEST(AuthorizerTest, WrongProducerOrConsumerIsDeniedWithBothNames) {
             absl::StatusCode::kPermissionDenied);
 }
 
+// A teacher site pushes its TEACH frames and nothing else: no key that could carry weights or
+// gradients has a teacher slot at either end.
+TEST(AuthorizerTest, ATeacherSitePushesItsTargetsToTheStudentsLastSiteOnly) {
+  JobSpec spec = testing::ThreeSiteSpec();
+  spec.has_teacher = true;
+  spec.teacher.sites = {SiteSpec{.id = "teacher"}};
+  ASSERT_EQ(*SlotOfSite(spec, "teacher"), 3);
+  v1::TensorKey targets = Key(0, 0, 0, v1::FORWARD);
+  targets.set_purpose(v1::TEACH);
+  EXPECT_TRUE(CheckPush(spec, 3, targets).ok());
+  EXPECT_TRUE(CheckPull(spec, 2, targets).ok());
+  EXPECT_EQ(CheckPull(spec, 1, targets).message(),
+            "site 'b' may not pull fed/s0/m0/b0/fwd/g0/teach: its consumer is 'c'");
+  EXPECT_EQ(CheckPush(spec, 2, targets).code(), absl::StatusCode::kPermissionDenied);
+  for (v1::Purpose purpose : {v1::TRAIN, v1::CLIP, v1::EVAL, v1::MOVE}) {
+    v1::TensorKey other = Key(0, 0, 0, v1::FORWARD);
+    other.set_purpose(purpose);
+    EXPECT_FALSE(CheckPush(spec, 3, other).ok()) << purpose;
+    EXPECT_FALSE(CheckPull(spec, 3, other).ok()) << purpose;
+  }
+}
+
 // Tied embeddings: the first and the last stage swap the shared matrix's gradients; the stage
 // between them may neither push nor pull those frames.
 TEST(AuthorizerTest, TiedFramesJoinTheFirstAndTheLastSiteOnly) {

@@ -1,0 +1,61 @@
+#include "gateway/membership/member_roles.h"
+
+#include <optional>
+
+#include "core/tied_embeddings.h"
+
+namespace strait::gateway {
+
+v1::SiteInfo InitialMemberInfo(const JobSpec& spec, const JobView& view, int slot) {
+  const int teacher_stage = spec.TeacherStageOf(slot);
+  const SiteSpec& s = ExpectedMember(spec, slot);
+  v1::SiteInfo info;
+  info.set_id(spec.MemberIdAt(slot));
+  const LayerRange layers = teacher_stage >= 0 ? s.layers : view.Layers(slot % spec.Stages());
+  if (teacher_stage >= 0) {
+    info.set_stage(static_cast<uint32_t>(teacher_stage));
+    info.set_teacher(true);
+  } else {
+    info.set_stage(static_cast<uint32_t>(slot % spec.Stages()));
+    info.set_replica(static_cast<uint32_t>(slot / spec.Stages()));
+  }
+  info.mutable_layers()->set_start(layers.start);
+  info.mutable_layers()->set_end(layers.end);
+  info.set_device(ToString(s.device));
+  info.set_workers(s.workers);
+  info.set_machines(s.machines);
+  info.set_state(v1::SITE_ABSENT);
+  return info;
+}
+
+const SiteSpec& ExpectedMember(const JobSpec& spec, int slot) {
+  const int teacher_stage = spec.TeacherStageOf(slot);
+  return teacher_stage >= 0 ? spec.teacher.sites[teacher_stage] : spec.sites[slot % spec.Stages()];
+}
+
+std::vector<int> KeyPartners(const JobSpec& spec, int slot) {
+  const int stages = spec.Stages(), teachers = spec.TeacherStages();
+  const int student_last = stages - 1;  // The teacher's consumer (one pipeline with a teacher).
+  std::vector<int> partners;
+  if (const int t = spec.TeacherStageOf(slot); t >= 0) {
+    if (t > 0) partners.push_back(slot - 1);
+    partners.push_back(t + 1 < teachers ? slot + 1 : student_last);
+    return partners;
+  }
+  const int index = slot % stages, base = slot - index;
+  for (int other = 0; other < stages; ++other) {
+    if (other != index && (spec.SplitMayMove() || other == index - 1 || other == index + 1)) {
+      partners.push_back(base + other);
+    }
+  }
+  if (const std::optional<int> tied = TiedLinkPeer(spec, index); tied && !spec.SplitMayMove()) {
+    partners.push_back(base + *tied);
+  }
+  for (int r = 0; r < spec.Replicas(); ++r) {
+    if (r * stages + index != slot) partners.push_back(r * stages + index);
+  }
+  if (teachers > 0 && slot == student_last) partners.push_back(spec.SiteSlots() + teachers - 1);
+  return partners;
+}
+
+}  // namespace strait::gateway
