@@ -69,9 +69,11 @@ absl::Status ValidateFrameHeader(const v1::FrameHeader& header, const JobSpec& s
                                  uint64_t max_frame_bytes) {
   if (!header.has_key()) return absl::InvalidArgumentError("frame header has no key");
   STRAIT_RETURN_IF_ERROR(ValidateTensorKey(header.key(), spec));
-  if (header.dtype() != v1::FLOAT32) {
+  const bool bytes = header.dtype() == v1::BYTES && header.key().purpose() == v1::TEACH;
+  if (header.dtype() != v1::FLOAT32 && !bytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("frame header has dtype ", header.dtype(), "; expected FLOAT32"));
+        absl::StrCat("frame header has dtype ", header.dtype(),
+                     "; expected FLOAT32 (BYTES: TEACH frames only)"));
   }
   if (header.shape_size() < 1 || header.shape_size() > 8) {
     return absl::InvalidArgumentError(
@@ -88,10 +90,11 @@ absl::Status ValidateFrameHeader(const v1::FrameHeader& header, const JobSpec& s
       return absl::InvalidArgumentError("frame header describes a tensor of over 2^40 elements");
     }
   }
-  if (header.raw_bytes() != elements * sizeof(float)) {
+  const uint64_t element_bytes = bytes ? 1 : sizeof(float);
+  if (header.raw_bytes() != elements * element_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("frame header says raw_bytes ",
                                                    header.raw_bytes(), " but its shape holds ",
-                                                   elements * sizeof(float)));
+                                                   elements * element_bytes));
   }
   if (header.wire_bytes() > max_frame_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(

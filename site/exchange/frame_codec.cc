@@ -91,24 +91,46 @@ absl::StatusOr<FrameEncoder::Frame> FrameEncoder::Encode(const v1::TensorKey& ke
   header.set_dtype(v1::FLOAT32);
   for (int64_t d : shape) header.add_shape(d);
   header.set_raw_bytes(values.size() * sizeof(float));
+  STRAIT_RETURN_IF_ERROR(
+      Seal({reinterpret_cast<const char*>(encoded.data()), encoded.size()}, frame));
+  frame.seal_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - encoded_at).count();
+  return frame;
+}
+
+absl::StatusOr<FrameEncoder::Frame> FrameEncoder::EncodeBytes(const v1::TensorKey& key,
+                                                              std::string_view bytes) {
+  if (bytes.empty()) return absl::InvalidArgumentError("a frame of bytes needs at least one");
+  Frame frame;
+  v1::FrameHeader& header = frame.header;
+  *header.mutable_key() = key;
+  header.set_codec_chain("bytes");
+  header.set_dtype(v1::BYTES);
+  header.add_shape(static_cast<int64_t>(bytes.size()));
+  header.set_raw_bytes(bytes.size());
+  const auto start = std::chrono::steady_clock::now();
+  STRAIT_RETURN_IF_ERROR(Seal(bytes, frame));
+  frame.seal_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return frame;
+}
+
+absl::Status FrameEncoder::Seal(std::string_view encoded, Frame& frame) {
+  v1::FrameHeader& header = frame.header;
   const size_t sealed_size = encoded.size() + (sealer_ ? crypto::kTagSize : 0);
   header.set_wire_bytes(sealed_size);
   header.set_sealed(sealer_ != nullptr);
   frame.body.resize(sealed_size);
   std::copy(encoded.begin(), encoded.end(), frame.body.begin());
-  if (sealer_) {
-    header.set_key_epoch(sealer_->key_epoch());
-    const std::string aad = FrameAad(header);
-    auto* bytes = reinterpret_cast<uint8_t*>(frame.body.data());
-    STRAIT_ASSIGN_OR_RETURN(
-        uint64_t sequence,
-        sealer_->SealInPlace({reinterpret_cast<const uint8_t*>(aad.data()), aad.size()},
-                             {bytes, frame.body.size()}, encoded.size()));
-    header.set_sequence(sequence);
-    frame.seal_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - encoded_at).count();
-  }
-  return frame;
+  if (!sealer_) return absl::OkStatus();
+  header.set_key_epoch(sealer_->key_epoch());
+  const std::string aad = FrameAad(header);
+  auto* bytes = reinterpret_cast<uint8_t*>(frame.body.data());
+  STRAIT_ASSIGN_OR_RETURN(
+      uint64_t sequence,
+      sealer_->SealInPlace({reinterpret_cast<const uint8_t*>(aad.data()), aad.size()},
+                           {bytes, frame.body.size()}, encoded.size()));
+  header.set_sequence(sequence);
+  return absl::OkStatus();
 }
 
 FrameDecoder::FrameDecoder(std::unique_ptr<crypto::Opener> opener, uint64_t max_raw_bytes)
@@ -129,20 +151,12 @@ absl::StatusOr<std::vector<float>> FrameDecoder::Decode(const v1::TensorKey& exp
        !std::equal(expected_shape.begin(), expected_shape.end(), header.shape().begin()))) {
     return absl::InvalidArgumentError("frame has another shape than this boundary carries");
   }
-  if (header.sealed() != (opener_ != nullptr)) {
-    return absl::InvalidArgumentError(opener_ ? "frame is not sealed but this link is encrypted"
-                                              : "frame is sealed but this link is not encrypted");
+  if (header.dtype() != v1::FLOAT32) {
+    return absl::InvalidArgumentError("frame carries bytes where this link carries a tensor");
   }
   auto* bytes = reinterpret_cast<uint8_t*>(frame.body.data());
-  size_t size = frame.body.size();
   const auto start = std::chrono::steady_clock::now();
-  if (opener_) {
-    const std::string aad = FrameAad(header);
-    STRAIT_ASSIGN_OR_RETURN(
-        size, opener_->OpenInPlace({header.sequence(), header.key_epoch(), header.wire_bytes()},
-                                   {reinterpret_cast<const uint8_t*>(aad.data()), aad.size()},
-                                   {bytes, frame.body.size()}));
-  }
+  STRAIT_ASSIGN_OR_RETURN(const size_t size, Open(frame));
   const auto opened_at = std::chrono::steady_clock::now();
   STRAIT_RETURN_IF_ERROR(decoder_.Decode({bytes, size}, &decoded_));
   if (timings != nullptr) {
@@ -157,6 +171,37 @@ absl::StatusOr<std::vector<float>> FrameDecoder::Decode(const v1::TensorKey& exp
     return absl::InvalidArgumentError("decoded tensor does not match its frame header");
   }
   return std::move(decoded_.values);
+}
+
+absl::StatusOr<std::string> FrameDecoder::DecodeBytes(const v1::TensorKey& expected,
+                                                      ReceivedFrame frame) {
+  const v1::FrameHeader& header = frame.header;
+  if (!SameKey(header.key(), expected)) {
+    return absl::InvalidArgumentError("frame carries another tensor key than the one pulled");
+  }
+  if (header.dtype() != v1::BYTES || header.shape_size() != 1) {
+    return absl::InvalidArgumentError("frame carries a tensor where this link carries bytes");
+  }
+  STRAIT_ASSIGN_OR_RETURN(const size_t size, Open(frame));
+  if (size != header.raw_bytes() || size != static_cast<uint64_t>(header.shape(0))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("frame of ", size, " bytes says it holds ", header.raw_bytes()));
+  }
+  frame.body.resize(size);
+  return std::move(frame.body);
+}
+
+absl::StatusOr<size_t> FrameDecoder::Open(ReceivedFrame& frame) const {
+  const v1::FrameHeader& header = frame.header;
+  if (header.sealed() != (opener_ != nullptr)) {
+    return absl::InvalidArgumentError(opener_ ? "frame is not sealed but this link is encrypted"
+                                              : "frame is sealed but this link is not encrypted");
+  }
+  if (!opener_) return frame.body.size();
+  const std::string aad = FrameAad(header);
+  return opener_->OpenInPlace({header.sequence(), header.key_epoch(), header.wire_bytes()},
+                              {reinterpret_cast<const uint8_t*>(aad.data()), aad.size()},
+                              {reinterpret_cast<uint8_t*>(frame.body.data()), frame.body.size()});
 }
 
 }  // namespace strait::site

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -40,8 +41,15 @@ class FrameEncoder {
   // are encoded with the lossless chain `none` whatever the link's chain.
   absl::StatusOr<Frame> Encode(const v1::TensorKey& key, absl::Span<const float> values,
                                const std::vector<int64_t>& shape);
+  // Opaque bytes (dtype BYTES: a teacher's targets, site/exchange/teacher_targets_codec.h), sealed
+  // as they are; no codec chain.
+  absl::StatusOr<Frame> EncodeBytes(const v1::TensorKey& key, std::string_view bytes);
 
  private:
+  // Fills the frame's body with `encoded`, sealed when the link is encrypted, and the header's
+  // sizes, sequence and key epoch.
+  absl::Status Seal(std::string_view encoded, Frame& frame);
+
   FrameEncoder(std::unique_ptr<compression::CodecChain> chain,
                std::unique_ptr<compression::CodecChain> lossless,
                std::unique_ptr<crypto::Sealer> sealer)
@@ -70,8 +78,13 @@ class FrameDecoder {
   absl::StatusOr<std::vector<float>> Decode(const v1::TensorKey& expected,
                                             const std::vector<int64_t>& expected_shape,
                                             ReceivedFrame frame, DecodeTimings* timings = nullptr);
+  // The bytes of a frame EncodeBytes made, checked and opened likewise.
+  absl::StatusOr<std::string> DecodeBytes(const v1::TensorKey& expected, ReceivedFrame frame);
 
  private:
+  // Opens the frame's body in place (nothing when the link is not encrypted): its plain size.
+  absl::StatusOr<size_t> Open(ReceivedFrame& frame) const;
+
   std::unique_ptr<crypto::Opener> opener_;
   compression::TensorDecoder decoder_;
   compression::DecodedTensor decoded_;

@@ -56,5 +56,34 @@ TEST(CutIntoPiecesTest, EveryByteIsInExactlyOnePiece) {
   }
 }
 
+// A teacher's targets are opaque bytes: the gateway takes dtype BYTES (one byte an element) on
+// TEACH frames only.
+TEST(ValidateFrameHeaderTest, BytesOnlyOnTeachFrames) {
+  JobSpec spec;
+  spec.name = "fed";
+  spec.sites.resize(2);
+  spec.training.microbatches = 4;
+  spec.has_teacher = true;
+  spec.teacher.sites.resize(1);
+  v1::FrameHeader header;
+  v1::TensorKey& key = *header.mutable_key();
+  key.set_job("fed");
+  key.set_direction(v1::FORWARD);
+  key.set_purpose(v1::TEACH);
+  header.set_dtype(v1::BYTES);
+  header.add_shape(100);
+  header.set_raw_bytes(100);
+  header.set_wire_bytes(116);
+  header.set_chunk_count(1);
+  EXPECT_TRUE(ValidateFrameHeader(header, spec, 1 << 20).ok());
+  header.set_raw_bytes(400);  // As if the elements were floats.
+  EXPECT_FALSE(ValidateFrameHeader(header, spec, 1 << 20).ok());
+  header.set_raw_bytes(100);
+  key.set_purpose(v1::TRAIN);
+  const absl::Status train = ValidateFrameHeader(header, spec, 1 << 20);
+  EXPECT_EQ(train.message(),
+            "frame header has dtype 2; expected FLOAT32 (BYTES: TEACH frames only)");
+}
+
 }  // namespace
 }  // namespace strait

@@ -134,5 +134,42 @@ TEST(FrameCodecTest, WrongKeyIsRefused) {
   EXPECT_TRUE(crypto::GetOpenError(result.status()).has_value()) << result.status();
 }
 
+// A teacher's targets cross as opaque bytes (dtype BYTES): sealed like a tensor, bit-exact, and
+// never taken for a tensor or the other way round.
+TEST(FrameCodecTest, BytesCrossSealedAndAreNeverMistakenForATensor) {
+  const std::string targets = std::string("\x01\x00\x02\x00", 4) + "top-k targets";
+  v1::TensorKey key = Key(2);
+  key.set_purpose(v1::TEACH);
+  for (bool encrypted : {true, false}) {
+    Link link = MakeLink("none", encrypted);
+    auto frame = link.encoder->EncodeBytes(key, targets);
+    ASSERT_TRUE(frame.ok()) << frame.status();
+    EXPECT_EQ(frame->header.dtype(), v1::BYTES);
+    EXPECT_EQ(frame->header.raw_bytes(), targets.size());
+    EXPECT_EQ(frame->body.size(), targets.size() + (encrypted ? crypto::kTagSize : 0));
+    if (encrypted) {
+      EXPECT_EQ(frame->body.find("top-k"), std::string::npos);
+    }
+    auto back = link.decoder->DecodeBytes(key, Received(*frame));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, targets);
+    EXPECT_FALSE(link.decoder->Decode(key, {}, Received(*frame)).ok());
+  }
+  Link link = MakeLink("none", true);
+  auto frame = link.encoder->EncodeBytes(key, targets);
+  ASSERT_TRUE(frame.ok());
+  ReceivedFrame altered = Received(*frame);
+  altered.body[3] ^= 1;
+  EXPECT_FALSE(link.decoder->DecodeBytes(key, altered).ok());
+  ReceivedFrame relabelled = Received(*frame);
+  relabelled.header.set_raw_bytes(targets.size() - 1);  // Bound by the AAD.
+  EXPECT_FALSE(link.decoder->DecodeBytes(key, relabelled).ok());
+  EXPECT_FALSE(link.decoder->DecodeBytes(Key(3), Received(*frame)).ok());
+  auto tensor = link.encoder->Encode(Key(2), Values(), kShape);
+  ASSERT_TRUE(tensor.ok());
+  EXPECT_FALSE(link.decoder->DecodeBytes(Key(2), Received(*tensor)).ok());
+  EXPECT_FALSE(link.encoder->EncodeBytes(key, "").ok());
+}
+
 }  // namespace
 }  // namespace strait::site
