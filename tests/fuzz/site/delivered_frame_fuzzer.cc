@@ -18,9 +18,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   frame.body.assign(reinterpret_cast<const char*>(data + 2 + header_size), size - 2 - header_size);
   const std::vector<int64_t> shape(frame.header.shape().begin(), frame.header.shape().end());
   const strait::v1::TensorKey key = frame.header.key();
-  // Unsealed link: straight into the codec chain's decoder.
+  // Unsealed link: straight into the codec chain's decoder, or the bytes of a teacher's targets.
   strait::site::FrameDecoder plain(nullptr, 1 << 20);
   (void)plain.Decode(key, shape, frame);
+  (void)plain.DecodeBytes(key, frame);
   // Sealed link: the opener must refuse what it did not seal.
   strait::crypto::DirectionKey direction;
   auto opener = strait::crypto::Opener::Create(direction);
