@@ -29,6 +29,15 @@ absl::Status JobSpecParser::ParseTeacher(YamlMap& root) {
   }
   spec_.has_teacher = true;
   TeacherSpec& t = spec_.teacher;
+  // The teacher's targets go to the one pipeline's last stage, on one machine (DistillLoss).
+  if (spec_.Replicas() > 1) {
+    return root.ErrorAt("teacher", "a job with replicas cannot have a teacher yet");
+  }
+  if (spec_.sites.back().machines > 1) {
+    return root.ErrorAt("teacher", absl::StrCat("the student's last site '", spec_.sites.back().id,
+                                                "' runs on ", spec_.sites.back().machines,
+                                                " machines; a teacher's student must end on one"));
+  }
   STRAIT_RETURN_IF_ERROR(ParseModel(map, t.model));
   const ModelSpec& student = spec_.model;
   if (t.model.Classes() != student.Classes()) {
