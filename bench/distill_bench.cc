@@ -87,7 +87,9 @@ int RunDistillBench(const DistillBenchOptions& o) {
   absl::StatusOr<JobSpec> taught = LoadJobSpec(o.config);
   if (!taught.ok() || !taught->has_teacher) {
     std::fprintf(stderr, "strait bench distill: %s\n",
-                 taught.ok() ? (o.config + " has no teacher:").c_str()
+                 taught.ok() ? (o.config + " has no teacher: add a `teacher:` section "
+                                           "(docs/distillation.md)")
+                                   .c_str()
                              : std::string(taught.status().message()).c_str());
     return 2;
   }
