@@ -70,24 +70,19 @@ absl::StatusOr<Curve> Train(const JobSpec& spec, int threads, const char* name) 
 
 // Bytes per target of the teacher's targets on the wire (one microbatch's frame payload).
 double TargetBytes(const JobSpec& spec) {
-  const int classes = spec.model.Classes();
-  site::TeacherTargets t;
-  t.rows = int64_t{spec.training.MicrobatchSize()} * spec.model.TargetsPerSample();
-  t.k = spec.teacher.top_k;
-  t.indices.resize(t.rows * t.k);
-  t.probabilities.assign(t.rows * t.k, 1.0f / static_cast<float>(t.k + 1));
-  for (int64_t r = 0; r < t.rows; ++r) {
-    for (int i = 0; i < t.k; ++i) t.indices[r * t.k + i] = i;
-  }
-  return static_cast<double>(site::EncodeTeacherTargets(t, spec.teacher.values, classes).size()) /
-         static_cast<double>(t.rows);
+  const int64_t rows = int64_t{spec.training.MicrobatchSize()} * spec.model.TargetsPerSample();
+  return static_cast<double>(site::TeacherTargetsBytes(rows, spec.teacher.top_k,
+                                                       spec.teacher.values, spec.model.Classes())) /
+         static_cast<double>(rows);
 }
 
 int RunDistillBench(const DistillBenchOptions& o) {
   absl::StatusOr<JobSpec> taught = LoadJobSpec(o.config);
   if (!taught.ok() || !taught->has_teacher) {
     std::fprintf(stderr, "strait bench distill: %s\n",
-                 taught.ok() ? (o.config + " has no teacher:").c_str()
+                 taught.ok() ? (o.config + " has no teacher: add a `teacher:` section "
+                                           "(docs/distillation.md)")
+                                   .c_str()
                              : std::string(taught.status().message()).c_str());
     return 2;
   }

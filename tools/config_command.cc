@@ -13,6 +13,7 @@
 #include "core/model_layout.h"
 #include "core/tied_embeddings.h"
 #include "site/data/tokenizer.h"
+#include "site/exchange/teacher_targets_codec.h"
 #include "tools/command.h"
 
 namespace strait::tools {
@@ -89,16 +90,15 @@ void PrintTeacher(const JobSpec& spec) {
                 site.layers.end, ToString(site.device), site.workers);
   }
   const int classes = spec.model.Classes();
-  const int index_bytes = classes <= 65536 ? 2 : 4;
-  const int per_target =
-      t.top_k * index_bytes + (t.values == TeacherValues::kInt8 ? 2 + t.top_k : 2 * t.top_k);
-  const double targets =
-      static_cast<double>(spec.training.MicrobatchSize()) * spec.model.TargetsPerSample();
+  const int64_t targets = int64_t{spec.training.MicrobatchSize()} * spec.model.TargetsPerSample();
+  const uint64_t frame = site::TeacherTargetsBytes(targets, t.top_k, t.values, classes);
+  const uint64_t header = site::TeacherTargetsBytes(0, t.top_k, t.values, classes);
+  const int per_target = static_cast<int>((frame - header) / targets);
   std::printf(
       "  -> %s (the student's last stage): top %d of %d per target as %s, %d bytes per target "
       "(%s per microbatch) against %d as fp32 logits; loss alpha %g, temperature %g\n",
       spec.sites.back().id.c_str(), t.top_k, classes, ToString(t.values), per_target,
-      HumanBytes(per_target * targets).c_str(), 4 * classes, spec.training.distill.alpha,
+      HumanBytes(static_cast<double>(frame)).c_str(), 4 * classes, spec.training.distill.alpha,
       spec.training.distill.temperature);
 }
 

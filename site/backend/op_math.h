@@ -12,6 +12,22 @@ namespace strait::site {
 
 inline constexpr float kLayerNormEps = 1e-5f;
 
+// One row of LayerNorm on the host: y = (x - mean) * rstd * gamma + beta, rstd = 1 / sqrt(var +
+// eps), the sums in order, so the CPU backend's loops and the key/value-cached decoder
+// (site/nn/kv_decoder.h) compute the same bits.
+inline void LayerNormRow(const float* x, const float* gamma, const float* beta, int dim, float* y,
+                         float* mean, float* rstd) {
+  float sum = 0.0f;
+  for (int c = 0; c < dim; ++c) sum += x[c];
+  const float mu = sum / dim;
+  float var = 0.0f;
+  for (int c = 0; c < dim; ++c) var += (x[c] - mu) * (x[c] - mu);
+  const float rs = 1.0f / sqrtf(var / dim + kLayerNormEps);
+  for (int c = 0; c < dim; ++c) y[c] = (x[c] - mu) * rs * gamma[c] + beta[c];
+  *mean = mu;
+  *rstd = rs;
+}
+
 // tanh(u) as a rational function of u^2 (degree 11 / 6, fitted for least relative error on
 // [0, 9]), with u clamped to +-9 where tanh rounds to +-1 in float. Only multiplies, adds, one
 // divide and compares, so the CPU loops that call it vectorize (a libm expf call per element did

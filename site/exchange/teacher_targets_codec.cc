@@ -38,11 +38,16 @@ void Renormalize(float* p, int k) {
 
 }  // namespace
 
+uint64_t TeacherTargetsBytes(int64_t rows, int k, TeacherValues values, int classes) {
+  const uint64_t values_bytes = values == TeacherValues::kInt8 ? 2 + k : 2 * uint64_t(k);
+  return kHeaderBytes + rows * (uint64_t(k) * IndexBytes(classes) + values_bytes);
+}
+
 std::string EncodeTeacherTargets(const TeacherTargets& t, TeacherValues values, int classes) {
   const int index_bytes = IndexBytes(classes);
   const bool int8 = values == TeacherValues::kInt8;
   std::string out;
-  out.reserve(kHeaderBytes + t.rows * (t.k * index_bytes + (int8 ? 2 + t.k : 2 * t.k)));
+  out.reserve(TeacherTargetsBytes(t.rows, t.k, values, classes));
   Put(out, kVersion, 1);
   Put(out, int8 ? 1 : 0, 1);
   Put(out, index_bytes, 1);

@@ -21,6 +21,9 @@
 
 namespace strait::site {
 
+// The size of EncodeTeacherTargets' output for `rows` rows of top `k` over `classes` classes.
+uint64_t TeacherTargetsBytes(int64_t rows, int k, TeacherValues values, int classes);
+
 // The bytes of `targets` (indices below `classes`).
 std::string EncodeTeacherTargets(const TeacherTargets& targets, TeacherValues values, int classes);
 

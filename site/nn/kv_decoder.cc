@@ -20,13 +20,8 @@ void MatVec(const float* w, const float* b, const float* x, int in, int out, flo
 }
 
 void LayerNorm(const float* x, const float* gamma, const float* beta, int dim, float* y) {
-  float sum = 0.0f;
-  for (int c = 0; c < dim; ++c) sum += x[c];
-  const float mu = sum / dim;
-  float var = 0.0f;
-  for (int c = 0; c < dim; ++c) var += (x[c] - mu) * (x[c] - mu);
-  const float rs = 1.0f / std::sqrt(var / dim + kLayerNormEps);
-  for (int c = 0; c < dim; ++c) y[c] = (x[c] - mu) * rs * gamma[c] + beta[c];
+  float mean, rstd;
+  LayerNormRow(x, gamma, beta, dim, y, &mean, &rstd);
 }
 
 }  // namespace

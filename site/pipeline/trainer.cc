@@ -11,6 +11,18 @@
 #include "site/pipeline/stage_checkpoint.h"
 
 namespace strait::site {
+namespace {
+
+// One worker, on `backend`: the executor takes it over when it makes its workers.
+StageWorkers OneWorkerOn(std::unique_ptr<Backend>& backend) {
+  StageWorkers worker;
+  worker.make_backend = [&backend](int) -> absl::StatusOr<std::unique_ptr<Backend>> {
+    return std::move(backend);
+  };
+  return worker;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
                                                          std::unique_ptr<Backend> backend,
@@ -23,27 +35,20 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
                                                    spec.training.global_batch));
   }
   std::unique_ptr<Trainer> t(new Trainer(spec, std::move(train), std::move(test)));
-  site::StageWorkers worker;  // One, on the backend handed in.
-  worker.make_backend = [&backend](int) -> absl::StatusOr<std::unique_ptr<Backend>> {
-    return std::move(backend);
-  };
   STRAIT_ASSIGN_OR_RETURN(
-      t->stage_, site::StageExecutor::Create(
-                     spec.model, LayerRange{0, spec.model.NumLayers()},
-                     WithDecayHorizon(spec.training.optimizer, t->total_steps()),
-                     spec.training.MicrobatchSize(), site::VersioningOf(spec.training), worker));
+      t->stage_,
+      site::StageExecutor::Create(spec.model, LayerRange{0, spec.model.NumLayers()},
+                                  WithDecayHorizon(spec.training.optimizer, t->total_steps()),
+                                  spec.training.MicrobatchSize(), site::VersioningOf(spec.training),
+                                  OneWorkerOn(backend)));
   if (spec.has_teacher) {
     if (teacher_backend == nullptr) {
       return absl::InvalidArgumentError("a job with a teacher needs a backend for the teacher");
     }
-    site::StageWorkers teacher_worker;
-    teacher_worker.make_backend =
-        [&teacher_backend](int) -> absl::StatusOr<std::unique_ptr<Backend>> {
-      return std::move(teacher_backend);
-    };
-    STRAIT_ASSIGN_OR_RETURN(t->teacher_,
-                            LocalTeacher::Create(t->spec_, {0, spec.teacher.model.NumLayers()},
-                                                 spec.training.MicrobatchSize(), teacher_worker));
+    STRAIT_ASSIGN_OR_RETURN(
+        t->teacher_,
+        LocalTeacher::Create(t->spec_, {0, spec.teacher.model.NumLayers()},
+                             spec.training.MicrobatchSize(), OneWorkerOn(teacher_backend)));
   }
   return t;
 }

@@ -162,17 +162,7 @@ void LayerNormForward(ThreadPool& pool, int64_t rows, int dim, const float* x, c
                       const float* beta, float* y, float* mean, float* rstd) {
   pool.ParallelFor(rows, RowGrain(dim), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const float* xr = x + r * dim;
-      float sum = 0.0f;
-      for (int c = 0; c < dim; ++c) sum += xr[c];
-      const float mu = sum / dim;
-      float var = 0.0f;
-      for (int c = 0; c < dim; ++c) var += (xr[c] - mu) * (xr[c] - mu);
-      const float rs = 1.0f / std::sqrt(var / dim + kLayerNormEps);
-      float* yr = y + r * dim;
-      for (int c = 0; c < dim; ++c) yr[c] = (xr[c] - mu) * rs * gamma[c] + beta[c];
-      mean[r] = mu;
-      rstd[r] = rs;
+      LayerNormRow(x + r * dim, gamma, beta, dim, y + r * dim, mean + r, rstd + r);
     }
   });
 }
