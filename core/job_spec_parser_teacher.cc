@@ -33,6 +33,11 @@ absl::Status JobSpecParser::ParseTeacher(YamlMap& root) {
   if (spec_.Replicas() > 1) {
     return root.ErrorAt("teacher", "a job with replicas cannot have a teacher yet");
   }
+  if (spec_.PlansSplit()) {  // Teacher sites keep their layers; the student's would move.
+    return root.ErrorAt("teacher",
+                        "a job with a teacher cannot plan its split (layers: auto) yet: "
+                        "give each site its layers");
+  }
   if (spec_.sites.back().machines > 1) {
     return root.ErrorAt("teacher", absl::StrCat("the student's last site '", spec_.sites.back().id,
                                                 "' runs on ", spec_.sites.back().machines,

@@ -17,7 +17,11 @@ int ConsumerStage(const v1::TensorKey& key, int stages) {
 }
 
 int ProducerSlot(const v1::TensorKey& key, const JobSpec& spec) {
-  if (key.purpose() == v1::TEACH) return spec.SiteSlots() + static_cast<int>(key.boundary());
+  if (key.purpose() == v1::TEACH) {
+    // BACKWARD: the pace of the teacher, from the student's last stage (of the one pipeline).
+    return key.direction() == v1::BACKWARD ? spec.Stages() - 1
+                                           : spec.SiteSlots() + static_cast<int>(key.boundary());
+  }
   if (key.purpose() == v1::SUM && key.direction() == v1::BACKWARD) return -1;
   const int stage = key.purpose() == v1::SUM ? static_cast<int>(key.boundary())
                                              : ProducerStage(key, spec.Stages());
@@ -26,6 +30,7 @@ int ProducerSlot(const v1::TensorKey& key, const JobSpec& spec) {
 
 int ConsumerSlot(const v1::TensorKey& key, const JobSpec& spec) {
   if (key.purpose() == v1::TEACH) {
+    if (key.direction() == v1::BACKWARD) return spec.SiteSlots();  // The teacher's first stage.
     const int next = static_cast<int>(key.boundary()) + 1;
     // The teacher's last stage sends to the student's last stage (of the one pipeline).
     return next < spec.TeacherStages() ? spec.SiteSlots() + next : spec.Stages() - 1;
@@ -63,13 +68,20 @@ absl::Status ValidateTensorKey(const v1::TensorKey& key, const JobSpec& spec) {
   }
   if (key.purpose() == v1::TEACH) {
     if (!spec.has_teacher) return absl::InvalidArgumentError("teacher key in a job without one");
-    if (key.direction() != v1::FORWARD || key.replica() != 0 ||
-        key.boundary() >= static_cast<uint32_t>(spec.TeacherStages()) ||
+    if (key.direction() == v1::BACKWARD) {
+      if (key.boundary() != 0 || key.microbatch() != 0 || key.replica() != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "teacher pace key of boundary ", key.boundary(), ", microbatch ", key.microbatch(),
+            ", replica ", key.replica(), "; expected boundary 0, microbatch 0, replica 0"));
+      }
+      return absl::OkStatus();
+    }
+    if (key.replica() != 0 || key.boundary() >= static_cast<uint32_t>(spec.TeacherStages()) ||
         key.microbatch() >= static_cast<uint32_t>(spec.training.microbatches)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "teacher key from teacher stage ", key.boundary(), ", microbatch ", key.microbatch(),
           ", replica ", key.replica(), "; expected a stage of 0..", spec.TeacherStages() - 1,
-          ", a microbatch below ", spec.training.microbatches, ", replica 0, FORWARD"));
+          ", a microbatch below ", spec.training.microbatches, ", replica 0"));
     }
     return absl::OkStatus();
   }

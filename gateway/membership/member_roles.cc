@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "core/teach_links.h"
 #include "core/tied_embeddings.h"
 
 namespace strait::gateway {
@@ -34,14 +35,10 @@ const SiteSpec& ExpectedMember(const JobSpec& spec, int slot) {
 }
 
 std::vector<int> KeyPartners(const JobSpec& spec, int slot) {
-  const int stages = spec.Stages(), teachers = spec.TeacherStages();
-  const int student_last = stages - 1;  // The teacher's consumer (one pipeline with a teacher).
+  const std::vector<int> teach = TeachLinkPartners(spec, slot);
+  if (spec.TeacherStageOf(slot) >= 0) return teach;
+  const int stages = spec.Stages();
   std::vector<int> partners;
-  if (const int t = spec.TeacherStageOf(slot); t >= 0) {
-    if (t > 0) partners.push_back(slot - 1);
-    partners.push_back(t + 1 < teachers ? slot + 1 : student_last);
-    return partners;
-  }
   const int index = slot % stages, base = slot - index;
   for (int other = 0; other < stages; ++other) {
     if (other != index && (spec.SplitMayMove() || other == index - 1 || other == index + 1)) {
@@ -54,7 +51,7 @@ std::vector<int> KeyPartners(const JobSpec& spec, int slot) {
   for (int r = 0; r < spec.Replicas(); ++r) {
     if (r * stages + index != slot) partners.push_back(r * stages + index);
   }
-  if (teachers > 0 && slot == student_last) partners.push_back(spec.SiteSlots() + teachers - 1);
+  partners.insert(partners.end(), teach.begin(), teach.end());
   return partners;
 }
 

@@ -49,16 +49,16 @@ absl::StatusOr<crypto::TlsMaterial> LoadSiteTls(const SiteOptions& o, const JobS
   return material;
 }
 
-// The job spec with the command line's overrides applied, and this site's slot in it (replica by
-// replica: JobSpec::SiteSlot).
+// The job spec with the command line's overrides applied, and this site's member slot in it
+// (replica by replica, then the teacher's: JobSpec::MemberSlot).
 absl::StatusOr<std::pair<JobSpec, int>> LoadSpec(const SiteOptions& o) {
   absl::StatusOr<JobSpec> spec = LoadJobSpec(o.config);
   if (!spec.ok()) return Invalid(std::string(spec.status().message()));
-  const int slot = spec->SiteSlot(o.site_id);
+  const int slot = spec->MemberSlot(o.site_id);
   if (slot < 0) {
     std::string ids;
-    for (int i = 0; i < spec->SiteSlots(); ++i) {
-      ids += (ids.empty() ? "" : ", ") + spec->SiteIdAt(i);
+    for (int i = 0; i < spec->MemberSlots(); ++i) {
+      ids += (ids.empty() ? "" : ", ") + spec->MemberIdAt(i);
     }
     return Invalid(absl::StrCat(o.config, ": no site '", o.site_id, "'; the sites are ", ids));
   }
@@ -98,6 +98,7 @@ struct SiteSetup {
   // 0's does, with its pipeline's ids).
   JobView view;
   int index = 0;
+  int teacher_stage = -1;  // A teacher site of knowledge sharing: its teacher stage.
   int64_t total_steps = 0;
   crypto::TlsMaterial tls;  // The site's certificate and key, and the federation CA.
   crypto::DenyList deny_list;
@@ -108,22 +109,18 @@ absl::StatusOr<SiteSetup> LoadSetup(const SiteOptions& o) {
   int slot = 0;
   STRAIT_ASSIGN_OR_RETURN(std::tie(setup.spec, slot), LoadSpec(o));
   const JobSpec& spec = setup.spec;
-  setup.index = slot % spec.Stages();
-  setup.view = JobView::Initial(spec, slot / spec.Stages());
+  setup.teacher_stage = spec.TeacherStageOf(slot);
+  const bool teacher = setup.teacher_stage >= 0;
+  setup.index = teacher ? spec.Stages() - 1 : slot % spec.Stages();  // A teacher's: unused.
+  setup.view = JobView::Initial(spec, teacher ? 0 : slot / spec.Stages());
   const int index = setup.index;
   if (o.threads < 1) return Invalid("--threads must be at least 1");
-  if (spec.has_teacher) {
-    return absl::UnimplementedError(
-        absl::StrCat(o.config,
-                     " has a teacher: a federation cannot run teacher sites yet; train the student "
-                     "with `strait train -c ",
-                     o.config, "` (it runs the teacher in the same process)"));
-  }
-  const SiteSpec& site = spec.sites[index];
+  const SiteSpec& site = teacher ? spec.teacher.sites[setup.teacher_stage] : spec.sites[index];
   if (o.rank < 0 || o.rank >= site.machines) {
-    return Invalid(absl::StrCat("--rank ", o.rank, ": site '", o.site_id, "' runs on ",
-                                site.machines, " machine(s), ranks 0 to ", site.machines - 1,
-                                " (sites[", index, "].machines in ", o.config, ")"));
+    return Invalid(absl::StrCat(
+        "--rank ", o.rank, ": site '", o.site_id, "' runs on ", site.machines,
+        " machine(s), ranks 0 to ", site.machines - 1, " (", teacher ? "teacher.sites[" : "sites[",
+        teacher ? setup.teacher_stage : index, "].machines in ", o.config, ")"));
   }
   if (site.machines > 1 && o.leader.empty()) {
     return Invalid(absl::StrCat("site '", o.site_id, "' runs on ", site.machines,
@@ -161,7 +158,9 @@ nlohmann::json LinksJson(const std::vector<v1::LinkBytes>& links) {
                    {"wire_bytes", l.wire_bytes()},
                    {"frames", l.frames()},
                    // A replica's secure sums (boundary: its stage), not a pipeline link.
-                   {"sum", l.purpose() == v1::SUM}});
+                   {"sum", l.purpose() == v1::SUM},
+                   // A teacher's link (boundary: its teacher stage; docs/distillation.md).
+                   {"teach", l.purpose() == v1::TEACH}});
   }
   return out;
 }
@@ -175,7 +174,8 @@ nlohmann::json SiteMetricsJson(const SiteOptions& o, const SiteSetup& setup, Sit
   const SiteMetrics::Totals totals = session.metrics().Snapshot();
   nlohmann::json summary = {
       {"site", o.site_id},
-      {"stage", setup.index},
+      {"stage", setup.teacher_stage >= 0 ? setup.teacher_stage : setup.index},
+      {"teacher", setup.teacher_stage >= 0},
       {"steps", setup.total_steps},
       {"samples_per_second", figures.SamplesPerSecond(global_batch)},
       {"steady_samples_per_second", figures.SteadySamplesPerSecond(global_batch)},
@@ -192,8 +192,10 @@ nlohmann::json SiteMetricsJson(const SiteOptions& o, const SiteSetup& setup, Sit
         {"open_s", totals.Seconds(Timer::kOpen)},
         {"forward_s", totals.Seconds(Timer::kForward)},
         {"backward_s", totals.Seconds(Timer::kBackward)},
-        {"update_s", totals.Seconds(Timer::kUpdate)}}}};
-  if (setup.index + 1 == static_cast<int>(setup.spec.sites.size())) {  // The last stage.
+        {"update_s", totals.Seconds(Timer::kUpdate)},
+        {"teacher_wait_s", totals.Seconds(Timer::kTeacherWait)}}}};
+  if (setup.teacher_stage < 0 &&
+      setup.index + 1 == static_cast<int>(setup.spec.sites.size())) {  // The last stage.
     summary["loss"] = losses.losses();
     summary["loss_first_step"] = losses.first_step();
   }
@@ -210,8 +212,10 @@ absl::Status WriteResults(const SiteOptions& o, const SiteSetup& setup, SiteSess
   std::error_code ec;
   std::filesystem::create_directories(o.out, ec);
   if (ec) return absl::InternalError("cannot create --out " + o.out + ": " + ec.message());
-  STRAIT_RETURN_IF_ERROR(
-      SaveStageCheckpoint(o.out + "/final.ckpt", setup.spec, session.stage(), setup.total_steps));
+  if (setup.teacher_stage < 0) {  // A teacher's weights are its checkpoint's: nothing new.
+    STRAIT_RETURN_IF_ERROR(
+        SaveStageCheckpoint(o.out + "/final.ckpt", setup.spec, session.stage(), setup.total_steps));
+  }
   report.metrics() = SiteMetricsJson(o, setup, session, report.losses());
   return report.WriteMetrics(o.out);
 }
@@ -219,6 +223,7 @@ absl::Status WriteResults(const SiteOptions& o, const SiteSetup& setup, SiteSess
 SessionOptions SessionOptionsFor(const SiteOptions& o, const SiteSetup& setup) {
   SessionOptions options;
   options.index = setup.index;
+  options.teacher_stage = setup.teacher_stage;
   options.total_steps = setup.total_steps;
   options.evaluate = o.evaluate;
   options.resume = o.resume;
@@ -231,6 +236,7 @@ GatewayConnection::Options ConnectionOptionsFor(const SiteOptions& o, const Site
   options.spec = &setup.spec;
   options.view = &setup.view;
   options.index = setup.index;
+  options.teacher_stage = setup.teacher_stage;
   options.total_steps = setup.total_steps;
   options.tls = setup.tls;
   options.deny_list = setup.deny_list;
@@ -259,7 +265,6 @@ absl::Status TrainSite(const SiteRun& run, StageFactory factory, bool resume, ui
   RunReport& report = run.report;
   const JobSpec& spec = setup.spec;
   const int stages = static_cast<int>(spec.sites.size());
-  const LayerRange& layers = setup.view.Layers(setup.index);
   CheckpointStore checkpoints(spec, o.site_id, *Env::Default());
   SessionOptions session_options = SessionOptionsFor(o, setup);
   session_options.resume = resume;
@@ -274,8 +279,18 @@ absl::Status TrainSite(const SiteRun& run, StageFactory factory, bool resume, ui
   epoch = std::max(epoch, connection.epoch());
   if (!result.ok()) return result;
 
-  report.Print(absl::StrFormat("%s: stage %d of %d, layers [%d, %d), %d steps", o.site_id,
-                               setup.index, stages, layers.start, layers.end, setup.total_steps));
+  if (setup.teacher_stage >= 0) {
+    const LayerRange& layers = spec.teacher.sites[setup.teacher_stage].layers;
+    report.Print(
+        absl::StrFormat("%s: teacher stage %d of %d, layers [%d, %d) of the teacher, %d "
+                        "steps",
+                        o.site_id, setup.teacher_stage, spec.TeacherStages(), layers.start,
+                        layers.end, setup.total_steps));
+  } else {
+    const LayerRange& layers = setup.view.Layers(setup.index);
+    report.Print(absl::StrFormat("%s: stage %d of %d, layers [%d, %d), %d steps", o.site_id,
+                                 setup.index, stages, layers.start, layers.end, setup.total_steps));
+  }
   result = session.Run(connection, run.data);
   epoch = std::max(epoch, connection.epoch());
   if (const std::optional<Evaluation> evaluation = session.figures().evaluation) {
@@ -379,6 +394,19 @@ absl::Status RunSite(const SiteOptions& o) {
   }
   const JobSpec& spec = setup.spec;
   const int stages = static_cast<int>(spec.sites.size());
+  if (setup.teacher_stage >= 0) {
+    RunReport report(setup.total_steps, spec.training.global_batch);
+    STRAIT_ASSIGN_OR_RETURN(StageData data,
+                            LoadStageData(spec, setup.teacher_stage == 0, /*last=*/false));
+    const SiteRun run{.options = o,
+                      .setup = setup,
+                      .data = data,
+                      .report = report,
+                      .process_start = process_start};
+    uint32_t epoch = 0;
+    return TrainSite(run, MakeTeacherStageFactory(spec, setup.teacher_stage, o.threads), o.resume,
+                     epoch);
+  }
   if (setup.spec.sites[setup.index].machines > 1 && o.rank > 0) {
     return RunFollower({.spec = &spec,
                         .view = &setup.view,

@@ -67,6 +67,7 @@ void SiteReportSender::Send() {
   report.set_decode_s(delta.Seconds(Timer::kDecode));
   report.set_seal_s(delta.Seconds(Timer::kSeal));
   report.set_open_s(delta.Seconds(Timer::kOpen));
+  report.set_teacher_wait_s(delta.Seconds(Timer::kTeacherWait));
   for (const v1::LinkBytes& l : delta.links) *report.add_links() = l;
   report.set_rejected_frames(now.rejected_frames);  // A running total (the gateway shows it).
   report.set_finished(finished_);

@@ -11,11 +11,13 @@
 #include "absl/strings/str_format.h"
 #include "core/cpu_time.h"
 #include "core/status.h"
+#include "core/teach_links.h"
 #include "core/tied_embeddings.h"
 #include "plan/split_planner.h"
 #include "site/daemon/layer_moves.h"
 #include "site/daemon/stage_link_builder.h"
 #include "site/daemon/step_progress.h"
+#include "site/pipeline/teacher_runner.h"
 
 namespace strait::site {
 namespace {
@@ -30,7 +32,7 @@ double Seconds(Clock::time_point from, Clock::time_point to) {
 // Stop aborts it; never leaves a runner registered after it is gone.
 class ActiveRunner {
  public:
-  ActiveRunner(TrainingControl& control, SiteRunner& runner) : control_(control) {
+  ActiveRunner(TrainingControl& control, GenerationRunner& runner) : control_(control) {
     control_.SetActive(&runner);
   }
   ~ActiveRunner() { control_.SetActive(nullptr); }
@@ -61,11 +63,21 @@ SiteSession::SiteSession(const JobSpec& spec, JobView view, SessionOptions optio
       checkpoints_(checkpoints),
       report_(report),
       step_progress_(options_.total_steps, spec.training.global_batch, progress_, report) {
-  for (int peer : KeyPeers(spec_, options_.index)) peers_.push_back(view_.SiteId(spec_, peer));
-  // The stage's other replicas: their pairwise masks (crypto/pairwise_masks.h).
-  for (const std::string& id : spec_.StageReplicaIds(options_.index)) {
-    if (id != view_.SiteId(spec_, options_.index)) peers_.push_back(id);
+  const int slot = teacher() ? spec_.SiteSlots() + options_.teacher_stage
+                             : view_.replica * spec_.Stages() + options_.index;
+  if (!teacher()) {
+    for (int peer : KeyPeers(spec_, options_.index)) peers_.push_back(view_.SiteId(spec_, peer));
+    // The stage's other replicas: their pairwise masks (crypto/pairwise_masks.h).
+    for (const std::string& id : spec_.StageReplicaIds(options_.index)) {
+      if (id != view_.SiteId(spec_, options_.index)) peers_.push_back(id);
+    }
   }
+  for (int member : TeachLinkPartners(spec_, slot)) peers_.push_back(spec_.MemberIdAt(member));
+}
+
+LayerRange SiteSession::Layers() const {
+  return teacher() ? spec_.teacher.sites[options_.teacher_stage].layers
+                   : view_.Layers(options_.index);
 }
 
 ConnectionEvents SiteSession::events() {
@@ -97,8 +109,9 @@ std::optional<int64_t> SiteSession::checkpoint() {
 }
 
 absl::Status SiteSession::Join(GatewayConnector& connector) {
-  const SiteSpec& site = spec_.sites[options_.index];
-  const LayerRange& layers = view_.Layers(options_.index);
+  const SiteSpec& site =
+      teacher() ? spec_.teacher.sites[options_.teacher_stage] : spec_.sites[options_.index];
+  const LayerRange layers = Layers();
   STRAIT_ASSIGN_OR_RETURN(stage_, build_stage_(layers));
   if (site.machines > 1) {
     spdlog::info("{} ranks ({} tensor-parallel), {} worker(s) each; this rank's: {}", site.machines,
@@ -106,7 +119,11 @@ absl::Status SiteSession::Join(GatewayConnector& connector) {
   } else {
     spdlog::info("{} worker(s): {}", site.workers, stage_->device_names());
   }
-  if (options_.resume) {
+  if (options_.resume && teacher()) {
+    spdlog::info(
+        "--resume: a teacher site holds no training state; it starts from the step the "
+        "student's sites resume from");
+  } else if (options_.resume) {
     absl::StatusOr<int64_t> newest = checkpoints_.NewestValid(*stage_);
     if (newest.ok()) {
       spdlog::info(
@@ -120,8 +137,15 @@ absl::Status SiteSession::Join(GatewayConnector& connector) {
     }
   }
   window_ = LinkWindow(spec_);
-  spdlog::info("stage {} of {} (layers [{}, {})), joining the gateway at {}", options_.index,
-               spec_.sites.size(), layers.start, layers.end, spec_.gateway.address);
+  if (teacher()) {
+    spdlog::info(
+        "teacher stage {} of {} (layers [{}, {}) of the teacher), joining the gateway at {}",
+        options_.teacher_stage, spec_.TeacherStages(), layers.start, layers.end,
+        spec_.gateway.address);
+  } else {
+    spdlog::info("stage {} of {} (layers [{}, {})), joining the gateway at {}", options_.index,
+                 spec_.sites.size(), layers.start, layers.end, spec_.gateway.address);
+  }
   STRAIT_ASSIGN_OR_RETURN(v1::JoinReply reply, connector.Join(checkpoint()));
   for (const v1::SignedKey& k : reply.neighbour_keys()) keys_.Add(k);
   return absl::OkStatus();
@@ -184,7 +208,8 @@ absl::Status SiteSession::RunGenerations(GatewayConnector& connector, const Stag
                                                         ", past this job's ", options_.total_steps,
                                                         " steps"));
     }
-    absl::StatusOr<std::unique_ptr<SiteRunner>> runner = StartGeneration(connector, *begin, data);
+    absl::StatusOr<std::unique_ptr<GenerationRunner>> runner =
+        StartGeneration(connector, *begin, data);
     if (!runner.ok() && control_.Interrupted()) {  // Ended while layers moved: wait for the next.
       spdlog::warn("generation {} ended before it trained: {}", begin->generation(),
                    control_.interruption());
@@ -202,7 +227,7 @@ absl::Status SiteSession::RunGenerations(GatewayConnector& connector, const Stag
 
 // A new stage for the generation `begin` starts, loaded from its checkpoint, with links sealed by
 // the neighbours' current keys.
-absl::StatusOr<std::unique_ptr<SiteRunner>> SiteSession::StartGeneration(
+absl::StatusOr<std::unique_ptr<GenerationRunner>> SiteSession::StartGeneration(
     GatewayConnector& connector, const v1::Rollback& begin, const StageData& data) {
   const auto from = static_cast<int64_t>(begin.step());
   const uint32_t generation = begin.generation();
@@ -211,25 +236,36 @@ absl::StatusOr<std::unique_ptr<SiteRunner>> SiteSession::StartGeneration(
                                         [](const std::string& missing) {
                                           spdlog::info("waiting for the key of {}", missing);
                                         }));
-  if (begin.split_size() > 0) STRAIT_RETURN_IF_ERROR(TakeSplit(connector, begin, peer_keys));
-  STRAIT_ASSIGN_OR_RETURN(stage_, build_stage_(view_.Layers(options_.index)));
-  if (from > 0) STRAIT_RETURN_IF_ERROR(checkpoints_.Load(from, *stage_));
-  spdlog::info("training from {} (generation {})",
-               from == 0 ? std::string("the initial parameters") : checkpoints_.PathFor(from),
-               generation);
-  STRAIT_ASSIGN_OR_RETURN(StageLinks links,
-                          BuildStageLinks(spec_, options_.index, connector.link(),
-                                          {.security = connector.security(),
-                                           .peers = &peer_keys,
-                                           .generation = generation,
-                                           .replica = view_.replica},
-                                          metrics_, LinkLimitsOf(spec_, *stage_, window_)));
-  auto runner = std::make_unique<SiteRunner>(
-      spec_, options_.index, *stage_, StageIo{std::move(links), data, view_.replica}, metrics_,
-      StepRange{.total_steps = options_.total_steps, .start_step = from, .generation = generation});
-  if (from > 0 && runner->has_outer_rounds()) {
-    STRAIT_ASSIGN_OR_RETURN(std::vector<float> outer, checkpoints_.LoadOuterState(from));
-    STRAIT_RETURN_IF_ERROR(runner->SetOuterState(outer));
+  // A teacher keeps its layers (a planned split moves the student's).
+  if (begin.split_size() > 0 && !teacher()) {
+    STRAIT_RETURN_IF_ERROR(TakeSplit(connector, begin, peer_keys));
+  }
+  const StepRange steps{
+      .total_steps = options_.total_steps, .start_step = from, .generation = generation};
+  const LinkSealing sealing{.security = connector.security(),
+                            .peers = &peer_keys,
+                            .generation = generation,
+                            .replica = view_.replica};
+  std::unique_ptr<GenerationRunner> runner;
+  if (teacher()) {
+    // The teacher's weights are its checkpoint's whatever the step: the stage built at the join.
+    spdlog::info("teaching from step {} (generation {})", from, generation);
+    STRAIT_ASSIGN_OR_RETURN(
+        StageLinks links,
+        BuildTeacherLinks(spec_, options_.teacher_stage, connector.link(), sealing, metrics_,
+                          LinkLimitsOf(spec_, *stage_, window_)));
+    runner = std::make_unique<TeacherRunner>(spec_, options_.teacher_stage, *stage_,
+                                             StageIo{std::move(links), data}, metrics_, steps);
+  } else {
+    STRAIT_ASSIGN_OR_RETURN(stage_, build_stage_(view_.Layers(options_.index)));
+    if (from > 0) STRAIT_RETURN_IF_ERROR(checkpoints_.Load(from, *stage_));
+    spdlog::info("training from {} (generation {})",
+                 from == 0 ? std::string("the initial parameters") : checkpoints_.PathFor(from),
+                 generation);
+    STRAIT_ASSIGN_OR_RETURN(StageLinks links,
+                            BuildStageLinks(spec_, options_.index, connector.link(), sealing,
+                                            metrics_, LinkLimitsOf(spec_, *stage_, window_)));
+    STRAIT_ASSIGN_OR_RETURN(runner, StudentRunner(std::move(links), data, steps));
   }
   // Losses and evaluations of the steps replayed from here on replace the abandoned generation's
   // (the evaluation due at `from` is made again: an interruption may have cut it short).
@@ -237,6 +273,20 @@ absl::StatusOr<std::unique_ptr<SiteRunner>> SiteSession::StartGeneration(
   std::erase_if(figures_.evaluations, [from](const StepEvaluation& e) { return e.step >= from; });
   std::lock_guard<std::mutex> lock(progress_.mu);
   progress_.generation = generation;
+  return runner;
+}
+
+absl::StatusOr<std::unique_ptr<GenerationRunner>> SiteSession::StudentRunner(StageLinks links,
+                                                                             const StageData& data,
+                                                                             StepRange steps) {
+  auto runner =
+      std::make_unique<SiteRunner>(spec_, options_.index, *stage_,
+                                   StageIo{std::move(links), data, view_.replica}, metrics_, steps);
+  if (steps.start_step > 0 && runner->has_outer_rounds()) {
+    STRAIT_ASSIGN_OR_RETURN(std::vector<float> outer,
+                            checkpoints_.LoadOuterState(steps.start_step));
+    STRAIT_RETURN_IF_ERROR(runner->SetOuterState(outer));
+  }
   return runner;
 }
 
@@ -278,7 +328,7 @@ absl::Status SiteSession::TakeSplit(GatewayConnector& connector, const v1::Rollb
 // and flushes. A Pause, Rollback or Stop aborts it (the runner's error, which RunGenerations tells
 // from a failure by TrainingControl). A replayed step evaluates again, as it trains again, and so
 // does the step a generation starts from.
-absl::Status SiteSession::TrainGeneration(SiteRunner& runner, int64_t from,
+absl::Status SiteSession::TrainGeneration(GenerationRunner& runner, int64_t from,
                                           SiteReportSender& sender) {
   ActiveRunner active(control_, runner);
   // Training time counts the step loops only (as `strait train` does), not the waits for the other
@@ -318,7 +368,7 @@ bool SiteSession::EvaluatesAfter(int64_t steps_done) const {
   return options_.evaluate && spec_.training.EvaluatesAfter(steps_done, options_.total_steps);
 }
 
-absl::Status SiteSession::EvaluateBetweenSteps(SiteRunner& runner, Pass& pass,
+absl::Status SiteSession::EvaluateBetweenSteps(GenerationRunner& runner, Pass& pass,
                                                SiteReportSender& sender) {
   const Clock::time_point start = Clock::now();
   const double cpu_at_start = ProcessCpuSeconds();
@@ -352,8 +402,8 @@ void SiteSession::ReportEvaluation(int64_t step, const Evaluation& e) {
 
 // The bookkeeping of a step just taken: figures, the loss, a coordinated checkpoint when one is
 // due, progress.
-absl::Status SiteSession::AfterStep(const SiteRunner& runner, const StepResult& step, Pass& pass,
-                                    SiteReportSender& sender) {
+absl::Status SiteSession::AfterStep(const GenerationRunner& runner, const StepResult& step,
+                                    Pass& pass, SiteReportSender& sender) {
   ++figures_.steps_done;
   const Clock::time_point now = Clock::now();
   if (!first_step_end_) first_step_end_ = now;
@@ -370,7 +420,9 @@ absl::Status SiteSession::AfterStep(const SiteRunner& runner, const StepResult& 
   }
   // Checkpoint k holds the state right after the update that made L_k: after Step(k - 1) with 1f1b
   // and eager 2bw, after Step(k) with deferred 2bw (SiteRunner::updates()).
-  if (const int64_t k = runner.updates(); k > pass.saved_through && checkpoints_.Due(k)) {
+  // A teacher holds nothing that training changes: no checkpoints.
+  if (const int64_t k = runner.updates();
+      !teacher() && k > pass.saved_through && checkpoints_.Due(k)) {
     const std::optional<std::vector<float>> outer = runner.OuterState();
     STRAIT_RETURN_IF_ERROR(checkpoints_.Save(k, *stage_, outer ? &*outer : nullptr));
     pass.saved_through = k;

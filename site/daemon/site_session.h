@@ -34,6 +34,7 @@
 #include "site/daemon/step_progress.h"
 #include "site/daemon/training_control.h"
 #include "site/nn/evaluation.h"
+#include "site/pipeline/generation_runner.h"
 #include "site/pipeline/site_metrics.h"
 #include "site/pipeline/site_runner.h"
 #include "site/pipeline/stage_executor.h"
@@ -42,7 +43,10 @@
 namespace strait::site {
 
 struct SessionOptions {
-  int index = 0;            // This site's stage.
+  int index = 0;  // This site's stage.
+  // A teacher site of knowledge sharing (docs/distillation.md): its teacher stage, run forward only
+  // by a TeacherRunner (no checkpoints: a teacher starts from any step); -1: a student site.
+  int teacher_stage = -1;
   int64_t total_steps = 0;  // How far the run goes.
   // Held-out evaluations through the pipeline: every training.eval_every steps and after the last
   // step. Every site of a federation must say the same (a site that skips an evaluation leaves its
@@ -127,20 +131,27 @@ class SiteSession {
   absl::Status Rejoin(GatewayConnector& connector);
   absl::Status RunGenerations(GatewayConnector& connector, const StageData& data,
                               SiteReportSender& sender);
-  absl::StatusOr<std::unique_ptr<SiteRunner>> StartGeneration(GatewayConnector& connector,
-                                                              const v1::Rollback& begin,
-                                                              const StageData& data);
+  absl::StatusOr<std::unique_ptr<GenerationRunner>> StartGeneration(GatewayConnector& connector,
+                                                                    const v1::Rollback& begin,
+                                                                    const StageData& data);
+  // The runner of a student site's generation from step `from` with `links`.
+  absl::StatusOr<std::unique_ptr<GenerationRunner>> StudentRunner(StageLinks links,
+                                                                  const StageData& data,
+                                                                  StepRange steps);
+  bool teacher() const { return options_.teacher_stage >= 0; }
+  // This site's layers: its stage's in the current split, or its teacher stage's.
+  LayerRange Layers() const;
   // A planned split's Rollback: takes its split, and moves layers to and from the other sites.
   absl::Status TakeSplit(GatewayConnector& connector, const v1::Rollback& begin,
                          const std::map<std::string, v1::SignedKey>& keys);
-  absl::Status TrainGeneration(SiteRunner& runner, int64_t from, SiteReportSender& sender);
-  absl::Status AfterStep(const SiteRunner& runner, const StepResult& step, Pass& pass,
+  absl::Status TrainGeneration(GenerationRunner& runner, int64_t from, SiteReportSender& sender);
+  absl::Status AfterStep(const GenerationRunner& runner, const StepResult& step, Pass& pass,
                          SiteReportSender& sender);
   // Whether the session evaluates once `steps_done` steps are done, before the next step.
   bool EvaluatesAfter(int64_t steps_done) const;
   // The held-out evaluation after step runner.step(): on the last stage recorded, reported and
   // printed. Its time is taken out of the pass's training time and the report's rate window.
-  absl::Status EvaluateBetweenSteps(SiteRunner& runner, Pass& pass, SiteReportSender& sender);
+  absl::Status EvaluateBetweenSteps(GenerationRunner& runner, Pass& pass, SiteReportSender& sender);
   // Records an evaluation after `step` steps (last stage) and puts it in the reports from now on
   // (the last one among them).
   void ReportEvaluation(int64_t step, const Evaluation& e);

@@ -8,6 +8,7 @@
 #include "core/status.h"
 #include "site/collective/all_reducer.h"
 #include "site/pipeline/gradient_buckets.h"
+#include "site/pipeline/local_teacher.h"
 
 namespace strait::site {
 namespace {
@@ -74,6 +75,17 @@ std::function<absl::StatusOr<std::unique_ptr<Made>>(LayerRange)> FactoryOf(
 StageFactory MakeStageFactory(const JobSpec& spec, int index, int64_t total_steps, int threads,
                               StageRanks ranks) {
   return FactoryOf<StageExecutor>(spec, index, total_steps, threads, ranks);
+}
+
+StageFactory MakeTeacherStageFactory(const JobSpec& spec, int teacher_stage, int threads) {
+  return [&spec, teacher_stage, threads](LayerRange layers) {
+    const SiteSpec& site = spec.teacher.sites[teacher_stage];
+    return LoadTeacherStage(spec, layers, spec.training.MicrobatchSize(),
+                            {.device = site.device,
+                             .count = site.workers,
+                             .threads = threads,
+                             .precision = spec.training.precision});
+  };
 }
 
 FollowerFactory MakeFollowerFactory(const JobSpec& spec, int index, int64_t total_steps,

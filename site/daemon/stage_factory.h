@@ -45,6 +45,11 @@ struct StageRanks {
 StageFactory MakeStageFactory(const JobSpec& spec, int index, int64_t total_steps, int threads,
                               StageRanks ranks = {});
 
+// A teacher site's stage (knowledge sharing): `layers` of teacher stage `teacher_stage` of `spec`
+// (its device and workers), forward only, with the weights of teacher.checkpoint
+// (LoadTeacherStage).
+StageFactory MakeTeacherStageFactory(const JobSpec& spec, int teacher_stage, int threads);
+
 // The same stage for a follower rank (ranks.rank >= 1), which serves its leader's calls
 // (site/daemon/rank_follower.h).
 using FollowerFactory =

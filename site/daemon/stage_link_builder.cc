@@ -9,10 +9,39 @@
 #include "absl/strings/str_cat.h"
 #include "core/schedule.h"
 #include "core/status.h"
+#include "core/teach_links.h"
 #include "core/tied_embeddings.h"
+#include "site/exchange/teacher_targets_codec.h"
 
 namespace strait::site {
 namespace {
+
+v1::SignedKey PeerKeyOf(const LinkSealing& sealing, const std::string& id) {
+  if (sealing.peers == nullptr) return {};
+  auto key = sealing.peers->find(id);
+  return key == sealing.peers->end() ? v1::SignedKey{} : key->second;
+}
+
+// The keys of the teacher link with member `id` (core/teach_links.h): always sealed.
+absl::StatusOr<LinkSecurity::LinkCrypto> TeachCryptoWith(const JobSpec& spec,
+                                                         const LinkSealing& sealing,
+                                                         const std::string& id) {
+  if (sealing.security == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the teacher's link with ", id,
+                     " is sealed, but this site has no signed key (it has "
+                     "not joined)"));
+  }
+  absl::StatusOr<LinkSecurity::LinkCrypto> crypto =
+      sealing.security->Derive(id, PeerKeyOf(sealing, id), TeachLink(spec).rotate_bytes,
+                               sealing.generation, kTeachKeyPurpose);
+  if (!crypto.ok()) {
+    return absl::Status(
+        crypto.status().code(),
+        absl::StrCat("the key of site ", id, " does not verify: ", crypto.status().message()));
+  }
+  return crypto;
+}
 
 // One stage's links of one generation, direction by direction.
 class LinkBuilder {
@@ -44,6 +73,8 @@ class LinkBuilder {
   // Replicas (JobSpec::replicas): the stage's secure sums through the gateway, lossless and not
   // sealed (the gateway adds the words), masked with keys agreed with the stage's other replicas.
   absl::Status AddReplicaSums(StageLinks& links);
+  // Knowledge sharing, the last stage: the teacher's targets from the teacher's last stage.
+  absl::Status AddTeacherTargets(StageLinks& links);
 
   const JobSpec& spec_;
   const int index_;
@@ -53,11 +84,7 @@ class LinkBuilder {
   const LinkLimits& limits_;
 };
 
-v1::SignedKey LinkBuilder::PeerKey(const std::string& id) const {
-  if (sealing_.peers == nullptr) return {};
-  auto key = sealing_.peers->find(id);
-  return key == sealing_.peers->end() ? v1::SignedKey{} : key->second;
-}
+v1::SignedKey LinkBuilder::PeerKey(const std::string& id) const { return PeerKeyOf(sealing_, id); }
 
 absl::StatusOr<LinkSecurity::LinkCrypto> LinkBuilder::CryptoWith(const LinkSpec& link,
                                                                  int peer) const {
@@ -160,6 +187,29 @@ absl::Status LinkBuilder::AddReplicaSums(StageLinks& links) {
   return absl::OkStatus();
 }
 
+absl::Status LinkBuilder::AddTeacherTargets(StageLinks& links) {
+  const std::string& id = spec_.teacher.sites.back().id;
+  const std::string& first = spec_.teacher.sites.front().id;
+  STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c, TeachCryptoWith(spec_, sealing_, id));
+  if (first != id) {  // The pace goes to another teacher site than the targets come from.
+    STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto pace, TeachCryptoWith(spec_, sealing_, first));
+    c.sealer = std::move(pace.sealer);
+  }
+  STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create("none", std::move(c.sealer)));
+  STRAIT_ASSIGN_OR_RETURN(
+      links.pace_out,
+      FrameSender::Create(gateway_, std::move(encoder), 0, v1::BACKWARD, metrics_, limits_.window));
+  const uint64_t max_raw =
+      TeacherTargetsBytes(int64_t{spec_.training.MicrobatchSize()} * spec_.model.TargetsPerSample(),
+                          spec_.teacher.top_k, spec_.teacher.values, spec_.model.Classes());
+  STRAIT_ASSIGN_OR_RETURN(
+      links.teacher_in,
+      FrameReceiver::Create(gateway_, std::make_unique<FrameDecoder>(std::move(c.opener), max_raw),
+                            {id, spec_.TeacherStages() - 1, v1::FORWARD}, metrics_,
+                            limits_.window));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StageLinks> LinkBuilder::Build() {
   const int stages = static_cast<int>(spec_.sites.size());
   StageLinks links;
@@ -169,6 +219,7 @@ absl::StatusOr<StageLinks> LinkBuilder::Build() {
     STRAIT_RETURN_IF_ERROR(AddTied(*peer, links));
   }
   if (spec_.Replicas() > 1) STRAIT_RETURN_IF_ERROR(AddReplicaSums(links));
+  if (spec_.has_teacher && index_ == stages - 1) STRAIT_RETURN_IF_ERROR(AddTeacherTargets(links));
   return links;
 }
 
@@ -199,6 +250,43 @@ LinkLimits LinkLimitsOf(const JobSpec& spec, const StageExecutor& stage, int win
   }
   limits.max_sum_raw = static_cast<uint64_t>(stage.param_count()) * 4;
   return limits;
+}
+
+absl::StatusOr<StageLinks> BuildTeacherLinks(const JobSpec& spec, int teacher_stage,
+                                             GatewayLink& gateway, const LinkSealing& sealing,
+                                             SiteMetrics& metrics, const LinkLimits& limits) {
+  const int teachers = spec.TeacherStages();
+  StageLinks links;
+  if (teacher_stage > 0) {
+    const std::string& id = spec.teacher.sites[teacher_stage - 1].id;
+    STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c, TeachCryptoWith(spec, sealing, id));
+    STRAIT_ASSIGN_OR_RETURN(
+        links.forward_in,
+        FrameReceiver::Create(gateway,
+                              std::make_unique<FrameDecoder>(std::move(c.opener), limits.max_raw),
+                              {id, teacher_stage - 1, v1::FORWARD}, metrics, limits.window));
+  }
+  const std::string& student_last = spec.sites.back().id;
+  const std::string& next =
+      teacher_stage + 1 < teachers ? spec.teacher.sites[teacher_stage + 1].id : student_last;
+  STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c, TeachCryptoWith(spec, sealing, next));
+  if (teacher_stage == 0) {  // The student's pace (core/teach_links.h).
+    std::unique_ptr<crypto::Opener> opener = std::move(c.opener);
+    if (next != student_last) {
+      STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto pace,
+                              TeachCryptoWith(spec, sealing, student_last));
+      opener = std::move(pace.opener);
+    }
+    STRAIT_ASSIGN_OR_RETURN(
+        links.pace_in,
+        FrameReceiver::Create(gateway, std::make_unique<FrameDecoder>(std::move(opener), 1),
+                              {student_last, 0, v1::BACKWARD}, metrics, limits.window));
+  }
+  STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create("none", std::move(c.sealer)));
+  STRAIT_ASSIGN_OR_RETURN(links.forward_out,
+                          FrameSender::Create(gateway, std::move(encoder), teacher_stage,
+                                              v1::FORWARD, metrics, limits.window));
+  return links;
 }
 
 absl::StatusOr<StageLinks> BuildStageLinks(const JobSpec& spec, int index, GatewayLink& gateway,

@@ -1,8 +1,8 @@
 // The links of one generation's stage (DESIGN.md §4, §5): the senders and receivers of its four
-// link directions, the tied link of the first and the last stage (core/tied_embeddings.h) and the
-// secure sums of its replicas, with codecs from the job spec and keys derived from the peers'
-// current signed keys and the generation. The session builds them once per generation, on the
-// training thread.
+// link directions, the tied link of the first and the last stage (core/tied_embeddings.h), the
+// secure sums of its replicas and the teacher's links (core/teach_links.h), with codecs from the
+// job spec and keys derived from the peers' current signed keys and the generation. The session
+// builds them once per generation, on the training thread.
 #pragma once
 
 #include <cstdint>
@@ -49,5 +49,12 @@ LinkLimits LinkLimitsOf(const JobSpec& spec, const StageExecutor& stage, int win
 absl::StatusOr<StageLinks> BuildStageLinks(const JobSpec& spec, int index, GatewayLink& gateway,
                                            const LinkSealing& sealing, SiteMetrics& metrics,
                                            const LinkLimits& limits);
+
+// Knowledge sharing: the links of teacher stage `teacher_stage` (core/teach_links.h): forward_in
+// from the teacher stage before (none on the first), forward_out to the next teacher stage or, from
+// the last, to the student's last stage. Sealed always (FAILED_PRECONDITION without a signed key).
+absl::StatusOr<StageLinks> BuildTeacherLinks(const JobSpec& spec, int teacher_stage,
+                                             GatewayLink& gateway, const LinkSealing& sealing,
+                                             SiteMetrics& metrics, const LinkLimits& limits);
 
 }  // namespace strait::site

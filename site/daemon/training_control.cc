@@ -62,7 +62,7 @@ absl::StatusOr<v1::Rollback> TrainingControl::WaitForStart(std::chrono::millisec
   return start;
 }
 
-void TrainingControl::SetActive(SiteRunner* runner) {
+void TrainingControl::SetActive(GenerationRunner* runner) {
   std::lock_guard<std::mutex> lock(mu_);
   active_ = runner;
   if (runner != nullptr && !interrupted_.ok()) runner->Abort(interrupted_);

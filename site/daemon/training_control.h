@@ -13,7 +13,7 @@
 #include <optional>
 
 #include "absl/status/statusor.h"
-#include "site/pipeline/site_runner.h"
+#include "site/pipeline/generation_runner.h"
 #include "strait/v1/gateway.pb.h"
 
 namespace strait::site {
@@ -37,7 +37,7 @@ class TrainingControl {
 
   // The runner of the current generation, or nullptr. A Pause, Rollback or Stop aborts it; if one
   // arrived since WaitForStart returned, `runner` is aborted at once.
-  void SetActive(SiteRunner* runner);
+  void SetActive(GenerationRunner* runner);
 
   // True when the gateway interrupted the current generation (Pause or a newer Rollback): the
   // runner's error is then not a failure, and training waits for the next start.
@@ -54,7 +54,7 @@ class TrainingControl {
   absl::Status stopped_;
   absl::Status disconnected_;  // Non-OK from a lost connection until Reconnected().
   absl::Status interrupted_;   // Non-OK once the current generation is interrupted.
-  SiteRunner* active_ = nullptr;
+  GenerationRunner* active_ = nullptr;
 };
 
 }  // namespace strait::site

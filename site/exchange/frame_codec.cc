@@ -135,6 +135,7 @@ absl::Status FrameEncoder::Seal(std::string_view encoded, Frame& frame) {
 
 FrameDecoder::FrameDecoder(std::unique_ptr<crypto::Opener> opener, uint64_t max_raw_bytes)
     : opener_(std::move(opener)),
+      max_raw_bytes_(max_raw_bytes),
       decoder_(compression::CodecOptions{.max_raw_bytes = max_raw_bytes}) {}
 
 absl::StatusOr<std::vector<float>> FrameDecoder::Decode(const v1::TensorKey& expected,
@@ -181,6 +182,10 @@ absl::StatusOr<std::string> FrameDecoder::DecodeBytes(const v1::TensorKey& expec
   }
   if (header.dtype() != v1::BYTES || header.shape_size() != 1) {
     return absl::InvalidArgumentError("frame carries a tensor where this link carries bytes");
+  }
+  if (header.raw_bytes() > max_raw_bytes_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "frame of ", header.raw_bytes(), " bytes; this link carries at most ", max_raw_bytes_));
   }
   STRAIT_ASSIGN_OR_RETURN(const size_t size, Open(frame));
   if (size != header.raw_bytes() || size != static_cast<uint64_t>(header.shape(0))) {

@@ -78,7 +78,7 @@ class FrameDecoder {
   absl::StatusOr<std::vector<float>> Decode(const v1::TensorKey& expected,
                                             const std::vector<int64_t>& expected_shape,
                                             ReceivedFrame frame, DecodeTimings* timings = nullptr);
-  // The bytes of a frame EncodeBytes made, checked and opened likewise.
+  // The bytes of a frame EncodeBytes made, checked (at most max_raw_bytes) and opened likewise.
   absl::StatusOr<std::string> DecodeBytes(const v1::TensorKey& expected, ReceivedFrame frame);
 
  private:
@@ -86,6 +86,7 @@ class FrameDecoder {
   absl::StatusOr<size_t> Open(ReceivedFrame& frame) const;
 
   std::unique_ptr<crypto::Opener> opener_;
+  const uint64_t max_raw_bytes_;
   compression::TensorDecoder decoder_;
   compression::DecodedTensor decoded_;
 };

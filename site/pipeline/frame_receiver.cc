@@ -1,6 +1,7 @@
 #include "site/pipeline/frame_receiver.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/status.h"
 #include "core/tensor_key.h"
 
 namespace strait::site {
@@ -51,8 +52,16 @@ void FrameReceiver::Stop(const absl::Status& status) {
 }
 
 void FrameReceiver::Expect(const v1::TensorKey& key, std::vector<int64_t> shape) {
+  Announce({key, std::move(shape), /*bytes=*/false, {}});
+}
+
+void FrameReceiver::ExpectBytes(const v1::TensorKey& key) {
+  Announce({key, {}, /*bytes=*/true, {}});
+}
+
+void FrameReceiver::Announce(Expected expected) {
   std::lock_guard<std::mutex> lock(mu_);
-  expected_.push_back({key, std::move(shape), {}});
+  expected_.push_back(std::move(expected));
   // Pulled here rather than by Run, which may be waiting for an older frame.
   if (!stopping_ && status_.ok()) PullAheadLocked();
   cv_.notify_all();
@@ -66,14 +75,41 @@ void FrameReceiver::PullAheadLocked() {
 }
 
 absl::StatusOr<std::vector<float>> FrameReceiver::Take(const v1::TensorKey& key) {
+  STRAIT_ASSIGN_OR_RETURN(Ready ready, TakeReady(key));
+  return std::move(ready.values);
+}
+
+absl::StatusOr<std::string> FrameReceiver::TakeBytes(const v1::TensorKey& key) {
+  STRAIT_ASSIGN_OR_RETURN(Ready ready, TakeReady(key));
+  return std::move(ready.bytes);
+}
+
+absl::StatusOr<FrameReceiver::Ready> FrameReceiver::TakeReady(const v1::TensorKey& key) {
   const std::string id = key.SerializeAsString();
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return ready_.count(id) > 0 || !status_.ok(); });
   if (!status_.ok()) return status_;
   auto it = ready_.find(id);
-  std::vector<float> values = std::move(it->second);
+  Ready ready = std::move(it->second);
   ready_.erase(it);
-  return values;
+  return ready;
+}
+
+absl::StatusOr<FrameReceiver::Ready> FrameReceiver::Decode(const Expected& expected,
+                                                           ReceivedFrame frame) {
+  Ready ready;
+  if (expected.bytes) {
+    STRAIT_ASSIGN_OR_RETURN(ready.bytes, decoder_->DecodeBytes(expected.key, std::move(frame)));
+    return ready;
+  }
+  DecodeTimings timings;
+  absl::StatusOr<std::vector<float>> values =
+      decoder_->Decode(expected.key, expected.shape, std::move(frame), &timings);
+  metrics_.AddTime(Timer::kOpen, timings.open_s);
+  metrics_.AddTime(Timer::kDecode, timings.decode_s);
+  if (!values.ok()) return values.status();
+  ready.values = *std::move(values);
+  return ready;
 }
 
 void FrameReceiver::Run() {
@@ -111,11 +147,7 @@ void FrameReceiver::Run() {
     }
     lock.unlock();
     const uint64_t raw = frame->header.raw_bytes(), wire = frame->header.wire_bytes();
-    DecodeTimings timings;
-    absl::StatusOr<std::vector<float>> values =
-        decoder_->Decode(done.key, done.shape, std::move(*frame), &timings);
-    metrics_.AddTime(Timer::kOpen, timings.open_s);
-    metrics_.AddTime(Timer::kDecode, timings.decode_s);
+    absl::StatusOr<Ready> values = Decode(done, std::move(*frame));
     if (values.ok()) {
       metrics_.AddFrame(boundary_, direction_, false, raw, wire, LinkPurpose(done.key));
       link_.Ack(done.key);

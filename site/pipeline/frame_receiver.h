@@ -45,10 +45,14 @@ class FrameReceiver {
   // Announces the next tensor to be taken. `shape`: the exact shape the frame must have. Never
   // blocks.
   void Expect(const v1::TensorKey& key, std::vector<int64_t> shape);
+  // The same for a frame of opaque bytes (FrameDecoder::DecodeBytes: a teacher's targets).
+  void ExpectBytes(const v1::TensorKey& key);
 
   // Blocks until the tensor of `key` (announced earlier) is decoded and returns it; the receiver's
   // error if it failed (a refused frame, the connection lost), or CANCELLED after Stop.
   absl::StatusOr<std::vector<float>> Take(const v1::TensorKey& key);
+  // The bytes of `key` (announced with ExpectBytes), likewise.
+  absl::StatusOr<std::string> TakeBytes(const v1::TensorKey& key);
 
   // Makes every waiting and later Take fail with `status` (e.g. the job was stopped).
   void Stop(const absl::Status& status);
@@ -60,8 +64,18 @@ class FrameReceiver {
   struct Expected {
     v1::TensorKey key;
     std::vector<int64_t> shape;
+    bool bytes = false;                                // A frame of bytes, not a tensor.
     std::future<absl::StatusOr<ReceivedFrame>> frame;  // Valid once its pull is issued.
   };
+  // A decoded frame: its tensor, or its bytes.
+  struct Ready {
+    std::vector<float> values;
+    std::string bytes;
+  };
+  void Announce(Expected expected);
+  absl::StatusOr<Ready> TakeReady(const v1::TensorKey& key);
+  // Opens and decodes `frame` as `expected` says; counts it.
+  absl::StatusOr<Ready> Decode(const Expected& expected, ReceivedFrame frame);
   void Run();
   // Issues pulls for announced frames while fewer than `window_` are in flight. Requires mu_.
   void PullAheadLocked();
@@ -78,9 +92,9 @@ class FrameReceiver {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Expected> expected_;                    // Announced, oldest first; the first
-  size_t pulled_ = 0;                                // `pulled_` have pulls in flight.
-  std::map<std::string, std::vector<float>> ready_;  // Decoded, by key bytes, until taken.
+  std::deque<Expected> expected_;       // Announced, oldest first; the first
+  size_t pulled_ = 0;                   // `pulled_` have pulls in flight.
+  std::map<std::string, Ready> ready_;  // Decoded, by key bytes, until taken.
   absl::Status status_;
   bool stopping_ = false;
   std::thread thread_;

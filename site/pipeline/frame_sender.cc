@@ -49,10 +49,18 @@ void FrameSender::Fail(const absl::Status& status) {
 
 absl::Status FrameSender::Send(const v1::TensorKey& key, std::vector<float> values,
                                std::vector<int64_t> shape) {
+  return Queue({key, std::move(values), std::move(shape), std::nullopt});
+}
+
+absl::Status FrameSender::SendBytes(const v1::TensorKey& key, std::string bytes) {
+  return Queue({key, {}, {}, std::move(bytes)});
+}
+
+absl::Status FrameSender::Queue(Item item) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [this] { return in_flight_ < max_pending_ || !status_.ok(); });
   if (!status_.ok()) return status_;
-  queue_.push_back({key, std::move(values), std::move(shape)});
+  queue_.push_back(std::move(item));
   ++in_flight_;
   cv_.notify_all();
   return absl::OkStatus();
@@ -77,7 +85,9 @@ void FrameSender::EncodeAndPush() {
     Item item = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
-    absl::StatusOr<FrameEncoder::Frame> frame = encoder_->Encode(item.key, item.values, item.shape);
+    absl::StatusOr<FrameEncoder::Frame> frame =
+        item.bytes ? encoder_->EncodeBytes(item.key, *item.bytes)
+                   : encoder_->Encode(item.key, item.values, item.shape);
     std::future<absl::Status> acked;
     if (frame.ok()) {
       metrics_.AddTime(Timer::kEncode, frame->encode_s);

@@ -12,6 +12,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,6 +41,8 @@ class FrameSender {
   // error of an earlier send, if any (then nothing more is sent). Called by one thread.
   absl::Status Send(const v1::TensorKey& key, std::vector<float> values,
                     std::vector<int64_t> shape);
+  // The same for opaque bytes (FrameEncoder::EncodeBytes: a teacher's targets).
+  absl::Status SendBytes(const v1::TensorKey& key, std::string bytes);
 
   // Blocks until the gateway holds every tensor sent so far; the first error, if any.
   absl::Status Flush();
@@ -55,7 +58,9 @@ class FrameSender {
     v1::TensorKey key;
     std::vector<float> values;
     std::vector<int64_t> shape;
+    std::optional<std::string> bytes;  // Set: a frame of bytes, not a tensor.
   };
+  absl::Status Queue(Item item);
   struct Pushed {
     std::future<absl::Status> acked;
     v1::TensorKey key;

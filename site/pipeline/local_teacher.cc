@@ -8,9 +8,9 @@
 
 namespace strait::site {
 
-absl::StatusOr<std::unique_ptr<LocalTeacher>> LocalTeacher::Create(const JobSpec& spec,
-                                                                   LayerRange layers, int max_batch,
-                                                                   const StageWorkers& workers) {
+absl::StatusOr<std::unique_ptr<StageExecutor>> LoadTeacherStage(const JobSpec& spec,
+                                                                LayerRange layers, int max_batch,
+                                                                const StageWorkers& workers) {
   if (!spec.has_teacher) return absl::FailedPreconditionError("the job has no teacher");
   const TeacherSpec& teacher = spec.teacher;
   const std::string& path = teacher.checkpoint;
@@ -36,15 +36,12 @@ absl::StatusOr<std::unique_ptr<LocalTeacher>> LocalTeacher::Create(const JobSpec
                           StageExecutor::Create(teacher.model, layers, spec.training.optimizer,
                                                 max_batch, WeightVersioning{}, workers));
   STRAIT_RETURN_IF_ERROR(stage->RestoreWeights(part->step, part->params, {}, {}));
-  return std::unique_ptr<LocalTeacher>(new LocalTeacher(spec, std::move(stage)));
+  return stage;
 }
 
-LocalTeacher::LocalTeacher(const JobSpec& spec, std::unique_ptr<StageExecutor> stage)
-    : spec_(spec), stage_(std::move(stage)) {}
-
 absl::Status LocalTeacher::Forward(int64_t step, int n, const float* input, float* output) {
-  const absl::Status s = stage_->Forward(step, 0, n, input, output, {.training = false});
-  stage_->Discard(0);
+  const absl::Status s = stage_.Forward(step, 0, n, input, output, {.training = false});
+  stage_.Discard(0);
   return s;
 }
 

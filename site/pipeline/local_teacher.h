@@ -19,18 +19,22 @@ inline DistillTerms DistillTermsOf(const DistillSpec& d) {
   return {static_cast<float>(d.alpha), static_cast<float>(d.temperature)};
 }
 
+// Layers `layers` of spec.teacher.model for microbatches of up to `max_batch` samples, on
+// `workers`, with the weights of spec.teacher.checkpoint (a checkpoint of the teacher model that
+// holds those layers: FAILED_PRECONDITION naming the file otherwise). Blocks on disk I/O.
+absl::StatusOr<std::unique_ptr<StageExecutor>> LoadTeacherStage(const JobSpec& spec,
+                                                                LayerRange layers, int max_batch,
+                                                                const StageWorkers& workers);
+
 class LocalTeacher {
  public:
-  // Layers `layers` of spec.teacher.model for microbatches of up to `max_batch` samples, on
-  // `workers`, with the weights of spec.teacher.checkpoint (a checkpoint of the teacher model that
-  // holds those layers: FAILED_PRECONDITION naming the file otherwise). Blocks on disk I/O.
-  static absl::StatusOr<std::unique_ptr<LocalTeacher>> Create(const JobSpec& spec,
-                                                              LayerRange layers, int max_batch,
-                                                              const StageWorkers& workers);
+  // `stage`: from LoadTeacherStage; `spec` and `stage` must outlive this.
+  LocalTeacher(const JobSpec& spec, StageExecutor& stage) : spec_(spec), stage_(stage) {}
 
-  int64_t input_features() const { return stage_->input_features(); }
-  int64_t output_features() const { return stage_->output_features(); }
-  bool is_last() const { return stage_->is_last(); }
+  int64_t input_features() const { return stage_.input_features(); }
+  int64_t output_features() const { return stage_.output_features(); }
+  bool is_first() const { return stage_.is_first(); }
+  bool is_last() const { return stage_.is_last(); }
 
   // input [n, input_features()] -> output [n, output_features()] (host).
   absl::Status Forward(int64_t step, int n, const float* input, float* output);
@@ -41,10 +45,8 @@ class LocalTeacher {
   absl::StatusOr<TeacherTargets> Targets(int64_t step, int n, const float* input);
 
  private:
-  LocalTeacher(const JobSpec& spec, std::unique_ptr<StageExecutor> stage);
-
   const JobSpec& spec_;
-  std::unique_ptr<StageExecutor> stage_;
+  StageExecutor& stage_;
   std::vector<float> logits_;
 };
 

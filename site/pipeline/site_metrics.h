@@ -15,14 +15,26 @@ namespace strait::site {
 
 // kForward, kBackward and kUpdate split the compute time of training steps (each also counts in
 // kCompute): per-microbatch forward and backward times and the per-step update (clipping norm and
-// optimizer), which `strait bench e2e` needs for the lower bound on step time.
-enum class Timer { kCompute, kWait, kEncode, kDecode, kSeal, kOpen, kForward, kBackward, kUpdate };
-inline constexpr int kTimerCount = 9;
+// optimizer), which `strait bench e2e` needs for the lower bound on step time. kTeacherWait is the
+// part of kWait the student's last stage spends waiting for the teacher's targets.
+enum class Timer {
+  kCompute,
+  kWait,
+  kEncode,
+  kDecode,
+  kSeal,
+  kOpen,
+  kForward,
+  kBackward,
+  kUpdate,
+  kTeacherWait
+};
+inline constexpr int kTimerCount = 10;
 
-// What a frame of `key` counts towards (SiteMetrics::AddFrame): SUM for the replicas' sums, TRAIN
-// for everything on a pipeline link.
+// What a frame of `key` counts towards (SiteMetrics::AddFrame): SUM for the replicas' sums, TEACH
+// for the teacher's links, TRAIN for everything on a pipeline link.
 inline v1::Purpose LinkPurpose(const v1::TensorKey& key) {
-  return key.purpose() == v1::SUM ? v1::SUM : v1::TRAIN;
+  return key.purpose() == v1::SUM || key.purpose() == v1::TEACH ? key.purpose() : v1::TRAIN;
 }
 
 // Thread-safe.

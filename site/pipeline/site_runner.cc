@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "site/exchange/teacher_targets_codec.h"
+#include "site/pipeline/local_teacher.h"
 #include "site/pipeline/scoped_timer.h"
 
 namespace strait::site {
@@ -44,6 +46,7 @@ void SiteRunner::ExpectStep(int64_t step) {
     if (links.backward_in) {
       links.backward_in->Expect(Key(step, m, index_, v1::BACKWARD), {n, stage_.output_features()});
     }
+    if (links.teacher_in) links.teacher_in->ExpectBytes(TeacherKey(step, m));
   }
   // What the updates take, in their order (the first stage's tied gradient, then the scale):
   // 1f1b and eager 2bw apply step's gradient after its backwards; deferred 2bw the previous
@@ -159,7 +162,7 @@ absl::Status SiteRunner::RunForward(int64_t step, int m, StepTally& tally) {
       // The loss is the mean over the step's targets (tokens, for a language model).
       const int64_t targets = int64_t{t.global_batch} * spec_.model.TargetsPerSample();
       STRAIT_ASSIGN_OR_RETURN(LossResult loss,
-                              stage_.Loss(m, labels_.data(), 1.0f / static_cast<float>(targets)));
+                              MicrobatchLoss(step, m, 1.0f / static_cast<float>(targets)));
       tally.loss_sum += loss.loss_sum;
       tally.correct += loss.correct;
     }
@@ -167,6 +170,32 @@ absl::Status SiteRunner::RunForward(int64_t step, int m, StepTally& tally) {
   if (last) return absl::OkStatus();
   return frames_.Send(*links.forward_out, Key(step, m, index_, v1::FORWARD), std::move(output),
                       {mb, stage_.output_features()});
+}
+
+v1::TensorKey SiteRunner::TeacherKey(int64_t step, int m) const {
+  return Key(step, m, spec_.TeacherStages() - 1, v1::FORWARD, v1::TEACH);
+}
+
+absl::StatusOr<LossResult> SiteRunner::MicrobatchLoss(int64_t step, int m, float grad_scale) {
+  const StageLinks& links = frames_.links();
+  if (!links.teacher_in) return stage_.Loss(m, labels_.data(), grad_scale);
+  STRAIT_ASSIGN_OR_RETURN(const std::string bytes,
+                          frames_.ReceiveTargets(*links.teacher_in, TeacherKey(step, m)));
+  absl::StatusOr<TeacherTargets> targets = DecodeTeacherTargets(
+      bytes, int64_t{microbatch_size_} * spec_.model.TargetsPerSample(), spec_.model.Classes());
+  if (!targets.ok()) {  // Sealed by the teacher, so its own encoder's fault: no tampering.
+    return absl::Status(targets.status().code(),
+                        absl::StrCat("the teacher's targets of step ", step, ", microbatch ", m,
+                                     ": ", targets.status().message()));
+  }
+  STRAIT_ASSIGN_OR_RETURN(LossResult loss,
+                          stage_.DistillLoss(m, labels_.data(), *targets,
+                                             DistillTermsOf(spec_.training.distill), grad_scale));
+  if (m == spec_.training.microbatches - 1) {  // The step's targets are taken: the teacher's pace.
+    STRAIT_RETURN_IF_ERROR(frames_.SendTargets(
+        *links.pace_out, Key(step, 0, 0, v1::BACKWARD, v1::TEACH), std::string(1, '\0')));
+  }
+  return loss;
 }
 
 absl::Status SiteRunner::RunBackward(int64_t step, int m) {

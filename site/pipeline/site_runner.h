@@ -33,6 +33,7 @@
 #include "site/data/sampler.h"
 #include "site/nn/evaluation.h"
 #include "site/pipeline/clip_norm_relay.h"
+#include "site/pipeline/generation_runner.h"
 #include "site/pipeline/outer_rounds.h"
 #include "site/pipeline/replica_means.h"
 #include "site/pipeline/site_metrics.h"
@@ -42,42 +43,7 @@
 
 namespace strait::site {
 
-// What the stage's own data holds: the first stage reads inputs, the last stage labels; a middle
-// stage needs only the test split's size (to follow the evaluation batches). Shared, read-only: a
-// site keeps one copy across the runners of successive rollback generations.
-struct StageData {
-  std::shared_ptr<const Dataset> train, test;  // Set on the first and the last stage.
-  int64_t test_size = 0;
-};
-
-// Where the stage's tensors come from and go to: its links and its own data, as a stage of pipeline
-// `replica` (JobView::replica: its data shard and the replica of its tensor keys).
-struct StageIo {
-  StageLinks links;
-  StageData data;
-  int replica = 0;
-};
-
-// The steps a runner takes: the stage holds the state after `start_step` steps; `total_steps` is
-// how far the run goes (frames are announced one step ahead, never beyond it); `generation` is the
-// federation's rollback generation, part of every tensor key.
-struct StepRange {
-  int64_t total_steps = 0;
-  int64_t start_step = 0;
-  uint32_t generation = 0;
-};
-
-struct StepResult {
-  int64_t step = 0;                // The step just taken (0-based).
-  std::optional<double> loss;      // Mean cross-entropy over the global batch (last stage).
-  std::optional<double> accuracy;  // Fraction of the batch classified correctly (last stage).
-  // Of the step's time, the part that is the pipeline's drain rather than its steady state: with
-  // deferred 2bw, the last step's update of its own gradient (with clipping it waits for a scale
-  // that travels the whole chain and back). 0 in every other step.
-  double drain_s = 0;
-};
-
-class SiteRunner {
+class SiteRunner : public GenerationRunner {
  public:
   // Stage `index` of `spec` with `stage` (its workers, built for its layers and microbatch size,
   // holding the state after steps.start_step steps), links and data as above. `stage`, `metrics`
@@ -85,21 +51,21 @@ class SiteRunner {
   SiteRunner(const JobSpec& spec, int index, StageExecutor& stage, StageIo io, SiteMetrics& metrics,
              StepRange steps);
 
-  int64_t step() const { return step_; }  // Steps completed.
+  int64_t step() const override { return step_; }  // Steps completed.
   // Optimizer updates applied: the stage holds the weights L_updates(). step() with 1f1b, gpipe
   // and 2bw with eager updates; with deferred 2bw one less (the update of the last completed
   // step's gradient is still to come), except after the last step. A checkpoint of step updates()
   // taken between steps resumes bit-identically: with 2bw the stage then holds L_{k-1} and L_k,
   // exactly what a run resumed at step k needs, and no gradient that the checkpoint lacks is
   // pending.
-  int64_t updates() const { return updates_; }
+  int64_t updates() const override { return updates_; }
 
   // One global step: the schedule's forwards and backwards, clipping, optimizer update(s)
   // (StepOps). Blocks on the neighbours. An error (a refused frame, the gateway gone) leaves the
   // runner unusable. Announces the next step's frames to the receivers ahead (so their pulls wait
   // at the gateway), unless `then_evaluate`: Evaluate() comes next (1f1b and gpipe only; 2bw's step
   // runs the next step's first forwards), and a receiver takes frames in the order announced.
-  absl::StatusOr<StepResult> Step(bool then_evaluate = false);
+  absl::StatusOr<StepResult> Step(bool then_evaluate = false) override;
 
   // Loss and accuracy on the test split, evaluated through the whole pipeline (dropout off);
   // returned on the last stage, nullopt elsewhere. Does not change the model, the data order or
@@ -107,22 +73,22 @@ class SiteRunner {
   // nothing in flight, at the same step on every stage: before the first step, after
   // Step(/*then_evaluate=*/true) or after the last step (FailedPrecondition otherwise). Its frames'
   // keys have purpose EVAL and the step count step(), so they are distinct per evaluation.
-  absl::StatusOr<std::optional<Evaluation>> Evaluate();
+  absl::StatusOr<std::optional<Evaluation>> Evaluate() override;
 
   // sync outer: what the outer rounds carry from one to the next (the outer optimizer's momentum,
   // this replica's error feedback, the last round's mean), for checkpoints taken between steps at
   // a round's end; and its restoration when a generation resumes from one (before the first
   // Step). Nullopt / FAILED_PRECONDITION without outer rounds.
-  std::optional<std::vector<float>> OuterState() const;
+  std::optional<std::vector<float>> OuterState() const override;
   bool has_outer_rounds() const { return outer_ != nullptr; }
   absl::Status SetOuterState(std::span<const float> state);
 
   // Blocks until the gateway holds everything this stage sent.
-  absl::Status Flush();
+  absl::Status Flush() override;
 
   // Makes waiting receivers and senders fail with `status` (the gateway stopped or paused the job),
   // so that Step returns. Thread-safe.
-  void Abort(const absl::Status& status);
+  void Abort(const absl::Status& status) override;
 
  private:
   // The tallies of a step on the last stage.
@@ -137,6 +103,10 @@ class SiteRunner {
   // Announces the frames of `step` to the receivers, in the order the ops take them.
   void ExpectStep(int64_t step);
   absl::Status RunForward(int64_t step, int microbatch, StepTally& tally);
+  // The last stage's loss of a microbatch: against the labels, and with a teacher against the
+  // targets its last stage sent (TEACH key TeacherKey).
+  absl::StatusOr<LossResult> MicrobatchLoss(int64_t step, int microbatch, float grad_scale);
+  v1::TensorKey TeacherKey(int64_t step, int microbatch) const;
   absl::Status RunBackward(int64_t step, int microbatch);
   // kClipNorm: the collaborators' parts, in their order.
   absl::Status EndBackwards(int64_t step);

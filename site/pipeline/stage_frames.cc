@@ -42,12 +42,25 @@ absl::Status StageFrames::Send(FrameSender& to, const v1::TensorKey& key, std::v
   return to.Send(key, std::move(values), std::move(shape));
 }
 
+absl::StatusOr<std::string> StageFrames::ReceiveTargets(FrameReceiver& from,
+                                                        const v1::TensorKey& key) {
+  ScopedTimer timer(metrics_, Timer::kWait, Timer::kTeacherWait);
+  return from.TakeBytes(key);
+}
+
+absl::Status StageFrames::SendTargets(FrameSender& to, const v1::TensorKey& key,
+                                      std::string bytes) {
+  ScopedTimer timer(metrics_, Timer::kWait);
+  return to.SendBytes(key, std::move(bytes));
+}
+
 absl::Status StageFrames::Flush() {
   ScopedTimer timer(metrics_, Timer::kWait);
   if (links_.forward_out) STRAIT_RETURN_IF_ERROR(links_.forward_out->Flush());
   if (links_.backward_out) STRAIT_RETURN_IF_ERROR(links_.backward_out->Flush());
   if (links_.tied_out) STRAIT_RETURN_IF_ERROR(links_.tied_out->Flush());
   if (links_.sum_out) STRAIT_RETURN_IF_ERROR(links_.sum_out->Flush());
+  if (links_.pace_out) STRAIT_RETURN_IF_ERROR(links_.pace_out->Flush());
   return absl::OkStatus();
 }
 
@@ -60,6 +73,9 @@ void StageFrames::Abort(const absl::Status& status) {
   if (links_.tied_out) links_.tied_out->Stop(status);
   if (links_.sum_in) links_.sum_in->Stop(status);
   if (links_.sum_out) links_.sum_out->Stop(status);
+  if (links_.teacher_in) links_.teacher_in->Stop(status);
+  if (links_.pace_out) links_.pace_out->Stop(status);
+  if (links_.pace_in) links_.pace_in->Stop(status);
 }
 
 }  // namespace strait::site

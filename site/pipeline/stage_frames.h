@@ -36,6 +36,12 @@ struct StageLinks {
   std::unique_ptr<FrameSender> sum_out;
   std::unique_ptr<FrameReceiver> sum_in;
   std::function<absl::Status(absl::string_view round, std::span<uint32_t> words)> mask;
+  // Knowledge sharing (core/teach_links.h), the student's last stage: the teacher's targets (bytes
+  // of TEACH frames from the teacher's last stage) in, the pace out to the teacher's first stage;
+  // the teacher's first stage: the pace in. Null otherwise.
+  std::unique_ptr<FrameReceiver> teacher_in;
+  std::unique_ptr<FrameSender> pace_out;
+  std::unique_ptr<FrameReceiver> pace_in;
 };
 
 class StageFrames {
@@ -61,6 +67,10 @@ class StageFrames {
   // Hands a tensor to `to`; blocks only while too much is in flight.
   absl::Status Send(FrameSender& to, const v1::TensorKey& key, std::vector<float> values,
                     std::vector<int64_t> shape);
+  // The same for frames of bytes (a teacher's targets); the wait for them counts as
+  // Timer::kTeacherWait too.
+  absl::StatusOr<std::string> ReceiveTargets(FrameReceiver& from, const v1::TensorKey& key);
+  absl::Status SendTargets(FrameSender& to, const v1::TensorKey& key, std::string bytes);
 
   // Blocks until the gateway holds everything sent.
   absl::Status Flush();

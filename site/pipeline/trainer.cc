@@ -46,9 +46,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
       return absl::InvalidArgumentError("a job with a teacher needs a backend for the teacher");
     }
     STRAIT_ASSIGN_OR_RETURN(
-        t->teacher_,
-        LocalTeacher::Create(t->spec_, {0, spec.teacher.model.NumLayers()},
-                             spec.training.MicrobatchSize(), OneWorkerOn(teacher_backend)));
+        t->teacher_stage_,
+        LoadTeacherStage(t->spec_, {0, spec.teacher.model.NumLayers()},
+                         spec.training.MicrobatchSize(), OneWorkerOn(teacher_backend)));
+    t->teacher_ = std::make_unique<LocalTeacher>(t->spec_, *t->teacher_stage_);
   }
   return t;
 }

@@ -74,7 +74,8 @@ class Trainer {
   Dataset train_, test_;
   Sampler sampler_;
   std::unique_ptr<site::StageExecutor> stage_;
-  std::unique_ptr<LocalTeacher> teacher_;  // With a teacher only.
+  std::unique_ptr<StageExecutor> teacher_stage_;  // With a teacher only: its whole model,
+  std::unique_ptr<LocalTeacher> teacher_;         // run here.
   int64_t step_ = 0;
   std::vector<float> inputs_;
   std::vector<int32_t> labels_;

@@ -64,7 +64,9 @@ absl::StatusOr<v1::JoinReply> GatewayConnection::Join(std::optional<int64_t> che
   STRAIT_ASSIGN_OR_RETURN(security_, LinkSecurity::Create(spec.name, epoch_, options_.tls.own,
                                                           options_.tls.ca_pem, options_.deny_list));
   v1::JoinRequest join =
-      options_.view != nullptr
+      options_.teacher_stage >= 0
+          ? TeacherJoinRequest(spec, options_.teacher_stage, security_->own_key())
+      : options_.view != nullptr
           ? JoinRequestFor(spec, *options_.view, options_.index, security_->own_key())
           : JoinRequestFor(spec, options_.index, security_->own_key());
   join.set_total_steps(static_cast<uint64_t>(options_.total_steps));

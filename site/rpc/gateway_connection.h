@@ -34,6 +34,7 @@ class GatewayConnection final : public GatewayConnector, private GatewayLink {
     // file's (JobView::Initial). Must outlive the connection.
     const JobView* view = nullptr;
     int index = 0;            // This site's stage in spec->sites.
+    int teacher_stage = -1;   // A teacher site: its teacher stage (then `index` is unused).
     int64_t total_steps = 0;  // Claimed in every JoinRequest (the gateway checks it).
     // The site's certificate and key with the federation CA: the mutual TLS identity, and the key
     // that signs each epoch's link key.

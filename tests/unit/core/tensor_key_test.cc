@@ -102,9 +102,16 @@ TEST(TensorKeyTest, TeachKeysRunThroughTheTeacherToTheStudentsLastStage) {
   v1::TensorKey bad = last;
   bad.set_boundary(2);  // There is no third teacher stage.
   EXPECT_FALSE(ValidateTensorKey(bad, spec).ok());
-  bad = last;
-  bad.set_direction(v1::BACKWARD);  // Nothing flows back to a teacher.
-  EXPECT_FALSE(ValidateTensorKey(bad, spec).ok());
+  // Back to the teacher flows only the pace: from the student's last stage to the teacher's first,
+  // one per step (microbatch 0, boundary 0).
+  v1::TensorKey pace = last;
+  pace.set_direction(v1::BACKWARD);
+  EXPECT_FALSE(ValidateTensorKey(pace, spec).ok());  // Boundary 1, microbatch 3.
+  pace.set_boundary(0);
+  pace.set_microbatch(0);
+  ASSERT_TRUE(ValidateTensorKey(pace, spec).ok());
+  EXPECT_EQ(ProducerSlot(pace, spec), 2);
+  EXPECT_EQ(ConsumerSlot(pace, spec), 3);
   bad = last;
   bad.set_microbatch(4);
   EXPECT_FALSE(ValidateTensorKey(bad, spec).ok());

@@ -43,6 +43,13 @@ TEST(AuthorizerTest, ATeacherSitePushesItsTargetsToTheStudentsLastSiteOnly) {
   EXPECT_EQ(CheckPull(spec, 1, targets).message(),
             "site 'b' may not pull fed/s0/m0/b0/fwd/g0/teach: its consumer is 'c'");
   EXPECT_EQ(CheckPush(spec, 2, targets).code(), absl::StatusCode::kPermissionDenied);
+  // The pace (core/teach_links.h): the student's last site to the teacher, and nobody else.
+  v1::TensorKey pace = Key(0, 0, 0, v1::BACKWARD);
+  pace.set_purpose(v1::TEACH);
+  EXPECT_TRUE(CheckPush(spec, 2, pace).ok());
+  EXPECT_TRUE(CheckPull(spec, 3, pace).ok());
+  EXPECT_EQ(CheckPush(spec, 3, pace).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(CheckPush(spec, 1, pace).code(), absl::StatusCode::kPermissionDenied);
   for (v1::Purpose purpose : {v1::TRAIN, v1::CLIP, v1::EVAL, v1::MOVE}) {
     v1::TensorKey other = Key(0, 0, 0, v1::FORWARD);
     other.set_purpose(purpose);

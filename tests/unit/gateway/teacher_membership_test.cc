@@ -72,9 +72,10 @@ TEST(TeacherMembershipTest, ATeacherAndTheStudentsLastSiteHoldEachOthersKeys) {
   EXPECT_EQ(KeyPartners(spec, 0), (std::vector<int>{1}));
   spec.teacher.sites = {SiteSpec{.id = "t0", .layers = {0, 2}},
                         SiteSpec{.id = "t1", .layers = {2, 4}}};
-  EXPECT_EQ(KeyPartners(spec, 2), (std::vector<int>{3}));
+  // The first teacher stage and the student's last site: the pace (core/teach_links.h).
+  EXPECT_EQ(KeyPartners(spec, 2), (std::vector<int>{3, 1}));
   EXPECT_EQ(KeyPartners(spec, 3), (std::vector<int>{2, 1}));
-  EXPECT_EQ(KeyPartners(spec, 1), (std::vector<int>{0, 3}));
+  EXPECT_EQ(KeyPartners(spec, 1), (std::vector<int>{0, 3, 2}));
 }
 
 TEST(TeacherMembershipTest, ATeacherMustClaimTheTeachersLayers) {
