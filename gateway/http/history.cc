@@ -11,8 +11,8 @@ namespace {
 
 // "0/forward"; with replicas, pipeline r's "0/forward@r" (r > 0).
 std::string LinkKey(const v1::LinkMetrics& link) {
-  std::string key =
-      std::to_string(link.boundary()) + "/" + std::string(DirectionName(link.direction()));
+  std::string key = (link.teacher() ? "t" : "") + std::to_string(link.boundary()) + "/" +
+                    std::string(DirectionName(link.direction()));
   if (link.replica() > 0) key += "@" + std::to_string(link.replica());
   return key;
 }

@@ -267,7 +267,7 @@ Mailbox::Stats Mailbox::GetStats() const {
               waiters_.size(), reservations_.size(), duplicates_, accounting_errors_};
   for (const auto& [key, frame] : frames_) {
     if (key.purpose == v1::MOVE || key.purpose == v1::SUM) continue;
-    ++stats.stored_by_link[{key.replica, key.boundary, key.direction}];
+    ++stats.stored_by_link[{key.purpose == v1::TEACH, key.replica, key.boundary, key.direction}];
   }
   return stats;
 }

@@ -118,8 +118,8 @@ class Mailbox {
     uint64_t duplicates = 0;         // Pushes dropped as duplicates since start.
     uint64_t accounting_errors = 0;  // Broken accounting invariants (bugs) since start.
     // Stored frames on the pipelines' links (every purpose but MOVE and SUM, which cross no
-    // boundary) by (replica, boundary, direction): each link's queue.
-    std::map<std::tuple<uint32_t, uint32_t, int>, uint64_t> stored_by_link;
+    // boundary) by (teacher link, replica, boundary, direction): each link's queue.
+    std::map<std::tuple<bool, uint32_t, uint32_t, int>, uint64_t> stored_by_link;
   };
   Stats GetStats() const;
 

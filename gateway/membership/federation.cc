@@ -306,7 +306,8 @@ void Federation::CountRejected(const std::string& reason, const std::string& det
 }
 
 Federation::Link& Federation::LinkLocked(const v1::TensorKey& key) {
-  return links_[{key.replica(), key.boundary(), static_cast<int>(key.direction())}];
+  return links_[{key.purpose() == v1::TEACH, key.replica(), key.boundary(),
+                 static_cast<int>(key.direction())}];
 }
 
 void Federation::CountPushed(const v1::FrameHeader& header) {
@@ -357,8 +358,14 @@ v1::FederationState Federation::Snapshot(const Mailbox::Stats& mailbox,
   view.set_has_common_checkpoint(all_have_checkpoint);
   view.set_common_checkpoint_step(all_have_checkpoint ? common : 0);
   for (const auto& [where, link] : links_) {
-    const auto& [replica, boundary, direction] = where;
+    const auto& [teacher, replica, boundary, direction] = where;
     v1::LinkMetrics& m = *state.add_links();
+    m.set_teacher(teacher);
+    if (teacher && direction == v1::FORWARD &&
+        boundary + 1 == static_cast<uint32_t>(spec_.TeacherStages())) {
+      m.set_targets(link.frames * spec_.training.MicrobatchSize() *
+                    static_cast<uint64_t>(spec_.model.TargetsPerSample()));
+    }
     m.set_replica(replica);
     m.set_boundary(boundary);
     m.set_direction(static_cast<v1::Direction>(direction));

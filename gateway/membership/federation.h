@@ -120,7 +120,8 @@ class Federation {
   const Clock::time_point started_ = Clock::now();
   mutable std::mutex mu_;
   std::vector<Site> sites_;
-  std::map<std::tuple<uint32_t, uint32_t, int>, Link> links_;  // (replica, boundary, direction)
+  // (teacher's link, replica, boundary, direction): a teacher's links apart from the pipeline's.
+  std::map<std::tuple<bool, uint32_t, uint32_t, int>, Link> links_;
   std::map<std::string, uint64_t> rejected_;
   std::deque<v1::Alert> alerts_;
   const std::function<void(uint32_t)> new_generation_;

@@ -340,8 +340,15 @@ function siteColor(index) {
   return SITE_COLORS[index % SITE_COLORS.length];
 }
 
+// The student's sites (the pipeline's), in stage order; a teacher's sites are apart.
 function sitesInOrder(state) {
-  return ((state.view || {}).sites || []);
+  return ((state.view || {}).sites || []).filter((s) => !s.teacher);
+}
+
+// Knowledge sharing: the teacher's sites in its stage order.
+function teacherSites(state) {
+  return ((state.view || {}).sites || []).filter((s) => s.teacher)
+      .sort((a, b) => num(a.stage) - num(b.stage));
 }
 
 function metricsOf(state, id) {
@@ -360,9 +367,9 @@ function lossSite(state) {
 }
 
 // A boundary's link in pipeline `replica` (0 without replicas).
-function linkOf(state, boundary, direction, replica) {
+function linkOf(state, boundary, direction, replica, teacher = false) {
   return (state.links || []).find((l) => num(l.boundary) === boundary && l.direction === direction &&
-      num(l.replica) === replica);
+      num(l.replica) === replica && Boolean(l.teacher) === teacher);
 }
 
 // The history's name of a link (gateway/http/history.cc LinkKey).
@@ -395,10 +402,11 @@ function render() {
 
   renderKpis(state, sites);
   renderPipeline(state, sites);
+  renderTeacher(state, sites);
   renderCharts(state, sites);
   renderTimeSplit(state, sites);
   renderRejections(state);
-  renderSitesTable(state, sites, now);
+  renderSitesTable(state, [...sites, ...teacherSites(state)], now);
   renderAlerts(state, now);
   renderPlan(state);
 }
@@ -460,7 +468,7 @@ function renderKpis(state, sites) {
   setText("kpi-rejected-sub", reasons ? `${reasons} reason${reasons > 1 ? "s" : ""} · see below` : "none");
 }
 
-function siteCard(state, site, stage) {
+function siteCard(state, site, stage, label = `STAGE ${stage}`) {
   const metrics = metricsOf(state, site.id);
   const report = metrics.last_report || {};
   const layers = site.layers || {};
@@ -470,7 +478,7 @@ function siteCard(state, site, stage) {
   const stats = [["step", fmtCount(site.step)], ["samples/s", fmtNumber(report.samples_per_second)],
                  report.has_loss ? ["loss", num(report.loss).toFixed(3)] : ["restarts", fmtCount(metrics.restarts)]];
   return el("div", {class: `site state-${name}`, "data-site-id": site.id, title: deviceName},
-      el("div", {class: "site-head"}, el("span", {class: "stage"}, `STAGE ${stage}`), el("span", {class: "pill"}, name)),
+      el("div", {class: "site-head"}, el("span", {class: "stage"}, label), el("span", {class: "pill"}, name)),
       el("div", {class: "site-id"}, site.id),
       el("div", {class: "site-layers"}, `layers [${num(layers.start)}, ${num(layers.end)})`),
       el("div", {class: "site-device"}, `${site.device || "?"} × ${num(site.workers)}` +
@@ -533,6 +541,42 @@ function renderPipeline(state, sites) {
     pipeline.replaceChildren(...rows);
   }
   renderSums(state, replicas);
+}
+
+// A teacher's link: what crossed it in all (its figures are totals, not rates).
+function teacherLinkRow(link) {
+  return el("div", {class: "link-row fwd", "data-link": `t${num(link.boundary)}/forward`},
+      el("div", {class: "link-label"}, el("span", {class: "dir"}, "teach")),
+      el("div", {class: "link-arrow"}),
+      el("div", {class: "link-figures"}, el("span", {}, el("span", {class: "muted"}, "wire "), fmtBytes(num(link.wire_bytes)))),
+      el("div", {class: "link-extra"}, `${fmtCount(link.frames)} frames · ${num(link.mean_push_to_pull_ms).toFixed(1)} ms`));
+}
+
+// Knowledge sharing: the teacher's sites, forward only, its links, and what its targets cost the
+// student: bytes per token on the wire and the share of the last stage's time spent waiting.
+function renderTeacher(state, sites) {
+  const box = document.getElementById("teacher");
+  const teachers = teacherSites(state);
+  box.hidden = teachers.length === 0;
+  if (teachers.length === 0) return;
+  const nodes = [el("div", {class: "replica-label"}, "TEACHER")];
+  teachers.forEach((site, t) => {
+    if (t > 0) nodes.push(el("div", {class: "link"}, teacherLinkRow(linkOf(state, t - 1, "FORWARD", 0, true) || {})));
+    nodes.push(siteCard(state, site, t, `TEACHER ${t}`));
+  });
+  const targets = linkOf(state, teachers.length - 1, "FORWARD", 0, true) || {};
+  nodes.push(el("div", {class: "link"}, teacherLinkRow(targets)));
+  const student = sites[sites.length - 1];
+  const report = student ? reportOf(state, student.id) : {};
+  const busy = num(report.compute_s) + num(report.wait_s);
+  const perToken = num(targets.targets) > 0 ? num(targets.wire_bytes) / num(targets.targets) : null;
+  box.replaceChildren(el("div", {class: "pipeline replica-row"}, ...nodes),
+      el("div", {class: "sums"},
+          el("span", {}, "targets to ", el("b", {}, student ? student.id : "—"), ": ",
+             el("b", {"data-teacher": "bytes-per-token"}, perToken === null ? "—" : fmtBytes(perToken)), " per token"),
+          el("span", {}, "the student waits ",
+             el("b", {"data-teacher": "wait"}, busy > 0 ? `${(100 * num(report.teacher_wait_s) / busy).toFixed(1)}%` : "—"),
+             el("span", {class: "muted"}, " of its last stage's time for them"))));
 }
 
 function renderSums(state, replicas) {

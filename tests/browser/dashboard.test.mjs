@@ -22,6 +22,7 @@ function startServer() {
   const args = mode === "real" ? ["--token", TOKEN, "--real"]
                                : ["--token", TOKEN, "--interval-ms", "250"];
   if (mode === "replicas") args.push("--replicas");
+  if (mode === "teacher") args.push("--teacher");
   const child = spawn(serverBinary, args, {stdio: ["pipe", "pipe", "inherit"]});
   const port = new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error("the server printed no port in 20 s")), 20000);
@@ -115,6 +116,19 @@ async function main() {
       assert.notEqual(await page.textContent('#sums [data-sums="bytes-per-round"]'), "—");
     } else {
       assert.equal(await page.isVisible("#sums"), false, "no sums without replicas");
+    }
+    if (mode === "teacher") {  // Knowledge sharing: the teacher's sites apart from the pipeline.
+      const teachers = await page.$$eval("#teacher .site", (nodes) => nodes.map((n) =>
+          [n.dataset.siteId, n.querySelector(".stage").textContent]));
+      assert.deepEqual(teachers, [["teach-a", "TEACHER 0"], ["teach-b", "TEACHER 1"]]);
+      assert.deepEqual(await page.$$eval("#teacher .link-row", (nodes) => nodes.map((n) => n.dataset.link)),
+                       ["t0/forward", "t1/forward"]);
+      assert.equal(await page.textContent('#teacher [data-teacher="bytes-per-token"]'), "64 B");
+      assert.equal(await page.textContent('#teacher [data-teacher="wait"]'), "4.0%");
+      assert.ok(await page.$$eval("#sites-table tbody tr", (rows) =>
+          rows.some((r) => r.textContent.includes("teach-b"))), "the teacher's sites are in the table");
+    } else {
+      assert.equal(await page.isVisible("#teacher"), false, "no teacher row without a teacher");
     }
 
     // The charts and the step move on their own (the server samples every 250 ms).

@@ -51,6 +51,38 @@ strait::v1::FederationState AsTwoReplicas(strait::v1::FederationState state) {
   sums.set_round_seconds(rounds * 0.012);
   return state;
 }
+
+// The fake federation taught by a teacher of two sites (knowledge sharing): the teacher's sites and
+// TEACH links, its targets at 64 bytes per token, and the last stage waiting 4% of its time.
+strait::v1::FederationState WithTeacher(strait::v1::FederationState state) {
+  const char* kTeachers[] = {"teach-a", "teach-b"};
+  strait::v1::FederationView& view = *state.mutable_view();
+  const uint64_t frames = view.sites(0).step() * 4;
+  for (int t = 0; t < 2; ++t) {
+    strait::v1::SiteInfo info = view.sites(0);
+    info.set_id(kTeachers[t]);
+    info.set_teacher(true);
+    info.set_stage(t);
+    info.mutable_layers()->set_start(4 * t);
+    info.mutable_layers()->set_end(4 * t + 4);
+    *view.add_sites() = info;
+    strait::v1::SiteMetrics metrics = state.sites(0);
+    metrics.set_site_id(kTeachers[t]);
+    *state.add_sites() = metrics;
+    strait::v1::LinkMetrics& link = *state.add_links();
+    link.set_teacher(true);
+    link.set_boundary(t);
+    link.set_direction(strait::v1::FORWARD);
+    link.set_frames(frames);
+    // A microbatch of 16 windows of 128 tokens: activations of width 256, or 64 B of targets each.
+    link.set_wire_bytes(frames * (t == 0 ? 16 * 128 * 256 * 4 : 16 * 128 * 64));
+    link.set_raw_bytes(link.wire_bytes());
+    if (t == 1) link.set_targets(frames * 16 * 128);
+  }
+  strait::v1::SiteReport& last = *state.mutable_sites(2)->mutable_last_report();
+  last.set_teacher_wait_s(0.04 * (last.compute_s() + last.wait_s()));
+  return state;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -66,6 +98,8 @@ int main(int argc, char** argv) {
   app.add_flag("--real", real, "A real gateway process and real gRPC traffic instead of fake data");
   bool replicas = false;
   app.add_flag("--replicas", replicas, "The fake federation as two replicas of its pipeline");
+  bool teacher = false;
+  app.add_flag("--teacher", teacher, "The fake federation taught by a teacher of two sites");
   app.add_option("--max-seconds", max_seconds, "Exit after this long in any case")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -87,6 +121,7 @@ int main(int argc, char** argv) {
   } else {
     auto source = strait::gateway::testing::FakeSnapshotSource();
     if (replicas) source = [source] { return AsTwoReplicas(source()); };
+    if (teacher) source = [source] { return WithTeacher(source()); };
     auto server = strait::gateway::DashboardServer::Start(options, source);
     if (!server.ok()) {
       std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
