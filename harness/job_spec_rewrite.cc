@@ -39,6 +39,10 @@ absl::StatusOr<RewrittenJobSpec> RewriteJobSpec(const std::string& path,
   if (root["data"] && root["data"]["tokenizer"]) {  // "bytes", or a model's resolved path.
     root["data"]["tokenizer"] = spec->data.tokenizer;
   }
+  if (spec->has_teacher) {  // Its checkpoint and tokenizer, resolved against the file.
+    root["teacher"]["checkpoint"] = spec->teacher.checkpoint;
+    if (root["teacher"]["tokenizer"]) root["teacher"]["tokenizer"] = spec->data.tokenizer;
+  }
   root["training"]["checkpoint"]["dir"] = "checkpoints";
   if (o.steps > 0) {
     root["training"].remove("epochs");

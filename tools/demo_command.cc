@@ -77,9 +77,9 @@ void PrintSummary(const JobSpec& spec, harness::LocalFederation& fed, double wal
   double samples_per_second = 0;
   int64_t steps = 0;
   std::printf("\nstrait demo: done in %.0f s\n", wall_seconds);
-  for (int slot = 0; slot < spec.SiteSlots(); ++slot) {
-    const std::string& id = spec.SiteIdAt(slot);
-    const bool last_stage = slot % spec.Stages() == spec.Stages() - 1;
+  for (int slot = 0; slot < spec.MemberSlots(); ++slot) {  // The teacher's sites too.
+    const std::string& id = spec.MemberIdAt(slot);
+    const bool last_stage = slot < spec.SiteSlots() && slot % spec.Stages() == spec.Stages() - 1;
     nlohmann::json m =
         nlohmann::json::parse(harness::ReadFile(fed.OutDir(id) + "/metrics.json"), nullptr,
                               /*allow_exceptions=*/false);
@@ -99,10 +99,13 @@ void PrintSummary(const JobSpec& spec, harness::LocalFederation& fed, double wal
       const double r = link.value("raw_bytes", 0.0), w = link.value("wire_bytes", 0.0);
       raw += r;
       wire += w;
-      const std::string what = link.value("sum", false)
-                                   ? absl::StrFormat("stage %d sums", link.value("boundary", 0))
-                                   : absl::StrFormat("boundary %d %s", link.value("boundary", 0),
-                                                     link.value("direction", ""));
+      const int boundary = link.value("boundary", 0);
+      const bool forward = link.value("direction", "") == "forward";
+      const std::string what =
+          link.value("sum", false) ? absl::StrFormat("stage %d sums", boundary)
+          : link.value("teach", false)
+              ? (forward ? absl::StrFormat("teacher %d out", boundary) : "teacher's pace")
+              : absl::StrFormat("boundary %d %s", boundary, link.value("direction", ""));
       std::printf("  %s -> %-18s raw %10s  wire %10s  (%.2fx)\n", id.c_str(), what.c_str(),
                   Mib(r).c_str(), Mib(w).c_str(), w > 0 ? r / w : 0.0);
     }
@@ -169,10 +172,11 @@ int RunDemo(DemoOptions o) {
     wan_profile = *profile;
   }
 
-  std::vector<std::string> ids;  // Every site, replica by replica (JobSpec::SiteSlots).
+  // Every site, replica by replica, then the teacher's (JobSpec::MemberSlots).
+  std::vector<std::string> ids;
   size_t width = std::string("gateway").size();
-  for (int slot = 0; slot < spec->SiteSlots(); ++slot) {
-    ids.push_back(spec->SiteIdAt(slot));
+  for (int slot = 0; slot < spec->MemberSlots(); ++slot) {
+    ids.push_back(spec->MemberIdAt(slot));
     width = std::max(width, ids.back().size());
   }
   if (o.resume && o.workdir.empty()) {
@@ -248,7 +252,8 @@ int RunDemo(DemoOptions o) {
     const std::string& id = ids[i];
     const std::vector<std::string> args =
         o.resume ? std::vector<std::string>{"--resume"} : std::vector<std::string>{};
-    const int machines = spec->sites[i % spec->sites.size()].machines;
+    const bool student = static_cast<int>(i) < spec->SiteSlots();  // Else a teacher site.
+    const int machines = student ? spec->sites[i % spec->sites.size()].machines : 1;
     if (machines > 1) {
       fed.StartSiteRanks(id, machines, args);
       std::printf("strait demo: site %s runs as %d ranks on loopback\n", id.c_str(), machines);
@@ -259,8 +264,8 @@ int RunDemo(DemoOptions o) {
     }
     processes.push_back(id);
     // The last stage of every replica shows its progress lines.
-    followers.push_back(
-        {id, harness::LogFollower(fed.SiteLogFile(id)), (i + 1) % spec->sites.size() == 0});
+    followers.push_back({id, harness::LogFollower(fed.SiteLogFile(id)),
+                         student && (i + 1) % spec->sites.size() == 0});
   }
   const auto start = std::chrono::steady_clock::now();
   std::set<std::string> finished;

@@ -158,16 +158,16 @@ absl::Status SiteRunner::RunForward(int64_t step, int m, StepTally& tally) {
     options.dropout_microbatch_offset = frames_.replica() * t.microbatches;
     STRAIT_RETURN_IF_ERROR(stage_.Forward(step, m, mb, first ? inputs_.data() : input.data(),
                                           last ? nullptr : output.data(), options));
-    if (last) {
-      // The loss is the mean over the step's targets (tokens, for a language model).
-      const int64_t targets = int64_t{t.global_batch} * spec_.model.TargetsPerSample();
-      STRAIT_ASSIGN_OR_RETURN(LossResult loss,
-                              MicrobatchLoss(step, m, 1.0f / static_cast<float>(targets)));
-      tally.loss_sum += loss.loss_sum;
-      tally.correct += loss.correct;
-    }
   }
-  if (last) return absl::OkStatus();
+  if (last) {
+    // The loss is the mean over the step's targets (tokens, for a language model).
+    const int64_t targets = int64_t{t.global_batch} * spec_.model.TargetsPerSample();
+    STRAIT_ASSIGN_OR_RETURN(LossResult loss,
+                            MicrobatchLoss(step, m, 1.0f / static_cast<float>(targets)));
+    tally.loss_sum += loss.loss_sum;
+    tally.correct += loss.correct;
+    return absl::OkStatus();
+  }
   return frames_.Send(*links.forward_out, Key(step, m, index_, v1::FORWARD), std::move(output),
                       {mb, stage_.output_features()});
 }
@@ -178,20 +178,27 @@ v1::TensorKey SiteRunner::TeacherKey(int64_t step, int m) const {
 
 absl::StatusOr<LossResult> SiteRunner::MicrobatchLoss(int64_t step, int m, float grad_scale) {
   const StageLinks& links = frames_.links();
-  if (!links.teacher_in) return stage_.Loss(m, labels_.data(), grad_scale);
+  if (!links.teacher_in) {
+    ScopedTimer timer(metrics_, Timer::kCompute, Timer::kForward);
+    return stage_.Loss(m, labels_.data(), grad_scale);
+  }
+  // Taken after the forward pass, which ran while they travelled.
   STRAIT_ASSIGN_OR_RETURN(const std::string bytes,
                           frames_.ReceiveTargets(*links.teacher_in, TeacherKey(step, m)));
-  absl::StatusOr<TeacherTargets> targets = DecodeTeacherTargets(
-      bytes, int64_t{microbatch_size_} * spec_.model.TargetsPerSample(), spec_.model.Classes());
-  if (!targets.ok()) {  // Sealed by the teacher, so its own encoder's fault: no tampering.
-    return absl::Status(targets.status().code(),
-                        absl::StrCat("the teacher's targets of step ", step, ", microbatch ", m,
-                                     ": ", targets.status().message()));
+  absl::StatusOr<LossResult> loss;
+  {
+    ScopedTimer timer(metrics_, Timer::kCompute, Timer::kForward);
+    absl::StatusOr<TeacherTargets> targets = DecodeTeacherTargets(
+        bytes, int64_t{microbatch_size_} * spec_.model.TargetsPerSample(), spec_.model.Classes());
+    if (!targets.ok()) {  // Sealed by the teacher, so its own encoder's fault: no tampering.
+      return absl::Status(targets.status().code(),
+                          absl::StrCat("the teacher's targets of step ", step, ", microbatch ", m,
+                                       ": ", targets.status().message()));
+    }
+    loss = stage_.DistillLoss(m, labels_.data(), *targets, DistillTermsOf(spec_.training.distill),
+                              grad_scale);
   }
-  STRAIT_ASSIGN_OR_RETURN(LossResult loss,
-                          stage_.DistillLoss(m, labels_.data(), *targets,
-                                             DistillTermsOf(spec_.training.distill), grad_scale));
-  if (m == spec_.training.microbatches - 1) {  // The step's targets are taken: the teacher's pace.
+  if (loss.ok() && m == spec_.training.microbatches - 1) {  // All taken: the teacher's pace.
     STRAIT_RETURN_IF_ERROR(frames_.SendTargets(
         *links.pace_out, Key(step, 0, 0, v1::BACKWARD, v1::TEACH), std::string(1, '\0')));
   }

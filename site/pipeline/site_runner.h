@@ -103,8 +103,9 @@ class SiteRunner : public GenerationRunner {
   // Announces the frames of `step` to the receivers, in the order the ops take them.
   void ExpectStep(int64_t step);
   absl::Status RunForward(int64_t step, int microbatch, StepTally& tally);
-  // The last stage's loss of a microbatch: against the labels, and with a teacher against the
-  // targets its last stage sent (TEACH key TeacherKey).
+  // The last stage's loss of a microbatch after its forward pass (counted as forward compute):
+  // against the labels, and with a teacher against the targets its last stage sent (TEACH key
+  // TeacherKey; the wait for them is no compute), then the teacher's pace after the last one.
   absl::StatusOr<LossResult> MicrobatchLoss(int64_t step, int microbatch, float grad_scale);
   v1::TensorKey TeacherKey(int64_t step, int microbatch) const;
   absl::Status RunBackward(int64_t step, int microbatch);
