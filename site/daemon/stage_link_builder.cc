@@ -22,25 +22,29 @@ v1::SignedKey PeerKeyOf(const LinkSealing& sealing, const std::string& id) {
   return key == sealing.peers->end() ? v1::SignedKey{} : key->second;
 }
 
-// The keys of the teacher link with member `id` (core/teach_links.h): always sealed.
-absl::StatusOr<LinkSecurity::LinkCrypto> TeachCryptoWith(const JobSpec& spec,
-                                                         const LinkSealing& sealing,
-                                                         const std::string& id) {
+// The keys of the link with site `id` for the generation, derived with `purpose` (LinkSecurity).
+absl::StatusOr<LinkSecurity::LinkCrypto> DeriveWith(const LinkSealing& sealing,
+                                                    const std::string& id, uint64_t rotate_bytes,
+                                                    absl::string_view purpose = {}) {
   if (sealing.security == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the teacher's link with ", id,
-                     " is sealed, but this site has no signed key (it has "
-                     "not joined)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the link with ", id, " is sealed, but this site has no signed key (it has not joined)"));
   }
-  absl::StatusOr<LinkSecurity::LinkCrypto> crypto =
-      sealing.security->Derive(id, PeerKeyOf(sealing, id), TeachLink(spec).rotate_bytes,
-                               sealing.generation, kTeachKeyPurpose);
+  absl::StatusOr<LinkSecurity::LinkCrypto> crypto = sealing.security->Derive(
+      id, PeerKeyOf(sealing, id), rotate_bytes, sealing.generation, purpose);
   if (!crypto.ok()) {
     return absl::Status(
         crypto.status().code(),
         absl::StrCat("the key of site ", id, " does not verify: ", crypto.status().message()));
   }
   return crypto;
+}
+
+// The keys of the teacher link with member `id` (core/teach_links.h): always sealed.
+absl::StatusOr<LinkSecurity::LinkCrypto> TeachCryptoWith(const JobSpec& spec,
+                                                         const LinkSealing& sealing,
+                                                         const std::string& id) {
+  return DeriveWith(sealing, id, TeachLink(spec).rotate_bytes, kTeachKeyPurpose);
 }
 
 // One stage's links of one generation, direction by direction.
@@ -89,21 +93,7 @@ v1::SignedKey LinkBuilder::PeerKey(const std::string& id) const { return PeerKey
 absl::StatusOr<LinkSecurity::LinkCrypto> LinkBuilder::CryptoWith(const LinkSpec& link,
                                                                  int peer) const {
   if (!link.encryption) return LinkSecurity::LinkCrypto{};
-  const std::string& id = SiteId(peer);
-  if (sealing_.security == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the link with ", id,
-                     " is encrypted, but this site has no signed key (it has "
-                     "not joined)"));
-  }
-  absl::StatusOr<LinkSecurity::LinkCrypto> crypto =
-      sealing_.security->Derive(id, PeerKey(id), link.rotate_bytes, sealing_.generation);
-  if (!crypto.ok()) {
-    return absl::Status(
-        crypto.status().code(),
-        absl::StrCat("the key of site ", id, " does not verify: ", crypto.status().message()));
-  }
-  return crypto;
+  return DeriveWith(sealing_, SiteId(peer), link.rotate_bytes);
 }
 
 absl::Status LinkBuilder::AddPrevious(StageLinks& links) {
