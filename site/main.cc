@@ -23,7 +23,8 @@ int main(int argc, char** argv) {
   app.add_option("-c,--config", o.config, "Job spec (federation YAML)")
       ->required()
       ->type_name("FILE");
-  app.add_option("-s,--site", o.site_id, "This site's id (one of the job spec's sites)")
+  app.add_option("-s,--site", o.site_id,
+                 "This site's id (one of the job spec's sites, or of teacher.sites)")
       ->required()
       ->type_name("ID");
   app.add_option("--gateway", o.gateway, "Gateway address; overrides gateway.address")
