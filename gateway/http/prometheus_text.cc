@@ -70,26 +70,36 @@ class Exposition {
   prometheus::Family<prometheus::Counter>* counter_ = nullptr;
 };
 
-// The labels of a link: boundary, direction, the producing and consuming sites (from, to), and
-// with replicas the pipeline (replica).
+// The labels of a link: boundary, direction, the producing and consuming sites (from, to), with
+// replicas the pipeline (replica), and a teacher's link (knowledge sharing) teacher="true".
 Labels LabelsOf(const v1::FederationState& state, const v1::LinkMetrics& link) {
   const v1::FederationView& view = state.view();
+  std::vector<std::string> students, teachers;  // Member order: replica by replica, then teacher.
+  for (const v1::SiteInfo& site : view.sites()) {
+    (site.teacher() ? teachers : students).push_back(site.id());
+  }
   const uint64_t replicas = std::max<uint64_t>(view.replicas(), 1);
-  const uint64_t stages = static_cast<uint64_t>(view.sites_size()) / replicas;
-  // sites[r * S + s] runs stage s of pipeline r (federation.proto).
+  const uint64_t stages = students.size() / replicas;
+  // students[r * S + s] runs stage s of pipeline r (federation.proto).
   auto id = [&](uint64_t stage) -> std::string {
     const uint64_t slot = link.replica() * stages + stage;
-    return stage < stages && slot < static_cast<uint64_t>(view.sites_size())
-               ? view.sites(static_cast<int>(slot)).id()
-               : "";
+    return stage < stages && slot < students.size() ? students[slot] : "";
   };
   const uint64_t lower = link.boundary();
   const bool forward = link.direction() == v1::FORWARD;
+  std::string from = forward ? id(lower) : id(lower + 1), to = forward ? id(lower + 1) : id(lower);
+  if (link.teacher()) {  // core/teach_links.h: teacher stage b onwards; BACKWARD, the pace.
+    auto teacher = [&](uint64_t t) { return t < teachers.size() ? teachers[t] : ""; };
+    const std::string student_last = stages > 0 ? students[stages - 1] : "";
+    from = forward ? teacher(lower) : student_last;
+    to = !forward ? teacher(0) : lower + 1 < teachers.size() ? teacher(lower + 1) : student_last;
+  }
   Labels labels = {{"boundary", std::to_string(link.boundary())},
                    {"direction", std::string(DirectionName(link.direction()))},
-                   {"from", forward ? id(lower) : id(lower + 1)},
-                   {"to", forward ? id(lower + 1) : id(lower)}};
+                   {"from", from},
+                   {"to", to}};
   if (replicas > 1) labels["replica"] = std::to_string(link.replica());
+  if (link.teacher()) labels["teacher"] = "true";
   return labels;
 }
 

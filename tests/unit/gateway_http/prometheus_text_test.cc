@@ -306,6 +306,40 @@ TEST(PrometheusText, ReplicasLinksNameTheirPipelineAndItsSites) {
             11);
 }
 
+TEST(PrometheusText, TeacherLinksNameTheTeachersSitesAndTheStudentsLast) {
+  // Student a -> b, teacher t0 -> t1 -> b (its targets), and b's pace back to t0.
+  v1::FederationState state;
+  for (const char* id : {"a", "b"}) state.mutable_view()->add_sites()->set_id(id);
+  for (const char* id : {"t0", "t1"}) {
+    v1::SiteInfo& site = *state.mutable_view()->add_sites();
+    site.set_id(id);
+    site.set_teacher(true);
+  }
+  auto add = [&](uint32_t boundary, v1::Direction direction, bool teacher, uint64_t frames) {
+    v1::LinkMetrics& link = *state.add_links();
+    link.set_boundary(boundary);
+    link.set_direction(direction);
+    link.set_teacher(teacher);
+    link.set_frames(frames);
+  };
+  add(0, v1::FORWARD, false, 5);
+  add(0, v1::FORWARD, true, 6);
+  add(1, v1::FORWARD, true, 7);
+  add(0, v1::BACKWARD, true, 8);
+  Exposition e = Parse(RenderPrometheusText(state));
+  auto frames = [&](const char* boundary, const char* direction, const char* from, const char* to,
+                    bool teacher) {
+    std::map<std::string, std::string> labels = {
+        {"boundary", boundary}, {"direction", direction}, {"from", from}, {"to", to}};
+    if (teacher) labels["teacher"] = "true";
+    return Value(e, "strait_link_frames_total", labels);
+  };
+  EXPECT_EQ(frames("0", "forward", "a", "b", false), 5);
+  EXPECT_EQ(frames("0", "forward", "t0", "t1", true), 6);
+  EXPECT_EQ(frames("1", "forward", "t1", "b", true), 7);
+  EXPECT_EQ(frames("0", "backward", "b", "t0", true), 8);
+}
+
 TEST(PrometheusText, EmptyStateIsValid) {
   Exposition e = Parse(RenderPrometheusText({}));
   EXPECT_THAT(e.types, ::testing::Contains(Pair("strait_gateway_uptime_seconds", "gauge")));
