@@ -237,6 +237,8 @@ const std::vector<JobField>& JobFields() {
       {"tls.site_cert", ""},
       {"tls.site_key", ""},
       {"tls.deny_list", ""},
+      // Who may ask a serving federation: the gateway alone decides.
+      {"serving.clients", ""},
       {"model.family", "model.family"},
       {"model.input", "model.layer"},
       {"model.hidden", "model.layer"},

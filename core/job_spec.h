@@ -323,6 +323,13 @@ struct TeacherSpec {
   TeacherValues values = TeacherValues::kFp16;
 };
 
+// Serving text through the federation (docs/distillation.md): the clients that may ask the sites of
+// a serving federation (`strait-site --serve`) to sample, by the identity of their certificate
+// (signed by the federation's CA). A gpt job of one pipeline, without a teacher.
+struct ServingSpec {
+  std::vector<std::string> clients;
+};
+
 struct JobSpec {
   std::string source_path;  // The file it was loaded from ("<string>" when parsed from text).
   std::string name;         // Federation name: part of every tensor key and key-derivation label.
@@ -342,6 +349,7 @@ struct JobSpec {
   // `teacher:` (knowledge sharing); has_teacher false: no teacher.
   bool has_teacher = false;
   TeacherSpec teacher;
+  ServingSpec serving;  // `serving:`; no clients: nobody may ask.
 
   // Index of the site with this id in `sites` (replica 0's stages), or -1.
   int SiteIndex(absl::string_view id) const;

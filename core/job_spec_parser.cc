@@ -46,6 +46,7 @@ absl::StatusOr<JobSpec> JobSpecParser::Parse(absl::string_view text) {
   STRAIT_RETURN_IF_ERROR(ParseLinks(map));
   STRAIT_RETURN_IF_ERROR(ParseReplicas(map));
   STRAIT_RETURN_IF_ERROR(ParseTeacher(map));
+  STRAIT_RETURN_IF_ERROR(ParseServing(map));
   STRAIT_RETURN_IF_ERROR(CheckSchedule(map));
   STRAIT_RETURN_IF_ERROR(Finish(map));
   STRAIT_RETURN_IF_ERROR(CheckMemoryBudget(map));

@@ -94,6 +94,9 @@ class JobSpecParser {
   absl::Status ParseTeacher(YamlMap& root);
   absl::Status ParseTeacherSites(YamlMap& teacher);
 
+  // `serving:` (job_spec_parser_serving.cc): the clients that may ask a serving federation.
+  absl::Status ParseServing(YamlMap& root);
+
   static int LargestDivisorAtMost(int n, int limit);
 
   absl::Status ParseSites(YamlMap& root);

@@ -18,6 +18,8 @@ namespace strait {
 
 // The purpose label of the teacher links' keys (LinkSecurity::Derive).
 inline constexpr char kTeachKeyPurpose[] = "teach";
+// Serving's (docs/distillation.md), followed by "/<request>": fresh keys for every request.
+inline constexpr char kServeKeyPurpose[] = "serve";
 
 // How many steps the teacher's first stage may run ahead of the student's last: enough to keep the
 // targets of the next step waiting while the student computes this one over a slow link.

@@ -16,7 +16,21 @@ int ConsumerStage(const v1::TensorKey& key, int stages) {
   return static_cast<int>(key.boundary()) + (key.direction() == v1::FORWARD ? 1 : 0);
 }
 
+namespace {
+
+// Serving (proto Purpose SERVE): FORWARD boundary S - 1 is the client's prompt, through the
+// gateway.
+bool IsPrompt(const v1::TensorKey& key, const JobSpec& spec) {
+  return key.direction() == v1::FORWARD && static_cast<int>(key.boundary()) == spec.Stages() - 1;
+}
+
+}  // namespace
+
 int ProducerSlot(const v1::TensorKey& key, const JobSpec& spec) {
+  if (key.purpose() == v1::SERVE) {
+    if (key.direction() == v1::BACKWARD) return spec.Stages() - 1;
+    return IsPrompt(key, spec) ? -1 : static_cast<int>(key.boundary());
+  }
   if (key.purpose() == v1::TEACH) {
     // BACKWARD: the pace of the teacher, from the student's last stage (of the one pipeline).
     return key.direction() == v1::BACKWARD ? spec.Stages() - 1
@@ -29,6 +43,10 @@ int ProducerSlot(const v1::TensorKey& key, const JobSpec& spec) {
 }
 
 int ConsumerSlot(const v1::TensorKey& key, const JobSpec& spec) {
+  if (key.purpose() == v1::SERVE) {
+    if (key.direction() == v1::BACKWARD) return key.boundary() == 0 ? 0 : -1;
+    return IsPrompt(key, spec) ? 0 : static_cast<int>(key.boundary()) + 1;
+  }
   if (key.purpose() == v1::TEACH) {
     if (key.direction() == v1::BACKWARD) return spec.SiteSlots();  // The teacher's first stage.
     const int next = static_cast<int>(key.boundary()) + 1;
@@ -85,6 +103,20 @@ absl::Status ValidateTensorKey(const v1::TensorKey& key, const JobSpec& spec) {
     }
     return absl::OkStatus();
   }
+  if (key.purpose() == v1::SERVE) {
+    const uint32_t boundaries = key.direction() == v1::FORWARD ? spec.sites.size() : 2;
+    if (spec.serving.clients.empty() || key.replica() != 0 || key.boundary() >= boundaries ||
+        key.microbatch() >= static_cast<uint32_t>(spec.model.gpt.context)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "serving key of boundary ", key.boundary(), ", position ", key.microbatch(), ", replica ",
+          key.replica(),
+          spec.serving.clients.empty() ? " in a job that serves nobody"
+                                       : absl::StrCat("; expected a boundary below ", boundaries,
+                                                      ", a position below the context ",
+                                                      spec.model.gpt.context, ", replica 0")));
+    }
+    return absl::OkStatus();
+  }
   if (key.purpose() == v1::MOVE) {
     const auto stages = static_cast<uint32_t>(spec.sites.size());
     if (!spec.SplitMayMove()) {
@@ -131,7 +163,7 @@ absl::Status ValidateTensorKey(const v1::TensorKey& key, const JobSpec& spec) {
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("tensor key has purpose ", key.purpose(),
-                       "; expected TRAIN, CLIP, EVAL, TIED, MOVE, SUM or TEACH"));
+                       "; expected TRAIN, CLIP, EVAL, TIED, MOVE, SUM, TEACH or SERVE"));
   }
   if (key.microbatch() >= static_cast<uint32_t>(spec.training.microbatches)) {
     return absl::InvalidArgumentError(absl::StrCat("tensor key has microbatch ", key.microbatch(),
@@ -151,6 +183,7 @@ std::string TensorKeyToString(const v1::TensorKey& key) {
                         : key.purpose() == v1::MOVE  ? "/move"
                         : key.purpose() == v1::SUM   ? "/sum"
                         : key.purpose() == v1::TEACH ? "/teach"
+                        : key.purpose() == v1::SERVE ? "/serve"
                                                      : "/purpose?";
   return absl::StrCat(key.job(), "/s", key.step(), "/m", key.microbatch(), "/b", key.boundary(),
                       "/", direction, "/g", key.generation(), purpose,

@@ -20,7 +20,8 @@ int ConsumerStage(const v1::TensorKey& key, int stages);
 // The member slot (JobSpec::MemberSlots) of the site that produces / consumes the key: its stage in
 // pipeline key.replica(); for a TEACH key a teacher stage's, or the student's last stage as the
 // teacher's targets' consumer (FORWARD), and for a TEACH BACKWARD key (the teacher's pace, from the
-// student's last stage to the teacher's first stage: core/teach_links.h) those two; -1 for the
+// student's last stage to the teacher's first stage: core/teach_links.h) those two; for a SERVE
+// key the stages it joins, -1 for the gateway's end of the client's prompt and tokens; -1 for the
 // gateway's end of a SUM key (the sum's producer, the masked vector's consumer). Call on a key that
 // passed ValidateTensorKey.
 int ProducerSlot(const v1::TensorKey& key, const JobSpec& spec);

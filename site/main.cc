@@ -57,6 +57,13 @@ int main(int argc, char** argv) {
   app.add_flag("--profile-again", o.profile_again,
                "With layers: auto, measure this site's per-layer profile again instead of using "
                "the cached one (training.checkpoint.dir/<site>/profile.json)");
+  app.add_flag(
+      "--serve", o.serve,
+      "Serve text instead of training (the job's serving.clients ask with `strait "
+      "generate --federation`): decode this site's layers with the weights of --checkpoint");
+  app.add_option("--checkpoint", o.serve_checkpoint,
+                 "With --serve: this site's checkpoint (its final.ckpt, or a step file)")
+      ->type_name("FILE");
   app.add_option("--rank", o.rank,
                  "This process's rank in a site of several machines (sites[i].machines): 0 is the "
                  "leader, the only one that talks to the gateway")

@@ -18,6 +18,7 @@ GatewayCore::GatewayCore(const JobSpec& spec, const JobView& view, GatewayOption
           spec, view, [this](uint32_t generation) { mailbox_.PurgeGenerationsBelow(generation); },
           [this](int slot, const std::string& why) { sums_.SiteFailed(slot, why); }),
       sums_(spec, mailbox_, federation_),
+      serving_(spec, mailbox_, federation_, options_.max_frame_bytes),
       housekeeper_([this] { Housekeeping(); }) {}
 
 GatewayCore::~GatewayCore() {
@@ -37,6 +38,7 @@ uint64_t GatewayCore::push_credit_bytes() const {
 v1::FederationState GatewayCore::Snapshot() const {
   v1::FederationState state = federation_.Snapshot(mailbox_.GetStats(), Federation::Clock::now());
   if (spec_.Replicas() > 1) *state.mutable_sums() = sums_.Snapshot();
+  if (!spec_.serving.clients.empty()) *state.mutable_serving() = serving_.State();
   return state;
 }
 

@@ -12,6 +12,7 @@
 
 #include "core/job_spec.h"
 #include "gateway/aggregate/replica_sums.h"
+#include "gateway/exchange/serving_gate.h"
 #include "gateway/mailbox/mailbox.h"
 #include "gateway/membership/federation.h"
 #include "strait/v1/gateway.pb.h"
@@ -48,6 +49,7 @@ class GatewayCore {
   Mailbox& mailbox() { return mailbox_; }
   Federation& federation() { return federation_; }
   ReplicaSums& sums() { return sums_; }
+  ServingGate& serving() { return serving_; }
   v1::FederationState Snapshot() const;
 
  private:
@@ -58,6 +60,7 @@ class GatewayCore {
   Mailbox mailbox_;
   Federation federation_;
   ReplicaSums sums_;
+  ServingGate serving_;
   std::mutex mu_;
   std::condition_variable stop_cv_;
   bool stop_ = false;

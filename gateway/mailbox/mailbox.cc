@@ -266,7 +266,7 @@ Mailbox::Stats Mailbox::GetStats() const {
   Stats stats{frames_.size(),  stored_bytes_,        reserved_,   credit_,           budget_,
               waiters_.size(), reservations_.size(), duplicates_, accounting_errors_};
   for (const auto& [key, frame] : frames_) {
-    if (key.purpose == v1::MOVE || key.purpose == v1::SUM) continue;
+    if (key.purpose == v1::MOVE || key.purpose == v1::SUM || key.purpose == v1::SERVE) continue;
     ++stats.stored_by_link[{key.purpose == v1::TEACH, key.replica, key.boundary, key.direction}];
   }
   return stats;

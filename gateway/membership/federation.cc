@@ -305,6 +305,14 @@ void Federation::CountRejected(const std::string& reason, const std::string& det
   ++rejected_[reason];
 }
 
+namespace {
+// Frames that count on a pipeline's (or a teacher's) link: not MOVE (between any two sites), SUM
+// (a replica's share of a sum) or SERVE (serving; gateway/exchange/serving_gate.h counts requests).
+bool OnALink(const v1::TensorKey& key) {
+  return key.purpose() != v1::MOVE && key.purpose() != v1::SUM && key.purpose() != v1::SERVE;
+}
+}  // namespace
+
 Federation::Link& Federation::LinkLocked(const v1::TensorKey& key) {
   return links_[{key.purpose() == v1::TEACH, key.replica(), key.boundary(),
                  static_cast<int>(key.direction())}];
@@ -312,7 +320,7 @@ Federation::Link& Federation::LinkLocked(const v1::TensorKey& key) {
 
 void Federation::CountPushed(const v1::FrameHeader& header) {
   // Between two sites, on no boundary; or a replica's share of a sum (gateway/aggregate).
-  if (header.key().purpose() == v1::MOVE || header.key().purpose() == v1::SUM) return;
+  if (!OnALink(header.key())) return;
   std::lock_guard<std::mutex> lock(mu_);
   Link& link = LinkLocked(header.key());
   ++link.frames;
@@ -321,7 +329,7 @@ void Federation::CountPushed(const v1::FrameHeader& header) {
 }
 
 void Federation::CountDelivered(const v1::FrameHeader& header, Clock::duration push_to_pull) {
-  if (header.key().purpose() == v1::MOVE || header.key().purpose() == v1::SUM) return;
+  if (!OnALink(header.key())) return;
   std::lock_guard<std::mutex> lock(mu_);
   Link& link = LinkLocked(header.key());
   ++link.delivered;
@@ -392,6 +400,28 @@ v1::FederationState Federation::Snapshot(const Mailbox::Stats& mailbox,
   state.set_uptime_s(std::chrono::duration<double>(now - started_).count());
   state.set_unix_ms(UnixMs());
   return state;
+}
+
+absl::StatusOr<Federation::ServingEnds> Federation::Ends() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Site& first = sites_.front();
+  const Site& last = sites_[spec_.Stages() - 1];
+  if (start_pending_ || generation_ == 0 || !first.key || !last.key) {
+    return absl::FailedPreconditionError(
+        "the federation has not started: every site must have joined (strait-site --serve)");
+  }
+  return ServingEnds{generation_, *first.key, *last.key};
+}
+
+void Federation::SendToStages(const v1::GatewayMessage& message) {
+  std::vector<Action> actions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int stage = 0; stage < spec_.Stages(); ++stage) {
+      if (sites_[stage].channel != nullptr) actions.push_back({sites_[stage].channel, message, {}});
+    }
+  }
+  Run(actions);
 }
 
 void Federation::AlertLocked(v1::Alert::Severity severity, std::string message) {

@@ -82,6 +82,16 @@ class Federation {
 
   v1::FederationState Snapshot(const Mailbox::Stats& mailbox, Clock::time_point now) const;
 
+  // Serving (docs/distillation.md): the generation under way and the signed keys of the first and
+  // the last stage of pipeline 0; FAILED_PRECONDITION until the federation has started.
+  struct ServingEnds {
+    uint32_t generation = 0;
+    v1::SignedKey first, last;
+  };
+  absl::StatusOr<ServingEnds> Ends() const;
+  // Sends `message` to every attached student site of pipeline 0.
+  void SendToStages(const v1::GatewayMessage& message);
+
  private:
   struct Site {
     v1::SiteInfo info;

@@ -1,5 +1,6 @@
 #include "gateway/membership/member_roles.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "core/teach_links.h"
@@ -50,6 +51,12 @@ std::vector<int> KeyPartners(const JobSpec& spec, int slot) {
   }
   for (int r = 0; r < spec.Replicas(); ++r) {
     if (r * stages + index != slot) partners.push_back(r * stages + index);
+  }
+  // Serving: the last stage sends the first the tokens it samples.
+  if (const int other = index == 0 ? stages - 1 : 0;
+      !spec.serving.clients.empty() && (index == 0 || index == stages - 1) && other != index &&
+      std::find(partners.begin(), partners.end(), base + other) == partners.end()) {
+    partners.push_back(base + other);
   }
   partners.insert(partners.end(), teach.begin(), teach.end());
   return partners;

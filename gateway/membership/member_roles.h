@@ -25,7 +25,8 @@ const SiteSpec& ExpectedMember(const JobSpec& spec, int slot);
 // (core/tied_embeddings.h); with a planned split every other student site (layers may move between
 // any two); with replicas the other replicas of its stage (their pairwise masks:
 // crypto/pairwise_masks.h); a teacher stage's neighbours in the teacher, and the teacher's last
-// stage and the student's last site each other.
+// stage and the student's last site each other; with serving clients the first and the last stage
+// each other.
 std::vector<int> KeyPartners(const JobSpec& spec, int slot);
 
 // True when the member's checkpoints decide the step training (re)starts from: a student site's.

@@ -169,4 +169,37 @@ grpc::ServerUnaryReactor* GatewayService::Probe(grpc::CallbackServerContext* con
   return reactor;
 }
 
+grpc::ServerUnaryReactor* GatewayService::ServeKeys(grpc::CallbackServerContext* context,
+                                                    const v1::ServeKeysRequest*,
+                                                    v1::ServeKeysReply* reply) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<GatewayCore*> core = Core();
+  absl::StatusOr<std::string> peer = PeerSiteId(*context);
+  absl::StatusOr<v1::ServeKeysReply> keys = !core.ok()   ? core.status()
+                                            : !peer.ok() ? peer.status()
+                                                         : (*core)->serving().Keys(*peer);
+  if (keys.ok()) *reply = *std::move(keys);
+  reactor->Finish(ToGrpcStatus(keys.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GatewayService::Generate(grpc::CallbackServerContext* context,
+                                                   const v1::GenerateRequest* request,
+                                                   v1::GenerateReply* reply) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<GatewayCore*> core = Core();
+  absl::StatusOr<std::string> peer = PeerSiteId(*context);
+  if (!core.ok() || !peer.ok()) {
+    reactor->Finish(ToGrpcStatus(!core.ok() ? core.status() : peer.status()));
+    return reactor;
+  }
+  // Answered when the last token is in (from a mailbox callback), or at once when refused.
+  (*core)->serving().Generate(*peer, *request,
+                              [reactor, reply](absl::StatusOr<v1::GenerateReply> answer) {
+                                if (answer.ok()) *reply = *std::move(answer);
+                                reactor->Finish(ToGrpcStatus(answer.status()));
+                              });
+  return reactor;
+}
+
 }  // namespace strait::gateway

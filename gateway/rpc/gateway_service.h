@@ -34,6 +34,13 @@ class GatewayService final : public v1::Gateway::CallbackService {
                                  const v1::PlanRequest* request, v1::PlanReply* reply) override;
   grpc::ServerUnaryReactor* Probe(grpc::CallbackServerContext* context,
                                   const v1::ProbeRequest* request, v1::ProbeReply* reply) override;
+  // Serving (gateway/exchange/serving_gate.h).
+  grpc::ServerUnaryReactor* ServeKeys(grpc::CallbackServerContext* context,
+                                      const v1::ServeKeysRequest* request,
+                                      v1::ServeKeysReply* reply) override;
+  grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
+                                     const v1::GenerateRequest* request,
+                                     v1::GenerateReply* reply) override;
 
  private:
   // The core, or UNAVAILABLE saying what the planning of the split waits for.

@@ -26,7 +26,10 @@
 #include "site/daemon/stage_factory.h"
 #include "site/data/dataset.h"
 #include "site/data/tokenizer.h"
+#include "site/nn/checkpoint.h"
+#include "site/nn/checkpoint_layers.h"
 #include "site/nn/evaluation.h"
+#include "site/nn/kv_decoder.h"
 #include "site/pipeline/stage_checkpoint.h"
 #include "site/rpc/gateway_connection.h"
 
@@ -115,6 +118,13 @@ absl::StatusOr<SiteSetup> LoadSetup(const SiteOptions& o) {
   setup.view = JobView::Initial(spec, teacher ? 0 : slot / spec.Stages());
   const int index = setup.index;
   if (o.threads < 1) return Invalid("--threads must be at least 1");
+  if (o.serve && (spec.serving.clients.empty() || teacher || o.serve_checkpoint.empty())) {
+    return Invalid(absl::StrCat(
+        "--serve: ", spec.serving.clients.empty()
+                         ? absl::StrCat(o.config, " names no serving.clients")
+                     : teacher ? std::string("a teacher site does not serve")
+                               : std::string("give this site's weights with --checkpoint FILE")));
+  }
   const SiteSpec& site = teacher ? spec.teacher.sites[setup.teacher_stage] : spec.sites[index];
   if (o.rank < 0 || o.rank >= site.machines) {
     return Invalid(absl::StrCat(
@@ -220,8 +230,30 @@ absl::Status WriteResults(const SiteOptions& o, const SiteSetup& setup, SiteSess
   return report.WriteMetrics(o.out);
 }
 
+// Serving: the decoder of this site's layers, with the weights of --checkpoint (the site's own,
+// or a whole model's cut to its layers).
+absl::StatusOr<std::unique_ptr<KvDecoder>> ServingDecoder(const SiteOptions& o,
+                                                          const SiteSetup& setup) {
+  const ModelSpec& model = setup.spec.model;
+  const LayerRange layers = setup.view.Layers(setup.index);
+  absl::StatusOr<CheckpointState> file = ReadCheckpoint(o.serve_checkpoint);
+  if (!file.ok()) return Invalid(absl::StrCat("--checkpoint: ", file.status().message()));
+  const LayerRange held{file->first_layer, file->end_layer};
+  absl::StatusOr<CheckpointState> part =
+      file->fingerprint == StageFingerprint(model, held)
+          ? CutLayers(*file, model, layers)
+          : absl::InvalidArgumentError("it holds layers of another model");
+  if (!part.ok()) {
+    return Invalid(absl::StrCat("--checkpoint ", o.serve_checkpoint, " (layers [", held.start, ", ",
+                                held.end, ")) cannot give this site's layers [", layers.start, ", ",
+                                layers.end, ") of ", o.config, ": ", part.status().message()));
+  }
+  return KvDecoder::Create(model, layers, std::move(part->params));
+}
+
 SessionOptions SessionOptionsFor(const SiteOptions& o, const SiteSetup& setup) {
   SessionOptions options;
+  if (o.serve) options.serve = [&o, &setup] { return ServingDecoder(o, setup); };
   options.index = setup.index;
   options.teacher_stage = setup.teacher_stage;
   options.total_steps = setup.total_steps;
@@ -298,7 +330,7 @@ absl::Status TrainSite(const SiteRun& run, StageFactory factory, bool resume, ui
                                  DescribeEvaluation(spec.model, *evaluation), setup.total_steps,
                                  session.figures().SamplesPerSecond(spec.training.global_batch)));
   }
-  if (result.ok() && !o.out.empty()) result = WriteResults(o, setup, session, report);
+  if (result.ok() && !o.out.empty() && !o.serve) result = WriteResults(o, setup, session, report);
   if (absl::Status closed = connection.Close(); !closed.ok() && result.ok()) {
     spdlog::debug("stream closed: {}", closed.ToString());
   }

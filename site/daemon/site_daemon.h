@@ -39,6 +39,11 @@ struct SiteOptions {
   // layers: auto: measure this site's profile again rather than take the cached one
   // (<checkpoint dir>/<site>/profile.json).
   bool profile_again = false;
+  // A serving federation (docs/distillation.md): decode clients' requests with the weights of
+  // `serve_checkpoint` (this site's checkpoint: its final.ckpt or one of its step files) instead of
+  // training.
+  bool serve = false;
+  std::string serve_checkpoint;
 };
 
 // Runs the site to the end of training. InvalidArgument for a bad config or option (exit code 2);

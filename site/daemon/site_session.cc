@@ -73,6 +73,11 @@ SiteSession::SiteSession(const JobSpec& spec, JobView view, SessionOptions optio
     }
   }
   for (int member : TeachLinkPartners(spec_, slot)) peers_.push_back(spec_.MemberIdAt(member));
+  // Serving: the last stage sends the first its tokens.
+  const int last = spec_.Stages() - 1;
+  if (options_.serve && last > 1 && (options_.index == 0 || options_.index == last)) {
+    peers_.push_back(spec_.sites[options_.index == 0 ? last : 0].id);
+  }
 }
 
 LayerRange SiteSession::Layers() const {
@@ -94,6 +99,9 @@ void SiteSession::HandleControl(const v1::Control& c) {
     case v1::Control::kNeighbourKey:
       keys_.Add(c.neighbour_key());
       break;
+    case v1::Control::kServe:
+      TakeServeRequest(c.serve());
+      break;
     case v1::Control::kSiteDown:
       spdlog::warn("site {} is down", c.site_down().site_id());
       break;
@@ -112,14 +120,21 @@ absl::Status SiteSession::Join(GatewayConnector& connector) {
   const SiteSpec& site =
       teacher() ? spec_.teacher.sites[options_.teacher_stage] : spec_.sites[options_.index];
   const LayerRange layers = Layers();
-  STRAIT_ASSIGN_OR_RETURN(stage_, build_stage_(layers));
-  if (site.machines > 1) {
+  if (!options_.serve) {
+    STRAIT_ASSIGN_OR_RETURN(stage_, build_stage_(layers));
+  }
+  if (options_.serve) {
+    spdlog::info("serving layers [{}, {}) with their checkpoint's weights", layers.start,
+                 layers.end);
+  } else if (site.machines > 1) {
     spdlog::info("{} ranks ({} tensor-parallel), {} worker(s) each; this rank's: {}", site.machines,
                  site.tensor_parallel, site.workers, stage_->device_names());
   } else {
     spdlog::info("{} worker(s): {}", site.workers, stage_->device_names());
   }
-  if (options_.resume && teacher()) {
+  if (options_.serve) {
+    // Serving holds no training state: nothing to resume.
+  } else if (options_.resume && teacher()) {
     spdlog::info(
         "--resume: a teacher site holds no training state; it starts from the step the "
         "student's sites resume from");
@@ -203,6 +218,13 @@ absl::Status SiteSession::RunGenerations(GatewayConnector& connector, const Stag
     }
     if (!begin.ok()) return begin.status();
     const auto from = static_cast<int64_t>(begin->step());
+    if (options_.serve) {
+      const absl::Status served = ServeGeneration(connector, *begin);
+      if (!control_.Interrupted()) return served;
+      spdlog::warn("serving interrupted: {}; waiting for the gateway's rollback",
+                   control_.interruption());
+      continue;
+    }
     if (from > options_.total_steps) {
       return absl::FailedPreconditionError(absl::StrCat("the federation resumes at step ", from,
                                                         ", past this job's ", options_.total_steps,

@@ -16,8 +16,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,6 +40,7 @@
 #include "site/pipeline/site_metrics.h"
 #include "site/pipeline/site_runner.h"
 #include "site/pipeline/stage_executor.h"
+#include "site/pipeline/stage_server.h"
 #include "site/rpc/gateway_connector.h"
 
 namespace strait::site {
@@ -47,6 +50,10 @@ struct SessionOptions {
   // A teacher site of knowledge sharing (docs/distillation.md): its teacher stage, run forward only
   // by a TeacherRunner (no checkpoints: a teacher starts from any step); -1: a student site.
   int teacher_stage = -1;
+  // A serving federation (docs/distillation.md, `strait-site --serve`): makes the decoder of this
+  // stage's layers with its checkpoint's weights; the session then serves requests (StageServer)
+  // instead of training. Null: the site trains.
+  std::function<absl::StatusOr<std::unique_ptr<KvDecoder>>()> serve;
   int64_t total_steps = 0;  // How far the run goes.
   // Held-out evaluations through the pipeline: every training.eval_every steps and after the last
   // step. Every site of a federation must say the same (a site that skips an evaluation leaves its
@@ -139,6 +146,10 @@ class SiteSession {
                                                                   const StageData& data,
                                                                   StepRange steps);
   bool teacher() const { return options_.teacher_stage >= 0; }
+  // Serving: one generation's StageServer, until the gateway ends it (site_session_serving.cc).
+  absl::Status ServeGeneration(GatewayConnector& connector, const v1::Rollback& begin);
+  // A client's request announced by the gateway: to the server, or kept until it exists.
+  void TakeServeRequest(const v1::ServeRequest& request);
   // This site's layers: its stage's in the current split, or its teacher stage's.
   LayerRange Layers() const;
   // A planned split's Rollback: takes its split, and moves layers to and from the other sites.
@@ -170,7 +181,11 @@ class SiteSession {
   SiteProgress progress_;
   StepProgress step_progress_;  // Into progress_ and report_.
   std::unique_ptr<StageExecutor> stage_;
-  int window_ = 1;  // Frames each link direction keeps in flight.
+  int window_ = 1;
+  std::mutex serve_mu_;
+  StageServer* server_ = nullptr;               // Serving: the current generation's.
+  std::deque<v1::ServeRequest> serve_pending_;  // Announced before it existed.  // Frames each link
+                                                // direction keeps in flight.
 
   SessionFigures figures_;
   std::optional<std::chrono::steady_clock::time_point> first_step_end_;

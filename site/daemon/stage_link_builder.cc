@@ -1,6 +1,7 @@
 #include "site/daemon/stage_link_builder.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -276,6 +277,69 @@ absl::StatusOr<StageLinks> BuildTeacherLinks(const JobSpec& spec, int teacher_st
   STRAIT_ASSIGN_OR_RETURN(links.forward_out,
                           FrameSender::Create(gateway, std::move(encoder), teacher_stage,
                                               v1::FORWARD, metrics, limits.window));
+  return links;
+}
+
+absl::StatusOr<ServeLinks> BuildServeLinks(const JobSpec& spec, int index, GatewayLink& gateway,
+                                           const LinkSealing& sealing,
+                                           const v1::ServeRequest& request, SiteMetrics& metrics) {
+  const int stages = spec.Stages();
+  const bool first = index == 0, last = index == stages - 1;
+  const std::string purpose = absl::StrCat(kServeKeyPurpose, "/", request.request());
+  const std::string& client = request.client().site_id();
+  // The keys with each peer, derived once (a peer may be at both ends of two of the links).
+  std::map<std::string, LinkSecurity::LinkCrypto> crypto;
+  auto with = [&](const std::string& id) -> absl::StatusOr<LinkSecurity::LinkCrypto*> {
+    if (auto it = crypto.find(id); it != crypto.end()) return &it->second;
+    if (id == client) {
+      if (sealing.security == nullptr) return absl::FailedPreconditionError("not joined");
+      absl::StatusOr<LinkSecurity::LinkCrypto> c = sealing.security->Derive(
+          id, request.client(), TeachLink(spec).rotate_bytes, sealing.generation, purpose);
+      if (!c.ok()) {
+        return absl::Status(
+            c.status().code(),
+            absl::StrCat("the key of client ", id, " does not verify: ", c.status().message()));
+      }
+      return &crypto.emplace(id, *std::move(c)).first->second;
+    }
+    STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c,
+                            DeriveWith(sealing, id, TeachLink(spec).rotate_bytes, purpose));
+    return &crypto.emplace(id, std::move(c)).first->second;
+  };
+  const uint64_t max_raw =
+      static_cast<uint64_t>(spec.model.gpt.context) * std::max(spec.model.gpt.dim, 1) * 4;
+  auto receiver = [&](const std::string& from, int boundary, v1::Direction direction,
+                      std::unique_ptr<FrameReceiver>& out) -> absl::Status {
+    STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto * c, with(from));
+    STRAIT_ASSIGN_OR_RETURN(
+        out, FrameReceiver::Create(gateway,
+                                   std::make_unique<FrameDecoder>(std::move(c->opener), max_raw),
+                                   {from, boundary, direction}, metrics, /*window=*/4));
+    return absl::OkStatus();
+  };
+  auto sender = [&](const std::string& to, int boundary, v1::Direction direction,
+                    std::unique_ptr<FrameSender>& out) -> absl::Status {
+    STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto * c, with(to));
+    STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create("none", std::move(c->sealer)));
+    STRAIT_ASSIGN_OR_RETURN(out, FrameSender::Create(gateway, std::move(encoder), boundary,
+                                                     direction, metrics, /*max_pending=*/4));
+    return absl::OkStatus();
+  };
+  const std::string& first_id = spec.sites.front().id;
+  const std::string& last_id = spec.sites.back().id;
+  ServeLinks links;
+  if (first) {
+    STRAIT_RETURN_IF_ERROR(receiver(client, stages - 1, v1::FORWARD, links.in));
+    if (!last) STRAIT_RETURN_IF_ERROR(receiver(last_id, 0, v1::BACKWARD, links.tokens_in));
+  } else {
+    STRAIT_RETURN_IF_ERROR(receiver(spec.sites[index - 1].id, index - 1, v1::FORWARD, links.in));
+  }
+  if (!last) {
+    STRAIT_RETURN_IF_ERROR(sender(spec.sites[index + 1].id, index, v1::FORWARD, links.out));
+  } else {
+    if (!first) STRAIT_RETURN_IF_ERROR(sender(first_id, 0, v1::BACKWARD, links.tokens_out));
+    STRAIT_RETURN_IF_ERROR(sender(client, 1, v1::BACKWARD, links.client_out));
+  }
   return links;
 }
 

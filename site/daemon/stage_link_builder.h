@@ -15,6 +15,7 @@
 #include "site/exchange/link_security.h"
 #include "site/pipeline/site_metrics.h"
 #include "site/pipeline/site_runner.h"
+#include "site/pipeline/stage_server.h"
 #include "strait/v1/gateway.pb.h"
 
 namespace strait::site {
@@ -49,6 +50,13 @@ LinkLimits LinkLimitsOf(const JobSpec& spec, const StageExecutor& stage, int win
 absl::StatusOr<StageLinks> BuildStageLinks(const JobSpec& spec, int index, GatewayLink& gateway,
                                            const LinkSealing& sealing, SiteMetrics& metrics,
                                            const LinkLimits& limits);
+
+// Serving (docs/distillation.md): the links of stage `index` for `request` (site/pipeline/
+// stage_server.h), sealed with keys derived for it alone (purpose "serve/<request>") from the
+// neighbours', the first and the last stage's, and the client's signed keys.
+absl::StatusOr<ServeLinks> BuildServeLinks(const JobSpec& spec, int index, GatewayLink& gateway,
+                                           const LinkSealing& sealing,
+                                           const v1::ServeRequest& request, SiteMetrics& metrics);
 
 // Knowledge sharing: the links of teacher stage `teacher_stage` (core/teach_links.h): forward_in
 // from the teacher stage before (none on the first), forward_out to the next teacher stage or, from
