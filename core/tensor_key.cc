@@ -24,6 +24,43 @@ bool IsPrompt(const v1::TensorKey& key, const JobSpec& spec) {
   return key.direction() == v1::FORWARD && static_cast<int>(key.boundary()) == spec.Stages() - 1;
 }
 
+// ValidateTensorKey of a TEACH key (knowledge sharing: core/teach_links.h).
+absl::Status ValidateTeachKey(const v1::TensorKey& key, const JobSpec& spec) {
+  if (!spec.has_teacher) return absl::InvalidArgumentError("teacher key in a job without one");
+  if (key.direction() == v1::BACKWARD) {
+    if (key.boundary() != 0 || key.microbatch() != 0 || key.replica() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "teacher pace key of boundary ", key.boundary(), ", microbatch ", key.microbatch(),
+          ", replica ", key.replica(), "; expected boundary 0, microbatch 0, replica 0"));
+    }
+    return absl::OkStatus();
+  }
+  if (key.replica() != 0 || key.boundary() >= static_cast<uint32_t>(spec.TeacherStages()) ||
+      key.microbatch() >= static_cast<uint32_t>(spec.training.microbatches)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "teacher key from teacher stage ", key.boundary(), ", microbatch ", key.microbatch(),
+        ", replica ", key.replica(), "; expected a stage of 0..", spec.TeacherStages() - 1,
+        ", a microbatch below ", spec.training.microbatches, ", replica 0"));
+  }
+  return absl::OkStatus();
+}
+
+// ValidateTensorKey of a SERVE key (serving: proto Purpose SERVE).
+absl::Status ValidateServeKey(const v1::TensorKey& key, const JobSpec& spec) {
+  const uint32_t boundaries = key.direction() == v1::FORWARD ? spec.sites.size() : 2;
+  if (spec.serving.clients.empty() || key.replica() != 0 || key.boundary() >= boundaries ||
+      key.microbatch() >= static_cast<uint32_t>(spec.model.gpt.context)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "serving key of boundary ", key.boundary(), ", position ", key.microbatch(), ", replica ",
+        key.replica(),
+        spec.serving.clients.empty() ? " in a job that serves nobody"
+                                     : absl::StrCat("; expected a boundary below ", boundaries,
+                                                    ", a position below the context ",
+                                                    spec.model.gpt.context, ", replica 0")));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int ProducerSlot(const v1::TensorKey& key, const JobSpec& spec) {
@@ -84,39 +121,8 @@ absl::Status ValidateTensorKey(const v1::TensorKey& key, const JobSpec& spec) {
     }
     return absl::OkStatus();
   }
-  if (key.purpose() == v1::TEACH) {
-    if (!spec.has_teacher) return absl::InvalidArgumentError("teacher key in a job without one");
-    if (key.direction() == v1::BACKWARD) {
-      if (key.boundary() != 0 || key.microbatch() != 0 || key.replica() != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "teacher pace key of boundary ", key.boundary(), ", microbatch ", key.microbatch(),
-            ", replica ", key.replica(), "; expected boundary 0, microbatch 0, replica 0"));
-      }
-      return absl::OkStatus();
-    }
-    if (key.replica() != 0 || key.boundary() >= static_cast<uint32_t>(spec.TeacherStages()) ||
-        key.microbatch() >= static_cast<uint32_t>(spec.training.microbatches)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "teacher key from teacher stage ", key.boundary(), ", microbatch ", key.microbatch(),
-          ", replica ", key.replica(), "; expected a stage of 0..", spec.TeacherStages() - 1,
-          ", a microbatch below ", spec.training.microbatches, ", replica 0"));
-    }
-    return absl::OkStatus();
-  }
-  if (key.purpose() == v1::SERVE) {
-    const uint32_t boundaries = key.direction() == v1::FORWARD ? spec.sites.size() : 2;
-    if (spec.serving.clients.empty() || key.replica() != 0 || key.boundary() >= boundaries ||
-        key.microbatch() >= static_cast<uint32_t>(spec.model.gpt.context)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "serving key of boundary ", key.boundary(), ", position ", key.microbatch(), ", replica ",
-          key.replica(),
-          spec.serving.clients.empty() ? " in a job that serves nobody"
-                                       : absl::StrCat("; expected a boundary below ", boundaries,
-                                                      ", a position below the context ",
-                                                      spec.model.gpt.context, ", replica 0")));
-    }
-    return absl::OkStatus();
-  }
+  if (key.purpose() == v1::TEACH) return ValidateTeachKey(key, spec);
+  if (key.purpose() == v1::SERVE) return ValidateServeKey(key, spec);
   if (key.purpose() == v1::MOVE) {
     const auto stages = static_cast<uint32_t>(spec.sites.size());
     if (!spec.SplitMayMove()) {

@@ -1,7 +1,5 @@
 #include "tools/federation_sampling.h"
 
-#include <grpcpp/grpcpp.h>
-
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -11,8 +9,7 @@
 #include "site/data/tokenizer.h"
 #include "site/exchange/frame_codec.h"
 #include "site/exchange/link_security.h"
-#include "site/rpc/tls_credentials.h"
-#include "strait/v1/gateway.grpc.pb.h"
+#include "site/rpc/serve_client.h"
 
 namespace strait::tools {
 namespace {
@@ -28,12 +25,6 @@ v1::TensorKey ServeKey(const JobSpec& spec, const v1::ServeKeysReply& keys, int 
   key.set_purpose(v1::SERVE);
   key.set_generation(keys.generation());
   return key;
-}
-
-absl::Status FromGrpc(const grpc::Status& status, absl::string_view what) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(what, ": ", status.error_message()));
 }
 
 }  // namespace
@@ -61,17 +52,10 @@ absl::StatusOr<FederationSample> SampleFromFederation(const JobSpec& spec,
                                                    " tokens; the model's context holds ",
                                                    spec.model.gpt.context, " with the sampled"));
   }
-  STRAIT_ASSIGN_OR_RETURN(auto credentials, site::MakeSiteChannelCredentials(tls));
-  auto stub = v1::Gateway::NewStub(grpc::CreateChannel(
-      client.gateway.empty() ? spec.gateway.address : client.gateway, credentials));
-
-  v1::ServeKeysReply keys;
-  {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    STRAIT_RETURN_IF_ERROR(
-        FromGrpc(stub->ServeKeys(&context, v1::ServeKeysRequest(), &keys), "the gateway"));
-  }
+  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<site::ServeClient> gateway,
+                          site::ServeClient::Connect(
+                              client.gateway.empty() ? spec.gateway.address : client.gateway, tls));
+  STRAIT_ASSIGN_OR_RETURN(const v1::ServeKeysReply keys, gateway->Keys());
   // This request's keys: derived from a fresh ephemeral key, with the request in the label.
   const auto epoch = static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::seconds>(
                                                std::chrono::system_clock::now().time_since_epoch())
@@ -107,12 +91,7 @@ absl::StatusOr<FederationSample> SampleFromFederation(const JobSpec& spec,
   request.set_temperature(sampling.temperature);
   request.set_top_k(static_cast<uint32_t>(sampling.top_k));
   request.set_seed(sampling.seed);
-  v1::GenerateReply reply;
-  {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
-    STRAIT_RETURN_IF_ERROR(FromGrpc(stub->Generate(&context, request, &reply), "the federation"));
-  }
+  STRAIT_ASSIGN_OR_RETURN(const v1::GenerateReply reply, gateway->Generate(request));
   FederationSample sample;
   sample.tokens = ids;
   sample.prompt_tokens = static_cast<int>(ids.size());
