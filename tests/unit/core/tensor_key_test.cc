@@ -119,6 +119,34 @@ TEST(TensorKeyTest, TeachKeysRunThroughTheTeacherToTheStudentsLastStage) {
   EXPECT_FALSE(ValidateTensorKey(last, spec).ok());
 }
 
+// Serving: the client's prompt (through the gateway) to the first stage, rows along the stages,
+// tokens from the last stage to the first and to the client (through the gateway).
+TEST(TensorKeyTest, ServeKeysRunFromTheClientThroughTheStagesAndBack) {
+  JobSpec spec = ThreeSites();
+  spec.model.family = ModelFamily::kGpt;
+  spec.model.gpt.context = 64;
+  v1::TensorKey key = Key(0, v1::FORWARD, 63);
+  key.set_purpose(v1::SERVE);
+  EXPECT_FALSE(ValidateTensorKey(key, spec).ok());  // A job that serves nobody.
+  spec.serving.clients = {"alice"};
+  ASSERT_TRUE(ValidateTensorKey(key, spec).ok());
+  EXPECT_EQ(ProducerSlot(key, spec), 0);  // Rows of stage 0 to stage 1.
+  EXPECT_EQ(ConsumerSlot(key, spec), 1);
+  key.set_boundary(2);  // The prompt.
+  EXPECT_EQ(ProducerSlot(key, spec), -1);
+  EXPECT_EQ(ConsumerSlot(key, spec), 0);
+  key.set_direction(v1::BACKWARD);
+  EXPECT_FALSE(ValidateTensorKey(key, spec).ok());  // Tokens go to boundary 0 or 1 only.
+  key.set_boundary(0);
+  EXPECT_EQ(ProducerSlot(key, spec), 2);
+  EXPECT_EQ(ConsumerSlot(key, spec), 0);
+  key.set_boundary(1);
+  EXPECT_EQ(ConsumerSlot(key, spec), -1);
+  EXPECT_EQ(TensorKeyToString(key), "fed/s12/m63/b1/bwd/g0/serve");
+  key.set_microbatch(64);  // Past the context.
+  EXPECT_FALSE(ValidateTensorKey(key, spec).ok());
+}
+
 TEST(TensorKeyTest, Validates) {
   JobSpec spec = ThreeSites();
   EXPECT_TRUE(ValidateTensorKey(Key(1, v1::BACKWARD, 3), spec).ok());
