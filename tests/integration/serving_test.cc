@@ -116,6 +116,28 @@ TEST_F(ServingTest, GreedyTextEqualsStraitGenerateOnTheWholeCheckpoint) {
   EXPECT_EQ(state.serving().tokens(), 70u);
 }
 
+// The command line: `strait generate --federation` prints what `strait generate --checkpoint`
+// prints.
+TEST_F(ServingTest, StraitGenerateFederationPrintsTheTextOfTheCheckpoint) {
+  ASSERT_TRUE(Ask("alice", "And", 1, {.temperature = 0}).ok());  // Started.
+  const std::string strait = STRAIT_BINARY_DIR "/tools/strait";
+  const std::vector<std::string> common = {strait,     "generate", "--config",    fed_->config(),
+                                           "--prompt", "And God",  "--tokens",    "12",
+                                           "--temperature", "0"};
+  std::vector<std::string> served = common, local = common;
+  served.insert(served.end(), {"--federation", "--gateway", fed_->gateway_address()});
+  local.insert(local.end(), {"--checkpoint", fed_->ReferenceDir()});
+  harness::Process asked(served, fed_->dir().File("served.txt"));
+  ASSERT_EQ(asked.Wait(seconds(120)), 0) << harness::ReadFile(fed_->dir().File("served.txt"));
+  harness::Process assembled(local, fed_->dir().File("local.txt"));
+  ASSERT_EQ(assembled.Wait(seconds(120)), 0) << harness::ReadFile(fed_->dir().File("local.txt"));
+  const std::string text = harness::ReadFile(fed_->dir().File("served.txt"));
+  EXPECT_NE(text.find("served 12 tokens"), std::string::npos) << text;
+  const std::string expected = harness::ReadFile(fed_->dir().File("local.txt"));
+  const std::string line = expected.substr(expected.find("\nAnd God") + 1);
+  EXPECT_NE(text.find(line), std::string::npos) << text << "\n---\n" << expected;
+}
+
 TEST_F(ServingTest, AClientTheJobDoesNotNameIsRefusedAndCounted) {
   // dc-a's certificate is the federation's, but dc-a is no client.
   absl::StatusOr<tools::FederationSample> served = Ask("dc-a", "And God", 5, {.temperature = 0});
