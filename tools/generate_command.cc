@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_format.h"
 #include "core/job_spec.h"
+#include "site/rpc/federation_sampling.h"
 #include "tools/command.h"
-#include "tools/federation_sampling.h"
 #include "tools/text_sampling.h"
 
 namespace strait::tools {
@@ -17,7 +17,7 @@ struct GenerateOptions {
   std::string config;
   std::string checkpoint;
   bool federation = false;  // Ask the job's serving federation instead.
-  FederationClient client;
+  site::FederationClient client;
   std::string prompt;
   int tokens = 200;
   double temperature = 0.8;
@@ -41,8 +41,8 @@ int RunGenerate(const GenerateOptions& o) {
                 2);
   }
   if (o.federation) {
-    absl::StatusOr<FederationSample> served =
-        SampleFromFederation(*spec, o.client, o.prompt, o.tokens, {o.temperature, o.top_k, o.seed});
+    absl::StatusOr<site::FederationSample> served = site::SampleFromFederation(
+        *spec, o.client, o.prompt, o.tokens, {o.temperature, o.top_k, o.seed});
     if (!served.ok()) {
       const absl::StatusCode code = served.status().code();
       return Fail(served.status(), code == absl::StatusCode::kInvalidArgument ? 2 : 1);

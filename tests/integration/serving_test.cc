@@ -12,8 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/job_spec.h"
+#include "site/rpc/federation_sampling.h"
 #include "tests/integration/federation_fixture.h"
-#include "tools/federation_sampling.h"
 #include "tools/text_sampling.h"
 
 namespace strait::testing {
@@ -64,7 +64,7 @@ class ServingTest : public ::testing::Test {
     }
   }
 
-  tools::FederationClient Client(const std::string& id) const {
+  site::FederationClient Client(const std::string& id) const {
     const std::string certs = fed_->dir().File("certs") + "/";
     return {.id = id,
             .cert = certs + id + ".pem",
@@ -74,11 +74,11 @@ class ServingTest : public ::testing::Test {
   }
 
   // Asks until the federation has started (the sites join after the gateway is up).
-  absl::StatusOr<tools::FederationSample> Ask(const std::string& id, const std::string& prompt,
-                                              int tokens, const site::SamplingOptions& sampling) {
+  absl::StatusOr<site::FederationSample> Ask(const std::string& id, const std::string& prompt,
+                                             int tokens, const site::SamplingOptions& sampling) {
     for (int attempt = 0;; ++attempt) {
-      absl::StatusOr<tools::FederationSample> served =
-          tools::SampleFromFederation(spec_, Client(id), prompt, tokens, sampling);
+      absl::StatusOr<site::FederationSample> served =
+          site::SampleFromFederation(spec_, Client(id), prompt, tokens, sampling);
       if (served.ok() || served.status().code() != absl::StatusCode::kFailedPrecondition ||
           attempt == 300) {
         return served;
@@ -93,7 +93,7 @@ class ServingTest : public ::testing::Test {
 
 TEST_F(ServingTest, GreedyTextEqualsStraitGenerateOnTheWholeCheckpoint) {
   for (const std::string& prompt : {std::string("And God"), std::string("  7 And God said, Let")}) {
-    absl::StatusOr<tools::FederationSample> served = Ask("alice", prompt, 20, {.temperature = 0});
+    absl::StatusOr<site::FederationSample> served = Ask("alice", prompt, 20, {.temperature = 0});
     ASSERT_TRUE(served.ok()) << served.status() << "\n" << FederationLogs(*fed_, kSites);
     absl::StatusOr<tools::TextSample> local = tools::SampleFromCheckpoints(
         spec_, fed_->ReferenceDir(), prompt, 20, {.temperature = 0}, 1);
@@ -104,7 +104,7 @@ TEST_F(ServingTest, GreedyTextEqualsStraitGenerateOnTheWholeCheckpoint) {
   }
   // Sampled at a temperature: the same draws as `strait generate` with the same seed.
   const site::SamplingOptions warm{.temperature = 0.8, .top_k = 10, .seed = 3};
-  absl::StatusOr<tools::FederationSample> served = Ask("alice", "And", 30, warm);
+  absl::StatusOr<site::FederationSample> served = Ask("alice", "And", 30, warm);
   ASSERT_TRUE(served.ok()) << served.status();
   absl::StatusOr<tools::TextSample> local =
       tools::SampleFromCheckpoints(spec_, fed_->ReferenceDir(), "And", 30, warm, 1);
@@ -121,8 +121,8 @@ TEST_F(ServingTest, GreedyTextEqualsStraitGenerateOnTheWholeCheckpoint) {
 TEST_F(ServingTest, StraitGenerateFederationPrintsTheTextOfTheCheckpoint) {
   ASSERT_TRUE(Ask("alice", "And", 1, {.temperature = 0}).ok());  // Started.
   const std::string strait = STRAIT_BINARY_DIR "/tools/strait";
-  const std::vector<std::string> common = {strait,     "generate", "--config",    fed_->config(),
-                                           "--prompt", "And God",  "--tokens",    "12",
+  const std::vector<std::string> common = {strait,          "generate", "--config", fed_->config(),
+                                           "--prompt",      "And God",  "--tokens", "12",
                                            "--temperature", "0"};
   std::vector<std::string> served = common, local = common;
   served.insert(served.end(), {"--federation", "--gateway", fed_->gateway_address()});
@@ -140,7 +140,7 @@ TEST_F(ServingTest, StraitGenerateFederationPrintsTheTextOfTheCheckpoint) {
 
 TEST_F(ServingTest, AClientTheJobDoesNotNameIsRefusedAndCounted) {
   // dc-a's certificate is the federation's, but dc-a is no client.
-  absl::StatusOr<tools::FederationSample> served = Ask("dc-a", "And God", 5, {.temperature = 0});
+  absl::StatusOr<site::FederationSample> served = Ask("dc-a", "And God", 5, {.temperature = 0});
   ASSERT_FALSE(served.ok());
   EXPECT_EQ(served.status().code(), absl::StatusCode::kPermissionDenied) << served.status();
   EXPECT_NE(served.status().message().find("not one of the job's serving.clients"),

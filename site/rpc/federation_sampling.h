@@ -12,7 +12,7 @@
 #include "core/job_spec.h"
 #include "site/nn/text_generator.h"
 
-namespace strait::tools {
+namespace strait::site {
 
 struct FederationClient {
   std::string id;             // One of serving.clients; empty: the first.
@@ -32,6 +32,6 @@ struct FederationSample {
 absl::StatusOr<FederationSample> SampleFromFederation(const JobSpec& spec,
                                                       const FederationClient& client,
                                                       const std::string& prompt, int tokens,
-                                                      const site::SamplingOptions& sampling);
+                                                      const SamplingOptions& sampling);
 
-}  // namespace strait::tools
+}  // namespace strait::site

@@ -1,4 +1,4 @@
-#include "tools/federation_sampling.h"
+#include "site/rpc/federation_sampling.h"
 
 #include <chrono>
 
@@ -11,7 +11,7 @@
 #include "site/exchange/link_security.h"
 #include "site/rpc/serve_client.h"
 
-namespace strait::tools {
+namespace strait::site {
 namespace {
 
 v1::TensorKey ServeKey(const JobSpec& spec, const v1::ServeKeysReply& keys, int position,
@@ -32,7 +32,7 @@ v1::TensorKey ServeKey(const JobSpec& spec, const v1::ServeKeysReply& keys, int 
 absl::StatusOr<FederationSample> SampleFromFederation(const JobSpec& spec,
                                                       const FederationClient& client,
                                                       const std::string& prompt, int tokens,
-                                                      const site::SamplingOptions& sampling) {
+                                                      const SamplingOptions& sampling) {
   if (spec.serving.clients.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(spec.source_path, " names no serving.clients: its federation serves nobody"));
@@ -43,8 +43,8 @@ absl::StatusOr<FederationSample> SampleFromFederation(const JobSpec& spec,
       crypto::LoadTlsMaterial(client.ca.empty() ? spec.tls.ca : client.ca,
                               client.cert.empty() ? spec.tls.SiteCert(id) : client.cert,
                               client.key.empty() ? spec.tls.SiteKey(id) : client.key));
-  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<site::Tokenizer> tokenizer,
-                          site::LoadTokenizer(spec.data, spec.model.gpt));
+  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
+                          LoadTokenizer(spec.data, spec.model.gpt));
   STRAIT_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
                           tokenizer->Encode(prompt.empty() ? "\n" : prompt));
   if (ids.empty() || static_cast<int>(ids.size()) >= spec.model.gpt.context) {
@@ -52,33 +52,32 @@ absl::StatusOr<FederationSample> SampleFromFederation(const JobSpec& spec,
                                                    " tokens; the model's context holds ",
                                                    spec.model.gpt.context, " with the sampled"));
   }
-  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<site::ServeClient> gateway,
-                          site::ServeClient::Connect(
-                              client.gateway.empty() ? spec.gateway.address : client.gateway, tls));
+  STRAIT_ASSIGN_OR_RETURN(
+      std::unique_ptr<ServeClient> gateway,
+      ServeClient::Connect(client.gateway.empty() ? spec.gateway.address : client.gateway, tls));
   STRAIT_ASSIGN_OR_RETURN(const v1::ServeKeysReply keys, gateway->Keys());
   // This request's keys: derived from a fresh ephemeral key, with the request in the label.
   const auto epoch = static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::seconds>(
                                                std::chrono::system_clock::now().time_since_epoch())
                                                .count());
   STRAIT_ASSIGN_OR_RETURN(auto security,
-                          site::LinkSecurity::Create(spec.name, epoch, tls.own, tls.ca_pem));
+                          LinkSecurity::Create(spec.name, epoch, tls.own, tls.ca_pem));
   const std::string purpose = absl::StrCat(kServeKeyPurpose, "/", keys.request());
   const uint64_t rotate = TeachLink(spec).rotate_bytes;
   STRAIT_ASSIGN_OR_RETURN(
-      site::LinkSecurity::LinkCrypto first,
+      LinkSecurity::LinkCrypto first,
       security->Derive(keys.first().site_id(), keys.first(), rotate, keys.generation(), purpose));
   std::unique_ptr<crypto::Opener> opener = std::move(first.opener);
   if (keys.last().site_id() != keys.first().site_id()) {
     STRAIT_ASSIGN_OR_RETURN(
-        site::LinkSecurity::LinkCrypto last,
+        LinkSecurity::LinkCrypto last,
         security->Derive(keys.last().site_id(), keys.last(), rotate, keys.generation(), purpose));
     opener = std::move(last.opener);
   }
-  STRAIT_ASSIGN_OR_RETURN(auto encoder,
-                          site::FrameEncoder::Create("none", std::move(first.sealer)));
+  STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create("none", std::move(first.sealer)));
   const int stages = static_cast<int>(keys.stages());
   std::vector<float> values(ids.begin(), ids.end());
-  STRAIT_ASSIGN_OR_RETURN(site::FrameEncoder::Frame frame,
+  STRAIT_ASSIGN_OR_RETURN(FrameEncoder::Frame frame,
                           encoder->Encode(ServeKey(spec, keys, 0, stages - 1, v1::FORWARD), values,
                                           {static_cast<int64_t>(ids.size())}));
   frame.header.set_chunk_count(1);
@@ -96,7 +95,7 @@ absl::StatusOr<FederationSample> SampleFromFederation(const JobSpec& spec,
   sample.tokens = ids;
   sample.prompt_tokens = static_cast<int>(ids.size());
   sample.seconds = reply.seconds();
-  site::FrameDecoder decoder(std::move(opener), /*max_raw_bytes=*/4);
+  FrameDecoder decoder(std::move(opener), /*max_raw_bytes=*/4);
   for (const v1::ServedToken& token : reply.tokens()) {
     const int position = static_cast<int>(sample.tokens.size());
     STRAIT_ASSIGN_OR_RETURN(std::vector<float> value,
@@ -108,4 +107,4 @@ absl::StatusOr<FederationSample> SampleFromFederation(const JobSpec& spec,
   return sample;
 }
 
-}  // namespace strait::tools
+}  // namespace strait::site
