@@ -2,34 +2,121 @@
 // before it (issue 46's serving target): one KvDecoder step per token with the prompt cached
 // (site/nn/kv_decoder.h, what `strait generate` does within the context) beside a forward of the
 // whole window per token; the best of a few rounds. The model is the job spec's at its initial
-// parameters: the time of a token does not depend on the weights' values.
+// parameters: the time of a token does not depend on the weights' values. With --federation, the
+// same curve through a serving federation on loopback (a gateway and one `strait-site --serve`
+// per site, each decoding its layers of --checkpoint): a token's time is the difference between
+// requests of 1 + n and of 1 token after the same prompt, over n (the prompt's pass cancels).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/command.h"
 #include "core/job_spec.h"
+#include "harness/job_spec_rewrite.h"
+#include "harness/local_federation.h"
 #include "site/backend/backend_factory.h"
 #include "site/nn/kv_decoder.h"
 #include "site/nn/stage.h"
 #include "site/nn/text_generator.h"
+#include "site/rpc/federation_sampling.h"
 
 namespace strait::bench {
 namespace {
 
 struct GenerateBenchOptions {
   std::string config;
-  int tokens = 8;  // Generated after each prompt.
-  int rounds = 5;  // The best of.
+  bool federation = false;
+  std::string checkpoint;  // --federation: the model the sites serve.
+  int tokens = 8;          // Generated after each prompt.
+  int rounds = 5;          // The best of.
   int threads = 1;
 };
 
 double Seconds(const std::chrono::steady_clock::time_point& start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The prompt lengths measured: 16, 32, ... and the longest that leaves room for `tokens`.
+std::vector<int> PromptLengths(int context, int tokens) {
+  std::vector<int> lengths;
+  for (int length = 16; length + tokens <= context; length *= 2) lengths.push_back(length);
+  if (lengths.empty() || lengths.back() != context - tokens) lengths.push_back(context - tokens);
+  return lengths;
+}
+
+int RunFederationBench(const GenerateBenchOptions& o, const JobSpec& spec) {
+  auto fail = [](const absl::Status& status) {
+    std::fprintf(stderr, "strait bench generate: %s\n", std::string(status.message()).c_str());
+    return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  };
+  if (spec.serving.clients.empty() || o.checkpoint.empty()) {
+    return fail(absl::InvalidArgumentError(
+        "--federation needs a job with serving: {clients: [...]} and --checkpoint FILE"));
+  }
+  absl::StatusOr<harness::RewrittenJobSpec> rewritten = harness::RewriteJobSpec(o.config, {});
+  if (!rewritten.ok()) return fail(rewritten.status());
+  std::vector<std::string> ids;
+  for (const SiteSpec& site : spec.sites) ids.push_back(site.id);
+  const std::string client = spec.serving.clients.front();
+  ids.push_back(client);
+  harness::LocalFederation fed(rewritten->yaml, ids);
+  std::string error;
+  if (!fed.StartGateway({}, &error)) return fail(absl::InternalError(error));
+  const std::string checkpoint = std::filesystem::absolute(o.checkpoint).string();
+  for (const SiteSpec& site : spec.sites) {
+    fed.StartSite(site.id,
+                  {"--serve", "--checkpoint", checkpoint, "--threads", std::to_string(o.threads)});
+  }
+  const std::string certs = fed.dir().File("certs") + "/";
+  const site::FederationClient who{.id = client,
+                                   .cert = certs + client + ".pem",
+                                   .key = certs + client + ".key",
+                                   .ca = certs + "ca.pem",
+                                   .gateway = fed.gateway_address()};
+  // The served seconds of `tokens` tokens after a prompt of `length`, once the sites serve.
+  auto served = [&](int length, int tokens) -> absl::StatusOr<double> {
+    for (int attempt = 0;; ++attempt) {
+      absl::StatusOr<site::FederationSample> sample = site::SampleFromFederation(
+          rewritten->spec, who, std::string(length, 'a'), tokens, {.temperature = 0});
+      if (sample.ok()) return sample->seconds;
+      if (sample.status().code() != absl::StatusCode::kFailedPrecondition || attempt == 600) {
+        return sample.status();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  };
+  const int context = spec.model.gpt.context;
+  std::printf(
+      "%s through %zu serving sites on loopback: ms per generated token (%d after each "
+      "prompt, the best of %d rounds)\n",
+      spec.name.c_str(), spec.sites.size(), o.tokens, o.rounds);
+  std::printf("%8s %14s\n", "prompt", "federation");
+  const std::vector<int> lengths = PromptLengths(context, o.tokens + 1);
+  // A first request warms the sites and the connection up (threads, allocations), uncounted.
+  if (absl::StatusOr<double> warm = served(lengths.front(), 1 + o.tokens); !warm.ok()) {
+    return fail(warm.status());
+  }
+  double first = 0, last = 0;
+  for (int length : lengths) {
+    double best = 1e9;
+    for (int round = 0; round < o.rounds; ++round) {
+      absl::StatusOr<double> one = served(length, 1), many = served(length, 1 + o.tokens);
+      if (!one.ok() || !many.ok()) return fail(!one.ok() ? one.status() : many.status());
+      best = std::min(best, (*many - *one) / o.tokens);
+    }
+    std::printf("%8d %14.3f\n", length, 1e3 * best);
+    if (length == lengths.front()) first = best;
+    last = best;
+  }
+  std::printf("federation: a token after a prompt of %d costs %.2fx one after a prompt of %d\n",
+              lengths.back(), last / first, lengths.front());
+  return 0;
 }
 
 int RunGenerateBench(const GenerateBenchOptions& o) {
@@ -40,6 +127,7 @@ int RunGenerateBench(const GenerateBenchOptions& o) {
         spec.ok() ? "the job's model is not a gpt" : std::string(spec.status().message()).c_str());
     return 2;
   }
+  if (o.federation) return RunFederationBench(o, *spec);
   const ModelSpec& model = spec->model;
   auto backend = site::CreateBackend(DeviceKind::kCpu, {o.threads});
   if (!backend.ok()) return 1;
@@ -61,10 +149,7 @@ int RunGenerateBench(const GenerateBenchOptions& o) {
       spec->name.c_str(), model.NumLayers(), context, o.tokens, o.rounds);
   std::printf("%8s %14s %14s\n", "prompt", "kv cache", "whole window");
   double first = 0, last = 0;
-  std::vector<int> lengths;
-  for (int length = 16; length + o.tokens <= context; length *= 2) lengths.push_back(length);
-  if (lengths.empty() || lengths.back() != context - o.tokens)
-    lengths.push_back(context - o.tokens);
+  const std::vector<int> lengths = PromptLengths(context, o.tokens);
   for (int length : lengths) {
     double kv = 1e9, window = 1e9;
     for (int round = 0; round < o.rounds; ++round) {
@@ -111,6 +196,11 @@ void AddBenchGenerateCommand(CLI::App& bench, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads of the window forward's backend")
       ->capture_default_str();
+  cmd->add_flag("--federation", o->federation,
+                "Through a serving federation on loopback instead (the job needs serving.clients)");
+  cmd->add_option("--checkpoint", o->checkpoint,
+                  "With --federation: the model the sites serve (a whole model's final.ckpt)")
+      ->type_name("FILE");
   cmd->callback([o, exit_code] { *exit_code = RunGenerateBench(*o); });
 }
 
