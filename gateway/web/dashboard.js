@@ -403,6 +403,7 @@ function render() {
   renderKpis(state, sites);
   renderPipeline(state, sites);
   renderTeacher(state, sites);
+  renderServing(state);
   renderCharts(state, sites);
   renderTimeSplit(state, sites);
   renderRejections(state);
@@ -577,6 +578,25 @@ function renderTeacher(state, sites) {
           el("span", {}, "the student waits ",
              el("b", {"data-teacher": "wait"}, busy > 0 ? `${(100 * num(report.teacher_wait_s) / busy).toFixed(1)}%` : "—"),
              el("span", {class: "muted"}, " of its last stage's time for them"))));
+}
+
+// A serving federation: the clients' requests answered, tokens per second while decoding, and
+// the mean time of a request from its prompt to its last token.
+function renderServing(state) {
+  const box = document.getElementById("serving");
+  const served = state.serving;
+  box.hidden = !served;
+  if (!served) return;
+  const requests = num(served.requests), tokens = num(served.tokens), seconds = num(served.seconds);
+  box.replaceChildren(
+      el("span", {}, "served ", el("b", {"data-serving": "requests"}, fmtCount(requests)), " requests, ",
+         el("b", {}, fmtCount(tokens)), " tokens"),
+      el("span", {}, el("b", {"data-serving": "tokens-per-second"}, seconds > 0 ? fmtNumber(tokens / seconds) : "—"),
+         " tokens/s while decoding"),
+      el("span", {}, "mean request ", el("b", {"data-serving": "latency"},
+         requests > 0 ? `${(1000 * seconds / requests).toFixed(0)} ms` : "—"),
+         el("span", {class: "muted"}, " from the prompt to the last token")),
+      el("span", {}, el("b", {}, fmtCount(served.failed)), " failed"));
 }
 
 function renderSums(state, replicas) {

@@ -127,8 +127,12 @@ async function main() {
       assert.equal(await page.textContent('#teacher [data-teacher="wait"]'), "4.0%");
       assert.ok(await page.$$eval("#sites-table tbody tr", (rows) =>
           rows.some((r) => r.textContent.includes("teach-b"))), "the teacher's sites are in the table");
+      assert.equal(await page.textContent('#serving [data-serving="requests"]'), "12");
+      assert.equal(await page.textContent('#serving [data-serving="tokens-per-second"]'), "200");
+      assert.equal(await page.textContent('#serving [data-serving="latency"]'), "500 ms");
     } else {
       assert.equal(await page.isVisible("#teacher"), false, "no teacher row without a teacher");
+      assert.equal(await page.isVisible("#serving"), false, "no serving line without serving");
     }
 
     // The charts and the step move on their own (the server samples every 250 ms).

@@ -53,7 +53,8 @@ strait::v1::FederationState AsTwoReplicas(strait::v1::FederationState state) {
 }
 
 // The fake federation taught by a teacher of two sites (knowledge sharing): the teacher's sites and
-// TEACH links, its targets at 64 bytes per token, and the last stage waiting 4% of its time.
+// TEACH links, its targets at 64 bytes per token, and the last stage waiting 4% of its time; and
+// 12 served requests of 100 tokens in 0.5 s each.
 strait::v1::FederationState WithTeacher(strait::v1::FederationState state) {
   const char* kTeachers[] = {"teach-a", "teach-b"};
   strait::v1::FederationView& view = *state.mutable_view();
@@ -81,6 +82,11 @@ strait::v1::FederationState WithTeacher(strait::v1::FederationState state) {
   }
   strait::v1::SiteReport& last = *state.mutable_sites(2)->mutable_last_report();
   last.set_teacher_wait_s(0.04 * (last.compute_s() + last.wait_s()));
+  // It serves too (a federation that serves does not train; the page shows both alike).
+  strait::v1::ServingState& served = *state.mutable_serving();
+  served.set_requests(12);
+  served.set_tokens(1200);
+  served.set_seconds(6);
   return state;
 }
 }  // namespace
