@@ -107,6 +107,21 @@ struct SiteSetup {
   crypto::DenyList deny_list;
 };
 
+// --serve: a job with clients, a student site, its layers written in the spec, and its weights.
+absl::Status CheckServing(const SiteOptions& o, const JobSpec& spec, bool teacher) {
+  std::string refusal;
+  if (spec.serving.clients.empty()) {
+    refusal = absl::StrCat(o.config, " names no serving.clients");
+  } else if (teacher) {
+    refusal = "a teacher site does not serve";
+  } else if (spec.PlansSplit()) {
+    refusal = "every site's layers must be written in the job spec (no layers: auto)";
+  } else if (o.serve_checkpoint.empty()) {
+    refusal = "give this site's weights with --checkpoint FILE";
+  }
+  return refusal.empty() ? absl::OkStatus() : Invalid("--serve: " + refusal);
+}
+
 absl::StatusOr<SiteSetup> LoadSetup(const SiteOptions& o) {
   SiteSetup setup;
   int slot = 0;
@@ -118,13 +133,7 @@ absl::StatusOr<SiteSetup> LoadSetup(const SiteOptions& o) {
   setup.view = JobView::Initial(spec, teacher ? 0 : slot / spec.Stages());
   const int index = setup.index;
   if (o.threads < 1) return Invalid("--threads must be at least 1");
-  if (o.serve && (spec.serving.clients.empty() || teacher || o.serve_checkpoint.empty())) {
-    return Invalid(absl::StrCat(
-        "--serve: ", spec.serving.clients.empty()
-                         ? absl::StrCat(o.config, " names no serving.clients")
-                     : teacher ? std::string("a teacher site does not serve")
-                               : std::string("give this site's weights with --checkpoint FILE")));
-  }
+  if (o.serve) STRAIT_RETURN_IF_ERROR(CheckServing(o, spec, teacher));
   const SiteSpec& site = teacher ? spec.teacher.sites[setup.teacher_stage] : spec.sites[index];
   if (o.rank < 0 || o.rank >= site.machines) {
     return Invalid(absl::StrCat(
