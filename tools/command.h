@@ -11,6 +11,7 @@ void AddConfigCommand(CLI::App& app, int* exit_code);
 void AddCertsCommand(CLI::App& app, int* exit_code);
 void AddTrainCommand(CLI::App& app, int* exit_code);
 void AddGenerateCommand(CLI::App& app, int* exit_code);
+void AddExportCommand(CLI::App& app, int* exit_code);
 void AddDemoCommand(CLI::App& app, int* exit_code);
 void AddWanCommand(CLI::App& app, int* exit_code);
 void AddTokenizerCommand(CLI::App& app, int* exit_code);

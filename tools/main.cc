@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   strait::tools::AddCertsCommand(app, &exit_code);
   strait::tools::AddTrainCommand(app, &exit_code);
   strait::tools::AddGenerateCommand(app, &exit_code);
+  strait::tools::AddExportCommand(app, &exit_code);
   strait::tools::AddTokenizerCommand(app, &exit_code);
   strait::tools::AddWanCommand(app, &exit_code);
   strait::tools::AddPlanCommands(app, &exit_code);
