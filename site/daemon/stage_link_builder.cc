@@ -17,6 +17,7 @@
 namespace strait::site {
 namespace {
 
+// The signed key of site `id`, empty when it has none (then it does not verify).
 v1::SignedKey PeerKeyOf(const LinkSealing& sealing, const std::string& id) {
   if (sealing.peers == nullptr) return {};
   auto key = sealing.peers->find(id);
@@ -70,8 +71,6 @@ class LinkBuilder {
   const std::string& SiteId(int stage) const {
     return spec_.SiteIdAt(sealing_.replica * spec_.Stages() + stage);
   }
-  // The signed key of site `id`, empty when it has none (then it does not verify).
-  v1::SignedKey PeerKey(const std::string& id) const;
   absl::Status AddPrevious(StageLinks& links);
   absl::Status AddNext(StageLinks& links);
   absl::Status AddTied(int peer, StageLinks& links);
@@ -88,8 +87,6 @@ class LinkBuilder {
   SiteMetrics& metrics_;
   const LinkLimits& limits_;
 };
-
-v1::SignedKey LinkBuilder::PeerKey(const std::string& id) const { return PeerKeyOf(sealing_, id); }
 
 absl::StatusOr<LinkSecurity::LinkCrypto> LinkBuilder::CryptoWith(const LinkSpec& link,
                                                                  int peer) const {
@@ -155,7 +152,7 @@ absl::Status LinkBuilder::AddReplicaSums(StageLinks& links) {
   std::vector<crypto::LinkEnd> ends;
   for (const std::string& id : spec_.StageReplicaIds(index_)) {
     if (id == SiteId(index_)) continue;  // This site.
-    absl::StatusOr<crypto::LinkEnd> end = security->VerifiedEnd(id, PeerKey(id));
+    absl::StatusOr<crypto::LinkEnd> end = security->VerifiedEnd(id, PeerKeyOf(sealing_, id));
     if (!end.ok()) {
       return absl::Status(
           end.status().code(),

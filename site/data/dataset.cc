@@ -1,5 +1,7 @@
 #include "site/data/dataset.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "site/data/fashion_mnist.h"
@@ -29,6 +31,22 @@ absl::StatusOr<int64_t> DatasetSize(const DataSpec& data, const ModelSpec& model
     return int64_t{split == Split::kTrain ? data.synthetic_train : data.synthetic_test};
   }
   return FashionMnistSize(data.path, split);
+}
+
+void GatherSamples(const Dataset& data, const int64_t* indices, int n, std::vector<float>* inputs,
+                   std::vector<int32_t>* labels) {
+  if (inputs != nullptr) inputs->resize(static_cast<size_t>(n) * data.features);
+  if (labels != nullptr) labels->resize(static_cast<size_t>(n) * data.targets);
+  for (int i = 0; i < n; ++i) {
+    if (inputs != nullptr) {
+      std::copy_n(data.inputs.begin() + indices[i] * data.features, data.features,
+                  inputs->begin() + int64_t{i} * data.features);
+    }
+    if (labels != nullptr) {
+      std::copy_n(data.labels.begin() + indices[i] * data.targets, data.targets,
+                  labels->begin() + int64_t{i} * data.targets);
+    }
+  }
 }
 
 }  // namespace strait::site

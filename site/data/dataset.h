@@ -28,6 +28,11 @@ struct Dataset {
 // Blocks while reading files. Thread-safe.
 absl::StatusOr<Dataset> LoadDataset(const DataSpec& data, const ModelSpec& model, Split split);
 
+// Copies samples indices[0, n) of `data` into `inputs` ([n, features]) and `labels` ([n, targets]),
+// resized; a null one is skipped (a middle stage reads neither, the first only inputs).
+void GatherSamples(const Dataset& data, const int64_t* indices, int n, std::vector<float>* inputs,
+                   std::vector<int32_t>* labels);
+
 // The number of samples of a split without loading it (a middle stage needs only the count to
 // follow the evaluation batches). Thread-safe.
 absl::StatusOr<int64_t> DatasetSize(const DataSpec& data, const ModelSpec& model, Split split);

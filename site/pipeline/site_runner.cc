@@ -68,19 +68,8 @@ void SiteRunner::ExpectStep(int64_t step) {
 }
 
 void SiteRunner::Gather(const Dataset& data, const int64_t* indices, int n) {
-  const bool first = stage_.is_first(), last = stage_.is_last();
-  if (first) inputs_.resize(static_cast<size_t>(n) * data.features);
-  if (last) labels_.resize(static_cast<size_t>(n) * data.targets);
-  for (int i = 0; i < n; ++i) {
-    if (first) {
-      std::copy_n(data.inputs.begin() + indices[i] * data.features, data.features,
-                  inputs_.begin() + static_cast<int64_t>(i) * data.features);
-    }
-    if (last) {
-      std::copy_n(data.labels.begin() + indices[i] * data.targets, data.targets,
-                  labels_.begin() + static_cast<int64_t>(i) * data.targets);
-    }
-  }
+  GatherSamples(data, indices, n, stage_.is_first() ? &inputs_ : nullptr,
+                stage_.is_last() ? &labels_ : nullptr);
 }
 
 absl::StatusOr<StepResult> SiteRunner::Step(bool then_evaluate) {

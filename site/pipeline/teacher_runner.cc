@@ -70,13 +70,8 @@ absl::Status TeacherRunner::RunForward(int64_t step, int m) {
   const int mb = microbatch_size_;
   std::vector<float> input;
   if (sampler_) {
-    const Dataset& data = *data_.train;
-    const int64_t* indices = sampler_->Batch(step).data() + int64_t{m} * mb;
-    input.resize(static_cast<size_t>(mb) * data.features);
-    for (int i = 0; i < mb; ++i) {
-      std::copy_n(data.inputs.begin() + indices[i] * data.features, data.features,
-                  input.begin() + int64_t{i} * data.features);
-    }
+    GatherSamples(*data_.train, sampler_->Batch(step).data() + int64_t{m} * mb, mb, &input,
+                  nullptr);
   } else {
     STRAIT_ASSIGN_OR_RETURN(input,
                             frames_.Receive(*links.forward_in, Key(step, m, teacher_stage_ - 1)));

@@ -68,14 +68,7 @@ int64_t Trainer::total_steps() const {
 }
 
 void Trainer::Gather(const Dataset& data, const int64_t* indices, int n) {
-  inputs_.resize(static_cast<size_t>(n) * data.features);
-  labels_.resize(static_cast<size_t>(n) * data.targets);
-  for (int i = 0; i < n; ++i) {
-    std::copy_n(data.inputs.begin() + indices[i] * data.features, data.features,
-                inputs_.begin() + static_cast<int64_t>(i) * data.features);
-    std::copy_n(data.labels.begin() + indices[i] * data.targets, data.targets,
-                labels_.begin() + static_cast<int64_t>(i) * data.targets);
-  }
+  GatherSamples(data, indices, n, &inputs_, &labels_);
 }
 
 absl::StatusOr<StepStats> Trainer::Step() {

@@ -26,27 +26,27 @@ std::chrono::system_clock::time_point In(double seconds) {
 
 }  // namespace
 
-struct ServeClient::Stub {
+struct ServeClient::Channel {
   std::unique_ptr<v1::Gateway::Stub> gateway;
 };
 
-ServeClient::ServeClient(std::unique_ptr<Stub> stub) : stub_(std::move(stub)) {}
+ServeClient::ServeClient(std::unique_ptr<Channel> channel) : channel_(std::move(channel)) {}
 ServeClient::~ServeClient() = default;
 
 absl::StatusOr<std::unique_ptr<ServeClient>> ServeClient::Connect(const std::string& address,
                                                                   const crypto::TlsMaterial& tls) {
   STRAIT_ASSIGN_OR_RETURN(auto credentials, MakeSiteChannelCredentials(tls));
-  auto stub = std::make_unique<Stub>();
-  stub->gateway = v1::Gateway::NewStub(grpc::CreateChannel(address, credentials));
-  return std::unique_ptr<ServeClient>(new ServeClient(std::move(stub)));
+  auto channel = std::make_unique<Channel>();
+  channel->gateway = v1::Gateway::NewStub(grpc::CreateChannel(address, credentials));
+  return std::unique_ptr<ServeClient>(new ServeClient(std::move(channel)));
 }
 
 absl::StatusOr<v1::ServeKeysReply> ServeClient::Keys() {
   grpc::ClientContext context;
   context.set_deadline(In(30));
   v1::ServeKeysReply reply;
-  STRAIT_RETURN_IF_ERROR(
-      FromGrpc(stub_->gateway->ServeKeys(&context, v1::ServeKeysRequest(), &reply), "the gateway"));
+  STRAIT_RETURN_IF_ERROR(FromGrpc(
+      channel_->gateway->ServeKeys(&context, v1::ServeKeysRequest(), &reply), "the gateway"));
   return reply;
 }
 
@@ -56,7 +56,7 @@ absl::StatusOr<v1::GenerateReply> ServeClient::Generate(const v1::GenerateReques
   context.set_deadline(In(timeout_s));
   v1::GenerateReply reply;
   STRAIT_RETURN_IF_ERROR(
-      FromGrpc(stub_->gateway->Generate(&context, request, &reply), "the federation"));
+      FromGrpc(channel_->gateway->Generate(&context, request, &reply), "the federation"));
   return reply;
 }
 

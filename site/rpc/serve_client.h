@@ -25,9 +25,9 @@ class ServeClient {
                                              double timeout_s = 600);
 
  private:
-  struct Stub;
-  explicit ServeClient(std::unique_ptr<Stub> stub);
-  std::unique_ptr<Stub> stub_;
+  struct Channel;  // The gRPC channel's generated client (kept out of this header).
+  explicit ServeClient(std::unique_ptr<Channel> channel);
+  std::unique_ptr<Channel> channel_;
 };
 
 }  // namespace strait::site
