@@ -60,7 +60,7 @@ double KnownBf16Peak(const std::string& device) {
 // and backward products) + 6 L C T (attention's scores and weighted sum, forward and backward),
 // N parameters, L blocks of width C, context T.
 double FlopsPerToken(const ModelSpec& model, int64_t params) {
-  if (model.family != ModelFamily::kGpt) return 0.0;
+  if (!model.IsLanguageModel()) return 0.0;
   const GptSpec& g = model.gpt;
   return 6.0 * static_cast<double>(params) + 6.0 * g.depth * g.dim * g.context;
 }
@@ -150,7 +150,7 @@ int RunEngineBench(const EngineBenchOptions& o) {
   if (!stage.ok()) return Fail(stage.status());
 
   // Random inputs (token ids for a language model) and labels.
-  const bool tokens = spec->model.family == ModelFamily::kGpt;
+  const bool tokens = spec->model.IsLanguageModel();
   const int classes = spec->model.Classes();
   std::vector<float> inputs(static_cast<size_t>(o.batch) * (*stage)->input_features());
   std::vector<int32_t> labels(static_cast<size_t>(o.batch) * spec->model.TargetsPerSample());
@@ -202,10 +202,10 @@ int RunEngineBench(const EngineBenchOptions& o) {
   std::printf("engine bench: %s (%s, %d layers, %lld parameters) on %s\n", spec->name.c_str(),
               ToString(spec->model.family), spec->model.NumLayers(),
               static_cast<long long>((*stage)->param_count()), (*inner)->Name().c_str());
-  const int head_dim =
-      spec->model.family == ModelFamily::kGpt   ? spec->model.gpt.dim / spec->model.gpt.heads
-      : spec->model.family == ModelFamily::kVit ? spec->model.vit.dim / spec->model.vit.heads
-                                                : 0;
+  const int head_dim = spec->model.IsLanguageModel() ? spec->model.gpt.head_dim()
+                       : spec->model.family == ModelFamily::kVit
+                           ? spec->model.vit.dim / spec->model.vit.heads
+                           : 0;
   if (head_dim > 0) {
     std::printf("attention: %s\n", (*inner)->FusedAttention(head_dim)
                                        ? "fused kernel (no [T, T] matrix)"

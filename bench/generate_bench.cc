@@ -121,10 +121,10 @@ int RunFederationBench(const GenerateBenchOptions& o, const JobSpec& spec) {
 
 int RunGenerateBench(const GenerateBenchOptions& o) {
   absl::StatusOr<JobSpec> spec = LoadJobSpec(o.config);
-  if (!spec.ok() || spec->model.family != ModelFamily::kGpt) {
-    std::fprintf(
-        stderr, "strait bench generate: %s\n",
-        spec.ok() ? "the job's model is not a gpt" : std::string(spec.status().message()).c_str());
+  if (!spec.ok() || !spec->model.IsLanguageModel()) {
+    std::fprintf(stderr, "strait bench generate: %s\n",
+                 spec.ok() ? "the job's model is not a language model (gpt, llama)"
+                           : std::string(spec.status().message()).c_str());
     return 2;
   }
   if (o.federation) return RunFederationBench(o, *spec);
@@ -133,7 +133,9 @@ int RunGenerateBench(const GenerateBenchOptions& o) {
   if (!backend.ok()) return 1;
   auto stage = site::Stage::Create(model, {0, model.NumLayers()}, 1, backend->get());
   if (!stage.ok()) return 1;
-  const std::vector<float> params = (*stage)->InitialParams();
+  auto initial = (*stage)->InitialParams();
+  if (!initial.ok()) return 1;
+  const std::vector<float> params = *std::move(initial);
   stage->reset();  // It computes on the backend the generator takes over.
   auto generator = site::TextGenerator::Create(model, params, *std::move(backend));
   auto decoder = site::KvDecoder::Create(model, {0, model.NumLayers()}, params);

@@ -155,6 +155,35 @@ void RecordingBackend::LayerNormBackward(int64_t rows, int dim, ConstTypedPtr x,
   Timed("normalisation",
         [&] { inner_->LayerNormBackward(rows, dim, x, gamma, mean, rstd, dy, dx, dgamma, dbeta); });
 }
+void RecordingBackend::RmsNormForward(int64_t rows, int dim, float eps, ConstTypedPtr x,
+                                      const float* gamma, TypedPtr y, float* rstd) {
+  Timed("normalisation", [&] { inner_->RmsNormForward(rows, dim, eps, x, gamma, y, rstd); });
+}
+void RecordingBackend::RmsNormBackward(int64_t rows, int dim, ConstTypedPtr x, const float* gamma,
+                                       const float* rstd, ConstTypedPtr dy, TypedPtr dx,
+                                       float* dgamma) {
+  Timed("normalisation",
+        [&] { inner_->RmsNormBackward(rows, dim, x, gamma, rstd, dy, dx, dgamma); });
+}
+void RecordingBackend::Rotary(int64_t rows, int tokens, int heads, int dh, double theta,
+                              bool inverse, TypedPtr x, int64_t ldx) {
+  Timed("element-wise", [&] { inner_->Rotary(rows, tokens, heads, dh, theta, inverse, x, ldx); });
+}
+void RecordingBackend::SwiGluForward(int64_t rows, int f, ConstTypedPtr gate_up, TypedPtr y) {
+  Timed("element-wise", [&] { inner_->SwiGluForward(rows, f, gate_up, y); });
+}
+void RecordingBackend::SwiGluBackward(int64_t rows, int f, ConstTypedPtr gate_up, ConstTypedPtr dy,
+                                      TypedPtr dgate_up) {
+  Timed("element-wise", [&] { inner_->SwiGluBackward(rows, f, gate_up, dy, dgate_up); });
+}
+void RecordingBackend::RepeatKvHeads(int64_t rows, int heads, int kv_heads, int dh,
+                                     ConstTypedPtr qkv, TypedPtr full) {
+  Timed("copies", [&] { inner_->RepeatKvHeads(rows, heads, kv_heads, dh, qkv, full); });
+}
+void RecordingBackend::SumKvHeads(int64_t rows, int heads, int kv_heads, int dh,
+                                  ConstTypedPtr dfull, TypedPtr dqkv) {
+  Timed("copies", [&] { inner_->SumKvHeads(rows, heads, kv_heads, dh, dfull, dqkv); });
+}
 void RecordingBackend::SoftmaxRows(int64_t rows, int cols, float scale, bool causal,
                                    ConstTypedPtr x, TypedPtr y) {
   Timed("attention", [&] { inner_->SoftmaxRows(rows, cols, scale, causal, x, y); });

@@ -83,6 +83,20 @@ class RecordingBackend final : public site::Backend {
   void LayerNormBackward(int64_t rows, int dim, site::ConstTypedPtr x, const float* gamma,
                          const float* mean, const float* rstd, site::ConstTypedPtr dy,
                          site::TypedPtr dx, float* dgamma, float* dbeta) override;
+  void RmsNormForward(int64_t rows, int dim, float eps, site::ConstTypedPtr x, const float* gamma,
+                      site::TypedPtr y, float* rstd) override;
+  void RmsNormBackward(int64_t rows, int dim, site::ConstTypedPtr x, const float* gamma,
+                       const float* rstd, site::ConstTypedPtr dy, site::TypedPtr dx,
+                       float* dgamma) override;
+  void Rotary(int64_t rows, int tokens, int heads, int dh, double theta, bool inverse,
+              site::TypedPtr x, int64_t ldx) override;
+  void SwiGluForward(int64_t rows, int f, site::ConstTypedPtr gate_up, site::TypedPtr y) override;
+  void SwiGluBackward(int64_t rows, int f, site::ConstTypedPtr gate_up, site::ConstTypedPtr dy,
+                      site::TypedPtr dgate_up) override;
+  void RepeatKvHeads(int64_t rows, int heads, int kv_heads, int dh, site::ConstTypedPtr qkv,
+                     site::TypedPtr full) override;
+  void SumKvHeads(int64_t rows, int heads, int kv_heads, int dh, site::ConstTypedPtr dfull,
+                  site::TypedPtr dqkv) override;
   void SoftmaxRows(int64_t rows, int cols, float scale, bool causal, site::ConstTypedPtr x,
                    site::TypedPtr y) override;
   void SoftmaxRowsBackward(int64_t rows, int cols, float scale, site::ConstTypedPtr y,

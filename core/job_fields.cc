@@ -92,6 +92,10 @@ void Teacher(const JobSpec& spec, bool /*split_planned*/, std::string& out) {
     Line(out, absl::StrCat("teacher.model.layer", layer.index),
          absl::StrCat(layer.name, " ", absl::StrJoin(params, " ")));
   }
+  if (t.model.family == ModelFamily::kLlama) {
+    Line(out, "teacher.model.rope_theta", Exact(t.model.gpt.rope_theta));
+    Line(out, "teacher.model.norm_eps", Exact(t.model.gpt.norm_eps));
+  }
   for (const SiteSpec& s : t.sites) {
     Line(out, absl::StrCat("teacher.sites.", s.id),
          absl::StrCat("layers [", s.layers.start, ", ", s.layers.end, ")"));
@@ -123,12 +127,25 @@ const std::vector<AgreedLine>& AgreedLines() {
        }},
       {"model.tie_embeddings",
        [](const JobSpec& s, bool, std::string& out) {
-         if (s.model.family == ModelFamily::kGpt) {
+         if (s.model.IsLanguageModel()) {
            Line(out, "model.tie_embeddings", s.model.gpt.tie_embeddings ? "true" : "false");
+         }
+       }},
+      {"model.llama",  // llama's positions and norms (its shapes are in model.layer)
+       [](const JobSpec& s, bool, std::string& out) {
+         if (s.model.family == ModelFamily::kLlama) {
+           Line(out, "model.rope_theta", Exact(s.model.gpt.rope_theta));
+           Line(out, "model.norm_eps", Exact(s.model.gpt.norm_eps));
          }
        }},
       STRAIT_AGREED("model.dropout", Exact(Dropout(s.model))),
       STRAIT_AGREED("model.init_seed", absl::StrCat(s.model.init_seed)),
+      {"model.init_from",  // whether; the directory is a path of each machine's
+       [](const JobSpec& s, bool, std::string& out) {
+         if (!s.model.init_from.empty()) {
+           Line(out, "model.init_from", "a Hugging Face model directory");
+         }
+       }},
       STRAIT_AGREED("data.dataset", ToString(s.data.kind)),
       STRAIT_AGREED("data.seed", absl::StrCat(s.data.seed)),
       {"data.synthetic",
@@ -202,6 +219,10 @@ std::vector<JobField> TeacherFields() {
       {"teacher.model.tie_embeddings", "teacher"},
       {"teacher.model.dropout", "teacher"},
       {"teacher.model.init_seed", "teacher"},
+      {"teacher.model.init_from", "teacher"},
+      {"teacher.model.kv_heads", "teacher"},
+      {"teacher.model.rope_theta", "teacher"},
+      {"teacher.model.norm_eps", "teacher"},
       {"teacher.checkpoint", ""},
       {"teacher.tokenizer", "teacher"},
       {"teacher.top_k", "teacher"},
@@ -255,6 +276,10 @@ const std::vector<JobField>& JobFields() {
       {"model.tie_embeddings", "model.tie_embeddings"},
       {"model.dropout", "model.dropout"},
       {"model.init_seed", "model.init_seed"},
+      {"model.init_from", "model.init_from"},
+      {"model.kv_heads", "model.layer"},
+      {"model.rope_theta", "model.llama"},
+      {"model.norm_eps", "model.llama"},
       {"data.dataset", "data.dataset"},
       {"data.path", ""},
       {"data.seed", "data.seed"},

@@ -14,6 +14,8 @@ const char* ToString(ModelFamily v) {
       return "vit";
     case ModelFamily::kGpt:
       return "gpt";
+    case ModelFamily::kLlama:
+      return "llama";
   }
   return "?";
 }
@@ -61,6 +63,7 @@ int ModelSpec::NumLayers() const {
     case ModelFamily::kVit:
       return vit.depth + 2;
     case ModelFamily::kGpt:
+    case ModelFamily::kLlama:
       return gpt.depth + 2;
   }
   return 0;
@@ -73,6 +76,7 @@ int ModelSpec::InputFeatures() const {
     case ModelFamily::kVit:
       return vit.channels * vit.height * vit.width;
     case ModelFamily::kGpt:
+    case ModelFamily::kLlama:
       return gpt.context;
   }
   return 0;
@@ -85,12 +89,13 @@ int ModelSpec::Classes() const {
     case ModelFamily::kVit:
       return vit.classes;
     case ModelFamily::kGpt:
+    case ModelFamily::kLlama:
       return gpt.vocab;
   }
   return 0;
 }
 
-int ModelSpec::TargetsPerSample() const { return family == ModelFamily::kGpt ? gpt.context : 1; }
+int ModelSpec::TargetsPerSample() const { return IsLanguageModel() ? gpt.context : 1; }
 
 namespace {
 

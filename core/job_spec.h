@@ -17,7 +17,7 @@
 
 namespace strait {
 
-enum class ModelFamily { kMlp, kVit, kGpt };
+enum class ModelFamily { kMlp, kVit, kGpt, kLlama };
 enum class Activation { kRelu, kGelu };
 enum class DatasetKind { kFashionMnist, kSynthetic, kText };
 // Pipeline schedules (core/schedule.h): 1f1b and gpipe flush the pipeline every step and
@@ -89,31 +89,48 @@ struct VitSpec {
   int Tokens() const { return Patches() + 1; }  // The patches and the class token.
 };
 
-// Decoder-only transformer language model (GPT-2's shape): layer 0 is the token embedding plus a
-// learned position embedding, layers 1..depth are pre-LN blocks with causal self-attention, layer
-// depth+1 is the final LayerNorm and the LM head (logits over the vocabulary at every position). So
-// it has depth + 2 layers. A sample is a window of `context` tokens; what crosses a boundary
-// between sites is the residual stream [context, dim] per sample.
+// Decoder-only transformer language models: `gpt` (GPT-2's shape) and `llama` (LLaMA's). Layer 0
+// is the token embedding (gpt: plus a learned position embedding), layers 1..depth are pre-norm
+// blocks with causal self-attention, layer depth+1 is the final norm and the LM head (logits over
+// the vocabulary at every position). So it has depth + 2 layers. A sample is a window of `context`
+// tokens; what crosses a boundary between sites is the residual stream [context, dim] per sample.
+//   gpt: LayerNorm, GELU MLP (mlp_dim), biases, the head has a bias.
+//   llama: RMSNorm (norm_eps), rotary positions (rope_theta) on queries and keys, grouped-query
+//   attention (kv_heads key/value heads shared by heads / kv_heads query heads each), a SwiGLU
+//   MLP (mlp_dim: the width of its gate and up projections), no biases anywhere.
 struct GptSpec {
   int vocab = 256;  // Token ids in [0, vocab): 256 for `tokenizer: bytes`, else the model's size.
   int context = 128;
   int dim = 256;  // Must be divisible by heads.
   int depth = 6;
   int heads = 8;
-  int mlp_dim = 1024;  // 4 * dim unless set.
+  int mlp_dim = 1024;  // gpt: 4 * dim unless set. llama: required.
   float dropout = 0.0f;
-  // The LM head's weight is the token embedding (one matrix, [vocab, dim]). Each of the two layers
+  // The LM head's weight is the token embedding (one matrix, [vocab, D]). Each of the two layers
   // keeps a copy; both copies take the sum of the two gradients every step, so they stay equal
   // (across sites: exchanged through the gateway, sealed end to end; core/tied_embeddings.h).
   bool tie_embeddings = false;
+  // llama only.
+  int kv_heads = 0;  // Divides heads; 0: `heads` (KeyValueHeads()).
+  double rope_theta = 10000.0;
+  float norm_eps = 1e-5f;
+  int head_dim() const { return dim / heads; }
+  int KeyValueHeads() const { return kv_heads > 0 ? kv_heads : heads; }
 };
 
 struct ModelSpec {
   ModelFamily family = ModelFamily::kMlp;
   MlpSpec mlp;             // Valid when family == kMlp.
   VitSpec vit;             // Valid when family == kVit.
-  GptSpec gpt;             // Valid when family == kGpt.
+  GptSpec gpt;             // Valid when IsLanguageModel().
   uint64_t init_seed = 1;  // Parameter initialisation; identical whatever the split.
+  // gpt or llama: a Hugging Face model directory (model.safetensors, config.json; absolute) the
+  // parameters start from instead of init_seed's (site/nn/model_import.h). Empty: none.
+  std::string init_from;
+  // gpt or llama: token windows in, logits over the vocabulary out (model.gpt).
+  bool IsLanguageModel() const {
+    return family == ModelFamily::kGpt || family == ModelFamily::kLlama;
+  }
   int NumLayers() const;
   // Per-sample input size in floats (784 for 28x28 images; a gpt sample is `context` token ids,
   // each held exactly in a float).

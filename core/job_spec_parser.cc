@@ -153,14 +153,25 @@ absl::Status JobSpecParser::ParseModel(YamlMap& root, ModelSpec& m) {
   YamlMap map = Section(root, "model");
   STRAIT_RETURN_IF_ERROR(map.status());
   if (!map.node().IsDefined())
-    return root.Missing("model", "a mapping with 'family: mlp', 'family: vit' or 'family: gpt'");
-  STRAIT_RETURN_IF_ERROR(
-      map.Enum("family",
-               {{"mlp", ModelFamily::kMlp}, {"vit", ModelFamily::kVit}, {"gpt", ModelFamily::kGpt}},
-               &m.family, /*required=*/true));
+    return root.Missing("model", "a mapping with 'family: mlp', 'vit', 'gpt' or 'llama'");
+  STRAIT_RETURN_IF_ERROR(map.Enum("family",
+                                  {{"mlp", ModelFamily::kMlp},
+                                   {"vit", ModelFamily::kVit},
+                                   {"gpt", ModelFamily::kGpt},
+                                   {"llama", ModelFamily::kLlama}},
+                                  &m.family, /*required=*/true));
   int64_t seed = static_cast<int64_t>(m.init_seed);
   STRAIT_RETURN_IF_ERROR(map.Int("init_seed", int64_t{0}, INT64_MAX, &seed));
   m.init_seed = static_cast<uint64_t>(seed);
+  STRAIT_RETURN_IF_ERROR(map.String("init_from", &m.init_from));
+  if (!m.init_from.empty()) {
+    if (!m.IsLanguageModel()) {
+      return map.ErrorAt("init_from",
+                         "starts a gpt or llama from a Hugging Face model directory; "
+                         "this family has no Hugging Face layout");
+    }
+    m.init_from = Resolve(m.init_from);
+  }
 
   // Each family's own keys; a key of another family is an error that says so.
   const std::map<ModelFamily, std::vector<absl::string_view>> family_keys = {
@@ -168,7 +179,10 @@ absl::Status JobSpecParser::ParseModel(YamlMap& root, ModelSpec& m) {
       {ModelFamily::kVit,
        {"image", "patch", "dim", "depth", "heads", "mlp_dim", "classes", "dropout"}},
       {ModelFamily::kGpt,
-       {"vocab", "context", "dim", "depth", "heads", "mlp_dim", "dropout", "tie_embeddings"}}};
+       {"vocab", "context", "dim", "depth", "heads", "mlp_dim", "dropout", "tie_embeddings"}},
+      {ModelFamily::kLlama,
+       {"vocab", "context", "dim", "depth", "heads", "kv_heads", "mlp_dim", "rope_theta",
+        "norm_eps", "dropout", "tie_embeddings"}}};
   const std::vector<absl::string_view>& own = family_keys.at(m.family);
   for (const auto& [family, keys] : family_keys) {
     for (absl::string_view key : keys) {
@@ -180,7 +194,7 @@ absl::Status JobSpecParser::ParseModel(YamlMap& root, ModelSpec& m) {
       map.Allow(key);
     }
   }
-  if (m.family == ModelFamily::kGpt) return ParseGpt(map, m.gpt);
+  if (m.IsLanguageModel()) return ParseGpt(map, m.family, m.gpt);
   if (m.family == ModelFamily::kMlp) {
     MlpSpec& mlp = m.mlp;
     STRAIT_RETURN_IF_ERROR(map.Int("input", 1, kMaxWidth, &mlp.input));
@@ -219,7 +233,7 @@ absl::Status JobSpecParser::ParseModel(YamlMap& root, ModelSpec& m) {
   return Finish(map);
 }
 
-absl::Status JobSpecParser::ParseGpt(YamlMap& map, GptSpec& g) {
+absl::Status JobSpecParser::ParseGpt(YamlMap& map, ModelFamily family, GptSpec& g) {
   STRAIT_RETURN_IF_ERROR(map.Int("vocab", 2, kMaxWidth, &g.vocab));
   STRAIT_RETURN_IF_ERROR(map.Int("context", 1, 65536, &g.context, /*required=*/true));
   STRAIT_RETURN_IF_ERROR(map.Int("dim", 1, 65536, &g.dim, /*required=*/true));
@@ -229,10 +243,27 @@ absl::Status JobSpecParser::ParseGpt(YamlMap& map, GptSpec& g) {
     return map.ErrorAt("heads",
                        absl::StrCat("dim ", g.dim, " must be divisible by heads ", g.heads));
   }
+  const bool llama = family == ModelFamily::kLlama;
   g.mlp_dim = 4 * g.dim;
-  STRAIT_RETURN_IF_ERROR(map.Int("mlp_dim", 1, kMaxWidth, &g.mlp_dim));
+  STRAIT_RETURN_IF_ERROR(map.Int("mlp_dim", 1, kMaxWidth, &g.mlp_dim, /*required=*/llama));
   STRAIT_RETURN_IF_ERROR(map.Float("dropout", 0.0, 0.95, &g.dropout));
   STRAIT_RETURN_IF_ERROR(map.Bool("tie_embeddings", &g.tie_embeddings));
+  g.kv_heads = g.heads;
+  if (llama) {
+    STRAIT_RETURN_IF_ERROR(map.Int("kv_heads", 1, 1024, &g.kv_heads));
+    if (g.heads % g.kv_heads != 0) {
+      return map.ErrorAt(
+          "kv_heads", absl::StrCat("heads ", g.heads, " must be divisible by kv_heads ", g.kv_heads,
+                                   " (each key/value head serves as many query "
+                                   "heads)"));
+    }
+    if (g.head_dim() % 2 != 0) {
+      return map.ErrorAt("heads", absl::StrCat("rotary positions rotate pairs of a head's ",
+                                               g.head_dim(), " columns: dim / heads must be even"));
+    }
+    STRAIT_RETURN_IF_ERROR(map.Double("rope_theta", 1.0, 1e9, &g.rope_theta));
+    STRAIT_RETURN_IF_ERROR(map.Float("norm_eps", 1e-12, 0.1, &g.norm_eps));
+  }
   return Finish(map);
 }
 
@@ -241,7 +272,7 @@ absl::Status JobSpecParser::ParseData(YamlMap& root) {
   STRAIT_RETURN_IF_ERROR(map.status());
   DataSpec& d = spec_.data;
   const ModelSpec& m = spec_.model;
-  const bool gpt = m.family == ModelFamily::kGpt;
+  const bool gpt = m.IsLanguageModel();
   if (gpt) d.kind = DatasetKind::kText;
   STRAIT_RETURN_IF_ERROR(map.Enum("dataset",
                                   {{"fashion-mnist", DatasetKind::kFashionMnist},
@@ -249,8 +280,8 @@ absl::Status JobSpecParser::ParseData(YamlMap& root) {
                                    {"text", DatasetKind::kText}},
                                   &d.kind));
   if (gpt != (d.kind == DatasetKind::kText)) {
-    return map.ErrorAt("dataset", gpt ? "family gpt trains on 'dataset: text'"
-                                      : "'dataset: text' is for 'family: gpt'");
+    return map.ErrorAt("dataset", gpt ? "language models (gpt, llama) train on 'dataset: text'"
+                                      : "'dataset: text' is for 'family: gpt' or 'llama'");
   }
   const bool text = d.kind == DatasetKind::kText;
   STRAIT_RETURN_IF_ERROR(map.String("path", &d.path, /*required=*/text));

@@ -58,7 +58,7 @@ class JobSpecParser {
   // `model:` under `root` (the job's, or the teacher's) into `m`.
   absl::Status ParseModel(YamlMap& root, ModelSpec& m);
 
-  absl::Status ParseGpt(YamlMap& map, GptSpec& g);
+  absl::Status ParseGpt(YamlMap& map, ModelFamily family, GptSpec& g);  // gpt and llama
 
   absl::Status ParseData(YamlMap& root);
 

@@ -13,8 +13,8 @@ absl::Status JobSpecParser::ParseServing(YamlMap& root) {
   YamlMap map = Section(root, "serving");
   STRAIT_RETURN_IF_ERROR(map.status());
   if (!map.node().IsDefined()) return absl::OkStatus();
-  if (spec_.model.family != ModelFamily::kGpt) {
-    return root.ErrorAt("serving", "serves sampled text: it needs model.family gpt");
+  if (!spec_.model.IsLanguageModel()) {
+    return root.ErrorAt("serving", "serves sampled text: it needs a language model (gpt, llama)");
   }
   if (spec_.Replicas() > 1 || spec_.has_teacher) {
     return root.ErrorAt("serving", "a job with replicas or a teacher cannot serve yet");

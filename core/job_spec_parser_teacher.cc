@@ -44,6 +44,11 @@ absl::Status JobSpecParser::ParseTeacher(YamlMap& root) {
                                                 " machines; a teacher's student must end on one"));
   }
   STRAIT_RETURN_IF_ERROR(ParseModel(map, t.model));
+  if (!t.model.init_from.empty()) {
+    return map.ErrorAt("model",
+                       "a teacher's parameters are its teacher.checkpoint; remove "
+                       "model.init_from from the teacher");
+  }
   const ModelSpec& student = spec_.model;
   if (t.model.Classes() != student.Classes()) {
     return map.ErrorAt(

@@ -171,8 +171,7 @@ absl::Status JobSpecParser::ParseReplicas(YamlMap& root) {
                         "replicas need a split written in the job spec (every replica trains "
                         "the same one); give each site its layers instead of layers: auto");
   }
-  if (spec_.model.family == ModelFamily::kGpt && spec_.model.gpt.tie_embeddings &&
-      spec_.sites.size() > 1) {
+  if (spec_.model.IsLanguageModel() && spec_.model.gpt.tie_embeddings && spec_.sites.size() > 1) {
     // The last stage adds the first's share of the tied matrix's gradient at its update, after
     // the replicas' sums: it would add one replica's share to the mean of the others'.
     return root.ErrorAt("replicas",

@@ -125,6 +125,58 @@ std::vector<LayerLayout> GptLayout(const GptSpec& gpt) {
   return layers;
 }
 
+// LLaMA: no position table (rotary positions), RMSNorm (gamma only), grouped-query attention and
+// a SwiGLU MLP, no biases. The q, k, v projections follow each other, as do gate and up, so that
+// each trio or pair is one [rows, D] weight matrix in the layer's parameter arena (one product).
+LayerLayout LlamaBlockLayout(const GptSpec& gpt, int block) {
+  const int64_t t = gpt.context, d = gpt.dim, f = gpt.mlp_dim;
+  const int64_t q = int64_t{gpt.heads} * gpt.head_dim(),
+                kv = int64_t{gpt.KeyValueHeads()} * gpt.head_dim();
+  LayerLayout layout;
+  layout.index = block + 1;
+  layout.name = absl::StrCat("block", block);
+  layout.in_shape = {t, d};
+  layout.out_shape = {t, d};
+  AddParam(layout, "attn_norm.gamma", {d});
+  AddParam(layout, "attn.q.weight", {q, d});
+  AddParam(layout, "attn.k.weight", {kv, d});
+  AddParam(layout, "attn.v.weight", {kv, d});
+  AddParam(layout, "attn.o.weight", {d, q});
+  AddParam(layout, "mlp_norm.gamma", {d});
+  AddParam(layout, "mlp.gate.weight", {f, d});
+  AddParam(layout, "mlp.up.weight", {f, d});
+  AddParam(layout, "mlp.down.weight", {d, f});
+  layout.forward_flops = 2 * t * (d * (q + 2 * kv) + q * d + 3 * d * f) + 4 * t * t * q;
+  return layout;
+}
+
+std::vector<LayerLayout> LlamaLayout(const GptSpec& gpt) {
+  const int64_t t = gpt.context, d = gpt.dim, v = gpt.vocab;
+  std::vector<LayerLayout> layers;
+
+  LayerLayout embed;
+  embed.index = 0;
+  embed.name = "embed";
+  embed.in_shape = {t};
+  embed.out_shape = {t, d};
+  AddParam(embed, "token_embed", {v, d});
+  embed.forward_flops = t * d;
+  layers.push_back(std::move(embed));
+
+  for (int b = 0; b < gpt.depth; ++b) layers.push_back(LlamaBlockLayout(gpt, b));
+
+  LayerLayout head;
+  head.index = gpt.depth + 1;
+  head.name = "lm_head";
+  head.in_shape = {t, d};
+  head.out_shape = {t, v};
+  AddParam(head, "norm.gamma", {d});
+  AddParam(head, "fc.weight", {v, d});
+  head.forward_flops = 2 * t * d * v;
+  layers.push_back(std::move(head));
+  return layers;
+}
+
 }  // namespace
 
 int64_t NumElements(const std::vector<int64_t>& shape) {
@@ -145,6 +197,8 @@ std::vector<LayerLayout> BuildModelLayout(const ModelSpec& model) {
       return VitLayout(model.vit);
     case ModelFamily::kGpt:
       return GptLayout(model.gpt);
+    case ModelFamily::kLlama:
+      return LlamaLayout(model.gpt);
   }
   return {};
 }

@@ -156,7 +156,7 @@ absl::Status ValidateTensorKey(const v1::TensorKey& key, const JobSpec& spec) {
       }
       return absl::OkStatus();
     case v1::TIED:
-      if (spec.model.family != ModelFamily::kGpt || !spec.model.gpt.tie_embeddings) {
+      if (!spec.model.IsLanguageModel() || !spec.model.gpt.tie_embeddings) {
         return absl::InvalidArgumentError(
             "tied-embedding key in a job without model.tie_embeddings");
       }

@@ -21,6 +21,13 @@ std::vector<ParamShard> BlockShards() {
           kWhole, kWhole, kRows,    kRows,    kCols, kWhole};
 }
 
+// A llama block (core/model_layout.cc): attn_norm.gamma, attn.{q,k,v,o}.weight,
+// mlp_norm.gamma, mlp.{gate,up,down}.weight. q, k and v split by (query or key/value) head, gate
+// and up by column: each rank's q, k, v (and gate, up) still follow each other in its arena.
+std::vector<ParamShard> LlamaBlockShards() {
+  return {kWhole, kRows, kRows, kRows, kCols, kWhole, kRows, kRows, kCols};
+}
+
 bool IsBlock(const ModelSpec& model, int layer) {
   return model.family != ModelFamily::kMlp && layer > 0 && layer < model.NumLayers() - 1;
 }
@@ -72,7 +79,7 @@ std::vector<LayerShard> SplitLayers(const ModelSpec& model, LayerRange range, in
                                               : std::vector<ParamShard>{kCols, kWhole};
     } else if (parts > 1 && IsBlock(model, i)) {
       s.role = ShardRole::kBlock;
-      s.params = BlockShards();
+      s.params = model.family == ModelFamily::kLlama ? LlamaBlockShards() : BlockShards();
     }
     out.push_back(std::move(s));
   }
@@ -103,6 +110,11 @@ absl::Status CheckTensorSplit(const ModelSpec& model, LayerRange range, int part
         return absl::InvalidArgumentError(
             absl::StrCat("layer ", i, " (", layout[i].name, "): ", heads,
                          " attention heads do not split ", parts, " ways"));
+      }
+      if (model.family == ModelFamily::kLlama && model.gpt.KeyValueHeads() % parts != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("layer ", i, " (", layout[i].name, "): ", model.gpt.KeyValueHeads(),
+                         " key/value heads (model.kv_heads) do not split ", parts, " ways"));
       }
     }
   }

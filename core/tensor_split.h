@@ -12,6 +12,8 @@
 //   vit, gpt: every transformer block splits its attention heads (qkv column-parallel by head,
 //     proj row-parallel) and its MLP (fc1 column-, fc2 row-parallel): one all-reduce after each
 //     branch forward, one before each layer norm backward. Embeddings and heads are replicated.
+//   llama: likewise, q by query head, k and v by key/value head, gate and up column-parallel,
+//     o and down row-parallel.
 //
 // Replicated parameters (layer norms, the biases of row-parallel layers, embeddings, heads) are
 // whole on every rank and get the same gradient on every rank.
@@ -40,7 +42,7 @@ enum class ShardRole {
   kColumn,      // mlp: output features split.
   kRow,         // mlp: input features split (the input comes split).
   kRowSliced,   // mlp: input features split, each rank slicing the whole input itself.
-  kBlock,       // vit, gpt: a transformer block, heads and MLP split.
+  kBlock,       // vit, gpt, llama: a transformer block, heads and MLP split.
 };
 
 struct LayerShard {

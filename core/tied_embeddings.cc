@@ -7,7 +7,7 @@
 namespace strait {
 
 std::optional<TiedMatrix> TiedMatrixOf(const ModelSpec& model) {
-  if (model.family != ModelFamily::kGpt || !model.gpt.tie_embeddings) return std::nullopt;
+  if (!model.IsLanguageModel() || !model.gpt.tie_embeddings) return std::nullopt;
   const std::vector<LayerLayout> layout = BuildModelLayout(model);
   TiedMatrix tied;
   tied.embed_layer = 0;

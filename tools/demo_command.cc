@@ -127,7 +127,7 @@ void PrintSummary(const JobSpec& spec, harness::LocalFederation& fed, double wal
   } else if (accuracy) {
     std::printf("  test accuracy %.2f%%\n", 100 * *accuracy);
   }
-  if (spec.model.family != ModelFamily::kGpt) return;
+  if (!spec.model.IsLanguageModel()) return;
   // A language model shows what it learned: text sampled from the sites' final checkpoints.
   absl::StatusOr<TextSample> sample = SampleFromCheckpoints(
       spec, fed.dir().File("out"), "", 300, {.temperature = 0.8, .top_k = 40, .seed = 1}, 0);

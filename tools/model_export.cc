@@ -30,35 +30,51 @@ absl::StatusOr<ExportedModel> ExportModel(const ModelSpec& model, const std::vec
   for (const HfTensor& t : names) {
     const float* from = params.data() + offsets[t.layer][t.param];
     site::NamedTensor out{t.name, t.shape, {}};
-    const int64_t n = NumElements(t.shape);
-    out.values.resize(static_cast<size_t>(n));
-    if (!t.transposed) {
-      std::copy_n(from, n, out.values.begin());
-    } else {  // Strait's [rows = shape[1], cols = shape[0]] -> [shape[0], shape[1]].
-      const int64_t rows = t.shape[1], cols = t.shape[0];
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < cols; ++c) out.values[c * rows + r] = from[r * cols + c];
-      }
-    }
+    out.values.resize(static_cast<size_t>(NumElements(t.shape)));
+    ToHfLayout(t, from, out.values.data());
     tensors.push_back(std::move(out));
   }
-  const GptSpec& g = model.gpt;
-  const nlohmann::ordered_json config = {
-      {"architectures", {"GPT2LMHeadModel"}},
-      {"model_type", "gpt2"},
-      {"vocab_size", g.vocab},
-      {"n_positions", g.context},
-      {"n_ctx", g.context},
-      {"n_embd", g.dim},
-      {"n_layer", g.depth},
-      {"n_head", g.heads},
-      {"n_inner", g.mlp_dim},
-      {"activation_function", "gelu_new"},
-      {"layer_norm_epsilon", 1e-5},
-      {"tie_word_embeddings", g.tie_embeddings},
-      {"torch_dtype", dtype == site::SafetensorsDtype::kF32 ? "float32" : "bfloat16"}};
+  const std::string torch_dtype = dtype == site::SafetensorsDtype::kF32 ? "float32" : "bfloat16";
   return ExportedModel{site::EncodeSafetensors(tensors, dtype, {{"format", "pt"}}),
-                       config.dump(2) + "\n"};
+                       HfConfigJson(model, torch_dtype)};
+}
+
+std::string HfConfigJson(const ModelSpec& model, const std::string& torch_dtype) {
+  const GptSpec& g = model.gpt;
+  if (model.family == ModelFamily::kLlama) {
+    const nlohmann::ordered_json config = {{"architectures", {"LlamaForCausalLM"}},
+                                           {"model_type", "llama"},
+                                           {"vocab_size", g.vocab},
+                                           {"hidden_size", g.dim},
+                                           {"intermediate_size", g.mlp_dim},
+                                           {"num_hidden_layers", g.depth},
+                                           {"num_attention_heads", g.heads},
+                                           {"num_key_value_heads", g.KeyValueHeads()},
+                                           {"head_dim", g.head_dim()},
+                                           {"max_position_embeddings", g.context},
+                                           {"rms_norm_eps", g.norm_eps},
+                                           {"rope_theta", g.rope_theta},
+                                           {"hidden_act", "silu"},
+                                           {"attention_bias", false},
+                                           {"mlp_bias", false},
+                                           {"tie_word_embeddings", g.tie_embeddings},
+                                           {"torch_dtype", torch_dtype}};
+    return config.dump(2) + "\n";
+  }
+  const nlohmann::ordered_json config = {{"architectures", {"GPT2LMHeadModel"}},
+                                         {"model_type", "gpt2"},
+                                         {"vocab_size", g.vocab},
+                                         {"n_positions", g.context},
+                                         {"n_ctx", g.context},
+                                         {"n_embd", g.dim},
+                                         {"n_layer", g.depth},
+                                         {"n_head", g.heads},
+                                         {"n_inner", g.mlp_dim},
+                                         {"activation_function", "gelu_new"},
+                                         {"layer_norm_epsilon", 1e-5},
+                                         {"tie_word_embeddings", g.tie_embeddings},
+                                         {"torch_dtype", torch_dtype}};
+  return config.dump(2) + "\n";
 }
 
 }  // namespace strait::tools

@@ -15,10 +15,10 @@ absl::StatusOr<TextSample> SampleFromCheckpoints(const JobSpec& spec, const std:
                                                  const std::string& prompt, int tokens,
                                                  const site::SamplingOptions& sampling,
                                                  int threads) {
-  if (spec.model.family != ModelFamily::kGpt) {
+  if (!spec.model.IsLanguageModel()) {
     return absl::InvalidArgumentError(absl::StrCat("the job spec trains a ",
                                                    ToString(spec.model.family),
-                                                   " model; text comes from family gpt"));
+                                                   " model; text comes from a gpt or a llama"));
   }
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<site::Tokenizer> tokenizer,
                           site::LoadTokenizer(spec.data, spec.model.gpt));

@@ -167,6 +167,36 @@ class Backend {
                                  TypedPtr dx /*[rows, dim]*/, float* dgamma /*[dim]*/,
                                  float* dbeta /*[dim]*/) = 0;
 
+  // LLaMA's ops (site/nn/llama_block.h).
+  // Per row: y = x * rstd * gamma, rstd = 1 / sqrt(mean(x^2) + eps), saved for the backward.
+  virtual void RmsNormForward(int64_t rows, int dim, float eps, ConstTypedPtr x /*[rows, dim]*/,
+                              const float* gamma /*[dim]*/, TypedPtr y /*[rows, dim]*/,
+                              float* rstd /*[rows]*/) = 0;
+  // Accumulating: dx and dgamma.
+  virtual void RmsNormBackward(int64_t rows, int dim, ConstTypedPtr x, const float* gamma,
+                               const float* rstd, ConstTypedPtr dy, TypedPtr dx, float* dgamma) = 0;
+  // Rotary positions, in place: row r of x (stride ldx) is token r % tokens of its sample, and
+  // holds `heads` heads of width dh from its first column; pair (2i, 2i+1) of every head turns by
+  // the angle RotaryCosSin (site/backend/op_math.h) gives for that token. `inverse` turns back by
+  // the same angle: the backward (a rotation's transpose is its inverse).
+  virtual void Rotary(int64_t rows, int tokens, int heads, int dh, double theta, bool inverse,
+                      TypedPtr x, int64_t ldx) = 0;
+  // SwiGLU: gate_up [rows, 2f] (the gate's f columns, then the up projection's) ->
+  // y [rows, f] = silu(gate) * up.
+  virtual void SwiGluForward(int64_t rows, int f, ConstTypedPtr gate_up, TypedPtr y) = 0;
+  // dgate_up [rows, 2f] (overwritten) from dy [rows, f] and the forward's gate_up.
+  virtual void SwiGluBackward(int64_t rows, int f, ConstTypedPtr gate_up, ConstTypedPtr dy,
+                              TypedPtr dgate_up) = 0;
+  // Grouped-query attention on the attention ops' layout: qkv [rows, (heads + 2 kv_heads) dh]
+  // (queries, then kv_heads keys, then kv_heads values) -> full [rows, 3 heads dh] (AttentionDims'
+  // qkv), key and value head g repeated for the heads / kv_heads query heads g serves.
+  virtual void RepeatKvHeads(int64_t rows, int heads, int kv_heads, int dh, ConstTypedPtr qkv,
+                             TypedPtr full) = 0;
+  // The backward: dqkv (overwritten) gets dfull's queries, and each key and value head the sum of
+  // the gradients of its copies, in query-head order.
+  virtual void SumKvHeads(int64_t rows, int heads, int kv_heads, int dh, ConstTypedPtr dfull,
+                          TypedPtr dqkv) = 0;
+
   // Per row: y = softmax(scale * x). Causal: row r covers columns [0, r % cols] only and the later
   // columns get 0 (self-attention where query r % cols sees the keys up to its own position).
   // y may alias x.

@@ -83,6 +83,23 @@ STRAIT_HOST_DEVICE inline float GeluGrad(float x) {
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kC * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
+// SiLU (LLaMA's SwiGLU gate): x sigmoid(x), and its derivative.
+STRAIT_HOST_DEVICE inline float Silu(float x) { return x / (1.0f + expf(-x)); }
+STRAIT_HOST_DEVICE inline float SiluGrad(float x) {
+  const float s = 1.0f / (1.0f + expf(-x));
+  return s * (1.0f + x * (1.0f - s));
+}
+
+// Rotary positions: the angle by which pair i (columns 2i, 2i+1) of a head of width dh turns at
+// position t, t * theta^(-2i/dh), in double so that every backend turns by the same float cos and
+// sin (the angle reaches thousands of radians at long contexts).
+STRAIT_HOST_DEVICE inline void RotaryCosSin(int64_t t, int i, int dh, double theta, float* c,
+                                            float* s) {
+  const double angle = static_cast<double>(t) * pow(theta, -2.0 * i / dh);
+  *c = static_cast<float>(cos(angle));
+  *s = static_cast<float>(sin(angle));
+}
+
 // Dropout's multiplier for element i: 0 (dropped, probability p) or 1 / (1 - p).
 STRAIT_HOST_DEVICE inline float DropoutScale(float p, uint64_t key, uint64_t i) {
   return CounterUniform(key, i) >= p ? 1.0f / (1.0f - p) : 0.0f;

@@ -414,7 +414,7 @@ void SiteSession::ReportEvaluation(int64_t step, const Evaluation& e) {
   v1::HeldOutEvaluation report;
   report.set_loss(e.loss);
   report.set_accuracy(e.accuracy);
-  if (spec_.model.family == ModelFamily::kGpt) {
+  if (spec_.model.IsLanguageModel()) {
     report.set_language_model(true);
     report.set_bits_per_byte(BitsPerByte(e));
   }

@@ -14,7 +14,7 @@ Evaluation MeanOverTargets(double loss_sum, int64_t correct, double targets) {
 double BitsPerByte(const Evaluation& e) { return e.loss / e.bytes_per_token / std::log(2.0); }
 
 std::string DescribeEvaluation(const ModelSpec& model, const Evaluation& e) {
-  if (model.family != ModelFamily::kGpt) {
+  if (!model.IsLanguageModel()) {
     return absl::StrFormat("test accuracy %.2f%%", 100 * e.accuracy);
   }
   // Bytes per token shows only where a token is not one byte (a SentencePiece tokenizer).
@@ -27,7 +27,7 @@ std::string DescribeEvaluation(const ModelSpec& model, const Evaluation& e) {
 
 void AddEvaluationJson(const ModelSpec& model, const Evaluation& e, nlohmann::json& out) {
   out["test_accuracy"] = e.accuracy;
-  if (model.family == ModelFamily::kGpt) {
+  if (model.IsLanguageModel()) {
     out["val_loss"] = e.loss;
     out["val_bits_per_byte"] = BitsPerByte(e);
     out["val_bytes_per_token"] = e.bytes_per_token;

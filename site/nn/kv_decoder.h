@@ -1,9 +1,10 @@
-// Incremental decoding of a GPT's layers with a key/value cache (text generation and serving): the
-// positions of one sequence go through layers [a, b) one at a time, each block keeping the keys and
-// values of the positions before, so a new position costs one row through every layer plus its
-// attention over the cached positions instead of a whole window's forward. Host fp32 arithmetic
-// with the training forward's formulas (LayerNorm's epsilon, GELU's tanh: site/backend/op_math.h),
-// so its logits agree with Stage::Forward's up to the order of float sums. Not thread-safe.
+// Incremental decoding of a language model's layers (gpt, llama) with a key/value cache (text
+// generation and serving): the positions of one sequence go through layers [a, b) one at a time,
+// each block keeping the keys and values of the positions before, so a new position costs one row
+// through every layer plus its attention over the cached positions instead of a whole window's
+// forward. Host fp32 arithmetic with the training forward's formulas (LayerNorm's epsilon, GELU's
+// tanh, RMSNorm, the rotary angles: site/backend/op_math.h), so its logits agree with
+// Stage::Forward's up to the order of float sums. Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -18,9 +19,9 @@ namespace strait::site {
 
 class KvDecoder {
  public:
-  // Layers `range` of `model` (family gpt) with `params`, those layers' parameters in layout order
-  // (a checkpoint's, or the whole model's from InitialParams). INVALID_ARGUMENT on a count that
-  // does not fit.
+  // Layers `range` of `model` (gpt or llama) with `params`, those layers' parameters in layout
+  // order (a checkpoint's, or the whole model's from InitialParams). INVALID_ARGUMENT on a count
+  // that does not fit.
   static absl::StatusOr<std::unique_ptr<KvDecoder>> Create(const ModelSpec& model, LayerRange range,
                                                            std::vector<float> params);
   ~KvDecoder();
@@ -38,17 +39,21 @@ class KvDecoder {
 
  private:
   struct Block;
-  KvDecoder(const GptSpec& gpt, LayerRange range, int last_layer);
-  void RunBlock(Block& block, std::vector<float>& x);
+  KvDecoder(const ModelSpec& model, LayerRange range, int last_layer);
+  bool llama() const { return family_ == ModelFamily::kLlama; }
+  void RunBlock(Block& block, std::vector<float>& x);       // gpt's
+  void RunLlamaBlock(Block& block, std::vector<float>& x);  // llama's
+  void Attend(const Block& block, const float* q, int t, float* out) const;
 
   GptSpec gpt_;
+  ModelFamily family_;
   LayerRange range_;
   int last_layer_;  // The model's LM head.
   std::vector<float> params_;
   const float* token_embed_ = nullptr;  // Layer 0's, when in range.
-  const float* pos_embed_ = nullptr;
+  const float* pos_embed_ = nullptr;    // gpt's only.
   std::vector<Block> blocks_;
-  const float* head_ = nullptr;  // ln.gamma, ln.beta, fc.weight, fc.bias, when in range.
+  const float* head_ = nullptr;  // The head's parameters, when in range.
   int position_ = 0;
 };
 

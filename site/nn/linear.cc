@@ -12,6 +12,17 @@ void LinearForward(Backend& backend, int64_t rows, int in, int out, ConstTypedPt
                epilogue);
 }
 
+void RowParallelForward(Backend& backend, const TensorShard& shard, int64_t rows, int in, int out,
+                        ConstTypedPtr x, ConstTypedPtr w, const float* b, TypedPtr y) {
+  if (shard.parts == 1) {
+    LinearForward(backend, rows, in, out, x, w, b, ActivationOp::kNone, y, y);
+    return;
+  }
+  backend.Gemm(false, true, static_cast<int>(rows), out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+  shard.reducer->AllReduceSum(backend, y, rows * out);
+  if (b != nullptr) backend.BiasActivation(rows, out, b, ActivationOp::kNone, y, y);
+}
+
 void LinearBackward(Backend& backend, int64_t rows, int in, int out, ConstTypedPtr x,
                     ConstTypedPtr w, ConstTypedPtr dpre, TypedPtr dx, float* dw, float* db,
                     bool accumulate_dx) {

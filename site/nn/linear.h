@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "site/backend/backend.h"
+#include "site/nn/layer.h"
 
 namespace strait::site {
 
@@ -14,6 +15,12 @@ namespace strait::site {
 void LinearForward(Backend& backend, int64_t rows, int in, int out, ConstTypedPtr x /*[rows, in]*/,
                    ConstTypedPtr w /*[out, in]*/, const float* b /*[out]*/, ActivationOp act,
                    TypedPtr pre /*[rows, out]*/, TypedPtr y /*[rows, out]*/);
+
+// Row-parallel under tensor parallelism: y [rows, out] = x [rows, in] W^T summed over the ranks
+// of `shard` (each holds `in` of the input features), then + b (may be null). LinearForward for a
+// whole layer.
+void RowParallelForward(Backend& backend, const TensorShard& shard, int64_t rows, int in, int out,
+                        ConstTypedPtr x, ConstTypedPtr w, const float* b, TypedPtr y);
 
 // Given dpre = dLoss/dpre: dw += dpre^T x, db += column sums of dpre (unless db is null: a fused
 // product computed it), dx = dpre W (unless dx is null; overwritten, or accumulated when

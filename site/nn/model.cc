@@ -11,6 +11,7 @@
 #include "site/backend/counter_rng.h"
 #include "site/nn/dense_layer.h"
 #include "site/nn/gpt_layers.h"
+#include "site/nn/llama_block.h"
 #include "site/nn/transformer_block.h"
 #include "site/nn/vit_layers.h"
 
@@ -64,7 +65,10 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec&
       if (i == 0) {
         layers.push_back(std::make_unique<TokenEmbedLayer>(std::move(l), act, g));
       } else if (i == total - 1) {
-        layers.push_back(std::make_unique<LmHead>(std::move(l), act, g));
+        layers.push_back(std::make_unique<LmHead>(std::move(l), act, g, model.family));
+      } else if (model.family == ModelFamily::kLlama) {
+        layers.push_back(
+            std::make_unique<LlamaBlock>(std::move(l), act, g, fused(g.dim, g.heads), layer_shard));
       } else {
         layers.push_back(std::make_unique<TransformerBlock>(
             std::move(l), act,

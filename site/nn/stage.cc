@@ -10,6 +10,7 @@
 #include "core/tied_embeddings.h"
 #include "site/backend/counter_rng.h"
 #include "site/nn/model.h"
+#include "site/nn/model_import.h"
 
 namespace strait::site {
 
@@ -151,12 +152,16 @@ Stage::~Stage() = default;
 int64_t Stage::input_features() const { return layers_.front()->in_features(); }
 int64_t Stage::output_features() const { return layers_.back()->out_features(); }
 
-std::vector<float> Stage::InitialParams() const {
+absl::StatusOr<std::vector<float>> Stage::InitialParams() const {
   std::vector<float> whole(full_param_count());
-  for (size_t k = 0; k < layers_.size(); ++k) {
-    for (size_t p = 0; p < full_offsets_[k].size(); ++p) {
-      InitParameter(model_, full_layouts_[k], static_cast<int>(p),
-                    whole.data() + full_offsets_[k][p]);
+  if (!model_.init_from.empty()) {
+    STRAIT_ASSIGN_OR_RETURN(whole, ImportLayers(model_, range_, model_.init_from));
+  } else {
+    for (size_t k = 0; k < layers_.size(); ++k) {
+      for (size_t p = 0; p < full_offsets_[k].size(); ++p) {
+        InitParameter(model_, full_layouts_[k], static_cast<int>(p),
+                      whole.data() + full_offsets_[k][p]);
+      }
     }
   }
   if (parts_ == 1) return whole;

@@ -102,9 +102,10 @@ class Stage {
   void PutShards(const float* local, int index, float* full) const;
   int tensor_parts() const { return parts_; }
 
-  // The initial parameters L_0 in layout order (InitParameter: a pure function of the seed, the
-  // layer and the parameter, so every split has the same). Host memory.
-  std::vector<float> InitialParams() const;
+  // The initial parameters L_0 in layout order: model.init_from's tensors of this stage's layers
+  // (model_import.h), or InitParameter's (a pure function of the seed, the layer and the
+  // parameter). Either way every split has the same. Host memory; blocks on file reads.
+  absl::StatusOr<std::vector<float>> InitialParams() const;
   // Per-layer views of a parameter arena `weights` and a gradient arena `grads` (device memory of
   // param_count() floats each, layout order; not owned), and of `operands`, the weights' copy in
   // the activation type that products read (param_count() elements; none: products read weights).

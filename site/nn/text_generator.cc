@@ -12,9 +12,9 @@ namespace strait::site {
 
 absl::StatusOr<std::unique_ptr<TextGenerator>> TextGenerator::Create(
     const ModelSpec& model, const std::vector<float>& params, std::unique_ptr<Backend> backend) {
-  if (model.family != ModelFamily::kGpt) {
+  if (!model.IsLanguageModel()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "text generation needs a language model (family gpt), not ", ToString(model.family)));
+        "text generation needs a language model (gpt, llama), not ", ToString(model.family)));
   }
   std::unique_ptr<TextGenerator> g(new TextGenerator());
   g->model_ = model;

@@ -110,18 +110,6 @@ int64_t TransformerBlock::ScratchBytes(int n) const {
          AttentionScratchBytes(Shape(n), act_dtype());
 }
 
-void TransformerBlock::RowParallel(Backend& backend, int64_t rows, int in, ConstTypedPtr x,
-                                   ConstTypedPtr w, const float* b, TypedPtr y) const {
-  const int d = spec_.dim;
-  if (shard_.parts == 1) {
-    LinearForward(backend, rows, in, d, x, w, b, ActivationOp::kNone, y, y);
-    return;
-  }
-  backend.Gemm(false, true, static_cast<int>(rows), d, in, 1.0f, x, in, w, in, 0.0f, y, d);
-  shard_.reducer->AllReduceSum(backend, y, rows * d);
-  backend.BiasActivation(rows, d, b, ActivationOp::kNone, y, y);
-}
-
 void TransformerBlock::SumPartial(Backend& backend, TypedPtr x, int64_t count) const {
   if (shard_.parts > 1) shard_.reducer->AllReduceSum(backend, x, count);
 }
@@ -145,7 +133,8 @@ void TransformerBlock::Forward(Backend& backend, const LayerParams& params, cons
   LinearForward(backend, rows, d, 3 * dl, s.xn1, params.Operand(kQkvW), w[kQkvB],
                 ActivationOp::kNone, s.qkv, s.qkv);
   AttentionForward(backend, Shape(n), s.qkv, s.att, s.attn, attn_scratch);
-  RowParallel(backend, rows, dl, s.att, params.Operand(kProjW), w[kProjB], branch);
+  RowParallelForward(backend, shard_, rows, dl, d, s.att, params.Operand(kProjW), w[kProjB],
+                     branch);
   if (drop) {
     backend.Dropout(rd, spec_.dropout, CombineKey(pass.dropout_key, 1), offset, branch, branch);
   }
@@ -155,7 +144,7 @@ void TransformerBlock::Forward(Backend& backend, const LayerParams& params, cons
   // y = r1 + drop(fc2(gelu(fc1(ln2(r1)))))
   LinearForward(backend, rows, d, f, s.xn2, params.Operand(kFc1W), w[kFc1B], ActivationOp::kGelu,
                 s.h, s.g);
-  RowParallel(backend, rows, f, s.g, params.Operand(kFc2W), w[kFc2B], y);
+  RowParallelForward(backend, shard_, rows, f, d, s.g, params.Operand(kFc2W), w[kFc2B], y);
   if (drop) backend.Dropout(rd, spec_.dropout, CombineKey(pass.dropout_key, 2), offset, y, y);
   backend.Axpy(rd, 1.0f, s.r1, y);
 }

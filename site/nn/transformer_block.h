@@ -41,9 +41,6 @@ class TransformerBlock final : public Layer {
  private:
   AttentionShape Shape(int n) const;  // This rank's heads.
   int64_t ScratchBytesBeforeAttention(int64_t rows) const;
-  // y [rows, D] = x [rows, in] W^T summed over the ranks, + b.
-  void RowParallel(Backend& backend, int64_t rows, int in, ConstTypedPtr x, ConstTypedPtr w,
-                   const float* b, TypedPtr y) const;
   // Sums a partial gradient over the ranks (nothing for a whole block).
   void SumPartial(Backend& backend, TypedPtr x, int64_t count) const;
 

@@ -58,7 +58,7 @@ absl::StatusOr<std::unique_ptr<WeightHistory>> WeightHistory::Create(const Stage
     }
   }
   // Every version starts as L_0 (steps 0 and 1 of 2bw both use it; P_0 = L_0).
-  const std::vector<float> initial = stage.InitialParams();
+  STRAIT_ASSIGN_OR_RETURN(const std::vector<float> initial, stage.InitialParams());
   for (size_t slot = 0; slot < h->weights_.size(); ++slot) {
     h->backend_->CopyToDevice(h->weights_[slot].f32(), initial.data(),
                               sizeof(float) * initial.size());

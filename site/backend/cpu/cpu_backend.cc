@@ -16,6 +16,7 @@
 #include "site/backend/cpu/cpu_attention.h"
 #include "site/backend/cpu/cpu_loops.h"
 #include "site/backend/cpu/f32_views.h"
+#include "site/backend/cpu/llama_loops.h"
 #include "site/backend/cpu/thread_pool.h"
 #include "site/backend/op_math.h"
 
@@ -187,6 +188,54 @@ class CpuBackend final : public Backend {
     cpu::LayerNormBackward(pool_, rows, dim, fx.get(), gamma, mean, rstd, fdy.get(), fdx.get(),
                            dgamma, dbeta);
     fdx.Commit();
+  }
+
+  void RmsNormForward(int64_t rows, int dim, float eps, ConstTypedPtr x, const float* gamma,
+                      TypedPtr y, float* rstd) override {
+    F32In fx(x, rows * dim);
+    F32Out fy(y, rows * dim, false);
+    cpu::RmsNormForward(pool_, rows, dim, eps, fx.get(), gamma, fy.get(), rstd);
+    fy.Commit();
+  }
+  void RmsNormBackward(int64_t rows, int dim, ConstTypedPtr x, const float* gamma,
+                       const float* rstd, ConstTypedPtr dy, TypedPtr dx, float* dgamma) override {
+    F32In fx(x, rows * dim), fdy(dy, rows * dim);
+    F32Out fdx(dx, rows * dim, true);
+    cpu::RmsNormBackward(pool_, rows, dim, fx.get(), gamma, rstd, fdy.get(), fdx.get(), dgamma);
+    fdx.Commit();
+  }
+  void Rotary(int64_t rows, int tokens, int heads, int dh, double theta, bool inverse, TypedPtr x,
+              int64_t ldx) override {
+    F32Out fx(x, MatrixSpan(static_cast<int>(rows), heads * dh, static_cast<int>(ldx)), true);
+    cpu::Rotary(pool_, rows, tokens, heads, dh, theta, inverse, fx.get(), ldx);
+    fx.Commit();
+  }
+  void SwiGluForward(int64_t rows, int f, ConstTypedPtr gate_up, TypedPtr y) override {
+    F32In fg(gate_up, rows * 2 * f);
+    F32Out fy(y, rows * f, false);
+    cpu::SwiGluForward(pool_, rows, f, fg.get(), fy.get());
+    fy.Commit();
+  }
+  void SwiGluBackward(int64_t rows, int f, ConstTypedPtr gate_up, ConstTypedPtr dy,
+                      TypedPtr dgate_up) override {
+    F32In fg(gate_up, rows * 2 * f), fdy(dy, rows * f);
+    F32Out fd(dgate_up, rows * 2 * f, false);
+    cpu::SwiGluBackward(pool_, rows, f, fg.get(), fdy.get(), fd.get());
+    fd.Commit();
+  }
+  void RepeatKvHeads(int64_t rows, int heads, int kv_heads, int dh, ConstTypedPtr qkv,
+                     TypedPtr full) override {
+    F32In fq(qkv, rows * (heads + 2 * kv_heads) * dh);
+    F32Out ff(full, rows * 3 * heads * dh, false);
+    cpu::RepeatKvHeads(pool_, rows, heads, kv_heads, dh, fq.get(), ff.get());
+    ff.Commit();
+  }
+  void SumKvHeads(int64_t rows, int heads, int kv_heads, int dh, ConstTypedPtr dfull,
+                  TypedPtr dqkv) override {
+    F32In ff(dfull, rows * 3 * heads * dh);
+    F32Out fq(dqkv, rows * (heads + 2 * kv_heads) * dh, false);
+    cpu::SumKvHeads(pool_, rows, heads, kv_heads, dh, ff.get(), fq.get());
+    fq.Commit();
   }
 
   void SoftmaxRows(int64_t rows, int cols, float scale, bool causal, ConstTypedPtr x,

@@ -220,6 +220,37 @@ class CudaBackend final : public Backend {
     Check(STRAIT_CUDA_CHECK(LaunchLayerNormBackward(stream_, rows, dim, x, gamma, mean, rstd, dy,
                                                     dx, dgamma, dbeta, partials)));
   }
+  void RmsNormForward(int64_t rows, int dim, float eps, ConstTypedPtr x, const float* gamma,
+                      TypedPtr y, float* rstd) override {
+    Check(STRAIT_CUDA_CHECK(LaunchRmsNormForward(stream_, rows, dim, eps, x, gamma, y, rstd)));
+  }
+  void RmsNormBackward(int64_t rows, int dim, ConstTypedPtr x, const float* gamma,
+                       const float* rstd, ConstTypedPtr dy, TypedPtr dx, float* dgamma) override {
+    float* partials = PartialsFor(rows, dim);
+    if (partials == nullptr) return;
+    Check(STRAIT_CUDA_CHECK(
+        LaunchRmsNormBackward(stream_, rows, dim, x, gamma, rstd, dy, dx, dgamma, partials)));
+  }
+  void Rotary(int64_t rows, int tokens, int heads, int dh, double theta, bool inverse, TypedPtr x,
+              int64_t ldx) override {
+    Check(
+        STRAIT_CUDA_CHECK(LaunchRotary(stream_, rows, tokens, heads, dh, theta, inverse, x, ldx)));
+  }
+  void SwiGluForward(int64_t rows, int f, ConstTypedPtr gate_up, TypedPtr y) override {
+    Check(STRAIT_CUDA_CHECK(LaunchSwiGluForward(stream_, rows, f, gate_up, y)));
+  }
+  void SwiGluBackward(int64_t rows, int f, ConstTypedPtr gate_up, ConstTypedPtr dy,
+                      TypedPtr dgate_up) override {
+    Check(STRAIT_CUDA_CHECK(LaunchSwiGluBackward(stream_, rows, f, gate_up, dy, dgate_up)));
+  }
+  void RepeatKvHeads(int64_t rows, int heads, int kv_heads, int dh, ConstTypedPtr qkv,
+                     TypedPtr full) override {
+    Check(STRAIT_CUDA_CHECK(LaunchRepeatKvHeads(stream_, rows, heads, kv_heads, dh, qkv, full)));
+  }
+  void SumKvHeads(int64_t rows, int heads, int kv_heads, int dh, ConstTypedPtr dfull,
+                  TypedPtr dqkv) override {
+    Check(STRAIT_CUDA_CHECK(LaunchSumKvHeads(stream_, rows, heads, kv_heads, dh, dfull, dqkv)));
+  }
   void SoftmaxRows(int64_t rows, int cols, float scale, bool causal, ConstTypedPtr x,
                    TypedPtr y) override {
     Check(STRAIT_CUDA_CHECK(LaunchSoftmaxRows(stream_, rows, cols, scale, causal, x, y)));

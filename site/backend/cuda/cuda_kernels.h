@@ -50,6 +50,22 @@ cudaError_t LaunchLayerNormBackward(cudaStream_t s, int64_t rows, int dim, Const
                                     const float* gamma, const float* mean, const float* rstd,
                                     ConstTypedPtr dy, TypedPtr dx, float* dgamma, float* dbeta,
                                     float* partials);
+// LLaMA's ops (llama_kernels.cu). partials: PartialFloats(rows, dim).
+cudaError_t LaunchRmsNormForward(cudaStream_t s, int64_t rows, int dim, float eps, ConstTypedPtr x,
+                                 const float* gamma, TypedPtr y, float* rstd);
+cudaError_t LaunchRmsNormBackward(cudaStream_t s, int64_t rows, int dim, ConstTypedPtr x,
+                                  const float* gamma, const float* rstd, ConstTypedPtr dy,
+                                  TypedPtr dx, float* dgamma, float* partials);
+cudaError_t LaunchRotary(cudaStream_t s, int64_t rows, int tokens, int heads, int dh, double theta,
+                         bool inverse, TypedPtr x, int64_t ldx);
+cudaError_t LaunchSwiGluForward(cudaStream_t s, int64_t rows, int f, ConstTypedPtr gate_up,
+                                TypedPtr y);
+cudaError_t LaunchSwiGluBackward(cudaStream_t s, int64_t rows, int f, ConstTypedPtr gate_up,
+                                 ConstTypedPtr dy, TypedPtr dgate_up);
+cudaError_t LaunchRepeatKvHeads(cudaStream_t s, int64_t rows, int heads, int kv_heads, int dh,
+                                ConstTypedPtr qkv, TypedPtr full);
+cudaError_t LaunchSumKvHeads(cudaStream_t s, int64_t rows, int heads, int kv_heads, int dh,
+                             ConstTypedPtr dfull, TypedPtr dqkv);
 cudaError_t LaunchSoftmaxRows(cudaStream_t s, int64_t rows, int cols, float scale, bool causal,
                               ConstTypedPtr x, TypedPtr y);
 cudaError_t LaunchSoftmaxRowsBackward(cudaStream_t s, int64_t rows, int cols, float scale,

@@ -325,4 +325,10 @@ cudaError_t LaunchLayerNormParamGrads(cudaStream_t s, int64_t rows, int dim, Con
                                       const float* mean, const float* rstd, ConstTypedPtr dy,
                                       float* dgamma, float* dbeta, float* partials);
 
+// RMSNorm backward's dgamma (reduction_kernels.cu): the column sums of x * rstd * dy, added into
+// dgamma. partials: PartialFloats(rows, dim).
+cudaError_t LaunchRmsNormParamGrads(cudaStream_t s, int64_t rows, int dim, ConstTypedPtr x,
+                                    const float* rstd, ConstTypedPtr dy, float* dgamma,
+                                    float* partials);
+
 }  // namespace strait::site::cuda_kernels_internal

@@ -165,6 +165,23 @@ struct LayerNormParamsOp {
   }
 };
 
+// RMSNorm backward's dgamma: the column sums of x * rstd * dy.
+struct RmsNormParamsOp {
+  static constexpr int kSums = 1;
+  In x, dy;
+  const float* rstd;
+  int dim;
+  template <int N>
+  __device__ void Row(int64_t r, int c, float (&acc)[kSums][N]) const {
+    float xv[N], dyv[N];
+    LoadV<N>(x, r * dim + c, xv);
+    LoadV<N>(dy, r * dim + c, dyv);
+    const float rs = rstd[r];
+#pragma unroll
+    for (int e = 0; e < N; ++e) acc[0][e] += dyv[e] * xv[e] * rs;
+  }
+};
+
 // ---------------------------------------------------------------------------------------------
 // The GEMM epilogue on the f32 product t [m, n] (packed): v = t (+ bias); pre = v; v = act(v);
 // v = v * act'(act_input) (grad_of); c = v. bias_grad sums the f32 v.
@@ -314,6 +331,15 @@ cudaError_t cuda_kernels_internal::LaunchLayerNormParamGrads(cudaStream_t s, int
   return RunColumnReduction(s, rows, dim, pvec,
                             LayerNormParamsOp{ViewOf(x), ViewOf(dy), mean, rstd, dim}, dgamma,
                             dbeta, 1.0f, partials);
+}
+
+cudaError_t cuda_kernels_internal::LaunchRmsNormParamGrads(cudaStream_t s, int64_t rows, int dim,
+                                                           ConstTypedPtr x, const float* rstd,
+                                                           ConstTypedPtr dy, float* dgamma,
+                                                           float* partials) {
+  const int pvec = PickVec(!x.is_f32() || !dy.is_f32(), {dim}, {x.data(), dy.data()});
+  return RunColumnReduction(s, rows, dim, pvec, RmsNormParamsOp{ViewOf(x), ViewOf(dy), rstd, dim},
+                            dgamma, nullptr, 1.0f, partials);
 }
 
 cudaError_t LaunchSumSquares(cudaStream_t s, int64_t n, const float* x, double* partials) {

@@ -64,6 +64,15 @@ ModelSpec Gpt() {
   return m;
 }
 
+// A llama whose 4 query heads share 2 key/value heads: each of 2 ranks holds 2 and 1.
+ModelSpec Llama() {
+  ModelSpec m = Gpt();
+  m.family = ModelFamily::kLlama;
+  m.gpt.kv_heads = 2;
+  m.gpt.mlp_dim = 24;
+  return m;
+}
+
 struct Trace {
   std::vector<float> logits, grad_inputs, params;
   double loss = 0;
@@ -73,10 +82,10 @@ struct Trace {
 // inputs in [-1, 1) (token ids below the vocabulary for a language model).
 Trace Train(StageExecutor& s, const ModelSpec& model, int steps) {
   Trace t;
-  const int targets = model.TargetsPerSample(),
-            classes = model.family == ModelFamily::kGpt   ? model.gpt.vocab
-                      : model.family == ModelFamily::kVit ? model.vit.classes
-                                                          : model.mlp.classes;
+  const int targets = model.TargetsPerSample(), classes = model.IsLanguageModel() ? model.gpt.vocab
+                                                          : model.family == ModelFamily::kVit
+                                                              ? model.vit.classes
+                                                              : model.mlp.classes;
   for (int64_t step = 0; step < steps; ++step) {
     s.ZeroGrad(step);
     for (int m = 0; m < 3; ++m) {
@@ -84,7 +93,7 @@ Trace Train(StageExecutor& s, const ModelSpec& model, int steps) {
       std::vector<float> x(n * s.input_features()), y(n * s.output_features());
       for (size_t i = 0; i < x.size(); ++i) {
         const float u = CounterUniform(CombineKey(step, m), i);
-        x[i] = model.family == ModelFamily::kGpt ? std::floor(u * classes) : 2 * u - 1;
+        x[i] = model.IsLanguageModel() ? std::floor(u * classes) : 2 * u - 1;
       }
       EXPECT_TRUE(s.Forward(step, m, n, x.data(), y.data()).ok());
       t.logits.insert(t.logits.end(), y.begin(), y.end());
@@ -234,7 +243,11 @@ TEST(TensorParallelTest, VitOnTwoRanksMatchesOneProcess) {
 TEST(TensorParallelTest, GptOnTwoRanksMatchesOneProcess) {
   ExpectTensorParallelLikeOneProcess(Gpt(), 2, 2);
 }
+TEST(TensorParallelTest, LlamaOnTwoRanksMatchesOneProcess) {
+  ExpectTensorParallelLikeOneProcess(Llama(), 2, 2);
+}
 // machines = tensor_parallel x replicas: two replicas of two tensor ranks.
+
 TEST(TensorParallelTest, TwoReplicasOfTwoTensorRanksMatchOneProcess) {
   ExpectTensorParallelLikeOneProcess(Mlp(), 4, 2);
   ExpectTensorParallelLikeOneProcess(Gpt(), 4, 2);

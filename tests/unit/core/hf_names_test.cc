@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 #include "core/model_layout.h"
@@ -47,6 +48,49 @@ TEST(HfNamesTest, AGptHasGpt2sNamesAndShapes) {
   EXPECT_EQ(find("lm_head.weight").shape, (std::vector<int64_t>{256, 32}));
   model.family = ModelFamily::kMlp;
   EXPECT_EQ(HfNames(model).status().code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST(HfNamesTest, ALlamaHasLlamaForCausalLMsNamesAndRotaryRows) {
+  ModelSpec model;
+  model.family = ModelFamily::kLlama;
+  model.gpt.vocab = 100;
+  model.gpt.context = 16;
+  model.gpt.dim = 32;
+  model.gpt.depth = 2;
+  model.gpt.heads = 4;
+  model.gpt.kv_heads = 2;
+  model.gpt.mlp_dim = 48;
+  absl::StatusOr<std::vector<HfTensor>> names = HfNames(model);
+  ASSERT_TRUE(names.ok()) << names.status();
+  std::map<std::string, HfTensor> by_name;
+  for (const HfTensor& t : *names) by_name[t.name] = t;
+  EXPECT_EQ(by_name.size(), names->size());
+  EXPECT_EQ(names->size(), 1 + 2 * 9 + 2u);
+  EXPECT_EQ(by_name["model.embed_tokens.weight"].shape, (std::vector<int64_t>{100, 32}));
+  EXPECT_EQ(by_name["model.layers.1.self_attn.q_proj.weight"].shape,
+            (std::vector<int64_t>{32, 32}));
+  EXPECT_EQ(by_name["model.layers.1.self_attn.k_proj.weight"].shape,
+            (std::vector<int64_t>{16, 32}));
+  EXPECT_EQ(by_name["model.layers.1.self_attn.q_proj.weight"].rotary_heads, 4);
+  EXPECT_EQ(by_name["model.layers.1.self_attn.k_proj.weight"].rotary_heads, 2);
+  EXPECT_EQ(by_name["model.layers.1.self_attn.v_proj.weight"].rotary_heads, 0);
+  EXPECT_EQ(by_name["model.layers.0.mlp.down_proj.weight"].shape, (std::vector<int64_t>{32, 48}));
+  EXPECT_EQ(by_name["model.norm.weight"].layer, 3);
+  EXPECT_EQ(by_name["lm_head.weight"].param, 1);
+  // Pairs (2i, 2i+1) of a head of 8 rows go to rows i and i + 4 of Hugging Face's head.
+  EXPECT_EQ(HfRotaryRow(0, 8), 0);
+  EXPECT_EQ(HfRotaryRow(1, 8), 4);
+  EXPECT_EQ(HfRotaryRow(2, 8), 1);
+  EXPECT_EQ(HfRotaryRow(7, 8), 7);
+  EXPECT_EQ(HfRotaryRow(8 + 3, 8), 8 + 5);
+  // The layout round trip restores every value.
+  const HfTensor& q = by_name["model.layers.0.self_attn.q_proj.weight"];
+  std::vector<float> strait(32 * 32), hf(strait.size()), back(strait.size());
+  for (size_t i = 0; i < strait.size(); ++i) strait[i] = static_cast<float>(i);
+  ToHfLayout(q, strait.data(), hf.data());
+  EXPECT_EQ(hf[4 * 32], strait[1 * 32]);  // HF row 4 is Strait's row 1
+  FromHfLayout(q, hf.data(), back.data());
+  EXPECT_EQ(back, strait);
 }
 
 }  // namespace

@@ -130,6 +130,45 @@ sites: [{id: a, layers: [0, 2]}, {id: b, layers: [2, 5]}]
   EXPECT_DOUBLE_EQ(spec->data.validation, 0.02);
 }
 
+TEST(JobSpecTest, ParsesALlamaAndItsInitFrom) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(R"(
+name: lm
+model: {family: llama, context: 64, dim: 48, depth: 3, heads: 6, kv_heads: 2, mlp_dim: 128,
+        rope_theta: 500000, norm_eps: 1e-6, tie_embeddings: true, init_from: released/tiny}
+data: {path: corpus/kjv.txt}
+training: {steps: 3}
+sites: [{id: a, layers: [0, 2]}, {id: b, layers: [2, 5]}]
+)",
+                                              "lm.yaml", "/fed");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const GptSpec& g = spec->model.gpt;
+  EXPECT_EQ(spec->model.family, ModelFamily::kLlama);
+  EXPECT_TRUE(spec->model.IsLanguageModel());
+  EXPECT_EQ(g.kv_heads, 2);
+  EXPECT_EQ(g.mlp_dim, 128);
+  EXPECT_DOUBLE_EQ(g.rope_theta, 500000.0);
+  EXPECT_FLOAT_EQ(g.norm_eps, 1e-6f);
+  EXPECT_EQ(spec->model.init_from, "/fed/released/tiny");
+  EXPECT_EQ(spec->data.kind, DatasetKind::kText);
+
+  auto error = [](const std::string& model) {
+    absl::StatusOr<JobSpec> s = ParseJobSpec(
+        "name: lm\nmodel: " + model +
+            "\ndata: {path: k.txt}\ntraining: {steps: 1}\nsites: [{id: a, layers: [0, 5]}]\n",
+        "lm.yaml", "/fed");
+    return s.ok() ? std::string("ok") : std::string(s.status().message());
+  };
+  EXPECT_THAT(error("{family: llama, context: 8, dim: 48, depth: 3, heads: 6, kv_heads: 4, "
+                    "mlp_dim: 8}"),
+              ::testing::HasSubstr("heads 6 must be divisible by kv_heads 4"));
+  EXPECT_THAT(error("{family: llama, context: 8, dim: 48, depth: 3, heads: 6}"),
+              ::testing::HasSubstr("mlp_dim"));
+  EXPECT_THAT(error("{family: gpt, context: 8, dim: 48, depth: 3, heads: 6, kv_heads: 2}"),
+              ::testing::HasSubstr("not a key of family gpt"));
+  EXPECT_THAT(error("{family: llama, context: 8, dim: 30, depth: 3, heads: 6, mlp_dim: 8}"),
+              ::testing::HasSubstr("dim / heads must be even"));
+}
+
 TEST(JobSpecTest, ATeacherAndItsLossAreParsedAndAgreed) {
   const std::string base = R"(
 name: lm

@@ -412,6 +412,64 @@ TEST_F(BackendOpsTest, Bf16RowAndFusedOpsMatchTheCpuEmulation) {
   dw.Expect("weight gradient", 1e-3f, 1e-3f);
 }
 
+// LLaMA's ops in f32 and bf16: RMSNorm (a scalar row and a wide one), rotary positions on a
+// strided slice of rows and back, SwiGLU, and the key/value heads of grouped-query attention.
+TEST_F(BackendOpsTest, LlamaOps) {
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    const bool bf16 = precision == Precision::kBf16;
+    SCOPED_TRACE(bf16 ? "bf16" : "f32");
+    auto cpu = CreateBackend(DeviceKind::kCpu, {.threads = 2, .precision = precision});
+    auto dev = CreateBackend(DeviceKind::kCuda, {.precision = precision});
+    ASSERT_TRUE(cpu.ok() && dev.ok());
+    Backend& c = **cpu;
+    Backend& d = **dev;
+    const DType t = bf16 ? DType::kBf16 : DType::kF32;
+    auto typed = [&](const std::vector<float>& v) { return TypedPair(&c, &d, v, t); };
+    auto f32 = [&](const std::vector<float>& v) { return Pair(&c, &d, v); };
+    const float rtol = bf16 ? 1.0f / 128 : 1e-5f, atol = bf16 ? 1e-3f : 1e-5f;
+    for (int dim : {40, 1600}) {
+      const int rows = 70;
+      const int64_t n = int64_t{rows} * dim;
+      auto x = typed(Random(n, 200, -3, 3)), y = typed(Random(n, 201));
+      auto g = f32(Random(dim, 202)), rstd = f32(Random(rows, 203));
+      c.RmsNormForward(rows, dim, 1e-5f, x.cpu(), g.cpu(), y.cpu(), rstd.cpu());
+      d.RmsNormForward(rows, dim, 1e-5f, x.dev(), g.dev(), y.dev(), rstd.dev());
+      y.Expect("rmsnorm", atol, rtol);
+      rstd.Expect("rmsnorm rstd", 1e-5f, 1e-4f);
+      auto dy = typed(Random(n, 204)), dx = typed(Random(n, 205));
+      auto dg = f32(Random(dim, 206));
+      c.RmsNormBackward(rows, dim, x.cpu(), g.cpu(), rstd.cpu(), dy.cpu(), dx.cpu(), dg.cpu());
+      d.RmsNormBackward(rows, dim, x.dev(), g.dev(), rstd.dev(), dy.dev(), dx.dev(), dg.dev());
+      dx.Expect("rmsnorm dx", atol, rtol);
+      dg.Expect("rmsnorm dgamma", 1e-3f, 1e-4f);
+    }
+    const int rows = 2 * 37, tokens = 37, heads = 4, kv_heads = 2, dh = 16;
+    const int64_t q = heads * dh, width = (heads + 2 * kv_heads) * dh;
+    auto qkv = typed(Random(rows * width, 210));
+    for (bool inverse : {false, true}) {  // the keys only: a slice at column q of rows of `width`
+      c.Rotary(rows, tokens, kv_heads, dh, 500.0, inverse, qkv.cpu() + q, width);
+      d.Rotary(rows, tokens, kv_heads, dh, 500.0, inverse, qkv.dev() + q, width);
+      qkv.Expect(inverse ? "rotary back" : "rotary", atol, rtol);
+    }
+    auto full = typed(Random(rows * 3 * q, 211));
+    c.RepeatKvHeads(rows, heads, kv_heads, dh, qkv.cpu(), full.cpu());
+    d.RepeatKvHeads(rows, heads, kv_heads, dh, qkv.dev(), full.dev());
+    full.Expect("repeat kv heads", 0, 0);
+    c.SumKvHeads(rows, heads, kv_heads, dh, full.cpu(), qkv.cpu());
+    d.SumKvHeads(rows, heads, kv_heads, dh, full.dev(), qkv.dev());
+    qkv.Expect("sum kv heads", atol, rtol);
+    const int f = 96;
+    auto gu = typed(Random(rows * 2 * f, 212, -4, 4)), h = typed(Random(rows * f, 213));
+    c.SwiGluForward(rows, f, gu.cpu(), h.cpu());
+    d.SwiGluForward(rows, f, gu.dev(), h.dev());
+    h.Expect("swiglu", atol, rtol);
+    auto dgu = typed(Random(rows * 2 * f, 214));
+    c.SwiGluBackward(rows, f, gu.cpu(), h.cpu(), dgu.cpu());
+    d.SwiGluBackward(rows, f, gu.dev(), h.dev(), dgu.dev());
+    dgu.Expect("swiglu backward", atol, rtol);
+  }
+}
+
 TEST_F(BackendOpsTest, Embedding) {
   const int rows = 300, dim = 40, vocab = 50;
   std::vector<float> id_values(rows);
@@ -503,14 +561,20 @@ TEST_F(BackendOpsTest, VitStageStepMatchesCpu) {
 // rounding that differs between the two backends (their f32 sums differ in order) moves a value by
 // one bf16 step (2^-8); through two blocks and the head such steps add up to about 1% of a
 // logit's scale and a few % of a gradient's, which the tolerances allow with a factor of 2.
-TEST_F(BackendOpsTest, GptStageStepMatchesCpuWithEitherAttention) {
+// A whole language model's step (logits and every gradient) on the device against the CPU: gpt,
+// and llama with grouped-query attention.
+class LanguageModelStepTest : public BackendOpsTest,
+                              public ::testing::WithParamInterface<ModelFamily> {};
+
+TEST_P(LanguageModelStepTest, MatchesCpuWithEitherAttention) {
   ModelSpec model;
-  model.family = ModelFamily::kGpt;
+  model.family = GetParam();
   model.gpt.vocab = 11;
   model.gpt.context = 70;
   model.gpt.dim = 64;
   model.gpt.depth = 2;
   model.gpt.heads = 2;
+  model.gpt.kv_heads = model.family == ModelFamily::kLlama ? 1 : 2;
   model.gpt.mlp_dim = 96;
   OptimizerSpec opt;
   opt.lr = 1e-2;
@@ -561,6 +625,10 @@ TEST_F(BackendOpsTest, GptStageStepMatchesCpuWithEitherAttention) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, LanguageModelStepTest,
+                         ::testing::Values(ModelFamily::kGpt, ModelFamily::kLlama),
+                         [](const auto& info) { return std::string(ToString(info.param)); });
 
 }  // namespace
 }  // namespace strait::site

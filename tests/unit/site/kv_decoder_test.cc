@@ -20,6 +20,15 @@ ModelSpec Gpt() {
   return m;
 }
 
+// Grouped-query attention: 4 query heads share 2 key/value heads.
+ModelSpec Llama() {
+  ModelSpec m = Gpt();
+  m.family = ModelFamily::kLlama;
+  m.gpt.kv_heads = 2;
+  m.gpt.mlp_dim = 48;
+  return m;
+}
+
 // The whole window's logits [context, vocab] from the training forward.
 std::vector<float> WindowLogits(const ModelSpec& model, const std::vector<float>& params,
                                 const std::vector<float>& window) {
@@ -37,11 +46,13 @@ std::vector<float> WindowLogits(const ModelSpec& model, const std::vector<float>
   return logits;
 }
 
-TEST(KvDecoderTest, EveryPositionsLogitsAreTheWindowForwardsWholeOrSplit) {
-  const ModelSpec model = Gpt();
+class KvDecoderFamilyTest : public ::testing::TestWithParam<ModelFamily> {};
+
+TEST_P(KvDecoderFamilyTest, EveryPositionsLogitsAreTheWindowForwardsWholeOrSplit) {
+  const ModelSpec model = GetParam() == ModelFamily::kGpt ? Gpt() : Llama();
   auto backend = *CreateCpuBackend(1);
   const std::vector<float> params =
-      (*Stage::Create(model, {0, model.NumLayers()}, 1, backend.get()))->InitialParams();
+      (*Stage::Create(model, {0, model.NumLayers()}, 1, backend.get()))->InitialParams().value();
   const std::vector<float> window = {3, 99, 12, 250, 7, 7, 61, 0, 128, 44, 5, 200};
   const std::vector<float> expected = WindowLogits(model, params, window);
   auto whole = KvDecoder::Create(model, {0, 4}, params);
@@ -76,6 +87,10 @@ TEST(KvDecoderTest, EveryPositionsLogitsAreTheWindowForwardsWholeOrSplit) {
   EXPECT_NEAR((*again)[5], expected[5], 1e-4f + 1e-4f * std::abs(expected[5]));
 }
 
+INSTANTIATE_TEST_SUITE_P(Families, KvDecoderFamilyTest,
+                         ::testing::Values(ModelFamily::kGpt, ModelFamily::kLlama),
+                         [](const auto& info) { return std::string(ToString(info.param)); });
+
 TEST(KvDecoderTest, RefusesWhatItCannotDecode) {
   const ModelSpec model = Gpt();
   EXPECT_THAT(KvDecoder::Create(model, {0, 4}, std::vector<float>(10)).status().message(),
@@ -84,8 +99,8 @@ TEST(KvDecoderTest, RefusesWhatItCannotDecode) {
   mlp.mlp.hidden = {8};
   EXPECT_FALSE(KvDecoder::Create(mlp, {0, 2}, {}).ok());
   auto backend = *CreateCpuBackend(1);
-  auto d = KvDecoder::Create(model, {0, 4},
-                             (*Stage::Create(model, {0, 4}, 1, backend.get()))->InitialParams());
+  auto d = KvDecoder::Create(
+      model, {0, 4}, (*Stage::Create(model, {0, 4}, 1, backend.get()))->InitialParams().value());
   ASSERT_TRUE(d.ok());
   EXPECT_EQ((*d)->Step({256}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*d)->Step({1.5f}).status().code(), absl::StatusCode::kInvalidArgument);

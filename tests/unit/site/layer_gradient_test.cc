@@ -113,18 +113,19 @@ void CheckLayer(const Harness& h) {
   const int n = h.n;
   const int64_t in = layer.in_features(), out = layer.out_features();
 
-  // Random parameters (not the init: biases and gammas must not be trivial) and input.
-  std::vector<std::vector<float>> value, grad;
+  // Random parameters (not the init: biases and gammas must not be trivial) and input, one after
+  // another in one arena as a Stage lays them out (a llama block reads q, k and v as one matrix).
+  std::vector<std::vector<float>> value;
+  std::vector<float> value_arena(layout.param_count), grad_arena(layout.param_count, 0.0f);
   LayerParams params;
+  int64_t at = 0;
   for (size_t p = 0; p < layout.params.size(); ++p) {
     value.emplace_back(layout.params[p].numel);
-    grad.emplace_back(layout.params[p].numel, 0.0f);
     for (int64_t i = 0; i < layout.params[p].numel; ++i)
-      value[p][i] = Random(100 + p, i, -0.6f, 0.6f);
-  }
-  for (size_t p = 0; p < layout.params.size(); ++p) {
-    params.value.push_back(value[p].data());
-    params.grad.push_back(grad[p].data());
+      value[p][i] = value_arena[at + i] = Random(100 + p, i, -0.6f, 0.6f);
+    params.value.push_back(value_arena.data() + at);
+    params.grad.push_back(grad_arena.data() + at);
+    at += layout.params[p].numel;
   }
   std::vector<float> x(n * in), y(n * out), saved(layer.SavedBytes(n) / 4 + 1),
       scratch(layer.ScratchBytes(n) / 4 + 1), dx(n * in, 0.0f);
@@ -166,7 +167,8 @@ void CheckLayer(const Harness& h) {
       plus[p][i] += eps;
       minus[p][i] -= eps;
       const double numeric = (loss(plus, ref_x) - loss(minus, ref_x)) / (2 * eps);
-      expect_close(grad[p][i], numeric, layout.params[p].name + "[" + std::to_string(i) + "]");
+      expect_close(params.grad[p][i], numeric,
+                   layout.params[p].name + "[" + std::to_string(i) + "]");
     }
   }
   if (!h.has_input_grad) return;
@@ -384,6 +386,132 @@ TEST(LayerGradientTest, LmHead) {
   const int rows = h.n * g.context, d = g.dim;
   h.ref = [=](const Params& p, const Vec& x, uint64_t) {
     return RefLinear(RefLayerNorm(x, rows, d, p[0], p[1]), rows, d, g.vocab, p[2], p[3]);
+  };
+  CheckLayer(h);
+}
+
+ModelSpec TinyLlama(int kv_heads, float dropout) {
+  ModelSpec m;
+  m.family = ModelFamily::kLlama;
+  m.gpt.vocab = 7;
+  m.gpt.context = 5;
+  m.gpt.dim = 8;
+  m.gpt.depth = 1;
+  m.gpt.heads = 2;
+  m.gpt.kv_heads = kv_heads;
+  m.gpt.mlp_dim = 12;
+  m.gpt.rope_theta = 50.0;  // angles that turn visibly within 5 tokens
+  m.gpt.norm_eps = 1e-5f;
+  m.gpt.dropout = dropout;
+  return m;
+}
+
+Vec RefRmsNorm(const Vec& x, int rows, int d, const Vec& g, double eps) {
+  Vec y(x.size());
+  for (int r = 0; r < rows; ++r) {
+    double ms = 0;
+    for (int c = 0; c < d; ++c) ms += x[r * d + c] * x[r * d + c] / d;
+    for (int c = 0; c < d; ++c) y[r * d + c] = x[r * d + c] / std::sqrt(ms + eps) * g[c];
+  }
+  return y;
+}
+
+// Rotary positions on `heads` heads at column `first` of rows of width `width`: pair (2i, 2i+1) of
+// token t turns by t * theta^(-2i/dh).
+void RefRotary(Vec& x, int rows, int t, int width, int first, int heads, int dh, double theta) {
+  for (int r = 0; r < rows; ++r) {
+    for (int h = 0; h < heads; ++h) {
+      for (int i = 0; i < dh / 2; ++i) {
+        const double angle = (r % t) * std::pow(theta, -2.0 * i / dh);
+        double& a = x[r * width + first + h * dh + 2 * i];
+        double& b = x[r * width + first + h * dh + 2 * i + 1];
+        const double a0 = a, b0 = b;
+        a = a0 * std::cos(angle) - b0 * std::sin(angle);
+        b = a0 * std::sin(angle) + b0 * std::cos(angle);
+      }
+    }
+  }
+}
+
+// Params: attn_norm, q, k, v, o, mlp_norm, gate, up, down.
+RefForward LlamaBlockRef(int n, const GptSpec& g) {
+  return [=](const Params& p, const Vec& x, uint64_t key) {
+    const int t = g.context, d = g.dim, dh = g.head_dim(), f = g.mlp_dim, rows = n * t;
+    const int q = g.heads * dh, kv = g.kv_heads * dh, group = g.heads / g.kv_heads;
+    const Vec xn1 = RefRmsNorm(x, rows, d, p[0], g.norm_eps);
+    const Vec zq(q, 0.0), zkv(kv, 0.0), zd(d, 0.0), zf(f, 0.0);
+    Vec qs = RefLinear(xn1, rows, d, q, p[1], zq), ks = RefLinear(xn1, rows, d, kv, p[2], zkv);
+    const Vec vs = RefLinear(xn1, rows, d, kv, p[3], zkv);
+    RefRotary(qs, rows, t, q, 0, g.heads, dh, g.rope_theta);
+    RefRotary(ks, rows, t, kv, 0, g.kv_heads, dh, g.rope_theta);
+    Vec qkv(static_cast<size_t>(rows) * 3 * q);  // key/value head h / group for query head h
+    for (int r = 0; r < rows; ++r) {
+      for (int h = 0; h < g.heads; ++h) {
+        for (int j = 0; j < dh; ++j) {
+          qkv[r * 3 * q + h * dh + j] = qs[r * q + h * dh + j];
+          qkv[r * 3 * q + q + h * dh + j] = ks[r * kv + (h / group) * dh + j];
+          qkv[r * 3 * q + 2 * q + h * dh + j] = vs[r * kv + (h / group) * dh + j];
+        }
+      }
+    }
+    Vec branch = RefLinear(RefAttention(qkv, n, t, g.heads, dh, true), rows, q, d, p[4], zd);
+    RefDropout(branch, g.dropout, CombineKey(key, 1));
+    Vec r1 = x;
+    for (size_t i = 0; i < r1.size(); ++i) r1[i] += branch[i];
+    const Vec xn2 = RefRmsNorm(r1, rows, d, p[5], g.norm_eps);
+    const Vec gate = RefLinear(xn2, rows, d, f, p[6], zf),
+              up = RefLinear(xn2, rows, d, f, p[7], zf);
+    Vec h(gate.size());
+    for (size_t i = 0; i < h.size(); ++i) h[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
+    Vec y = RefLinear(h, rows, f, d, p[8], zd);
+    RefDropout(y, g.dropout, CombineKey(key, 2));
+    for (size_t i = 0; i < y.size(); ++i) y[i] += r1[i];
+    return y;
+  };
+}
+
+TEST(LayerGradientTest, LlamaTokenEmbed) {
+  Harness h{TinyLlama(2, 0.0f), 0};
+  const GptSpec g = h.model.gpt;
+  const int n = h.n, t = g.context, d = g.dim;
+  h.has_input_grad = false;
+  h.token_vocab = g.vocab;
+  h.ref = [=](const Params& p, const Vec& x, uint64_t) {
+    Vec y(static_cast<size_t>(n) * t * d);
+    for (int r = 0; r < n * t; ++r) {
+      for (int k = 0; k < d; ++k) y[r * d + k] = p[0][static_cast<int>(x[r]) * d + k];
+    }
+    return y;
+  };
+  CheckLayer(h);
+}
+
+// Multi-head (kv_heads = heads) and grouped-query (one key/value head for two query heads)
+// attention, with and without dropout, through batched and fused attention.
+TEST(LayerGradientTest, LlamaBlock) {
+  for (int kv_heads : {2, 1}) {
+    for (float dropout : {0.0f, 0.2f}) {
+      SCOPED_TRACE(testing::Message() << "kv_heads " << kv_heads << " dropout " << dropout);
+      Harness h{TinyLlama(kv_heads, dropout), 1};
+      h.ref = LlamaBlockRef(h.n, h.model.gpt);
+      CheckLayer(h);
+    }
+  }
+  ModelSpec m = TinyLlama(1, 0.0f);
+  m.gpt.context = 37, m.gpt.dim = 16;  // heads of 8: the fused ops, a partly masked second tile
+  Harness h{m, 1};
+  h.attention = AttentionKernel::kFused;
+  h.ref = LlamaBlockRef(h.n, m.gpt);
+  CheckLayer(h);
+}
+
+TEST(LayerGradientTest, LlamaLmHead) {
+  Harness h{TinyLlama(2, 0.0f), 2};
+  const GptSpec g = h.model.gpt;
+  const int rows = h.n * g.context, d = g.dim;
+  h.ref = [=](const Params& p, const Vec& x, uint64_t) {
+    return RefLinear(RefRmsNorm(x, rows, d, p[0], g.norm_eps), rows, d, g.vocab, p[1],
+                     Vec(g.vocab, 0.0));
   };
   CheckLayer(h);
 }

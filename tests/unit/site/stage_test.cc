@@ -290,7 +290,7 @@ TEST(StageTest, ComputesEachLayerWithTheWeightsItIsHanded) {
   auto head = *Stage::Create(model, {0, 2}, 6, backend.get());
   auto tail = *Stage::Create(model, {2, 5}, 6, backend.get());
   const int64_t split = whole->layer_offsets()[2];
-  std::vector<float> older = whole->InitialParams(), newer = older;
+  std::vector<float> older = whole->InitialParams().value(), newer = older;
   for (size_t i = 0; i < newer.size(); ++i) newer[i] += 0.01f * (CounterUniform(3, i) - 0.5f);
   std::vector<float> grads_whole(whole->param_count()), grads_head(split),
       grads_tail(whole->param_count() - split);

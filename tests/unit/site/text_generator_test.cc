@@ -24,7 +24,7 @@ ModelSpec TinyGpt() {
 
 std::vector<float> InitialParams(const ModelSpec& model) {
   auto backend = *CreateCpuBackend(1);
-  return (*Stage::Create(model, {0, model.NumLayers()}, 1, backend.get()))->InitialParams();
+  return (*Stage::Create(model, {0, model.NumLayers()}, 1, backend.get()))->InitialParams().value();
 }
 
 TEST(SampleTokenTest, TemperatureZeroAndTopOneTakeTheMostLikely) {

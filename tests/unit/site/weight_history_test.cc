@@ -55,7 +55,7 @@ class WeightHistoryTest : public ::testing::Test {
 
 TEST_F(WeightHistoryTest, OneVersionUpdatesInPlace) {
   auto h = *WeightHistory::Create(*stage_, {});
-  const std::vector<float> l0 = stage_->InitialParams();
+  const std::vector<float> l0 = stage_->InitialParams().value();
   EXPECT_EQ(*h->Newest(), l0);
   EXPECT_EQ(*h->Grads(0), std::vector<float>(l0.size(), 0.0f));
   SetGrads(*h, 0, 1.0f);
@@ -72,7 +72,7 @@ TEST_F(WeightHistoryTest, OneVersionUpdatesInPlace) {
 
 TEST_F(WeightHistoryTest, TwoVersionsKeepThePreviousAndGradientsByStepParity) {
   auto h = *WeightHistory::Create(*stage_, {2, 0.0f});
-  const std::vector<float> l0 = stage_->InitialParams();
+  const std::vector<float> l0 = stage_->InitialParams().value();
   EXPECT_EQ(*h->Previous(), l0);  // L_0 while k = 0
   EXPECT_NE(h->grads(0), h->grads(1));
   EXPECT_EQ(h->grads(0), h->grads(2));
@@ -117,7 +117,7 @@ TEST_F(WeightHistoryTest, DroppedStaleGradientsGoToTheAppliedArena) {
 TEST_F(WeightHistoryTest, LookaheadExtrapolatesAlongTheLastUpdate) {
   const float c = 2.0f;
   auto h = *WeightHistory::Create(*stage_, {2, c});
-  const std::vector<float> l0 = stage_->InitialParams();
+  const std::vector<float> l0 = stage_->InitialParams().value();
   EXPECT_EQ(*h->Lookahead(), l0);  // P_0 = L_0
   EXPECT_EQ(WeightsOf(*h, *stage_, 0), l0);
   std::vector<float> previous_p = l0, newest = l0;
