@@ -37,9 +37,11 @@ class ProgressMeter {
  public:
   ProgressMeter() : tty_(::isatty(STDERR_FILENO) == 1), start_(Clock::now()), last_(start_) {}
 
-  void Update(const site::TokenShardProgress& p) {
+  void Update(const site::TokenShardProgress& p, bool force = false) {
     const auto now = Clock::now();
-    if (now - last_ < (tty_ ? std::chrono::milliseconds(100) : std::chrono::seconds(10))) return;
+    last_progress_ = p;
+    const auto every = tty_ ? std::chrono::milliseconds(100) : std::chrono::seconds(10);
+    if (!force && now - last_ < every) return;
     last_ = now;
     const double mb = static_cast<double>(p.bytes_read) / 1e6;
     const double total = static_cast<double>(p.bytes_total) / 1e6;
@@ -58,14 +60,18 @@ class ProgressMeter {
     }
     std::fflush(stderr);
   }
+  // Ends the bar at the last figures.
   void Done() {
-    if (drawn_) std::fprintf(stderr, "\n");
+    if (!drawn_) return;
+    Update(last_progress_, /*force=*/true);
+    std::fprintf(stderr, "\n");
   }
 
  private:
   const bool tty_;
   const Clock::time_point start_;
   Clock::time_point last_;
+  site::TokenShardProgress last_progress_;
   bool drawn_ = false;
 };
 
