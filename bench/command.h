@@ -20,5 +20,6 @@ void AddBenchReplicasCommand(CLI::App& bench, int* exit_code);
 void AddBenchChaosCommand(CLI::App& bench, int* exit_code);
 void AddBenchDistillCommand(CLI::App& bench, int* exit_code);
 void AddBenchGenerateCommand(CLI::App& bench, int* exit_code);
+void AddBenchShardsCommand(CLI::App& bench, int* exit_code);
 
 }  // namespace strait::bench

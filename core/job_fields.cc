@@ -159,6 +159,7 @@ const std::vector<AgreedLine>& AgreedLines() {
       {"data.text",
        [](const JobSpec& s, bool, std::string& out) {
          if (s.data.kind != DatasetKind::kText) return;
+         Line(out, "data.format", ToString(s.data.format));
          Line(out, "data.tokenizer", s.data.tokenizer == "bytes" ? "bytes" : "sentencepiece");
          Line(out, "data.validation", Exact(s.data.validation));
        }},
@@ -285,6 +286,7 @@ const std::vector<JobField>& JobFields() {
       {"data.seed", "data.seed"},
       {"data.train_size", "data.synthetic"},
       {"data.test_size", "data.synthetic"},
+      {"data.format", "data.text"},
       {"data.tokenizer", "data.text"},
       {"data.validation", "data.text"},
       {"training.steps", ""},

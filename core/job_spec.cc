@@ -31,6 +31,7 @@ const char* ToString(DatasetKind v) {
   }
   return "?";
 }
+const char* ToString(DataFormat v) { return v == DataFormat::kTokens ? "tokens" : "text"; }
 const char* ToString(Schedule v) {
   switch (v) {
     case Schedule::k1F1B:

@@ -20,6 +20,9 @@ namespace strait {
 enum class ModelFamily { kMlp, kVit, kGpt, kLlama };
 enum class Activation { kRelu, kGelu };
 enum class DatasetKind { kFashionMnist, kSynthetic, kText };
+// How `dataset: text` is stored: a UTF-8 file (`text`) or token shards that `strait data prepare`
+// wrote (`tokens`: a directory of shard-NNNNN.bin and index.json, memory-mapped).
+enum class DataFormat { kText, kTokens };
 // Pipeline schedules (core/schedule.h): 1f1b and gpipe flush the pipeline every step and
 // equal single-process gradient accumulation; 2bw (PipeDream-2BW) never flushes, and step t
 // computes its gradient with the weights of one update before (L_{t-1}: pipeline/weight_history.h).
@@ -52,6 +55,7 @@ enum class ReplicaSync { kEveryStep, kOuter };
 const char* ToString(ModelFamily v);
 const char* ToString(Activation v);
 const char* ToString(DatasetKind v);
+const char* ToString(DataFormat v);
 const char* ToString(Schedule v);
 const char* ToString(UpdateTiming v);
 const char* ToString(StaleGradients v);
@@ -148,10 +152,12 @@ struct DataSpec {
   uint64_t seed = 1;           // Sample order (epoch shuffling); shared by first and last stage.
   int synthetic_train = 4096;  // Sizes of the generated data set (kind: synthetic only).
   int synthetic_test = 1024;
-  // kind: text only. `path` is a UTF-8 file; `tokenizer` is "bytes" (one token per byte, vocab
-  // 256) or a SentencePiece model file (absolute, resolved against the job spec's folder; its
-  // vocabulary must be model.vocab). The last `validation` fraction of the tokens is the held-out
-  // split.
+  // kind: text only. `path` is a UTF-8 file (format text) or a directory of token shards (format
+  // tokens); `tokenizer` is "bytes" (one token per byte, vocab 256) or a SentencePiece model file
+  // (absolute, resolved against the job spec's folder; its vocabulary must be model.vocab; with
+  // tokens, the shards' index must name the same tokenizer). The last `validation` fraction of the
+  // tokens (format tokens: of whole documents) is the held-out split.
+  DataFormat format = DataFormat::kText;
   std::string tokenizer = "bytes";
   double validation = 0.05;
 };

@@ -289,11 +289,13 @@ absl::Status JobSpecParser::ParseData(YamlMap& root) {
   int64_t seed = static_cast<int64_t>(d.seed);
   STRAIT_RETURN_IF_ERROR(map.Int("seed", int64_t{0}, INT64_MAX, &seed));
   d.seed = static_cast<uint64_t>(seed);
-  for (absl::string_view key : {"tokenizer", "validation"}) {
+  for (absl::string_view key : {"format", "tokenizer", "validation"}) {
     if (!text && map.Has(key)) return map.ErrorAt(key, "only for 'dataset: text'");
     map.Allow(key);
   }
   if (text) {
+    STRAIT_RETURN_IF_ERROR(map.Enum(
+        "format", {{"text", DataFormat::kText}, {"tokens", DataFormat::kTokens}}, &d.format));
     STRAIT_RETURN_IF_ERROR(map.String("tokenizer", &d.tokenizer));
     if (d.tokenizer.empty()) {
       return map.ErrorAt("tokenizer",

@@ -15,6 +15,7 @@ void AddExportCommand(CLI::App& app, int* exit_code);
 void AddDemoCommand(CLI::App& app, int* exit_code);
 void AddWanCommand(CLI::App& app, int* exit_code);
 void AddTokenizerCommand(CLI::App& app, int* exit_code);
+void AddDataCommand(CLI::App& app, int* exit_code);   // strait data prepare
 void AddPlanCommands(CLI::App& app, int* exit_code);  // strait profile, strait plan
 
 }  // namespace strait::tools

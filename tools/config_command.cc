@@ -135,7 +135,9 @@ void PrintSplit(const JobSpec& spec) {
   std::printf("data: %s (%s%s), gateway %s, dashboard http://%s\n",
               std::string(ToString(spec.data.kind)).c_str(), spec.data.path.c_str(),
               spec.data.kind == DatasetKind::kText
-                  ? absl::StrCat(", tokenizer ", spec.data.tokenizer).c_str()
+                  ? absl::StrCat(spec.data.format == DataFormat::kTokens ? ", token shards" : "",
+                                 ", tokenizer ", spec.data.tokenizer)
+                        .c_str()
                   : "",
               spec.gateway.address.c_str(), spec.dashboard.address.c_str());
 

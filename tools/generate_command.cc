@@ -72,7 +72,7 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand(
       "generate",
-      "Sample text from a trained language model (family gpt): the checkpoints of `strait train` "
+      "Sample text from a trained language model (gpt or llama): the checkpoints of `strait train` "
       "or of a federation's sites, assembled. The job spec's data.tokenizer (bytes or a "
       "SentencePiece model) encodes the prompt and decodes the text. Prints the prompt and what "
       "follows it.");

@@ -1,4 +1,4 @@
-// `strait`: the operator's tool (demo, config check, certs, train, generate, tokenizer, wan,
+// `strait`: the operator's tool (demo, config check, certs, train, generate, tokenizer, data, wan,
 // profile, plan, bench).
 #include <CLI/CLI.hpp>
 
@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   strait::tools::AddGenerateCommand(app, &exit_code);
   strait::tools::AddExportCommand(app, &exit_code);
   strait::tools::AddTokenizerCommand(app, &exit_code);
+  strait::tools::AddDataCommand(app, &exit_code);
   strait::tools::AddWanCommand(app, &exit_code);
   strait::tools::AddPlanCommands(app, &exit_code);
 
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
   strait::bench::AddBenchChaosCommand(*bench, &exit_code);
   strait::bench::AddBenchDistillCommand(*bench, &exit_code);
   strait::bench::AddBenchGenerateCommand(*bench, &exit_code);
+  strait::bench::AddBenchShardsCommand(*bench, &exit_code);
 
   if (std::optional<int> code = strait::ParseCommandLine(app, argc, argv)) return *code;
   return exit_code;

@@ -7,11 +7,16 @@
 #include "site/data/fashion_mnist.h"
 #include "site/data/synthetic.h"
 #include "site/data/text_corpus.h"
+#include "site/data/token_dataset.h"
+#include "site/data/token_windows.h"
 
 namespace strait::site {
 
 absl::StatusOr<Dataset> LoadDataset(const DataSpec& data, const ModelSpec& model, Split split) {
-  if (data.kind == DatasetKind::kText) return LoadTextDataset(data, model.gpt, split);
+  if (data.kind == DatasetKind::kText) {
+    return data.format == DataFormat::kTokens ? LoadTokenDataset(data, model.gpt, split)
+                                              : LoadTextDataset(data, model.gpt, split);
+  }
   if (data.kind == DatasetKind::kSynthetic) {
     const int64_t size = split == Split::kTrain ? data.synthetic_train : data.synthetic_test;
     return MakeSyntheticDataset(data.seed, split, size, model.InputFeatures(), model.Classes());
@@ -26,17 +31,28 @@ absl::StatusOr<Dataset> LoadDataset(const DataSpec& data, const ModelSpec& model
 }
 
 absl::StatusOr<int64_t> DatasetSize(const DataSpec& data, const ModelSpec& model, Split split) {
-  if (data.kind == DatasetKind::kText) return TextDatasetSize(data, model.gpt, split);
+  if (data.kind == DatasetKind::kText) {
+    return data.format == DataFormat::kTokens ? TokenDatasetSize(data, model.gpt, split)
+                                              : TextDatasetSize(data, model.gpt, split);
+  }
   if (data.kind == DatasetKind::kSynthetic) {
     return int64_t{split == Split::kTrain ? data.synthetic_train : data.synthetic_test};
   }
   return FashionMnistSize(data.path, split);
 }
 
-void GatherSamples(const Dataset& data, const int64_t* indices, int n, std::vector<float>* inputs,
-                   std::vector<int32_t>* labels) {
+absl::Status GatherSamples(const Dataset& data, const int64_t* indices, int n,
+                           std::vector<float>* inputs, std::vector<int32_t>* labels) {
   if (inputs != nullptr) inputs->resize(static_cast<size_t>(n) * data.features);
   if (labels != nullptr) labels->resize(static_cast<size_t>(n) * data.targets);
+  if (data.windows != nullptr) {
+    for (int i = 0; i < n; ++i) {
+      STRAIT_RETURN_IF_ERROR(data.windows->Read(
+          indices[i], inputs != nullptr ? inputs->data() + int64_t{i} * data.features : nullptr,
+          labels != nullptr ? labels->data() + int64_t{i} * data.targets : nullptr));
+    }
+    return absl::OkStatus();
+  }
   for (int i = 0; i < n; ++i) {
     if (inputs != nullptr) {
       std::copy_n(data.inputs.begin() + indices[i] * data.features, data.features,
@@ -47,6 +63,7 @@ void GatherSamples(const Dataset& data, const int64_t* indices, int n, std::vect
                   labels->begin() + int64_t{i} * data.targets);
     }
   }
+  return absl::OkStatus();
 }
 
 }  // namespace strait::site

@@ -18,6 +18,11 @@
 
 namespace strait::site {
 
+// Offset of the first byte of `text` that does not belong to well-formed UTF-8 (RFC 3629: no
+// overlong forms, no surrogates, nothing above U+10FFFF; a character cut short at the end counts as
+// bad), or -1.
+int64_t FirstInvalidUtf8(absl::string_view text);
+
 // The contents of a UTF-8 text file. An error names the file, `what` it is (e.g. "data.path") and,
 // for text that is not UTF-8, the offset of the first bad byte. Thread-safe.
 absl::StatusOr<std::string> ReadUtf8File(const std::string& path, absl::string_view what);

@@ -67,9 +67,9 @@ void SiteRunner::ExpectStep(int64_t step) {
   expected_through_ = step;
 }
 
-void SiteRunner::Gather(const Dataset& data, const int64_t* indices, int n) {
-  GatherSamples(data, indices, n, stage_.is_first() ? &inputs_ : nullptr,
-                stage_.is_last() ? &labels_ : nullptr);
+absl::Status SiteRunner::Gather(const Dataset& data, const int64_t* indices, int n) {
+  return GatherSamples(data, indices, n, stage_.is_first() ? &inputs_ : nullptr,
+                       stage_.is_last() ? &labels_ : nullptr);
 }
 
 absl::StatusOr<StepResult> SiteRunner::Step(bool then_evaluate) {
@@ -132,7 +132,10 @@ absl::Status SiteRunner::RunForward(int64_t step, int m, StepTally& tally) {
   const TrainingSpec& t = spec_.training;
   const int mb = microbatch_size_;
   const bool first = stage_.is_first(), last = stage_.is_last();
-  if (sampler_) Gather(*data_.train, sampler_->Batch(step).data() + int64_t{m} * mb, mb);
+  if (sampler_) {
+    STRAIT_RETURN_IF_ERROR(
+        Gather(*data_.train, sampler_->Batch(step).data() + int64_t{m} * mb, mb));
+  }
   if (m == t.microbatches - 1 && LaggedClip(t)) STRAIT_RETURN_IF_ERROR(clip_.PassLaggedScale(step));
   std::vector<float> input;
   if (!first) {
@@ -277,7 +280,7 @@ absl::StatusOr<std::optional<Evaluation>> SiteRunner::Evaluate() {
     const int n = rows(b);
     if (data_.test) {
       for (int i = 0; i < n; ++i) indices[i] = b * microbatch_size_ + i;
-      Gather(*data_.test, indices.data(), n);
+      STRAIT_RETURN_IF_ERROR(Gather(*data_.test, indices.data(), n));
     }
     std::vector<float> input;
     if (!first) {

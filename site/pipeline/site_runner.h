@@ -117,8 +117,9 @@ class SiteRunner : public GenerationRunner {
   // kUpdate: takes the first stage's tied gradient (last stage) and the clipping scale of `step`'s
   // gradient, and applies it.
   absl::Status Update(int64_t step);
-  // Copies inputs (first stage) and labels (last stage) of samples indices[0, n) of `data`.
-  void Gather(const Dataset& data, const int64_t* indices, int n);
+  // Copies inputs (first stage) and labels (last stage) of samples indices[0, n) of `data`; fails
+  // for a damaged token shard (GatherSamples).
+  absl::Status Gather(const Dataset& data, const int64_t* indices, int n);
 
   const JobSpec& spec_;
   const int index_;

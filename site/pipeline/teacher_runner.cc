@@ -70,8 +70,8 @@ absl::Status TeacherRunner::RunForward(int64_t step, int m) {
   const int mb = microbatch_size_;
   std::vector<float> input;
   if (sampler_) {
-    GatherSamples(*data_.train, sampler_->Batch(step).data() + int64_t{m} * mb, mb, &input,
-                  nullptr);
+    STRAIT_RETURN_IF_ERROR(GatherSamples(
+        *data_.train, sampler_->Batch(step).data() + int64_t{m} * mb, mb, &input, nullptr));
   } else {
     STRAIT_ASSIGN_OR_RETURN(input,
                             frames_.Receive(*links.forward_in, Key(step, m, teacher_stage_ - 1)));

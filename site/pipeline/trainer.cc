@@ -67,8 +67,8 @@ int64_t Trainer::total_steps() const {
                                   : int64_t{spec_.training.epochs} * steps_per_epoch();
 }
 
-void Trainer::Gather(const Dataset& data, const int64_t* indices, int n) {
-  GatherSamples(data, indices, n, &inputs_, &labels_);
+absl::Status Trainer::Gather(const Dataset& data, const int64_t* indices, int n) {
+  return GatherSamples(data, indices, n, &inputs_, &labels_);
 }
 
 absl::StatusOr<StepStats> Trainer::Step() {
@@ -82,7 +82,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
   const int64_t targets = int64_t{t.global_batch} * spec_.model.TargetsPerSample();
   stage_->ZeroGrad(step_);
   for (int m = 0; m < t.microbatches; ++m) {
-    Gather(train_, batch.data() + int64_t{m} * mb, mb);
+    STRAIT_RETURN_IF_ERROR(Gather(train_, batch.data() + int64_t{m} * mb, mb));
     STRAIT_RETURN_IF_ERROR(
         stage_->Forward(step_, m, mb, inputs_.data(), nullptr, WeightsOfSites(m)));
     STRAIT_ASSIGN_OR_RETURN(LossResult loss, MicrobatchLoss(m, 1.0f / static_cast<float>(targets)));
@@ -156,7 +156,7 @@ absl::StatusOr<Evaluation> Trainer::Evaluate() {
   LossResult sum;
   for (int64_t begin = 0; begin < test_.size; begin += stage_->max_batch()) {
     const int n = static_cast<int>(std::min<int64_t>(stage_->max_batch(), test_.size - begin));
-    Gather(test_, indices.data() + begin, n);
+    STRAIT_RETURN_IF_ERROR(Gather(test_, indices.data() + begin, n));
     STRAIT_RETURN_IF_ERROR(
         stage_->Forward(step_, 0, n, inputs_.data(), nullptr, {.training = false}));
     absl::StatusOr<LossResult> loss = stage_->Loss(0, labels_.data(), 0.0f);

@@ -62,7 +62,7 @@ class Trainer {
  private:
   Trainer(const JobSpec& spec, Dataset train, Dataset test);
   // Copies the inputs and labels of samples indices[0, n) into inputs_ / labels_.
-  void Gather(const Dataset& data, const int64_t* indices, int n);
+  absl::Status Gather(const Dataset& data, const int64_t* indices, int n);
   // The loss of microbatch `m` (its inputs and labels gathered), against the teacher's targets
   // when there is one.
   absl::StatusOr<LossResult> MicrobatchLoss(int m, float grad_scale);

@@ -24,6 +24,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "site/data/sentencepiece_api.h"
+#include "site/data/token_shard_writer.h"
+#include "site/data/tokenizer.h"
 #include "site/data/tokenizer_trainer.h"
 #include "site/rpc/tls_credentials.h"
 #include "strait/v1/gateway.grpc.pb.h"
@@ -139,13 +141,14 @@ INSTANTIATE_TEST_SUITE_P(
 // `strait train`'s bits, for 1f1b and 2bw, with byte tokens or a SentencePiece model (whose bytes
 // per token the last site measures as `strait train` does), and with tied embeddings (the first and
 // the last site summing the shared matrix's gradients over their own sealed link, its keys relayed
-// by the gateway). The sites' final checkpoints, assembled, are what `strait generate` samples
-// from.
+// by the gateway), and on token shards (`format: tokens`, memory-mapped). The sites' final
+// checkpoints, assembled, are what `strait generate` samples from.
 class GptFidelityTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GptFidelityTest, LosslessLinksTrainTheSameBitsAsOneProcess) {
   const bool sentencepiece = absl::EndsWith(GetParam(), "-sentencepiece");
   const bool tied = absl::EndsWith(GetParam(), "-tied");
+  const bool tokens = absl::EndsWith(GetParam(), "-tokens");
   if (std::string error; sentencepiece && site::spm::OpenLibrary(&error) == nullptr) {
     GTEST_SKIP() << error;  // A sanitizer build cannot load SentencePiece (sentencepiece_api.h).
   }
@@ -155,7 +158,7 @@ TEST_P(GptFidelityTest, LosslessLinksTrainTheSameBitsAsOneProcess) {
 gateway: {memory_budget: 64MiB}
 model: {family: gpt, vocab: VOCAB, context: 32, dim: 32, depth: 3, heads: 4, dropout: 0.1, init_seed: 5,
         tie_embeddings: TIE}
-data: {path: corpus.txt, tokenizer: TOKENIZER, validation: 0.05, seed: 11}
+data: {DATA, tokenizer: TOKENIZER, validation: 0.05, seed: 11}
 training:
   steps: 12
   global_batch: 16
@@ -178,6 +181,7 @@ links:
                            {"EVAL_EVERY", schedule == "2bw" ? "0" : "4"},
                            {"VOCAB", sentencepiece ? "300" : "256"},
                            {"TIE", tied ? "true" : "false"},
+                           {"DATA", tokens ? "format: tokens, path: shards" : "path: corpus.txt"},
                            {"TOKENIZER", sentencepiece ? "corpus.model" : "bytes"}});
   BuildTreeFederation fed(job, kSites);
   {
@@ -185,6 +189,22 @@ links:
     for (int i = 0; i < (sentencepiece ? 300 : 100); ++i) {
       corpus << "  " << i % 31 + 1 << " And God said, Let there be light: and there was light.\n";
     }
+  }
+  if (tokens) {  // The same lines as token shards: ten documents, the last one held out.
+    site::TokenShardOptions o;
+    const std::string lines = harness::ReadFile(fed.dir().File("corpus.txt"));
+    for (int d = 0, begin = 0; d < 10; ++d) {
+      int end = begin;
+      for (int line = 0; line < 10; ++line) end = static_cast<int>(lines.find('\n', end)) + 1;
+      o.inputs.push_back(fed.dir().File("doc" + std::to_string(d) + ".txt"));
+      std::ofstream(o.inputs.back()) << lines.substr(begin, end - begin);
+      begin = end;
+    }
+    o.out = fed.dir().File("shards");
+    o.shard_tokens = 1000;
+    absl::StatusOr<site::TokenIndex> index =
+        site::PrepareTokenShards(o, *site::MakeByteTokenizer(), nullptr);
+    ASSERT_TRUE(index.ok()) << index.status();
   }
   if (sentencepiece) {
     site::TokenizerTrainOptions o;
@@ -240,7 +260,8 @@ links:
 }
 
 INSTANTIATE_TEST_SUITE_P(Schedules, GptFidelityTest,
-                         ::testing::Values("1f1b", "2bw", "1f1b-sentencepiece", "2bw-tied"),
+                         ::testing::Values("1f1b", "2bw", "1f1b-sentencepiece", "2bw-tied",
+                                           "1f1b-tokens"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return absl::StrReplaceAll(info.param, {{"-", "_"}});
                          });

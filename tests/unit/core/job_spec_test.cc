@@ -169,6 +169,38 @@ sites: [{id: a, layers: [0, 2]}, {id: b, layers: [2, 5]}]
               ::testing::HasSubstr("dim / heads must be even"));
 }
 
+// `format: tokens`: token shards (`strait data prepare`) in a directory resolved like a file; the
+// format is agreed (the splits differ), and it applies to `dataset: text` only.
+TEST(JobSpecTest, TokenShardsAreAFormatOfText) {
+  const std::string base =
+      "name: lm\nmodel: {family: gpt, context: 8, dim: 8, depth: 1, heads: 1}\n"
+      "training: {steps: 3}\nsites: [{id: a, layers: [0, 3]}]\n";
+  absl::StatusOr<JobSpec> spec =
+      ParseJobSpec(base + "data: {format: tokens, path: shards/kjv}\n", "lm.yaml", "/fed");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data.kind, DatasetKind::kText);
+  EXPECT_EQ(spec->data.format, DataFormat::kTokens);
+  EXPECT_EQ(spec->data.path, "/fed/shards/kjv");
+  EXPECT_EQ(spec->data.tokenizer, "bytes");
+  EXPECT_NE(AgreedJobText(*spec).find("data.format: tokens"), std::string::npos);
+  spec = ParseJobSpec(base + "data: {path: kjv.txt}\n", "lm.yaml", "/fed");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data.format, DataFormat::kText);  // The default.
+  EXPECT_NE(AgreedJobText(*spec).find("data.format: text"), std::string::npos);
+
+  spec = ParseJobSpec(base + "data: {format: shards, path: x}\n", "lm.yaml", "/fed");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(std::string(spec.status().message()), ::testing::HasSubstr("format"));
+  spec = ParseJobSpec(
+      "name: m\nmodel: {family: mlp, input: 16, hidden: [4], classes: 3}\n"
+      "data: {dataset: synthetic, format: tokens}\ntraining: {steps: 3}\n"
+      "sites: [{id: a, layers: [0, 2]}]\n",
+      "m.yaml", "/fed");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(std::string(spec.status().message()),
+              ::testing::HasSubstr("only for 'dataset: text'"));
+}
+
 TEST(JobSpecTest, ATeacherAndItsLossAreParsedAndAgreed) {
   const std::string base = R"(
 name: lm

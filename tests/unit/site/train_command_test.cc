@@ -254,6 +254,48 @@ TEST_F(TrainCommandTest, AGptTrainsOnSentencePieceTokensAndGenerateDecodesThem) 
       << Read(dir_ / "log");
 }
 
+// The same text as token shards (`strait data prepare`, three documents, the last exactly the
+// held-out tenth): `strait train` gives the bits it gives on the text file.
+TEST_F(TrainCommandTest, TokenShardsTrainTheBitsOfTheSameText) {
+  const std::string sentence = "the quick brown fox jumps over the lazy dog. ";
+  std::string text;
+  std::vector<std::string> docs(3);
+  for (int i = 0; i < 200; ++i) {
+    text += sentence;
+    docs[i < 90 ? 0 : i < 180 ? 1 : 2] += sentence;
+  }
+  std::ofstream(dir_ / "corpus.txt") << text;
+  std::string inputs;
+  for (int d = 0; d < 3; ++d) {
+    const fs::path path = dir_ / ("doc" + std::to_string(d) + ".txt");
+    std::ofstream(path) << docs[d];
+    inputs += " " + path.string();
+  }
+  ASSERT_EQ(Strait("data prepare --tokenizer bytes --out " + (dir_ / "shards").string() +
+                   " --shard-tokens 1000 --input" + inputs),
+            0)
+      << Read(dir_ / "log");
+  std::ofstream(dir_ / "lm.yaml") << kGptJob;
+  std::string tokens_job = kGptJob;
+  tokens_job.replace(tokens_job.find("path: corpus.txt"), 16, "format: tokens, path: shards");
+  std::ofstream(dir_ / "tokens.yaml") << tokens_job;
+  ASSERT_EQ(Strait("train --config " + (dir_ / "lm.yaml").string() +
+                   " --threads 2 --steps 20 --out " + (dir_ / "text").string()),
+            0)
+      << Read(dir_ / "log");
+  ASSERT_EQ(Strait("train --config " + (dir_ / "tokens.yaml").string() +
+                   " --threads 2 --steps 20 --out " + (dir_ / "tokens").string()),
+            0)
+      << Read(dir_ / "log");
+  EXPECT_FALSE(Read(dir_ / "text" / "final.ckpt").empty());
+  EXPECT_EQ(Read(dir_ / "tokens" / "final.ckpt"), Read(dir_ / "text" / "final.ckpt"));
+  const nlohmann::json a = nlohmann::json::parse(Read(dir_ / "text" / "metrics.json"));
+  const nlohmann::json b = nlohmann::json::parse(Read(dir_ / "tokens" / "metrics.json"));
+  EXPECT_EQ(a["loss"], b["loss"]);
+  EXPECT_EQ(a["val_loss"], b["val_loss"]);
+  EXPECT_EQ(b["loss"].size(), 20u);
+}
+
 TEST_F(TrainCommandTest, TextThatIsNotUtf8IsRefusedWithItsFileName) {
   std::ofstream(dir_ / "corpus.txt") << std::string(300, 'a') + "\xff" + std::string(300, 'b');
   std::ofstream(dir_ / "lm.yaml") << kGptJob;
