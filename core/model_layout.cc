@@ -92,39 +92,6 @@ std::vector<LayerLayout> VitLayout(const VitSpec& vit) {
   return layers;
 }
 
-// Causal attention does half of QK^T and attention x V's multiply-adds, but the engine computes the
-// whole T x T products, so the estimate counts them whole.
-std::vector<LayerLayout> GptLayout(const GptSpec& gpt) {
-  const int64_t t = gpt.context, d = gpt.dim, v = gpt.vocab;
-  std::vector<LayerLayout> layers;
-
-  LayerLayout embed;
-  embed.index = 0;
-  embed.name = "embed";
-  embed.in_shape = {t};
-  embed.out_shape = {t, d};
-  AddParam(embed, "token_embed", {v, d});
-  AddParam(embed, "pos_embed", {t, d});
-  embed.forward_flops = t * d;
-  layers.push_back(std::move(embed));
-
-  for (int b = 0; b < gpt.depth; ++b) {
-    layers.push_back(TransformerBlockLayout(b + 1, b, t, d, gpt.mlp_dim));
-  }
-
-  LayerLayout head;
-  head.index = gpt.depth + 1;
-  head.name = "lm_head";
-  head.in_shape = {t, d};
-  head.out_shape = {t, v};
-  AddParam(head, "ln.gamma", {d});
-  AddParam(head, "ln.beta", {d});
-  AddLinear(head, "fc.", d, v);
-  head.forward_flops = 2 * t * d * v;
-  layers.push_back(std::move(head));
-  return layers;
-}
-
 // LLaMA: no position table (rotary positions), RMSNorm (gamma only), grouped-query attention and
 // a SwiGLU MLP, no biases. The q, k, v projections follow each other, as do gate and up, so that
 // each trio or pair is one [rows, D] weight matrix in the layer's parameter arena (one product).
@@ -150,7 +117,11 @@ LayerLayout LlamaBlockLayout(const GptSpec& gpt, int block) {
   return layout;
 }
 
-std::vector<LayerLayout> LlamaLayout(const GptSpec& gpt) {
+// gpt and llama: the embedding (gpt's with a learned position table), the blocks, the head (gpt:
+// LayerNorm and a Linear with a bias; llama: RMSNorm and a Linear without). Causal attention does
+// half of QK^T and attention x V's multiply-adds, but the engine computes the whole T x T products,
+// so the estimate counts them whole.
+std::vector<LayerLayout> LanguageModelLayout(const GptSpec& gpt, bool llama) {
   const int64_t t = gpt.context, d = gpt.dim, v = gpt.vocab;
   std::vector<LayerLayout> layers;
 
@@ -160,18 +131,28 @@ std::vector<LayerLayout> LlamaLayout(const GptSpec& gpt) {
   embed.in_shape = {t};
   embed.out_shape = {t, d};
   AddParam(embed, "token_embed", {v, d});
+  if (!llama) AddParam(embed, "pos_embed", {t, d});
   embed.forward_flops = t * d;
   layers.push_back(std::move(embed));
 
-  for (int b = 0; b < gpt.depth; ++b) layers.push_back(LlamaBlockLayout(gpt, b));
+  for (int b = 0; b < gpt.depth; ++b) {
+    layers.push_back(llama ? LlamaBlockLayout(gpt, b)
+                           : TransformerBlockLayout(b + 1, b, t, d, gpt.mlp_dim));
+  }
 
   LayerLayout head;
   head.index = gpt.depth + 1;
   head.name = "lm_head";
   head.in_shape = {t, d};
   head.out_shape = {t, v};
-  AddParam(head, "norm.gamma", {d});
-  AddParam(head, "fc.weight", {v, d});
+  if (llama) {
+    AddParam(head, "norm.gamma", {d});
+    AddParam(head, "fc.weight", {v, d});
+  } else {
+    AddParam(head, "ln.gamma", {d});
+    AddParam(head, "ln.beta", {d});
+    AddLinear(head, "fc.", d, v);
+  }
   head.forward_flops = 2 * t * d * v;
   layers.push_back(std::move(head));
   return layers;
@@ -196,9 +177,8 @@ std::vector<LayerLayout> BuildModelLayout(const ModelSpec& model) {
     case ModelFamily::kVit:
       return VitLayout(model.vit);
     case ModelFamily::kGpt:
-      return GptLayout(model.gpt);
     case ModelFamily::kLlama:
-      return LlamaLayout(model.gpt);
+      return LanguageModelLayout(model.gpt, model.family == ModelFamily::kLlama);
   }
   return {};
 }
