@@ -46,8 +46,9 @@ void TokenEmbedLayer::Backward(Backend& backend, const LayerParams& params, cons
   if (pass.training && gpt_.dropout > 0.0f) {
     backend.Dropout(n * row, gpt_.dropout, pass.dropout_key, pass.first_row * row, dy, dy);
   }
-  if (positions())
+  if (positions()) {
     backend.ColumnSum(n, static_cast<int>(row), dy, row, 1.0f, params.grad[kPosEmbed]);
+  }
   backend.EmbeddingBackward(rows, gpt_.dim, gpt_.vocab, x.f32(), dy, params.grad[kTokenEmbed]);
   if (dx) backend.Fill(dx, n * in_features(), 0.0f);
 }
