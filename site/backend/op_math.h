@@ -28,6 +28,16 @@ inline void LayerNormRow(const float* x, const float* gamma, const float* beta, 
   *rstd = rs;
 }
 
+// One row of RMSNorm on the host: y = x * rstd * gamma, rstd = 1 / sqrt(mean(x^2) + eps), the sum
+// in order (the CPU backend's loop and the key/value-cached decoder).
+inline float RmsNormRow(const float* x, const float* gamma, int dim, float eps, float* y) {
+  float sum = 0.0f;
+  for (int c = 0; c < dim; ++c) sum += x[c] * x[c];
+  const float rs = 1.0f / sqrtf(sum / dim + eps);
+  for (int c = 0; c < dim; ++c) y[c] = x[c] * rs * gamma[c];
+  return rs;
+}
+
 // tanh(u) as a rational function of u^2 (degree 11 / 6, fitted for least relative error on
 // [0, 9]), with u clamped to +-9 where tanh rounds to +-1 in float. Only multiplies, adds, one
 // divide and compares, so the CPU loops that call it vectorize (a libm expf call per element did

@@ -24,14 +24,6 @@ void LayerNorm(const float* x, const float* gamma, const float* beta, int dim, f
   LayerNormRow(x, gamma, beta, dim, y, &mean, &rstd);
 }
 
-// The training forward's RMSNorm (site/backend/cpu/llama_loops.cc).
-void RmsNorm(const float* x, const float* gamma, int dim, float eps, float* y) {
-  float sum = 0.0f;
-  for (int c = 0; c < dim; ++c) sum += x[c] * x[c];
-  const float rs = 1.0f / std::sqrt(sum / dim + eps);
-  for (int c = 0; c < dim; ++c) y[c] = x[c] * rs * gamma[c];
-}
-
 // Rotary positions on `heads` heads of width dh at position t (Backend::Rotary).
 void Rotary(float* x, int heads, int dh, int t, double theta) {
   for (int i = 0; i < dh / 2; ++i) {
@@ -137,7 +129,7 @@ absl::StatusOr<std::vector<float>> KvDecoder::Step(absl::Span<const float> input
   const int v = gpt_.vocab;
   std::vector<float> xn(d), logits(v);
   if (llama()) {  // norm.gamma, fc.weight
-    RmsNorm(x.data(), head_, d, gpt_.norm_eps, xn.data());
+    RmsNormRow(x.data(), head_, d, gpt_.norm_eps, xn.data());
     MatVec(head_ + d, nullptr, xn.data(), d, v, logits.data());
     return logits;
   }
@@ -205,7 +197,7 @@ void KvDecoder::RunLlamaBlock(Block& b, std::vector<float>& x) {
   const int q = gpt_.heads * dh, kv = gpt_.KeyValueHeads() * dh;
   const std::vector<const float*>& w = b.w;
   std::vector<float> xn(d), queries(q), att(q), branch(d);
-  RmsNorm(x.data(), w[0], d, gpt_.norm_eps, xn.data());
+  RmsNormRow(x.data(), w[0], d, gpt_.norm_eps, xn.data());
   float* keys = b.keys.data() + int64_t{t} * kv;
   float* values = b.values.data() + int64_t{t} * kv;
   MatVec(w[1], nullptr, xn.data(), d, q, queries.data());
@@ -217,7 +209,7 @@ void KvDecoder::RunLlamaBlock(Block& b, std::vector<float>& x) {
   MatVec(w[4], nullptr, att.data(), q, d, branch.data());
   for (int c = 0; c < d; ++c) x[c] += branch[c];
   std::vector<float> gate(f), up(f);
-  RmsNorm(x.data(), w[5], d, gpt_.norm_eps, xn.data());
+  RmsNormRow(x.data(), w[5], d, gpt_.norm_eps, xn.data());
   MatVec(w[6], nullptr, xn.data(), d, f, gate.data());
   MatVec(w[7], nullptr, xn.data(), d, f, up.data());
   for (int c = 0; c < f; ++c) gate[c] = Silu(gate[c]) * up[c];

@@ -4,9 +4,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/env.h"
 #include "core/hf_names.h"
 #include "core/status.h"
 #include "core/tied_embeddings.h"
@@ -15,18 +15,10 @@
 namespace strait::site {
 namespace {
 
-absl::StatusOr<std::string> ReadWhole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // config.json against the job's model: the architecture, and what the tensors' shapes cannot
 // tell (how the width splits into heads, the rotary base, the norm's epsilon).
 absl::Status CheckConfig(const ModelSpec& model, const std::string& path) {
-  STRAIT_ASSIGN_OR_RETURN(const std::string text, ReadWhole(path));
+  STRAIT_ASSIGN_OR_RETURN(const std::string text, Env::Default()->ReadFile(path));
   const nlohmann::json config = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!config.is_object()) return absl::DataLossError(absl::StrCat(path, " is not a JSON object"));
   const bool llama = model.family == ModelFamily::kLlama;
@@ -78,8 +70,7 @@ class TensorFile {
     f.in_.seekg(0);
     f.in_.read(prefix.data(), static_cast<std::streamsize>(prefix.size()));
     if (prefix.size() == 8) {
-      uint64_t n = 0;
-      for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(prefix[i]);
+      const uint64_t n = SafetensorsHeaderLength(prefix);
       if (n <= kMaxSafetensorsHeaderBytes && n <= size - 8) {
         prefix.resize(8 + n);
         f.in_.read(prefix.data() + 8, static_cast<std::streamsize>(n));

@@ -107,11 +107,16 @@ std::string EncodeSafetensors(const std::vector<NamedTensor>& tensors, Safetenso
   return out;
 }
 
+uint64_t SafetensorsHeaderLength(std::string_view first8) {
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(first8[i]);
+  return n;
+}
+
 absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(std::string_view prefix,
                                                          uint64_t file_size) {
   if (prefix.size() < 8 || file_size < 8) return Corrupt("shorter than its 8-byte header length");
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(prefix[i]);
+  const uint64_t n = SafetensorsHeaderLength(prefix);
   if (n > kMaxSafetensorsHeaderBytes || n > file_size - 8) {
     return Corrupt(absl::StrCat("a header of ", n, " bytes in a file of ", file_size,
                                 " (truncated, or not safetensors)"));

@@ -48,6 +48,9 @@ inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100ull << 20;
 std::string EncodeSafetensors(const std::vector<NamedTensor>& tensors, SafetensorsDtype dtype,
                               const std::map<std::string, std::string>& metadata = {});
 
+// The header's length N that a file's first 8 bytes give (little-endian), unchecked.
+uint64_t SafetensorsHeaderLength(std::string_view first8);
+
 // The header of a file of `file_size` bytes that begins with `prefix` (at least the 8-byte length
 // and the header it gives; more is ignored).
 absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(std::string_view prefix,

@@ -20,13 +20,7 @@ void RmsNormForward(ThreadPool& pool, int64_t rows, int dim, float eps, const fl
                     const float* gamma, float* y, float* rstd) {
   pool.ParallelFor(rows, Grain(dim), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const float* xr = x + r * dim;
-      float sum = 0.0f;
-      for (int c = 0; c < dim; ++c) sum += xr[c] * xr[c];
-      const float rs = 1.0f / std::sqrt(sum / dim + eps);
-      rstd[r] = rs;
-      float* yr = y + r * dim;
-      for (int c = 0; c < dim; ++c) yr[c] = xr[c] * rs * gamma[c];
+      rstd[r] = RmsNormRow(x + r * dim, gamma, dim, eps, y + r * dim);
     }
   });
 }
