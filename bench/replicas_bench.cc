@@ -2,11 +2,13 @@
 //
 // The job spec (a federation with replicas, e.g. configs/fashion-mlp-2x2.yaml) trains three times
 // on loopback with the same steps and data: with training.sync every_step (the data-parallel
-// reference), with sync outer (DiLoCo: --every inner steps a round, --bits per value), and, with
-// --wan PROFILE, outer again with every site behind an emulated link of that profile
-// (--no-reference: without every_step). For each: the final held-out accuracy (the replicas agree
-// after the last round), the job's samples/s (all replicas), and the bytes that crossed the gateway
-// (every frame in and out, per sample), with the secure sums' share apart.
+// reference), with sync outer (DiLoCo: --every inner steps a round, --bits per value, --fragments
+// and --delay for streamed rounds; each the file's unless given), and, with --wan PROFILE, outer
+// again with every site behind an emulated link of that profile (--no-reference: without
+// every_step). For each: the final held-out accuracy (the replicas agree after the last round),
+// the job's samples/s (all replicas), and the bytes that crossed the gateway (every frame in and
+// out, per sample), with the secure sums' share apart; for outer runs, the bytes of a round against
+// the same values as dense fp32, and the share of the rounds' time hidden behind inner steps.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -30,8 +32,10 @@ namespace {
 struct ReplicasBenchOptions {
   std::string config;
   harness::JobSpecOverrides overrides;
-  int every = 20;
-  int bits = 8;
+  int every = 0;  // 0: the file's (and so below).
+  int bits = 0;
+  int fragments = 0;
+  int delay = -1;
   std::string wan;            // Profile name; empty: no WAN run.
   bool no_reference = false;  // No every_step run: outer alone (and behind `wan`).
 };
@@ -43,6 +47,9 @@ struct ReplicasRun {
   double gateway_bytes = 0;       // Wire bytes into and out of the gateway, every site's.
   double sum_bytes = 0;           // Of them, the secure sums'.
   double samples = 0;             // Trained by all replicas.
+  // Outer rounds, every site's summed (site_daemon.cc's metrics.json "outer").
+  double outer_sites = 0, rounds = 0, round_s = 0, exposed_s = 0;
+  double round_bytes = 0, dense_bytes = 0, steady_bytes = 0, steady_dense_bytes = 0;
 };
 
 absl::StatusOr<ReplicasRun> Train(const ReplicasBenchOptions& o, const std::string& sync,
@@ -52,6 +59,8 @@ absl::StatusOr<ReplicasRun> Train(const ReplicasBenchOptions& o, const std::stri
   if (sync == "outer") {
     overrides.outer_every = o.every;
     overrides.outer_bits = o.bits;
+    overrides.outer_fragments = o.fragments;
+    overrides.outer_delay = o.delay;
   } else {
     overrides.outer_lr = overrides.outer_momentum = -1;
   }
@@ -88,6 +97,17 @@ absl::StatusOr<ReplicasRun> Train(const ReplicasBenchOptions& o, const std::stri
         run.val_loss = m.value("val_loss", 0.0);
       }
     }
+    if (m.contains("outer")) {
+      const nlohmann::json& r = m["outer"];
+      ++run.outer_sites;
+      run.rounds += r.value("rounds", 0.0);
+      run.round_s += r.value("round_s", 0.0);
+      run.exposed_s += r.value("exposed_s", 0.0);
+      run.round_bytes += r.value("bytes", 0.0);
+      run.dense_bytes += r.value("dense_bytes", 0.0);
+      run.steady_bytes += r.value("steady_bytes", 0.0);
+      run.steady_dense_bytes += r.value("steady_dense_bytes", 0.0);
+    }
     for (const auto& link : m["links"]) {  // In and out of the gateway: every frame twice.
       const double wire = link.value("wire_bytes", 0.0);
       run.gateway_bytes += wire;
@@ -95,6 +115,27 @@ absl::StatusOr<ReplicasRun> Train(const ReplicasBenchOptions& o, const std::stri
     }
   }
   return run;
+}
+
+struct Row {
+  std::string name;
+  ReplicasRun run;
+};
+
+// Per outer run: bytes a stage replica sends in a steady round and on average, each against the
+// same round as dense fp32, and the share of the rounds' time the inner steps hid.
+void PrintOuterRounds(const std::vector<Row>& rows) {
+  std::printf("\n%-34s %8s %14s %14s %12s %12s %9s\n", "outer rounds", "rounds", "B/round steady",
+              "B/round mean", "x fp32 steady", "x fp32 mean", "hidden");
+  for (const Row& r : rows) {
+    const ReplicasRun& x = r.run;
+    if (x.rounds == 0) continue;
+    std::printf("%-34s %8.0f %14.0f %14.0f %11.1fx %11.1fx %8.1f%%\n", r.name.c_str(), x.rounds,
+                x.steady_bytes / std::max(x.outer_sites, 1.0), x.round_bytes / x.rounds,
+                x.steady_dense_bytes / std::max(x.steady_bytes, 1.0),
+                x.dense_bytes / std::max(x.round_bytes, 1.0),
+                x.round_s > 0 ? 100 * (1 - x.exposed_s / x.round_s) : 0.0);
+  }
 }
 
 int RunReplicasBench(const ReplicasBenchOptions& o) {
@@ -108,12 +149,12 @@ int RunReplicasBench(const ReplicasBenchOptions& o) {
     }
     wan = *profile;
   }
-  struct Row {
-    std::string name;
-    ReplicasRun run;
-  };
   std::vector<Row> rows;
-  const std::string outer = absl::StrFormat("outer, every %d, %d bits", o.every, o.bits);
+  std::string outer = "outer";
+  if (o.every > 0) outer += absl::StrFormat(", every %d", o.every);
+  if (o.bits > 0) outer += absl::StrFormat(", %d bits", o.bits);
+  if (o.fragments > 0) outer += absl::StrFormat(", %d fragments", o.fragments);
+  if (o.delay >= 0) outer += absl::StrFormat(", delay %d", o.delay);
   struct Variant {
     std::string name, sync;
     std::optional<harness::LinkProfile> link;
@@ -140,6 +181,7 @@ int RunReplicasBench(const ReplicasBenchOptions& o) {
                 r.run.val_loss, r.run.samples_per_second, r.run.gateway_bytes / r.run.samples,
                 r.run.sum_bytes / r.run.samples);
   }
+  PrintOuterRounds(rows);
   const size_t outer_row = o.no_reference ? 0 : 1;
   const ReplicasRun& apart = rows[outer_row].run;
   if (!o.no_reference) {
@@ -176,9 +218,13 @@ void AddBenchReplicasCommand(CLI::App& bench, int* exit_code) {
   cmd->add_option("--microbatches", o->overrides.microbatches, "Microbatches per step");
   cmd->add_option("--extra-in-flight", o->overrides.extra_in_flight,
                   "training.extra_in_flight (microbatches stage 0 keeps in flight beyond 1f1b's)");
-  cmd->add_option("--every", o->every, "Inner steps between outer rounds")->capture_default_str();
-  cmd->add_option("--bits", o->bits, "Bits per pseudo-gradient value (8, 16, 32)")
-      ->capture_default_str();
+  cmd->add_option("--every", o->every, "Inner steps between outer rounds (default: the file's)");
+  cmd->add_option("--bits", o->bits,
+                  "Bits per pseudo-gradient value (4, 8, 16, 32; default: the file's)");
+  cmd->add_option("--fragments", o->fragments,
+                  "Fragments whose rounds are staggered over --every steps (default: the file's)");
+  cmd->add_option("--delay", o->delay,
+                  "Steps a fragment's round has to land (default: the file's)");
   cmd->add_option("--outer-lr", o->overrides.outer_lr, "training.outer.lr (default: the file's)");
   cmd->add_option("--outer-momentum", o->overrides.outer_momentum,
                   "training.outer.momentum (default: the file's)");

@@ -76,7 +76,8 @@ void Replicas(const JobSpec& spec, bool /*split_planned*/, std::string& out) {
   if (t.sync == ReplicaSync::kOuter) {
     Line(out, "training.outer",
          absl::StrCat("every ", t.outer.every, ", lr ", Exact(t.outer.lr), ", momentum ",
-                      Exact(t.outer.momentum), ", ", t.outer.bits, " bits"));
+                      Exact(t.outer.momentum), ", ", t.outer.bits, " bits, ", t.outer.fragments,
+                      " fragment(s), delay ", t.outer.delay));
   }
   Line(out, "training.fixed_point_bits", absl::StrCat(t.fixed_point_bits));
 }
@@ -237,6 +238,16 @@ std::vector<JobField> TeacherFields() {
   };
 }
 
+// How replicas agree (training.sync and its keys).
+std::vector<JobField> ReplicaFields() {
+  return {
+      {"training.sync", "replicas"},        {"training.outer.every", "replicas"},
+      {"training.outer.lr", "replicas"},    {"training.outer.momentum", "replicas"},
+      {"training.outer.bits", "replicas"},  {"training.outer.fragments", "replicas"},
+      {"training.outer.delay", "replicas"}, {"training.fixed_point_bits", "replicas"},
+  };
+}
+
 }  // namespace
 
 const std::vector<JobField>& JobFields() {
@@ -313,12 +324,6 @@ const std::vector<JobField>& JobFields() {
       {"training.checkpoint.every", ""},
       {"training.checkpoint.dir", ""},
       {"training.checkpoint.keep", ""},
-      {"training.sync", "replicas"},
-      {"training.outer.every", "replicas"},
-      {"training.outer.lr", "replicas"},
-      {"training.outer.momentum", "replicas"},
-      {"training.outer.bits", "replicas"},
-      {"training.fixed_point_bits", "replicas"},
       {"sites[].id", "sites"},
       {"sites[].layers", "sites"},
       {"sites[].device", "sites"},
@@ -334,6 +339,7 @@ const std::vector<JobField>& JobFields() {
   };
   static const std::vector<JobField> all = [] {
     std::vector<JobField> joined = fields;
+    for (const JobField& f : ReplicaFields()) joined.push_back(f);
     for (const JobField& f : TeacherFields()) joined.push_back(f);
     return joined;
   }();

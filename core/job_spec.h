@@ -193,13 +193,18 @@ struct CheckpointSpec {
 // DiLoCo's outer step (training.outer; site/nn/outer_optimizer.h): every `every` inner steps the
 // replicas of a stage average their pseudo-gradients and take a Nesterov step of `lr` with
 // `momentum` from the parameters they started the round with. The pseudo-gradients cross the
-// gateway as `bits`-bit fixed point (8, 16 or 32; per-block scales and error feedback:
-// site/exchange/masked_sum.h).
+// gateway as `bits`-bit fixed point (4, 8, 16 or 32; per-block scales and error feedback:
+// site/exchange/masked_sum.h). With `fragments` P > 1 the stage's parameters are cut into P
+// fragments whose rounds are staggered over the `every` steps (Streaming DiLoCo): each round
+// carries one fragment, and lands `delay` steps after it was sent, the inner steps running
+// meanwhile (site/pipeline/outer_rounds.h).
 struct OuterSpec {
   int every = 20;
   double lr = 0.7;
   double momentum = 0.9;
   int bits = 8;
+  int fragments = 1;
+  int delay = 0;
 };
 
 // The student's loss with a teacher (site/nn/distillation_loss.h): alpha * cross-entropy on the

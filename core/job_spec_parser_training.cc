@@ -140,11 +140,24 @@ absl::Status JobSpecParser::ParseSync(YamlMap& map) {
   STRAIT_RETURN_IF_ERROR(outer.Int("every", 1, 1 << 20, &t.outer.every));
   STRAIT_RETURN_IF_ERROR(outer.Double("lr", 1e-6, 100.0, &t.outer.lr));
   STRAIT_RETURN_IF_ERROR(outer.Double("momentum", 0.0, 0.999, &t.outer.momentum));
-  STRAIT_RETURN_IF_ERROR(outer.Int("bits", 8, 32, &t.outer.bits));
-  if (t.outer.bits != 8 && t.outer.bits != 16 && t.outer.bits != 32) {
-    return outer.ErrorAt("bits", absl::StrCat("expected 8, 16 or 32 (bits of each value in the "
+  STRAIT_RETURN_IF_ERROR(outer.Int("bits", 4, 32, &t.outer.bits));
+  if (t.outer.bits != 4 && t.outer.bits != 8 && t.outer.bits != 16 && t.outer.bits != 32) {
+    return outer.ErrorAt("bits", absl::StrCat("expected 4, 8, 16 or 32 (bits of each value in the "
                                               "replicas' sum), found ",
                                               t.outer.bits));
+  }
+  STRAIT_RETURN_IF_ERROR(outer.Int("fragments", 1, 1 << 20, &t.outer.fragments));
+  if (t.outer.fragments > t.outer.every) {
+    return outer.ErrorAt(
+        "fragments",
+        absl::StrCat("fragments (", t.outer.fragments, ") exceeds every (", t.outer.every,
+                     "): at most one fragment's round may start a step"));
+  }
+  STRAIT_RETURN_IF_ERROR(outer.Int("delay", 0, 1 << 20, &t.outer.delay));
+  if (t.outer.delay >= t.outer.every) {
+    return outer.ErrorAt(
+        "delay", absl::StrCat("delay (", t.outer.delay, ") must be below every (", t.outer.every,
+                              "): a fragment's round must land before its next"));
   }
   return Finish(outer);
 }
@@ -221,8 +234,7 @@ absl::Status JobSpecParser::ParseReplicas(YamlMap& root) {
 }
 
 // An outer round replaces the parameters: every stage must hold one version of them between
-// steps (no 2bw), and a checkpoint must fall on a round's end (its start is then the
-// checkpoint's parameters; the outer momentum is saved with it).
+// steps (no 2bw). 4-bit values leave room for the sum of at most 7 replicas.
 absl::Status JobSpecParser::CheckOuterRounds(YamlMap& root) {
   const TrainingSpec& t = spec_.training;
   if (t.sync != ReplicaSync::kOuter) return absl::OkStatus();
@@ -233,12 +245,10 @@ absl::Status JobSpecParser::CheckOuterRounds(YamlMap& root) {
                             "step (1f1b or gpipe): an outer step replaces the weights "
                             "that 2bw keeps in flight");
   }
-  if (t.checkpoint.every % t.outer.every != 0) {
-    return training.ErrorAt("checkpoint",
-                            absl::StrCat("checkpoint.every (", t.checkpoint.every,
-                                         ") must be a multiple of outer.every (", t.outer.every,
-                                         "): a checkpoint holds the state at the end of an outer "
-                                         "round"));
+  if (t.outer.bits == 4 && spec_.Replicas() > 7) {
+    return training.ErrorAt("outer", absl::StrCat("bits 4 holds the sum of at most 7 replicas; "
+                                                  "this job has ",
+                                                  spec_.Replicas(), ": use bits 8"));
   }
   return absl::OkStatus();
 }

@@ -113,11 +113,11 @@ absl::Status ValidateTensorKey(const v1::TensorKey& key, const JobSpec& spec) {
     if (spec.Replicas() < 2) return absl::InvalidArgumentError("sum key in a job without replicas");
     const uint32_t lanes = key.microbatch();
     if (key.boundary() >= static_cast<uint32_t>(spec.Stages()) ||
-        (lanes != 1 && lanes != 2 && lanes != 4)) {
+        (lanes != 1 && lanes != 2 && lanes != 4 && lanes != 8)) {
       return absl::InvalidArgumentError(
           absl::StrCat("sum key of stage ", key.boundary(), " with ", lanes,
                        " values a word; expected a stage of 0..", spec.Stages() - 1,
-                       " and 1, 2 or 4 values a word"));
+                       " and 1, 2, 4 or 8 values a word"));
     }
     return absl::OkStatus();
   }

@@ -65,6 +65,8 @@ absl::StatusOr<RewrittenJobSpec> RewriteJobSpec(const std::string& path,
   if (o.sync == "every_step") root["training"].remove("outer");
   if (o.outer_every > 0) root["training"]["outer"]["every"] = o.outer_every;
   if (o.outer_bits > 0) root["training"]["outer"]["bits"] = o.outer_bits;
+  if (o.outer_fragments > 0) root["training"]["outer"]["fragments"] = o.outer_fragments;
+  if (o.outer_delay >= 0) root["training"]["outer"]["delay"] = o.outer_delay;
   if (o.outer_lr >= 0) root["training"]["outer"]["lr"] = o.outer_lr;
   if (o.outer_momentum >= 0) root["training"]["outer"]["momentum"] = o.outer_momentum;
   for (size_t i = 0; i < o.layers.size() && i < root["sites"].size(); ++i) {

@@ -33,6 +33,8 @@ struct JobSpecOverrides {
                                    // training.outer.
   int outer_every = 0;             // > 0: training.outer.every (with sync: outer).
   int outer_bits = 0;              // > 0: training.outer.bits (with sync: outer).
+  int outer_fragments = 0;         // > 0: training.outer.fragments (with sync: outer).
+  int outer_delay = -1;            // >= 0: training.outer.delay (with sync: outer).
   double outer_lr = -1;            // >= 0: training.outer.lr (with sync: outer).
   double outer_momentum = -1;      // >= 0: training.outer.momentum (with sync: outer).
 };

@@ -24,6 +24,10 @@ absl::StatusOr<std::vector<uint32_t>> WordsOf(const StoredFrame& frame) {
   if (frame.header.sealed()) {
     return absl::InvalidArgumentError("a masked vector must not be sealed: the gateway adds it");
   }
+  if (frame.header.codec_chain() != "none") {  // A compressed length would depend on the values.
+    return absl::InvalidArgumentError(absl::StrCat("a masked vector's chain must be none, not '",
+                                                   frame.header.codec_chain(), "'"));
+  }
   std::string body;
   body.reserve(frame.wire_bytes());
   for (uint32_t i = 0; i < frame.chunk_count(); ++i) body += frame.chunk(i);
@@ -55,7 +59,7 @@ void ReplicaSums::Take(int slot, const FramePtr& frame) {
   const std::string& site = spec_.SiteIdAt(slot);
   absl::Status added = words.status();
   const SumRound round{static_cast<int>(key.boundary()), key.step(), key.generation()};
-  const int lanes = static_cast<int>(key.microbatch());  // ValidateTensorKey: 1, 2 or 4.
+  const int lanes = static_cast<int>(key.microbatch());  // ValidateTensorKey: 1, 2, 4 or 8.
   bool opened = false;  // This vector opens its round (whose time runs from here).
   if (added.ok()) {
     {

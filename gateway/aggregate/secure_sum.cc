@@ -20,7 +20,9 @@ void AddLanes(std::vector<uint32_t>& sum, const std::vector<uint32_t>& words, in
     return;
   }
   // The high bit of each lane is added apart so that no carry crosses into the next lane.
-  const uint32_t high = lanes == 2 ? 0x80008000u : 0x80808080u;
+  const int bits = 32 / lanes;
+  uint32_t high = 0;
+  for (int l = 0; l < lanes; ++l) high |= uint32_t{1} << (bits * l + bits - 1);
   for (size_t i = 0; i < words.size(); ++i) {
     const uint32_t a = sum[i], b = words[i];
     sum[i] = ((a & ~high) + (b & ~high)) ^ ((a ^ b) & high);
@@ -69,9 +71,9 @@ absl::Status SecureSum::Add(const std::string& site, const SumRound& round,
       return Refuse(absl::AlreadyExistsError(
           absl::StrCat("site '", site, "' sent its vector of the ", RoundText(round), " already")));
     }
-    if (lanes != 1 && lanes != 2 && lanes != 4) {
-      return Refuse(absl::InvalidArgumentError(
-          absl::StrCat("site '", site, "' packed ", lanes, " numbers a word; expected 1, 2 or 4")));
+    if (lanes != 1 && lanes != 2 && lanes != 4 && lanes != 8) {
+      return Refuse(absl::InvalidArgumentError(absl::StrCat(
+          "site '", site, "' packed ", lanes, " numbers a word; expected 1, 2, 4 or 8")));
     }
     if (!open.from.empty() && (words.size() != open.sum.size() || lanes != open.lanes)) {
       return Refuse(absl::InvalidArgumentError(absl::StrCat(

@@ -46,9 +46,9 @@ class SecureSum {
   // replica of the stage, ALREADY_EXISTS for a second vector or a replayed round,
   // FAILED_PRECONDITION for a round of an older generation, INVALID_ARGUMENT for another length.
   //
-  // `lanes` (1, 2 or 4): each word packs that many numbers of 32 / lanes bits, summed lane by lane
-  // mod 2^(32 / lanes) (a replica's narrower fixed point: site/exchange/masked_sum.h). Every vector
-  // of a round must have the same (INVALID_ARGUMENT otherwise).
+  // `lanes` (1, 2, 4 or 8): each word packs that many numbers of 32 / lanes bits, summed lane by
+  // lane mod 2^(32 / lanes) (a replica's narrower fixed point: site/exchange/masked_sum.h). Every
+  // vector of a round must have the same (INVALID_ARGUMENT otherwise).
   absl::Status Add(const std::string& site, const SumRound& round, std::vector<uint32_t> words,
                    Done done, int lanes = 1);
 

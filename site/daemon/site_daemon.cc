@@ -218,6 +218,16 @@ nlohmann::json SiteMetricsJson(const SiteOptions& o, const SiteSetup& setup, Sit
     summary["loss"] = losses.losses();
     summary["loss_first_step"] = losses.first_step();
   }
+  if (totals.outer.rounds > 0) {
+    const OuterRoundTotals& outer = totals.outer;
+    summary["outer"] = {{"rounds", outer.rounds},
+                        {"round_s", outer.round_s},
+                        {"exposed_s", outer.exposed_s},
+                        {"bytes", outer.bytes},
+                        {"dense_bytes", outer.dense_bytes},
+                        {"steady_bytes", outer.latest.bytes},
+                        {"steady_dense_bytes", outer.latest.dense_bytes}};
+  }
   if (figures.evaluation) AddEvaluationJson(setup.spec.model, *figures.evaluation, summary);
   if (!figures.evaluations.empty()) {
     summary["evaluations"] = EvaluationsJson(setup.spec.model, figures.evaluations);

@@ -51,6 +51,11 @@ void DequantizeOwn(std::span<const uint32_t> q, const SumFormat& format, std::sp
   }
 }
 
+size_t MaskedCount(size_t count, int bits) {
+  const size_t lanes = static_cast<size_t>(32 / bits);
+  return (count + lanes - 1) / lanes * lanes;
+}
+
 std::vector<uint32_t> PackLanes(std::span<const uint32_t> values, int bits) {
   if (bits == 32) return {values.begin(), values.end()};
   const int lanes = 32 / bits;

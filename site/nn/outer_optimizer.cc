@@ -13,11 +13,23 @@ absl::Status OuterOptimizer::Step(std::span<const float> averaged_delta, std::sp
                                                    " parameters given ", averaged_delta.size(),
                                                    " deltas and ", start.size(), " parameters"));
   }
-  for (size_t i = 0; i < velocity_.size(); ++i) {
-    const float v = momentum_ * velocity_[i] + averaged_delta[i];
-    velocity_[i] = v;
-    const float update = averaged_delta[i] + momentum_ * v;
-    start[i] -= lr_ * update;
+  return StepAt(0, averaged_delta, start);
+}
+
+absl::Status OuterOptimizer::StepAt(size_t offset, std::span<const float> averaged_delta,
+                                    std::span<float> start) {
+  if (averaged_delta.size() != start.size() || offset > velocity_.size() ||
+      start.size() > velocity_.size() - offset) {
+    return absl::InvalidArgumentError(absl::StrCat("outer step over parameters [", offset, ", ",
+                                                   offset + start.size(), ") of ", velocity_.size(),
+                                                   " given ", averaged_delta.size(), " deltas"));
+  }
+  for (size_t j = 0; j < start.size(); ++j) {
+    float& velocity = velocity_[offset + j];
+    const float v = momentum_ * velocity + averaged_delta[j];
+    velocity = v;
+    const float update = averaged_delta[j] + momentum_ * v;
+    start[j] -= lr_ * update;
   }
   return absl::OkStatus();
 }

@@ -25,6 +25,9 @@ class OuterOptimizer {
   // `start` (n floats) becomes the next round's start, given the replicas' averaged delta.
   // InvalidArgument when a span's length is not n.
   absl::Status Step(std::span<const float> averaged_delta, std::span<float> start);
+  // The same for the values [offset, offset + size) only (a fragment's round): their momentum
+  // moves, the others' stays. InvalidArgument when the range does not fit.
+  absl::Status StepAt(size_t offset, std::span<const float> averaged_delta, std::span<float> start);
 
   // The momentum buffer, for checkpoints; SetMomentum restores one (InvalidArgument for another
   // length).

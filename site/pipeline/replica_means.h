@@ -8,7 +8,9 @@
 // Called by SiteRunner at step end, on the training thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,14 @@
 #include "site/pipeline/stage_frames.h"
 
 namespace strait::site {
+
+// A sum sent and not yet taken back (ReplicaMeans::Start, Finish).
+struct PendingSum {
+  SumFormat format;
+  size_t count = 0;  // Values (the sum's words hold MaskedCount of them).
+  v1::TensorKey back;
+  std::chrono::steady_clock::time_point sent;
+};
 
 class ReplicaMeans {
  public:
@@ -33,8 +43,15 @@ class ReplicaMeans {
   // repeat). `own`, if given, receives what this replica's share stands for after quantisation.
   // FAILED_PRECONDITION without the links of the sums.
   absl::StatusOr<std::vector<float>> Mean(const std::string& what, int64_t round,
-                                          std::vector<float> values, const SumFormat& format,
+                                          std::span<const float> values, const SumFormat& format,
                                           std::vector<float>* own = nullptr);
+
+  // Mean in two halves, so that compute can run while the sum is out: Start quantises, masks and
+  // sends; Finish waits for the sum (its wait counts as Timer::kWait) and returns the mean.
+  absl::StatusOr<PendingSum> Start(const std::string& what, int64_t round,
+                                   std::span<const float> values, const SumFormat& format,
+                                   std::vector<float>* own = nullptr);
+  absl::StatusOr<std::vector<float>> Finish(const PendingSum& pending);
 
  private:
   StageFrames& frames_;

@@ -26,12 +26,23 @@ void SiteMetrics::AddRejectedFrame() {
   ++rejected_frames_;
 }
 
+void SiteMetrics::AddOuterRound(const OuterRoundFigures& round) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++outer_.rounds;
+  outer_.round_s += round.round_s;
+  outer_.exposed_s += round.exposed_s;
+  outer_.bytes += round.bytes;
+  outer_.dense_bytes += round.dense_bytes;
+  if (!round.last) outer_.latest = round;
+}
+
 SiteMetrics::Totals SiteMetrics::Snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
   Totals totals;
   totals.seconds = seconds_;
   for (const auto& [key, link] : links_) totals.links.push_back(link);
   totals.rejected_frames = rejected_frames_;
+  totals.outer = outer_;
   return totals;
 }
 
@@ -49,6 +60,11 @@ SiteMetrics::Totals SiteMetrics::Difference(const Totals& now, const Totals& bef
     }
   }
   d.rejected_frames -= before.rejected_frames;
+  d.outer.rounds -= before.outer.rounds;
+  d.outer.round_s -= before.outer.round_s;
+  d.outer.exposed_s -= before.outer.exposed_s;
+  d.outer.bytes -= before.outer.bytes;
+  d.outer.dense_bytes -= before.outer.dense_bytes;
   return d;
 }
 

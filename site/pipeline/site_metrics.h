@@ -37,6 +37,22 @@ inline v1::Purpose LinkPurpose(const v1::TensorKey& key) {
   return key.purpose() == v1::SUM || key.purpose() == v1::TEACH ? key.purpose() : v1::TRAIN;
 }
 
+// One outer round (site/pipeline/outer_rounds.h): its time from sending to landing, the part of it
+// the training thread waited (the rest ran behind inner steps), the bytes of the masked words it
+// sent, and those of the same values as dense fp32 (4 bytes each of the stage's parameters).
+struct OuterRoundFigures {
+  double round_s = 0, exposed_s = 0;
+  uint64_t bytes = 0, dense_bytes = 0;
+  bool last = false;  // The run's last round, over every value.
+};
+
+struct OuterRoundTotals {
+  uint64_t rounds = 0;
+  double round_s = 0, exposed_s = 0;
+  uint64_t bytes = 0, dense_bytes = 0;
+  OuterRoundFigures latest;  // The latest round before the last one (a steady round).
+};
+
 // Thread-safe.
 class SiteMetrics {
  public:
@@ -45,6 +61,7 @@ class SiteMetrics {
     // One entry per (purpose, boundary, direction, sent), sorted.
     std::vector<v1::LinkBytes> links;
     uint64_t rejected_frames = 0;
+    OuterRoundTotals outer;
     double Seconds(Timer t) const { return seconds[static_cast<int>(t)]; }
   };
 
@@ -54,6 +71,7 @@ class SiteMetrics {
   void AddFrame(uint32_t boundary, v1::Direction direction, bool sent, uint64_t raw_bytes,
                 uint64_t wire_bytes, v1::Purpose purpose = v1::TRAIN);
   void AddRejectedFrame();
+  void AddOuterRound(const OuterRoundFigures& round);
   Totals Snapshot() const;
 
   // `now` minus `before`, for reports that cover the interval between two snapshots.
@@ -65,6 +83,7 @@ class SiteMetrics {
   std::array<double, kTimerCount> seconds_{};
   std::map<LinkKey, v1::LinkBytes> links_;
   uint64_t rejected_frames_ = 0;
+  OuterRoundTotals outer_;
 };
 
 }  // namespace strait::site

@@ -117,7 +117,7 @@ absl::StatusOr<StepResult> SiteRunner::Step(bool then_evaluate) {
       }
     }
   }
-  if (outer_) STRAIT_RETURN_IF_ERROR(outer_->MaybeRound(s + 1));
+  if (outer_) STRAIT_RETURN_IF_ERROR(outer_->AfterStep(s + 1));
   if (stage_.is_last()) {  // Warm-up 0: every forward of step s ran in Step(s).
     result.loss = tally.loss_sum / (t.global_batch * spec_.model.TargetsPerSample());
     result.accuracy =

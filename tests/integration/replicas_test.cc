@@ -132,25 +132,30 @@ bool WaitForLog(BuildTreeFederation& fed, const std::string& site, const std::st
   return true;
 }
 
-TEST(ReplicasTest, AReplicaKilledDuringAnOuterRoundRollsBackAndEndsWithTheSameBits) {
-  const JobOptions job{.sync = kOuter, .length = "steps: 60", .extra = kOuterKeys};
+// dc-a stops (SIGSTOP) once the replicas are past their first rounds, so dc-c (its replica) soon
+// waits for a round's sum that lacks dc-a's vector (well within the heartbeat timeout); dc-c is
+// killed there and restarted with --resume, and the run must end as `clean` did.
+void KillAReplicaDuringARound(const JobOptions& job, bool streamed) {
   BuildTreeFederation clean(JobYaml(job), kSites);
   TrainAll(clean);
+  if (::testing::Test::HasFatalFailure()) return;
 
   BuildTreeFederation fed(JobYaml(job), kSites);
   std::string error;
   ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
   for (const std::string& site : kSites) fed.StartSite(site, {"--threads", "1"});
-  // dc-a stops (SIGSTOP) once the replicas are past their first rounds, so dc-c (its replica)
-  // soon waits in a round for dc-a's vector (well within the heartbeat timeout); dc-c dies there.
   ASSERT_TRUE(WaitForLog(fed, "dc-c", "outer round after step 20")) << fed.SiteLog("dc-c");
   fed.site("dc-a").Kill(SIGSTOP);
   std::this_thread::sleep_for(std::chrono::seconds(1));
   const std::string waiting = harness::ReadFile(fed.SiteLogFile("dc-c"));
   const size_t last_line = waiting.rfind('\n', waiting.size() - 2);
-  ASSERT_NE(waiting.find("outer round after step", last_line), std::string::npos)
-      << "dc-c is not waiting in an outer round:\n"
-      << waiting;
+  // A streamed round is sent and the steps go on until it must land: dc-c waits there, its last
+  // line the round's or a later step's.
+  if (!streamed) {
+    ASSERT_NE(waiting.find("outer round after step", last_line), std::string::npos)
+        << "dc-c is not waiting in an outer round:\n"
+        << waiting;
+  }
   std::printf("dc-c killed while it waits: %s", waiting.substr(last_line + 1).c_str());
   ASSERT_TRUE(fed.site("dc-c").Running());
   fed.site("dc-c").Kill(SIGKILL);
@@ -163,6 +168,36 @@ TEST(ReplicasTest, AReplicaKilledDuringAnOuterRoundRollsBackAndEndsWithTheSameBi
   const std::string gateway_log = fed.gateway().LogTail(20000);
   EXPECT_NE(gateway_log.find("training restarts at step"), std::string::npos) << gateway_log;
   ExpectSameFinalState(fed, clean, kSites);
+}
+
+TEST(ReplicasTest, AReplicaKilledDuringAnOuterRoundRollsBackAndEndsWithTheSameBits) {
+  KillAReplicaDuringARound({.sync = kOuter, .length = "steps: 60", .extra = kOuterKeys},
+                           /*streamed=*/false);
+}
+
+// Streaming DiLoCo: 4 fragments, each round landing 2 steps after it was sent, 4-bit values, and
+// checkpoints between rounds (they hold the rounds in flight).
+const char kStreamedKeys[] =
+    "outer: {every: 10, fragments: 4, delay: 2, bits: 4, lr: 0.7, momentum: 0.9}\n"
+    "  checkpoint: {every: 7, dir: checkpoints}";
+
+TEST(ReplicasTest, StreamedOuterRoundsEndWithTheReplicasAgreeing) {
+  BuildTreeFederation fed(JobYaml({.sync = kOuter, .length = "steps: 45", .extra = kStreamedKeys}),
+                          kSites);
+  TrainAll(fed);
+  ExpectReplicasAgree(fed, "dc-a", "dc-c");
+  ExpectReplicasAgree(fed, "dc-b", "dc-d");
+  const std::string log = harness::ReadFile(fed.SiteLogFile("dc-c"));
+  for (int step : {3, 5, 8, 10, 43, 45}) {  // Fragment 3, 2, 1, 0's rounds, then the last.
+    EXPECT_NE(log.find(absl::StrCat("outer round after step ", step, ":")), std::string::npos)
+        << step << "\n"
+        << log;
+  }
+}
+
+TEST(ReplicasTest, AReplicaKilledWhileStreamedRoundsAreOutRollsBackAndEndsWithTheSameBits) {
+  KillAReplicaDuringARound({.sync = kOuter, .length = "steps: 60", .extra = kStreamedKeys},
+                           /*streamed=*/true);
 }
 
 // A stage of two machines in each replica (dc-b and dc-d with a follower rank each): the replicas'

@@ -44,17 +44,18 @@ v1::TensorKey SumKey(uint32_t stage, uint32_t replica, v1::Direction direction, 
 
 // A masked vector's push: the words as floats' bits, encoded with the chain `none`.
 v1::SiteMessage SumPush(uint64_t transfer, const v1::TensorKey& key,
-                        const std::vector<uint32_t>& words) {
+                        const std::vector<uint32_t>& words,
+                        const std::string& chain_text = "none") {
   std::vector<float> values(words.size());
   std::memcpy(values.data(), words.data(), 4 * words.size());
-  auto chain = compression::CodecChain::Create("none");
+  auto chain = compression::CodecChain::Create(chain_text);
   auto body = (*chain)->Encode(values, {values.size()});
   v1::SiteMessage m;
   v1::PushChunk& push = *m.mutable_push();
   push.set_transfer_id(transfer);
   v1::FrameHeader& h = *push.mutable_header();
   *h.mutable_key() = key;
-  h.set_codec_chain("none");
+  h.set_codec_chain(chain_text);
   h.set_dtype(v1::FLOAT32);
   h.add_shape(static_cast<int64_t>(words.size()));
   h.set_raw_bytes(4 * words.size());
@@ -157,6 +158,14 @@ TEST_F(ReplicaSumsTest, StrangersForgedSumsAndReplaysAreRefusedAndCounted) {
   const v1::FederationState state = core_.Snapshot();
   EXPECT_EQ(state.rejected_by_reason().at("unauthorized"), 2u);
   EXPECT_EQ(state.rejected_by_reason().at("sum_refused"), 1u);
+  EXPECT_EQ(core_.sums().GetStats().rounds, 0u);
+}
+
+// A compressed masked vector's length would depend on its values: refused, whatever it holds.
+TEST_F(ReplicaSumsTest, ACompressedMaskedVectorIsRefused) {
+  Streams a = Open("a");
+  a.push->Handle(SumPush(1, SumKey(0, 0, v1::FORWARD, 8), std::vector<uint32_t>(64, 0), "zstd"));
+  EXPECT_EQ(core_.Snapshot().rejected_by_reason().at("sum_refused"), 1u);
   EXPECT_EQ(core_.sums().GetStats().rounds, 0u);
 }
 

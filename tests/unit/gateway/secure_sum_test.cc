@@ -120,6 +120,12 @@ TEST(SecureSumTest, NarrowLanesAddWithoutCarriesAndMustAgree) {
             absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(sum.Add("b", round, {0x00020002u}, keep, /*lanes=*/2).ok());
   EXPECT_EQ(got, (std::vector<uint32_t>{0x00030001u}));
+
+  // 4-bit lanes: each nibble mod 16 (0xf + 0x2 = 0x1, 0x8 + 0x8 = 0x0), none carried.
+  const SumRound next{.stage = 0, .step = 2, .generation = 1};
+  ASSERT_TRUE(sum.Add("a", next, {0x8f8f8f8fu}, keep, /*lanes=*/8).ok());
+  ASSERT_TRUE(sum.Add("b", next, {0x82828282u}, keep, /*lanes=*/8).ok());
+  EXPECT_EQ(got, (std::vector<uint32_t>{0x01010101u}));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <span>
 #include <vector>
 
 namespace strait::site {
@@ -40,6 +41,20 @@ TEST(OuterOptimizerTest, NesterovMomentumAsPyTorchComputesIt) {
   ASSERT_TRUE(outer.Step(std::vector<float>{0.3f}, a).ok());
   ASSERT_TRUE(again.Step(std::vector<float>{0.3f}, b).ok());
   EXPECT_EQ(a, b);
+}
+
+// A fragment's step moves its values and their momentum as the whole step would, and nothing else.
+TEST(OuterOptimizerTest, AStepOverARangeIsTheWholeStepThere) {
+  OuterOptimizer whole(0.7f, 0.9f, 5), part(0.7f, 0.9f, 5);
+  std::vector<float> a = {1, 2, 3, 4, 5}, b = a;
+  const std::vector<float> delta = {0.1f, -0.2f, 0.3f, 0.4f, -0.5f};
+  ASSERT_TRUE(whole.Step(delta, a).ok());
+  ASSERT_TRUE(part.StepAt(1, std::span(delta).subspan(1, 3), std::span(b).subspan(1, 3)).ok());
+  EXPECT_EQ(b, (std::vector<float>{1, a[1], a[2], a[3], 5}));
+  EXPECT_EQ(part.momentum_buffer(),
+            (std::vector<float>{0, whole.momentum_buffer()[1], whole.momentum_buffer()[2],
+                                whole.momentum_buffer()[3], 0}));
+  EXPECT_FALSE(part.StepAt(3, std::span(delta).first(3), std::span(b).first(3)).ok());
 }
 
 TEST(OuterOptimizerTest, RefusesOtherLengths) {
