@@ -129,15 +129,22 @@ absl::Status CodecChain::DecodeWithHeader(absl::Span<const uint8_t> frame, Decod
       frame, 0, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(out->values.data()), h.raw_size));
 }
 
-absl::Status CodecChain::DecodeStages(absl::Span<const uint8_t> frame, size_t last_stage,
-                                      absl::Span<uint8_t> target) {
+absl::Status CodecChain::CheckStageSizes() {
   const FrameHeader& h = header_;
-  const size_t count = stages_.size();
-  for (size_t i = 0; i < count; ++i) {  // every size is plausible before anything is allocated
+  for (size_t i = 0; i < stages_.size(); ++i) {
     stages_[i]->SetRowWidth(RowWidth(h.shape));
     STRAIT_RETURN_IF_ERROR(
         stages_[i]->CheckSizes(i == 0 ? h.raw_size : h.stage_sizes[i - 1], h.stage_sizes[i]));
   }
+  return absl::OkStatus();
+}
+
+absl::Status CodecChain::DecodeStages(absl::Span<const uint8_t> frame, size_t last_stage,
+                                      absl::Span<uint8_t> target) {
+  const FrameHeader& h = header_;
+  const size_t count = stages_.size();
+  // Every size is plausible before anything is allocated.
+  STRAIT_RETURN_IF_ERROR(CheckStageSizes());
   absl::Span<const uint8_t> in = frame.subspan(h.header_size);
   if (last_stage == count) {  // nothing to run: the body is what is wanted
     if (in.size() != target.size()) return SizeError("frame body", target.size(), in.size());
@@ -177,6 +184,7 @@ absl::Status TensorDecoder::DecodeValuePayload(absl::Span<const uint8_t> frame,
     chain_ = CodecChain::Create(header_.chain, options_);
   }
   chain_->header_ = header_;
+  STRAIT_RETURN_IF_ERROR(chain_->CheckStageSizes());  // before sizing a buffer to the header's word
   out->value_payload.resize(header_.stage_sizes[0]);
   out->element_count = header_.raw_size / 4;
   out->shape = header_.shape;

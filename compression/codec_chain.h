@@ -93,6 +93,8 @@ class CodecChain {
                                                        absl::Span<const uint8_t> in,
                                                        const EncodeContext& context);
   absl::Status DecodeWithHeader(absl::Span<const uint8_t> frame, DecodedTensor* out);
+  // Checks the header's size of every stage against the stage (CodecStage::CheckSizes).
+  absl::Status CheckStageSizes();
   // Runs the stages from the last down to `last_stage`, writing what stage last_stage decoded into
   // `target` (of the header's size for it). Every size checked first.
   absl::Status DecodeStages(absl::Span<const uint8_t> frame, size_t last_stage,
