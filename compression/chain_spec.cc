@@ -12,7 +12,8 @@ namespace strait::compression {
 namespace {
 
 constexpr absl::string_view kStages =
-    "none, fp16, bf16, int8[:BLOCK][:sr], int4[:BLOCK][:sr], topk:R[:ef], shuffle, zstd[:LEVEL]";
+    "none, fp16, bf16, int8[:BLOCK][:sr], int4[:BLOCK][:sr], topk:R[:ef], shuffle, zstd[:LEVEL], "
+    "proj:K[:SEED]";
 
 // "codec stage 'int8': ..." when the stage has no parameters, "codec stage 'int8:...': ..." when it
 // has some (the caller shows the whole chain, or the job spec's line and column).
@@ -25,6 +26,7 @@ absl::Status StageError(absl::string_view name, const std::vector<std::string>& 
 bool ValidBlockSize(int block) { return block >= 2 && block <= 65536 && block % 2 == 0; }
 bool ValidFraction(double fraction) { return fraction > 0 && fraction <= 1; }
 bool ValidLevel(int level) { return level != 0 && level >= -7 && level <= 22; }
+bool ValidSubspace(int k) { return k >= 1 && k <= kMaxSubspace; }
 
 // int8 | int4 [:BLOCK] [:sr], in any order, each at most once.
 absl::Status ParseQuantizer(absl::string_view name, const std::vector<std::string>& params,
@@ -79,6 +81,22 @@ absl::Status ParseZstd(const std::vector<std::string>& params, StageSpec* stage)
   return absl::OkStatus();
 }
 
+// proj:K [:SEED]
+absl::Status ParseProject(const std::vector<std::string>& params, StageSpec* stage) {
+  if (params.empty() || params.size() > 2 || !absl::SimpleAtoi(params[0], &stage->subspace) ||
+      !ValidSubspace(stage->subspace)) {
+    return StageError("proj", params,
+                      absl::StrCat("needs the number of kept directions K in [1, ", kMaxSubspace,
+                                   "] and optionally a seed, e.g. proj:112 or proj:112:7"));
+  }
+  if (params.size() == 2 && !absl::SimpleAtoi(params[1], &stage->basis_seed)) {
+    return StageError(
+        "proj", params,
+        absl::StrCat("seed must be an integer in [0, 2^64), found '", params[1], "'"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StageSpec> ParseStage(absl::string_view text, absl::string_view chain) {
   std::vector<std::string> parts = absl::StrSplit(text, ':');
   const std::string& name = parts[0];
@@ -103,6 +121,11 @@ absl::StatusOr<StageSpec> ParseStage(absl::string_view text, absl::string_view c
     STRAIT_RETURN_IF_ERROR(ParseZstd(params, &stage));
     return stage;
   }
+  if (name == "proj") {
+    stage.kind = StageKind::kProject;
+    STRAIT_RETURN_IF_ERROR(ParseProject(params, &stage));
+    return stage;
+  }
   for (StageKind kind :
        {StageKind::kNone, StageKind::kFp16, StageKind::kBf16, StageKind::kShuffle}) {
     if (name == StageName(kind)) {
@@ -115,18 +138,25 @@ absl::StatusOr<StageSpec> ParseStage(absl::string_view text, absl::string_view c
       absl::StrCat("unknown codec stage '", name, "'; expected one of ", kStages));
 }
 
-int Rank(StageKind kind) { return IsValueStage(kind) ? 0 : (kind == StageKind::kShuffle ? 1 : 2); }
+int Rank(StageKind kind) {
+  if (kind == StageKind::kProject) return 0;
+  return IsValueStage(kind) ? 1 : (kind == StageKind::kShuffle ? 2 : 3);
+}
 
 int ShuffleWidthAfter(const ChainSpec& chain, size_t index) {
   if (index == 0) return 4;  // raw fp32
   StageKind before = chain.stages[index - 1].kind;
   if (before == StageKind::kFp16 || before == StageKind::kBf16) return 2;
-  return 1;
+  return before == StageKind::kProject ? 4 : 1;  // after proj: fp32 coefficients
 }
 
-// Order: [value stage] [shuffle] [zstd], each at most once; "none" alone. `text` is the chain as
-// the message shows it; empty: its canonical text (made only on error: frame headers are checked
-// on every decode, which must not allocate).
+std::string ChainText(const ChainSpec& chain, absl::string_view text) {
+  return text.empty() ? chain.ToString() : std::string(text);
+}
+
+// Order: [proj] [value stage] [shuffle] [zstd], each at most once; "none" alone. `text` is the
+// chain as the message shows it; empty: its canonical text (made only on error: frame headers are
+// checked on every decode, which must not allocate).
 absl::Status CheckOrder(const ChainSpec& chain, absl::string_view text) {
   int previous_rank = -1;
   for (size_t i = 0; i < chain.stages.size(); ++i) {
@@ -134,14 +164,52 @@ absl::Status CheckOrder(const ChainSpec& chain, absl::string_view text) {
     if (kind == StageKind::kNone && chain.stages.size() > 1) {
       return absl::InvalidArgumentError("'none' must be the only stage of a codec chain");
     }
+    if (kind == StageKind::kProject && i > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'proj' must be the first stage of a codec chain, found it after '",
+                       StageName(chain.stages[i - 1].kind), "' in '", ChainText(chain, text), "'"));
+    }
     const int rank = Rank(kind);
     if (rank <= previous_rank) {
       return absl::InvalidArgumentError(absl::StrCat(
           "stage '", StageName(kind), "' cannot follow '", StageName(chain.stages[i - 1].kind),
-          "' in codec chain '", text.empty() ? chain.ToString() : std::string(text),
+          "' in codec chain '", ChainText(chain, text),
           "'; order is: at most one of fp16/bf16/int8/int4/topk, then shuffle, then zstd"));
     }
     previous_rank = rank;
+  }
+  return absl::OkStatus();
+}
+
+// What may code proj's coefficients: fp16, bf16, or int8/int4 with one block a row (block K, which
+// the quantizers need even). Nothing: fp32 coefficients.
+absl::Status CheckAfterProject(const ChainSpec& chain) {
+  if (chain.stages.size() < 2 || chain.stages[0].kind != StageKind::kProject) {
+    return absl::OkStatus();
+  }
+  const int k = chain.stages[0].subspace;
+  const StageSpec& next = chain.stages[1];
+  if (!IsValueStage(next.kind)) return absl::OkStatus();
+  auto error = [&](absl::string_view what) {
+    ChainSpec alone;
+    alone.stages = {next};
+    return absl::InvalidArgumentError(
+        absl::StrCat("proj:", k, " followed by ", alone.ToString(), ": ", what));
+  };
+  const bool quantizer = next.kind == StageKind::kInt8 || next.kind == StageKind::kInt4;
+  if (!quantizer && next.kind != StageKind::kFp16 && next.kind != StageKind::kBf16) {
+    return error(
+        "after proj the coefficients are coded by fp16, bf16, int8:K or int4:K, or sent "
+        "as fp32 (no value stage)");
+  }
+  if (quantizer && k % 2 != 0) {
+    return error(
+        "int8 and int4 after proj need an even K (their block is K, one scale a row); "
+        "use an even K, or fp16/bf16");
+  }
+  if (quantizer && next.block_size != k) {
+    return error(absl::StrCat("use ", StageName(next.kind), ":", k, next.stochastic ? ":sr" : "",
+                              " (one scale a row of K coefficients)"));
   }
   return absl::OkStatus();
 }
@@ -186,6 +254,8 @@ absl::string_view StageName(StageKind kind) {
       return "shuffle";
     case StageKind::kZstd:
       return "zstd";
+    case StageKind::kProject:
+      return "proj";
   }
   return "?";
 }
@@ -213,6 +283,9 @@ absl::Status ValidateChainSpec(const ChainSpec& chain) {
       case StageKind::kShuffle:
         ok = s.width == ShuffleWidthAfter(chain, i);
         break;
+      case StageKind::kProject:
+        ok = ValidSubspace(s.subspace);
+        break;
       default:
         break;
     }
@@ -221,7 +294,7 @@ absl::Status ValidateChainSpec(const ChainSpec& chain) {
           absl::StrCat("codec stage '", StageName(s.kind), "': parameter out of range"));
     }
   }
-  return absl::OkStatus();
+  return CheckAfterProject(chain);
 }
 
 absl::StatusOr<ChainSpec> ParseChainSpec(absl::string_view text) {
@@ -235,6 +308,7 @@ absl::StatusOr<ChainSpec> ParseChainSpec(absl::string_view text) {
     chain.stages.push_back(stage);
   }
   STRAIT_RETURN_IF_ERROR(CheckOrder(chain, text));
+  STRAIT_RETURN_IF_ERROR(CheckAfterProject(chain));
   for (size_t i = 0; i < chain.stages.size(); ++i) {
     if (chain.stages[i].kind == StageKind::kShuffle) {
       chain.stages[i].width = ShuffleWidthAfter(chain, i);
@@ -259,6 +333,9 @@ std::string ChainSpec::ToString() const {
       case StageKind::kZstd:
         absl::StrAppend(&out, ":", s.level);
         break;
+      case StageKind::kProject:
+        absl::StrAppend(&out, ":", s.subspace, ":", s.basis_seed);
+        break;
       default:
         break;
     }
@@ -268,9 +345,15 @@ std::string ChainSpec::ToString() const {
 
 bool ChainSpec::IsLossless() const {
   for (const StageSpec& s : stages) {
+    if (s.kind == StageKind::kProject) return false;
     if (IsValueStage(s.kind) && s.kind != StageKind::kNone) return false;
   }
   return true;
+}
+
+const StageSpec* FindProject(const ChainSpec& chain) {
+  if (chain.stages.empty() || chain.stages[0].kind != StageKind::kProject) return nullptr;
+  return &chain.stages[0];
 }
 
 bool ChainSpec::NeedsResidual() const {

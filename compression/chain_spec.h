@@ -9,8 +9,13 @@
 //   topk:R[:ef]        keep the fraction 0 < R <= 1 of largest magnitudes; "ef": error feedback
 //   shuffle            byte-plane transpose (lossless)
 //   zstd[:L]           zstd at level L in [-7, 22], L != 0 (default 1)
-// At most one value stage (fp16, bf16, int8, int4, topk), first; then shuffle, then zstd, each at
-// most once.
+//   proj:K[:SEED]      project rows of the tensor (its last dimension d) onto K <= d orthonormal
+//                      directions drawn from SEED (a u64, default kDefaultBasisSeed); K in
+//                      [1, 65536]
+// proj first when present, then at most one value stage (fp16, bf16, int8, int4, topk), then
+// shuffle, then zstd, each at most once. After proj the value stage codes the K coefficients of
+// each row: only fp16, bf16, or int8/int4 with block K (one scale a row); without one the
+// coefficients travel as fp32.
 #pragma once
 
 #include <cstdint>
@@ -34,32 +39,37 @@ enum class StageKind : uint8_t {
   kTopK = 5,
   kShuffle = 6,
   kZstd = 7,
+  kProject = 8,
 };
 
 inline constexpr int kDefaultBlockSize = 256;
 inline constexpr int kDefaultZstdLevel = 1;
+inline constexpr int kMaxSubspace = 65536;
+inline constexpr uint64_t kDefaultBasisSeed = 0x5eed5eed5eed5eedull;
 
 // One stage and its parameters; fields that do not apply to `kind` keep their defaults.
 struct StageSpec {
   StageKind kind = StageKind::kNone;
-  int block_size = kDefaultBlockSize;  // int8, int4
-  bool stochastic = false;             // int8, int4: stochastic rounding ("sr")
-  double fraction = 1.0;               // topk: kept fraction R in (0, 1]
-  bool error_feedback = false;         // topk: "ef"
-  int level = kDefaultZstdLevel;       // zstd
-  int width = 4;                       // shuffle: element width in bytes, set by the chain
+  int block_size = kDefaultBlockSize;       // int8, int4
+  bool stochastic = false;                  // int8, int4: stochastic rounding ("sr")
+  double fraction = 1.0;                    // topk: kept fraction R in (0, 1]
+  bool error_feedback = false;              // topk: "ef"
+  int level = kDefaultZstdLevel;            // zstd
+  int width = 4;                            // shuffle: element width in bytes, set by the chain
+  int subspace = 0;                         // proj: K, the number of directions kept per row
+  uint64_t basis_seed = kDefaultBasisSeed;  // proj: seed of the basis (SeededBasis)
 
   bool operator==(const StageSpec&) const = default;
 };
 
 // A parsed chain: stages in encoding order. Without a value stage the chain starts from raw fp32.
 struct ChainSpec {
-  absl::InlinedVector<StageSpec, 3> stages;  // at most value, shuffle, zstd
+  absl::InlinedVector<StageSpec, 4> stages;  // at most proj, value, shuffle, zstd
 
   // The canonical text, with every parameter spelled out ("int8:256+zstd:1"); parses back to an
   // equal ChainSpec.
   std::string ToString() const;
-  // True when decoding returns exactly the encoded floats (no value stage other than none).
+  // True when decoding returns exactly the encoded floats (no proj, no value stage but none).
   bool IsLossless() const;
   // True when some stage keeps per-key state (topk with error feedback).
   bool NeedsResidual() const;
@@ -74,8 +84,12 @@ absl::StatusOr<ChainSpec> ParseChainSpec(absl::string_view text);
 // Checks the order rules and parameter ranges of an already typed chain (used on frame headers).
 absl::Status ValidateChainSpec(const ChainSpec& chain);
 
-// True for fp16, bf16, int8, int4, topk, none: the stages that turn floats into bytes.
+// True for fp16, bf16, int8, int4, topk, none: the stages that turn floats into bytes (proj turns
+// floats into fewer floats: not one of them).
 bool IsValueStage(StageKind kind);
+
+// The chain's proj stage (always its first), or null.
+const StageSpec* FindProject(const ChainSpec& chain);
 
 // "int8", "zstd", ...; "?" for a value outside the enum.
 absl::string_view StageName(StageKind kind);

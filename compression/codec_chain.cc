@@ -11,6 +11,16 @@ absl::Span<const uint8_t> AsBytes(absl::Span<const float> values) {
   return {reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(float)};
 }
 
+uint64_t RowWidth(absl::Span<const uint64_t> shape) { return shape.empty() ? 1 : shape.back(); }
+
+// Device coders run the value stage where the tensor lives; a chain that projects first has no
+// such path yet.
+absl::Status NoDevicePathForProject(const ChainSpec& chain) {
+  if (FindProject(chain) == nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "codec chain '", chain.ToString(), "' starts with proj, which only the host codec runs"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CodecChain>> CodecChain::Create(absl::string_view spec,
@@ -58,6 +68,7 @@ absl::StatusOr<absl::Span<const uint8_t>> CodecChain::Encode(absl::Span<const fl
 absl::StatusOr<absl::Span<const uint8_t>> CodecChain::EncodeValuePayload(
     absl::Span<const uint8_t> payload, absl::Span<const uint64_t> shape) {
   STRAIT_ASSIGN_OR_RETURN(uint64_t count, ElementCount(shape));
+  STRAIT_RETURN_IF_ERROR(NoDevicePathForProject(spec_));
   if (!IsValueStage(spec_.stages[0].kind)) {
     return absl::FailedPreconditionError("codec chain has no value stage");
   }
@@ -77,15 +88,19 @@ absl::StatusOr<absl::Span<const uint8_t>> CodecChain::EncodeFrom(size_t first_st
   const size_t count = stages_.size();
   header_.raw_size = 4 * context.element_count;
   header_.stage_sizes.resize(count);
-  header_.header_size = FrameHeaderSize(header_.shape.size(), count);
+  header_.header_size = FrameHeaderSize(header_.shape.size(), spec_);
   frame_.Resize(header_.header_size);
+  EncodeContext stage_context = context;
   for (size_t i = first_stage; i < count; ++i) {
     ByteBuffer* out = i + 1 == count ? &frame_ : &scratch_[i % 2];
     if (out != &frame_) out->Resize(0);
     const size_t base = out->size();
-    STRAIT_RETURN_IF_ERROR(stages_[i]->Encode(in, context, out));
+    stages_[i]->SetRowWidth(RowWidth(header_.shape));
+    STRAIT_RETURN_IF_ERROR(stages_[i]->Encode(in, stage_context, out));
     header_.stage_sizes[i] = out->size() - base;
     in = absl::Span<const uint8_t>(out->data() + base, header_.stage_sizes[i]);
+    // proj hands the next stage its coefficients: fp32 values, fewer of them.
+    if (spec_.stages[i].kind == StageKind::kProject) stage_context.element_count = in.size() / 4;
   }
   if (first_stage == count) {  // the payload given to EncodeValuePayload is the whole encoding
     frame_.Resize(header_.header_size + in.size());
@@ -114,14 +129,22 @@ absl::Status CodecChain::DecodeWithHeader(absl::Span<const uint8_t> frame, Decod
       frame, 0, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(out->values.data()), h.raw_size));
 }
 
+absl::Status CodecChain::CheckStageSizes() {
+  const FrameHeader& h = header_;
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    stages_[i]->SetRowWidth(RowWidth(h.shape));
+    STRAIT_RETURN_IF_ERROR(
+        stages_[i]->CheckSizes(i == 0 ? h.raw_size : h.stage_sizes[i - 1], h.stage_sizes[i]));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CodecChain::DecodeStages(absl::Span<const uint8_t> frame, size_t last_stage,
                                       absl::Span<uint8_t> target) {
   const FrameHeader& h = header_;
   const size_t count = stages_.size();
-  for (size_t i = 0; i < count; ++i) {  // every size is plausible before anything is allocated
-    STRAIT_RETURN_IF_ERROR(
-        stages_[i]->CheckSizes(i == 0 ? h.raw_size : h.stage_sizes[i - 1], h.stage_sizes[i]));
-  }
+  // Every size is plausible before anything is allocated.
+  STRAIT_RETURN_IF_ERROR(CheckStageSizes());
   absl::Span<const uint8_t> in = frame.subspan(h.header_size);
   if (last_stage == count) {  // nothing to run: the body is what is wanted
     if (in.size() != target.size()) return SizeError("frame body", target.size(), in.size());
@@ -152,6 +175,7 @@ absl::Status TensorDecoder::Decode(absl::Span<const uint8_t> frame, DecodedTenso
 absl::Status TensorDecoder::DecodeValuePayload(absl::Span<const uint8_t> frame,
                                                DecodedPayload* out) {
   STRAIT_RETURN_IF_ERROR(ParseFrameHeader(frame, options_.max_raw_bytes, &header_));
+  STRAIT_RETURN_IF_ERROR(NoDevicePathForProject(header_.chain));
   if (header_.chain.stages.empty() || !IsValueStage(header_.chain.stages[0].kind)) {
     return absl::FailedPreconditionError(absl::StrCat("codec chain '", header_.chain.ToString(),
                                                       "' has no value stage to decode elsewhere"));
@@ -160,6 +184,7 @@ absl::Status TensorDecoder::DecodeValuePayload(absl::Span<const uint8_t> frame,
     chain_ = CodecChain::Create(header_.chain, options_);
   }
   chain_->header_ = header_;
+  STRAIT_RETURN_IF_ERROR(chain_->CheckStageSizes());  // before sizing a buffer to the header's word
   out->value_payload.resize(header_.stage_sizes[0]);
   out->element_count = header_.raw_size / 4;
   out->shape = header_.shape;

@@ -64,13 +64,15 @@ class CodecChain {
   // Encodes `values` (row-major, product of `shape` elements, rank <= 8) into a frame. The span
   // points into this chain's buffer and stays valid until the next Encode. A chain with error
   // feedback (topk:R:ef) needs `residuals` and the tensor's `key`; it reads and updates that
-  // key's residual.
+  // key's residual. A chain with proj:K projects rows of shape.back() >= K values (InvalidArgument
+  // otherwise); the first encode of a (seed, width, K) builds its basis.
   absl::StatusOr<absl::Span<const uint8_t>> Encode(absl::Span<const float> values,
                                                    absl::Span<const uint64_t> shape,
                                                    ResidualStore* residuals = nullptr,
                                                    absl::string_view key = "");
 
-  // For device encoders: `payload` is what the chain's first (value) stage produces for a tensor
+  // For device encoders (FailedPrecondition for a chain with proj, which only this host codec
+  // runs): `payload` is what the chain's first (value) stage produces for a tensor
   // of `shape` (computed elsewhere, e.g. by a CUDA kernel); runs the remaining stages and returns
   // the same frame Encode would. Counts as one Encode for the stochastic-rounding seed: a device
   // encoder quantizes with next_seed() and then calls this. Span valid until the next Encode.
@@ -91,6 +93,8 @@ class CodecChain {
                                                        absl::Span<const uint8_t> in,
                                                        const EncodeContext& context);
   absl::Status DecodeWithHeader(absl::Span<const uint8_t> frame, DecodedTensor* out);
+  // Checks the header's size of every stage against the stage (CodecStage::CheckSizes).
+  absl::Status CheckStageSizes();
   // Runs the stages from the last down to `last_stage`, writing what stage last_stage decoded into
   // `target` (of the header's size for it). Every size checked first.
   absl::Status DecodeStages(absl::Span<const uint8_t> frame, size_t last_stage,
@@ -120,7 +124,7 @@ class TensorDecoder {
   absl::Status Decode(absl::Span<const uint8_t> frame, DecodedTensor* out);
   // The same checks, stopping before the value stage: out->value_payload is what that stage of
   // out->chain decodes (its sizes already checked against element_count). FailedPrecondition for
-  // a chain without a value stage.
+  // a chain without a value stage, or with proj.
   absl::Status DecodeValuePayload(absl::Span<const uint8_t> frame, DecodedPayload* out);
 
  private:

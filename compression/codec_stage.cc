@@ -51,6 +51,8 @@ std::unique_ptr<CodecStage> MakeCodecStage(const StageSpec& spec) {
       return MakeShuffleStage(spec.width);
     case StageKind::kZstd:
       return MakeZstdStage(spec.level);
+    case StageKind::kProject:
+      return MakeProjectStage(spec);
     case StageKind::kNone:
       break;
   }

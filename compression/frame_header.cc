@@ -31,6 +31,8 @@ uint64_t StageParameter(const StageSpec& s) {
       return static_cast<uint64_t>(s.width);
     case StageKind::kZstd:
       return static_cast<uint64_t>(static_cast<int64_t>(s.level));
+    case StageKind::kProject:
+      return static_cast<uint64_t>(s.subspace);
     default:
       return 0;
   }
@@ -55,6 +57,8 @@ bool SetStageParameter(uint64_t parameter, StageSpec* s) {
       return small(&s->width);
     case StageKind::kZstd:
       return small(&s->level);
+    case StageKind::kProject:
+      return small(&s->subspace);
     default:
       return parameter == 0;
   }
@@ -65,6 +69,14 @@ absl::Status Malformed(absl::string_view what) {
 }
 
 }  // namespace
+
+uint64_t FrameHeaderSize(size_t rank, const ChainSpec& chain) {
+  uint64_t size = FrameHeaderSize(rank, chain.stages.size());
+  for (const StageSpec& s : chain.stages) {
+    if (s.kind == StageKind::kProject) size += kProjectRecordExtra;
+  }
+  return size;
+}
 
 absl::StatusOr<uint64_t> ElementCount(absl::Span<const uint64_t> shape) {
   if (shape.size() > kMaxRank) {
@@ -100,6 +112,10 @@ void WriteFrameHeader(const FrameHeader& header, uint8_t* out) {
     Put64(StageParameter(s), p + 2);
     Put64(header.stage_sizes[i], p + 10);
     p += 18;
+    if (s.kind == StageKind::kProject) {
+      Put64(s.basis_seed, p);
+      p += kProjectRecordExtra;
+    }
   }
 }
 
@@ -112,7 +128,7 @@ absl::Status ParseFrameHeader(absl::Span<const uint8_t> frame, uint64_t max_raw_
   if (f[5] != kDtypeFloat32) return Malformed(absl::StrCat("unsupported dtype ", f[5]));
   const size_t rank = f[6], stages = f[7];
   if (rank > kMaxRank) return Malformed(absl::StrCat("rank ", rank));
-  if (stages < 1 || stages > 3) return Malformed(absl::StrCat("stage count ", stages));
+  if (stages < 1 || stages > 4) return Malformed(absl::StrCat("stage count ", stages));
   header->header_size = FrameHeaderSize(rank, stages);
   if (frame.size() < header->header_size) return Malformed("truncated header");
   header->raw_size = Get64(f + 8);
@@ -131,7 +147,7 @@ absl::Status ParseFrameHeader(absl::Span<const uint8_t> frame, uint64_t max_raw_
   for (size_t i = 0; i < stages; ++i, p += 18) {
     StageSpec& s = header->chain.stages[i];
     s = StageSpec{};
-    if (p[0] > static_cast<uint8_t>(StageKind::kZstd)) return Malformed("unknown stage kind");
+    if (p[0] > static_cast<uint8_t>(StageKind::kProject)) return Malformed("unknown stage kind");
     s.kind = static_cast<StageKind>(p[0]);
     if (p[1] & ~(kFlagStochastic | kFlagErrorFeedback)) return Malformed("unknown stage flags");
     s.stochastic = p[1] & kFlagStochastic;
@@ -142,6 +158,12 @@ absl::Status ParseFrameHeader(absl::Span<const uint8_t> frame, uint64_t max_raw_
       return Malformed(absl::StrCat("bad parameters for stage '", StageName(s.kind), "'"));
     }
     header->stage_sizes[i] = Get64(p + 10);
+    if (s.kind == StageKind::kProject) {  // its seed follows the record
+      header->header_size += kProjectRecordExtra;
+      if (frame.size() < header->header_size) return Malformed("truncated header");
+      s.basis_seed = Get64(p + 18);
+      p += kProjectRecordExtra;
+    }
   }
   absl::Status valid = ValidateChainSpec(header->chain);
   if (!valid.ok()) return Malformed(valid.message());

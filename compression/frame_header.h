@@ -4,13 +4,15 @@
 //   4   1  format version (1)
 //   5   1  dtype of the values (1 = fp32)
 //   6   1  rank R (0..8)
-//   7   1  stage count S (1..3)
+//   7   1  stage count S (1..4)
 //   8   8  raw size: bytes of the fp32 values (4 * product of the dims)
 //   16  8R dims
 //   then S stage records of 18 bytes, in encoding order:
 //       1 kind (StageKind), 1 flags (bit 0 sr, bit 1 ef), 8 parameter (int8/int4: block size;
-//       topk: the fraction as IEEE double bits; shuffle: width; zstd: level as int64; else 0),
-//       8 encoded size: bytes this stage produced
+//       topk: the fraction as IEEE double bits; shuffle: width; zstd: level as int64; proj: K;
+//       else 0), 8 encoded size: bytes this stage produced
+//     a proj record has 8 more bytes: the basis seed (a decoder that does not know kind 8 refuses
+//     the frame before reading them)
 //   then the payload: the last stage's output.
 #pragma once
 
@@ -33,14 +35,18 @@ struct FrameHeader {
   ChainSpec chain;
   Shape shape;
   uint64_t raw_size = 0;                         // 4 * element count
-  absl::InlinedVector<uint64_t, 3> stage_sizes;  // encoded size of each stage, encoding order
+  absl::InlinedVector<uint64_t, 4> stage_sizes;  // encoded size of each stage, encoding order
   uint64_t header_size = 0;                      // where the payload starts
 };
 
-// Bytes of a header for this rank and stage count.
+// Bytes of a header for this rank and stage count, without proj.
 inline constexpr uint64_t FrameHeaderSize(size_t rank, size_t stages) {
   return 16 + 8 * rank + 18 * stages;
 }
+inline constexpr uint64_t kProjectRecordExtra = 8;  // the seed
+
+// Bytes of a header for this rank and chain (any chain).
+uint64_t FrameHeaderSize(size_t rank, const ChainSpec& chain);
 
 // Product of the dims, or an error when it overflows or the rank exceeds kMaxRank.
 absl::StatusOr<uint64_t> ElementCount(absl::Span<const uint64_t> shape);

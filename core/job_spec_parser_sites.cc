@@ -7,14 +7,62 @@
 
 #include "absl/strings/str_cat.h"
 #include "compression/chain_spec.h"
+#include "compression/seeded_basis.h"
 #include "core/frame_header.h"
 #include "core/job_spec.h"
 #include "core/job_spec_parser.h"
+#include "core/model_layout.h"
 #include "core/status.h"
 #include "core/tensor_split.h"
 #include "core/yaml_reader.h"
 
 namespace strait::job_spec_internal {
+namespace {
+
+// "proj:112", with ":SEED" when it is not the default; the chain as written without proj.
+std::string ProjectText(const compression::StageSpec* proj, const std::string& chain) {
+  if (proj == nullptr) return chain;
+  return absl::StrCat("proj:", proj->subspace,
+                      proj->basis_seed == compression::kDefaultBasisSeed
+                          ? ""
+                          : absl::StrCat(":", proj->basis_seed));
+}
+
+// A link with proj (design: plans issue 48, D3). The gradient of X U U^T is delta U U^T: it must
+// go back through the forward's subspace, so both directions project with the same K and seed.
+// K must be below the boundary's width when the split is known (with layers: auto the planner
+// places the boundary; the codec refuses a row narrower than K when it encodes).
+absl::Status CheckProjectLink(YamlMap& map, const JobSpec& spec, const LinkSpec& link) {
+  const compression::ChainSpec forward = *compression::ParseChainSpec(link.forward);
+  const compression::ChainSpec backward = *compression::ParseChainSpec(link.backward);
+  const compression::StageSpec* f = compression::FindProject(forward);
+  const compression::StageSpec* b = compression::FindProject(backward);
+  if (f == nullptr && b == nullptr) return absl::OkStatus();
+  if (f == nullptr || b == nullptr || f->subspace != b->subspace ||
+      f->basis_seed != b->basis_seed) {
+    return map.ErrorAt("backward",
+                       absl::StrCat("forward ", ProjectText(f, link.forward), " and backward ",
+                                    ProjectText(b, link.backward),
+                                    " differ: the gradient must travel in the forward's subspace"));
+  }
+  const SiteSpec& upstream = spec.sites[link.boundary];
+  if (upstream.plan_layers) return absl::OkStatus();
+  const int64_t width = BuildModelLayout(spec.model)[upstream.layers.end - 1].out_shape.back();
+  const int64_t k = f->subspace;
+  if (k >= width) {
+    return map.ErrorAt("forward", absl::StrCat("proj:", k, " on boundary ", link.boundary,
+                                               " of width ", width, ": K must be below the width"));
+  }
+  if (static_cast<uint64_t>(width * k) > compression::kMaxBasisElements) {
+    return map.ErrorAt("forward", absl::StrCat("proj:", k, " on boundary ", link.boundary,
+                                               " of width ", width, " needs a basis of ", width * k,
+                                               " values, above the codec's limit of ",
+                                               compression::kMaxBasisElements));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 int JobSpecParser::LargestDivisorAtMost(int n, int limit) {
   for (int d = limit; d > 1; --d) {
@@ -244,6 +292,7 @@ absl::Status JobSpecParser::ParseLinks(YamlMap& root) {
         return map.ErrorAt(key, std::string(parsed.status().message()));
       }
     }
+    STRAIT_RETURN_IF_ERROR(CheckProjectLink(map, spec_, link));
     STRAIT_RETURN_IF_ERROR(map.Bool("encryption", &link.encryption));
     STRAIT_RETURN_IF_ERROR(map.Bytes("rotate_bytes", 1 << 20, &link.rotate_bytes));
     STRAIT_RETURN_IF_ERROR(Finish(map));

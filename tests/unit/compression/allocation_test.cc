@@ -31,19 +31,21 @@ namespace {
 
 TEST(AllocationTest, SteadyStateEncodeAndDecodeDoNotAllocate) {
   std::vector<float> v = testing::Relu(100000, 1);
-  for (const char* spec : {"none", "fp16", "bf16+shuffle+zstd:3", "int8+zstd", "int4:sr+zstd",
-                           "topk:0.01:ef+zstd", "shuffle+zstd"}) {
+  const std::vector<uint64_t> flat = {v.size()}, rows = {400, 250};  // proj needs rows
+  for (const char* spec :
+       {"none", "fp16", "bf16+shuffle+zstd:3", "int8+zstd", "int4:sr+zstd", "topk:0.01:ef+zstd",
+        "shuffle+zstd", "proj:64+int4:64+zstd", "proj:63+bf16"}) {
     auto chain = *CodecChain::Create(spec);
+    const std::vector<uint64_t>& shape = FindProject(chain->spec()) ? rows : flat;
     TensorDecoder decoder;
     ResidualStore residuals;
     DecodedTensor out;
     for (int warmup = 0; warmup < 3; ++warmup) {
-      ASSERT_TRUE(decoder.Decode(*chain->Encode(v, {v.size()}, &residuals, "k"), &out).ok());
+      ASSERT_TRUE(decoder.Decode(*chain->Encode(v, shape, &residuals, "k"), &out).ok());
     }
     long before = g_allocations.load();
     for (int i = 0; i < 5; ++i) {
-      absl::StatusOr<absl::Span<const uint8_t>> frame =
-          chain->Encode(v, {v.size()}, &residuals, "k");
+      absl::StatusOr<absl::Span<const uint8_t>> frame = chain->Encode(v, shape, &residuals, "k");
       ASSERT_TRUE(frame.ok());
       ASSERT_TRUE(decoder.Decode(*frame, &out).ok());
     }

@@ -230,5 +230,95 @@ TEST(ChainSpecTest, ValidateRejectsOutOfRangeTypedChains) {
                                    "'zstd:1+int8:256'"));
 }
 
+// proj:K[:SEED] comes first, then fp16/bf16 or a quantizer with block K, or nothing (fp32
+// coefficients), then shuffle and zstd as in any chain.
+TEST(ChainSpecTest, AcceptsProjectChains) {
+  for (const char* chain :
+       {"proj:112", "proj:1", "proj:65536", "proj:112:7", "proj:112:0",
+        "proj:112:18446744073709551615", "proj:112+int4:112", "proj:112+int4:112:sr+zstd",
+        "proj:112+int4:sr:112", "proj:112+int8:112+shuffle+zstd:3", "proj:112+bf16+shuffle",
+        "proj:111+fp16", "proj:112+zstd", "proj:112+shuffle+zstd", "proj:2:9+int8:2"}) {
+    absl::StatusOr<ChainSpec> parsed = ParseChainSpec(chain);
+    EXPECT_TRUE(parsed.ok()) << chain << ": " << parsed.status();
+    if (!parsed.ok()) continue;
+    EXPECT_TRUE(ValidateChainSpec(*parsed).ok()) << chain;
+    EXPECT_FALSE(parsed->IsLossless()) << chain;
+    ASSERT_NE(FindProject(*parsed), nullptr) << chain;
+    absl::StatusOr<ChainSpec> again = ParseChainSpec(parsed->ToString());
+    ASSERT_TRUE(again.ok()) << parsed->ToString() << ": " << again.status();
+    EXPECT_EQ(*again, *parsed) << chain;
+  }
+}
+
+TEST(ChainSpecTest, RejectsProjectChainsWithAReason) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"proj", "codec stage 'proj': needs the number of kept directions K in [1, 65536]"},
+      {"proj:0", "codec stage 'proj:...': needs the number of kept directions K"},
+      {"proj:65537", "needs the number of kept directions K"},
+      {"proj:-4", "needs the number of kept directions K"},
+      {"proj:x", "needs the number of kept directions K"},
+      {"proj:112:7:8", "needs the number of kept directions K"},
+      {"proj:112:-1", "seed must be an integer in [0, 2^64), found '-1'"},
+      {"proj:112:18446744073709551616", "seed must be an integer"},
+      {"proj:112:0x10", "seed must be an integer"},
+      {"int4:112+proj:112",
+       "'proj' must be the first stage of a codec chain, found it after 'int4' in "
+       "'int4:112+proj:112'"},
+      {"zstd+proj:4", "'proj' must be the first stage"},
+      {"proj:4+proj:4", "'proj' must be the first stage"},
+      {"proj:4+none", "'none' must be the only stage"},
+      {"proj:112+int4:256", "proj:112 followed by int4:256: use int4:112"},
+      {"proj:112+int4", "proj:112 followed by int4:256: use int4:112"},
+      {"proj:112+int8:128:sr", "proj:112 followed by int8:128:sr: use int8:112:sr"},
+      {"proj:111+int4:112",
+       "proj:111 followed by int4:112: int8 and int4 after proj need an "
+       "even K"},
+      {"proj:112+topk:0.1",
+       "proj:112 followed by topk:0.1: after proj the coefficients are coded "
+       "by fp16, bf16, int8:K or int4:K"},
+      {"proj:112+int4:112+bf16", "stage 'bf16' cannot follow 'int4'"},
+  };
+  for (const auto& [chain, reason] : cases) {
+    absl::StatusOr<ChainSpec> parsed = ParseChainSpec(chain);
+    ASSERT_FALSE(parsed.ok()) << "'" << chain << "' was accepted";
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << chain;
+    EXPECT_THAT(std::string(parsed.status().message()), ::testing::HasSubstr(reason)) << chain;
+  }
+}
+
+TEST(ChainSpecTest, ProjectParametersAndCanonicalText) {
+  absl::StatusOr<ChainSpec> chain = ParseChainSpec("proj:112+int4:112+zstd");
+  ASSERT_TRUE(chain.ok()) << chain.status();
+  ASSERT_EQ(chain->stages.size(), 3u);
+  EXPECT_EQ(chain->stages[0].kind, StageKind::kProject);
+  EXPECT_EQ(chain->stages[0].subspace, 112);
+  EXPECT_EQ(chain->stages[0].basis_seed, kDefaultBasisSeed);
+  EXPECT_EQ(chain->ToString(), "proj:112:6840227782638526189+int4:112+zstd:1");
+  EXPECT_EQ(ParseChainSpec("proj:8:42")->stages[0].basis_seed, 42u);
+  EXPECT_FALSE(ParseChainSpec("proj:8:42") == ParseChainSpec("proj:8:43"));
+  EXPECT_EQ(ParseChainSpec("proj:8+shuffle")->stages[1].width, 4);  // fp32 coefficients
+  EXPECT_EQ(ParseChainSpec("proj:8+bf16+shuffle")->stages[2].width, 2);
+  EXPECT_EQ(ParseChainSpec("proj:8+int8:8+shuffle")->stages[2].width, 1);
+  EXPECT_EQ(static_cast<int>(StageKind::kProject), 8);  // a wire value
+  EXPECT_EQ(FindProject(*ParseChainSpec("int8+zstd")), nullptr);
+}
+
+TEST(ChainSpecTest, ValidateRejectsBadTypedProjectChains) {
+  ChainSpec chain = *ParseChainSpec("proj:8+int4:8");
+  EXPECT_TRUE(ValidateChainSpec(chain).ok());
+  chain.stages[1].block_size = 16;
+  EXPECT_THAT(std::string(ValidateChainSpec(chain).message()),
+              ::testing::HasSubstr("proj:8 followed by int4:16: use int4:8"));
+  chain = *ParseChainSpec("proj:8");
+  chain.stages[0].subspace = 0;
+  EXPECT_FALSE(ValidateChainSpec(chain).ok());
+  chain.stages[0].subspace = kMaxSubspace + 1;
+  EXPECT_FALSE(ValidateChainSpec(chain).ok());
+  chain = *ParseChainSpec("int8");
+  chain.stages.push_back(ParseChainSpec("proj:8")->stages[0]);
+  EXPECT_THAT(std::string(ValidateChainSpec(chain).message()),
+              ::testing::HasSubstr("'proj' must be the first stage"));
+}
+
 }  // namespace
 }  // namespace strait::compression

@@ -123,5 +123,19 @@ TEST(HostileFrameTest, LyingHeadersAreRejected) {
   expect_error(shorter, absl::StatusCode::kInvalidArgument, "zstd size");
 }
 
+// A header's size for an inner stage is checked before a buffer is sized to it, also when decoding
+// stops before the value stage (found by fuzzing: DecodeValuePayload allocated first).
+TEST(HostileFrameTest, LyingInnerStageSizeAllocatesNothing) {
+  std::vector<uint8_t> frame = Frame("int8+zstd", testing::Normal(100, 4));
+  const size_t int8_size = 16 + 8 + 10;  // one dim, the first stage record's encoded size
+  Put64(frame, int8_size, uint64_t{1} << 41);
+  TensorDecoder decoder;
+  DecodedPayload payload;
+  EXPECT_EQ(decoder.DecodeValuePayload(frame, &payload).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(payload.value_payload.capacity(), size_t{1} << 20);
+  DecodedTensor out;
+  EXPECT_EQ(decoder.Decode(frame, &out).code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace strait::compression

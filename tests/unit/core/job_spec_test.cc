@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "core/job_agreement.h"
 #include "core/job_view.h"
 #include "core/join_request.h"
@@ -388,6 +389,47 @@ links:
   EXPECT_EQ(spec->links[1].boundary, 1);
   EXPECT_EQ(spec->links[1].forward, "bf16");
   EXPECT_EQ(spec->links[1].backward, "none");
+}
+
+// proj at a boundary: the same K and seed both ways, K below the boundary's width (64 here);
+// tests/data/bad_specs has the refusals' exact messages.
+TEST(JobSpecTest, ProjectLinksAgreeAndFitTheBoundary) {
+  auto parse = [](const std::string& layers, const std::string& link) {
+    return ParseJobSpec(absl::StrCat(R"(
+name: p
+model: {family: mlp, input: 784, hidden: [64, 64], classes: 10}
+training: {steps: 1, global_batch: 8, microbatches: 2}
+sites:
+  - {id: a, layers: )",
+                                     layers, R"(}
+  - {id: b, layers: auto}
+links:
+  - {between: [a, b], )",
+                                     link, "}\n"),
+                        "p.yaml", "/");
+  };
+  absl::StatusOr<JobSpec> spec =
+      parse("[0, 2]", "forward: proj:32+int4:32+zstd, backward: proj:32");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->links[0].forward, "proj:32+int4:32+zstd");
+  EXPECT_THAT(
+      std::string(
+          parse("[0, 2]", "forward: proj:63:9+int8:62, backward: proj:63:9").status().message()),
+      ::testing::HasSubstr("proj:63 followed by int8:62: int8 and int4 after proj need an even K"));
+  EXPECT_FALSE(parse("[0, 2]", "forward: proj:63:9+bf16, backward: proj:63:9+int4:62").ok());
+  EXPECT_TRUE(parse("[0, 2]", "forward: proj:63:9+bf16, backward: proj:63:9+fp16").ok());
+  EXPECT_THAT(
+      std::string(parse("[0, 2]", "forward: proj:32:1, backward: proj:32:2").status().message()),
+      ::testing::HasSubstr("links[0].backward: forward proj:32:1 and backward proj:32:2 "
+                           "differ: the gradient must travel in the forward's subspace"));
+  EXPECT_THAT(std::string(parse("[0, 2]", "forward: none, backward: proj:32").status().message()),
+              ::testing::HasSubstr("forward none and backward proj:32 differ"));
+  EXPECT_THAT(
+      std::string(parse("[0, 1]", "forward: proj:64, backward: proj:64").status().message()),
+      ::testing::HasSubstr("links[0].forward: proj:64 on boundary 0 of width 64: K must "
+                           "be below the width"));
+  // With layers: auto the boundary is the planner's: only the codec can check the width.
+  EXPECT_TRUE(parse("auto", "forward: proj:64, backward: proj:64").ok());
 }
 
 TEST(JobSpecTest, LoadReportsMissingFile) {
