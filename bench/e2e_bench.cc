@@ -24,6 +24,7 @@
 
 #include "absl/strings/str_format.h"
 #include "bench/command.h"
+#include "bench/e2e_chains.h"
 #include "bench/federation_run.h"
 #include "core/cpu_time.h"
 #include "core/job_spec.h"
@@ -54,7 +55,40 @@ struct E2eOptions {
   bool json = false;
   std::string wan;                     // Profile name; empty: federation against strait train.
   std::vector<std::string> site_cpus;  // SITE=CORES: cgroup CPU quotas of the federation's sites.
+  std::string chains;                  // "F/B;F/B": train each chain set (e2e_chains.h).
+  std::string rate, delay;             // With --chains: a custom link instead of loopback.
 };
+
+// --chains, behind --wan's profile or a link of --rate and --delay when given.
+int RunChainSets(const E2eOptions& o) {
+  ChainsOptions c{
+      .config = o.config, .overrides = o.overrides, .chains = o.chains, .site_cpus = o.site_cpus};
+  if (!o.wan.empty()) {
+    absl::StatusOr<LinkProfile> profile = NamedProfile(o.wan);
+    if (!profile.ok()) {
+      std::fprintf(stderr, "strait bench e2e: %s\n",
+                   std::string(profile.status().message()).c_str());
+      return 2;
+    }
+    c.link = *profile;
+  }
+  if (!o.rate.empty() || !o.delay.empty()) {
+    LinkProfile custom{.name = "custom"};
+    absl::StatusOr<double> rate = harness::ParseRate(o.rate.empty() ? "unlimited" : o.rate);
+    absl::StatusOr<std::chrono::microseconds> delay =
+        harness::ParseDuration(o.delay.empty() ? "0" : o.delay);
+    if (!rate.ok() || !delay.ok()) {
+      std::fprintf(stderr, "strait bench e2e: --rate %s / --delay %s: %s\n", o.rate.c_str(),
+                   o.delay.c_str(),
+                   std::string((rate.ok() ? delay.status() : rate.status()).message()).c_str());
+      return 2;
+    }
+    custom.rate_bits_per_second = *rate;
+    custom.one_way_delay = *delay;
+    c.link = custom;
+  }
+  return RunChains(c);
+}
 
 // The bound for `run` of `spec`, its stages' compute as measured in that run.
 plan::StepBound Bound(const JobSpec& spec, const FederationRun& run, int64_t steps,
@@ -345,6 +379,11 @@ int RunWan(const E2eOptions& o) {
 int RunE2e(E2eOptions o) {
   const bool default_config = o.config.empty();
   if (default_config) o.config = harness::DefaultJobSpec();
+  if (!o.chains.empty()) return RunChainSets(o);
+  if (!o.rate.empty() || !o.delay.empty()) {
+    std::fprintf(stderr, "strait bench e2e: --rate and --delay go with --chains\n");
+    return 2;
+  }
   if (!o.wan.empty()) return RunWan(o);  // Runs a lossless and a compressed chain itself.
   // The default job spec compresses one of its links to show it in `strait demo`; against
   // `strait train`, its links are lossless unless the command line names codecs.
@@ -391,6 +430,13 @@ void AddBenchE2eCommand(CLI::App& bench, int* exit_code) {
          "limit) and through the profile")
       ->type_name("PROFILE");
   cmd->add_flag("--json", o->json, "Print JSON instead of a table");
+  cmd->add_option("--chains", o->chains,
+                  "Train the job once per set of link chains, FORWARD/BACKWARD sets apart by ';' "
+                  "(the first the reference), and compare validation loss, bytes and samples/s")
+      ->type_name("F/B;F/B");
+  cmd->add_option("--rate", o->rate,
+                  "With --chains: every site behind a link of this rate per direction (100mbit)");
+  cmd->add_option("--delay", o->delay, "With --chains: the link's one-way delay (75ms)");
   cmd->callback([o, exit_code] { *exit_code = RunE2e(*o); });
 }
 

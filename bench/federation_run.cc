@@ -19,7 +19,7 @@ std::vector<std::string> SiteIds(const JobSpec& spec) {
 absl::StatusOr<FederationRun> RunFederation(
     harness::LocalFederation& fed, const JobSpec& spec,
     const std::map<std::string, harness::LinkProfile>& links,
-    const std::vector<std::string>& site_cpus) {
+    const std::vector<std::string>& site_cpus, bool evaluate) {
   const std::vector<std::string> ids = SiteIds(spec);
   if (absl::Status s = fed.LimitSiteCpus(site_cpus); !s.ok()) return s;
   std::string error;
@@ -29,7 +29,11 @@ absl::StatusOr<FederationRun> RunFederation(
   for (const auto& [site, profile] : links) {
     if (absl::Status s = fed.EmulateWan(profile, {site}); !s.ok()) return s;
   }
-  for (const std::string& id : ids) fed.StartSite(id, {"--threads", "1", "--no-eval"});
+  for (const std::string& id : ids) {
+    std::vector<std::string> args = {"--threads", "1"};
+    if (!evaluate) args.push_back("--no-eval");
+    fed.StartSite(id, args);
+  }
   for (const std::string& id : ids) {
     if (int code = fed.WaitSite(id, kRunLimit); code != 0) {
       return absl::InternalError(
@@ -48,6 +52,7 @@ absl::StatusOr<FederationRun> RunFederation(
     if (id == ids.back()) {
       run.samples_per_second = m.value("samples_per_second", 0.0);
       run.steady_samples_per_second = m.value("steady_samples_per_second", run.samples_per_second);
+      run.val_loss = m.value("val_loss", 0.0);
     }
     run.sites.push_back(
         {id, m.value("train_seconds", 0.0), m.value("train_cpu_seconds", 0.0), m["time"]});
@@ -57,10 +62,11 @@ absl::StatusOr<FederationRun> RunFederation(
       const double wire = link.value("wire_bytes", 0.0), frames = link.value("frames", 0.0);
       run.raw_bytes += link.value("raw_bytes", 0.0);
       run.wire_bytes += wire;
+      const bool forward = link.value("direction", "") == "forward";
+      (forward ? run.forward_wire_bytes : run.backward_wire_bytes) += wire;
       const size_t b = link.value("boundary", 0);
       if (b >= boundaries || frames <= 0) continue;
-      (link.value("direction", "") == "forward" ? run.forward_frame_bytes
-                                                : run.backward_frame_bytes)[b] = wire / frames;
+      (forward ? run.forward_frame_bytes : run.backward_frame_bytes)[b] = wire / frames;
     }
   }
   return run;

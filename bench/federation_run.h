@@ -33,6 +33,8 @@ struct FederationRun {
   // without the pipeline's fill and drain (what the bound is a bound on).
   double steady_samples_per_second = 0;
   double raw_bytes = 0, wire_bytes = 0;  // Sent across every boundary, both directions, all steps.
+  double forward_wire_bytes = 0, backward_wire_bytes = 0;  // The same, each direction.
+  double val_loss = 0;  // The last stage's held-out loss after the run (with `evaluate` only).
   std::vector<SiteFigures> sites;
   // CPU seconds of the gateway and of the emulators' threads during the run.
   double gateway_cpu_seconds = 0, emulator_cpu_seconds = 0;
@@ -51,12 +53,13 @@ nlohmann::json Metrics(const std::string& dir);
 
 std::vector<std::string> SiteIds(const JobSpec& spec);
 
-// Trains `spec` in `fed` (gateway, then every site with one compute thread and no evaluation):
-// the sites named in `links` behind an emulated link of that profile, the others on plain
-// loopback; `site_cpus` ("SITE=CORES") caps sites' CPU. Blocks until every site has exited.
+// Trains `spec` in `fed` (gateway, then every site with one compute thread, evaluated after the
+// last step only with `evaluate`): the sites named in `links` behind an emulated link of that
+// profile, the others on plain loopback; `site_cpus` ("SITE=CORES") caps sites' CPU. Blocks until
+// every site has exited.
 absl::StatusOr<FederationRun> RunFederation(
     harness::LocalFederation& fed, const JobSpec& spec,
     const std::map<std::string, harness::LinkProfile>& links,
-    const std::vector<std::string>& site_cpus);
+    const std::vector<std::string>& site_cpus, bool evaluate = false);
 
 }  // namespace strait::bench

@@ -12,32 +12,19 @@
 namespace strait::compression {
 namespace {
 
-STRAIT_VECTOR_CLONES void ProjectRowsImpl(const float* __restrict x, uint64_t rows, uint64_t d,
-                                          uint64_t k, const float* __restrict u,
-                                          float* __restrict c) {
+// out[t][0..m) = in[t][0..w) M for `rows` rows, M row-major [w][m]: for each row, acc[0..m) +=
+// in[i] * M[i][0..m) over i ascending. Projecting is M = U (w = d, m = K); back, M = U^T.
+STRAIT_VECTOR_CLONES void MultiplyRows(const float* __restrict in, uint64_t rows, uint64_t w,
+                                       uint64_t m, const float* __restrict matrix,
+                                       float* __restrict out) {
   for (uint64_t t = 0; t < rows; ++t) {
-    const float* xt = x + t * d;
-    float* acc = c + t * k;
-    for (uint64_t j = 0; j < k; ++j) acc[j] = 0.0f;
-    for (uint64_t i = 0; i < d; ++i) {
-      const float xi = xt[i];
-      const float* ui = u + i * k;
-      for (uint64_t j = 0; j < k; ++j) acc[j] += xi * ui[j];
-    }
-  }
-}
-
-STRAIT_VECTOR_CLONES void UnprojectRowsImpl(const float* __restrict c, uint64_t rows, uint64_t d,
-                                            uint64_t k, const float* __restrict u_t,
-                                            float* __restrict x) {
-  for (uint64_t t = 0; t < rows; ++t) {
-    const float* ct = c + t * k;
-    float* xt = x + t * d;
-    for (uint64_t i = 0; i < d; ++i) xt[i] = 0.0f;
-    for (uint64_t j = 0; j < k; ++j) {
-      const float cj = ct[j];
-      const float* uj = u_t + j * d;
-      for (uint64_t i = 0; i < d; ++i) xt[i] += cj * uj[i];
+    const float* row = in + t * w;
+    float* acc = out + t * m;
+    for (uint64_t j = 0; j < m; ++j) acc[j] = 0.0f;
+    for (uint64_t i = 0; i < w; ++i) {
+      const float x = row[i];
+      const float* mi = matrix + i * m;
+      for (uint64_t j = 0; j < m; ++j) acc[j] += x * mi[j];
     }
   }
 }
@@ -113,11 +100,11 @@ class ProjectStage final : public CodecStage {
 }  // namespace
 
 void ProjectRows(const float* x, uint64_t rows, const Basis& basis, float* c) {
-  ProjectRowsImpl(x, rows, basis.rows, basis.cols, basis.u.data(), c);
+  MultiplyRows(x, rows, basis.rows, basis.cols, basis.u.data(), c);
 }
 
 void UnprojectRows(const float* c, uint64_t rows, const Basis& basis, float* x) {
-  UnprojectRowsImpl(c, rows, basis.rows, basis.cols, basis.u_t.data(), x);
+  MultiplyRows(c, rows, basis.cols, basis.rows, basis.u_t.data(), x);
 }
 
 std::unique_ptr<CodecStage> MakeProjectStage(const StageSpec& spec) {

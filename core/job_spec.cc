@@ -4,6 +4,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
+#include "compression/chain_spec.h"
+
 namespace strait {
 
 const char* ToString(ModelFamily v) {
@@ -186,6 +189,21 @@ absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) {
     dir = slash == 0 ? "/" : path.substr(0, slash);
   }
   return ParseJobSpec(text.str(), path, dir);
+}
+
+absl::Status RefuseProjectingLinks(const JobSpec& spec, absl::string_view what) {
+  for (const LinkSpec& link : spec.links) {
+    for (const std::string& chain : {link.forward, link.backward}) {
+      absl::StatusOr<compression::ChainSpec> parsed = compression::ParseChainSpec(chain);
+      if (!parsed.ok() || compression::FindProject(*parsed) == nullptr) continue;
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, " cannot run this job: links[", link.boundary, "] projects (", chain,
+          "), so the federation trains a model with a rank-limited map at boundary ", link.boundary,
+          ", which one process does not build; train and sample it through the "
+          "federation (strait demo, strait generate --federation)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace strait

@@ -419,6 +419,11 @@ struct JobSpec {
 // trains.
 absl::StatusOr<JobSpec> OnePipelineOf(const JobSpec& spec);
 
+// FAILED_PRECONDITION naming the first link whose chains project (proj:K): the federation's model
+// has a rank-K map X U U^T at that boundary, which one process (`what`: strait train, generate,
+// export) does not build. OK when no link projects.
+absl::Status RefuseProjectingLinks(const JobSpec& spec, absl::string_view what);
+
 // Parses and validates the YAML text of a job spec. `file_name` is used in error messages and
 // `base_dir` to resolve relative paths (TLS files, data path, checkpoint dir). Thread-safe.
 absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view yaml_text, absl::string_view file_name,

@@ -28,8 +28,8 @@ std::string ProjectText(const compression::StageSpec* proj, const std::string& c
                           : absl::StrCat(":", proj->basis_seed));
 }
 
-// A link with proj (design: plans issue 48, D3). The gradient of X U U^T is delta U U^T: it must
-// go back through the forward's subspace, so both directions project with the same K and seed.
+// A link with proj (docs/notes/activation-subspace.md). The gradient of X U U^T is delta U U^T: it
+// must go back through the forward's subspace, so both directions project with the same K and seed.
 // K must be below the boundary's width when the split is known (with layers: auto the planner
 // places the boundary; the codec refuses a row narrower than K when it encodes).
 absl::Status CheckProjectLink(YamlMap& map, const JobSpec& spec, const LinkSpec& link) {

@@ -32,6 +32,9 @@ bool WriteFile(const std::string& path, const std::string& bytes) {
 int RunExport(const ExportOptions& o) {
   absl::StatusOr<JobSpec> spec = LoadJobSpec(o.config);
   if (!spec.ok()) return Fail(std::string(spec.status().message()), 2);
+  if (absl::Status s = RefuseProjectingLinks(*spec, "strait export"); !s.ok()) {
+    return Fail(std::string(s.message()), 2);
+  }
   absl::StatusOr<ModelParams> params = LoadModelParams(*spec, o.checkpoint);
   if (!params.ok()) return Fail(std::string(params.status().message()), 2);
   absl::StatusOr<ExportedModel> exported =

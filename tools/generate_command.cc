@@ -34,6 +34,10 @@ int Fail(const absl::Status& status, int code) {
 int RunGenerate(const GenerateOptions& o) {
   absl::StatusOr<JobSpec> spec = LoadJobSpec(o.config);
   if (!spec.ok()) return Fail(spec.status(), 2);
+  if (absl::Status s = RefuseProjectingLinks(*spec, "strait generate --checkpoint");
+      !o.federation && !s.ok()) {
+    return Fail(s, 2);
+  }
   if (o.federation == !o.checkpoint.empty()) {
     return Fail(absl::InvalidArgumentError(
                     "give either --checkpoint DIR (the weights here) or --federation (ask the "

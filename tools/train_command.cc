@@ -38,6 +38,7 @@ int Fail(const absl::Status& status, int code) {
 int RunTrain(const TrainOptions& o) {
   absl::StatusOr<JobSpec> spec = LoadJobSpec(o.config);
   if (!spec.ok()) return Fail(spec.status(), 2);
+  if (absl::Status s = RefuseProjectingLinks(*spec, "strait train"); !s.ok()) return Fail(s, 2);
   if (o.steps > 0) {
     spec->training.steps = o.steps;
     spec->training.epochs = 0;

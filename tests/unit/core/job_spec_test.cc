@@ -430,6 +430,12 @@ links:
                            "be below the width"));
   // With layers: auto the boundary is the planner's: only the codec can check the width.
   EXPECT_TRUE(parse("auto", "forward: proj:64, backward: proj:64").ok());
+  // One process does not build the projection: strait train, generate and export refuse.
+  const absl::Status refused = RefuseProjectingLinks(*spec, "strait train");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.message()),
+              ::testing::HasSubstr("strait train cannot run this job: links[0] projects"));
+  EXPECT_TRUE(RefuseProjectingLinks(*parse("[0, 2]", "forward: int8, backward: bf16"), "x").ok());
 }
 
 TEST(JobSpecTest, LoadReportsMissingFile) {
