@@ -233,18 +233,12 @@ absl::Status JobSpecParser::ParseReplicas(YamlMap& root) {
   return CheckOuterRounds(root);
 }
 
-// An outer round replaces the parameters: every stage must hold one version of them between
-// steps (no 2bw). 4-bit values leave room for the sum of at most 7 replicas.
+// 4-bit values leave room for the sum of at most 7 replicas. (Any schedule: a round's landing
+// adds to the newest weights, which 2bw's next update builds on.)
 absl::Status JobSpecParser::CheckOuterRounds(YamlMap& root) {
   const TrainingSpec& t = spec_.training;
   if (t.sync != ReplicaSync::kOuter) return absl::OkStatus();
   YamlMap training = Section(root, "training");
-  if (t.schedule == Schedule::k2BW) {
-    return training.ErrorAt("sync",
-                            "outer needs a schedule that flushes the pipeline every "
-                            "step (1f1b or gpipe): an outer step replaces the weights "
-                            "that 2bw keeps in flight");
-  }
   if (t.outer.bits == 4 && spec_.Replicas() > 7) {
     return training.ErrorAt("outer", absl::StrCat("bits 4 holds the sum of at most 7 replicas; "
                                                   "this job has ",

@@ -70,7 +70,7 @@ absl::Status OuterRounds::Begin() {
   return absl::OkStatus();
 }
 
-absl::Status OuterRounds::AfterStep(int64_t steps_done) {
+absl::Status OuterRounds::AfterUpdate(int64_t steps_done) {
   const bool last = steps_done == total_steps_;
   for (auto it = in_flight_.begin(); it != in_flight_.end();) {
     if (!last && it->round.sent_at + delay_ > steps_done) {

@@ -4,12 +4,14 @@
 // (site/nn/outer_optimizer.h) to the round's start, so all replicas take the same result.
 //
 // With outer.fragments P > 1 (Streaming DiLoCo) each round carries one fragment of the parameters
-// (site/pipeline/outer_schedule.h), and with outer.delay d it is sent after step s's update and
-// lands after step s + d's: the inner steps between run while the sum is out, and landing adds the
+// (site/pipeline/outer_schedule.h), and with outer.delay d it is sent after update s and
+// lands after update s + d: the inner steps between run while the sum is out, and landing adds the
 // round's result minus the fragment's parameters at sending to the parameters now (a rebase, which
 // keeps the local progress since). A fixed landing step keeps runs, and replays after a rollback,
 // deterministic. After the run's last step one round over every value, landing at once, leaves
-// every replica with the same parameters.
+// every replica with the same parameters. Under 2bw a round lands on the newest weights, which the
+// next update builds on; a microbatch forwarded before the landing whose backward runs after it
+// sees the landed weights there (deterministic, and only the fragment's values moved).
 //
 // Called by SiteRunner between steps, on the training thread.
 #pragma once
@@ -39,9 +41,10 @@ class OuterRounds {
   // Before a step: the first call takes the stage's parameters as the start of values that have
   // none yet, and sends again the rounds a restored state holds pending (this generation's masks).
   absl::Status Begin();
-  // After the update that completes `steps_done` steps: lands the rounds due, then sends the one
-  // that starts (or, after the last step, the round over every value).
-  absl::Status AfterStep(int64_t steps_done);
+  // After the update that makes L_k, k = `steps_done` (each step's update, in order; deferred 2bw's
+  // come a step late): lands the rounds due, then sends the one that starts (or, after the last,
+  // the round over every value).
+  absl::Status AfterUpdate(int64_t steps_done);
 
   // What the rounds carry from step to step (outer_state.h), for checkpoints; and its restoration
   // (INVALID_ARGUMENT for a state of another stage or layout).

@@ -26,6 +26,7 @@ SiteRunner::SiteRunner(const JobSpec& spec, int index, StageExecutor& stage, Sta
       means_(frames_, stage),
       step_(steps.start_step),
       updates_(steps.start_step),
+      outer_through_(steps.start_step),
       expected_through_(steps.start_step - 1) {
   if (OuterRounds::Used(spec)) {
     outer_ = std::make_unique<OuterRounds>(frames_, steps.total_steps, means_, stage);
@@ -117,7 +118,12 @@ absl::StatusOr<StepResult> SiteRunner::Step(bool then_evaluate) {
       }
     }
   }
-  if (outer_) STRAIT_RETURN_IF_ERROR(outer_->AfterStep(s + 1));
+  // The rounds follow updates, not steps: deferred 2bw's Step(s) applies update s (checkpoint s
+  // is taken after it), and a restored generation's first step applies none.
+  if (outer_ && updates_ > outer_through_) {
+    STRAIT_RETURN_IF_ERROR(outer_->AfterUpdate(updates_));
+    outer_through_ = updates_;
+  }
   if (stage_.is_last()) {  // Warm-up 0: every forward of step s ran in Step(s).
     result.loss = tally.loss_sum / (t.global_batch * spec_.model.TargetsPerSample());
     result.accuracy =

@@ -136,6 +136,7 @@ class SiteRunner : public GenerationRunner {
   std::optional<Sampler> sampler_;
   int64_t step_;
   int64_t updates_;
+  int64_t outer_through_;     // Updates the outer rounds have followed (OuterRounds::AfterStep).
   int64_t expected_through_;  // Last step whose frames were announced to the receivers.
   std::vector<float> inputs_;
   std::vector<int32_t> labels_;

@@ -200,6 +200,24 @@ TEST(ReplicasTest, AReplicaKilledWhileStreamedRoundsAreOutRollsBackAndEndsWithTh
                            /*streamed=*/true);
 }
 
+// 2bw never flushes: a round lands on the newest weights between steps while the next step's
+// first microbatches are in flight; the replicas still end with the same bits, and a kill still
+// replays exactly.
+const std::string k2bwStreamedKeys = std::string(kStreamedKeys) + "\n  schedule: 2bw";
+
+TEST(ReplicasTest, StreamedOuterRoundsUnder2bwEndWithTheReplicasAgreeing) {
+  BuildTreeFederation fed(
+      JobYaml({.sync = kOuter, .length = "steps: 45", .extra = k2bwStreamedKeys}), kSites);
+  TrainAll(fed);
+  ExpectReplicasAgree(fed, "dc-a", "dc-c");
+  ExpectReplicasAgree(fed, "dc-b", "dc-d");
+}
+
+TEST(ReplicasTest, AReplicaKilledUnder2bwWhileStreamedRoundsAreOutEndsWithTheSameBits) {
+  KillAReplicaDuringARound({.sync = kOuter, .length = "steps: 60", .extra = k2bwStreamedKeys},
+                           /*streamed=*/true);
+}
+
 // A stage of two machines in each replica (dc-b and dc-d with a follower rank each): the replicas'
 // sums reach the followers (the mean gradient every step, the outer round's parameters), so the
 // run ends with the bits of the same job whose stage runs as one process of two workers.
