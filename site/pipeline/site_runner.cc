@@ -42,10 +42,12 @@ void SiteRunner::ExpectStep(int64_t step) {
   const int64_t n = microbatch_size_;
   for (int m = 0; m < spec_.training.microbatches; ++m) {
     if (links.forward_in) {
-      links.forward_in->Expect(Key(step, m, index_ - 1, v1::FORWARD), {n, stage_.input_features()});
+      links.forward_in->Expect(Key(step, m, index_ - 1, v1::FORWARD),
+                               ActivationShape(spec_.model, n, stage_.input_features()));
     }
     if (links.backward_in) {
-      links.backward_in->Expect(Key(step, m, index_, v1::BACKWARD), {n, stage_.output_features()});
+      links.backward_in->Expect(Key(step, m, index_, v1::BACKWARD),
+                                ActivationShape(spec_.model, n, stage_.output_features()));
     }
     if (links.teacher_in) links.teacher_in->ExpectBytes(TeacherKey(step, m));
   }
@@ -167,7 +169,7 @@ absl::Status SiteRunner::RunForward(int64_t step, int m, StepTally& tally) {
     return absl::OkStatus();
   }
   return frames_.Send(*links.forward_out, Key(step, m, index_, v1::FORWARD), std::move(output),
-                      {mb, stage_.output_features()});
+                      ActivationShape(spec_.model, mb, stage_.output_features()));
 }
 
 v1::TensorKey SiteRunner::TeacherKey(int64_t step, int m) const {
@@ -222,7 +224,8 @@ absl::Status SiteRunner::RunBackward(int64_t step, int m) {
   }
   if (first) return absl::OkStatus();
   return frames_.Send(*links.backward_out, Key(step, m, index_ - 1, v1::BACKWARD),
-                      std::move(grad_input), {mb, stage_.input_features()});
+                      std::move(grad_input),
+                      ActivationShape(spec_.model, mb, stage_.input_features()));
 }
 
 std::optional<std::vector<float>> SiteRunner::OuterState() const {
@@ -277,7 +280,7 @@ absl::StatusOr<std::optional<Evaluation>> SiteRunner::Evaluate() {
   if (links.forward_in) {
     for (int64_t b = 0; b < batches; ++b) {
       links.forward_in->Expect(Key(step_, static_cast<int>(b), index_ - 1, v1::FORWARD, v1::EVAL),
-                               {rows(b), stage_.input_features()});
+                               ActivationShape(spec_.model, rows(b), stage_.input_features()));
     }
   }
   std::vector<int64_t> indices(microbatch_size_);
@@ -310,7 +313,7 @@ absl::StatusOr<std::optional<Evaluation>> SiteRunner::Evaluate() {
     if (!last) {
       STRAIT_RETURN_IF_ERROR(frames_.Send(
           *links.forward_out, Key(step_, static_cast<int>(b), index_, v1::FORWARD, v1::EVAL),
-          std::move(output), {n, stage_.output_features()}));
+          std::move(output), ActivationShape(spec_.model, n, stage_.output_features())));
     }
   }
   if (!last) return std::optional<Evaluation>();

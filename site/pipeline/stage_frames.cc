@@ -16,6 +16,14 @@ StageFrames::StageFrames(const JobSpec& spec, int replica, int index, uint32_t g
       links_(std::move(links)),
       metrics_(metrics) {}
 
+std::vector<int64_t> ActivationShape(const ModelSpec& model, int64_t samples, int64_t features) {
+  const int64_t dim = model.IsLanguageModel()             ? model.gpt.dim
+                      : model.family == ModelFamily::kVit ? model.vit.dim
+                                                          : 0;
+  if (dim <= 0 || features % dim != 0) return {samples, features};
+  return {samples * (features / dim), dim};
+}
+
 v1::TensorKey StageFrames::Key(int64_t step, int microbatch, int boundary, v1::Direction direction,
                                v1::Purpose purpose) const {
   v1::TensorKey key;

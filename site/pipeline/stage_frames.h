@@ -44,6 +44,12 @@ struct StageLinks {
   std::unique_ptr<FrameReceiver> pace_in;
 };
 
+// The shape of `samples` x `features` activations (or their gradients) on a link: one row per
+// token, [samples x tokens, dim], for models of token sequences (GPT, llama, ViT), whose
+// boundaries carry the residual stream; [samples, features] otherwise. Codecs that work on rows
+// (proj) take the last dimension as the row.
+std::vector<int64_t> ActivationShape(const ModelSpec& model, int64_t samples, int64_t features);
+
 class StageFrames {
  public:
   // Stage `index` of pipeline `replica` (JobView::replica) of `spec` in rollback `generation`.

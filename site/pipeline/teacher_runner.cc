@@ -34,7 +34,9 @@ absl::StatusOr<StepResult> TeacherRunner::Step(bool /*then_evaluate*/) {
   if (FrameReceiver* in = frames_.links().forward_in.get()) {
     for (int64_t e = expected_through_ + 1; e <= std::min(s + 1, steps_.total_steps - 1); ++e) {
       for (int m = 0; m < spec_.training.microbatches; ++m) {
-        in->Expect(Key(e, m, teacher_stage_ - 1), {microbatch_size_, teacher_.input_features()});
+        in->Expect(
+            Key(e, m, teacher_stage_ - 1),
+            ActivationShape(spec_.teacher.model, microbatch_size_, teacher_.input_features()));
       }
       expected_through_ = e;
     }
@@ -92,7 +94,8 @@ absl::Status TeacherRunner::RunForward(int64_t step, int m) {
     ScopedTimer timer(metrics_, Timer::kCompute, Timer::kForward);
     STRAIT_RETURN_IF_ERROR(teacher_.Forward(step, mb, input.data(), output.data()));
   }
-  return frames_.Send(*links.forward_out, out, std::move(output), {mb, teacher_.output_features()});
+  return frames_.Send(*links.forward_out, out, std::move(output),
+                      ActivationShape(spec_.teacher.model, mb, teacher_.output_features()));
 }
 
 }  // namespace strait::site
