@@ -218,6 +218,10 @@ void AddBenchReplicasCommand(CLI::App& bench, int* exit_code) {
   cmd->add_option("--microbatches", o->overrides.microbatches, "Microbatches per step");
   cmd->add_option("--extra-in-flight", o->overrides.extra_in_flight,
                   "training.extra_in_flight (microbatches stage 0 keeps in flight beyond 1f1b's)");
+  cmd->add_option("--schedule", o->overrides.schedule, "training.schedule (1f1b, gpipe, 2bw)");
+  cmd->add_option("--update", o->overrides.update, "training.update with 2bw (deferred, eager)");
+  cmd->add_option("--stale-gradients", o->overrides.stale_gradients,
+                  "training.stale_gradients with eager 2bw (keep, drop)");
   cmd->add_option("--every", o->every, "Inner steps between outer rounds (default: the file's)");
   cmd->add_option("--bits", o->bits,
                   "Bits per pseudo-gradient value (4, 8, 16, 32; default: the file's)");
