@@ -38,6 +38,7 @@ struct EngineBenchOptions {
   int rounds = 5;
   int square = 0;  // Side of the square product that measures the device's rate; 0: by device.
   std::string attention = "default";
+  std::string gemm = "heuristic";  // cuBLASLt's algorithm per shape: heuristic or timed.
   double peak_tflops = 0;  // The device's dense peak in the spec's precision; 0: by device name.
 };
 
@@ -135,7 +136,10 @@ int RunEngineBench(const EngineBenchOptions& o) {
                                               ? site::AttentionKernel::kBatched
                                               : site::AttentionKernel::kDefault;
   auto inner = site::CreateBackend(o.device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu,
-                                   {threads, 0, spec->training.precision, attention});
+                                   {.threads = threads,
+                                    .precision = spec->training.precision,
+                                    .attention = attention,
+                                    .timed_gemm = o.gemm == "timed"});
   if (!inner.ok()) return Fail(inner.status());
   // The stage's one worker runs on a recording wrapper of the backend (which the stage owns).
   RecordingBackend* backend = nullptr;
@@ -306,6 +310,10 @@ void AddBenchEngineCommand(CLI::App& bench, int* exit_code) {
                   "Self-attention: fused (one kernel, no [T, T] matrix), batched (products through "
                   "a [T, T] matrix) or default (the backend's choice)")
       ->check(CLI::IsMember({"default", "fused", "batched"}));
+  cmd->add_option("--gemm", o->gemm,
+                  "cuda: cuBLASLt's algorithm for each product shape, the heuristic's first choice "
+                  "or the fastest of its candidates timed on the first step (timed)")
+      ->check(CLI::IsMember({"heuristic", "timed"}));
   cmd->add_option("--threads", o->threads, "CPU threads (default: the cores it may run on)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--peak-tflops", o->peak_tflops,

@@ -64,8 +64,10 @@ struct AttentionDims {
 // (cuBLASLt's epilogues). Forward of a linear layer: t += bias[column]; `pre` (optional, same
 // shape and leading dimension as C) keeps t; C = act(t). Backward through an activation:
 // C = t * act'(act_input[row, column]) (act_input: the forward's pre-activation, same leading
-// dimension as C), and bias_grad[column] += the column sums of that (before it is rounded to C's
-// type). The two halves do not mix: act_input is set only with act kNone and no bias.
+// dimension as C), and bias_grad[column] += the column sums of C as stored. The two halves do not
+// mix: act_input is set only with act kNone and no bias. A bf16 C makes the bias a bf16 operand
+// like A and B (it is rounded to bf16 before it is added, as PyTorch's autocast does), which lets
+// cuBLASLt fuse it: cuBLASLt takes no f32 bias beside a bf16 output.
 struct GemmEpilogue {
   const float* bias = nullptr;  // [n]
   ActivationOp act = ActivationOp::kNone;

@@ -15,7 +15,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(DeviceKind kind,
     return CreateCpuBackend(options.threads, options.precision, options.attention);
   }
 #if STRAIT_WITH_CUDA
-  return CreateCudaBackend(options.device, options.precision, options.attention);
+  return CreateCudaBackend(options.device, options.precision, options.attention,
+                           options.timed_gemm);
 #else
   return absl::FailedPreconditionError(
       "device 'cuda' requested, but this build has no CUDA support: install the CUDA toolkit and "

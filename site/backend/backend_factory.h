@@ -15,6 +15,9 @@ struct BackendOptions {
   int device = 0;   // CUDA: device ordinal.
   Precision precision = Precision::kFp32;  // Of matrix products (training.precision).
   AttentionKernel attention = AttentionKernel::kDefault;
+  // CUDA: time cuBLASLt's candidate algorithms on each product shape's first call and keep the
+  // fastest (lt_matmul.h AlgorithmChoice::kTimed) instead of the heuristic's first choice.
+  bool timed_gemm = false;
 };
 
 // The backend for `kind`. Asking for CUDA in a build without CUDA, or on a machine without a CUDA

@@ -16,6 +16,7 @@
 #include "site/backend/cuda/lt_matmul.h"
 #include "site/backend/dtype.h"
 
+using strait::site::AlgorithmChoice;
 using strait::site::Bf16Bits;
 using strait::site::Bf16Value;
 using strait::site::DType;
@@ -115,7 +116,7 @@ bool HasBias(Epi e) { return e == Epi::kBias || e == Epi::kGeluBias || e == Epi:
 bool HasAux(Epi e) { return e == Epi::kGeluAux || e == Epi::kGeluAuxBias || IsDGelu(e); }
 
 struct Case {
-  DType ab = DType::kBf16, c = DType::kBf16, aux = DType::kBf16;
+  DType ab = DType::kBf16, c = DType::kBf16, aux = DType::kBf16, bias = DType::kF32;
   bool ta = false, tb = false;
   int m = 80, n = 136, k = 72, pad = 0, batch = 1;
   float alpha = 1.0f, beta = 0.0f;
@@ -152,7 +153,7 @@ void RunCase(LtMatmul& lt, const Case& cs) {
   Buffer A(cs.ab, static_cast<size_t>(sa) * B, 1.0f, cs.misalign_a);
   Buffer Bm(cs.ab, static_cast<size_t>(sb) * B, 1.0f);
   Buffer C(cs.c, static_cast<size_t>(sc) * B, 1.0f, cs.misalign_c);
-  Buffer bias(DType::kF32, n, 0.5f);
+  Buffer bias(cs.bias, n, 0.5f);
   Buffer bgrad(DType::kF32, n, 1.0f);                         // garbage: must be overwritten
   Buffer aux(cs.aux, static_cast<size_t>(m) * ld_aux, 2.0f);  // dgelu: the pre-activation input
 
@@ -177,7 +178,7 @@ void RunCase(LtMatmul& lt, const Case& cs) {
   p.stride_b = sb;
   p.stride_c = sc;
   LtEpilogue e;
-  if (HasBias(cs.epi)) e.bias = static_cast<const float*>(bias.ptr());
+  if (HasBias(cs.epi)) e.bias = bias.ptr(), e.bias_type = cs.bias;
   e.gelu = IsGelu(cs.epi);
   e.dgelu = IsDGelu(cs.epi);
   if (HasAux(cs.epi)) {
@@ -189,9 +190,11 @@ void RunCase(LtMatmul& lt, const Case& cs) {
 
   char label[256];
   snprintf(label, sizeof label,
-           "ab=%-4s c=%-4s ta=%d tb=%d m=%d n=%d k=%d pad=%d batch=%d a=%g b=%g %-13s aux=%-4s%s%s",
+           "ab=%-4s c=%-4s ta=%d tb=%d m=%d n=%d k=%d pad=%d batch=%d a=%g b=%g %-13s aux=%-4s "
+           "bias=%-4s%s%s",
            Name(cs.ab), Name(cs.c), cs.ta, cs.tb, m, n, k, cs.pad, B, cs.alpha, cs.beta,
-           EpiName(cs.epi), HasAux(cs.epi) ? Name(cs.aux) : "-", cs.misalign_a ? " misalignA" : "",
+           EpiName(cs.epi), HasAux(cs.epi) ? Name(cs.aux) : "-",
+           HasBias(cs.epi) ? Name(cs.bias) : "-", cs.misalign_a ? " misalignA" : "",
            cs.misalign_c ? " misalignC" : "");
 
   const bool supported = lt.Supports(p, e);
@@ -309,7 +312,7 @@ void ExpectError(LtMatmul& lt, const char* what, const LtProduct& p, const LtEpi
 
 void Timing(LtMatmul& lt, cudaStream_t stream, DType ab, DType c, int m, int n, int k, Epi epi) {
   Buffer A(ab, static_cast<size_t>(m) * k, 1.0f), Bm(ab, static_cast<size_t>(k) * n, 1.0f),
-      C(c, static_cast<size_t>(m) * n, 1.0f), bias(DType::kF32, n, 1.0f),
+      C(c, static_cast<size_t>(m) * n, 1.0f), bias(c, n, 1.0f),
       aux(c, static_cast<size_t>(m) * n, 1.0f);
   LtProduct p;
   p.m = m;
@@ -325,7 +328,7 @@ void Timing(LtMatmul& lt, cudaStream_t stream, DType ab, DType c, int m, int n, 
   p.c_type = c;
   LtEpilogue e;
   if (epi == Epi::kGeluAuxBias) {
-    e.bias = static_cast<const float*>(bias.ptr());
+    e.bias = bias.ptr(), e.bias_type = c;
     e.gelu = true;
     e.aux = aux.ptr();
     e.aux_type = c;
@@ -400,6 +403,11 @@ int main() {
           cs.beta = 0.0f;
           cs.alpha = 1.0f;
           RunCase(lt, cs);
+          if (HasBias(epi) && c == DType::kBf16) {  // the bias as bf16, C's type
+            Case bf16_bias = cs;
+            bf16_bias.bias = DType::kBf16;
+            RunCase(lt, bf16_bias);
+          }
           if (HasAux(epi) && (epi == Epi::kGeluAuxBias || epi == Epi::kDGeluBGrad)) {
             Case other = cs;  // aux of the other type than C
             other.aux = c == DType::kF32 ? DType::kBf16 : DType::kF32;
@@ -426,6 +434,33 @@ int main() {
         bc.beta = 1.0f;
         RunCase(lt, bc);
       }
+    }
+  }
+  // Timed choice (AlgorithmChoice::kTimed): the fastest candidate gives the same products, and
+  // an accumulating product's C is restored after the trials (else beta = 1 would add it 4 more
+  // times and fail the reference).
+  {
+    absl::StatusOr<std::unique_ptr<LtMatmul>> timed =
+        LtMatmul::Create(stream, AlgorithmChoice::kTimed);
+    if (!timed.ok()) {
+      fprintf(stderr, "lt_matmul_check: timed LtMatmul: %s\n", timed.status().ToString().c_str());
+      return 2;
+    }
+    for (DType c : types) {
+      for (Epi epi : {Epi::kNone, Epi::kGeluAuxBias, Epi::kDGelu, Epi::kDGeluBGrad}) {
+        Case cs;
+        cs.c = cs.aux = c;
+        cs.bias = c;  // as the backend passes it
+        cs.epi = epi;
+        cs.m = 256, cs.n = 384, cs.k = 192;
+        RunCase(**timed, cs);
+      }
+      Case acc;
+      acc.c = c;
+      acc.beta = 1.0f;
+      acc.alpha = 0.5f;
+      acc.m = 256, acc.n = 384, acc.k = 192;
+      RunCase(**timed, acc);
     }
   }
   // Odd shapes (k, m odd: no 16-byte-aligned rows) with every epilogue.

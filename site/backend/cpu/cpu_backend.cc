@@ -90,8 +90,9 @@ class CpuBackend final : public Backend {
     const int64_t span = MatrixSpan(m, n, ldc);
     F32Out fc(c, span, beta != 0.0f || span != int64_t{m} * n);
     cpu::Gemm(pool_, ta, tb, m, n, k, alpha, fa.get(), lda, fb.get(), ldb, beta, fc.get(), ldc);
-    if (!e.empty()) ApplyEpilogue(m, n, ldc, e, fc.get());
+    if (!e.empty()) ApplyEpilogue(m, n, ldc, e, !c.is_f32(), fc.get());
     fc.Commit();
+    if (e.bias_grad != nullptr) ColumnSum(m, n, c, ldc, 1.0f, e.bias_grad);  // C as stored
   }
 
   void GemmBatched(bool ta, bool tb, int m, int n, int k, float alpha, ConstTypedPtr a, int lda,
@@ -402,18 +403,26 @@ class CpuBackend final : public Backend {
     const float* p_;
   };
 
-  // The epilogue on the f32 result t [m, n] (ld ldc), in place (GemmEpilogue's contract): per row,
-  // one branch-free loop per step, so that each vectorises as BiasActivation's loops do.
-  void ApplyEpilogue(int m, int n, int ldc, const GemmEpilogue& e, float* t) {
+  // The epilogue on the f32 result t [m, n] (ld ldc), in place (GemmEpilogue's contract; the bias
+  // gradient is the caller's): per row, one branch-free loop per step, so that each vectorises as
+  // BiasActivation's loops do. `bf16_c`: the bias is rounded to bf16 first.
+  void ApplyEpilogue(int m, int n, int ldc, const GemmEpilogue& e, bool bf16_c, float* t) {
     const int64_t span = MatrixSpan(m, n, ldc);
     F32In input(e.act_input, e.act_input ? span : 0);
     F32Out pre(e.pre, e.pre ? span : 0, e.pre && span != int64_t{m} * n);
     const float* in = input.get();
+    std::vector<float> rounded_bias;
+    const float* bias = e.bias;
+    if (bias != nullptr && bf16_c) {
+      rounded_bias.resize(n);
+      for (int c = 0; c < n; ++c) rounded_bias[c] = RoundToBf16(bias[c]);
+      bias = rounded_bias.data();
+    }
     pool_.ParallelFor(m, 16, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         float* row = t + r * ldc;
-        if (e.bias != nullptr) {
-          for (int c = 0; c < n; ++c) row[c] += e.bias[c];
+        if (bias != nullptr) {
+          for (int c = 0; c < n; ++c) row[c] += bias[c];
         }
         if (e.pre) std::memcpy(pre.get() + r * ldc, row, sizeof(float) * n);
         if (e.act == ActivationOp::kRelu) {
@@ -430,7 +439,6 @@ class CpuBackend final : public Backend {
       }
     });
     if (e.pre) pre.Commit();
-    if (e.bias_grad != nullptr) cpu::ColumnSum(pool_, m, n, t, ldc, 1.0f, e.bias_grad);
   }
 
   // Head-major f32 copies [n, heads, tokens, dh] of the parts of `x` (rows of width ld, part i

@@ -128,10 +128,13 @@ class CudaBackend final : public Backend {
     LtProduct p = Product(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     if (p.a == nullptr || p.b == nullptr) return;  // an operand's conversion failed (error_)
     LtEpilogue le;
-    float* bias_grad = nullptr;
-    if (FusedEpilogue(e, beta, n, ldc, &le, &bias_grad) && lt_->Supports(p, le)) {
+    if (FusedEpilogue(e, beta, n, ldc, c.dtype(), &le) && lt_->Supports(p, le)) {
       Check(lt_->Run(p, le));
-      if (bias_grad != nullptr) Axpy(n, 1.0f, bias_grad, e.bias_grad);
+      if (le.bias_grad != nullptr) {
+        Axpy(n, 1.0f, le.bias_grad, e.bias_grad);
+      } else if (e.bias_grad != nullptr) {
+        ColumnSum(m, n, c, ldc, 1.0f, e.bias_grad);  // the column sums of C as stored
+      }
       return;
     }
     if (e.empty()) {
@@ -356,11 +359,13 @@ class CudaBackend final : public Backend {
   }
 
   // The cuBLASLt epilogue for `e`, when it has one: GELU forward with bias and the pre-activation,
-  // bias alone, or GELU's backward with the bias gradient (into scratch: cuBLASLt overwrites it,
-  // the op accumulates; *bias_grad is the scratch to add).
-  // The aux matrix (pre or act_input) has C's leading dimension `ldc`; C has n columns.
-  bool FusedEpilogue(const GemmEpilogue& e, float beta, int n, int ldc, LtEpilogue* le,
-                     float** bias_grad) {
+  // bias alone, or GELU's backward. With an f32 C the bias gradient comes from cuBLASLt too (into
+  // scratch: cuBLASLt overwrites it, the op accumulates it from le->bias_grad); beside a bf16 C it
+  // has none, and Gemm sums the stored C's columns. Beside a bf16 C the bias is passed as bf16 (a
+  // rounded copy in scratch: cuBLASLt takes no f32 bias there). The aux matrix (pre or act_input)
+  // has C's leading dimension `ldc`; C has n columns.
+  bool FusedEpilogue(const GemmEpilogue& e, float beta, int n, int ldc, DType c_type,
+                     LtEpilogue* le) {
     if (e.empty()) return false;
     if (e.grad_of == ActivationOp::kGelu && e.bias == nullptr && e.act == ActivationOp::kNone &&
         !e.pre && beta == 0.0f) {
@@ -368,22 +373,25 @@ class CudaBackend final : public Backend {
       le->aux = const_cast<void*>(e.act_input.data());
       le->aux_type = e.act_input.dtype();
       le->ld_aux = ldc;
-      if (e.bias_grad == nullptr) return true;
-      *bias_grad = static_cast<float*>(bias_grad_.Get(sizeof(float) * n, stream_, &error_));
-      le->bias_grad = *bias_grad;
-      return *bias_grad != nullptr;
+      if (e.bias_grad == nullptr || c_type != DType::kF32) return true;
+      le->bias_grad = static_cast<float*>(bias_grad_.Get(sizeof(float) * n, stream_, &error_));
+      return le->bias_grad != nullptr;
     }
     if (e.grad_of != ActivationOp::kNone || e.bias_grad != nullptr) return false;
-    if (e.act == ActivationOp::kGelu && e.pre && beta == 0.0f) {
-      le->bias = e.bias, le->gelu = true;
-      le->aux = e.pre.data(), le->aux_type = e.pre.dtype(), le->ld_aux = ldc;
-      return true;
+    const bool with_bias = e.bias != nullptr;
+    const bool gelu = e.act == ActivationOp::kGelu && e.pre && beta == 0.0f;
+    if (!gelu && (e.act != ActivationOp::kNone || e.pre)) return false;
+    le->gelu = gelu;
+    if (gelu) le->aux = e.pre.data(), le->aux_type = e.pre.dtype(), le->ld_aux = ldc;
+    if (!with_bias) return true;
+    le->bias = e.bias;
+    if (c_type == DType::kBf16) {
+      void* rounded = bias_bf16_.Get(SizeOf(DType::kBf16) * n, stream_, &error_);
+      if (rounded == nullptr) return false;
+      Convert(n, ConstTypedPtr(e.bias), TypedPtr(rounded, DType::kBf16));
+      le->bias = rounded, le->bias_type = DType::kBf16;
     }
-    if (e.act == ActivationOp::kNone && !e.pre) {
-      le->bias = e.bias;
-      return true;
-    }
-    return false;
+    return true;
   }
 
   // Scratch for the per-chunk partial sums of a reduction over `rows` rows of `cols` columns.
@@ -413,7 +421,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<LtMatmul> lt_;
   std::unique_ptr<CudnnAttention> cudnn_;  // null when cuDNN cannot run here
   double* sum_partials_;                   // [kSumSquaresBlocks] on the device
-  Scratch operand_a_, operand_b_, f32_product_, partials_, bias_grad_;
+  Scratch operand_a_, operand_b_, f32_product_, partials_, bias_grad_, bias_bf16_;
   Scratch codec_floats_, codec_bytes_;  // A tensor widened for the value kernels, their payload.
   absl::Status error_;
 };
@@ -510,7 +518,8 @@ void* CudaStreamOf(Backend& backend) {
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device, Precision precision,
-                                                           AttentionKernel attention) {
+                                                           AttentionKernel attention,
+                                                           bool timed_gemm) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
@@ -530,7 +539,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device, Precision
   cudaStream_t stream = nullptr;
   s = STRAIT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   if (!s.ok()) return s;
-  absl::StatusOr<std::unique_ptr<LtMatmul>> lt = LtMatmul::Create(stream);
+  absl::StatusOr<std::unique_ptr<LtMatmul>> lt =
+      LtMatmul::Create(stream, timed_gemm ? AlgorithmChoice::kTimed : AlgorithmChoice::kHeuristic);
   double* partials = nullptr;
   if (lt.ok()) s = STRAIT_CUDA_CHECK(cudaMalloc(&partials, sizeof(double) * kSumSquaresBlocks));
   if (!lt.ok() || !s.ok()) {

@@ -19,7 +19,7 @@ namespace strait::site {
 // (docs/benchmarks.md "Fused attention"; scripts/gpu-check measures both).
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
     int device, Precision precision = Precision::kFp32,
-    AttentionKernel attention = AttentionKernel::kDefault);
+    AttentionKernel attention = AttentionKernel::kDefault, bool timed_gemm = false);
 
 // The cudaStream_t on which `backend` queues its ops, or nullptr when it is not a CUDA backend.
 // For the local all-reduce (site/collective), which orders NCCL calls after the backward's work

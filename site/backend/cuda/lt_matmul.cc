@@ -2,10 +2,9 @@
 //
 // What the implementation relies on (cublasLt.h of CUDA 13 / cuBLAS 13.1, and the cuBLAS docs):
 //  - CUBLASLT_MATMUL_DESC_BIAS_POINTER: "Bias vector length must match matrix D rows count"; for
-//    BGRAD epilogues the same pointer receives the bias gradient. Its element type defaults to D's
-//    type (BIAS_DATA_TYPE default -1); we set CUDA_R_32F whenever D is not f32. Whether cuBLASLt
-//    accepts an f32 bias / bias gradient with a bf16 D is decided by the heuristic: if it refuses,
-//    Supports() is false and the caller uses separate kernels.
+//    BGRAD epilogues the same pointer receives the bias gradient (f32 here). Its type defaults to
+//    D's; the heuristic refused an f32 bias or bias gradient beside a bf16 D on an H200 (cuBLAS
+//    13.1), hence LtEpilogue::bias_type; a refusal makes Supports() false.
 //  - CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: for GELU_AUX_BIAS / DGELU_BGRAD "must be divisible by 8
 //    and be no less than the number of rows in the output matrix" (D's rows = our n).
 //  - EPILOGUE_AUX_DATA_TYPE defaults to D's type; set only when aux_type differs. The same rule
@@ -20,11 +19,16 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "site/backend/cuda/candidate_timing.h"
 
 namespace strait::site {
 namespace {
@@ -112,6 +116,7 @@ std::string Describe(const LtProduct& p, const LtEpilogue& e) {
   }
   const Epi epi = EpilogueOf(e);
   absl::StrAppend(&s, " epilogue=", EpiName(epi));
+  if (e.bias != nullptr) absl::StrAppend(&s, " bias=", ToString(e.bias_type));
   if (HasAux(epi)) absl::StrAppend(&s, " aux=", ToString(e.aux_type), " ld_aux=", e.ld_aux);
   absl::StrAppend(&s, "]");
   return s;
@@ -185,6 +190,7 @@ absl::Status Validate(const LtProduct& p, const LtEpilogue& e) {
   if (e.bias_grad != nullptr && !e.dgelu) return invalid("bias_grad without dgelu");
   if (e.aux != nullptr && !e.gelu && !e.dgelu) return invalid("aux without gelu or dgelu");
   if ((e.gelu || e.dgelu) && p.beta != 0.0f) return invalid("gelu / dgelu need beta == 0");
+  if (e.bias != nullptr && !valid_type(e.bias_type)) return invalid("unknown bias type");
   if (e.aux != nullptr) {
     if (!valid_type(e.aux_type)) return invalid("unknown aux type");
     if (e.ld_aux < p.n || e.ld_aux % 8 != 0) {
@@ -212,7 +218,7 @@ absl::Status CheckEpilogueAlignment(const LtProduct& p, const LtEpilogue& e) {
 
 // Everything the chosen algorithm may depend on (see LtMatmul::Run in the header).
 struct PlanKey {
-  static constexpr int kFields = 23;
+  static constexpr int kFields = 24;
   std::array<int64_t, kFields> f{};
 
   static PlanKey Of(const LtProduct& p, const LtEpilogue& e) {
@@ -244,7 +250,8 @@ struct PlanKey {
              OperandAlignment(p.b, p.batch, p.stride_b, p.ab),
              OperandAlignment(p.c, p.batch, p.stride_c, p.c_type),
              HasBiasPointer(epi) ? AlignmentOf(reinterpret_cast<uintptr_t>(bias)) : 0,
-             aux ? AlignmentOf(reinterpret_cast<uintptr_t>(e.aux)) : 0};
+             aux ? AlignmentOf(reinterpret_cast<uintptr_t>(e.aux)) : 0,
+             e.bias != nullptr ? static_cast<int64_t>(e.bias_type) : -1};
     return key;
   }
   bool operator==(const PlanKey& o) const { return f == o.f; }
@@ -270,6 +277,14 @@ struct Plan {
   cublasLtMatrixLayout_t layout_c = nullptr;  // C and D (in place)
   cublasLtMatmulAlgo_t algo{};
   size_t workspace_bytes = 0;  // what the chosen algorithm needs (<= the workspace)
+  // Every algorithm the heuristic offered that fits the workspace, its first choice first; with
+  // timed choice the first call keeps the fastest (`timed` then).
+  struct Candidate {
+    cublasLtMatmulAlgo_t algo;
+    size_t workspace_bytes;
+  };
+  std::vector<Candidate> candidates;
+  bool timed = false;
   Epi epilogue = Epi::kDefault;
   absl::Status status;  // OK when supported; else why not (Unimplemented)
 
@@ -312,11 +327,12 @@ absl::Status SetOperation(const LtProduct& p, const LtEpilogue& e, const std::st
   STRAIT_LT_RETURN_IF_ERROR(SetDesc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, trans_b), shape);
   const uint32_t epilogue = static_cast<uint32_t>(plan->epilogue);
   STRAIT_LT_RETURN_IF_ERROR(SetDesc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue), shape);
-  if (HasBiasPointer(plan->epilogue) && p.c_type != DType::kF32) {
-    // Bias (and bias gradient) are f32; cuBLASLt's default would be D's type.
-    const int32_t bias_type = CUDA_R_32F;
-    STRAIT_LT_RETURN_IF_ERROR(SetDesc(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type),
-                              shape);
+  // The bias gradient is f32, the bias bias_type; cuBLASLt's default is D's type.
+  const DType bias_type = plan->epilogue == Epi::kDGeluBGrad ? DType::kF32 : e.bias_type;
+  if (HasBiasPointer(plan->epilogue) && p.c_type != bias_type) {
+    const int32_t cuda_bias_type = CudaType(bias_type);
+    STRAIT_LT_RETURN_IF_ERROR(
+        SetDesc(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_bias_type), shape);
   }
   if (HasAux(plan->epilogue)) {
     const int64_t ld_aux = e.ld_aux;
@@ -407,14 +423,17 @@ absl::Status ChooseAlgorithm(cublasLtHandle_t handle, size_t workspace_bytes, co
   }
   for (int i = 0; i < returned && i < kMaxHeuristicResults; ++i) {
     if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= workspace_bytes) {
-      plan->algo = results[i].algo;
-      plan->workspace_bytes = results[i].workspaceSize;
-      plan->status = absl::OkStatus();
-      return absl::OkStatus();
+      plan->candidates.push_back({results[i].algo, results[i].workspaceSize});
     }
   }
-  plan->status = absl::UnimplementedError(absl::StrCat(
-      "cublasLtMatmulAlgoGetHeuristic: no algorithm (", returned, " results) for ", shape));
+  if (plan->candidates.empty()) {
+    plan->status = absl::UnimplementedError(absl::StrCat(
+        "cublasLtMatmulAlgoGetHeuristic: no algorithm (", returned, " results) for ", shape));
+    return absl::OkStatus();
+  }
+  plan->algo = plan->candidates[0].algo;
+  plan->workspace_bytes = plan->candidates[0].workspace_bytes;
+  plan->status = absl::OkStatus();
   return absl::OkStatus();
 }
 
@@ -438,6 +457,8 @@ struct LtMatmul::Impl {
   size_t workspace_bytes = 0;
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
   bool stream_used = false;  // whether a product was ever queued
+  AlgorithmChoice choice = AlgorithmChoice::kHeuristic;
+  bool verbose = false;  // STRAIT_LT_VERBOSE: each plan on stderr as it is built or timed
 
   ~Impl() {
     if (stream_used) cudaStreamSynchronize(stream);  // the workspace may still be in use
@@ -456,9 +477,49 @@ struct LtMatmul::Impl {
         !s.ok()) {
       return s;
     }
+    if (verbose) {
+      std::fprintf(stderr, "LtMatmul plan: %s: %s, %zu candidates\n", Describe(p, e).c_str(),
+                   plan->status.ok() ? "supported" : std::string(plan->status.message()).c_str(),
+                   plan->candidates.size());
+    }
     Plan* raw = plan.get();
     plans.emplace(key, std::move(plan));
     return raw;
+  }
+  // cuBLASLt's A is our B, its B is our A; C and D are both our C (in place, one layout).
+  cublasStatus_t Launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const LtProduct& p) {
+    const float alpha = p.alpha, beta = p.beta;
+    stream_used = true;
+    return cublasLtMatmul(handle, plan.desc, &alpha, p.b, plan.layout_a, p.a, plan.layout_b, &beta,
+                          p.c, plan.layout_c, p.c, plan.layout_c, &algo, workspace, workspace_bytes,
+                          stream);
+  }
+
+  // Times each candidate on this call's operands and keeps the fastest. An accumulating
+  // product's C is preserved across the trials; the epilogue outputs (aux, bias gradient) are
+  // overwritten with the same values by every run.
+  absl::Status ChooseFastest(Plan& plan, const LtProduct& p, const LtEpilogue& e) {
+    plan.timed = true;
+    const int64_t c_elements =
+        (p.batch > 1 ? (p.batch - 1) * p.stride_c : 0) + int64_t{p.m - 1} * p.ldc + p.n;
+    const size_t c_bytes = p.beta != 0.0f ? c_elements * SizeOf(p.c_type) : 0;
+    absl::StatusOr<CandidateTimes> timed = TimeCandidates(
+        stream, static_cast<int>(plan.candidates.size()),
+        [&](int i) { return Launch(plan, plan.candidates[i].algo, p) == CUBLAS_STATUS_SUCCESS; },
+        p.c, c_bytes);
+    if (!timed.ok()) {
+      return absl::Status(timed.status().code(),
+                          absl::StrCat(timed.status().message(), " ", Describe(p, e)));
+    }
+    if (timed->fastest >= 0) {
+      plan.algo = plan.candidates[timed->fastest].algo;
+      plan.workspace_bytes = plan.candidates[timed->fastest].workspace_bytes;
+    }
+    if (verbose) {
+      std::fprintf(stderr, "LtMatmul timed: %s: ms %s\n", Describe(p, e).c_str(),
+                   timed->times.c_str());
+    }
+    return absl::OkStatus();
   }
 
   absl::Status CheckDevice(const LtProduct& p, const LtEpilogue& e) const {
@@ -477,9 +538,13 @@ LtMatmul::LtMatmul(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 LtMatmul::~LtMatmul() = default;
 
 absl::StatusOr<std::unique_ptr<LtMatmul>> LtMatmul::Create(cudaStream_t stream,
+                                                           AlgorithmChoice choice,
                                                            size_t workspace_bytes) {
   auto impl = std::make_unique<Impl>();
   impl->stream = stream;
+  impl->choice = choice;
+  const char* verbose = std::getenv("STRAIT_LT_VERBOSE");
+  impl->verbose = verbose != nullptr && std::string_view(verbose) != "0";
   // Fails cleanly (cudaErrorNoDevice / cudaErrorInsufficientDriver) on a machine without a GPU.
   int count = 0;
   if (cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess) {
@@ -521,13 +586,10 @@ absl::Status LtMatmul::Run(const LtProduct& p, const LtEpilogue& e) {
   if (!plan.status.ok()) return plan.status;
 
   if (absl::Status s = SetEpiloguePointers(plan, p, e); !s.ok()) return s;
-  const float alpha = p.alpha, beta = p.beta;
-  impl_->stream_used = true;
-  // cuBLASLt's A is our B, its B is our A; C and D are both our C (in place, one layout).
-  const cublasStatus_t status =
-      cublasLtMatmul(impl_->handle, plan.desc, &alpha, p.b, plan.layout_a, p.a, plan.layout_b,
-                     &beta, p.c, plan.layout_c, p.c, plan.layout_c, &plan.algo, impl_->workspace,
-                     impl_->workspace_bytes, impl_->stream);
+  if (impl_->choice == AlgorithmChoice::kTimed && !plan.timed && plan.candidates.size() > 1) {
+    if (absl::Status s = impl_->ChooseFastest(plan, p, e); !s.ok()) return s;
+  }
+  const cublasStatus_t status = impl_->Launch(plan, plan.algo, p);
   if (status != CUBLAS_STATUS_SUCCESS) return LtError("cublasLtMatmul", status, Describe(p, e));
   return absl::OkStatus();
 }

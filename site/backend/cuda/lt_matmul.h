@@ -69,8 +69,11 @@ struct LtProduct {
 //                                                = sum over the m rows of C. Requires beta == 0.
 // bias, bias_grad and aux must be 16-byte aligned (else Supports() is false and Run() fails).
 struct LtEpilogue {
-  const float* bias = nullptr;  // forward: t = product + bias[column] (bias f32, length n)
-  bool gelu = false;            // forward: C = gelu_tanh(t); `aux` receives t (the pre-activation)
+  const void* bias = nullptr;  // forward: t = product + bias[column] (length n, of bias_type)
+  // f32, or bf16 with a bf16 C: cuBLASLt refuses an f32 bias beside a bf16 C (seen on an H200,
+  // cuBLAS 13.1: INVALID_VALUE from the heuristic).
+  DType bias_type = DType::kF32;
+  bool gelu = false;  // forward: C = gelu_tanh(t); `aux` receives t (the pre-activation)
   bool dgelu =
       false;  // backward: C = product * gelu'(aux) where aux holds the forward's pre-activation
   void* aux = nullptr;
@@ -80,13 +83,19 @@ struct LtEpilogue {
                                // length n, OVERWRITTEN)
 };
 
+// How a plan's algorithm is chosen: the heuristic's first choice (the same in every process), or
+// the fastest of its candidates timed on the plan's first call (faster where the heuristic misses;
+// the choice can differ between processes, and with it the last bits of the results).
+enum class AlgorithmChoice { kHeuristic, kTimed };
+
 class LtMatmul {
  public:
   // A cuBLASLt handle and a workspace of `workspace_bytes` on the current device (32 MiB is what
   // cuBLAS recommends for Hopper); every product is queued on `stream`. Fails (never crashes)
-  // without a usable GPU.
-  static absl::StatusOr<std::unique_ptr<LtMatmul>> Create(cudaStream_t stream,
-                                                          size_t workspace_bytes = 32 << 20);
+  // without a usable GPU. STRAIT_LT_VERBOSE=1 prints each plan (and timing) on stderr.
+  static absl::StatusOr<std::unique_ptr<LtMatmul>> Create(
+      cudaStream_t stream, AlgorithmChoice choice = AlgorithmChoice::kHeuristic,
+      size_t workspace_bytes = 32 << 20);
   ~LtMatmul();  // waits for the stream, then frees the workspace and every cached descriptor
   LtMatmul(const LtMatmul&) = delete;
   LtMatmul& operator=(const LtMatmul&) = delete;
@@ -97,9 +106,10 @@ class LtMatmul {
   bool Supports(const LtProduct& p, const LtEpilogue& e);
 
   // Queues the product on the stream. The first time a plan key is seen, the descriptors are built
-  // and cublasLtMatmulAlgoGetHeuristic picks the algorithm; later calls only swap the pointers and
-  // alpha/beta. The plan key is every field of LtProduct and LtEpilogue except the pointers' values
-  // and alpha/beta's values, plus:
+  // and cublasLtMatmulAlgoGetHeuristic offers algorithms (with kTimed, the first Run times them,
+  // synchronising the stream); later calls only swap the pointers and alpha/beta. The plan key is
+  // every field of LtProduct and LtEpilogue except the pointers' values and alpha/beta's values,
+  // plus:
   //   - each pointer's alignment class (the largest power of two <= 256 dividing its address, and,
   //     with batch > 1, the batch stride in bytes): the heuristic filters algorithms by the
   //     MIN_ALIGNMENT preferences (A, B, C, D) and by the bias / aux pointers' values, so an

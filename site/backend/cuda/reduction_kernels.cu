@@ -183,8 +183,9 @@ struct RmsNormParamsOp {
 };
 
 // ---------------------------------------------------------------------------------------------
-// The GEMM epilogue on the f32 product t [m, n] (packed): v = t (+ bias); pre = v; v = act(v);
-// v = v * act'(act_input) (grad_of); c = v. bias_grad sums the f32 v.
+// The GEMM epilogue on the f32 product t [m, n] (packed): v = t (+ bias, rounded to bf16 when C is
+// bf16); pre = v; v = act(v); v = v * act'(act_input) (grad_of); c = v. bias_grad sums v as C
+// stores it.
 
 struct EpilogueArgs {
   const float* t;
@@ -206,8 +207,9 @@ __device__ __forceinline__ void EpilogueValues(const EpilogueArgs& a, int64_t r,
   if (a.bias != nullptr) {
     float b[N];
     LoadF32<N>(a.bias + col, b);
+    const bool bf16_c = a.c.t == DType::kBf16;
 #pragma unroll
-    for (int e = 0; e < N; ++e) v[e] += b[e];
+    for (int e = 0; e < N; ++e) v[e] += bf16_c ? RoundToBf16(b[e]) : b[e];
   }
   if (a.pre.p != nullptr) StoreV<N>(a.pre, ci, v);
   if (a.act != ActivationOp::kNone) {
@@ -243,8 +245,9 @@ struct EpilogueBiasGradOp {
   __device__ void Row(int64_t r, int c, float (&acc)[kSums][N]) const {
     float v[N];
     EpilogueValues<N>(a, r, c, v);
+    const bool bf16_c = a.c.t == DType::kBf16;
 #pragma unroll
-    for (int e = 0; e < N; ++e) acc[0][e] += v[e];
+    for (int e = 0; e < N; ++e) acc[0][e] += bf16_c ? RoundToBf16(v[e]) : v[e];
   }
 };
 

@@ -397,18 +397,45 @@ TEST_F(BackendOpsTest, Bf16RowAndFusedOpsMatchTheCpuEmulation) {
   act.Expect("fc1 gelu", 1e-3f, kUlp);
   auto dy = typed(Random(m * k, 101)), w2 = typed(Random(k * f, 102)),
        dh = typed(Random(m * f, 103));
+  auto h_same = typed(Random(m * f, 107, -3, 3));  // one pre-activation for both sides
   auto db1 = f32(Random(f, 104));
   GemmEpilogue backward_c, backward_d;
   backward_c.grad_of = backward_d.grad_of = ActivationOp::kGelu;
-  backward_c.act_input = h.cpu(), backward_d.act_input = h.dev();
+  backward_c.act_input = h_same.cpu(), backward_d.act_input = h_same.dev();
   backward_c.bias_grad = db1.cpu(), backward_d.bias_grad = db1.dev();
+  const std::vector<float> db1_before(db1.cpu(), db1.cpu() + f);
   c.Gemm(false, false, m, f, k, 1.0f, dy.cpu(), k, w2.cpu(), f, 0.0f, dh.cpu(), f, backward_c);
   d.Gemm(false, false, m, f, k, 1.0f, dy.dev(), k, w2.dev(), f, 0.0f, dh.dev(), f, backward_d);
-  dh.Expect("gelu backward", 1e-3f, kUlp);
-  db1.Expect("fc1 bias gradient", 1e-2f, 1e-3f);
+  // cuBLASLt's GELU-backward epilogue beside a bf16 C (what the device runs) is less exact than one
+  // rounding: lt_matmul_check on an H200 measured errors of 4.6e-3 of the largest |C| where one
+  // rounding makes 2e-3. So beyond the output's rounding each value may differ by 2^-8 of the
+  // product itself, and a bias gradient (the column sums of C) by the sum of those allowances.
+  {
+    auto product = f32(std::vector<float>(m * f));
+    c.Gemm(false, false, m, f, k, 1.0f, dy.cpu(), k, w2.cpu(), f, 0.0f, product.cpu(), f);
+    const std::vector<float> got = dh.DeviceValues();
+    std::vector<float> want(got.size()), column_allowance(f, 0.0f);
+    cpu::Widen(want.size(), dh.cpu(), want.data());
+    for (size_t i = 0; i < got.size(); ++i) {
+      const float allowance = std::abs(product.cpu()[i]) / 256;
+      column_allowance[i % f] += allowance;
+      ASSERT_NEAR(got[i], want[i], 1e-3f + kUlp * std::abs(want[i]) + allowance)
+          << "gelu backward [" << i << "]";
+    }
+    std::vector<float> got_db(f);
+    d.CopyToHost(got_db.data(), db1.dev(), sizeof(float) * f);
+    ASSERT_TRUE(d.Sync().ok());
+    for (int j = 0; j < f; ++j) {
+      const float sum = db1.cpu()[j] - db1_before[j];
+      ASSERT_NEAR(got_db[j], db1.cpu()[j], 1e-3f + 1e-3f * std::abs(sum) + column_allowance[j])
+          << "fc1 bias gradient [" << j << "]";
+    }
+  }
+  // A weight gradient on the same bf16 inputs on both sides (dh above differs by its epilogue).
   auto dw = f32(Random(f * k, 105));
-  c.Gemm(true, false, f, k, m, 1.0f, dh.cpu(), f, xn.cpu(), k, 1.0f, dw.cpu(), k);
-  d.Gemm(true, false, f, k, m, 1.0f, dh.dev(), f, xn.dev(), k, 1.0f, dw.dev(), k);
+  auto dh_same = typed(Random(m * f, 106));
+  c.Gemm(true, false, f, k, m, 1.0f, dh_same.cpu(), f, xn.cpu(), k, 1.0f, dw.cpu(), k);
+  d.Gemm(true, false, f, k, m, 1.0f, dh_same.dev(), f, xn.dev(), k, 1.0f, dw.dev(), k);
   dw.Expect("weight gradient", 1e-3f, 1e-3f);
 }
 
@@ -451,13 +478,16 @@ TEST_F(BackendOpsTest, LlamaOps) {
       d.Rotary(rows, tokens, kv_heads, dh, 500.0, inverse, qkv.dev() + q, width);
       qkv.Expect(inverse ? "rotary back" : "rotary", atol, rtol);
     }
+    // A copy of the key/value heads: exact, on inputs equal on both sides (after the rotary
+    // above they may differ in their last bits).
+    auto kv = typed(Random(rows * width, 215));
     auto full = typed(Random(rows * 3 * q, 211));
-    c.RepeatKvHeads(rows, heads, kv_heads, dh, qkv.cpu(), full.cpu());
-    d.RepeatKvHeads(rows, heads, kv_heads, dh, qkv.dev(), full.dev());
+    c.RepeatKvHeads(rows, heads, kv_heads, dh, kv.cpu(), full.cpu());
+    d.RepeatKvHeads(rows, heads, kv_heads, dh, kv.dev(), full.dev());
     full.Expect("repeat kv heads", 0, 0);
-    c.SumKvHeads(rows, heads, kv_heads, dh, full.cpu(), qkv.cpu());
-    d.SumKvHeads(rows, heads, kv_heads, dh, full.dev(), qkv.dev());
-    qkv.Expect("sum kv heads", atol, rtol);
+    c.SumKvHeads(rows, heads, kv_heads, dh, full.cpu(), kv.cpu());
+    d.SumKvHeads(rows, heads, kv_heads, dh, full.dev(), kv.dev());
+    kv.Expect("sum kv heads", atol, rtol);
     const int f = 96;
     auto gu = typed(Random(rows * 2 * f, 212, -4, 4)), h = typed(Random(rows * f, 213));
     c.SwiGluForward(rows, f, gu.cpu(), h.cpu());

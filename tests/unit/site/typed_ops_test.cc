@@ -127,7 +127,8 @@ TEST(TypedOpsTest, ResidualLayerNormIsTheAddThenTheNorm) {
   EXPECT_EQ(x.bits, r2.bits);
 }
 
-// The forward epilogue: t = product + bias; pre = t; C = act(t), each stored once.
+// The forward epilogue: t = product + bias; pre = t; C = act(t), each stored once. Beside a bf16
+// C the bias is a bf16 operand (rounded before it is added).
 TEST(TypedOpsTest, GemmForwardEpilogueIsBiasThenActivation) {
   for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
     auto cpu = *CreateCpuBackend(2, precision);
@@ -148,8 +149,8 @@ TEST(TypedOpsTest, GemmForwardEpilogueIsBiasThenActivation) {
     cpu->Convert(m * n, TypedPtr(y.data(), act), y_got.data());
     for (int r = 0; r < m; ++r) {
       for (int c = 0; c < n; ++c) {
-        const float v = t[r * n + c] + bias[c];
         const auto stored = [&](float z) { return act == DType::kF32 ? z : RoundToBf16(z); };
+        const float v = t[r * n + c] + stored(bias[c]);
         ASSERT_EQ(pre_got[r * n + c], stored(v));
         ASSERT_EQ(y_got[r * n + c], stored(Gelu(v)));  // GELU of the unrounded t
       }
@@ -157,22 +158,28 @@ TEST(TypedOpsTest, GemmForwardEpilogueIsBiasThenActivation) {
   }
 }
 
-// The backward epilogue: C = product * act'(act_input); bias_grad += the column sums of that.
+// The backward epilogue: C = product * act'(act_input); bias_grad += the column sums of C as
+// stored (rounded, beside a bf16 C).
 TEST(TypedOpsTest, GemmBackwardEpilogueIsActivationGradThenColumnSums) {
-  auto cpu = *CreateCpuBackend(2);
-  const int m = 30, n = 10, k = 7;
-  const std::vector<float> dy = Random(m * k, 14), w = Random(k * n, 15), h = Random(m * n, 16);
-  std::vector<float> t(m * n), want(m * n), got(m * n), db(n, 0.5f), db_want(n, 0.5f);
-  cpu->Gemm(false, false, m, n, k, 1.0f, dy.data(), k, w.data(), n, 0.0f, t.data(), n);
-  cpu->ActivationBackward(m * n, ActivationOp::kGelu, h.data(), t.data(), want.data());
-  cpu->ColumnSum(m, n, want.data(), n, 1.0f, db_want.data());
-  GemmEpilogue e;
-  e.grad_of = ActivationOp::kGelu;
-  e.act_input = h.data();
-  e.bias_grad = db.data();
-  cpu->Gemm(false, false, m, n, k, 1.0f, dy.data(), k, w.data(), n, 0.0f, got.data(), n, e);
-  EXPECT_EQ(got, want);
-  EXPECT_EQ(db, db_want);
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    auto cpu = *CreateCpuBackend(2, precision);
+    const DType act = cpu->activation_dtype();
+    const int m = 30, n = 10, k = 7;
+    const std::vector<float> dy = Random(m * k, 14), w = Random(k * n, 15), h = Random(m * n, 16);
+    std::vector<float> t(m * n), want(m * n), got(m * n), db(n, 0.5f), db_want(n, 0.5f);
+    cpu->Gemm(false, false, m, n, k, 1.0f, dy.data(), k, w.data(), n, 0.0f, t.data(), n);
+    cpu->ActivationBackward(m * n, ActivationOp::kGelu, h.data(), t.data(),
+                            TypedPtr(want.data(), act));
+    cpu->ColumnSum(m, n, TypedPtr(want.data(), act), n, 1.0f, db_want.data());
+    GemmEpilogue e;
+    e.grad_of = ActivationOp::kGelu;
+    e.act_input = h.data();
+    e.bias_grad = db.data();
+    cpu->Gemm(false, false, m, n, k, 1.0f, dy.data(), k, w.data(), n, 0.0f,
+              TypedPtr(got.data(), act), n, e);
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(db, db_want);
+  }
 }
 
 // bf16 products: the f32 product of the operands' bf16 values, whatever type they are stored in;
