@@ -1,5 +1,6 @@
 #include "compression/codec_chain.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -163,8 +164,21 @@ absl::Status CodecChain::DecodeStages(absl::Span<const uint8_t> frame, size_t la
   return absl::OkStatus();
 }
 
+absl::Status TensorDecoder::CheckAccepted() const {
+  if (accepted_.empty() ||
+      std::find(accepted_.begin(), accepted_.end(), header_.chain) != accepted_.end()) {
+    return absl::OkStatus();
+  }
+  std::string agreed;
+  for (const ChainSpec& c : accepted_)
+    absl::StrAppend(&agreed, agreed.empty() ? "'" : ", '", c.ToString(), "'");
+  return absl::InvalidArgumentError(absl::StrCat("frame of codec chain '", header_.chain.ToString(),
+                                                 "'; this link accepts ", agreed));
+}
+
 absl::Status TensorDecoder::Decode(absl::Span<const uint8_t> frame, DecodedTensor* out) {
   STRAIT_RETURN_IF_ERROR(ParseFrameHeader(frame, options_.max_raw_bytes, &header_));
+  STRAIT_RETURN_IF_ERROR(CheckAccepted());
   if (chain_ == nullptr || !(chain_->spec() == header_.chain)) {
     chain_ = CodecChain::Create(header_.chain, options_);
   }
@@ -175,6 +189,7 @@ absl::Status TensorDecoder::Decode(absl::Span<const uint8_t> frame, DecodedTenso
 absl::Status TensorDecoder::DecodeValuePayload(absl::Span<const uint8_t> frame,
                                                DecodedPayload* out) {
   STRAIT_RETURN_IF_ERROR(ParseFrameHeader(frame, options_.max_raw_bytes, &header_));
+  STRAIT_RETURN_IF_ERROR(CheckAccepted());
   STRAIT_RETURN_IF_ERROR(NoDevicePathForProject(header_.chain));
   if (header_.chain.stages.empty() || !IsValueStage(header_.chain.stages[0].kind)) {
     return absl::FailedPreconditionError(absl::StrCat("codec chain '", header_.chain.ToString(),

@@ -120,6 +120,11 @@ class TensorDecoder {
  public:
   explicit TensorDecoder(const CodecOptions& options = {}) : options_(options) {}
 
+  // From now on refuses (InvalidArgument) a frame whose chain is none of `chains`, before building
+  // anything for it: a link's receiver accepts only the link's agreed chains, so that a sender
+  // cannot make it build a new proj basis (up to 2^22 values) with every frame. Empty: any chain.
+  void AcceptOnly(std::vector<ChainSpec> chains) { accepted_ = std::move(chains); }
+
   // Same contract as CodecChain::Decode, for a frame of any chain.
   absl::Status Decode(absl::Span<const uint8_t> frame, DecodedTensor* out);
   // The same checks, stopping before the value stage: out->value_payload is what that stage of
@@ -128,7 +133,10 @@ class TensorDecoder {
   absl::Status DecodeValuePayload(absl::Span<const uint8_t> frame, DecodedPayload* out);
 
  private:
+  absl::Status CheckAccepted() const;
+
   CodecOptions options_;
+  std::vector<ChainSpec> accepted_;
   FrameHeader header_;
   std::unique_ptr<CodecChain> chain_;
 };

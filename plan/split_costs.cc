@@ -10,13 +10,16 @@
 
 namespace strait::plan {
 
-double WireRatio(const std::string& chain) {
+double WireRatio(const std::string& chain, int64_t row_width) {
   absl::StatusOr<compression::ChainSpec> parsed = compression::ParseChainSpec(chain);
   if (!parsed.ok()) return 1.0;  // The job spec's parser refused it already.
   double ratio = 1.0;
   for (const compression::StageSpec& stage : parsed->stages) {
     const double block = stage.block_size;
     switch (stage.kind) {
+      case compression::StageKind::kProject:
+        if (row_width > 0) ratio *= std::min(1.0, stage.subspace / static_cast<double>(row_width));
+        break;
       case compression::StageKind::kFp16:
       case compression::StageKind::kBf16:
         ratio *= 0.5;
@@ -67,8 +70,13 @@ CostTable::CostTable(const JobSpec& spec, const FederationProfile& profiles) : s
   const double rows = spec.training.MicrobatchSize();
   for (const LayerLayout& l : layout) out_bytes_.push_back(4.0 * rows * NumElements(l.out_shape));
   for (const LinkSpec& link : spec.links) {
-    forward_ratio_.push_back(WireRatio(link.forward));
-    backward_ratio_.push_back(WireRatio(link.backward));
+    std::vector<double>& forward = forward_ratio_.emplace_back();
+    std::vector<double>& backward = backward_ratio_.emplace_back();
+    for (const LayerLayout& l : layout) {
+      const int64_t row_width = l.out_shape.empty() ? 0 : l.out_shape.back();
+      forward.push_back(WireRatio(link.forward, row_width));
+      backward.push_back(WireRatio(link.backward, row_width));
+    }
   }
 }
 
@@ -88,9 +96,11 @@ SplitPrediction CostTable::Predict(const SplitChoice& choice) const {
         {.forward_s = cost.forward_s, .backward_s = cost.backward_s, .update_s = cost.update_s});
     p.memory_bytes.push_back(MemoryOf(s, choice.layers[s], choice.extra_in_flight));
     if (s + 1 < sites) {
-      const double raw = out_bytes_[choice.layers[s].end - 1];
-      in.forward_frame_bytes.push_back(raw * forward_ratio_[s] + kFrameOverheadBytes);
-      in.backward_frame_bytes.push_back(raw * backward_ratio_[s] + kFrameOverheadBytes);
+      const int cut = choice.layers[s].end - 1;
+      in.forward_frame_bytes.push_back(out_bytes_[cut] * forward_ratio_[s][cut] +
+                                       kFrameOverheadBytes);
+      in.backward_frame_bytes.push_back(out_bytes_[cut] * backward_ratio_[s][cut] +
+                                        kFrameOverheadBytes);
     }
   }
   p.bound = StepTimeLowerBound(in);
@@ -124,12 +134,12 @@ double CostTable::Bottleneck(int s, LayerRange r) const {
   if (rate > 0) {
     double up = 0, down = 0;
     if (r.end < static_cast<int>(out_bytes_.size())) {  // To the next site and back.
-      up += out_bytes_[r.end - 1] * forward_ratio_[s];
-      down += out_bytes_[r.end - 1] * backward_ratio_[s];
+      up += out_bytes_[r.end - 1] * forward_ratio_[s][r.end - 1];
+      down += out_bytes_[r.end - 1] * backward_ratio_[s][r.end - 1];
     }
     if (r.start > 0) {
-      up += out_bytes_[r.start - 1] * backward_ratio_[s - 1];
-      down += out_bytes_[r.start - 1] * forward_ratio_[s - 1];
+      up += out_bytes_[r.start - 1] * backward_ratio_[s - 1][r.start - 1];
+      down += out_bytes_[r.start - 1] * forward_ratio_[s - 1][r.start - 1];
     }
     busy = std::max(busy, m * std::max(up, down) / rate);
   }

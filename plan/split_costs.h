@@ -17,9 +17,10 @@ namespace strait::plan {
 // Frame header, codec header and AEAD tag around a tensor's bytes (an upper estimate).
 inline constexpr double kFrameOverheadBytes = 128;
 
-// The share of fp32 bytes a codec chain sends. Lossless byte stages (shuffle, zstd) count as 1:
-// what they save depends on the values, and a plan must not count on it.
-double WireRatio(const std::string& chain);
+// The share of fp32 bytes a codec chain sends for a frame of rows of `row_width` values (what
+// proj:K keeps of a row: K of them; 0, unknown: proj counts as 1). Lossless byte stages (shuffle,
+// zstd) count as 1: what they save depends on the values, and a plan must not count on it.
+double WireRatio(const std::string& chain, int64_t row_width = 0);
 
 // "[start, end)".
 std::string RangeText(const LayerRange& r);
@@ -51,7 +52,8 @@ class CostTable {
   std::vector<int64_t> memory_;
   std::vector<SiteLink> links_;
   std::vector<double> out_bytes_;  // fp32 bytes of one microbatch's output of each layer.
-  std::vector<double> forward_ratio_, backward_ratio_;  // Per boundary.
+  // Per boundary, then per layer that may end the stage before it (the frame's row width).
+  std::vector<std::vector<double>> forward_ratio_, backward_ratio_;
 };
 
 }  // namespace strait::plan

@@ -126,8 +126,8 @@ absl::StatusOr<Sent> SendParts(const LayerMoves& m, const Source& source) {
     if (to == m.index) continue;
     STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto crypto,
                             MoveCrypto(m, m.view->SiteId(spec, to)));
-    sent.decoders[to] = std::make_unique<FrameDecoder>(std::move(crypto.opener),
-                                                       MaxMoveFloats(spec) * sizeof(float));
+    sent.decoders[to] =
+        FrameDecoder::Lossless(std::move(crypto.opener), MaxMoveFloats(spec) * sizeof(float));
     STRAIT_RETURN_IF_ERROR(SendPart(m, source, to, std::move(crypto.sealer), sent));
   }
   return sent;

@@ -103,10 +103,11 @@ absl::Status LinkBuilder::AddPrevious(StageLinks& links) {
                           FrameSender::Create(gateway_, std::move(encoder), peer, v1::BACKWARD,
                                               metrics_, limits_.window));
   STRAIT_ASSIGN_OR_RETURN(
-      links.forward_in,
-      FrameReceiver::Create(gateway_,
-                            std::make_unique<FrameDecoder>(std::move(c.opener), limits_.max_raw),
-                            {SiteId(peer), peer, v1::FORWARD}, metrics_, limits_.window));
+      auto decoder,
+      FrameDecoder::ForChains(std::move(c.opener), limits_.max_raw, {link.forward, "none"}));
+  STRAIT_ASSIGN_OR_RETURN(links.forward_in, FrameReceiver::Create(gateway_, std::move(decoder),
+                                                                  {SiteId(peer), peer, v1::FORWARD},
+                                                                  metrics_, limits_.window));
   return absl::OkStatus();
 }
 
@@ -119,10 +120,12 @@ absl::Status LinkBuilder::AddNext(StageLinks& links) {
                           FrameSender::Create(gateway_, std::move(encoder), index_, v1::FORWARD,
                                               metrics_, limits_.window));
   STRAIT_ASSIGN_OR_RETURN(
+      auto decoder,
+      FrameDecoder::ForChains(std::move(c.opener), limits_.max_raw, {link.backward, "none"}));
+  STRAIT_ASSIGN_OR_RETURN(
       links.backward_in,
-      FrameReceiver::Create(gateway_,
-                            std::make_unique<FrameDecoder>(std::move(c.opener), limits_.max_raw),
-                            {SiteId(peer), index_, v1::BACKWARD}, metrics_, limits_.window));
+      FrameReceiver::Create(gateway_, std::move(decoder), {SiteId(peer), index_, v1::BACKWARD},
+                            metrics_, limits_.window));
   return absl::OkStatus();
 }
 
@@ -136,9 +139,9 @@ absl::Status LinkBuilder::AddTied(int peer, StageLinks& links) {
                                                               metrics_, limits_.window));
   STRAIT_ASSIGN_OR_RETURN(
       links.tied_in,
-      FrameReceiver::Create(
-          gateway_, std::make_unique<FrameDecoder>(std::move(c.opener), limits_.max_raw),
-          {SiteId(peer), 0, first ? v1::BACKWARD : v1::FORWARD}, metrics_, limits_.window));
+      FrameReceiver::Create(gateway_, FrameDecoder::Lossless(std::move(c.opener), limits_.max_raw),
+                            {SiteId(peer), 0, first ? v1::BACKWARD : v1::FORWARD}, metrics_,
+                            limits_.window));
   return absl::OkStatus();
 }
 
@@ -166,7 +169,7 @@ absl::Status LinkBuilder::AddReplicaSums(StageLinks& links) {
                                               metrics_, /*max_pending=*/2));
   STRAIT_ASSIGN_OR_RETURN(
       links.sum_in,
-      FrameReceiver::Create(gateway_, std::make_unique<FrameDecoder>(nullptr, limits_.max_sum_raw),
+      FrameReceiver::Create(gateway_, FrameDecoder::Lossless(nullptr, limits_.max_sum_raw),
                             {"the gateway's sum", index_, v1::BACKWARD}, metrics_, /*window=*/2));
   links.mask = [security, ends = std::move(ends)](absl::string_view round,
                                                   std::span<uint32_t> words) {
@@ -192,7 +195,7 @@ absl::Status LinkBuilder::AddTeacherTargets(StageLinks& links) {
                           spec_.teacher.top_k, spec_.teacher.values, spec_.model.Classes());
   STRAIT_ASSIGN_OR_RETURN(
       links.teacher_in,
-      FrameReceiver::Create(gateway_, std::make_unique<FrameDecoder>(std::move(c.opener), max_raw),
+      FrameReceiver::Create(gateway_, FrameDecoder::Lossless(std::move(c.opener), max_raw),
                             {id, spec_.TeacherStages() - 1, v1::FORWARD}, metrics_,
                             limits_.window));
   return absl::OkStatus();
@@ -250,8 +253,7 @@ absl::StatusOr<StageLinks> BuildTeacherLinks(const JobSpec& spec, int teacher_st
     STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c, TeachCryptoWith(spec, sealing, id));
     STRAIT_ASSIGN_OR_RETURN(
         links.forward_in,
-        FrameReceiver::Create(gateway,
-                              std::make_unique<FrameDecoder>(std::move(c.opener), limits.max_raw),
+        FrameReceiver::Create(gateway, FrameDecoder::Lossless(std::move(c.opener), limits.max_raw),
                               {id, teacher_stage - 1, v1::FORWARD}, metrics, limits.window));
   }
   const std::string& student_last = spec.sites.back().id;
@@ -267,7 +269,7 @@ absl::StatusOr<StageLinks> BuildTeacherLinks(const JobSpec& spec, int teacher_st
     }
     STRAIT_ASSIGN_OR_RETURN(
         links.pace_in,
-        FrameReceiver::Create(gateway, std::make_unique<FrameDecoder>(std::move(opener), 1),
+        FrameReceiver::Create(gateway, FrameDecoder::Lossless(std::move(opener), 1),
                               {student_last, 0, v1::BACKWARD}, metrics, limits.window));
   }
   STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create("none", std::move(c.sealer)));
@@ -309,8 +311,7 @@ absl::StatusOr<ServeLinks> BuildServeLinks(const JobSpec& spec, int index, Gatew
                       std::unique_ptr<FrameReceiver>& out) -> absl::Status {
     STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto * c, with(from));
     STRAIT_ASSIGN_OR_RETURN(
-        out, FrameReceiver::Create(gateway,
-                                   std::make_unique<FrameDecoder>(std::move(c->opener), max_raw),
+        out, FrameReceiver::Create(gateway, FrameDecoder::Lossless(std::move(c->opener), max_raw),
                                    {from, boundary, direction}, metrics, /*window=*/4));
     return absl::OkStatus();
   };

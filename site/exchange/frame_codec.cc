@@ -138,6 +138,25 @@ FrameDecoder::FrameDecoder(std::unique_ptr<crypto::Opener> opener, uint64_t max_
       max_raw_bytes_(max_raw_bytes),
       decoder_(compression::CodecOptions{.max_raw_bytes = max_raw_bytes}) {}
 
+absl::StatusOr<std::unique_ptr<FrameDecoder>> FrameDecoder::ForChains(
+    std::unique_ptr<crypto::Opener> opener, uint64_t max_raw_bytes,
+    const std::vector<std::string>& chains) {
+  std::vector<compression::ChainSpec> specs;
+  for (const std::string& chain : chains) {
+    STRAIT_ASSIGN_OR_RETURN(specs.emplace_back(), compression::ParseChainSpec(chain));
+  }
+  auto decoder = std::make_unique<FrameDecoder>(std::move(opener), max_raw_bytes);
+  decoder->decoder_.AcceptOnly(std::move(specs));
+  return decoder;
+}
+
+std::unique_ptr<FrameDecoder> FrameDecoder::Lossless(std::unique_ptr<crypto::Opener> opener,
+                                                     uint64_t max_raw_bytes) {
+  auto decoder = std::make_unique<FrameDecoder>(std::move(opener), max_raw_bytes);
+  decoder->decoder_.AcceptOnly({*compression::ParseChainSpec("none")});
+  return decoder;
+}
+
 absl::StatusOr<std::vector<float>> FrameDecoder::Decode(const v1::TensorKey& expected,
                                                         const std::vector<int64_t>& expected_shape,
                                                         ReceivedFrame frame,

@@ -71,6 +71,16 @@ class FrameDecoder {
   // `opener` null: the link is configured with `encryption: false` (then sealed frames are
   // refused).
   FrameDecoder(std::unique_ptr<crypto::Opener> opener, uint64_t max_raw_bytes);
+  // A decoder that refuses frames of any codec chain but `chains` (a link direction's chain and
+  // "none", which exact keys use; compression::TensorDecoder::AcceptOnly). InvalidArgument for a
+  // chain that does not parse.
+  static absl::StatusOr<std::unique_ptr<FrameDecoder>> ForChains(
+      std::unique_ptr<crypto::Opener> opener, uint64_t max_raw_bytes,
+      const std::vector<std::string>& chains);
+  // ForChains with "none" alone: a link whose sender always encodes losslessly (ties, sums,
+  // moves, teachers, serving).
+  static std::unique_ptr<FrameDecoder> Lossless(std::unique_ptr<crypto::Opener> opener,
+                                                uint64_t max_raw_bytes);
 
   // Checks that the frame answers `expected` (the key that was pulled) with the `expected_shape`
   // (empty: any vector, up to the decoder's max_raw_bytes), opens it and decodes it. Every refusal

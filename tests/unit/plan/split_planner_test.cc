@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "core/model_layout.h"
+#include "plan/split_costs.h"
 
 namespace strait::plan {
 namespace {
@@ -234,6 +235,16 @@ TEST(SplitPlannerTest, JobSpecChecksAutoRanges) {
   EXPECT_THAT(
       error("[{id: a, layers: [0, 1]}, {id: b, layers: [1, 3]}]", ", extra_in_flight: auto"),
       HasSubstr("auto is chosen by the split planner"));
+}
+
+// What a codec chain sends, as the planner counts it: proj:K keeps K of a row's values.
+TEST(SplitCostsTest, WireRatioCountsProjectionsByRowWidth) {
+  EXPECT_DOUBLE_EQ(WireRatio("bf16"), 0.5);
+  EXPECT_DOUBLE_EQ(WireRatio("int4:16"), (8.0 + 4) / 64);
+  EXPECT_DOUBLE_EQ(WireRatio("proj:16+int4:16", 64), 0.25 * (8.0 + 4) / 64);
+  EXPECT_DOUBLE_EQ(WireRatio("proj:16", 0), 1.0);    // width unknown
+  EXPECT_DOUBLE_EQ(WireRatio("proj:128", 64), 1.0);  // K above the width keeps every value
+  EXPECT_DOUBLE_EQ(WireRatio("proj:16+zstd", 64), 0.25);
 }
 
 TEST(SiteProfileTest, RoundTripsThroughJsonAndRefusesBadFields) {

@@ -171,5 +171,34 @@ TEST(FrameCodecTest, BytesCrossSealedAndAreNeverMistakenForATensor) {
   EXPECT_FALSE(link.encoder->EncodeBytes(key, "").ok());
 }
 
+// A link's receiver decodes only the link's agreed chain and "none": a frame of another chain (a
+// proj frame with a fresh seed, say, which would make it build a basis) is refused before its
+// chain is built. (Unsealed here; a sealed frame is checked the same way once opened.)
+TEST(FrameCodecTest, OnlyTheLinksAgreedChainsDecode) {
+  auto decoder = *FrameDecoder::ForChains(nullptr, 1 << 20, {"int8+zstd", "none"});
+  const std::vector<float> values = Values();
+  for (const char* agreed : {"int8+zstd", "none"}) {
+    auto frame = (*FrameEncoder::Create(agreed, nullptr))->Encode(Key(0), values, kShape);
+    ASSERT_TRUE(frame.ok());
+    EXPECT_TRUE(decoder->Decode(Key(0), kShape, Received(*frame)).ok()) << agreed;
+  }
+  for (const char* other : {"proj:16:99", "bf16", "int4"}) {
+    SCOPED_TRACE(other);
+    auto sent = (*FrameEncoder::Create(other, nullptr))->Encode(Key(1), values, kShape);
+    ASSERT_TRUE(sent.ok());
+    absl::StatusOr<std::vector<float>> got = decoder->Decode(Key(1), kShape, Received(*sent));
+    ASSERT_FALSE(got.ok());
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(got.status().message().find("this link accepts 'int8:256+zstd:1', 'none'"),
+              std::string::npos)
+        << got.status();
+  }
+  auto bf16 = (*FrameEncoder::Create("bf16", nullptr))->Encode(Key(2), values, kShape);
+  ASSERT_TRUE(bf16.ok());
+  EXPECT_FALSE(
+      FrameDecoder::Lossless(nullptr, 1 << 20)->Decode(Key(2), kShape, Received(*bf16)).ok());
+  EXPECT_EQ(FrameDecoder::ForChains(nullptr, 1, {"int9"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
 }  // namespace
 }  // namespace strait::site
