@@ -152,9 +152,7 @@ absl::StatusOr<std::unique_ptr<FrameDecoder>> FrameDecoder::ForChains(
 
 std::unique_ptr<FrameDecoder> FrameDecoder::Lossless(std::unique_ptr<crypto::Opener> opener,
                                                      uint64_t max_raw_bytes) {
-  auto decoder = std::make_unique<FrameDecoder>(std::move(opener), max_raw_bytes);
-  decoder->decoder_.AcceptOnly({*compression::ParseChainSpec("none")});
-  return decoder;
+  return *ForChains(std::move(opener), max_raw_bytes, {"none"});  // "none" always parses
 }
 
 absl::StatusOr<std::vector<float>> FrameDecoder::Decode(const v1::TensorKey& expected,

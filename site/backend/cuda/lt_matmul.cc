@@ -275,15 +275,10 @@ struct Plan {
   cublasLtMatrixLayout_t layout_a = nullptr;  // cuBLASLt's A = our B
   cublasLtMatrixLayout_t layout_b = nullptr;  // cuBLASLt's B = our A
   cublasLtMatrixLayout_t layout_c = nullptr;  // C and D (in place)
-  cublasLtMatmulAlgo_t algo{};
-  size_t workspace_bytes = 0;  // what the chosen algorithm needs (<= the workspace)
-  // Every algorithm the heuristic offered that fits the workspace, its first choice first; with
-  // timed choice the first call keeps the fastest (`timed` then).
-  struct Candidate {
-    cublasLtMatmulAlgo_t algo;
-    size_t workspace_bytes;
-  };
-  std::vector<Candidate> candidates;
+  // Every algorithm the heuristic offered that fits the workspace, its first choice first, and the
+  // one that runs: the first, or with timed choice the fastest (`timed` once chosen).
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  size_t chosen = 0;
   bool timed = false;
   Epi epilogue = Epi::kDefault;
   absl::Status status;  // OK when supported; else why not (Unimplemented)
@@ -423,7 +418,7 @@ absl::Status ChooseAlgorithm(cublasLtHandle_t handle, size_t workspace_bytes, co
   }
   for (int i = 0; i < returned && i < kMaxHeuristicResults; ++i) {
     if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= workspace_bytes) {
-      plan->candidates.push_back({results[i].algo, results[i].workspaceSize});
+      plan->candidates.push_back(results[i].algo);
     }
   }
   if (plan->candidates.empty()) {
@@ -431,8 +426,6 @@ absl::Status ChooseAlgorithm(cublasLtHandle_t handle, size_t workspace_bytes, co
         "cublasLtMatmulAlgoGetHeuristic: no algorithm (", returned, " results) for ", shape));
     return absl::OkStatus();
   }
-  plan->algo = plan->candidates[0].algo;
-  plan->workspace_bytes = plan->candidates[0].workspace_bytes;
   plan->status = absl::OkStatus();
   return absl::OkStatus();
 }
@@ -505,16 +498,13 @@ struct LtMatmul::Impl {
     const size_t c_bytes = p.beta != 0.0f ? c_elements * SizeOf(p.c_type) : 0;
     absl::StatusOr<CandidateTimes> timed = TimeCandidates(
         stream, static_cast<int>(plan.candidates.size()),
-        [&](int i) { return Launch(plan, plan.candidates[i].algo, p) == CUBLAS_STATUS_SUCCESS; },
-        p.c, c_bytes);
+        [&](int i) { return Launch(plan, plan.candidates[i], p) == CUBLAS_STATUS_SUCCESS; }, p.c,
+        c_bytes);
     if (!timed.ok()) {
       return absl::Status(timed.status().code(),
                           absl::StrCat(timed.status().message(), " ", Describe(p, e)));
     }
-    if (timed->fastest >= 0) {
-      plan.algo = plan.candidates[timed->fastest].algo;
-      plan.workspace_bytes = plan.candidates[timed->fastest].workspace_bytes;
-    }
+    if (timed->fastest >= 0) plan.chosen = timed->fastest;
     if (verbose) {
       std::fprintf(stderr, "LtMatmul timed: %s: ms %s\n", Describe(p, e).c_str(),
                    timed->times.c_str());
@@ -589,7 +579,7 @@ absl::Status LtMatmul::Run(const LtProduct& p, const LtEpilogue& e) {
   if (impl_->choice == AlgorithmChoice::kTimed && !plan.timed && plan.candidates.size() > 1) {
     if (absl::Status s = impl_->ChooseFastest(plan, p, e); !s.ok()) return s;
   }
-  const cublasStatus_t status = impl_->Launch(plan, plan.algo, p);
+  const cublasStatus_t status = impl_->Launch(plan, plan.candidates[plan.chosen], p);
   if (status != CUBLAS_STATUS_SUCCESS) return LtError("cublasLtMatmul", status, Describe(p, e));
   return absl::OkStatus();
 }
