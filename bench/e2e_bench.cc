@@ -118,9 +118,14 @@ plan::StepBound Bound(const JobSpec& spec, const FederationRun& run, int64_t ste
   return plan::StepTimeLowerBound(in);
 }
 
-absl::StatusOr<double> RunReference(harness::LocalFederation& fed) {
-  if (int code = fed.RunReference({"--threads", "1", "--log-every", "1000000"}, kRunLimit);
-      code != 0) {
+// `strait train` on one compute thread, or, when every site of `spec` runs on CUDA, on the GPU.
+absl::StatusOr<double> RunReference(harness::LocalFederation& fed, const JobSpec& spec) {
+  std::vector<std::string> args = {"--threads", "1", "--log-every", "1000000"};
+  if (std::all_of(spec.sites.begin(), spec.sites.end(),
+                  [](const SiteSpec& s) { return s.device == DeviceKind::kCuda; })) {
+    args.insert(args.end(), {"--device", "cuda"});
+  }
+  if (int code = fed.RunReference(args, kRunLimit); code != 0) {
     return absl::InternalError(absl::StrFormat("strait train exited with %d:\n%s", code,
                                                harness::ReadFile(fed.dir().File("reference.log"))));
   }
@@ -160,7 +165,7 @@ int RunAgainstTrain(const E2eOptions& o, const std::string& yaml, const JobSpec&
   std::vector<Round> rounds;
   for (int r = 0; r < o.rounds; ++r) {
     harness::LocalFederation fed(yaml, SiteIds(spec));
-    absl::StatusOr<double> train = RunReference(fed);
+    absl::StatusOr<double> train = RunReference(fed, spec);
     absl::StatusOr<FederationRun> run = train.ok() ? RunFederation(fed, spec, {}, o.site_cpus)
                                                    : absl::StatusOr<FederationRun>(train.status());
     if (!run.ok()) {

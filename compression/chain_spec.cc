@@ -222,6 +222,20 @@ std::string FormatDouble(double value) {
 
 }  // namespace
 
+const StageSpec* DeviceValueStage(const ChainSpec& chain) {
+  if (chain.stages.empty()) return nullptr;
+  switch (chain.stages[0].kind) {
+    case StageKind::kNone:
+    case StageKind::kFp16:
+    case StageKind::kBf16:
+    case StageKind::kInt8:
+    case StageKind::kInt4:
+      return &chain.stages[0];
+    default:
+      return nullptr;
+  }
+}
+
 bool IsValueStage(StageKind kind) {
   switch (kind) {
     case StageKind::kNone:

@@ -88,6 +88,11 @@ absl::Status ValidateChainSpec(const ChainSpec& chain);
 // floats into fewer floats: not one of them).
 bool IsValueStage(StageKind kind);
 
+// The chain's first stage when it is one that compression/cuda's kernels and every compute backend
+// (site Backend::EncodeValues) write byte for byte where a tensor lives: none, fp16, bf16, int8 or
+// int4, with no proj before it. Null otherwise (proj, topk, a chain without a value stage).
+const StageSpec* DeviceValueStage(const ChainSpec& chain);
+
 // The chain's proj stage (always its first), or null.
 const StageSpec* FindProject(const ChainSpec& chain);
 

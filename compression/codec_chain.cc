@@ -40,7 +40,9 @@ CodecChain::CodecChain(const ChainSpec& spec, const CodecOptions& options)
   header_.chain = spec_;
 }
 
-uint64_t CodecChain::next_seed() const { return options_.seed + calls_ * 0x9e3779b97f4a7c15ull; }
+uint64_t CodecChain::SeedOf(uint64_t call) const {
+  return options_.seed + call * 0x9e3779b97f4a7c15ull;
+}
 
 absl::StatusOr<absl::Span<const uint8_t>> CodecChain::Encode(absl::Span<const float> values,
                                                              absl::Span<const uint64_t> shape,

@@ -85,7 +85,10 @@ class CodecChain {
   absl::Status Decode(absl::Span<const uint8_t> frame, DecodedTensor* out);
 
   // The noise seed the next Encode uses for stochastic rounding.
-  uint64_t next_seed() const;
+  uint64_t next_seed() const { return SeedOf(calls_); }
+  // The seed of call `call` (0-based) of this chain: a sender whose tensors are quantized on
+  // another thread (or device) hands each the seed of its place in the chain's order.
+  uint64_t SeedOf(uint64_t call) const;
 
  private:
   CodecChain(const ChainSpec& spec, const CodecOptions& options);

@@ -72,12 +72,9 @@ absl::StatusOr<FrameEncoder::Frame> FrameEncoder::Encode(const v1::TensorKey& ke
     return absl::InvalidArgumentError(
         absl::StrCat("tensor of ", values.size(), " values for a shape of ", elements));
   }
-  // Clipping scalars and tied-embedding gradients must arrive exactly, whatever the link's chain
-  // (both ends must compute the same sums). Error feedback carries over between the tensors of the
-  // same purpose and microbatch slot, step after step.
-  const bool exact = key.purpose() == v1::CLIP || key.purpose() == v1::TIED ||
-                     key.purpose() == v1::MOVE || key.purpose() == v1::SUM;
-  compression::CodecChain& chain = exact ? *lossless_ : *chain_;
+  // Error feedback carries over between the tensors of the same purpose and microbatch slot, step
+  // after step.
+  compression::CodecChain& chain = Exact(key) ? *lossless_ : *chain_;
   const auto start = std::chrono::steady_clock::now();
   STRAIT_ASSIGN_OR_RETURN(absl::Span<const uint8_t> encoded,
                           chain.Encode(values, dims, &residuals_,
@@ -91,6 +88,42 @@ absl::StatusOr<FrameEncoder::Frame> FrameEncoder::Encode(const v1::TensorKey& ke
   header.set_dtype(v1::FLOAT32);
   for (int64_t d : shape) header.add_shape(d);
   header.set_raw_bytes(values.size() * sizeof(float));
+  STRAIT_RETURN_IF_ERROR(
+      Seal({reinterpret_cast<const char*>(encoded.data()), encoded.size()}, frame));
+  frame.seal_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - encoded_at).count();
+  return frame;
+}
+
+bool FrameEncoder::Exact(const v1::TensorKey& key) {
+  return key.purpose() == v1::CLIP || key.purpose() == v1::TIED || key.purpose() == v1::MOVE ||
+         key.purpose() == v1::SUM;
+}
+
+absl::StatusOr<FrameEncoder::Frame> FrameEncoder::EncodePayload(const v1::TensorKey& key,
+                                                                absl::Span<const uint8_t> payload,
+                                                                const std::vector<int64_t>& shape) {
+  if (Exact(key)) {
+    return absl::InvalidArgumentError("a tensor that must arrive exactly sent as a codec payload");
+  }
+  if (device_value_stage() == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("codec chain '", chain_->spec().ToString(),
+                                                      "' has no value stage a backend runs"));
+  }
+  compression::Shape dims(shape.begin(), shape.end());
+  const auto start = std::chrono::steady_clock::now();
+  STRAIT_ASSIGN_OR_RETURN(absl::Span<const uint8_t> encoded,
+                          chain_->EncodeValuePayload(payload, dims));
+  const auto encoded_at = std::chrono::steady_clock::now();
+  STRAIT_ASSIGN_OR_RETURN(const uint64_t elements, compression::ElementCount(dims));
+  Frame frame;
+  frame.encode_s = std::chrono::duration<double>(encoded_at - start).count();
+  v1::FrameHeader& header = frame.header;
+  *header.mutable_key() = key;
+  header.set_codec_chain(chain_->spec().ToString());
+  header.set_dtype(v1::FLOAT32);
+  for (int64_t d : shape) header.add_shape(d);
+  header.set_raw_bytes(elements * sizeof(float));
   STRAIT_RETURN_IF_ERROR(
       Seal({reinterpret_cast<const char*>(encoded.data()), encoded.size()}, frame));
   frame.seal_s =
@@ -155,10 +188,9 @@ std::unique_ptr<FrameDecoder> FrameDecoder::Lossless(std::unique_ptr<crypto::Ope
   return *ForChains(std::move(opener), max_raw_bytes, {"none"});  // "none" always parses
 }
 
-absl::StatusOr<std::vector<float>> FrameDecoder::Decode(const v1::TensorKey& expected,
-                                                        const std::vector<int64_t>& expected_shape,
-                                                        ReceivedFrame frame,
-                                                        DecodeTimings* timings) {
+absl::StatusOr<size_t> FrameDecoder::CheckAndOpen(const v1::TensorKey& expected,
+                                                  const std::vector<int64_t>& expected_shape,
+                                                  ReceivedFrame& frame) const {
   const v1::FrameHeader& header = frame.header;
   if (!SameKey(header.key(), expected)) {
     return absl::InvalidArgumentError("frame carries another tensor key than the one pulled");
@@ -172,23 +204,64 @@ absl::StatusOr<std::vector<float>> FrameDecoder::Decode(const v1::TensorKey& exp
   if (header.dtype() != v1::FLOAT32) {
     return absl::InvalidArgumentError("frame carries bytes where this link carries a tensor");
   }
-  auto* bytes = reinterpret_cast<uint8_t*>(frame.body.data());
+  return Open(frame);
+}
+
+absl::Status FrameDecoder::MatchesHeader(const v1::FrameHeader& header, uint64_t elements,
+                                         const compression::Shape& shape) {
+  if (elements * sizeof(float) != header.raw_bytes() ||
+      !std::equal(shape.begin(), shape.end(), header.shape().begin(), header.shape().end(),
+                  [](uint64_t a, int64_t b) { return a == static_cast<uint64_t>(b); })) {
+    return absl::InvalidArgumentError("decoded tensor does not match its frame header");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> FrameDecoder::Decode(const v1::TensorKey& expected,
+                                                        const std::vector<int64_t>& expected_shape,
+                                                        ReceivedFrame frame,
+                                                        DecodeTimings* timings) {
   const auto start = std::chrono::steady_clock::now();
-  STRAIT_ASSIGN_OR_RETURN(const size_t size, Open(frame));
+  STRAIT_ASSIGN_OR_RETURN(const size_t size, CheckAndOpen(expected, expected_shape, frame));
   const auto opened_at = std::chrono::steady_clock::now();
-  STRAIT_RETURN_IF_ERROR(decoder_.Decode({bytes, size}, &decoded_));
+  STRAIT_RETURN_IF_ERROR(
+      decoder_.Decode({reinterpret_cast<uint8_t*>(frame.body.data()), size}, &decoded_));
   if (timings != nullptr) {
     timings->open_s += std::chrono::duration<double>(opened_at - start).count();
     timings->decode_s +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - opened_at).count();
   }
-  if (decoded_.values.size() * sizeof(float) != header.raw_bytes() ||
-      !std::equal(decoded_.shape.begin(), decoded_.shape.end(), header.shape().begin(),
-                  header.shape().end(),
-                  [](uint64_t a, int64_t b) { return a == static_cast<uint64_t>(b); })) {
-    return absl::InvalidArgumentError("decoded tensor does not match its frame header");
-  }
+  STRAIT_RETURN_IF_ERROR(MatchesHeader(frame.header, decoded_.values.size(), decoded_.shape));
   return std::move(decoded_.values);
+}
+
+absl::StatusOr<DecodedBoundary> FrameDecoder::DecodeBoundary(
+    const v1::TensorKey& expected, const std::vector<int64_t>& expected_shape, ReceivedFrame frame,
+    DecodeTimings* timings) {
+  const auto start = std::chrono::steady_clock::now();
+  STRAIT_ASSIGN_OR_RETURN(const size_t size, CheckAndOpen(expected, expected_shape, frame));
+  const auto opened_at = std::chrono::steady_clock::now();
+  const absl::Span<const uint8_t> bytes(reinterpret_cast<uint8_t*>(frame.body.data()), size);
+  DecodedBoundary out;
+  absl::Status payload = decoder_.DecodeValuePayload(bytes, &out.payload);
+  // A chain whose value stage the backends do not run (proj, topk, none at all) decodes here.
+  out.encoded = payload.ok() && compression::DeviceValueStage(out.payload.chain) != nullptr;
+  if (payload.ok() || payload.code() == absl::StatusCode::kFailedPrecondition) {
+    payload = out.encoded
+                  ? MatchesHeader(frame.header, out.payload.element_count, out.payload.shape)
+                  : decoder_.Decode(bytes, &decoded_);
+  }
+  if (timings != nullptr) {
+    timings->open_s += std::chrono::duration<double>(opened_at - start).count();
+    timings->decode_s +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - opened_at).count();
+  }
+  STRAIT_RETURN_IF_ERROR(payload);
+  if (!out.encoded) {
+    STRAIT_RETURN_IF_ERROR(MatchesHeader(frame.header, decoded_.values.size(), decoded_.shape));
+    out.values = std::move(decoded_.values);
+  }
+  return out;
 }
 
 absl::StatusOr<std::string> FrameDecoder::DecodeBytes(const v1::TensorKey& expected,

@@ -16,6 +16,7 @@
 #include "compression/codec_chain.h"
 #include "crypto/aead.h"
 #include "site/exchange/gateway_link.h"
+#include "site/nn/boundary.h"
 #include "strait/v1/tensor.pb.h"
 
 namespace strait::site {
@@ -37,10 +38,27 @@ class FrameEncoder {
     double encode_s = 0.0;  // Time spent in the codec chain.
     double seal_s = 0.0;    // Time spent sealing.
   };
-  // `values` row-major with `shape`; `key` is the tensor's routing key. CLIP, TIED and MOVE keys
-  // are encoded with the lossless chain `none` whatever the link's chain.
+  // `values` row-major with `shape`; `key` is the tensor's routing key. Exact keys (below) are
+  // encoded with the lossless chain `none` whatever the link's chain.
   absl::StatusOr<Frame> Encode(const v1::TensorKey& key, absl::Span<const float> values,
                                const std::vector<int64_t>& shape);
+  // The frame Encode makes of a tensor of `shape` from `payload`, what the link chain's
+  // device_value_stage() wrote for its values with seed SeedOf(its place among the link chain's
+  // tensors). InvalidArgument for an exact key; FailedPrecondition for a chain without that stage.
+  absl::StatusOr<Frame> EncodePayload(const v1::TensorKey& key, absl::Span<const uint8_t> payload,
+                                      const std::vector<int64_t>& shape);
+
+  // Keys whose tensors must arrive exactly (clipping scalars, tied-embedding gradients, layer
+  // moves, replica sums: both ends compute the same sums from them).
+  static bool Exact(const v1::TensorKey& key);
+  // For a sender whose tensors are quantized elsewhere (a backend, on the compute thread): the link
+  // chain's first stage when a backend runs it (compression::DeviceValueStage; null otherwise), and
+  // the stochastic-rounding seed of the link chain's tensor number `index` (0-based, in Encode and
+  // EncodePayload order, exact keys not counted). Immutable: callable from any thread.
+  const compression::StageSpec* device_value_stage() const {
+    return compression::DeviceValueStage(chain_->spec());
+  }
+  uint64_t SeedOf(uint64_t index) const { return chain_->SeedOf(index); }
   // Opaque bytes (dtype BYTES: a teacher's targets, site/exchange/teacher_targets_codec.h), sealed
   // as they are; no codec chain.
   absl::StatusOr<Frame> EncodeBytes(const v1::TensorKey& key, std::string_view bytes);
@@ -63,6 +81,19 @@ class FrameEncoder {
 struct DecodeTimings {
   double open_s = 0.0;
   double decode_s = 0.0;
+};
+
+// A link tensor as FrameDecoder::DecodeBoundary leaves it: the payload of its chain's value stage,
+// for the compute backend to decode where the tensor is used, or its floats when a backend does not
+// run that chain's first stage (proj, topk). in() points into it.
+struct DecodedBoundary {
+  std::vector<float> values;
+  compression::DecodedPayload payload;
+  bool encoded = false;
+  BoundaryIn in() const {
+    return encoded ? BoundaryIn(payload.chain.stages[0], payload.value_payload)
+                   : BoundaryIn(values.data());
+  }
 };
 
 // Opens and decodes frames of one link direction. Not thread-safe (one per receiving thread).
@@ -88,12 +119,24 @@ class FrameDecoder {
   absl::StatusOr<std::vector<float>> Decode(const v1::TensorKey& expected,
                                             const std::vector<int64_t>& expected_shape,
                                             ReceivedFrame frame, DecodeTimings* timings = nullptr);
+  // Decode's checks, stopping before the value stage when a backend runs it (DecodedBoundary).
+  absl::StatusOr<DecodedBoundary> DecodeBoundary(const v1::TensorKey& expected,
+                                                 const std::vector<int64_t>& expected_shape,
+                                                 ReceivedFrame frame,
+                                                 DecodeTimings* timings = nullptr);
   // The bytes of a frame EncodeBytes made, checked (at most max_raw_bytes) and opened likewise.
   absl::StatusOr<std::string> DecodeBytes(const v1::TensorKey& expected, ReceivedFrame frame);
 
  private:
   // Opens the frame's body in place (nothing when the link is not encrypted): its plain size.
   absl::StatusOr<size_t> Open(ReceivedFrame& frame) const;
+  // Decode's checks of the header against the key pulled and the boundary's shape, then Open.
+  absl::StatusOr<size_t> CheckAndOpen(const v1::TensorKey& expected,
+                                      const std::vector<int64_t>& expected_shape,
+                                      ReceivedFrame& frame) const;
+  // The decoded tensor's size and shape against its frame header.
+  static absl::Status MatchesHeader(const v1::FrameHeader& header, uint64_t elements,
+                                    const compression::Shape& shape);
 
   std::unique_ptr<crypto::Opener> opener_;
   const uint64_t max_raw_bytes_;

@@ -235,6 +235,18 @@ void Stage::ToHost(ConstTypedPtr src, float* host, int64_t n) {
   backend_->CopyToHost(host, staging_.f32(), sizeof(float) * n);
 }
 
+absl::Status Stage::Import(const BoundaryIn& in, TypedPtr dst, int64_t n) {
+  if (in.encoded()) return backend_->DecodeValues(*in.stage, in.payload, n, dst);
+  FromHost(in.host, dst, n);
+  return absl::OkStatus();
+}
+
+absl::Status Stage::Export(ConstTypedPtr src, const BoundaryOut& out, int64_t n) {
+  if (out.encoded()) return backend_->EncodeValues(*out.stage, out.seed, src, n, out.payload);
+  if (out.host != nullptr) ToHost(src, out.host, n);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Stage::Microbatch*> Stage::Find(int microbatch, const char* what) {
   auto it = in_flight_.find(microbatch);
   if (it == in_flight_.end()) {
@@ -257,8 +269,9 @@ PassInfo Stage::Pass(const Microbatch& mb, int layer) const {
           mb.pass.first_row};
 }
 
-absl::Status Stage::Forward(int microbatch, int n, const float* input, float* output,
-                            WeightViews weights, const PassOptions& pass) {
+absl::Status Stage::Forward(int microbatch, int n, const BoundaryIn& input,
+                            const BoundaryOut& output, WeightViews weights,
+                            const PassOptions& pass) {
   if (n < 1 || n > max_batch_) {
     return absl::InvalidArgumentError(
         absl::StrCat("microbatch of ", n, " samples; this stage takes 1 to ", max_batch_));
@@ -273,14 +286,20 @@ absl::Status Stage::Forward(int microbatch, int n, const float* input, float* ou
   mb->n = n;
   mb->pass = pass;
   mb->has_loss_grad = false;
-  FromHost(input, Activation(*mb, 0), n * input_features());
+  if (absl::Status imported = Import(input, Activation(*mb, 0), n * input_features());
+      !imported.ok()) {
+    free_.push_back(std::move(mb));
+    return imported;
+  }
   for (size_t i = 0; i < layers_.size(); ++i) {
     layers_[i]->Forward(*backend_, *weights[i], Pass(*mb, static_cast<int>(i)), n,
                         Activation(*mb, i), Activation(*mb, i + 1),
                         static_cast<char*>(mb->saved.data()) + saved_offsets_[i], scratch_.data());
   }
-  if (output != nullptr) ToHost(Activation(*mb, layers_.size()), output, n * output_features());
+  const absl::Status exported =
+      Export(Activation(*mb, layers_.size()), output, n * output_features());
   in_flight_[microbatch] = std::move(mb);
+  STRAIT_RETURN_IF_ERROR(exported);
   return backend_->Sync();
 }
 
@@ -357,16 +376,16 @@ absl::StatusOr<LossResult> Stage::DistillLoss(int microbatch, const int32_t* lab
   return result;
 }
 
-absl::Status Stage::Backward(int microbatch, const float* grad_output, float* grad_input,
-                             WeightViews weights,
+absl::Status Stage::Backward(int microbatch, const BoundaryIn& grad_output,
+                             const BoundaryOut& grad_input, WeightViews weights,
                              const std::function<void(int layer)>& layer_done) {
   STRAIT_ASSIGN_OR_RETURN(Microbatch * mb, Find(microbatch, "Backward"));
   STRAIT_RETURN_IF_ERROR(CheckViews(weights, "Backward"));
   const int n = mb->n;
   const size_t last = layers_.size();
   TypedPtr dy = grad_a_.typed(activation_dtypes_[last]);
-  if (grad_output != nullptr) {
-    FromHost(grad_output, dy, n * output_features());
+  if (!grad_output.empty()) {
+    STRAIT_RETURN_IF_ERROR(Import(grad_output, dy, n * output_features()));
   } else if (mb->has_loss_grad) {
     dy = Activation(*mb, last);  // the logits' gradient; consumed: the microbatch is freed below
   } else {
@@ -376,7 +395,7 @@ absl::Status Stage::Backward(int microbatch, const float* grad_output, float* gr
   void* dx_buffer = grad_b_.data();
   for (size_t k = last; k-- > 0;) {
     const TypedPtr dx(dx_buffer, activation_dtypes_[k]);
-    const TypedPtr layer_dx = (k > 0 || grad_input != nullptr) ? dx : TypedPtr();
+    const TypedPtr layer_dx = (k > 0 || !grad_input.empty()) ? dx : TypedPtr();
     layers_[k]->Backward(*backend_, *weights[k], Pass(*mb, static_cast<int>(k)), n,
                          Activation(*mb, k), Activation(*mb, k + 1), dy, layer_dx,
                          static_cast<const char*>(mb->saved.data()) + saved_offsets_[k],
@@ -385,8 +404,9 @@ absl::Status Stage::Backward(int microbatch, const float* grad_output, float* gr
     dy = dx;
     dx_buffer = dx_buffer == grad_a_.data() ? grad_b_.data() : grad_a_.data();
   }
-  if (grad_input != nullptr) ToHost(dy, grad_input, n * input_features());
+  const absl::Status exported = Export(dy, grad_input, n * input_features());
   Discard(microbatch);
+  STRAIT_RETURN_IF_ERROR(exported);
   return backend_->Sync();
 }
 

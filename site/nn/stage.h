@@ -27,6 +27,7 @@
 #include "core/job_spec.h"
 #include "core/tensor_split.h"
 #include "site/backend/backend.h"
+#include "site/nn/boundary.h"
 #include "site/nn/layer.h"
 #include "site/nn/teacher_targets.h"
 
@@ -113,9 +114,10 @@ class Stage {
                                  TypedPtr operands = TypedPtr()) const;
 
   // Runs microbatch `microbatch`: input [n, input_features()] -> output [n, output_features()]
-  // (not copied when output is null), 1 <= n <= max_batch(), with `weights` (one view per layer).
-  // Keeps what Backward needs until Backward or Discard.
-  absl::Status Forward(int microbatch, int n, const float* input, float* output,
+  // (not copied when output is empty), 1 <= n <= max_batch(), with `weights` (one view per layer).
+  // Input and output are host floats or a codec's value payload (boundary.h). Keeps what Backward
+  // needs until Backward or Discard.
+  absl::Status Forward(int microbatch, int n, const BoundaryIn& input, const BoundaryOut& output,
                        WeightViews weights, const PassOptions& pass = {});
 
   // Last stage only, after Forward(microbatch): softmax cross-entropy of its logits against
@@ -132,16 +134,17 @@ class Stage {
                                          const TeacherTargets& teacher, int64_t first_row,
                                          const DistillTerms& terms, float grad_scale);
 
-  // Backpropagates microbatch `microbatch`: grad_output [n, output_features()] (host; null on the
-  // last stage to use Loss's gradient) -> grad_input [n, input_features()] (skipped when null).
+  // Backpropagates microbatch `microbatch`: grad_output [n, output_features()] (empty on the last
+  // stage to use Loss's gradient) -> grad_input [n, input_features()] (skipped when empty), each
+  // host floats or a value payload (boundary.h).
   // `weights` must hold the values its Forward computed with; parameter gradients are added to
   // the gradient arenas they name. The microbatch's state is freed. layer_done (optional) is
   // called on this thread with each layer's index in the stage (last to first) right after that
   // layer's backward is queued on the backend: its parameter gradients are final once the queued
   // work completes, so a reduction across workers can start on them while the earlier layers
   // still compute (site/pipeline/stage_executor.h).
-  absl::Status Backward(int microbatch, const float* grad_output, float* grad_input,
-                        WeightViews weights,
+  absl::Status Backward(int microbatch, const BoundaryIn& grad_output,
+                        const BoundaryOut& grad_input, WeightViews weights,
                         const std::function<void(int layer)>& layer_done = nullptr);
 
   // Drops a microbatch's saved state without a backward pass (after evaluation).
@@ -177,6 +180,10 @@ class Stage {
   // tensor is narrower).
   void FromHost(const float* host, TypedPtr dst, int64_t n);
   void ToHost(ConstTypedPtr src, float* host, int64_t n);
+  // The same for a boundary tensor, which may be a value payload (decoded or encoded by the
+  // backend where the tensor lives). Export does nothing for an empty `out`.
+  absl::Status Import(const BoundaryIn& in, TypedPtr dst, int64_t n);
+  absl::Status Export(ConstTypedPtr src, const BoundaryOut& out, int64_t n);
   PassInfo Pass(const Microbatch& mb, int layer) const;
   absl::Status CheckViews(WeightViews weights, const char* what) const;
 

@@ -52,11 +52,16 @@ void FrameReceiver::Stop(const absl::Status& status) {
 }
 
 void FrameReceiver::Expect(const v1::TensorKey& key, std::vector<int64_t> shape) {
-  Announce({key, std::move(shape), /*bytes=*/false, {}});
+  Announce({key, std::move(shape), /*bytes=*/false, /*payload=*/false, {}});
+}
+
+void FrameReceiver::ExpectBoundary(const v1::TensorKey& key, std::vector<int64_t> shape,
+                                   bool payload) {
+  Announce({key, std::move(shape), /*bytes=*/false, payload, {}});
 }
 
 void FrameReceiver::ExpectBytes(const v1::TensorKey& key) {
-  Announce({key, {}, /*bytes=*/true, {}});
+  Announce({key, {}, /*bytes=*/true, /*payload=*/false, {}});
 }
 
 void FrameReceiver::Announce(Expected expected) {
@@ -76,7 +81,16 @@ void FrameReceiver::PullAheadLocked() {
 
 absl::StatusOr<std::vector<float>> FrameReceiver::Take(const v1::TensorKey& key) {
   STRAIT_ASSIGN_OR_RETURN(Ready ready, TakeReady(key));
-  return std::move(ready.values);
+  if (ready.tensor.encoded) {
+    return absl::InternalError(absl::StrCat("Take of ", TensorKeyToString(key),
+                                            ", announced as a boundary tensor (TakeBoundary)"));
+  }
+  return std::move(ready.tensor.values);
+}
+
+absl::StatusOr<DecodedBoundary> FrameReceiver::TakeBoundary(const v1::TensorKey& key) {
+  STRAIT_ASSIGN_OR_RETURN(Ready ready, TakeReady(key));
+  return std::move(ready.tensor);
 }
 
 absl::StatusOr<std::string> FrameReceiver::TakeBytes(const v1::TensorKey& key) {
@@ -103,12 +117,21 @@ absl::StatusOr<FrameReceiver::Ready> FrameReceiver::Decode(const Expected& expec
     return ready;
   }
   DecodeTimings timings;
-  absl::StatusOr<std::vector<float>> values =
-      decoder_->Decode(expected.key, expected.shape, std::move(frame), &timings);
+  absl::Status decoded;
+  if (expected.payload) {
+    absl::StatusOr<DecodedBoundary> tensor =
+        decoder_->DecodeBoundary(expected.key, expected.shape, std::move(frame), &timings);
+    decoded = tensor.status();
+    if (tensor.ok()) ready.tensor = *std::move(tensor);
+  } else {
+    absl::StatusOr<std::vector<float>> values =
+        decoder_->Decode(expected.key, expected.shape, std::move(frame), &timings);
+    decoded = values.status();
+    if (values.ok()) ready.tensor.values = *std::move(values);
+  }
   metrics_.AddTime(Timer::kOpen, timings.open_s);
   metrics_.AddTime(Timer::kDecode, timings.decode_s);
-  if (!values.ok()) return values.status();
-  ready.values = *std::move(values);
+  STRAIT_RETURN_IF_ERROR(decoded);
   return ready;
 }
 

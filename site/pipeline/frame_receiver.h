@@ -45,12 +45,17 @@ class FrameReceiver {
   // Announces the next tensor to be taken. `shape`: the exact shape the frame must have. Never
   // blocks.
   void Expect(const v1::TensorKey& key, std::vector<int64_t> shape);
+  // The same for a tensor taken with TakeBoundary; `payload`: left as its chain's value payload
+  // when a backend runs that stage (FrameDecoder::DecodeBoundary), for a stage that takes one.
+  void ExpectBoundary(const v1::TensorKey& key, std::vector<int64_t> shape, bool payload);
   // The same for a frame of opaque bytes (FrameDecoder::DecodeBytes: a teacher's targets).
   void ExpectBytes(const v1::TensorKey& key);
 
   // Blocks until the tensor of `key` (announced earlier) is decoded and returns it; the receiver's
   // error if it failed (a refused frame, the connection lost), or CANCELLED after Stop.
   absl::StatusOr<std::vector<float>> Take(const v1::TensorKey& key);
+  // The tensor of `key`, announced with ExpectBoundary, likewise.
+  absl::StatusOr<DecodedBoundary> TakeBoundary(const v1::TensorKey& key);
   // The bytes of `key` (announced with ExpectBytes), likewise.
   absl::StatusOr<std::string> TakeBytes(const v1::TensorKey& key);
 
@@ -64,12 +69,13 @@ class FrameReceiver {
   struct Expected {
     v1::TensorKey key;
     std::vector<int64_t> shape;
-    bool bytes = false;                                // A frame of bytes, not a tensor.
+    bool bytes = false;    // A frame of bytes, not a tensor.
+    bool payload = false;  // A boundary tensor that may stay a value payload.
     std::future<absl::StatusOr<ReceivedFrame>> frame;  // Valid once its pull is issued.
   };
-  // A decoded frame: its tensor, or its bytes.
+  // A decoded frame: its tensor (floats unless announced with `payload`), or its bytes.
   struct Ready {
-    std::vector<float> values;
+    DecodedBoundary tensor;
     std::string bytes;
   };
   void Announce(Expected expected);

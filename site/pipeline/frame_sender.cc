@@ -49,11 +49,18 @@ void FrameSender::Fail(const absl::Status& status) {
 
 absl::Status FrameSender::Send(const v1::TensorKey& key, std::vector<float> values,
                                std::vector<int64_t> shape) {
-  return Queue({key, std::move(values), std::move(shape), std::nullopt});
+  if (!FrameEncoder::Exact(key)) ++chain_tensors_;
+  return Queue({key, std::move(values), std::move(shape), std::nullopt, std::nullopt});
+}
+
+absl::Status FrameSender::SendPayload(const v1::TensorKey& key, std::vector<uint8_t> payload,
+                                      std::vector<int64_t> shape) {
+  if (!FrameEncoder::Exact(key)) ++chain_tensors_;
+  return Queue({key, {}, std::move(shape), std::nullopt, std::move(payload)});
 }
 
 absl::Status FrameSender::SendBytes(const v1::TensorKey& key, std::string bytes) {
-  return Queue({key, {}, {}, std::move(bytes)});
+  return Queue({key, {}, {}, std::move(bytes), std::nullopt});
 }
 
 absl::Status FrameSender::Queue(Item item) {
@@ -86,8 +93,9 @@ void FrameSender::EncodeAndPush() {
     queue_.pop_front();
     lock.unlock();
     absl::StatusOr<FrameEncoder::Frame> frame =
-        item.bytes ? encoder_->EncodeBytes(item.key, *item.bytes)
-                   : encoder_->Encode(item.key, item.values, item.shape);
+        item.bytes     ? encoder_->EncodeBytes(item.key, *item.bytes)
+        : item.payload ? encoder_->EncodePayload(item.key, *item.payload, item.shape)
+                       : encoder_->Encode(item.key, item.values, item.shape);
     std::future<absl::Status> acked;
     if (frame.ok()) {
       metrics_.AddTime(Timer::kEncode, frame->encode_s);

@@ -41,8 +41,21 @@ class FrameSender {
   // error of an earlier send, if any (then nothing more is sent). Called by one thread.
   absl::Status Send(const v1::TensorKey& key, std::vector<float> values,
                     std::vector<int64_t> shape);
+  // The same for a tensor whose link-chain value stage ran elsewhere (a backend, on this thread):
+  // `payload` is what device_value_stage() wrote with seed next_chain_seed() taken right before
+  // (FrameEncoder::EncodePayload).
+  absl::Status SendPayload(const v1::TensorKey& key, std::vector<uint8_t> payload,
+                           std::vector<int64_t> shape);
   // The same for opaque bytes (FrameEncoder::EncodeBytes: a teacher's targets).
   absl::Status SendBytes(const v1::TensorKey& key, std::string bytes);
+
+  // The link chain's first stage when a backend runs it (null otherwise), and the seed its next
+  // tensor (the next Send or SendPayload of a key that is not exact) is quantized with. For the
+  // thread that calls Send.
+  const compression::StageSpec* device_value_stage() const {
+    return encoder_->device_value_stage();
+  }
+  uint64_t next_chain_seed() const { return encoder_->SeedOf(chain_tensors_); }
 
   // Blocks until the gateway holds every tensor sent so far; the first error, if any.
   absl::Status Flush();
@@ -58,7 +71,8 @@ class FrameSender {
     v1::TensorKey key;
     std::vector<float> values;
     std::vector<int64_t> shape;
-    std::optional<std::string> bytes;  // Set: a frame of bytes, not a tensor.
+    std::optional<std::string> bytes;             // Set: a frame of bytes, not a tensor.
+    std::optional<std::vector<uint8_t>> payload;  // Set: a value payload, not floats.
   };
   absl::Status Queue(Item item);
   struct Pushed {
@@ -75,6 +89,7 @@ class FrameSender {
   const v1::Direction direction_;
   SiteMetrics& metrics_;
   const int max_pending_;
+  uint64_t chain_tensors_ = 0;  // Tensors queued for the link chain (Send's thread only).
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -34,8 +34,33 @@ absl::Status CheckWorkers(int max_batch, const StageWorkers& workers) {
   return absl::OkStatus();
 }
 
+// Rows [first, ...) of a boundary tensor of `features` floats a row. A payload is the whole
+// microbatch's: only a stage of one worker and one rank takes one (CheckBoundaries).
+BoundaryIn BoundaryRows(const BoundaryIn& in, int64_t first, int64_t features) {
+  if (in.encoded() || in.host == nullptr) return in;
+  return in.host + first * features;
+}
+BoundaryOut BoundaryRows(const BoundaryOut& out, int64_t first, int64_t features) {
+  if (out.encoded() || out.host == nullptr) return out;
+  return out.host + first * features;
+}
+
+// Whether a stage of `workers` (`count` in this process) takes value payloads.
+bool TakesPayloads(const StageWorkers& workers, int count) {
+  if (count != 1 || workers.ranks != 1) return false;
+  switch (workers.boundary_codecs) {
+    case BoundaryCodecs::kHost:
+      return false;
+    case BoundaryCodecs::kBackend:
+      return true;
+    case BoundaryCodecs::kAuto:
+      return workers.device == DeviceKind::kCuda;
+  }
+  return false;
+}
+
 // What the stage of `workers` is (worker 0's stage and history stand for every worker's).
-StageShape ShapeOf(const WorkerSet& workers, int max_batch) {
+StageShape ShapeOf(const WorkerSet& workers, int max_batch, bool boundary_payloads) {
   const Stage& stage = *workers.at(0).stage;
   const WeightHistory& history = *workers.at(0).history;
   return {.range = stage.range(),
@@ -49,14 +74,15 @@ StageShape ShapeOf(const WorkerSet& workers, int max_batch) {
           .weight_versions = history.versions(),
           .lookahead = history.lookahead(),
           .fingerprint = stage.Fingerprint(),
-          .device_names = workers.device_names()};
+          .device_names = workers.device_names(),
+          .boundary_payloads = boundary_payloads};
 }
 
 }  // namespace
 
 LocalExecutor::LocalExecutor(int max_batch, RowSplit rows, TensorReducer* tensor_reducer,
-                             std::unique_ptr<WorkerSet> workers)
-    : StageExecutor(ShapeOf(*workers, max_batch)),
+                             bool boundary_payloads, std::unique_ptr<WorkerSet> workers)
+    : StageExecutor(ShapeOf(*workers, max_batch, boundary_payloads)),
       rows_(rows),
       tensor_reducer_(tensor_reducer),
       workers_(std::move(workers)),
@@ -94,8 +120,9 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(
         worker.views.resize(worker.stage->layers().size());
         return worker.backend->Sync();
       }));
-  std::unique_ptr<LocalExecutor> e(
-      new LocalExecutor(max_batch, rows, workers.tensor_reducer, std::move(set)));
+  std::unique_ptr<LocalExecutor> e(new LocalExecutor(max_batch, rows, workers.tensor_reducer,
+                                                     TakesPayloads(workers, workers.count),
+                                                     std::move(set)));
   STRAIT_ASSIGN_OR_RETURN(
       e->buckets_, GradientBuckets::Create(*e->workers_,
                                            workers.make_reducer ? workers.make_reducer
@@ -147,8 +174,19 @@ absl::StatusOr<LocalExecutor::InFlight> LocalExecutor::CheckForward(
   return mb;
 }
 
-absl::Status LocalExecutor::Forward(int64_t step, int microbatch, int n, const float* input,
-                                    float* output, const ForwardOptions& options) {
+absl::Status LocalExecutor::CheckBoundaries(const BoundaryIn& in, const BoundaryOut& out,
+                                            const char* call) const {
+  if ((in.encoded() || out.encoded()) && !boundary_payloads()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(call, " with a codec payload on a stage that takes host floats (", workers(),
+                     " workers; payloads need one worker on a site of one rank)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalExecutor::Forward(int64_t step, int microbatch, int n, const BoundaryIn& input,
+                                    const BoundaryOut& output, const ForwardOptions& options) {
+  STRAIT_RETURN_IF_ERROR(CheckBoundaries(input, output, "Forward"));
   STRAIT_ASSIGN_OR_RETURN(InFlight mb, CheckForward(step, microbatch, n, options));
   const PassOptions pass{step, options.training, 0, options.dropout_microbatch_offset};
   absl::Status s = workers_->OnWorkers(
@@ -167,7 +205,7 @@ absl::Status LocalExecutor::Forward(int64_t step, int microbatch, int n, const f
 }
 
 absl::Status LocalExecutor::ForwardOnWorker(int w, int microbatch, const InFlight& mb,
-                                            const float* input, float* output,
+                                            const BoundaryIn& input, const BoundaryOut& output,
                                             const PassOptions& pass) {
   const auto [first, rows] = rows_.Rows(mb.rows, w);
   if (rows == 0) return absl::OkStatus();
@@ -176,9 +214,9 @@ absl::Status LocalExecutor::ForwardOnWorker(int w, int microbatch, const InFligh
   const int64_t in = input_features(), out = output_features();
   PassOptions worker_pass = pass;
   worker_pass.first_row = first;
-  STRAIT_RETURN_IF_ERROR(worker.stage->Forward(microbatch, rows, input + first * in,
-                                               output != nullptr ? output + first * out : nullptr,
-                                               worker.views, worker_pass));
+  STRAIT_RETURN_IF_ERROR(worker.stage->Forward(microbatch, rows, BoundaryRows(input, first, in),
+                                               BoundaryRows(output, first, out), worker.views,
+                                               worker_pass));
   return TensorStatus();
 }
 
@@ -243,15 +281,16 @@ LossResult LocalExecutor::Sum(const std::vector<LossResult>& parts) {
   return sum;
 }
 
-absl::Status LocalExecutor::Backward(int microbatch, const float* grad_output, float* grad_input,
-                                     bool last_of_step) {
+absl::Status LocalExecutor::Backward(int microbatch, const BoundaryIn& grad_output,
+                                     const BoundaryOut& grad_input, bool last_of_step) {
   STRAIT_RETURN_IF_ERROR(Backpropagate(microbatch, grad_output, grad_input, last_of_step));
   Retire(microbatch);  // Kept after an error: Discard frees what the workers still hold.
   return absl::OkStatus();
 }
 
-absl::Status LocalExecutor::Backpropagate(int microbatch, const float* grad_output,
-                                          float* grad_input, bool last_of_step) {
+absl::Status LocalExecutor::Backpropagate(int microbatch, const BoundaryIn& grad_output,
+                                          const BoundaryOut& grad_input, bool last_of_step) {
+  STRAIT_RETURN_IF_ERROR(CheckBoundaries(grad_output, grad_input, "Backward"));
   STRAIT_ASSIGN_OR_RETURN(const InFlight* mb, InFlightOf(microbatch, "Backward"));
   STRAIT_RETURN_IF_ERROR(workers_->OnWorkers([&](int w) {
     return BackwardOnWorker(w, microbatch, *mb, grad_output, grad_input, last_of_step);
@@ -260,8 +299,8 @@ absl::Status LocalExecutor::Backpropagate(int microbatch, const float* grad_outp
 }
 
 absl::Status LocalExecutor::BackwardOnWorker(int w, int microbatch, const InFlight& mb,
-                                             const float* grad_output, float* grad_input,
-                                             bool last_of_step) {
+                                             const BoundaryIn& grad_output,
+                                             const BoundaryOut& grad_input, bool last_of_step) {
   const auto [first, rows] = rows_.Rows(mb.rows, w);
   Worker& worker = workers_->at(w);
   GradientRound round(*buckets_, w, *worker.backend, mb.step, last_of_step);
@@ -270,10 +309,9 @@ absl::Status LocalExecutor::BackwardOnWorker(int w, int microbatch, const InFlig
     pass = ComposeViews(worker, mb, "Backward");
     if (pass.ok()) {
       const int64_t in = input_features(), out = output_features();
-      pass = worker.stage->Backward(microbatch,
-                                    grad_output != nullptr ? grad_output + first * out : nullptr,
-                                    grad_input != nullptr ? grad_input + first * in : nullptr,
-                                    worker.views, round.layer_done());
+      pass = worker.stage->Backward(microbatch, BoundaryRows(grad_output, first, out),
+                                    BoundaryRows(grad_input, first, in), worker.views,
+                                    round.layer_done());
     }
   }
   return round.Finish(std::move(pass));

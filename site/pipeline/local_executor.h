@@ -34,14 +34,14 @@ class LocalExecutor final : public StageExecutor {
   int64_t weights_version() const override { return history().newest(); }
 
   // Inputs and outputs are whole microbatches; this process reads and writes its rows only.
-  absl::Status Forward(int64_t step, int microbatch, int n, const float* input, float* output,
-                       const ForwardOptions& options = {}) override;
+  absl::Status Forward(int64_t step, int microbatch, int n, const BoundaryIn& input,
+                       const BoundaryOut& output, const ForwardOptions& options = {}) override;
   absl::StatusOr<LossResult> Loss(int microbatch, const int32_t* labels, float grad_scale) override;
   absl::StatusOr<LossResult> DistillLoss(int microbatch, const int32_t* labels,
                                          const TeacherTargets& teacher, const DistillTerms& terms,
                                          float grad_scale) override;
-  absl::Status Backward(int microbatch, const float* grad_output, float* grad_input,
-                        bool last_of_step) override;
+  absl::Status Backward(int microbatch, const BoundaryIn& grad_output,
+                        const BoundaryOut& grad_input, bool last_of_step) override;
   void Discard(int microbatch) override;
   void ZeroGrad(int64_t step = 0) override;
   absl::StatusOr<double> GradSumSquares(double downstream = 0.0, int64_t step = 0) override;
@@ -84,8 +84,8 @@ class LocalExecutor final : public StageExecutor {
   static LossResult Sum(const std::vector<LossResult>& parts);
   // Backward, except that the microbatch stays in flight until Retire (the leader's, until every
   // rank has done it).
-  absl::Status Backpropagate(int microbatch, const float* grad_output, float* grad_input,
-                             bool last_of_step);
+  absl::Status Backpropagate(int microbatch, const BoundaryIn& grad_output,
+                             const BoundaryOut& grad_input, bool last_of_step);
   void Retire(int microbatch) { in_flight_.erase(microbatch); }
   // ScaleGrads's checks: floats [begin, end) of the gradient arena that `layers` hold.
   absl::StatusOr<std::pair<int64_t, int64_t>> LayerSpan(LayerRange layers) const;
@@ -97,15 +97,19 @@ class LocalExecutor final : public StageExecutor {
   const Stage& stage() const { return *workers_->at(0).stage; }
 
  private:
-  LocalExecutor(int max_batch, RowSplit rows, TensorReducer* tensor_reducer,
+  LocalExecutor(int max_batch, RowSplit rows, TensorReducer* tensor_reducer, bool boundary_payloads,
                 std::unique_ptr<WorkerSet> workers);
   const WeightHistory& history() const { return *workers_->at(0).history; }
   // Points worker w's views at the weights microbatch `mb` computes with.
   absl::Status ComposeViews(Worker& w, const InFlight& mb, const char* what);
-  absl::Status ForwardOnWorker(int w, int microbatch, const InFlight& mb, const float* input,
-                               float* output, const PassOptions& pass);
-  absl::Status BackwardOnWorker(int w, int microbatch, const InFlight& mb, const float* grad_output,
-                                float* grad_input, bool last_of_step);
+  // FailedPrecondition naming `call` when a payload reaches a stage without boundary_payloads().
+  absl::Status CheckBoundaries(const BoundaryIn& in, const BoundaryOut& out,
+                               const char* call) const;
+  absl::Status ForwardOnWorker(int w, int microbatch, const InFlight& mb, const BoundaryIn& input,
+                               const BoundaryOut& output, const PassOptions& pass);
+  absl::Status BackwardOnWorker(int w, int microbatch, const InFlight& mb,
+                                const BoundaryIn& grad_output, const BoundaryOut& grad_input,
+                                bool last_of_step);
   // The tensor reducer's error after a pass, if any.
   absl::Status TensorStatus() const;
 

@@ -18,8 +18,21 @@ RankMirror::RankMirror(std::unique_ptr<LocalExecutor> local, RankPeers& peers, S
       shards_(*local_, peers, tensor_parallel),
       state_(*local_, fan_out_, shards_) {}
 
-absl::Status RankMirror::Forward(int64_t step, int microbatch, int n, const float* input,
-                                 float* output, const ForwardOptions& options) {
+namespace {
+
+absl::Status HostOnly(const BoundaryIn& in, const BoundaryOut& out, const char* call) {
+  if (!in.encoded() && !out.encoded()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      call, " with a codec payload on a site of several ranks, which splits rows between them"));
+}
+
+}  // namespace
+
+absl::Status RankMirror::Forward(int64_t step, int microbatch, int n, const BoundaryIn& from,
+                                 const BoundaryOut& to, const ForwardOptions& options) {
+  STRAIT_RETURN_IF_ERROR(HostOnly(from, to, "Forward"));
+  const float* const input = from.host;
+  float* const output = to.host;
   STRAIT_ASSIGN_OR_RETURN(const LocalExecutor::InFlight mb,
                           local_->CheckForward(step, microbatch, n, options));
   const int64_t in = input_features(), out = output_features();
@@ -77,8 +90,11 @@ absl::StatusOr<LossResult> RankMirror::Loss(int microbatch, const int32_t* label
   return LocalExecutor::Sum(parts);
 }
 
-absl::Status RankMirror::Backward(int microbatch, const float* grad_output, float* grad_input,
+absl::Status RankMirror::Backward(int microbatch, const BoundaryIn& from, const BoundaryOut& to,
                                   bool last_of_step) {
+  STRAIT_RETURN_IF_ERROR(HostOnly(from, to, "Backward"));
+  const float* const grad_output = from.host;
+  float* const grad_input = to.host;
   STRAIT_ASSIGN_OR_RETURN(const LocalExecutor::InFlight* mb,
                           local_->InFlightOf(microbatch, "Backward"));
   const int n = mb->rows;

@@ -32,11 +32,12 @@ class RankMirror final : public StageExecutor {
 
   int64_t weights_version() const override { return local_->weights_version(); }
 
-  absl::Status Forward(int64_t step, int microbatch, int n, const float* input, float* output,
-                       const ForwardOptions& options = {}) override;
+  // Host floats only: a site of several ranks splits a microbatch's rows between them.
+  absl::Status Forward(int64_t step, int microbatch, int n, const BoundaryIn& input,
+                       const BoundaryOut& output, const ForwardOptions& options = {}) override;
   absl::StatusOr<LossResult> Loss(int microbatch, const int32_t* labels, float grad_scale) override;
-  absl::Status Backward(int microbatch, const float* grad_output, float* grad_input,
-                        bool last_of_step) override;
+  absl::Status Backward(int microbatch, const BoundaryIn& grad_output,
+                        const BoundaryOut& grad_input, bool last_of_step) override;
   void Discard(int microbatch) override;
   void ZeroGrad(int64_t step = 0) override;
   absl::StatusOr<double> GradSumSquares(double downstream = 0.0, int64_t step = 0) override;

@@ -42,12 +42,14 @@ void SiteRunner::ExpectStep(int64_t step) {
   const int64_t n = microbatch_size_;
   for (int m = 0; m < spec_.training.microbatches; ++m) {
     if (links.forward_in) {
-      links.forward_in->Expect(Key(step, m, index_ - 1, v1::FORWARD),
-                               ActivationShape(spec_.model, n, stage_.input_features()));
+      links.forward_in->ExpectBoundary(Key(step, m, index_ - 1, v1::FORWARD),
+                                       ActivationShape(spec_.model, n, stage_.input_features()),
+                                       stage_.boundary_payloads());
     }
     if (links.backward_in) {
-      links.backward_in->Expect(Key(step, m, index_, v1::BACKWARD),
-                                ActivationShape(spec_.model, n, stage_.output_features()));
+      links.backward_in->ExpectBoundary(Key(step, m, index_, v1::BACKWARD),
+                                        ActivationShape(spec_.model, n, stage_.output_features()),
+                                        stage_.boundary_payloads());
     }
     if (links.teacher_in) links.teacher_in->ExpectBytes(TeacherKey(step, m));
   }
@@ -145,19 +147,24 @@ absl::Status SiteRunner::RunForward(int64_t step, int m, StepTally& tally) {
         Gather(*data_.train, sampler_->Batch(step).data() + int64_t{m} * mb, mb));
   }
   if (m == t.microbatches - 1 && LaggedClip(t)) STRAIT_RETURN_IF_ERROR(clip_.PassLaggedScale(step));
-  std::vector<float> input;
+  DecodedBoundary input;
   if (!first) {
     STRAIT_ASSIGN_OR_RETURN(
-        input, frames_.Receive(*links.forward_in, Key(step, m, index_ - 1, v1::FORWARD)));
+        input, frames_.ReceiveBoundary(*links.forward_in, Key(step, m, index_ - 1, v1::FORWARD)));
   }
-  std::vector<float> output(last ? 0 : static_cast<size_t>(mb) * stage_.output_features());
+  std::optional<OutgoingTensor> output;
+  if (!last) {
+    output.emplace(*links.forward_out, stage_.boundary_payloads(),
+                   static_cast<size_t>(mb) * stage_.output_features());
+  }
   {
     ScopedTimer timer(metrics_, Timer::kCompute, Timer::kForward);
     ForwardOptions options;
     options.weights = ForwardWeights(t, static_cast<int>(spec_.sites.size()), index_, step, m);
     options.dropout_microbatch_offset = frames_.replica() * t.microbatches;
-    STRAIT_RETURN_IF_ERROR(stage_.Forward(step, m, mb, first ? inputs_.data() : input.data(),
-                                          last ? nullptr : output.data(), options));
+    STRAIT_RETURN_IF_ERROR(stage_.Forward(step, m, mb,
+                                          first ? BoundaryIn(inputs_.data()) : input.in(),
+                                          last ? BoundaryOut() : output->out(), options));
   }
   if (last) {
     // The loss is the mean over the step's targets (tokens, for a language model).
@@ -168,7 +175,7 @@ absl::Status SiteRunner::RunForward(int64_t step, int m, StepTally& tally) {
     tally.correct += loss.correct;
     return absl::OkStatus();
   }
-  return frames_.Send(*links.forward_out, Key(step, m, index_, v1::FORWARD), std::move(output),
+  return frames_.Send(*links.forward_out, Key(step, m, index_, v1::FORWARD), *output,
                       ActivationShape(spec_.model, mb, stage_.output_features()));
 }
 
@@ -209,22 +216,26 @@ absl::Status SiteRunner::RunBackward(int64_t step, int m) {
   const StageLinks& links = frames_.links();
   const int mb = microbatch_size_;
   const bool first = stage_.is_first(), last = stage_.is_last();
-  std::vector<float> grad_output;
+  DecodedBoundary grad_output;
   if (!last) {
     STRAIT_ASSIGN_OR_RETURN(
-        grad_output, frames_.Receive(*links.backward_in, Key(step, m, index_, v1::BACKWARD)));
+        grad_output,
+        frames_.ReceiveBoundary(*links.backward_in, Key(step, m, index_, v1::BACKWARD)));
   }
-  std::vector<float> grad_input(first ? 0 : static_cast<size_t>(mb) * stage_.input_features());
+  std::optional<OutgoingTensor> grad_input;
+  if (!first) {
+    grad_input.emplace(*links.backward_out, stage_.boundary_payloads(),
+                       static_cast<size_t>(mb) * stage_.input_features());
+  }
   {
     ScopedTimer timer(metrics_, Timer::kCompute, Timer::kBackward);
     // Backward passes run in microbatch order, so the last one all-reduces the workers' sums.
-    STRAIT_RETURN_IF_ERROR(stage_.Backward(m, last ? nullptr : grad_output.data(),
-                                           first ? nullptr : grad_input.data(),
+    STRAIT_RETURN_IF_ERROR(stage_.Backward(m, last ? BoundaryIn() : grad_output.in(),
+                                           first ? BoundaryOut() : grad_input->out(),
                                            /*last_of_step=*/m == spec_.training.microbatches - 1));
   }
   if (first) return absl::OkStatus();
-  return frames_.Send(*links.backward_out, Key(step, m, index_ - 1, v1::BACKWARD),
-                      std::move(grad_input),
+  return frames_.Send(*links.backward_out, Key(step, m, index_ - 1, v1::BACKWARD), *grad_input,
                       ActivationShape(spec_.model, mb, stage_.input_features()));
 }
 

@@ -3,7 +3,9 @@
 // train layers [a, b) of a model (DESIGN.md §3, §4; docs/architecture.md tells how its parts fit).
 // Create makes one process's workers (LocalExecutor) or, on the leader of a site of several
 // ranks, those wrapped in the mirroring of every call to the followers (RankMirror); a follower
-// rank's stage is a FollowerStage. Inputs and outputs are whole microbatches in host memory.
+// rank's stage is a FollowerStage. Inputs and outputs are whole microbatches: host floats, or on a
+// stage of one worker and one rank the payload of a link codec's value stage (site/nn/boundary.h),
+// which the backend encodes and decodes where the tensor lives.
 // Not thread-safe: one thread drives a StageExecutor, and every call blocks until it is done.
 #pragma once
 
@@ -18,6 +20,7 @@
 #include "absl/types/span.h"
 #include "core/job_spec.h"
 #include "site/backend/backend.h"
+#include "site/nn/boundary.h"
 #include "site/pipeline/gradient_buckets.h"
 #include "site/pipeline/rank_call.h"
 #include "site/pipeline/stage_state.h"
@@ -28,6 +31,12 @@ namespace strait::site {
 // Makes worker w's backend; called on the thread that will drive that worker (a CUDA backend's
 // device becomes current there).
 using BackendMaker = std::function<absl::StatusOr<std::unique_ptr<Backend>>(int worker)>;
+
+// Where a stage's boundary tensors meet the link codecs' value stages (StageShape::
+// boundary_payloads): on the backend (a GPU copies the codec's bytes, not f32), on the host (the
+// sender's thread encodes floats), or kAuto: on the backend for CUDA, where the copy is what it
+// saves, on the host for the CPU, where the sender's thread overlaps the encoding with compute.
+enum class BoundaryCodecs { kAuto, kHost, kBackend };
 
 // The workers of a stage.
 struct StageWorkers {
@@ -53,6 +62,9 @@ struct StageWorkers {
   // setters of the leader take and give whole parameters (tensor_shards.h).
   int tensor_parallel = 1;
   TensorReducer* tensor_reducer = nullptr;
+  // Honoured by a stage of one worker on a site of one rank (a payload is a whole microbatch's);
+  // every other stage takes host floats.
+  BoundaryCodecs boundary_codecs = BoundaryCodecs::kAuto;
 };
 
 // What a Forward computes with, besides its input.
@@ -88,6 +100,9 @@ struct StageShape {
   // a different model or split do not load.
   uint64_t fingerprint = 0;
   std::string device_names;  // The workers' backends, e.g. "cpu (1 threads), cpu (1 threads)".
+  // Forward and Backward take and give value payloads (StageWorkers::boundary_codecs); a caller
+  // that holds one for a stage without this decodes it on the host.
+  bool boundary_payloads = false;
 };
 
 // A training step s of M microbatches: ZeroGrad(s); Forward(s, m, ...) for each microbatch in the
@@ -121,6 +136,7 @@ class StageExecutor {
   float lookahead() const { return shape_.lookahead; }
   uint64_t Fingerprint() const { return shape_.fingerprint; }
   std::string device_names() const { return shape_.device_names; }
+  bool boundary_payloads() const { return shape_.boundary_payloads; }
   const StageShape& shape() const { return shape_; }
   // k of the newest weights L_k: the updates applied (counting those of a restored checkpoint).
   virtual int64_t weights_version() const = 0;
@@ -132,10 +148,11 @@ class StageExecutor {
   void set_lagged_clip_scale(float scale) { lagged_clip_scale_ = scale; }
 
   // Runs microbatch `microbatch` of global step `step` (0-based): input [n, input_features()]
-  // -> output [n, output_features()] (not copied when null), 1 <= n <= max_batch(). Keeps what
-  // Backward needs until Backward or Discard.
-  virtual absl::Status Forward(int64_t step, int microbatch, int n, const float* input,
-                               float* output, const ForwardOptions& options = {}) = 0;
+  // -> output [n, output_features()] (not copied when empty), 1 <= n <= max_batch(). A payload in
+  // or out needs boundary_payloads() (FailedPrecondition otherwise). Keeps what Backward needs
+  // until Backward or Discard.
+  virtual absl::Status Forward(int64_t step, int microbatch, int n, const BoundaryIn& input,
+                               const BoundaryOut& output, const ForwardOptions& options = {}) = 0;
   // Last stage only, after Forward(microbatch): softmax cross-entropy of its logits against labels
   // [n] (host), the workers' results summed in row order; keeps dLoss/dlogits = (softmax - onehot)
   // * grad_scale for Backward (grad_scale = 1 / global batch).
@@ -147,13 +164,13 @@ class StageExecutor {
   virtual absl::StatusOr<LossResult> DistillLoss(int microbatch, const int32_t* labels,
                                                  const TeacherTargets& teacher,
                                                  const DistillTerms& terms, float grad_scale);
-  // Backpropagates microbatch `microbatch`: grad_output [n, output_features()] (null on the last
-  // stage: Loss's gradient) -> grad_input [n, input_features()] (skipped when null), with the
+  // Backpropagates microbatch `microbatch`: grad_output [n, output_features()] (empty on the last
+  // stage: Loss's gradient) -> grad_input [n, input_features()] (skipped when empty), with the
   // weights its Forward used. last_of_step: the step's last microbatch (every other one
   // backpropagated before), so the gradient reduction runs, overlapped with this pass, and is
   // complete on return. After an error the microbatch stays in flight (Discard drops it).
-  virtual absl::Status Backward(int microbatch, const float* grad_output, float* grad_input,
-                                bool last_of_step) = 0;
+  virtual absl::Status Backward(int microbatch, const BoundaryIn& grad_output,
+                                const BoundaryOut& grad_input, bool last_of_step) = 0;
   // Drops a microbatch's saved state without a backward pass (after evaluation).
   virtual void Discard(int microbatch) = 0;
 

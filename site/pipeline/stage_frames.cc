@@ -38,6 +38,31 @@ v1::TensorKey StageFrames::Key(int64_t step, int microbatch, int boundary, v1::D
   return key;
 }
 
+OutgoingTensor::OutgoingTensor(const FrameSender& to, bool payloads, size_t floats) {
+  const compression::StageSpec* stage = payloads ? to.device_value_stage() : nullptr;
+  if (stage != nullptr) {
+    out_ = BoundaryOut(*stage, to.next_chain_seed(), &payload_);
+  } else {
+    values_.resize(floats);
+    out_ = BoundaryOut(values_.data());
+  }
+}
+
+absl::StatusOr<DecodedBoundary> StageFrames::ReceiveBoundary(FrameReceiver& from,
+                                                             const v1::TensorKey& key) {
+  ScopedTimer timer(metrics_, Timer::kWait);
+  return from.TakeBoundary(key);
+}
+
+absl::Status StageFrames::Send(FrameSender& to, const v1::TensorKey& key, OutgoingTensor& tensor,
+                               std::vector<int64_t> shape) {
+  ScopedTimer timer(metrics_, Timer::kWait);
+  if (tensor.out_.encoded()) {
+    return to.SendPayload(key, std::move(tensor.payload_), std::move(shape));
+  }
+  return to.Send(key, std::move(tensor.values_), std::move(shape));
+}
+
 absl::StatusOr<std::vector<float>> StageFrames::Receive(FrameReceiver& from,
                                                         const v1::TensorKey& key) {
   ScopedTimer timer(metrics_, Timer::kWait);

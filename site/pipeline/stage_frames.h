@@ -50,6 +50,24 @@ struct StageLinks {
 // (proj) take the last dimension as the row.
 std::vector<int64_t> ActivationShape(const ModelSpec& model, int64_t samples, int64_t features);
 
+// A tensor a pass hands to a link (a forward output, an input gradient): the pass writes out(),
+// then StageFrames::Send hands it over. Host floats, or, for a stage that takes payloads
+// (StageExecutor::boundary_payloads) on a link whose chain's first stage a backend runs, that
+// stage's payload made with the seed of the link's next tensor. Not movable: out() points into it.
+class OutgoingTensor {
+ public:
+  OutgoingTensor(const FrameSender& to, bool payloads, size_t floats);
+  OutgoingTensor(const OutgoingTensor&) = delete;
+  OutgoingTensor& operator=(const OutgoingTensor&) = delete;
+  const BoundaryOut& out() const { return out_; }
+
+ private:
+  friend class StageFrames;
+  std::vector<float> values_;
+  std::vector<uint8_t> payload_;
+  BoundaryOut out_;
+};
+
 class StageFrames {
  public:
   // Stage `index` of pipeline `replica` (JobView::replica) of `spec` in rollback `generation`.
@@ -70,8 +88,13 @@ class StageFrames {
 
   // Takes the tensor of `key` from `from` (announced earlier with Expect). Blocks.
   absl::StatusOr<std::vector<float>> Receive(FrameReceiver& from, const v1::TensorKey& key);
+  // The same for a tensor announced with FrameReceiver::ExpectBoundary.
+  absl::StatusOr<DecodedBoundary> ReceiveBoundary(FrameReceiver& from, const v1::TensorKey& key);
   // Hands a tensor to `to`; blocks only while too much is in flight.
   absl::Status Send(FrameSender& to, const v1::TensorKey& key, std::vector<float> values,
+                    std::vector<int64_t> shape);
+  // The same for what a pass wrote into `tensor` (made for `to`); leaves `tensor` empty.
+  absl::Status Send(FrameSender& to, const v1::TensorKey& key, OutgoingTensor& tensor,
                     std::vector<int64_t> shape);
   // The same for frames of bytes (a teacher's targets); the wait for them counts as
   // Timer::kTeacherWait too.

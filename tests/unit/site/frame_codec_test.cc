@@ -200,5 +200,57 @@ TEST(FrameCodecTest, OnlyTheLinksAgreedChainsDecode) {
   EXPECT_EQ(FrameDecoder::ForChains(nullptr, 1, {"int9"}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
+// A backend quantizes a tensor where it lives and hands the value stage's payload to the sender
+// (FrameEncoder::EncodePayload): the frame is the one Encode makes of the floats, seeds of
+// stochastic rounding included. DecodeBoundary leaves such frames as payloads for the receiving
+// backend and decodes the rest (topk, proj) to floats, with Decode's checks.
+TEST(FrameCodecTest, PayloadFramesAreTheFramesOfTheirFloats) {
+  for (const char* chain : {"int8:sr+zstd", "bf16+shuffle+zstd", "int4", "none"}) {
+    SCOPED_TRACE(chain);
+    Link host = MakeLink(chain, false), device = MakeLink(chain, false);
+    ASSERT_NE(device.encoder->device_value_stage(), nullptr);
+    for (uint32_t m = 0; m < 3; ++m) {  // Seeds of the link's tensors 0, 1, 2.
+      const std::vector<float> values = Values();
+      auto frame = host.encoder->Encode(Key(m), values, kShape);
+      ASSERT_TRUE(frame.ok()) << frame.status();
+      auto boundary = host.decoder->DecodeBoundary(Key(m), kShape, Received(*frame));
+      ASSERT_TRUE(boundary.ok()) << boundary.status();
+      ASSERT_TRUE(boundary->encoded);
+      EXPECT_EQ(boundary->in().stage, &boundary->payload.chain.stages[0]);
+      EXPECT_EQ(boundary->payload.element_count, values.size());
+      auto again = device.encoder->EncodePayload(Key(m), boundary->payload.value_payload, kShape);
+      ASSERT_TRUE(again.ok()) << again.status();
+      EXPECT_EQ(again->body, frame->body);
+      EXPECT_EQ(again->header.SerializeAsString(), frame->header.SerializeAsString());
+    }
+  }
+  for (const char* chain : {"topk:0.5+zstd", "proj:8+int8:8"}) {
+    SCOPED_TRACE(chain);
+    Link link = MakeLink(chain, true), twin = MakeLink(chain, true);
+    EXPECT_EQ(link.encoder->device_value_stage(), nullptr);
+    const std::vector<float> values = Values();
+    auto frame = link.encoder->Encode(Key(0), values, kShape);
+    ASSERT_TRUE(frame.ok()) << frame.status();
+    auto boundary = link.decoder->DecodeBoundary(Key(0), kShape, Received(*frame));
+    ASSERT_TRUE(boundary.ok()) << boundary.status();
+    EXPECT_FALSE(boundary->encoded);
+    EXPECT_EQ(boundary->in().host, boundary->values.data());
+    EXPECT_EQ(boundary->values, *twin.decoder->Decode(Key(0), kShape, Received(*frame)));
+    EXPECT_EQ(link.encoder->EncodePayload(Key(1), {}, kShape).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+  Link link = MakeLink("int8+zstd", true);
+  auto frame = *link.encoder->Encode(Key(0), Values(), kShape);
+  ReceivedFrame cut = Received(frame);
+  cut.body.resize(cut.body.size() - 1);
+  EXPECT_FALSE(link.decoder->DecodeBoundary(Key(0), kShape, std::move(cut)).ok());
+  EXPECT_EQ(link.decoder->DecodeBoundary(Key(0), {33, 4}, Received(frame)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  v1::TensorKey clip = Key(0);
+  clip.set_purpose(v1::CLIP);
+  EXPECT_EQ(link.encoder->EncodePayload(clip, {}, {1}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace strait::site

@@ -17,8 +17,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "compression/chain_spec.h"
 #include "core/job_spec.h"
 #include "core/tied_embeddings.h"
+#include "site/backend/backend_factory.h"
 #include "site/backend/cpu/cpu_backend.h"
 #include "site/pipeline/stage_checkpoint.h"
 #include "site/pipeline/stage_executor.h"
@@ -85,7 +87,8 @@ struct SiteUnderTest {
 std::vector<std::unique_ptr<SiteUnderTest>> Federation(
     const JobSpec& spec, FakeGateway& gateway, FakeGateway::Link& link,
     std::vector<int> workers = {1, 1, 1}, int64_t start_step = 0,
-    const std::vector<std::string>& checkpoints = {}) {
+    const std::vector<std::string>& checkpoints = {}, BoundaryCodecs codecs = BoundaryCodecs::kAuto,
+    DeviceKind device = DeviceKind::kCpu) {
   std::vector<std::unique_ptr<SiteUnderTest>> sites;
   const int stages = static_cast<int>(spec.sites.size());
   for (int i = 0; i < stages; ++i) {
@@ -95,7 +98,10 @@ std::vector<std::unique_ptr<SiteUnderTest>> Federation(
         *StageExecutor::Create(spec.model, spec.sites[i].layers,
                                WithDecayHorizon(spec.training.optimizer, spec.training.steps),
                                spec.training.MicrobatchSize(), VersioningOf(spec.training),
-                               {.count = workers[i], .precision = spec.training.precision});
+                               {.device = device,
+                                .count = workers[i],
+                                .precision = spec.training.precision,
+                                .boundary_codecs = codecs});
     if (!checkpoints.empty()) {
       absl::StatusOr<int64_t> loaded = LoadStageCheckpoint(checkpoints[i], spec, *site->stage);
       EXPECT_TRUE(loaded.ok()) << loaded.status();
@@ -407,6 +413,90 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple("2bw, update: eager, stale_gradients: drop, "
                                       "extra_in_flight: 1",
                                       "shuffle+zstd")));
+// A stage of one worker takes and gives its boundary tensors as the link codecs' value payloads,
+// the path of a GPU site (StageWorkers::boundary_codecs: the backend quantizes, the host sees only
+// the codec's bytes). On the CPU backend the federation then sends the same bytes and trains the
+// same bits as with the codecs on the senders' threads, stochastic rounding included (a payload is
+// quantized with the seed of its place in the link's order); topk, which no backend runs, stays on
+// the host; lossless payloads give Trainer's bits.
+class SiteRunnerPayloadTest
+    : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(SiteRunnerPayloadTest, BackendPayloadsTrainTheBitsOfHostCodecs) {
+  const JobSpec spec = Spec(std::get<0>(GetParam()), std::get<1>(GetParam()));
+  FakeGateway gateway;
+  FakeGateway::Link link(gateway);
+  auto host = Federation(spec, gateway, link, {1, 1, 1}, 0, {}, BoundaryCodecs::kHost);
+  RunAll(host, spec.training.steps);
+  auto backend = Federation(spec, gateway, link, {1, 1, 1}, 0, {}, BoundaryCodecs::kBackend);
+  RunAll(backend, spec.training.steps);
+  for (size_t i = 0; i < host.size(); ++i) {
+    EXPECT_FALSE(host[i]->stage->boundary_payloads());
+    EXPECT_TRUE(backend[i]->stage->boundary_payloads());
+  }
+  const std::vector<float> a = AllParams(host), b = AllParams(backend);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), 4 * a.size()), 0);
+  ASSERT_TRUE(host.back()->evaluation && backend.back()->evaluation);
+  EXPECT_EQ(host.back()->evaluation->loss, backend.back()->evaluation->loss);
+  for (size_t i = 0; i < host.size(); ++i) {
+    const SiteMetrics::Totals h = host[i]->metrics.Snapshot(), d = backend[i]->metrics.Snapshot();
+    ASSERT_EQ(h.links.size(), d.links.size());
+    for (size_t k = 0; k < h.links.size(); ++k) {
+      EXPECT_EQ(h.links[k].raw_bytes(), d.links[k].raw_bytes()) << "site " << i << " link " << k;
+      EXPECT_EQ(h.links[k].wire_bytes(), d.links[k].wire_bytes()) << "site " << i << " link " << k;
+    }
+  }
+  if (std::get<1>(GetParam()) == "none") ExpectTrainerBits(spec, backend);
+}
+
+INSTANTIATE_TEST_SUITE_P(SchedulesAndChains, SiteRunnerPayloadTest,
+                         ::testing::Values(std::make_tuple("1f1b", "none"),
+                                           std::make_tuple("1f1b", "int8:sr+zstd"),
+                                           std::make_tuple("2bw", "int4:sr+shuffle+zstd"),
+                                           std::make_tuple("gpipe", "bf16+shuffle+zstd"),
+                                           std::make_tuple("1f1b", "fp16"),
+                                           std::make_tuple("1f1b", "topk:0.5+zstd")));
+
+// The same on CUDA (skipped without a device): the codec kernels quantize where the activations
+// live, in bf16 too, and the federation trains the bits of the one that copies f32 to the host.
+TEST(SiteRunnerPayloadTest, CudaSitesEncodeOnTheDeviceTheFramesOfTheHost) {
+  if (!CreateBackend(DeviceKind::kCuda, {}).ok()) GTEST_SKIP() << "no CUDA device";
+  for (const char* precision : {"", ", precision: bf16"}) {
+    SCOPED_TRACE(precision);
+    const JobSpec spec = Spec(absl::StrCat("1f1b", precision), "int8:sr+zstd");
+    FakeGateway gateway;
+    FakeGateway::Link link(gateway);
+    auto host =
+        Federation(spec, gateway, link, {1, 1, 1}, 0, {}, BoundaryCodecs::kHost, DeviceKind::kCuda);
+    RunAll(host, spec.training.steps);
+    auto device =
+        Federation(spec, gateway, link, {1, 1, 1}, 0, {}, BoundaryCodecs::kAuto, DeviceKind::kCuda);
+    RunAll(device, spec.training.steps);
+    EXPECT_TRUE(device[1]->stage->boundary_payloads());
+    const std::vector<float> a = AllParams(host), b = AllParams(device);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), 4 * a.size()), 0);
+  }
+}
+
+TEST(SiteRunnerPayloadTest, OnlyAStageOfOneWorkerTakesPayloads) {
+  const JobSpec spec = Spec("1f1b", "int8");
+  FakeGateway gateway;
+  FakeGateway::Link link(gateway);
+  auto sites = Federation(spec, gateway, link, {1, 2, 1}, 0, {}, BoundaryCodecs::kBackend);
+  EXPECT_TRUE(sites[0]->stage->boundary_payloads());
+  EXPECT_FALSE(sites[1]->stage->boundary_payloads());
+  const compression::StageSpec int8{.kind = compression::StageKind::kInt8};
+  std::vector<uint8_t> payload;
+  std::vector<float> x(4 * 12);
+  EXPECT_EQ(sites[1]->stage->Forward(0, 0, 4, x.data(), BoundaryOut(int8, 0, &payload)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // CPU sites encode on the host unless told otherwise (the sender's thread overlaps it).
+  auto automatic = Federation(spec, gateway, link);
+  EXPECT_FALSE(automatic[0]->stage->boundary_payloads());
+}
+
 INSTANTIATE_TEST_SUITE_P(Schedules, SiteRunnerWorkersTest,
                          ::testing::Values("1f1b", "2bw",
                                            "2bw, update: eager, stale_gradients: drop"));
