@@ -2,11 +2,14 @@
 // header and body, opening and decoding one returns an error or a tensor that matches its header,
 // never a crash. Input: u16 header length | FrameHeader (protobuf) | body. The expected key and
 // shape are taken from the header itself so that the fuzzer gets past those checks into the codec.
+// A payload left for a backend (DecodeBoundary, the path of a GPU site) goes on into the CPU
+// backend's decoder, as it would into the GPU's.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "site/backend/cpu/cpu_backend.h"
 #include "site/exchange/frame_codec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -22,6 +25,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   strait::site::FrameDecoder plain(nullptr, 1 << 20);
   (void)plain.Decode(key, shape, frame);
   (void)plain.DecodeBytes(key, frame);
+  auto boundary = plain.DecodeBoundary(key, shape, frame);
+  if (boundary.ok() && boundary->encoded) {
+    static const auto backend = strait::site::CreateCpuBackend(1);
+    const strait::site::BoundaryIn in = boundary->in();
+    std::vector<float> values(boundary->payload.element_count);
+    (void)(*backend)->DecodeValues(*in.stage, in.payload,
+                                   static_cast<int64_t>(values.size()), values.data());
+  }
   // Sealed link: the opener must refuse what it did not seal.
   strait::crypto::DirectionKey direction;
   auto opener = strait::crypto::Opener::Create(direction);
