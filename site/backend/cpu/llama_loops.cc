@@ -54,8 +54,8 @@ void Rotary(ThreadPool& pool, int64_t rows, int tokens, int heads, int dh, doubl
   std::vector<float> cs(static_cast<size_t>(tokens) * pairs * 2);
   for (int t = 0; t < tokens; ++t) {
     for (int i = 0; i < pairs; ++i) {
-      RotaryCosSin(t, i, dh, theta, &cs[(size_t{t} * pairs + i) * 2],
-                   &cs[(size_t{t} * pairs + i) * 2 + 1]);
+      const size_t at = (static_cast<size_t>(t) * pairs + i) * 2;
+      RotaryCosSin(t, i, dh, theta, &cs[at], &cs[at + 1]);
     }
   }
   const float sign = inverse ? -1.0f : 1.0f;
