@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "compression/chain_spec.h"
 #include "site/backend/backend_factory.h"
 #include "site/backend/counter_rng.h"
 #include "site/backend/cpu/f32_views.h"
@@ -548,6 +550,39 @@ TEST_F(BackendOpsTest, Optimizers) {
   p.Expect("adamw param");
   m.Expect("adamw m");
   v.Expect("adamw v");
+}
+
+// A link codec's value stage on the device (a GPU site's boundary tensors): the payload of an f32
+// or a bf16 tensor is the CPU's byte for byte, stochastic rounding's seed included, and decoding
+// it gives the CPU's values in either type.
+TEST_F(BackendOpsTest, CodecValueStagesMatchTheCpuByteForByte) {
+  using compression::StageKind;
+  const int64_t n = 3000;  // not a multiple of a block
+  const std::vector<compression::StageSpec> stages = {
+      {.kind = StageKind::kNone},
+      {.kind = StageKind::kFp16},
+      {.kind = StageKind::kBf16},
+      {.kind = StageKind::kInt8},
+      {.kind = StageKind::kInt8, .block_size = 64, .stochastic = true},
+      {.kind = StageKind::kInt4},
+      {.kind = StageKind::kInt4, .block_size = 112, .stochastic = true}};
+  for (DType dtype : {DType::kF32, DType::kBf16}) {
+    auto x = MakeTyped(Random(n, 60, -3, 3), dtype);
+    for (const compression::StageSpec& stage : stages) {
+      SCOPED_TRACE(absl::StrCat(ToString(dtype), " ", compression::StageName(stage.kind),
+                                stage.stochastic ? ":sr" : ""));
+      std::vector<uint8_t> want, got;
+      ASSERT_TRUE(cpu_->EncodeValues(stage, 0x5eed + 7, x.cpu(), n, &want).ok());
+      ASSERT_TRUE(dev_->EncodeValues(stage, 0x5eed + 7, x.dev(), n, &got).ok());
+      ASSERT_EQ(got, want);
+      auto back = MakeTyped(std::vector<float>(n), dtype);
+      ASSERT_TRUE(cpu_->DecodeValues(stage, want, n, back.cpu()).ok());
+      ASSERT_TRUE(dev_->DecodeValues(stage, want, n, back.dev()).ok());
+      back.Expect("decoded", 0, 0);
+      EXPECT_FALSE(dev_->DecodeValues(stage, absl::MakeConstSpan(want).subspan(1), n, back.dev())
+                       .ok());
+    }
+  }
 }
 
 // Whole layers: one training step of a small ViT (every layer kind, dropout on) on both backends,
