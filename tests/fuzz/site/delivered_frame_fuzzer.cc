@@ -30,8 +30,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static const auto backend = strait::site::CreateCpuBackend(1);
     const strait::site::BoundaryIn in = boundary->in();
     std::vector<float> values(boundary->payload.element_count);
-    (void)(*backend)->DecodeValues(*in.stage, in.payload,
-                                   static_cast<int64_t>(values.size()), values.data());
+    (void)(*backend)->DecodeValues(*in.stage, in.payload, static_cast<int64_t>(values.size()),
+                                   values.data());
   }
   // Sealed link: the opener must refuse what it did not seal.
   strait::crypto::DirectionKey direction;

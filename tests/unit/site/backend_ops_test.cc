@@ -579,8 +579,8 @@ TEST_F(BackendOpsTest, CodecValueStagesMatchTheCpuByteForByte) {
       ASSERT_TRUE(cpu_->DecodeValues(stage, want, n, back.cpu()).ok());
       ASSERT_TRUE(dev_->DecodeValues(stage, want, n, back.dev()).ok());
       back.Expect("decoded", 0, 0);
-      EXPECT_FALSE(dev_->DecodeValues(stage, absl::MakeConstSpan(want).subspan(1), n, back.dev())
-                       .ok());
+      EXPECT_FALSE(
+          dev_->DecodeValues(stage, absl::MakeConstSpan(want).subspan(1), n, back.dev()).ok());
     }
   }
 }
