@@ -79,15 +79,22 @@ absl::StatusOr<FrameEncoder::Frame> FrameEncoder::Encode(const v1::TensorKey& ke
   STRAIT_ASSIGN_OR_RETURN(absl::Span<const uint8_t> encoded,
                           chain.Encode(values, dims, &residuals_,
                                        absl::StrCat("p", key.purpose(), "m", key.microbatch())));
+  return TensorFrame(key, chain.spec(), encoded, shape, elements, start);
+}
+
+absl::StatusOr<FrameEncoder::Frame> FrameEncoder::TensorFrame(
+    const v1::TensorKey& key, const compression::ChainSpec& chain,
+    absl::Span<const uint8_t> encoded, const std::vector<int64_t>& shape, uint64_t elements,
+    std::chrono::steady_clock::time_point encode_start) {
   const auto encoded_at = std::chrono::steady_clock::now();
   Frame frame;
-  frame.encode_s = std::chrono::duration<double>(encoded_at - start).count();
+  frame.encode_s = std::chrono::duration<double>(encoded_at - encode_start).count();
   v1::FrameHeader& header = frame.header;
   *header.mutable_key() = key;
-  header.set_codec_chain(chain.spec().ToString());
+  header.set_codec_chain(chain.ToString());
   header.set_dtype(v1::FLOAT32);
   for (int64_t d : shape) header.add_shape(d);
-  header.set_raw_bytes(values.size() * sizeof(float));
+  header.set_raw_bytes(elements * sizeof(float));
   STRAIT_RETURN_IF_ERROR(
       Seal({reinterpret_cast<const char*>(encoded.data()), encoded.size()}, frame));
   frame.seal_s =
@@ -114,21 +121,8 @@ absl::StatusOr<FrameEncoder::Frame> FrameEncoder::EncodePayload(const v1::Tensor
   const auto start = std::chrono::steady_clock::now();
   STRAIT_ASSIGN_OR_RETURN(absl::Span<const uint8_t> encoded,
                           chain_->EncodeValuePayload(payload, dims));
-  const auto encoded_at = std::chrono::steady_clock::now();
   STRAIT_ASSIGN_OR_RETURN(const uint64_t elements, compression::ElementCount(dims));
-  Frame frame;
-  frame.encode_s = std::chrono::duration<double>(encoded_at - start).count();
-  v1::FrameHeader& header = frame.header;
-  *header.mutable_key() = key;
-  header.set_codec_chain(chain_->spec().ToString());
-  header.set_dtype(v1::FLOAT32);
-  for (int64_t d : shape) header.add_shape(d);
-  header.set_raw_bytes(elements * sizeof(float));
-  STRAIT_RETURN_IF_ERROR(
-      Seal({reinterpret_cast<const char*>(encoded.data()), encoded.size()}, frame));
-  frame.seal_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - encoded_at).count();
-  return frame;
+  return TensorFrame(key, chain_->spec(), encoded, shape, elements, start);
 }
 
 absl::StatusOr<FrameEncoder::Frame> FrameEncoder::EncodeBytes(const v1::TensorKey& key,

@@ -5,6 +5,7 @@
 // another key, relabelled or altered anywhere is refused before it reaches the model.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -64,6 +65,12 @@ class FrameEncoder {
   absl::StatusOr<Frame> EncodeBytes(const v1::TensorKey& key, std::string_view bytes);
 
  private:
+  // The frame of a tensor of `shape` (`elements` floats) that `chain` encoded into `encoded`
+  // since `encode_start`: its header, and its body sealed (Seal).
+  absl::StatusOr<Frame> TensorFrame(const v1::TensorKey& key, const compression::ChainSpec& chain,
+                                    absl::Span<const uint8_t> encoded,
+                                    const std::vector<int64_t>& shape, uint64_t elements,
+                                    std::chrono::steady_clock::time_point encode_start);
   // Fills the frame's body with `encoded`, sealed when the link is encrypted, and the header's
   // sizes, sequence and key epoch.
   absl::Status Seal(std::string_view encoded, Frame& frame);
