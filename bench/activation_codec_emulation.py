@@ -125,6 +125,7 @@ class Codec:
         cov = self.moment2 / self.rows - torch.outer(mean, mean)
         _, vectors = torch.linalg.eigh(cov)
         self.basis = vectors.flip(1).bfloat16().float()
+        # A gradient's mean is about zero: the backward is coded uncentred.
         self.mean = torch.zeros(D) if self.stochastic else mean.float()
         self.moment2.zero_()
         self.moment1.zero_()
