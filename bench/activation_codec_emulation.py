@@ -151,43 +151,46 @@ class Codec:
         self.values += s.numel()
 
     def __call__(self, x, train=True):
-        shape = x.shape
-        x = x.reshape(-1, D)
-        if self.kind == "none":
-            out = x
-            bits = 32
-        elif self.kind == "bf16":
-            out = x.bfloat16().float()
-            bits = 16
-        elif self.kind in ("int8", "int4"):
-            levels = 127 if self.kind == "int8" else 7
-            scale = x.abs().amax(1, keepdim=True).clamp_min(1e-30) / levels
-            out = self.round(x / scale) * scale
-            bits = (8 if self.kind == "int8" else 4) + 32 / D
+        rows = x.reshape(-1, D)
+        if self.kind in ("uq", "klt"):
+            out = self.step_coded(rows, train)
         else:
-            if self.kind == "klt":
-                if train:
-                    xd = x.double()
-                    self.moment2 += xd.T @ xd
-                    self.moment1 += xd.sum(0)
-                    self.rows += x.shape[0]
-                centre = self.mean
-                z = (x - centre) @ self.basis
-            else:
-                centre = x.mean(0)
-                z = x - centre
-            delta = self.step * z.pow(2).mean().sqrt().clamp_min(1e-30)
-            q = self.round(z / delta)
+            out, bits = self.fixed_rate(rows)
             if train:
-                self.count(q, 32 + (32 * D if self.kind == "uq" else 0))
-            out = q * delta
-            out = (out @ self.basis.T if self.kind == "klt" else out) + centre
-            return out.reshape(shape)
+                self.entropy_bits += bits * rows.numel()
+                self.zstd_bits += bits * rows.numel()
+                self.values += rows.numel()
+        return out.reshape(x.shape)
+
+    def fixed_rate(self, x):
+        """none, bf16, int8, int4: (decoded values, bits a value)."""
+        if self.kind == "none":
+            return x, 32
+        if self.kind == "bf16":
+            return x.bfloat16().float(), 16
+        levels = 127 if self.kind == "int8" else 7
+        scale = x.abs().amax(1, keepdim=True).clamp_min(1e-30) / levels
+        return self.round(x / scale) * scale, (8 if self.kind == "int8" else 4) + 32 / D
+
+    def step_coded(self, x, train):
+        """uq, klt: one uniform step a tensor, centred (uq: on the tensor's mean, sent with it)."""
+        if self.kind == "klt":
+            if train:
+                xd = x.double()
+                self.moment2 += xd.T @ xd
+                self.moment1 += xd.sum(0)
+                self.rows += x.shape[0]
+            centre = self.mean
+            z = (x - centre) @ self.basis
+        else:
+            centre = x.mean(0)
+            z = x - centre
+        delta = self.step * z.pow(2).mean().sqrt().clamp_min(1e-30)
+        q = self.round(z / delta)
         if train:
-            self.entropy_bits += bits * x.numel()
-            self.zstd_bits += bits * x.numel()
-            self.values += x.numel()
-        return out.reshape(shape)
+            self.count(q, 32 + (32 * D if self.kind == "uq" else 0))
+        out = q * delta
+        return (out @ self.basis.T if self.kind == "klt" else out) + centre
 
 
 class Link(torch.autograd.Function):
