@@ -13,7 +13,7 @@ namespace {
 
 constexpr absl::string_view kStages =
     "none, fp16, bf16, int8[:BLOCK][:sr], int4[:BLOCK][:sr], topk:R[:ef], shuffle, zstd[:LEVEL], "
-    "proj:K[:SEED]";
+    "proj:K[:SEED], klt:STEP[:sr]";
 
 // "codec stage 'int8': ..." when the stage has no parameters, "codec stage 'int8:...': ..." when it
 // has some (the caller shows the whole chain, or the job spec's line and column).
@@ -27,6 +27,7 @@ bool ValidBlockSize(int block) { return block >= 2 && block <= 65536 && block % 
 bool ValidFraction(double fraction) { return fraction > 0 && fraction <= 1; }
 bool ValidLevel(int level) { return level != 0 && level >= -7 && level <= 22; }
 bool ValidSubspace(int k) { return k >= 1 && k <= kMaxSubspace; }
+bool ValidStep(double step) { return step >= kMinKltStep && step <= kMaxKltStep; }
 
 // int8 | int4 [:BLOCK] [:sr], in any order, each at most once.
 absl::Status ParseQuantizer(absl::string_view name, const std::vector<std::string>& params,
@@ -97,6 +98,24 @@ absl::Status ParseProject(const std::vector<std::string>& params, StageSpec* sta
   return absl::OkStatus();
 }
 
+// klt:STEP [:sr]
+absl::Status ParseKlt(const std::vector<std::string>& params, StageSpec* stage) {
+  if (params.empty() || params.size() > 2 || !absl::SimpleAtod(params[0], &stage->step) ||
+      !ValidStep(stage->step)) {
+    return StageError("klt", params,
+                      absl::StrCat("needs the step STEP in [", kMinKltStep, ", ", kMaxKltStep,
+                                   "] (a fraction of the coefficients' rms) and optionally 'sr', "
+                                   "e.g. klt:0.1 forward or klt:1:sr backward"));
+  }
+  if (params.size() == 2 && params[1] != "sr") {
+    return StageError("klt", params,
+                      absl::StrCat("unexpected parameter '", params[1],
+                                   "'; the only option is 'sr' (stochastic rounding)"));
+  }
+  stage->stochastic = params.size() == 2;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StageSpec> ParseStage(absl::string_view text, absl::string_view chain) {
   std::vector<std::string> parts = absl::StrSplit(text, ':');
   const std::string& name = parts[0];
@@ -124,6 +143,11 @@ absl::StatusOr<StageSpec> ParseStage(absl::string_view text, absl::string_view c
   if (name == "proj") {
     stage.kind = StageKind::kProject;
     STRAIT_RETURN_IF_ERROR(ParseProject(params, &stage));
+    return stage;
+  }
+  if (name == "klt") {
+    stage.kind = StageKind::kKlt;
+    STRAIT_RETURN_IF_ERROR(ParseKlt(params, &stage));
     return stage;
   }
   for (StageKind kind :
@@ -163,6 +187,12 @@ absl::Status CheckOrder(const ChainSpec& chain, absl::string_view text) {
     const StageKind kind = chain.stages[i].kind;
     if (kind == StageKind::kNone && chain.stages.size() > 1) {
       return absl::InvalidArgumentError("'none' must be the only stage of a codec chain");
+    }
+    if (kind == StageKind::kKlt && chain.stages.size() > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'klt' must be the only stage of a codec chain (it entropy-codes its own "
+                       "output), found '",
+                       ChainText(chain, text), "'"));
     }
     if (kind == StageKind::kProject && i > 0) {
       return absl::InvalidArgumentError(
@@ -244,6 +274,7 @@ bool IsValueStage(StageKind kind) {
     case StageKind::kInt8:
     case StageKind::kInt4:
     case StageKind::kTopK:
+    case StageKind::kKlt:
       return true;
     default:
       return false;
@@ -270,6 +301,8 @@ absl::string_view StageName(StageKind kind) {
       return "zstd";
     case StageKind::kProject:
       return "proj";
+    case StageKind::kKlt:
+      return "klt";
   }
   return "?";
 }
@@ -299,6 +332,9 @@ absl::Status ValidateChainSpec(const ChainSpec& chain) {
         break;
       case StageKind::kProject:
         ok = ValidSubspace(s.subspace);
+        break;
+      case StageKind::kKlt:
+        ok = ValidStep(s.step);
         break;
       default:
         break;
@@ -349,6 +385,9 @@ std::string ChainSpec::ToString() const {
         break;
       case StageKind::kProject:
         absl::StrAppend(&out, ":", s.subspace, ":", s.basis_seed);
+        break;
+      case StageKind::kKlt:
+        absl::StrAppend(&out, ":", FormatDouble(s.step), s.stochastic ? ":sr" : "");
         break;
       default:
         break;

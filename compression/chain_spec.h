@@ -12,6 +12,9 @@
 //   proj:K[:SEED]      project rows of the tensor (its last dimension d) onto K <= d orthonormal
 //                      directions drawn from SEED (a u64, default kDefaultBasisSeed); K in
 //                      [1, 65536]
+//   klt:STEP[:sr]      transform coding in a basis the link learns (klt_stage.h): one uniform
+//                      step of STEP x the coefficients' rms, STEP in [0.001, 16], rounded to
+//                      nearest or stochastically ("sr"), entropy-coded; the chain's only stage
 // proj first when present, then at most one value stage (fp16, bf16, int8, int4, topk), then
 // shuffle, then zstd, each at most once. After proj the value stage codes the K coefficients of
 // each row: only fp16, bf16, or int8/int4 with block K (one scale a row); without one the
@@ -40,24 +43,28 @@ enum class StageKind : uint8_t {
   kShuffle = 6,
   kZstd = 7,
   kProject = 8,
+  kKlt = 9,
 };
 
 inline constexpr int kDefaultBlockSize = 256;
 inline constexpr int kDefaultZstdLevel = 1;
 inline constexpr int kMaxSubspace = 65536;
+inline constexpr double kMinKltStep = 0.001, kMaxKltStep = 16.0;
+inline constexpr uint64_t kMaxKltWidth = 4096;  // klt: rows (the basis is width^2 values)
 inline constexpr uint64_t kDefaultBasisSeed = 0x5eed5eed5eed5eedull;
 
 // One stage and its parameters; fields that do not apply to `kind` keep their defaults.
 struct StageSpec {
   StageKind kind = StageKind::kNone;
   int block_size = kDefaultBlockSize;       // int8, int4
-  bool stochastic = false;                  // int8, int4: stochastic rounding ("sr")
+  bool stochastic = false;                  // int8, int4, klt: stochastic rounding ("sr")
   double fraction = 1.0;                    // topk: kept fraction R in (0, 1]
   bool error_feedback = false;              // topk: "ef"
   int level = kDefaultZstdLevel;            // zstd
   int width = 4;                            // shuffle: element width in bytes, set by the chain
   int subspace = 0;                         // proj: K, the number of directions kept per row
   uint64_t basis_seed = kDefaultBasisSeed;  // proj: seed of the basis (SeededBasis)
+  double step = 0.0;                        // klt: quantizer step as a fraction of the rms
 
   bool operator==(const StageSpec&) const = default;
 };
@@ -84,8 +91,8 @@ absl::StatusOr<ChainSpec> ParseChainSpec(absl::string_view text);
 // Checks the order rules and parameter ranges of an already typed chain (used on frame headers).
 absl::Status ValidateChainSpec(const ChainSpec& chain);
 
-// True for fp16, bf16, int8, int4, topk, none: the stages that turn floats into bytes (proj turns
-// floats into fewer floats: not one of them).
+// True for fp16, bf16, int8, int4, topk, klt, none: the stages that turn floats into bytes (proj
+// turns floats into fewer floats: not one of them).
 bool IsValueStage(StageKind kind);
 
 // The chain's first stage when it is one that compression/cuda's kernels and every compute backend

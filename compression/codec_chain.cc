@@ -14,12 +14,15 @@ absl::Span<const uint8_t> AsBytes(absl::Span<const float> values) {
 
 uint64_t RowWidth(absl::Span<const uint64_t> shape) { return shape.empty() ? 1 : shape.back(); }
 
-// Device coders run the value stage where the tensor lives; a chain that projects first has no
-// such path yet.
-absl::Status NoDevicePathForProject(const ChainSpec& chain) {
-  if (FindProject(chain) == nullptr) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "codec chain '", chain.ToString(), "' starts with proj, which only the host codec runs"));
+// Device coders run the value stage where the tensor lives; a chain that projects first, or
+// learns its link's basis (klt), has no such path.
+absl::Status NoDevicePath(const ChainSpec& chain) {
+  if (FindProject(chain) == nullptr && chain.stages[0].kind != StageKind::kKlt) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("codec chain '", chain.ToString(), "' starts with ",
+                   StageName(chain.stages[0].kind), ", which only the host codec runs"));
 }
 
 }  // namespace
@@ -71,7 +74,7 @@ absl::StatusOr<absl::Span<const uint8_t>> CodecChain::Encode(absl::Span<const fl
 absl::StatusOr<absl::Span<const uint8_t>> CodecChain::EncodeValuePayload(
     absl::Span<const uint8_t> payload, absl::Span<const uint64_t> shape) {
   STRAIT_ASSIGN_OR_RETURN(uint64_t count, ElementCount(shape));
-  STRAIT_RETURN_IF_ERROR(NoDevicePathForProject(spec_));
+  STRAIT_RETURN_IF_ERROR(NoDevicePath(spec_));
   if (!IsValueStage(spec_.stages[0].kind)) {
     return absl::FailedPreconditionError("codec chain has no value stage");
   }
@@ -181,33 +184,38 @@ absl::Status TensorDecoder::CheckAccepted() const {
 absl::Status TensorDecoder::Decode(absl::Span<const uint8_t> frame, DecodedTensor* out) {
   STRAIT_RETURN_IF_ERROR(ParseFrameHeader(frame, options_.max_raw_bytes, &header_));
   STRAIT_RETURN_IF_ERROR(CheckAccepted());
-  if (chain_ == nullptr || !(chain_->spec() == header_.chain)) {
-    chain_ = CodecChain::Create(header_.chain, options_);
+  CodecChain& chain = ChainFor(header_.chain);
+  chain.header_ = header_;
+  return chain.DecodeWithHeader(frame, out);
+}
+
+CodecChain& TensorDecoder::ChainFor(const ChainSpec& spec) {
+  for (const std::unique_ptr<CodecChain>& chain : chains_) {
+    if (chain->spec() == spec) return *chain;
   }
-  chain_->header_ = header_;
-  return chain_->DecodeWithHeader(frame, out);
+  if (chains_.size() == kKeptChains) chains_.erase(chains_.begin());
+  chains_.push_back(CodecChain::Create(spec, options_));
+  return *chains_.back();
 }
 
 absl::Status TensorDecoder::DecodeValuePayload(absl::Span<const uint8_t> frame,
                                                DecodedPayload* out) {
   STRAIT_RETURN_IF_ERROR(ParseFrameHeader(frame, options_.max_raw_bytes, &header_));
   STRAIT_RETURN_IF_ERROR(CheckAccepted());
-  STRAIT_RETURN_IF_ERROR(NoDevicePathForProject(header_.chain));
+  STRAIT_RETURN_IF_ERROR(NoDevicePath(header_.chain));
   if (header_.chain.stages.empty() || !IsValueStage(header_.chain.stages[0].kind)) {
     return absl::FailedPreconditionError(absl::StrCat("codec chain '", header_.chain.ToString(),
                                                       "' has no value stage to decode elsewhere"));
   }
-  if (chain_ == nullptr || !(chain_->spec() == header_.chain)) {
-    chain_ = CodecChain::Create(header_.chain, options_);
-  }
-  chain_->header_ = header_;
-  STRAIT_RETURN_IF_ERROR(chain_->CheckStageSizes());  // before sizing a buffer to the header's word
+  CodecChain& chain = ChainFor(header_.chain);
+  chain.header_ = header_;
+  STRAIT_RETURN_IF_ERROR(chain.CheckStageSizes());  // before sizing a buffer to the header's word
   out->value_payload.resize(header_.stage_sizes[0]);
   out->element_count = header_.raw_size / 4;
   out->shape = header_.shape;
   out->chain = header_.chain;
-  return chain_->DecodeStages(
-      frame, 1, absl::Span<uint8_t>(out->value_payload.data(), header_.stage_sizes[0]));
+  return chain.DecodeStages(frame, 1,
+                            absl::Span<uint8_t>(out->value_payload.data(), header_.stage_sizes[0]));
 }
 
 }  // namespace strait::compression

@@ -71,8 +71,8 @@ class CodecChain {
                                                    ResidualStore* residuals = nullptr,
                                                    absl::string_view key = "");
 
-  // For device encoders (FailedPrecondition for a chain with proj, which only this host codec
-  // runs): `payload` is what the chain's first (value) stage produces for a tensor
+  // For device encoders (FailedPrecondition for a chain with proj or klt, which only this host
+  // codec runs): `payload` is what the chain's first (value) stage produces for a tensor
   // of `shape` (computed elsewhere, e.g. by a CUDA kernel); runs the remaining stages and returns
   // the same frame Encode would. Counts as one Encode for the stochastic-rounding seed: a device
   // encoder quantizes with next_seed() and then calls this. Span valid until the next Encode.
@@ -115,10 +115,11 @@ class CodecChain {
 };
 
 // Decodes encoded tensors (frames of this library's format) of any chain, reading the chain from
-// each frame's header; keeps the chain of the last frame, so a stream of frames of the same chain
-// decodes without allocating. Knows nothing of sealing or routing: site::FrameDecoder opens a
-// sealed frame from the network and then decodes it with one of these. Not thread-safe: one per
-// thread.
+// each frame's header; keeps the chains of the last kKeptChains chains it decoded, so a stream of
+// frames of a few chains decodes without allocating and a klt chain keeps its link's basis across
+// the exact frames ("none") between its own. Knows nothing of sealing or routing:
+// site::FrameDecoder opens a sealed frame from the network and then decodes it with one of these.
+// Not thread-safe: one per thread.
 class TensorDecoder {
  public:
   explicit TensorDecoder(const CodecOptions& options = {}) : options_(options) {}
@@ -132,16 +133,19 @@ class TensorDecoder {
   absl::Status Decode(absl::Span<const uint8_t> frame, DecodedTensor* out);
   // The same checks, stopping before the value stage: out->value_payload is what that stage of
   // out->chain decodes (its sizes already checked against element_count). FailedPrecondition for
-  // a chain without a value stage, or with proj.
+  // a chain without a value stage, or with proj or klt.
   absl::Status DecodeValuePayload(absl::Span<const uint8_t> frame, DecodedPayload* out);
 
  private:
   absl::Status CheckAccepted() const;
+  // The chain of `spec`, made when none of the kept ones is it (the oldest then goes).
+  CodecChain& ChainFor(const ChainSpec& spec);
 
+  static constexpr size_t kKeptChains = 4;
   CodecOptions options_;
   std::vector<ChainSpec> accepted_;
   FrameHeader header_;
-  std::unique_ptr<CodecChain> chain_;
+  std::vector<std::unique_ptr<CodecChain>> chains_;
 };
 
 }  // namespace strait::compression

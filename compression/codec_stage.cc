@@ -53,6 +53,8 @@ std::unique_ptr<CodecStage> MakeCodecStage(const StageSpec& spec) {
       return MakeZstdStage(spec.level);
     case StageKind::kProject:
       return MakeProjectStage(spec);
+    case StageKind::kKlt:
+      return MakeKltStage(spec);
     case StageKind::kNone:
       break;
   }

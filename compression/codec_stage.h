@@ -1,8 +1,8 @@
 // CodecStage: the one interface every stage of a codec chain implements (not a pipeline stage,
 // which is site/nn/stage.h), and the factory that builds a stage from its spec. A value stage
-// (none, fp16, bf16, int8, int4, topk) turns fp32 values into bytes; a byte stage (shuffle, zstd)
-// turns bytes into bytes; proj turns rows of fp32 values into fewer fp32 values (what it writes
-// is the next stage's input). Frames are little-endian.
+// (none, fp16, bf16, int8, int4, topk, klt) turns fp32 values into bytes; a byte stage (shuffle,
+// zstd) turns bytes into bytes; proj turns rows of fp32 values into fewer fp32 values (what it
+// writes is the next stage's input). Frames are little-endian.
 #pragma once
 
 #include <bit>
@@ -45,7 +45,7 @@ class CodecStage {
   virtual absl::Status Decode(absl::Span<const uint8_t> in, absl::Span<uint8_t> out) = 0;
 
   // The tensor's last dimension (1 for a rank-0 tensor), set by the chain before each frame's
-  // Encode, CheckSizes and Decode. Only stages that work on rows (proj) use it.
+  // Encode, CheckSizes and Decode. Only stages that work on rows (proj, klt) use it.
   virtual void SetRowWidth(uint64_t row_width) { (void)row_width; }
 };
 
@@ -60,6 +60,7 @@ std::unique_ptr<CodecStage> MakeTopKStage(const StageSpec& spec);
 std::unique_ptr<CodecStage> MakeShuffleStage(int width);
 std::unique_ptr<CodecStage> MakeZstdStage(int level);
 std::unique_ptr<CodecStage> MakeProjectStage(const StageSpec& spec);  // project_stage.cc
+std::unique_ptr<CodecStage> MakeKltStage(const StageSpec& spec);      // klt_stage.cc
 
 // Error for a size mismatch found while decoding.
 absl::Status SizeError(absl::string_view stage, uint64_t expected, uint64_t found);

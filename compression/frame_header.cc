@@ -22,9 +22,10 @@ uint64_t StageParameter(const StageSpec& s) {
     case StageKind::kInt8:
     case StageKind::kInt4:
       return static_cast<uint64_t>(s.block_size);
-    case StageKind::kTopK: {
+    case StageKind::kTopK:
+    case StageKind::kKlt: {
       uint64_t bits;
-      std::memcpy(&bits, &s.fraction, 8);
+      std::memcpy(&bits, s.kind == StageKind::kKlt ? &s.step : &s.fraction, 8);
       return bits;
     }
     case StageKind::kShuffle:
@@ -52,6 +53,9 @@ bool SetStageParameter(uint64_t parameter, StageSpec* s) {
       return small(&s->block_size);
     case StageKind::kTopK:
       std::memcpy(&s->fraction, &parameter, 8);
+      return true;
+    case StageKind::kKlt:
+      std::memcpy(&s->step, &parameter, 8);
       return true;
     case StageKind::kShuffle:
       return small(&s->width);
@@ -147,13 +151,14 @@ absl::Status ParseFrameHeader(absl::Span<const uint8_t> frame, uint64_t max_raw_
   for (size_t i = 0; i < stages; ++i, p += 18) {
     StageSpec& s = header->chain.stages[i];
     s = StageSpec{};
-    if (p[0] > static_cast<uint8_t>(StageKind::kProject)) return Malformed("unknown stage kind");
+    if (p[0] > static_cast<uint8_t>(StageKind::kKlt)) return Malformed("unknown stage kind");
     s.kind = static_cast<StageKind>(p[0]);
     if (p[1] & ~(kFlagStochastic | kFlagErrorFeedback)) return Malformed("unknown stage flags");
     s.stochastic = p[1] & kFlagStochastic;
     s.error_feedback = p[1] & kFlagErrorFeedback;
-    bool quantizer = s.kind == StageKind::kInt8 || s.kind == StageKind::kInt4;
-    if ((s.stochastic && !quantizer) || (s.error_feedback && s.kind != StageKind::kTopK) ||
+    bool rounds =
+        s.kind == StageKind::kInt8 || s.kind == StageKind::kInt4 || s.kind == StageKind::kKlt;
+    if ((s.stochastic && !rounds) || (s.error_feedback && s.kind != StageKind::kTopK) ||
         !SetStageParameter(Get64(p + 2), &s)) {
       return Malformed(absl::StrCat("bad parameters for stage '", StageName(s.kind), "'"));
     }

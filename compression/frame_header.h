@@ -8,9 +8,9 @@
 //   8   8  raw size: bytes of the fp32 values (4 * product of the dims)
 //   16  8R dims
 //   then S stage records of 18 bytes, in encoding order:
-//       1 kind (StageKind), 1 flags (bit 0 sr, bit 1 ef), 8 parameter (int8/int4: block size;
-//       topk: the fraction as IEEE double bits; shuffle: width; zstd: level as int64; proj: K;
-//       else 0), 8 encoded size: bytes this stage produced
+//       1 kind (StageKind), 1 flags (bit 0 sr: int8, int4, klt; bit 1 ef), 8 parameter (int8/int4:
+//       block size; topk: the fraction, klt: the step, as IEEE double bits; shuffle: width; zstd:
+//       level as int64; proj: K; else 0), 8 encoded size: bytes this stage produced
 //     a proj record has 8 more bytes: the basis seed (a decoder that does not know kind 8 refuses
 //     the frame before reading them)
 //   then the payload: the last stage's output.

@@ -62,6 +62,25 @@ absl::Status CheckProjectLink(YamlMap& map, const JobSpec& spec, const LinkSpec&
   return absl::OkStatus();
 }
 
+// A link with klt codes rows of the boundary's width, at most compression::kMaxKltWidth (its basis
+// is width^2 values). With layers: auto the codec refuses a wider row when it encodes.
+absl::Status CheckKltLink(YamlMap& map, const JobSpec& spec, const LinkSpec& link) {
+  const SiteSpec& upstream = spec.sites[link.boundary];
+  if (upstream.plan_layers) return absl::OkStatus();
+  for (auto [key, chain] : {std::pair{"forward", &link.forward}, {"backward", &link.backward}}) {
+    if (compression::ParseChainSpec(*chain)->stages[0].kind != compression::StageKind::kKlt) {
+      continue;
+    }
+    const int64_t width = BuildModelLayout(spec.model)[upstream.layers.end - 1].out_shape.back();
+    if (static_cast<uint64_t>(width) > compression::kMaxKltWidth) {
+      return map.ErrorAt(
+          key, absl::StrCat(*chain, " on boundary ", link.boundary, " of width ", width,
+                            ": klt codes rows of at most ", compression::kMaxKltWidth, " values"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int JobSpecParser::LargestDivisorAtMost(int n, int limit) {
@@ -293,6 +312,7 @@ absl::Status JobSpecParser::ParseLinks(YamlMap& root) {
       }
     }
     STRAIT_RETURN_IF_ERROR(CheckProjectLink(map, spec_, link));
+    STRAIT_RETURN_IF_ERROR(CheckKltLink(map, spec_, link));
     STRAIT_RETURN_IF_ERROR(map.Bool("encryption", &link.encryption));
     STRAIT_RETURN_IF_ERROR(map.Bytes("rotate_bytes", 1 << 20, &link.rotate_bytes));
     STRAIT_RETURN_IF_ERROR(Finish(map));

@@ -1,6 +1,7 @@
 #include "plan/split_costs.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -32,6 +33,9 @@ double WireRatio(const std::string& chain, int64_t row_width) {
         break;
       case compression::StageKind::kTopK:  // A float and about two bytes of index per value.
         ratio *= std::min(1.0, stage.fraction * 1.5);
+        break;
+      case compression::StageKind::kKlt:  // Bits a value measured on the GPT's residual stream.
+        ratio *= std::max(1.0, std::log2(1.0 / stage.step) - 0.5) / 32;
         break;
       default:
         break;

@@ -1,6 +1,6 @@
 // Each stage decoder on its own, without the frame header in the way: byte 0 picks the stage and
-// its parameters, bytes 1-2 the element count, the rest is the stage's encoded input; for proj,
-// byte 3 is the row width and the input starts at byte 4.
+// its parameters, bytes 1-2 the element count, the rest is the stage's encoded input; for proj and
+// klt, byte 3 is the row width and the input starts at byte 4.
 #include <cstdint>
 #include <vector>
 
@@ -23,11 +23,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       {.kind = StageKind::kZstd},
       {.kind = StageKind::kProject, .subspace = 4, .basis_seed = 1},
       {.kind = StageKind::kProject, .subspace = 16},
+      {.kind = StageKind::kKlt, .step = 0.1},
+      {.kind = StageKind::kKlt, .stochastic = true, .step = 1.0},
   };
   const StageSpec& spec = kStages[data[0] % (sizeof(kStages) / sizeof(kStages[0]))];
   const uint64_t n = data[1] | (uint64_t{data[2]} << 8);
   std::unique_ptr<CodecStage> stage = MakeCodecStage(spec);
-  const bool project = spec.kind == StageKind::kProject;
+  const bool project = spec.kind == StageKind::kProject || spec.kind == StageKind::kKlt;
   if (project && size < 4) return 0;
   if (project) stage->SetRowWidth(data[3]);
   absl::Span<const uint8_t> in(data + (project ? 4 : 3), size - (project ? 4 : 3));

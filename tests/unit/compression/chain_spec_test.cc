@@ -286,6 +286,39 @@ TEST(ChainSpecTest, RejectsProjectChainsWithAReason) {
   }
 }
 
+TEST(ChainSpecTest, KltStandsAloneWithAStep) {
+  absl::StatusOr<ChainSpec> chain = ParseChainSpec("klt:0.1");
+  ASSERT_TRUE(chain.ok()) << chain.status();
+  EXPECT_EQ(chain->stages[0].kind, StageKind::kKlt);
+  EXPECT_EQ(static_cast<int>(StageKind::kKlt), 9);  // a wire value
+  EXPECT_EQ(chain->stages[0].step, 0.1);
+  EXPECT_FALSE(chain->stages[0].stochastic);
+  EXPECT_FALSE(chain->IsLossless());
+  EXPECT_EQ(DeviceValueStage(*chain), nullptr);  // only the host codec runs it
+  EXPECT_EQ(chain->ToString(), "klt:0.1");
+  EXPECT_EQ(ParseChainSpec("klt:1:sr")->ToString(), "klt:1:sr");
+  EXPECT_TRUE(ParseChainSpec("klt:1:sr")->stages[0].stochastic);
+  EXPECT_TRUE(ParseChainSpec("klt:0.001").ok());
+  EXPECT_TRUE(ParseChainSpec("klt:16").ok());
+  const std::pair<const char*, const char*> bad[] = {
+      {"klt", "codec stage 'klt': needs the step STEP in [0.001, 16]"},
+      {"klt:0", "needs the step STEP"},
+      {"klt:17", "needs the step STEP"},
+      {"klt:x", "needs the step STEP"},
+      {"klt:0.1:ef", "unexpected parameter 'ef'; the only option is 'sr'"},
+      {"klt:0.1:sr:sr", "needs the step STEP"},
+      {"klt:0.1+zstd", "'klt' must be the only stage of a codec chain"},
+      {"int8+klt:0.1", "'klt' must be the only stage of a codec chain"},
+      {"proj:8+klt:0.1", "'klt' must be the only stage of a codec chain"},
+  };
+  for (const auto& [text, message] : bad) {
+    absl::StatusOr<ChainSpec> parsed = ParseChainSpec(text);
+    ASSERT_FALSE(parsed.ok()) << text;
+    EXPECT_NE(parsed.status().message().find(message), std::string::npos)
+        << text << ": " << parsed.status();
+  }
+}
+
 TEST(ChainSpecTest, ProjectParametersAndCanonicalText) {
   absl::StatusOr<ChainSpec> chain = ParseChainSpec("proj:112+int4:112+zstd");
   ASSERT_TRUE(chain.ok()) << chain.status();

@@ -1,0 +1,229 @@
+#include "compression/rans_coder.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace strait::compression {
+namespace {
+
+constexpr uint32_t kScaleBits = 12, kScale = 1u << kScaleBits;
+constexpr uint32_t kLow = 1u << 23;  // The state stays in [kLow, 256 * kLow) between symbols.
+constexpr uint32_t kTokens = 70;     // u < 2^31: its leading one is at position 30 at most.
+
+uint32_t ZigZag(int32_t q) {
+  return (static_cast<uint32_t>(q) << 1) ^ static_cast<uint32_t>(q >> 31);
+}
+int32_t UnZigZag(uint32_t u) { return static_cast<int32_t>((u >> 1) ^ (0u - (u & 1))); }
+
+struct Token {
+  uint32_t token, raw_bits, raw;
+};
+Token Tokenize(uint32_t u) {
+  if (u < 16) return {u, 0, 0};
+  const uint32_t lead = std::bit_width(u) - 1;  // >= 4
+  return {16 + 2 * (lead - 4) + ((u >> (lead - 1)) & 1), lead - 1, u & ((1u << (lead - 1)) - 1)};
+}
+
+size_t Bands(size_t width) { return (width + kBandWidth - 1) / kBandWidth; }
+
+absl::Status Malformed(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("malformed klt symbols: ", what));
+}
+
+void Append(ByteBuffer* out, const void* bytes, size_t n) {
+  const size_t at = out->size();
+  out->Resize(at + n);
+  if (n > 0) std::memcpy(out->data() + at, bytes, n);
+}
+void Append32(ByteBuffer* out, uint32_t v) { Append(out, &v, 4); }
+
+// Frequencies summing to kScale, at least 1 for every token that occurs.
+void Normalize(const uint32_t* counts, uint64_t total, uint16_t* freq) {
+  int64_t sum = 0;
+  uint32_t largest = 0;
+  for (uint32_t t = 0; t < kTokens; ++t) {
+    freq[t] = counts[t] == 0 ? 0 : std::max<uint64_t>(1, uint64_t{counts[t]} * kScale / total);
+    sum += freq[t];
+    if (freq[t] > freq[largest]) largest = t;
+  }
+  int64_t missing = kScale - sum;
+  if (missing >= 0) {
+    freq[largest] += missing;
+    return;
+  }
+  while (missing < 0) {  // Tokens raised to 1 took too much: take it back from the largest.
+    uint16_t* top = std::max_element(freq, freq + kTokens);
+    const int64_t take = std::min<int64_t>(-missing, *top - 1);
+    *top -= take;
+    missing += take;
+  }
+}
+
+// Reads LSB-first bit fields from a byte span; false when it runs out.
+class BitReader {
+ public:
+  explicit BitReader(absl::Span<const uint8_t> bytes) : bytes_(bytes) {}
+  bool Read(uint32_t bits, uint32_t* value) {
+    while (filled_ < bits) {
+      if (next_ == bytes_.size()) return false;
+      buffer_ |= uint64_t{bytes_[next_++]} << filled_;
+      filled_ += 8;
+    }
+    *value = static_cast<uint32_t>(buffer_ & ((uint64_t{1} << bits) - 1));
+    buffer_ >>= bits;
+    filled_ -= bits;
+    return true;
+  }
+  // Every byte read and the padding bits zero.
+  bool Done() const { return next_ == bytes_.size() && buffer_ == 0; }
+
+ private:
+  absl::Span<const uint8_t> bytes_;
+  size_t next_ = 0;
+  uint64_t buffer_ = 0;
+  uint32_t filled_ = 0;
+};
+
+}  // namespace
+
+uint64_t MaxCodedSize(uint64_t count, uint64_t width) {
+  if (count == 0) return 0;
+  // Tables; raw bits (29 a symbol at most); two state bytes a symbol at most (12 bits); sizes.
+  return Bands(width) * (2 + 2 * kTokens) + count * 4 + count * 2 + 16;
+}
+
+void RansCoder::Encode(absl::Span<const int32_t> symbols, size_t width, ByteBuffer* out,
+                       size_t at) {
+  out->Resize(at);
+  const size_t n = symbols.size();
+  if (n == 0) return;
+  const size_t bands = Bands(width), rows = n / width;
+  tokens_.resize(n);
+  counts_.assign(bands * kTokens, 0);
+  renormalised_.clear();  // Holds the raw bits first.
+  uint64_t buffer = 0;
+  uint32_t filled = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const Token t = Tokenize(ZigZag(symbols[i]));
+    tokens_[i] = static_cast<uint8_t>(t.token);
+    ++counts_[(i % width) / kBandWidth * kTokens + t.token];
+    buffer |= uint64_t{t.raw} << filled;
+    filled += t.raw_bits;
+    for (; filled >= 8; filled -= 8, buffer >>= 8) renormalised_.push_back(buffer & 0xff);
+  }
+  if (filled > 0) renormalised_.push_back(buffer & 0xff);
+
+  freq_.resize(bands * kTokens);
+  cumulative_.resize(bands * kTokens);
+  for (size_t b = 0; b < bands; ++b) {
+    const uint64_t columns = std::min(kBandWidth, width - b * kBandWidth);
+    uint16_t* freq = &freq_[b * kTokens];
+    Normalize(&counts_[b * kTokens], rows * columns, freq);
+    uint32_t first = 0, last = kTokens - 1, sum = 0;
+    while (freq[first] == 0) ++first;
+    while (freq[last] == 0) --last;
+    const uint8_t range[2] = {static_cast<uint8_t>(first), static_cast<uint8_t>(last - first + 1)};
+    Append(out, range, 2);
+    for (uint32_t t = 0; t < kTokens; ++t) {
+      cumulative_[b * kTokens + t] = static_cast<uint16_t>(sum);
+      sum += freq[t];
+      if (t < first || t > last) continue;
+      const uint8_t leb[2] = {static_cast<uint8_t>((freq[t] & 0x7f) | (freq[t] >= 0x80 ? 0x80 : 0)),
+                              static_cast<uint8_t>(freq[t] >> 7)};
+      Append(out, leb, freq[t] >= 0x80 ? 2 : 1);
+    }
+  }
+  Append32(out, static_cast<uint32_t>(renormalised_.size()));
+  Append(out, renormalised_.data(), renormalised_.size());
+
+  renormalised_.clear();
+  uint32_t x = kLow;
+  for (size_t i = n; i-- > 0;) {
+    const size_t entry = (i % width) / kBandWidth * kTokens + tokens_[i];
+    const uint32_t f = freq_[entry];
+    const uint32_t x_max = ((kLow >> kScaleBits) << 8) * f;
+    for (; x >= x_max; x >>= 8) renormalised_.push_back(x & 0xff);
+    x = ((x / f) << kScaleBits) + (x % f) + cumulative_[entry];
+  }
+  Append32(out, x);
+  std::reverse(renormalised_.begin(), renormalised_.end());
+  Append(out, renormalised_.data(), renormalised_.size());
+}
+
+absl::Status RansCoder::Decode(absl::Span<const uint8_t> in, size_t width,
+                               absl::Span<int32_t> out) {
+  const size_t n = out.size();
+  if (n == 0) return in.empty() ? absl::OkStatus() : Malformed("bytes for no symbols");
+  if (width == 0 || n % width != 0) return Malformed("symbols are not whole rows");
+  const size_t bands = Bands(width);
+  size_t pos = 0;
+  auto need = [&](size_t bytes) { return in.size() - pos >= bytes; };
+  freq_.assign(bands * kTokens, 0);
+  cumulative_.resize(bands * kTokens);
+  slot_token_.resize(bands * kScale);
+  for (size_t b = 0; b < bands; ++b) {
+    if (!need(2)) return Malformed(absl::StrCat("table of band ", b, " truncated"));
+    const uint32_t first = in[pos], count = in[pos + 1];
+    pos += 2;
+    if (count == 0 || first + count > kTokens) {
+      return Malformed(absl::StrCat("band ", b, " has tokens [", first, ", ", first + count,
+                                    ") outside [0, ", kTokens, ")"));
+    }
+    uint16_t* freq = &freq_[b * kTokens];
+    uint32_t sum = 0;
+    for (uint32_t t = first; t < first + count; ++t) {
+      if (!need(1)) return Malformed(absl::StrCat("table of band ", b, " truncated"));
+      uint32_t f = in[pos] & 0x7f;
+      if (in[pos++] & 0x80) {
+        if (!need(1) || in[pos] & 0x80) return Malformed("bad frequency");
+        f |= uint32_t{in[pos++]} << 7;
+      }
+      if (f > kScale - sum) return Malformed(absl::StrCat("band ", b, " frequencies exceed 4096"));
+      cumulative_[b * kTokens + t] = static_cast<uint16_t>(sum);
+      std::fill_n(&slot_token_[b * kScale + sum], f, static_cast<uint8_t>(t));
+      freq[t] = static_cast<uint16_t>(f);
+      sum += f;
+    }
+    if (sum != kScale) return Malformed(absl::StrCat("band ", b, " frequencies sum to ", sum));
+  }
+  if (!need(4)) return Malformed("raw bits' size truncated");
+  uint32_t raw_size;
+  std::memcpy(&raw_size, &in[pos], 4);
+  pos += 4;
+  if (!need(raw_size)) return Malformed("raw bits truncated");
+  BitReader raw(in.subspan(pos, raw_size));
+  pos += raw_size;
+  if (!need(4)) return Malformed("rANS state truncated");
+  uint32_t x;
+  std::memcpy(&x, &in[pos], 4);
+  pos += 4;
+  if (x < kLow || x >= (kLow << 8)) return Malformed("rANS state out of range");
+  for (size_t i = 0; i < n; ++i) {
+    const size_t band = (i % width) / kBandWidth;
+    const uint32_t slot = x & (kScale - 1);
+    const uint32_t t = slot_token_[band * kScale + slot];
+    const size_t entry = band * kTokens + t;
+    x = freq_[entry] * (x >> kScaleBits) + slot - cumulative_[entry];
+    while (x < kLow) {
+      if (!need(1)) return Malformed("rANS stream ends early");
+      x = (x << 8) | in[pos++];
+    }
+    uint32_t u = t;
+    if (t >= 16) {
+      const uint32_t lead = 4 + (t - 16) / 2;
+      uint32_t low;
+      if (!raw.Read(lead - 1, &low)) return Malformed("raw bits end early");
+      u = (1u << lead) | (((t - 16) & 1) << (lead - 1)) | low;
+    }
+    out[i] = UnZigZag(u);
+  }
+  if (pos != in.size() || x != kLow || !raw.Done()) {
+    return Malformed("the stream does not end where its symbols do");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace strait::compression
