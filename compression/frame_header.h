@@ -1,5 +1,6 @@
 // The compact binary header every encoded tensor starts with, so that a frame decodes alone
-// (DESIGN.md §6). Little-endian:
+// (DESIGN.md §6; a klt frame also needs the basis an earlier frame of its link carried).
+// Little-endian:
 //   0   4  magic "STCF"
 //   4   1  format version (1)
 //   5   1  dtype of the values (1 = fp32)
