@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 
@@ -27,7 +29,28 @@ Token Tokenize(uint32_t u) {
   return {16 + 2 * (lead - 4) + ((u >> (lead - 1)) & 1), lead - 1, u & ((1u << (lead - 1)) - 1)};
 }
 
-size_t Bands(size_t width) { return (width + kBandWidth - 1) / kBandWidth; }
+// The half-octave of a column's mean magnitude: its group.
+uint8_t GroupOf(uint64_t magnitude_sum, size_t rows) {
+  if (magnitude_sum == 0) return 0;
+  const double mean = static_cast<double>(magnitude_sum) / static_cast<double>(rows);
+  const double group = std::floor(2 * std::log2(mean)) + 14;
+  return static_cast<uint8_t>(std::clamp(group, 0.0, kGroups - 1.0));
+}
+
+// table[c]: the dense index of column c's group among the groups used, in increasing order; the
+// number of groups used.
+size_t IndexGroups(const std::vector<uint8_t>& group, std::vector<uint32_t>* table) {
+  uint32_t index[kGroups] = {};
+  bool used[kGroups] = {};
+  for (uint8_t g : group) used[g] = true;
+  size_t tables = 0;
+  for (uint32_t g = 0; g < kGroups; ++g) {
+    if (used[g]) index[g] = static_cast<uint32_t>(tables++);
+  }
+  table->resize(group.size());
+  for (size_t c = 0; c < group.size(); ++c) (*table)[c] = index[group[c]];
+  return tables;
+}
 
 absl::Status Malformed(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("malformed klt symbols: ", what));
@@ -91,8 +114,9 @@ class BitReader {
 
 uint64_t MaxCodedSize(uint64_t count, uint64_t width) {
   if (count == 0) return 0;
-  // Tables; raw bits (29 a symbol at most); two state bytes a symbol at most (12 bits); sizes.
-  return Bands(width) * (2 + 2 * kTokens) + count * 4 + count * 2 + 16;
+  // Groups and tables; raw bits (29 a symbol at most); two state bytes a symbol at most (12 bits);
+  // sizes.
+  return width + kGroups * (2 + 2 * kTokens) + count * 4 + count * 2 + 16;
 }
 
 void RansCoder::Encode(absl::Span<const int32_t> symbols, size_t width, ByteBuffer* out,
@@ -100,28 +124,34 @@ void RansCoder::Encode(absl::Span<const int32_t> symbols, size_t width, ByteBuff
   out->Resize(at);
   const size_t n = symbols.size();
   if (n == 0) return;
-  const size_t bands = Bands(width), rows = n / width;
+  const size_t rows = n / width;
+  magnitude_.assign(width, 0);
+  for (size_t i = 0; i < n; ++i) magnitude_[i % width] += std::abs(int64_t{symbols[i]});
+  group_.resize(width);
+  for (size_t c = 0; c < width; ++c) group_[c] = GroupOf(magnitude_[c], rows);
+  const size_t tables = IndexGroups(group_, &table_);
+  Append(out, group_.data(), width);
   tokens_.resize(n);
-  counts_.assign(bands * kTokens, 0);
+  counts_.assign(tables * kTokens, 0);
   renormalised_.clear();  // Holds the raw bits first.
   uint64_t buffer = 0;
   uint32_t filled = 0;
   for (size_t i = 0; i < n; ++i) {
     const Token t = Tokenize(ZigZag(symbols[i]));
     tokens_[i] = static_cast<uint8_t>(t.token);
-    ++counts_[(i % width) / kBandWidth * kTokens + t.token];
+    ++counts_[table_[i % width] * kTokens + t.token];
     buffer |= uint64_t{t.raw} << filled;
     filled += t.raw_bits;
     for (; filled >= 8; filled -= 8, buffer >>= 8) renormalised_.push_back(buffer & 0xff);
   }
   if (filled > 0) renormalised_.push_back(buffer & 0xff);
 
-  freq_.resize(bands * kTokens);
-  cumulative_.resize(bands * kTokens);
-  for (size_t b = 0; b < bands; ++b) {
-    const uint64_t columns = std::min(kBandWidth, width - b * kBandWidth);
+  freq_.resize(tables * kTokens);
+  cumulative_.resize(tables * kTokens);
+  for (size_t b = 0; b < tables; ++b) {
+    const uint32_t* counts = &counts_[b * kTokens];
     uint16_t* freq = &freq_[b * kTokens];
-    Normalize(&counts_[b * kTokens], rows * columns, freq);
+    Normalize(counts, std::accumulate(counts, counts + kTokens, uint64_t{0}), freq);
     uint32_t first = 0, last = kTokens - 1, sum = 0;
     while (freq[first] == 0) ++first;
     while (freq[last] == 0) --last;
@@ -142,7 +172,7 @@ void RansCoder::Encode(absl::Span<const int32_t> symbols, size_t width, ByteBuff
   renormalised_.clear();
   uint32_t x = kLow;
   for (size_t i = n; i-- > 0;) {
-    const size_t entry = (i % width) / kBandWidth * kTokens + tokens_[i];
+    const size_t entry = table_[i % width] * kTokens + tokens_[i];
     const uint32_t f = freq_[entry];
     const uint32_t x_max = ((kLow >> kScaleBits) << 8) * f;
     for (; x >= x_max; x >>= 8) renormalised_.push_back(x & 0xff);
@@ -158,36 +188,43 @@ absl::Status RansCoder::Decode(absl::Span<const uint8_t> in, size_t width,
   const size_t n = out.size();
   if (n == 0) return in.empty() ? absl::OkStatus() : Malformed("bytes for no symbols");
   if (width == 0 || n % width != 0) return Malformed("symbols are not whole rows");
-  const size_t bands = Bands(width);
   size_t pos = 0;
   auto need = [&](size_t bytes) { return in.size() - pos >= bytes; };
-  freq_.assign(bands * kTokens, 0);
-  cumulative_.resize(bands * kTokens);
-  slot_token_.resize(bands * kScale);
-  for (size_t b = 0; b < bands; ++b) {
-    if (!need(2)) return Malformed(absl::StrCat("table of band ", b, " truncated"));
+  if (!need(width)) return Malformed("column groups truncated");
+  group_.assign(in.begin(), in.begin() + width);
+  pos += width;
+  for (uint8_t g : group_) {
+    if (g >= kGroups)
+      return Malformed(absl::StrCat("column group ", int{g}, " above ", kGroups - 1));
+  }
+  const size_t tables = IndexGroups(group_, &table_);
+  freq_.assign(tables * kTokens, 0);
+  cumulative_.resize(tables * kTokens);
+  slot_token_.resize(tables * kScale);
+  for (size_t b = 0; b < tables; ++b) {
+    if (!need(2)) return Malformed(absl::StrCat("table ", b, " truncated"));
     const uint32_t first = in[pos], count = in[pos + 1];
     pos += 2;
     if (count == 0 || first + count > kTokens) {
-      return Malformed(absl::StrCat("band ", b, " has tokens [", first, ", ", first + count,
+      return Malformed(absl::StrCat("table ", b, " has tokens [", first, ", ", first + count,
                                     ") outside [0, ", kTokens, ")"));
     }
     uint16_t* freq = &freq_[b * kTokens];
     uint32_t sum = 0;
     for (uint32_t t = first; t < first + count; ++t) {
-      if (!need(1)) return Malformed(absl::StrCat("table of band ", b, " truncated"));
+      if (!need(1)) return Malformed(absl::StrCat("table ", b, " truncated"));
       uint32_t f = in[pos] & 0x7f;
       if (in[pos++] & 0x80) {
         if (!need(1) || in[pos] & 0x80) return Malformed("bad frequency");
         f |= uint32_t{in[pos++]} << 7;
       }
-      if (f > kScale - sum) return Malformed(absl::StrCat("band ", b, " frequencies exceed 4096"));
+      if (f > kScale - sum) return Malformed(absl::StrCat("table ", b, " frequencies exceed 4096"));
       cumulative_[b * kTokens + t] = static_cast<uint16_t>(sum);
       std::fill_n(&slot_token_[b * kScale + sum], f, static_cast<uint8_t>(t));
       freq[t] = static_cast<uint16_t>(f);
       sum += f;
     }
-    if (sum != kScale) return Malformed(absl::StrCat("band ", b, " frequencies sum to ", sum));
+    if (sum != kScale) return Malformed(absl::StrCat("table ", b, " frequencies sum to ", sum));
   }
   if (!need(4)) return Malformed("raw bits' size truncated");
   uint32_t raw_size;
@@ -202,10 +239,10 @@ absl::Status RansCoder::Decode(absl::Span<const uint8_t> in, size_t width,
   pos += 4;
   if (x < kLow || x >= (kLow << 8)) return Malformed("rANS state out of range");
   for (size_t i = 0; i < n; ++i) {
-    const size_t band = (i % width) / kBandWidth;
+    const size_t table = table_[i % width];
     const uint32_t slot = x & (kScale - 1);
-    const uint32_t t = slot_token_[band * kScale + slot];
-    const size_t entry = band * kTokens + t;
+    const uint32_t t = slot_token_[table * kScale + slot];
+    const size_t entry = table * kTokens + t;
     x = freq_[entry] * (x >> kScaleBits) + slot - cumulative_[entry];
     while (x < kLow) {
       if (!need(1)) return Malformed("rANS stream ends early");
