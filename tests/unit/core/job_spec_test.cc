@@ -393,6 +393,27 @@ links:
 
 // proj at a boundary: the same K and seed both ways, K below the boundary's width (64 here);
 // tests/data/bad_specs has the refusals' exact messages.
+TEST(JobSpecTest, KltLinksFitTheBoundary) {
+  auto parse = [](int width, const std::string& link) {
+    return ParseJobSpec(absl::StrCat("name: k\nmodel: {family: mlp, input: 784, hidden: [", width,
+                                     ", 8], classes: 10}\n"
+                                     "training: {steps: 1, global_batch: 8, microbatches: 2}\n"
+                                     "sites:\n  - {id: a, layers: [0, 1]}\n"
+                                     "  - {id: b, layers: [1, 3]}\n"
+                                     "links:\n  - {between: [a, b], ",
+                                     link, "}\n"),
+                        "k.yaml", "/");
+  };
+  absl::StatusOr<JobSpec> spec = parse(4096, "forward: klt:0.1, backward: klt:1:sr");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(RefuseProjectingLinks(*spec, "strait train").ok());  // every direction travels
+  EXPECT_THAT(std::string(parse(4097, "backward: klt:1:sr").status().message()),
+              ::testing::HasSubstr("links[0].backward: klt:1:sr on boundary 0 of width 4097: klt "
+                                   "codes rows of at most 4096 values"));
+  EXPECT_THAT(std::string(parse(64, "forward: klt:0.1+zstd").status().message()),
+              ::testing::HasSubstr("'klt' must be the only stage of a codec chain"));
+}
+
 TEST(JobSpecTest, ProjectLinksAgreeAndFitTheBoundary) {
   auto parse = [](const std::string& layers, const std::string& link) {
     return ParseJobSpec(absl::StrCat(R"(
