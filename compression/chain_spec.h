@@ -51,6 +51,7 @@ inline constexpr int kDefaultZstdLevel = 1;
 inline constexpr int kMaxSubspace = 65536;
 inline constexpr double kMinKltStep = 0.001, kMaxKltStep = 16.0;
 inline constexpr uint64_t kMaxKltWidth = 4096;  // klt: rows (the basis is width^2 values)
+inline constexpr uint64_t kMaxKltTablesBytes = 48 * 142 + 64;  // klt: its coder's tables, at most
 inline constexpr uint64_t kDefaultBasisSeed = 0x5eed5eed5eed5eedull;
 
 // One stage and its parameters; fields that do not apply to `kind` keep their defaults.

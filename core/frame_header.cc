@@ -4,12 +4,26 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "compression/chain_spec.h"
 #include "core/model_layout.h"
 #include "core/status.h"
 #include "core/tensor_key.h"
 #include "core/tied_embeddings.h"
 
 namespace strait {
+namespace {
+
+bool LinksUseKlt(const JobSpec& spec) {
+  for (const LinkSpec& link : spec.links) {
+    for (const std::string& chain : {link.forward, link.backward}) {
+      absl::StatusOr<compression::ChainSpec> parsed = compression::ParseChainSpec(chain);
+      if (parsed.ok() && parsed->stages[0].kind == compression::StageKind::kKlt) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
 
 uint64_t MaxFrameWireBytes(const JobSpec& spec) {
   const std::vector<LayerLayout> layers = BuildModelLayout(spec.model);
@@ -20,9 +34,14 @@ uint64_t MaxFrameWireBytes(const JobSpec& spec) {
     if (!spec.SplitMayMove()) cuts.push_back(spec.sites[s].layers.end - 1);
   }
   for (size_t k = 0; spec.SplitMayMove() && k + 1 < layers.size(); ++k) cuts.push_back(k);
+  const bool klt = LinksUseKlt(spec);
   for (int k : cuts) {
-    largest = std::max<uint64_t>(
-        largest, NumElements(layers[k].out_shape) * spec.training.MicrobatchSize() * sizeof(float));
+    const uint64_t elements = NumElements(layers[k].out_shape) * spec.training.MicrobatchSize();
+    const uint64_t width = layers[k].out_shape.back();
+    // klt: its symbols (at most 6 bytes a value), a table a column group and the basis.
+    largest = std::max<uint64_t>(largest, klt ? 6 * elements + 2 * width * width + 5 * width +
+                                                    compression::kMaxKltTablesBytes
+                                              : elements * sizeof(float));
   }
   if (const std::optional<TiedMatrix> tied = TiedMatrixOf(spec.model)) {
     largest = std::max<uint64_t>(largest, tied->numel * sizeof(float));  // The TIED frames.

@@ -27,7 +27,8 @@ FramePieces CutIntoPieces(uint64_t wire_bytes, uint64_t chunk_bytes);
 // microbatch of activations, fp32, a tied matrix's gradient, or with a planned split the layers
 // that move after a re-plan: MaxMoveFloats, or with replicas a stage's parameters as masked
 // fixed-point words: MaxSumWords) plus the worst case a lossless
-// codec adds, the codec header and the AEAD tag. The gateway refuses larger frames, and its memory
+// codec adds, the codec header and the AEAD tag; on klt links, the worst case of its symbols and a
+// basis (2 width^2 bytes). The gateway refuses larger frames, and its memory
 // budget must hold at least one.
 uint64_t MaxFrameWireBytes(const JobSpec& spec);
 
