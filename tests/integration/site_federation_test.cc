@@ -305,7 +305,7 @@ TEST(LossyLinkTest, Int8ForwardBf16BackwardForAnEpochStaysWithinHalfAPoint) {
 
 // The link learns its basis (a new one every 160 frames, each carried once) and codes in it.
 TEST(LossyLinkTest, KltBothWaysForAnEpochStaysWithinHalfAPoint) {
-  LossyEpoch("klt:0.1", "klt:1:sr", 6.0);
+  LossyEpoch("klt:0.1", "klt:1:sr", 5.0);  // 6.1x: rows of 256, 32 a microbatch; a basis of 256^2
 }
 
 TEST(MixedWorkersTest, OneTwoOneWorkersMatchOneProcessUpToFloatOrder) {
