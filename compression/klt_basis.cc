@@ -17,6 +17,7 @@ extern "C" void dsyevd_(const char* jobz, const char* uplo, const int* n, double
 namespace strait::compression {
 
 void KltBasis::Forward(const float* x, size_t rows, float* z) const {
+  if (rows == 0) return;
   if (id == 0) {
     std::memcpy(z, x, rows * width * sizeof(float));
     return;
@@ -31,6 +32,7 @@ void KltBasis::Forward(const float* x, size_t rows, float* z) const {
 }
 
 void KltBasis::Inverse(const float* z, size_t rows, float* x) const {
+  if (rows == 0) return;
   if (id == 0) {
     std::memcpy(x, z, rows * width * sizeof(float));
     return;

@@ -11,6 +11,7 @@
 //
 // Payload (little-endian): u8 flags (bit 0: a basis follows), u32 basis id (0: the identity),
 // u32 row width d, f32 step; [a basis: d f32 mean, d x d bf16 directions]; the symbols.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -27,6 +28,8 @@ namespace {
 constexpr uint64_t kRefreshFrames = 160;  // 20 steps of 8 microbatches
 constexpr uint64_t kHeaderSize = 13;
 constexpr uint8_t kFlagBasis = 1;
+// Far beyond any activation or gradient; keeps every honest frame's reconstruction finite.
+constexpr float kMaxValue = 1e30f;
 
 uint64_t BasisSize(uint64_t width) { return 4 * width + 2 * width * width; }
 
@@ -60,6 +63,11 @@ class KltStage final : public CodecStage {
     for (float z : coefficients_) squares += double{z} * z;
     if (!std::isfinite(squares)) {
       return absl::InvalidArgumentError("klt: the tensor holds NaN or infinite values");
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (std::abs(x[i]) > kMaxValue) {
+        return absl::InvalidArgumentError("klt codes values up to 1e30 in magnitude");
+      }
     }
     const float step = n == 0 ? 0.0f : static_cast<float>(step_ * std::sqrt(squares / n));
     Quantize(step, context.seed);
@@ -127,10 +135,15 @@ class KltStage final : public CodecStage {
     coefficients_.resize(n);
     for (size_t i = 0; i < n; ++i) coefficients_[i] = static_cast<float>(symbols_[i]) * step;
     float* x = reinterpret_cast<float*>(out.data());
+    if (n == 0) return absl::OkStatus();
     if (id == 0) {
       std::memcpy(x, coefficients_.data(), 4 * n);
     } else {
       received_.Inverse(coefficients_.data(), n / d, x);
+    }
+    // A sender codes only finite values (Encode refuses others): an overflow here is forged.
+    for (size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(x[i])) return Malformed("the values overflow a float");
     }
     return absl::OkStatus();
   }
@@ -158,16 +171,17 @@ class KltStage final : public CodecStage {
   // symbols_ = coefficients_ / step, rounded (to nearest, or stochastically from `seed`).
   void Quantize(float step, uint64_t seed) {
     symbols_.resize(coefficients_.size());
-    if (step == 0) {
+    const float inverse = 1.0f / step;
+    if (step == 0 || !std::isfinite(inverse)) {  // Nothing, or values too small for a float step.
       std::fill(symbols_.begin(), symbols_.end(), 0);
       return;
     }
-    const float inverse = 1.0f / step, limit = static_cast<float>(kMaxCodedSymbol);
+    const double limit = kMaxCodedSymbol;  // exact in a double, not in a float
     for (size_t i = 0; i < coefficients_.size(); ++i) {
       const float scaled = coefficients_[i] * inverse;
       const float rounded =
           stochastic_ ? std::floor(scaled + RoundingNoise(seed, i)) : std::nearbyint(scaled);
-      symbols_[i] = static_cast<int32_t>(std::fmax(-limit, std::fmin(limit, rounded)));
+      symbols_[i] = static_cast<int32_t>(std::clamp(double{rounded}, -limit, limit));
     }
   }
 
