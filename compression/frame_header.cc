@@ -17,17 +17,21 @@ uint64_t Get64(const uint8_t* in) {
   return v;
 }
 
+uint64_t DoubleBits(double v) {
+  uint64_t bits;
+  std::memcpy(&bits, &v, 8);
+  return bits;
+}
+
 uint64_t StageParameter(const StageSpec& s) {
   switch (s.kind) {
     case StageKind::kInt8:
     case StageKind::kInt4:
       return static_cast<uint64_t>(s.block_size);
     case StageKind::kTopK:
-    case StageKind::kKlt: {
-      uint64_t bits;
-      std::memcpy(&bits, s.kind == StageKind::kKlt ? &s.step : &s.fraction, 8);
-      return bits;
-    }
+      return DoubleBits(s.fraction);
+    case StageKind::kKlt:
+      return DoubleBits(s.step);
     case StageKind::kShuffle:
       return static_cast<uint64_t>(s.width);
     case StageKind::kZstd:

@@ -45,6 +45,13 @@ class KltStage final : public CodecStage {
     STRAIT_RETURN_IF_ERROR(CheckWidth(n));
     const float* x = reinterpret_cast<const float*>(in.data());
     const size_t rows = n / d;
+    for (size_t i = 0; i < n; ++i) {  // Before any state changes; NaN fails the comparison.
+      if (!(std::abs(x[i]) <= kMaxValue)) {
+        return absl::InvalidArgumentError(
+            "klt codes finite values up to 1e30 in magnitude; the tensor holds NaN, an infinity "
+            "or a larger value");
+      }
+    }
     if (tracker_.width() != d) {  // A new link, or rows of another width: start over.
       tracker_.Reset(d);
       sent_ = KltBasis{.width = d};
@@ -59,16 +66,8 @@ class KltStage final : public CodecStage {
     }
     coefficients_.resize(n);
     sent_.Forward(x, rows, coefficients_.data());
-    double squares = 0;
+    double squares = 0;  // Finite: every value is at most 1e30.
     for (float z : coefficients_) squares += double{z} * z;
-    if (!std::isfinite(squares)) {
-      return absl::InvalidArgumentError("klt: the tensor holds NaN or infinite values");
-    }
-    for (size_t i = 0; i < n; ++i) {
-      if (std::abs(x[i]) > kMaxValue) {
-        return absl::InvalidArgumentError("klt codes values up to 1e30 in magnitude");
-      }
-    }
     const float step = n == 0 ? 0.0f : static_cast<float>(step_ * std::sqrt(squares / n));
     Quantize(step, context.seed);
 
