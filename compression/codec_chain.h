@@ -31,6 +31,11 @@ struct CodecOptions {
   uint64_t seed = 0x5eed5eed5eed5eedull;
 };
 
+// The rounding seed of one of several chains that code related tensors (a job's link directions,
+// numbered by the caller): each draws its own noise, so that the rounding errors of two links that
+// carry nearly the same gradient do not add up coherently.
+uint64_t StreamSeed(uint64_t stream);
+
 // A decoded frame. Reuse one across calls: its buffers then stop allocating.
 struct DecodedTensor {
   std::vector<float> values;

@@ -71,6 +71,12 @@ class LinkBuilder {
   const std::string& SiteId(int stage) const {
     return spec_.SiteIdAt(sealing_.replica * spec_.Stages() + stage);
   }
+  // Stochastic rounding's seed for this pipeline's link direction at `boundary`: its own noise.
+  uint64_t RoundingSeed(int boundary, v1::Direction direction) const {
+    return compression::StreamSeed(static_cast<uint64_t>(sealing_.replica) << 32 |
+                                   static_cast<uint64_t>(boundary) << 1 |
+                                   (direction == v1::BACKWARD ? 1 : 0));
+  }
   absl::Status AddPrevious(StageLinks& links);
   absl::Status AddNext(StageLinks& links);
   absl::Status AddTied(int peer, StageLinks& links);
@@ -98,7 +104,8 @@ absl::Status LinkBuilder::AddPrevious(StageLinks& links) {
   const int peer = index_ - 1;
   const LinkSpec& link = spec_.links[peer];
   STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c, CryptoWith(link, peer));
-  STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create(link.backward, std::move(c.sealer)));
+  STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create(link.backward, std::move(c.sealer),
+                                                             RoundingSeed(peer, v1::BACKWARD)));
   STRAIT_ASSIGN_OR_RETURN(links.backward_out,
                           FrameSender::Create(gateway_, std::move(encoder), peer, v1::BACKWARD,
                                               metrics_, limits_.window));
@@ -115,7 +122,8 @@ absl::Status LinkBuilder::AddNext(StageLinks& links) {
   const int peer = index_ + 1;
   const LinkSpec& link = spec_.links[index_];
   STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c, CryptoWith(link, peer));
-  STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create(link.forward, std::move(c.sealer)));
+  STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create(link.forward, std::move(c.sealer),
+                                                             RoundingSeed(index_, v1::FORWARD)));
   STRAIT_ASSIGN_OR_RETURN(links.forward_out,
                           FrameSender::Create(gateway_, std::move(encoder), index_, v1::FORWARD,
                                               metrics_, limits_.window));

@@ -50,9 +50,10 @@ std::string FrameAad(const v1::FrameHeader& header) {
 }
 
 absl::StatusOr<std::unique_ptr<FrameEncoder>> FrameEncoder::Create(
-    const std::string& chain, std::unique_ptr<crypto::Sealer> sealer) {
-  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<compression::CodecChain> codec,
-                          compression::CodecChain::Create(chain));
+    const std::string& chain, std::unique_ptr<crypto::Sealer> sealer, uint64_t rounding_seed) {
+  STRAIT_ASSIGN_OR_RETURN(
+      std::unique_ptr<compression::CodecChain> codec,
+      compression::CodecChain::Create(chain, compression::CodecOptions{.seed = rounding_seed}));
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<compression::CodecChain> lossless,
                           compression::CodecChain::Create("none"));
   return std::unique_ptr<FrameEncoder>(

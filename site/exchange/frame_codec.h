@@ -29,9 +29,11 @@ std::string FrameAad(const v1::FrameHeader& header);
 // Encodes and seals tensors of one link direction. Not thread-safe (one per sending thread).
 class FrameEncoder {
  public:
-  // `sealer` null: the link is configured with `encryption: false`.
+  // `sealer` null: the link is configured with `encryption: false`. `rounding_seed`: stochastic
+  // rounding's (compression::StreamSeed of the link direction).
   static absl::StatusOr<std::unique_ptr<FrameEncoder>> Create(
-      const std::string& chain, std::unique_ptr<crypto::Sealer> sealer);
+      const std::string& chain, std::unique_ptr<crypto::Sealer> sealer,
+      uint64_t rounding_seed = compression::CodecOptions{}.seed);
 
   struct Frame {
     v1::FrameHeader header;

@@ -151,5 +151,30 @@ TEST(CodecChainTest, DecodeLimitRefusesLargeTensorsBeforeAllocating) {
             absl::StatusCode::kResourceExhausted);
 }
 
+// Two links that carry nearly the same gradient must not round it with the same noise: their
+// errors would add up coherently at the first stage (the residual stream's gradient at two
+// boundaries is largely the same tensor).
+TEST(CodecChainTest, EachStreamRoundsWithItsOwnNoise) {
+  std::vector<float> v(4096);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.37f * std::sin(0.1f * i);
+  auto errors = [&](uint64_t stream) {
+    auto chain = *CodecChain::Create("int4:sr", CodecOptions{.seed = StreamSeed(stream)});
+    DecodedTensor out;
+    EXPECT_TRUE(chain->Decode(*chain->Encode(v, {4096}), &out).ok());
+    std::vector<double> e(v.size());
+    for (size_t i = 0; i < v.size(); ++i) e[i] = out.values[i] - v[i];
+    return e;
+  };
+  auto correlation = [](const std::vector<double>& a, const std::vector<double>& b) {
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t i = 0; i < a.size(); ++i) ab += a[i] * b[i], aa += a[i] * a[i], bb += b[i] * b[i];
+    return ab / std::sqrt(aa * bb);
+  };
+  EXPECT_NE(StreamSeed(0), StreamSeed(1));
+  EXPECT_DOUBLE_EQ(correlation(errors(3), errors(3)), 1.0);  // Reproducible.
+  EXPECT_LT(std::abs(correlation(errors(2), errors(3))), 0.1);
+  EXPECT_LT(std::abs(correlation(errors(0), errors(uint64_t{1} << 32))), 0.1);
+}
+
 }  // namespace
 }  // namespace strait::compression
