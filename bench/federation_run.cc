@@ -1,6 +1,5 @@
 #include "bench/federation_run.h"
 
-#include "absl/strings/str_format.h"
 #include "harness/subprocess.h"
 
 namespace strait::bench {
@@ -34,12 +33,7 @@ absl::StatusOr<FederationRun> RunFederation(
     if (!evaluate) args.push_back("--no-eval");
     fed.StartSite(id, args);
   }
-  for (const std::string& id : ids) {
-    if (int code = fed.WaitSite(id, kRunLimit); code != 0) {
-      return absl::InternalError(
-          absl::StrFormat("site %s exited with %d:\n%s", id, code, fed.SiteLog(id)));
-    }
-  }
+  if (absl::Status done = fed.WaitSites(ids, kRunLimit); !done.ok()) return done;
   FederationRun run;
   run.gateway_cpu_seconds = fed.gateway().CpuSeconds();
   run.emulator_cpu_seconds = fed.WanCpuSeconds();

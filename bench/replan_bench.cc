@@ -107,14 +107,10 @@ void StartSites(harness::LocalFederation& fed, const std::vector<std::string>& i
 }
 
 absl::Status WaitSites(harness::LocalFederation& fed, const std::vector<std::string>& ids) {
-  for (const std::string& id : ids) {
-    if (int code = fed.WaitSite(id, kRunLimit); code != 0) {
-      return absl::InternalError(absl::StrCat("site ", id, " exited with ", code, ":\n",
-                                              fed.SiteLog(id), "\n--- gateway:\n",
-                                              harness::ReadFile(fed.GatewayLogFile())));
-    }
-  }
-  return absl::OkStatus();
+  absl::Status done = fed.WaitSites(ids, kRunLimit);
+  if (done.ok()) return done;
+  return absl::Status(done.code(), absl::StrCat(done.message(), "\n--- gateway:\n",
+                                                harness::ReadFile(fed.GatewayLogFile())));
 }
 
 // Whether the sites' final checkpoints, in stage order, are `strait train`'s byte for byte.

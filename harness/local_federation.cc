@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 
@@ -200,6 +201,30 @@ void LocalFederation::StartRank(const std::string& site, int rank,
 
 int LocalFederation::WaitSite(const std::string& site, std::chrono::seconds timeout) {
   return sites_.at(site)->Wait(timeout);
+}
+
+absl::Status LocalFederation::WaitSites(const std::vector<std::string>& sites,
+                                        std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<std::string> running = sites;
+  while (!running.empty()) {
+    for (auto it = running.begin(); it != running.end();) {
+      const int code = WaitSite(*it, std::chrono::seconds(0));
+      if (code != 0 && code != -1) {
+        return absl::InternalError(
+            absl::StrCat("site ", *it, " exited with code ", code, ":\n", SiteLog(*it)));
+      }
+      it = code == 0 ? running.erase(it) : it + 1;
+    }
+    if (running.empty()) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("site ", running.front(),
+                                                      " still runs after ", timeout.count(),
+                                                      " s:\n", SiteLog(running.front())));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return absl::OkStatus();
 }
 
 std::string LocalFederation::SiteLog(const std::string& site) const {

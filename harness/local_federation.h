@@ -106,6 +106,11 @@ class LocalFederation {
   Process& site(const std::string& site) { return *sites_.at(site); }
   // Waits for site `site` to exit; its exit code (-1 on timeout).
   int WaitSite(const std::string& site, std::chrono::seconds timeout);
+  // Waits for all of `sites` to exit 0, and stops at the first that exits with another code: its
+  // peers wait for a failed site to come back (by design), so waiting for them one by one would
+  // report the failure only at the timeout. The error names the site, its code (-1: still running
+  // at the timeout) and its log's tail.
+  absl::Status WaitSites(const std::vector<std::string>& sites, std::chrono::seconds timeout);
   std::string SiteLog(const std::string& site) const;
   std::string SiteLogFile(const std::string& site) const { return dir_.File(site + ".log"); }
   std::string GatewayLogFile() const { return dir_.File("gateway.log"); }

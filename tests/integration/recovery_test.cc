@@ -98,9 +98,7 @@ void KillTheMiddleSiteAndResume(const std::string& schedule) {
   std::printf("killed dc-b after its checkpoint of step %d\n", after);
 
   fed.StartSite("dc-b", {"--threads", "1", "--resume"});
-  for (const std::string& site : kSites) {
-    ASSERT_EQ(fed.WaitSite(site, seconds(600)), 0) << site << ":\n" << fed.SiteLog(site);
-  }
+  ASSERT_EQ(fed.WaitSites(kSites, seconds(600)), absl::OkStatus());
   const std::string gateway_log = fed.gateway().LogTail(20000);
   EXPECT_NE(gateway_log.find("training restarts at step"), std::string::npos) << gateway_log;
   const size_t resumed = gateway_log.find("training resumed");
@@ -134,8 +132,8 @@ TEST(RecoveryTest, TheGatewayKilledMidRunAndRestartedEndsBitIdentical) {
   EXPECT_EQ(fed.gateway().Wait(seconds(10)), 128 + SIGKILL);
   std::this_thread::sleep_for(seconds(2));  // The sites notice and keep trying to join again.
   ASSERT_TRUE(fed.RestartGateway(&error)) << error;
+  ASSERT_EQ(fed.WaitSites(kSites, seconds(300)), absl::OkStatus()) << FederationLogs(fed, kSites);
   for (const std::string& site : kSites) {
-    ASSERT_EQ(fed.WaitSite(site, seconds(300)), 0) << site << "\n" << FederationLogs(fed, kSites);
     EXPECT_NE(harness::ReadFile(fed.SiteLogFile(site)).find("joined the gateway at"),
               std::string::npos)
         << harness::ReadFile(fed.SiteLogFile(site));
@@ -180,9 +178,7 @@ TEST(RecoveryTest, ALinkCutForTenSecondsThenRestoredEndsBitIdentical) {
   std::this_thread::sleep_for(seconds(10));
   ASSERT_TRUE(fed.site("dc-b").Running()) << fed.SiteLog("dc-b");
   wan.Kill(SIGUSR2);
-  for (const std::string& site : kSites) {
-    ASSERT_EQ(fed.WaitSite(site, seconds(600)), 0) << site << ":\n" << fed.SiteLog(site);
-  }
+  ASSERT_EQ(fed.WaitSites(kSites, seconds(600)), absl::OkStatus());
   const std::string log = harness::ReadFile(fed.SiteLogFile("dc-b"));
   EXPECT_NE(log.find("cannot reach the gateway"), std::string::npos) << log;
   EXPECT_NE(log.find("joined the gateway at"), std::string::npos) << log;
@@ -198,9 +194,7 @@ TEST(RecoveryTest, ResumeSkipsACorruptAndATruncatedCheckpoint) {
   std::string error;
   ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
   for (const std::string& site : kSites) fed.StartSite(site, {"--threads", "1", "--steps", "40"});
-  for (const std::string& site : kSites) {
-    ASSERT_EQ(fed.WaitSite(site, seconds(300)), 0) << site << ":\n" << fed.SiteLog(site);
-  }
+  ASSERT_EQ(fed.WaitSites(kSites, seconds(300)), absl::OkStatus());
   // dc-b's newest checkpoint gets a flipped byte, dc-a's newest loses its tail.
   {
     std::fstream f(CheckpointFile(fed, "dc-b", 40),
@@ -219,9 +213,7 @@ TEST(RecoveryTest, ResumeSkipsACorruptAndATruncatedCheckpoint) {
   // the newest that every site holds intact.
   ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
   for (const std::string& site : kSites) fed.StartSite(site, {"--threads", "1", "--resume"});
-  for (const std::string& site : kSites) {
-    ASSERT_EQ(fed.WaitSite(site, seconds(300)), 0) << site << ":\n" << fed.SiteLog(site);
-  }
+  ASSERT_EQ(fed.WaitSites(kSites, seconds(300)), absl::OkStatus());
   for (const char* site : {"dc-a", "dc-b"}) {
     const std::string log = fed.SiteLog(site);
     EXPECT_NE(log.find("refusing checkpoint"), std::string::npos) << log;

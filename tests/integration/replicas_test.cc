@@ -73,9 +73,7 @@ void TrainAll(BuildTreeFederation& fed, int ranks = 1) {
       fed.StartSite(site, threads);
     }
   }
-  for (const std::string& site : kSites) {
-    ASSERT_EQ(fed.WaitSite(site, seconds(600)), 0) << site << ":\n" << fed.SiteLog(site);
-  }
+  ASSERT_EQ(fed.WaitSites(kSites, seconds(600)), absl::OkStatus());
   for (const char* site : {"dc-b", "dc-d"}) {
     for (int r = 1; r < ranks; ++r) {
       const std::string rank = BuildTreeFederation::RankName(site, r);
@@ -162,9 +160,7 @@ void KillAReplicaDuringARound(const JobOptions& job, bool streamed) {
   EXPECT_EQ(fed.WaitSite("dc-c", seconds(10)), 128 + SIGKILL);
   fed.site("dc-a").Kill(SIGCONT);
   fed.StartSite("dc-c", {"--threads", "1", "--resume"});
-  for (const std::string& site : kSites) {
-    ASSERT_EQ(fed.WaitSite(site, seconds(600)), 0) << site << ":\n" << fed.SiteLog(site);
-  }
+  ASSERT_EQ(fed.WaitSites(kSites, seconds(600)), absl::OkStatus());
   const std::string gateway_log = fed.gateway().LogTail(20000);
   EXPECT_NE(gateway_log.find("training restarts at step"), std::string::npos) << gateway_log;
   ExpectSameFinalState(fed, clean, kSites);

@@ -46,9 +46,7 @@ TEST(GpuFederationTest, ACudaSiteMatchesTheAllCpuRun) {
   std::string error;
   ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
   for (const std::string& id : sites) fed.StartSite(id);
-  for (const std::string& id : sites) {
-    ASSERT_EQ(fed.WaitSite(id, seconds(600)), 0) << id << ":\n" << fed.SiteLog(id);
-  }
+  ASSERT_EQ(fed.WaitSites(sites, seconds(600)), absl::OkStatus());
   ASSERT_EQ(fed.RunReference({"--device", "cpu"}, seconds(600)), 0);
   absl::StatusOr<site::CheckpointState> reference =
       site::ReadCheckpoint(fed.ReferenceDir() + "/final.ckpt");

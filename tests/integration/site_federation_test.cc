@@ -102,9 +102,7 @@ void TrainBoth(BuildTreeFederation& fed,
   std::string error;
   ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
   for (const std::string& site : kSites) fed.StartSite(site, site_args);
-  for (const std::string& site : kSites) {
-    ASSERT_EQ(fed.WaitSite(site, seconds(600)), 0) << site << ":\n" << fed.SiteLog(site);
-  }
+  ASSERT_EQ(fed.WaitSites(kSites, seconds(600)), absl::OkStatus());
   ASSERT_EQ(fed.RunReference({"--threads", "1"}, seconds(600)), 0)
       << harness::ReadFile(fed.dir().File("reference.log"));
 }
@@ -358,15 +356,16 @@ TEST(SecurityTest, AFrameAlteredInTheGatewayIsRefusedCountedAndStopsTraining) {
   ASSERT_TRUE(fed.StartGateway({"--tamper-frame", "3"}, &error)) << error;
   for (const std::string& site : kSites) fed.StartSite(site);
   // Whichever site consumes the third frame stored must refuse it and stop; the others then wait
-  // for it (recovery is the failure issue's), and the fixture stops them.
+  // for it (recovery is the failure issue's), and the fixture stops them. WaitSites reports the
+  // one that stopped without waiting for the others.
+  const absl::Status stopped = fed.WaitSites(kSites, seconds(60));
   std::string refused_by;
-  for (int i = 0; i < 600 && refused_by.empty(); ++i) {
-    for (const std::string& site : kSites) {
-      if (fed.WaitSite(site, seconds(0)) == 1) refused_by = site;
+  for (const std::string& site : kSites) {
+    if (absl::StrContains(stopped.message(), "site " + site + " exited with code 1:")) {
+      refused_by = site;
     }
-    if (refused_by.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  ASSERT_FALSE(refused_by.empty()) << "no site refused the altered frame";
+  ASSERT_FALSE(refused_by.empty()) << "no site refused the altered frame: " << stopped;
   const std::string log = fed.SiteLog(refused_by);
   EXPECT_THAT(log, ::testing::HasSubstr("refused frame"));
   EXPECT_THAT(log, ::testing::HasSubstr("authentication failed"));

@@ -75,9 +75,7 @@ void Start(BuildTreeFederation& fed, int machines) {
 
 // Every process of the federation exits 0.
 void Finish(BuildTreeFederation& fed, int machines) {
-  for (const std::string& site : kSites) {
-    ASSERT_EQ(fed.WaitSite(site, seconds(600)), 0) << site << ":\n" << fed.SiteLog(site);
-  }
+  ASSERT_EQ(fed.WaitSites(kSites, seconds(600)), absl::OkStatus());
   for (int r = 1; r < machines; ++r) {
     const std::string rank = BuildTreeFederation::RankName("dc-b", r);
     ASSERT_EQ(fed.WaitSite(rank, seconds(60)), 0) << rank << ":\n" << fed.SiteLog(rank);

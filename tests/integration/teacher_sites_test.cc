@@ -122,10 +122,8 @@ TEST_F(TeacherSitesTest, TeacherSitesTeachTheSameBitsAsOneProcess) {
   std::string error;
   ASSERT_TRUE(fed.StartGateway({}, &error)) << error;
   for (const std::string& site : Members()) fed.StartSite(site, {"--threads", "1"});
-  for (const std::string& site : Members()) {
-    ASSERT_EQ(fed.WaitSite(site, seconds(600)), 0) << site << ":\n"
-                                                   << FederationLogs(fed, Members());
-  }
+  ASSERT_EQ(fed.WaitSites(Members(), seconds(600)), absl::OkStatus())
+      << FederationLogs(fed, Members());
   ExpectLikeReference(fed, steps);
 
   // What crossed from each teacher site: TEACH frames only, one per microbatch, each of a
@@ -191,10 +189,8 @@ TEST_P(TeacherKillTest, ATeacherSiteKilledMidRunAndRestartedEndsBitIdentical) {
   std::printf("killed %s after the student's checkpoint of step 20\n", victim.c_str());
 
   fed.StartSite(victim, {"--threads", "1", "--resume"});
-  for (const std::string& site : Members()) {
-    ASSERT_EQ(fed.WaitSite(site, seconds(600)), 0) << site << ":\n"
-                                                   << FederationLogs(fed, Members());
-  }
+  ASSERT_EQ(fed.WaitSites(Members(), seconds(600)), absl::OkStatus())
+      << FederationLogs(fed, Members());
   const std::string gateway_log = fed.gateway().LogTail(20000);
   const size_t restart = gateway_log.find("training restarts at step");
   ASSERT_NE(restart, std::string::npos) << gateway_log;
