@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "compression/float_bits.h"
 
 namespace strait::compression {
 namespace {
@@ -44,10 +45,8 @@ CodecChain::CodecChain(const ChainSpec& spec, const CodecOptions& options)
 }
 
 uint64_t StreamSeed(uint64_t stream) {
-  uint64_t z = CodecOptions{}.seed + (stream + 1) * 0x9e3779b97f4a7c15ull;  // splitmix64
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+  uint64_t state = CodecOptions{}.seed + stream * 0x9e3779b97f4a7c15ull;
+  return SplitMix64(state);
 }
 
 uint64_t CodecChain::SeedOf(uint64_t call) const {

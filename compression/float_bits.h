@@ -119,6 +119,14 @@ STRAIT_HD QuantScale MakeQuantScale(int32_t absmax_bits, float qmax) {
   return q;
 }
 
+// splitmix64: advances `state` and returns the next of its well-mixed 64-bit values (seeds).
+STRAIT_HD uint64_t SplitMix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 // Uniform noise in [0, 1) for stochastic rounding, a pure function of (seed, index) so that any
 // device reproduces it (a 32-bit integer hash; lowbias32 by C. Wellons).
 STRAIT_HD float RoundingNoise(uint64_t seed, uint64_t index) {

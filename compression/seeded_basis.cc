@@ -7,16 +7,10 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "compression/float_bits.h"
 
 namespace strait::compression {
 namespace {
-
-uint64_t SplitMix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 // Natural log of x in (0, 1]: x = m 2^e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s) with
 // s = (m - 1) / (m + 1), |s| < 0.172, summed to s^27 (the next term is below 1e-19).

@@ -391,8 +391,7 @@ links:
   EXPECT_EQ(spec->links[1].backward, "none");
 }
 
-// proj at a boundary: the same K and seed both ways, K below the boundary's width (64 here);
-// tests/data/bad_specs has the refusals' exact messages.
+// klt at a boundary: rows of at most 4096 values, klt alone in its chain.
 TEST(JobSpecTest, KltLinksFitTheBoundary) {
   auto parse = [](int width, const std::string& link) {
     return ParseJobSpec(absl::StrCat("name: k\nmodel: {family: mlp, input: 784, hidden: [", width,
@@ -414,6 +413,8 @@ TEST(JobSpecTest, KltLinksFitTheBoundary) {
               ::testing::HasSubstr("'klt' must be the only stage of a codec chain"));
 }
 
+// proj at a boundary: the same K and seed both ways, K below the boundary's width (64 here);
+// tests/data/bad_specs has the refusals' exact messages.
 TEST(JobSpecTest, ProjectLinksAgreeAndFitTheBoundary) {
   auto parse = [](const std::string& layers, const std::string& link) {
     return ParseJobSpec(absl::StrCat(R"(
