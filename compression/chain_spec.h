@@ -12,7 +12,7 @@
 //   proj:K[:SEED]      project rows of the tensor (its last dimension d) onto K <= d orthonormal
 //                      directions drawn from SEED (a u64, default kDefaultBasisSeed); K in
 //                      [1, 65536]
-//   klt:STEP[:sr]      transform coding in a basis the link learns (klt_stage.h): one uniform
+//   klt:STEP[:sr]      transform coding in a basis the link learns (klt_stage.cc): one uniform
 //                      step of STEP x the coefficients' rms, STEP in [0.001, 16], rounded to
 //                      nearest or stochastically ("sr"), entropy-coded; the chain's only stage
 // proj first when present, then at most one value stage (fp16, bf16, int8, int4, topk), then

@@ -31,6 +31,7 @@ class CovarianceTracker {
   // Forgets every row; rows now have `width` values.
   void Reset(size_t width);
   size_t width() const { return width_; }
+  uint64_t rows() const { return rows_; }  // Added since Reset.
   void Add(const float* x, size_t rows);
   // The eigenvectors of the covariance of the rows added since Reset (at least one), largest
   // eigenvalue first, rounded to bf16, and their mean; then Reset. Internal when LAPACK fails.

@@ -1,13 +1,14 @@
 // klt:STEP[:sr] (chain_spec.h): transform coding in a basis the link learns
 // (docs/notes/activation-subspace.md §4). The sender keeps the covariance of the rows it codes and
-// every kRefreshFrames frames takes its eigenvectors as the new basis, which travels (bf16) in the
-// first frame coded in it; every frame names its basis. Coefficients are quantized with one uniform
-// step a frame (STEP x their rms), to nearest or stochastically, and range-coded (rans_coder.h).
+// takes its eigenvectors as the new basis once it holds kFirstFitRows rows per column, then every
+// kRefreshFrames frames; a basis travels (bf16) in the first frame coded in it, and every frame
+// names its basis. Coefficients are quantized with one uniform step a frame (STEP x their rms), to
+// nearest or stochastically, and range-coded (rans_coder.h).
 //
 // Unlike every other stage, a klt frame does not decode alone: the receiver holds the basis an
 // earlier frame of its link carried. Frames of one link direction are decoded in the order they
 // were sent (site::FrameReceiver), and both ends start a rollback generation with new links, so
-// without a basis (the identity until the sender's first fit).
+// without a basis (the identity, uncentred, until the sender's first fit).
 //
 // Payload (little-endian): u8 flags (bit 0: a basis follows), u32 basis id (0: the identity),
 // u32 row width d, f32 step; [a basis: d f32 mean, d x d bf16 directions]; the symbols.
@@ -26,6 +27,9 @@ namespace strait::compression {
 namespace {
 
 constexpr uint64_t kRefreshFrames = 160;  // 20 steps of 8 microbatches
+// The first basis: once the covariance has this many rows per column (4 of the GPT's frames of
+// [512, 256]), so that a link leaves the identity within its first step.
+constexpr uint64_t kFirstFitRows = 8;
 constexpr uint64_t kHeaderSize = 13;
 constexpr uint8_t kFlagBasis = 1;
 // Far beyond any activation or gradient; keeps every honest frame's reconstruction finite.
@@ -59,7 +63,9 @@ class KltStage final : public CodecStage {
     }
     tracker_.Add(x, rows);
     bool carries_basis = false;
-    if (++frames_ == kRefreshFrames) {
+    ++frames_;
+    const bool first_fit = sent_.id == 0 && tracker_.rows() >= kFirstFitRows * d;
+    if (first_fit || frames_ == kRefreshFrames) {
       STRAIT_ASSIGN_OR_RETURN(sent_, tracker_.Fit(sent_.id + 1));
       frames_ = 0;
       carries_basis = true;

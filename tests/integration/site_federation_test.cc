@@ -301,7 +301,8 @@ TEST(LossyLinkTest, Int8ForwardBf16BackwardForAnEpochStaysWithinHalfAPoint) {
   LossyEpoch("int8+zstd", "bf16", 3.0);
 }
 
-// The link learns its basis (a new one every 160 frames, each carried once) and codes in it.
+// The link learns its basis (the first within a step, then a new one every 160 frames, each
+// carried once) and codes in it.
 TEST(LossyLinkTest, KltBothWaysForAnEpochStaysWithinHalfAPoint) {
   LossyEpoch("klt:0.1", "klt:1:sr", 5.0);  // 6.1x: rows of 256, 32 a microbatch; a basis of 256^2
 }
