@@ -19,6 +19,10 @@ the backward rounds stochastically, unbiased):
                        every --refresh steps takes its eigenvectors as the basis (sent once, bf16),
                        and codes coefficients in that basis with one uniform step; components of
                        little variance fall to zero and cost almost nothing
+  fklt:STEP[:LAMBDA]   klt with the noise shaped by what the loss is sensitive to (forward only):
+                       the sender also keeps the covariance G of the gradients that come back over
+                       the link, and codes in the KLT basis of W x, W = (G / mean eigenvalue +
+                       LAMBDA I)^(1/2) (LAMBDA default 1); the receiver gets the synthesis matrix
 
 The figures in docs/notes/activation-subspace.md come from runs of two processes side by side
 (one thread each, about 27 minutes for 800 steps), a reference and a codec, same seed:
@@ -106,9 +110,14 @@ class Codec:
 
     def __init__(self, spec, stochastic):
         self.kind, _, arg = spec.partition(":")
-        if self.kind not in ("none", "bf16", "int8", "int4", "uq", "klt"):
+        if self.kind not in ("none", "bf16", "int8", "int4", "uq", "klt", "fklt"):
             raise SystemExit(f"unknown codec {spec!r}")
+        arg, _, floor = arg.partition(":")
         self.step = float(arg) if arg else 0.0
+        self.floor = float(floor) if floor else 1.0  # fklt: LAMBDA
+        self.synthesis = torch.eye(D)  # fklt: x = z synthesis + mean (basis: the analysis)
+        self.gradient_moment = torch.zeros(D, D, dtype=torch.float64)
+        self.gradient_rows = 0
         self.stochastic = stochastic
         self.basis, self.mean = torch.eye(D), torch.zeros(D)
         self.moment2 = torch.zeros(D, D, dtype=torch.float64)
@@ -117,14 +126,34 @@ class Codec:
         self.entropy_bits = self.zstd_bits = 0.0
         self.values = 0
 
+    def observe_gradient(self, grad):
+        """fklt: the gradient of what this link sent, as it came back."""
+        if self.kind == "fklt":
+            rows = grad.reshape(-1, D).double()
+            self.gradient_moment += rows.T @ rows
+            self.gradient_rows += rows.shape[0]
+
     def refresh(self):
         """klt: the basis of what was sent since the last refresh (the receiver gets it in bf16)."""
-        if self.kind != "klt" or self.rows == 0:
+        if self.kind not in ("klt", "fklt") or self.rows == 0:
             return
         mean = self.moment1 / self.rows
         cov = self.moment2 / self.rows - torch.outer(mean, mean)
-        _, vectors = torch.linalg.eigh(cov)
-        self.basis = vectors.flip(1).bfloat16().float()
+        if self.kind == "fklt":
+            weight = torch.eye(D, dtype=torch.float64)
+            if self.gradient_rows:
+                g = self.gradient_moment / self.gradient_rows
+                w, v = torch.linalg.eigh(g / (torch.trace(g) / D) + self.floor * weight)
+                weight = v @ torch.diag(w.clamp_min(0).sqrt()) @ v.T
+            _, vectors = torch.linalg.eigh(weight @ cov @ weight)
+            analysis = weight @ vectors.flip(1)
+            self.synthesis = torch.linalg.inv(analysis).bfloat16().float()
+            self.basis = analysis.float()
+            self.gradient_moment.zero_()
+            self.gradient_rows = 0
+        else:
+            _, vectors = torch.linalg.eigh(cov)
+            self.basis = vectors.flip(1).bfloat16().float()
         # A gradient's mean is about zero: the backward is coded uncentred.
         self.mean = torch.zeros(D) if self.stochastic else mean.float()
         self.moment2.zero_()
@@ -152,7 +181,7 @@ class Codec:
 
     def __call__(self, x, train=True):
         rows = x.reshape(-1, D)
-        if self.kind in ("uq", "klt"):
+        if self.kind in ("uq", "klt", "fklt"):
             out = self.step_coded(rows, train)
         else:
             out, bits = self.fixed_rate(rows)
@@ -174,7 +203,7 @@ class Codec:
 
     def step_coded(self, x, train):
         """uq, klt: one uniform step a tensor, centred (uq: on the tensor's mean, sent with it)."""
-        if self.kind == "klt":
+        if self.kind in ("klt", "fklt"):
             if train:
                 xd = x.double()
                 self.moment2 += xd.T @ xd
@@ -190,6 +219,8 @@ class Codec:
         if train:
             self.count(q, 32 + (32 * D if self.kind == "uq" else 0))
         out = q * delta
+        if self.kind == "fklt":
+            return out @ self.synthesis + centre
         return (out @ self.basis.T if self.kind == "klt" else out) + centre
 
 
@@ -201,7 +232,9 @@ class Link(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return ctx.codecs[1](grad), None
+        decoded = ctx.codecs[1](grad)
+        ctx.codecs[0].observe_gradient(decoded)
+        return decoded, None
 
 
 class Gpt(torch.nn.Module):

@@ -13,7 +13,7 @@ namespace {
 
 constexpr absl::string_view kStages =
     "none, fp16, bf16, int8[:BLOCK][:sr], int4[:BLOCK][:sr], topk:R[:ef], shuffle, zstd[:LEVEL], "
-    "proj:K[:SEED], klt:STEP[:sr]";
+    "proj:K[:SEED], klt:STEP[:sr][:fisher]";
 
 // "codec stage 'int8': ..." when the stage has no parameters, "codec stage 'int8:...': ..." when it
 // has some (the caller shows the whole chain, or the job spec's line and column).
@@ -98,21 +98,27 @@ absl::Status ParseProject(const std::vector<std::string>& params, StageSpec* sta
   return absl::OkStatus();
 }
 
-// klt:STEP [:sr]
+// klt:STEP [:sr] [:fisher]
 absl::Status ParseKlt(const std::vector<std::string>& params, StageSpec* stage) {
-  if (params.empty() || params.size() > 2 || !absl::SimpleAtod(params[0], &stage->step) ||
+  if (params.empty() || params.size() > 3 || !absl::SimpleAtod(params[0], &stage->step) ||
       !ValidStep(stage->step)) {
     return StageError("klt", params,
                       absl::StrCat("needs the step STEP in [", kMinKltStep, ", ", kMaxKltStep,
-                                   "] (a fraction of the coefficients' rms) and optionally 'sr', "
-                                   "e.g. klt:0.1 forward or klt:1:sr backward"));
+                                   "] (a fraction of the coefficients' rms) and optionally 'sr' "
+                                   "and 'fisher', e.g. klt:0.1:fisher forward or klt:1:sr "
+                                   "backward"));
   }
-  if (params.size() == 2 && params[1] != "sr") {
-    return StageError("klt", params,
-                      absl::StrCat("unexpected parameter '", params[1],
-                                   "'; the only option is 'sr' (stochastic rounding)"));
+  for (size_t i = 1; i < params.size(); ++i) {
+    const bool sr = params[i] == "sr" && i == 1 && !stage->stochastic;
+    const bool fisher = params[i] == "fisher" && !stage->fisher;
+    if (!sr && !fisher) {
+      return StageError("klt", params,
+                        absl::StrCat("unexpected parameter '", params[i],
+                                     "'; the options are 'sr' (stochastic rounding) and then "
+                                     "'fisher' (noise shaped by the link's gradients)"));
+    }
+    (sr ? stage->stochastic : stage->fisher) = true;
   }
-  stage->stochastic = params.size() == 2;
   return absl::OkStatus();
 }
 
@@ -387,7 +393,8 @@ std::string ChainSpec::ToString() const {
         absl::StrAppend(&out, ":", s.subspace, ":", s.basis_seed);
         break;
       case StageKind::kKlt:
-        absl::StrAppend(&out, ":", FormatDouble(s.step), s.stochastic ? ":sr" : "");
+        absl::StrAppend(&out, ":", FormatDouble(s.step), s.stochastic ? ":sr" : "",
+                        s.fisher ? ":fisher" : "");
         break;
       default:
         break;

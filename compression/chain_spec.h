@@ -12,9 +12,12 @@
 //   proj:K[:SEED]      project rows of the tensor (its last dimension d) onto K <= d orthonormal
 //                      directions drawn from SEED (a u64, default kDefaultBasisSeed); K in
 //                      [1, 65536]
-//   klt:STEP[:sr]      transform coding in a basis the link learns (klt_stage.cc): one uniform
+//   klt:STEP[:sr][:fisher]
+//                      transform coding in a basis the link learns (klt_stage.cc): one uniform
 //                      step of STEP x the coefficients' rms, STEP in [0.001, 16], rounded to
-//                      nearest or stochastically ("sr"), entropy-coded; the chain's only stage
+//                      nearest or stochastically ("sr"), entropy-coded; "fisher": the noise
+//                      shaped by the gradients that come back over the link (the forward's
+//                      option); the chain's only stage
 // proj first when present, then at most one value stage (fp16, bf16, int8, int4, topk), then
 // shuffle, then zstd, each at most once. After proj the value stage codes the K coefficients of
 // each row: only fp16, bf16, or int8/int4 with block K (one scale a row); without one the
@@ -66,6 +69,7 @@ struct StageSpec {
   int subspace = 0;                         // proj: K, the number of directions kept per row
   uint64_t basis_seed = kDefaultBasisSeed;  // proj: seed of the basis (SeededBasis)
   double step = 0.0;                        // klt: quantizer step as a fraction of the rms
+  bool fisher = false;                      // klt: noise shaped by the link's gradients
 
   bool operator==(const StageSpec&) const = default;
 };

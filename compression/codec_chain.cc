@@ -65,6 +65,7 @@ absl::StatusOr<absl::Span<const uint8_t>> CodecChain::Encode(absl::Span<const fl
   EncodeContext context;
   context.element_count = count;
   context.seed = next_seed();
+  context.gradients = options_.gradients.get();
   ++calls_;
   if (spec_.NeedsResidual()) {
     if (residuals == nullptr) {

@@ -29,6 +29,9 @@ struct CodecOptions {
   uint64_t max_raw_bytes = uint64_t{1} << 30;
   // Stochastic rounding draws noise from (seed, call number, element index): reproducible runs.
   uint64_t seed = 0x5eed5eed5eed5eedull;
+  // klt:fisher: the gradients that come back over the link this chain sends on (its receiver adds
+  // them); without, a fisher basis is a plain one.
+  std::shared_ptr<GradientMoments> gradients;
 };
 
 // The rounding seed of one of several chains that code related tensors (a job's link directions,

@@ -13,6 +13,7 @@
 #include "absl/types/span.h"
 #include "compression/byte_buffer.h"
 #include "compression/chain_spec.h"
+#include "compression/gradient_moments.h"
 
 namespace strait::compression {
 
@@ -20,9 +21,10 @@ static_assert(std::endian::native == std::endian::little, "frames are little-end
 
 // What a stage may need besides its input.
 struct EncodeContext {
-  uint64_t element_count = 0;  // number of fp32 values of the tensor
-  absl::Span<float> residual;  // topk:ef: this key's residual, element_count floats
-  uint64_t seed = 0;           // stochastic rounding: noise = f(seed, element index)
+  uint64_t element_count = 0;            // number of fp32 values of the tensor
+  absl::Span<float> residual;            // topk:ef: this key's residual, element_count floats
+  uint64_t seed = 0;                     // stochastic rounding: noise = f(seed, element index)
+  GradientMoments* gradients = nullptr;  // klt:fisher: the link's gradients (none: plain klt)
 };
 
 // A stage owns its scratch buffers and library contexts and reuses them: not thread-safe, one

@@ -1,7 +1,10 @@
-// The basis a klt link codes in (klt_stage.cc): `width` orthonormal directions, largest variance
-// first, and the mean they are centred on. Only the sender fits one (CovarianceTracker, with
-// LAPACK: any solver would do, since the basis travels); it rounds the directions to bf16 before
-// using them, so that both ends transform with exactly the values that travel.
+// The basis a klt link codes in (klt_stage.cc): `width` directions, largest variance first, and
+// the mean they are centred on. Only the sender fits one (CovarianceTracker, with LAPACK: any
+// solver would do, since the basis travels). A plain basis is orthonormal, rounded to bf16 before
+// use so that both ends transform with exactly the values that travel. A fisher basis is the KLT
+// of W x, W = (G / its mean eigenvalue + I)^(1/2) for the gradients' second moment G: coefficients
+// of equal noise then cost the loss about equally, so the noise falls where the loss is least
+// sensitive; its directions (what travels) are the synthesis u^T W^-1, its analysis W u.
 #pragma once
 
 #include <cstddef>
@@ -9,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 
 namespace strait::compression {
 
@@ -17,9 +21,11 @@ struct KltBasis {
   size_t width = 0;
   std::vector<float> mean;        // width values
   std::vector<float> directions;  // width x width, row i = direction i (bf16 values)
-  std::vector<float> centre;      // mean directions^T (set by Fit: only the sender transforms)
+  // Set by Fit (only the sender transforms): row i gives coefficient i (the directions
+  // themselves for a plain basis), and centre = mean analysis^T.
+  std::vector<float> analysis, centre;
 
-  // z = (x - mean) directions^T, for `rows` rows of x (width values each; the identity copies).
+  // z = (x - mean) analysis^T, for `rows` rows of x (width values each; the identity copies).
   void Forward(const float* x, size_t rows, float* z) const;
   // x = z directions + mean: Forward's inverse up to the directions' bf16 rounding.
   void Inverse(const float* z, size_t rows, float* x) const;
@@ -34,8 +40,9 @@ class CovarianceTracker {
   uint64_t rows() const { return rows_; }  // Added since Reset.
   void Add(const float* x, size_t rows);
   // The eigenvectors of the covariance of the rows added since Reset (at least one), largest
-  // eigenvalue first, rounded to bf16, and their mean; then Reset. Internal when LAPACK fails.
-  absl::StatusOr<KltBasis> Fit(uint32_t id);
+  // eigenvalue first, rounded to bf16, and their mean; then Reset. With `sensitivity` (the
+  // gradients' second moment, width x width), a fisher basis. Internal when LAPACK fails.
+  absl::StatusOr<KltBasis> Fit(uint32_t id, absl::Span<const double> sensitivity = {});
 
  private:
   size_t width_ = 0;

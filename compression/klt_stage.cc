@@ -1,9 +1,11 @@
-// klt:STEP[:sr] (chain_spec.h): transform coding in a basis the link learns
+// klt:STEP[:sr][:fisher] (chain_spec.h): transform coding in a basis the link learns
 // (docs/notes/activation-subspace.md §4). The sender keeps the covariance of the rows it codes and
 // takes its eigenvectors as the new basis once it holds kFirstFitRows rows per column, then every
 // kRefreshFrames frames; a basis travels (bf16) in the first frame coded in it, and every frame
 // names its basis. Coefficients are quantized with one uniform step a frame (STEP x their rms), to
-// nearest or stochastically, and range-coded (rans_coder.h).
+// nearest or stochastically, and range-coded (rans_coder.h). With `fisher` the basis is fitted
+// to the gradients that came back over the link since the last fit too (klt_basis.h); the
+// receiver decodes it like any other.
 //
 // Unlike every other stage, a klt frame does not decode alone: the receiver holds the basis an
 // earlier frame of its link carried. Frames of one link direction are decoded in the order they
@@ -39,7 +41,8 @@ uint64_t BasisSize(uint64_t width) { return 4 * width + 2 * width * width; }
 
 class KltStage final : public CodecStage {
  public:
-  explicit KltStage(const StageSpec& spec) : step_(spec.step), stochastic_(spec.stochastic) {}
+  explicit KltStage(const StageSpec& spec)
+      : step_(spec.step), stochastic_(spec.stochastic), fisher_(spec.fisher) {}
 
   void SetRowWidth(uint64_t row_width) override { row_width_ = row_width; }
 
@@ -66,7 +69,9 @@ class KltStage final : public CodecStage {
     ++frames_;
     const bool first_fit = sent_.id == 0 && tracker_.rows() >= kFirstFitRows * d;
     if (first_fit || frames_ == kRefreshFrames) {
-      STRAIT_ASSIGN_OR_RETURN(sent_, tracker_.Fit(sent_.id + 1));
+      std::vector<double> sensitivity;
+      if (fisher_ && context.gradients != nullptr) sensitivity = context.gradients->Take(d);
+      STRAIT_ASSIGN_OR_RETURN(sent_, tracker_.Fit(sent_.id + 1, sensitivity));
       frames_ = 0;
       carries_basis = true;
     }
@@ -213,6 +218,7 @@ class KltStage final : public CodecStage {
 
   const double step_;
   const bool stochastic_;
+  const bool fisher_;  // Shapes the basis by context.gradients (the link's), when there are some.
   uint64_t row_width_ = 0;
   // The sender's side.
   CovarianceTracker tracker_;

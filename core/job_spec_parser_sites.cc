@@ -63,8 +63,15 @@ absl::Status CheckProjectLink(YamlMap& map, const JobSpec& spec, const LinkSpec&
 }
 
 // A link with klt codes rows of the boundary's width, at most compression::kMaxKltWidth (its basis
-// is width^2 values). With layers: auto the codec refuses a wider row when it encodes.
+// is width^2 values). With layers: auto the codec refuses a wider row when it encodes. `fisher`
+// shapes the forward's noise by the gradients the backward brings: a backward has none to use.
 absl::Status CheckKltLink(YamlMap& map, const JobSpec& spec, const LinkSpec& link) {
+  if (compression::ParseChainSpec(link.backward)->stages[0].fisher) {
+    return map.ErrorAt("backward", absl::StrCat(link.backward,
+                                                ": 'fisher' is the forward's option (it shapes "
+                                                "the activations' noise by the gradients that "
+                                                "come back); give the backward klt:STEP:sr"));
+  }
   const SiteSpec& upstream = spec.sites[link.boundary];
   if (upstream.plan_layers) return absl::OkStatus();
   for (auto [key, chain] : {std::pair{"forward", &link.forward}, {"backward", &link.backward}}) {

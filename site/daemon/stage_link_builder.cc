@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compression/chain_spec.h"
+#include "compression/gradient_moments.h"
 #include "core/schedule.h"
 #include "core/status.h"
 #include "core/teach_links.h"
@@ -16,6 +18,16 @@
 
 namespace strait::site {
 namespace {
+
+// Whether a link direction's chain shapes klt's noise by the link's gradients (klt:STEP:fisher).
+bool UsesFisher(const std::string& chain) {
+  absl::StatusOr<compression::ChainSpec> spec = compression::ParseChainSpec(chain);
+  if (!spec.ok()) return false;
+  for (const compression::StageSpec& stage : spec->stages) {
+    if (stage.fisher) return true;
+  }
+  return false;
+}
 
 // The signed key of site `id`, empty when it has none (then it does not verify).
 v1::SignedKey PeerKeyOf(const LinkSealing& sealing, const std::string& id) {
@@ -122,14 +134,19 @@ absl::Status LinkBuilder::AddNext(StageLinks& links) {
   const int peer = index_ + 1;
   const LinkSpec& link = spec_.links[index_];
   STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c, CryptoWith(link, peer));
-  STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create(link.forward, std::move(c.sealer),
-                                                             RoundingSeed(index_, v1::FORWARD)));
+  // klt:fisher forward: the encoder learns from the gradients this link's backward brings.
+  auto gradients = std::make_shared<compression::GradientMoments>();
+  STRAIT_ASSIGN_OR_RETURN(
+      auto encoder,
+      FrameEncoder::Create(link.forward, std::move(c.sealer), RoundingSeed(index_, v1::FORWARD),
+                           UsesFisher(link.forward) ? gradients : nullptr));
   STRAIT_ASSIGN_OR_RETURN(links.forward_out,
                           FrameSender::Create(gateway_, std::move(encoder), index_, v1::FORWARD,
                                               metrics_, limits_.window));
   STRAIT_ASSIGN_OR_RETURN(
       auto decoder,
-      FrameDecoder::ForChains(std::move(c.opener), limits_.max_raw, {link.backward, "none"}));
+      FrameDecoder::ForChains(std::move(c.opener), limits_.max_raw, {link.backward, "none"},
+                              UsesFisher(link.forward) ? gradients : nullptr));
   STRAIT_ASSIGN_OR_RETURN(
       links.backward_in,
       FrameReceiver::Create(gateway_, std::move(decoder), {SiteId(peer), index_, v1::BACKWARD},

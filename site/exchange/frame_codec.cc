@@ -50,10 +50,12 @@ std::string FrameAad(const v1::FrameHeader& header) {
 }
 
 absl::StatusOr<std::unique_ptr<FrameEncoder>> FrameEncoder::Create(
-    const std::string& chain, std::unique_ptr<crypto::Sealer> sealer, uint64_t rounding_seed) {
-  STRAIT_ASSIGN_OR_RETURN(
-      std::unique_ptr<compression::CodecChain> codec,
-      compression::CodecChain::Create(chain, compression::CodecOptions{.seed = rounding_seed}));
+    const std::string& chain, std::unique_ptr<crypto::Sealer> sealer, uint64_t rounding_seed,
+    std::shared_ptr<compression::GradientMoments> gradients) {
+  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<compression::CodecChain> codec,
+                          compression::CodecChain::Create(
+                              chain, compression::CodecOptions{.seed = rounding_seed,
+                                                               .gradients = std::move(gradients)}));
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<compression::CodecChain> lossless,
                           compression::CodecChain::Create("none"));
   return std::unique_ptr<FrameEncoder>(
@@ -168,12 +170,17 @@ FrameDecoder::FrameDecoder(std::unique_ptr<crypto::Opener> opener, uint64_t max_
 
 absl::StatusOr<std::unique_ptr<FrameDecoder>> FrameDecoder::ForChains(
     std::unique_ptr<crypto::Opener> opener, uint64_t max_raw_bytes,
-    const std::vector<std::string>& chains) {
+    const std::vector<std::string>& chains,
+    std::shared_ptr<compression::GradientMoments> gradients) {
   std::vector<compression::ChainSpec> specs;
   for (const std::string& chain : chains) {
     STRAIT_ASSIGN_OR_RETURN(specs.emplace_back(), compression::ParseChainSpec(chain));
   }
   auto decoder = std::make_unique<FrameDecoder>(std::move(opener), max_raw_bytes);
+  if (gradients != nullptr && !specs.empty()) {
+    decoder->gradients_ = std::move(gradients);
+    decoder->observed_chain_ = specs[0];
+  }
   decoder->decoder_.AcceptOnly(std::move(specs));
   return decoder;
 }
@@ -227,7 +234,14 @@ absl::StatusOr<std::vector<float>> FrameDecoder::Decode(const v1::TensorKey& exp
         std::chrono::duration<double>(std::chrono::steady_clock::now() - opened_at).count();
   }
   STRAIT_RETURN_IF_ERROR(MatchesHeader(frame.header, decoded_.values.size(), decoded_.shape));
+  ObserveDecoded();
   return std::move(decoded_.values);
+}
+
+void FrameDecoder::ObserveDecoded() {
+  if (gradients_ != nullptr && decoded_.chain == observed_chain_ && !decoded_.shape.empty()) {
+    gradients_->Add(decoded_.values, decoded_.shape.back());
+  }
 }
 
 absl::StatusOr<DecodedBoundary> FrameDecoder::DecodeBoundary(
@@ -254,6 +268,7 @@ absl::StatusOr<DecodedBoundary> FrameDecoder::DecodeBoundary(
   STRAIT_RETURN_IF_ERROR(payload);
   if (!out.encoded) {
     STRAIT_RETURN_IF_ERROR(MatchesHeader(frame.header, decoded_.values.size(), decoded_.shape));
+    ObserveDecoded();
     out.values = std::move(decoded_.values);
   }
   return out;

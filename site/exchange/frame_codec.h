@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "compression/codec_chain.h"
+#include "compression/gradient_moments.h"
 #include "crypto/aead.h"
 #include "site/exchange/gateway_link.h"
 #include "site/nn/boundary.h"
@@ -30,10 +31,12 @@ std::string FrameAad(const v1::FrameHeader& header);
 class FrameEncoder {
  public:
   // `sealer` null: the link is configured with `encryption: false`. `rounding_seed`: stochastic
-  // rounding's (compression::StreamSeed of the link direction).
+  // rounding's (compression::StreamSeed of the link direction). `gradients`: what the link's
+  // other direction decodes (klt:fisher; FrameDecoder::ForChains adds to it).
   static absl::StatusOr<std::unique_ptr<FrameEncoder>> Create(
       const std::string& chain, std::unique_ptr<crypto::Sealer> sealer,
-      uint64_t rounding_seed = compression::CodecOptions{}.seed);
+      uint64_t rounding_seed = compression::CodecOptions{}.seed,
+      std::shared_ptr<compression::GradientMoments> gradients = nullptr);
 
   struct Frame {
     v1::FrameHeader header;
@@ -113,10 +116,12 @@ class FrameDecoder {
   FrameDecoder(std::unique_ptr<crypto::Opener> opener, uint64_t max_raw_bytes);
   // A decoder that refuses frames of any codec chain but `chains` (a link direction's chain and
   // "none", which exact keys use; compression::TensorDecoder::AcceptOnly). InvalidArgument for a
-  // chain that does not parse.
+  // chain that does not parse. With `gradients`, Decode adds every tensor of chains[0] to it (a
+  // link's backward, for its forward's klt:fisher encoder; DecodeBoundary's tensors are not).
   static absl::StatusOr<std::unique_ptr<FrameDecoder>> ForChains(
       std::unique_ptr<crypto::Opener> opener, uint64_t max_raw_bytes,
-      const std::vector<std::string>& chains);
+      const std::vector<std::string>& chains,
+      std::shared_ptr<compression::GradientMoments> gradients = nullptr);
   // ForChains with "none" alone: a link whose sender always encodes losslessly (ties, sums,
   // moves, teachers, serving).
   static std::unique_ptr<FrameDecoder> Lossless(std::unique_ptr<crypto::Opener> opener,
@@ -143,6 +148,8 @@ class FrameDecoder {
   absl::StatusOr<size_t> CheckAndOpen(const v1::TensorKey& expected,
                                       const std::vector<int64_t>& expected_shape,
                                       ReceivedFrame& frame) const;
+  // Adds decoded_ to gradients_ when it is a tensor of observed_chain_.
+  void ObserveDecoded();
   // The decoded tensor's size and shape against its frame header.
   static absl::Status MatchesHeader(const v1::FrameHeader& header, uint64_t elements,
                                     const compression::Shape& shape);
@@ -151,6 +158,8 @@ class FrameDecoder {
   const uint64_t max_raw_bytes_;
   compression::TensorDecoder decoder_;
   compression::DecodedTensor decoded_;
+  std::shared_ptr<compression::GradientMoments> gradients_;
+  compression::ChainSpec observed_chain_;  // The chain whose tensors gradients_ gets.
 };
 
 }  // namespace strait::site

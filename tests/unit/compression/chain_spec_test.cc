@@ -298,6 +298,10 @@ TEST(ChainSpecTest, KltStandsAloneWithAStep) {
   EXPECT_EQ(chain->ToString(), "klt:0.1");
   EXPECT_EQ(ParseChainSpec("klt:1:sr")->ToString(), "klt:1:sr");
   EXPECT_TRUE(ParseChainSpec("klt:1:sr")->stages[0].stochastic);
+  EXPECT_FALSE(chain->stages[0].fisher);
+  EXPECT_TRUE(ParseChainSpec("klt:0.1:fisher")->stages[0].fisher);
+  EXPECT_EQ(ParseChainSpec("klt:0.1:fisher")->ToString(), "klt:0.1:fisher");
+  EXPECT_EQ(ParseChainSpec("klt:1:sr:fisher")->ToString(), "klt:1:sr:fisher");
   EXPECT_TRUE(ParseChainSpec("klt:0.001").ok());
   EXPECT_TRUE(ParseChainSpec("klt:16").ok());
   const std::pair<const char*, const char*> bad[] = {
@@ -305,8 +309,13 @@ TEST(ChainSpecTest, KltStandsAloneWithAStep) {
       {"klt:0", "needs the step STEP"},
       {"klt:17", "needs the step STEP"},
       {"klt:x", "needs the step STEP"},
-      {"klt:0.1:ef", "unexpected parameter 'ef'; the only option is 'sr'"},
-      {"klt:0.1:sr:sr", "needs the step STEP"},
+      {"klt:0.1:ef",
+       "unexpected parameter 'ef'; the options are 'sr' (stochastic rounding) and "
+       "then 'fisher'"},
+      {"klt:0.1:sr:sr", "unexpected parameter 'sr'"},
+      {"klt:0.1:fisher:sr", "unexpected parameter 'sr'"},
+      {"klt:0.1:fisher:fisher", "unexpected parameter 'fisher'"},
+      {"klt:0.1:sr:fisher:x", "needs the step STEP"},
       {"klt:0.1+zstd", "'klt' must be the only stage of a codec chain"},
       {"int8+klt:0.1", "'klt' must be the only stage of a codec chain"},
       {"proj:8+klt:0.1", "'klt' must be the only stage of a codec chain"},

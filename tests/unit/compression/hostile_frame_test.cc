@@ -17,9 +17,10 @@ std::vector<uint8_t> Frame(const char* spec, const std::vector<float>& v) {
   return {frame.begin(), frame.end()};
 }
 
-const char* const kChains[] = {
-    "none",          "fp16",    "bf16+shuffle+zstd",    "int8",    "int4:4+zstd:3", "topk:0.2",
-    "topk:0.2+zstd", "shuffle", "int8:sr+shuffle+zstd", "klt:0.3", "klt:1:sr"};
+const char* const kChains[] = {"none",          "fp16",          "bf16+shuffle+zstd",
+                               "int8",          "int4:4+zstd:3", "topk:0.2",
+                               "topk:0.2+zstd", "shuffle",       "int8:sr+shuffle+zstd",
+                               "klt:0.3",       "klt:1:sr",      "klt:0.3:fisher"};
 
 TEST(HostileFrameTest, EveryTruncationIsAnError) {
   TensorDecoder decoder;

@@ -1,15 +1,17 @@
-// klt:STEP[:sr]: the range coder (round trips, near each column's entropy, hostile input), the
-// basis a link learns (orthonormal, largest variance first), and the stage over a stream of frames:
-// error within the step, fewer bytes once the basis arrives, a receiver that missed the basis
-// refuses.
+// klt:STEP[:sr][:fisher]: the range coder (round trips, near each column's entropy, hostile
+// input), the basis a link learns (orthonormal, largest variance first), and the stage over a
+// stream of frames: error within the step, fewer bytes once the basis arrives, a receiver that
+// missed the basis refuses, fisher's noise away from where the gradients are.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "compression/codec_chain.h"
+#include "compression/gradient_moments.h"
 #include "compression/klt_basis.h"
 #include "compression/rans_coder.h"
 
@@ -205,7 +207,9 @@ TEST(KltStageTest, LearnsTheBasisAndCodesWithinTheStep) {
   EXPECT_LT(r.bytes[10] * 3, r.bytes[1] * 2) << r.bytes[10] << " vs " << r.bytes[1];
   EXPECT_GT(r.bytes[163], r.bytes[164] + basis);
   for (size_t f = 4; f < 170; ++f) {
-    if (f != 163) EXPECT_LT(r.bytes[f], r.bytes[4] + basis) << f;
+    if (f != 163) {
+      EXPECT_LT(r.bytes[f], r.bytes[4] + basis) << f;
+    }
   }
 
   StreamResult sr = Stream("klt:1:sr", 3, rows, width);  // stochastic: at most half a step rms
@@ -237,6 +241,71 @@ TEST(KltStageTest, RefusesRowsItCannotCode) {
   DecodedTensor out;
   ASSERT_TRUE(decoder.Decode(*zero_frame, &out).ok());
   EXPECT_EQ(out.values, zeros);
+}
+
+TEST(GradientMomentsTest, TheMeanOfOuterProductsSinceTheLastTake) {
+  GradientMoments moments;
+  EXPECT_TRUE(moments.Take(2).empty());
+  moments.Add(std::vector<float>{1, 2, 3, 4}, 2);  // rows (1, 2) and (3, 4)
+  moments.Add(std::vector<float>{0, 2}, 2);
+  const std::vector<double> expected = {10.0 / 3, 14.0 / 3, 14.0 / 3, 24.0 / 3};
+  const std::vector<double> mean = moments.Take(2);
+  ASSERT_EQ(mean.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(mean[i], expected[i], 1e-6) << i;
+  EXPECT_TRUE(moments.Take(2).empty());  // forgotten
+  moments.Add(std::vector<float>{1, 2, 3}, 3);
+  EXPECT_TRUE(moments.Take(2).empty());  // rows of another width
+  EXPECT_EQ(moments.Take(3).size(), 9u);
+}
+
+struct SplitError {
+  double sensitive = 0, rest = 0;  // rms error a value: columns 0 and 1, the others
+};
+
+// Isotropic rows of 16 through `chain` (frames of 64 rows; its first basis comes with frame 1),
+// with gradients along columns 0 and 1 only when `gradients`: the error of frames 4-23.
+SplitError ErrorsWhereTheGradientsAre(const std::string& chain_text, bool gradients) {
+  const size_t rows = 64, width = 16;
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> normal;
+  auto moments = std::make_shared<GradientMoments>();
+  std::vector<float> g(rows * width, 0.0f);
+  for (size_t r = 0; r < rows; ++r) {
+    g[r * width] = 10 * normal(rng);
+    g[r * width + 1] = 10 * normal(rng);
+  }
+  moments->Add(g, width);
+  auto chain = *CodecChain::Create(chain_text, {.gradients = gradients ? moments : nullptr});
+  TensorDecoder decoder;
+  double sensitive = 0, rest = 0;
+  for (size_t f = 0; f < 24; ++f) {
+    std::vector<float> x(rows * width);
+    for (float& v : x) v = normal(rng);
+    auto frame = chain->Encode(x, {rows, width});
+    EXPECT_TRUE(frame.ok()) << frame.status();
+    DecodedTensor out;
+    EXPECT_TRUE(decoder.Decode(*frame, &out).ok());
+    if (f < 4) continue;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double e = double{out.values[i]} - x[i];
+      (i % width < 2 ? sensitive : rest) += e * e;
+    }
+  }
+  return {std::sqrt(sensitive / (20 * rows * 2)), std::sqrt(rest / (20 * rows * (width - 2)))};
+}
+
+// fisher: W = (G / its mean eigenvalue + I)^(1/2) is about diag(3, 3, 1, ...) here, so the error
+// in columns 0 and 1 is about sqrt(2) / 3 of a plain basis's and elsewhere sqrt(2) times (the step
+// is a fraction of the weighted coefficients' rms). Without gradients fisher is the plain basis.
+TEST(KltStageTest, FisherPutsTheNoiseWhereTheGradientsAreSmall) {
+  const SplitError plain = ErrorsWhereTheGradientsAre("klt:0.1", true);
+  const SplitError fisher = ErrorsWhereTheGradientsAre("klt:0.1:fisher", true);
+  EXPECT_LT(fisher.sensitive, 0.6 * plain.sensitive) << fisher.sensitive << " " << plain.sensitive;
+  EXPECT_GT(fisher.rest, 1.2 * plain.rest) << fisher.rest << " " << plain.rest;
+  EXPECT_LT(plain.sensitive, 0.04);  // the step / sqrt(12) = 0.029, plus bf16
+  const SplitError alone = ErrorsWhereTheGradientsAre("klt:0.1:fisher", false);
+  EXPECT_EQ(alone.sensitive, plain.sensitive);
+  EXPECT_EQ(alone.rest, plain.rest);
 }
 
 }  // namespace

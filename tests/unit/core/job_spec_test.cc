@@ -411,6 +411,11 @@ TEST(JobSpecTest, KltLinksFitTheBoundary) {
                                    "codes rows of at most 4096 values"));
   EXPECT_THAT(std::string(parse(64, "forward: klt:0.1+zstd").status().message()),
               ::testing::HasSubstr("'klt' must be the only stage of a codec chain"));
+  EXPECT_TRUE(parse(64, "forward: klt:0.1:fisher, backward: klt:1:sr").ok());
+  EXPECT_THAT(
+      std::string(parse(64, "forward: klt:0.1, backward: klt:1:sr:fisher").status().message()),
+      ::testing::HasSubstr("links[0].backward: klt:1:sr:fisher: 'fisher' is the forward's "
+                           "option"));
 }
 
 // proj at a boundary: the same K and seed both ways, K below the boundary's width (64 here);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 
 namespace strait::site {
 namespace {
@@ -200,6 +201,27 @@ TEST(FrameCodecTest, OnlyTheLinksAgreedChainsDecode) {
   EXPECT_EQ(FrameDecoder::ForChains(nullptr, 1, {"int9"}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
+// klt:fisher's sender learns from the gradients the link's backward brings: the backward's decoder
+// adds every tensor of the link's chain (rows of the shape's last dimension), and no exact one.
+TEST(FrameCodecTest, ABackwardDecoderHandsItsGradientsToTheForward) {
+  auto gradients = std::make_shared<compression::GradientMoments>();
+  auto decoder = *FrameDecoder::ForChains(nullptr, 1 << 20, {"klt:1:sr", "none"}, gradients);
+  const std::vector<float> values = Values();
+  auto exact = (*FrameEncoder::Create("none", nullptr))->Encode(Key(0), values, kShape);
+  ASSERT_TRUE(exact.ok());
+  ASSERT_TRUE(decoder->Decode(Key(0), kShape, Received(*exact)).ok());
+  EXPECT_TRUE(gradients->Take(33).empty());
+  auto coded = (*FrameEncoder::Create("klt:1:sr", nullptr))->Encode(Key(1), values, kShape);
+  ASSERT_TRUE(coded.ok());
+  absl::StatusOr<std::vector<float>> got = decoder->Decode(Key(1), kShape, Received(*coded));
+  ASSERT_TRUE(got.ok()) << got.status();
+  const std::vector<double> moment = gradients->Take(33);
+  ASSERT_EQ(moment.size(), 33u * 33u);
+  double first = 0;  // The mean of the decoded rows' first value squared.
+  for (size_t r = 0; r < 4; ++r) first += double{(*got)[r * 33]} * (*got)[r * 33];
+  EXPECT_NEAR(moment[0], first / 4, 1e-4 * (1 + first));
+}
+
 // A backend quantizes a tensor where it lives and hands the value stage's payload to the sender
 // (FrameEncoder::EncodePayload): the frame is the one Encode makes of the floats, seeds of
 // stochastic rounding included. DecodeBoundary leaves such frames as payloads for the receiving
