@@ -135,18 +135,17 @@ absl::Status LinkBuilder::AddNext(StageLinks& links) {
   const LinkSpec& link = spec_.links[index_];
   STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c, CryptoWith(link, peer));
   // klt:fisher forward: the encoder learns from the gradients this link's backward brings.
-  auto gradients = std::make_shared<compression::GradientMoments>();
-  STRAIT_ASSIGN_OR_RETURN(
-      auto encoder,
-      FrameEncoder::Create(link.forward, std::move(c.sealer), RoundingSeed(index_, v1::FORWARD),
-                           UsesFisher(link.forward) ? gradients : nullptr));
+  std::shared_ptr<compression::GradientMoments> gradients;
+  if (UsesFisher(link.forward)) gradients = std::make_shared<compression::GradientMoments>();
+  STRAIT_ASSIGN_OR_RETURN(auto encoder,
+                          FrameEncoder::Create(link.forward, std::move(c.sealer),
+                                               RoundingSeed(index_, v1::FORWARD), gradients));
   STRAIT_ASSIGN_OR_RETURN(links.forward_out,
                           FrameSender::Create(gateway_, std::move(encoder), index_, v1::FORWARD,
                                               metrics_, limits_.window));
-  STRAIT_ASSIGN_OR_RETURN(
-      auto decoder,
-      FrameDecoder::ForChains(std::move(c.opener), limits_.max_raw, {link.backward, "none"},
-                              UsesFisher(link.forward) ? gradients : nullptr));
+  STRAIT_ASSIGN_OR_RETURN(auto decoder,
+                          FrameDecoder::ForChains(std::move(c.opener), limits_.max_raw,
+                                                  {link.backward, "none"}, std::move(gradients)));
   STRAIT_ASSIGN_OR_RETURN(
       links.backward_in,
       FrameReceiver::Create(gateway_, std::move(decoder), {SiteId(peer), index_, v1::BACKWARD},
