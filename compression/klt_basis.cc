@@ -7,7 +7,6 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "compression/float_bits.h"
 #include "core/status.h"
 
 // LAPACK's symmetric eigensolver (divide and conquer), from OpenBLAS; the trailing lengths are
@@ -20,7 +19,17 @@ namespace strait::compression {
 
 namespace {
 
-float RoundToBf16(double v) { return Bf16BitsToFloat(FloatToBf16Bits(static_cast<float>(v))); }
+// Rounds `row` to whole multiples of a scale, `levels` of them at its largest value; returns the
+// scale (0 for a row of zeros).
+float RoundRow(const std::vector<double>& row, int32_t levels, float* out) {
+  double largest = 0;
+  for (double v : row) largest = std::max(largest, std::abs(v));
+  const float scale = static_cast<float>(largest / levels);
+  for (size_t i = 0; i < row.size(); ++i) {
+    out[i] = scale > 0 ? static_cast<float>(std::nearbyint(row[i] / scale)) * scale : 0.0f;
+  }
+  return scale;
+}
 
 // Eigenvectors of the symmetric d x d matrix `a` (both triangles), in place: column k of the
 // column-major result is the one of the k-th smallest eigenvalue. Returns the eigenvalues.
@@ -82,12 +91,12 @@ void KltBasis::Forward(const float* x, size_t rows, float* z) const {
     std::memcpy(z, x, rows * width * sizeof(float));
     return;
   }
-  const int d = static_cast<int>(width);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), d, d, 1.0f, x, d,
-              analysis.data(), d, 0.0f, z, d);
+  const int d = static_cast<int>(width), k = static_cast<int>(rank);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), k, d, 1.0f, x, d,
+              analysis.data(), d, 0.0f, z, k);
   for (size_t r = 0; r < rows; ++r) {
-    float* row = z + r * width;
-    for (size_t i = 0; i < width; ++i) row[i] -= centre[i];
+    float* row = z + r * rank;
+    for (size_t i = 0; i < rank; ++i) row[i] -= centre[i];
   }
 }
 
@@ -97,16 +106,28 @@ void KltBasis::Inverse(const float* z, size_t rows, float* x) const {
     std::memcpy(x, z, rows * width * sizeof(float));
     return;
   }
-  const int d = static_cast<int>(width);
+  const int d = static_cast<int>(width), k = static_cast<int>(rank);
   for (size_t r = 0; r < rows; ++r) std::memcpy(x + r * width, mean.data(), width * sizeof(float));
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), d, d, 1.0f, z, d,
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), d, k, 1.0f, z, k,
               directions.data(), d, 1.0f, x, d);
+}
+
+void KltBasis::Predict(const float* previous, float* prediction) const {
+  if (predictor.empty()) {
+    std::fill_n(prediction, rank, 0.0f);
+    return;
+  }
+  const int k = static_cast<int>(rank);
+  cblas_sgemv(CblasRowMajor, CblasNoTrans, k, k, 1.0f, predictor.data(), k, previous, 1, 0.0f,
+              prediction, 1);
 }
 
 void CovarianceTracker::Reset(size_t width) {
   width_ = width;
   rows_ = 0;
+  pairs_ = 0;
   second_moment_.assign(width * width, 0.0);
+  lagged_.assign(width * width, 0.0);
   sum_.assign(width, 0.0);
   product_.resize(width * width);
 }
@@ -123,9 +144,15 @@ void CovarianceTracker::Add(const float* x, size_t rows) {
     for (size_t i = 0; i < width_; ++i) sum_[i] += x[r * width_ + i];
   }
   rows_ += rows;
+  if (rows < 2) return;
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, d, static_cast<int>(rows - 1), 1.0f,
+              x + width_, d, x, d, 0.0f, product_.data(), d);
+  for (size_t i = 0; i < width_ * width_; ++i) lagged_[i] += product_[i];
+  pairs_ += rows - 1;
 }
 
-absl::StatusOr<KltBasis> CovarianceTracker::Fit(uint32_t id, absl::Span<const double> sensitivity) {
+absl::StatusOr<KltBasis> CovarianceTracker::Fit(uint32_t id, const FitOptions& options) {
+  const absl::Span<const double> sensitivity = options.sensitivity;
   const size_t d = width_;
   KltBasis basis;
   basis.id = id;
@@ -152,34 +179,87 @@ absl::StatusOr<KltBasis> CovarianceTracker::Fit(uint32_t id, absl::Span<const do
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, k, k, k, 1.0, wa.data(), k,
                 weight.w.data(), k, 0.0, a.data(), k);
   }
-  STRAIT_RETURN_IF_ERROR(SymmetricEigen(a, d).status());
+  STRAIT_ASSIGN_OR_RETURN(const std::vector<double> variances, SymmetricEigen(a, d));
+  double mean_variance = 0;
+  for (double v : variances) mean_variance += v / static_cast<double>(d);
+  basis.rank = options.floor > 0 ? 1 : d;  // Ascending: the largest, and those above the floor.
+  while (basis.rank < d && variances[d - 1 - basis.rank] >= options.floor * mean_variance) {
+    ++basis.rank;
+  }
   // Column k of the column-major result is the eigenvector of the k-th smallest eigenvalue.
-  basis.directions.resize(d * d);
-  basis.analysis.resize(d * d);
-  for (size_t r = 0; r < d; ++r) {
+  basis.directions.resize(basis.rank * d);
+  basis.analysis.resize(basis.rank * d);
+  basis.scales.resize(basis.rank);
+  std::vector<double> synthesis(d);
+  for (size_t r = 0; r < basis.rank; ++r) {
     const double* column = &a[(d - 1 - r) * d];
     if (weight.w.empty()) {
-      for (size_t i = 0; i < d; ++i) basis.directions[r * d + i] = RoundToBf16(column[i]);
-      continue;
-    }
-    // Analysis W u, synthesis u^T W^-1 (W is symmetric).
-    for (size_t i = 0; i < d; ++i) {
-      double analysis = 0, synthesis = 0;
-      for (size_t j = 0; j < d; ++j) {
-        analysis += weight.w[i * d + j] * column[j];
-        synthesis += weight.inverse[i * d + j] * column[j];
+      synthesis.assign(column, column + d);
+    } else {  // Analysis W u, synthesis u^T W^-1 (W is symmetric).
+      for (size_t i = 0; i < d; ++i) {
+        double analysis = 0, inverse = 0;
+        for (size_t j = 0; j < d; ++j) {
+          analysis += weight.w[i * d + j] * column[j];
+          inverse += weight.inverse[i * d + j] * column[j];
+        }
+        basis.analysis[r * d + i] = static_cast<float>(analysis);
+        synthesis[i] = inverse;
       }
-      basis.analysis[r * d + i] = static_cast<float>(analysis);
-      basis.directions[r * d + i] = RoundToBf16(synthesis);
     }
+    basis.scales[r] = RoundRow(synthesis, kDirectionLevels, &basis.directions[r * d]);
   }
   if (weight.w.empty()) basis.analysis = basis.directions;
-  basis.centre.resize(d);
-  const int order = static_cast<int>(d);
-  cblas_sgemv(CblasRowMajor, CblasNoTrans, order, order, 1.0f, basis.analysis.data(), order,
-              basis.mean.data(), 1, 0.0f, basis.centre.data(), 1);
+  basis.centre.resize(basis.rank);
+  cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(basis.rank), static_cast<int>(d), 1.0f,
+              basis.analysis.data(), static_cast<int>(d), basis.mean.data(), 1, 0.0f,
+              basis.centre.data(), 1);
+  if (options.predicted_rows > 0 && pairs_ > 0) {
+    std::vector<double> kept(basis.rank);
+    for (size_t k = 0; k < basis.rank; ++k) kept[k] = std::max(variances[d - 1 - k], 0.0);
+    FitPredictor(kept, options.noise * mean_variance, options.predicted_rows, &basis);
+  }
   Reset(d);
   return basis;
+}
+
+// The least-squares predictor of a row's coefficients from the reconstructed ones of the row
+// before, whose noise (variance `noise` each) acts as a ridge: A = C1 (diag(variances) + noise)^-1
+// for the lag-one covariance C1 of the coefficients (their covariance is diagonal). Kept when the
+// bits it saves over `rows` rows (half the log of each variance over what is left unpredicted,
+// both floored by the noise) are more than twice the bits it takes to send (at most 8 a value).
+void CovarianceTracker::FitPredictor(const std::vector<double>& variances, double noise,
+                                     uint64_t rows, KltBasis* basis) const {
+  const size_t d = width_, k = basis->rank;
+  const double n = static_cast<double>(rows_), pairs = static_cast<double>(pairs_);
+  std::vector<double> lagged(d * d), analysis(basis->analysis.begin(), basis->analysis.end());
+  for (size_t i = 0; i < d; ++i) {  // Centred on the mean of all rows.
+    for (size_t j = 0; j < d; ++j) {
+      lagged[i * d + j] = lagged_[i * d + j] / pairs - (sum_[i] / n) * (sum_[j] / n);
+    }
+  }
+  std::vector<double> half(k * d), covariance(k * k);  // analysis C1 analysis^T
+  const int kk = static_cast<int>(k), dd = static_cast<int>(d);
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kk, dd, dd, 1.0, analysis.data(), dd,
+              lagged.data(), dd, 0.0, half.data(), dd);
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kk, kk, dd, 1.0, half.data(), dd,
+              analysis.data(), dd, 0.0, covariance.data(), kk);
+  const double ridge = std::max(noise, 1e-30);
+  std::vector<double> row(k);
+  std::vector<float> predictor(k * k), scales(k);
+  double saved_bits = 0;
+  for (size_t a = 0; a < k; ++a) {
+    double explained = 0;
+    for (size_t b = 0; b < k; ++b) {
+      row[b] = covariance[a * k + b] / (variances[b] + ridge);
+      explained += covariance[a * k + b] * row[b];
+    }
+    const double left = std::max(variances[a] - explained, 0.0);
+    saved_bits += 0.5 * std::log2((variances[a] + ridge) / (left + ridge));
+    scales[a] = RoundRow(row, kPredictorLevels, &predictor[a * k]);
+  }
+  if (!(saved_bits * static_cast<double>(rows) > 2 * 8.0 * static_cast<double>(k * k))) return;
+  basis->predictor = std::move(predictor);
+  basis->predictor_scales = std::move(scales);
 }
 
 }  // namespace strait::compression

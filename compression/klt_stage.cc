@@ -1,11 +1,19 @@
 // klt:STEP[:sr][:fisher] (chain_spec.h): transform coding in a basis the link learns
 // (docs/notes/activation-subspace.md §4). The sender keeps the covariance of the rows it codes and
 // takes its eigenvectors as the new basis once it holds kFirstFitRows rows per column, then every
-// kRefreshFrames frames; a basis travels (bf16) in the first frame coded in it, and every frame
-// names its basis. Coefficients are quantized with one uniform step a frame (STEP x their rms), to
-// nearest or stochastically, and range-coded (rans_coder.h). With `fisher` the basis is fitted
-// to the gradients that came back over the link since the last fit too (klt_basis.h); the
-// receiver decodes it like any other.
+// kRefreshFrames frames; a basis travels in the first frame coded in it, and every frame names its
+// basis. Coefficients are quantized with one uniform step a frame (STEP x the rms of all width
+// coefficients), to nearest or stochastically, and range-coded (rans_coder.h). Rounding to nearest,
+// a basis fitted on kSettledRows rows a column keeps only the directions whose variance reaches
+// step^2 / 12, the error the others would get: below that water level a coefficient is better
+// not sent (reverse water-filling); stochastic rounding keeps them all, to stay unbiased. Where
+// a row follows from the one before (the residual stream of consecutive tokens), the basis carries
+// a predictor (klt_basis.h) and the sender codes each row's coefficients less their prediction
+// from the row before as the receiver reconstructs it (a closed loop: the noise is the step's as
+// without it, the symbols smaller). The two ends' predictions agree to a float's rounding where
+// their BLAS differ, and the loop does not amplify that (the predictor's ridge is the noise). With
+// `fisher` the basis is fitted to the gradients that came back over the link since the last fit
+// too (klt_basis.h); the receiver decodes it like any other.
 //
 // Unlike every other stage, a klt frame does not decode alone: the receiver holds the basis an
 // earlier frame of its link carried. Frames of one link direction are decoded in the order they
@@ -13,7 +21,9 @@
 // without a basis (the identity, uncentred, until the sender's first fit).
 //
 // Payload (little-endian): u8 flags (bit 0: a basis follows), u32 basis id (0: the identity),
-// u32 row width d, f32 step; [a basis: d f32 mean, d x d bf16 directions]; the symbols.
+// u32 row width d, f32 step; [a basis: u32 rank k, d f32 mean, k f32 scales, u32 L, L bytes: the
+// k x d directions in whole multiples of their row's scale, range-coded; u8 1 if a predictor
+// follows: k f32 scales, u32 L, L bytes: its k x k values, the same way]; the symbols (rows of k).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -32,12 +42,20 @@ constexpr uint64_t kRefreshFrames = 160;  // 20 steps of 8 microbatches
 // The first basis: once the covariance has this many rows per column (4 of the GPT's frames of
 // [512, 256]), so that a link leaves the identity within its first step.
 constexpr uint64_t kFirstFitRows = 8;
+// Enough rows a column for the small eigenvalues (Marchenko-Pastur: at 8 a column the smallest
+// come out at about half their size) and for a predictor's d^2 values: the first basis keeps every
+// direction and predicts nothing.
+constexpr uint64_t kSettledRows = 64;
 constexpr uint64_t kHeaderSize = 13;
 constexpr uint8_t kFlagBasis = 1;
 // Far beyond any activation or gradient; keeps every honest frame's reconstruction finite.
 constexpr float kMaxValue = 1e30f;
 
-uint64_t BasisSize(uint64_t width) { return 4 * width + 2 * width * width; }
+// A basis's bytes, at most (a rank of width, and a predictor).
+uint64_t MaxBasisSize(uint64_t width) {
+  return 4 + 8 * width + 4 + MaxCodedSize(width * width, width) + 1 + 4 * width + 4 +
+         MaxCodedSize(width * width, width);
+}
 
 class KltStage final : public CodecStage {
  public:
@@ -61,7 +79,7 @@ class KltStage final : public CodecStage {
     }
     if (tracker_.width() != d) {  // A new link, or rows of another width: start over.
       tracker_.Reset(d);
-      sent_ = KltBasis{.width = d};
+      sent_ = KltBasis{.width = d, .rank = d};
       frames_ = 0;
     }
     tracker_.Add(x, rows);
@@ -71,34 +89,32 @@ class KltStage final : public CodecStage {
     if (first_fit || frames_ == kRefreshFrames) {
       std::vector<double> sensitivity;
       if (fisher_ && context.gradients != nullptr) sensitivity = context.gradients->Take(d);
-      STRAIT_ASSIGN_OR_RETURN(sent_, tracker_.Fit(sent_.id + 1, sensitivity));
+      const bool settled = tracker_.rows() >= kSettledRows * d;
+      const FitOptions options{.sensitivity = sensitivity,
+                               .floor = settled && !stochastic_ ? step_ * step_ / 12 : 0.0,
+                               .noise = step_ * step_ / (stochastic_ ? 6 : 12),
+                               .predicted_rows = settled ? kRefreshFrames * rows : 0};
+      STRAIT_ASSIGN_OR_RETURN(sent_, tracker_.Fit(sent_.id + 1, options));
       frames_ = 0;
       carries_basis = true;
     }
-    coefficients_.resize(n);
+    coefficients_.resize(rows * sent_.rank);
     sent_.Forward(x, rows, coefficients_.data());
     double squares = 0;  // Finite: every value is at most 1e30.
     for (float z : coefficients_) squares += double{z} * z;
     const float step = n == 0 ? 0.0f : static_cast<float>(step_ * std::sqrt(squares / n));
-    Quantize(step, context.seed);
+    Quantize(step, context.seed, rows);
 
     const size_t at = out->size();
-    out->Resize(at + kHeaderSize + (carries_basis ? BasisSize(d) : 0));
+    out->Resize(at + kHeaderSize);
     uint8_t* p = out->data() + at;
     p[0] = carries_basis ? kFlagBasis : 0;
     const uint32_t id = sent_.id, width = static_cast<uint32_t>(d);
     std::memcpy(p + 1, &id, 4);
     std::memcpy(p + 5, &width, 4);
     std::memcpy(p + 9, &step, 4);
-    if (carries_basis) {
-      std::memcpy(p + kHeaderSize, sent_.mean.data(), 4 * d);
-      uint8_t* directions = p + kHeaderSize + 4 * d;
-      for (size_t i = 0; i < d * d; ++i) {
-        const uint16_t bits = FloatToBf16Bits(sent_.directions[i]);
-        std::memcpy(directions + 2 * i, &bits, 2);
-      }
-    }
-    coder_.Encode(symbols_, d, out, out->size());
+    if (carries_basis) WriteBasis(out);
+    coder_.Encode(symbols_, sent_.rank, out, out->size());
     return absl::OkStatus();
   }
 
@@ -106,7 +122,7 @@ class KltStage final : public CodecStage {
     if (decoded_size % 4 != 0) return Malformed("a size that is not whole floats");
     STRAIT_RETURN_IF_ERROR(CheckWidth(decoded_size / 4));
     const uint64_t d = row_width_;
-    const uint64_t most = kHeaderSize + BasisSize(d) + MaxCodedSize(decoded_size / 4, d);
+    const uint64_t most = kHeaderSize + MaxBasisSize(d) + MaxCodedSize(decoded_size / 4, d);
     if (encoded_size < kHeaderSize || encoded_size > most) {
       return absl::InvalidArgumentError(absl::StrCat(
           "malformed codec frame: klt stage of ", encoded_size, " bytes for ", decoded_size / 4,
@@ -131,19 +147,29 @@ class KltStage final : public CodecStage {
     size_t pos = kHeaderSize;
     if (in[0] & kFlagBasis) {
       if (id == 0) return Malformed("a basis with id 0 (the identity's)");
-      if (in.size() - pos < BasisSize(d)) return Malformed("basis truncated");
-      STRAIT_RETURN_IF_ERROR(ReadBasis(in.subspan(pos, BasisSize(d)), id, d));
-      pos += BasisSize(d);
+      STRAIT_ASSIGN_OR_RETURN(const size_t basis_size, ReadBasis(in.subspan(pos), id, d));
+      pos += basis_size;
     } else if (id != 0 && (id != received_.id || received_.width != d)) {
       return Malformed(absl::StrCat("coded in basis ", id, ", which this link has not received",
                                     received_.id == 0 ? "" : " (it holds basis ",
                                     received_.id == 0 ? "" : absl::StrCat(received_.id, ")"),
                                     ": frames lost or out of order"));
     }
-    symbols_.resize(n);
-    STRAIT_RETURN_IF_ERROR(coder_.Decode(in.subspan(pos), d, absl::MakeSpan(symbols_)));
-    coefficients_.resize(n);
-    for (size_t i = 0; i < n; ++i) coefficients_[i] = static_cast<float>(symbols_[i]) * step;
+    const size_t rank = id == 0 ? d : received_.rank;
+    symbols_.resize(n / d * rank);
+    STRAIT_RETURN_IF_ERROR(coder_.Decode(in.subspan(pos), rank, absl::MakeSpan(symbols_)));
+    coefficients_.resize(symbols_.size());
+    for (size_t i = 0; i < symbols_.size(); ++i) {
+      coefficients_[i] = static_cast<float>(symbols_[i]) * step;
+    }
+    if (id != 0 && !received_.predictor.empty()) {  // Quantize's reconstruction, row by row.
+      prediction_.resize(rank);
+      for (size_t r = 1; r < n / d; ++r) {
+        received_.Predict(&coefficients_[(r - 1) * rank], prediction_.data());
+        float* row = &coefficients_[r * rank];
+        for (size_t k = 0; k < rank; ++k) row[k] = prediction_[k] + row[k];
+      }
+    }
     float* x = reinterpret_cast<float*>(out.data());
     if (n == 0) return absl::OkStatus();
     if (id == 0) {
@@ -178,8 +204,10 @@ class KltStage final : public CodecStage {
     return absl::OkStatus();
   }
 
-  // symbols_ = coefficients_ / step, rounded (to nearest, or stochastically from `seed`).
-  void Quantize(float step, uint64_t seed) {
+  // symbols_ = coefficients_ / step, rounded (to nearest, or stochastically from `seed`); with a
+  // predictor, each row's coefficients less their prediction from the row before as Decode will
+  // reconstruct it.
+  void Quantize(float step, uint64_t seed, size_t rows) {
     symbols_.resize(coefficients_.size());
     const float inverse = 1.0f / step;
     if (step == 0 || !std::isfinite(inverse)) {  // Nothing, or values too small for a float step.
@@ -187,33 +215,129 @@ class KltStage final : public CodecStage {
       return;
     }
     const double limit = kMaxCodedSymbol;  // exact in a double, not in a float
-    for (size_t i = 0; i < coefficients_.size(); ++i) {
-      const float scaled = coefficients_[i] * inverse;
+    const auto round = [&](float scaled, size_t i) {
       const float rounded =
           stochastic_ ? std::floor(scaled + RoundingNoise(seed, i)) : std::nearbyint(scaled);
-      symbols_[i] = static_cast<int32_t>(std::clamp(double{rounded}, -limit, limit));
+      return static_cast<int32_t>(std::clamp(double{rounded}, -limit, limit));
+    };
+    if (sent_.predictor.empty()) {
+      for (size_t i = 0; i < coefficients_.size(); ++i)
+        symbols_[i] = round(coefficients_[i] * inverse, i);
+      return;
+    }
+    const size_t rank = sent_.rank;
+    previous_.assign(rank, 0.0f);
+    prediction_.assign(rank, 0.0f);
+    for (size_t r = 0; r < rows; ++r) {
+      if (r > 0) sent_.Predict(previous_.data(), prediction_.data());
+      for (size_t k = 0; k < rank; ++k) {
+        const size_t i = r * rank + k;
+        symbols_[i] = round((coefficients_[i] - prediction_[k]) * inverse, i);
+        const float coded = static_cast<float>(symbols_[i]) * step;
+        previous_[k] = prediction_[k] + coded;
+      }
     }
   }
 
-  absl::Status ReadBasis(absl::Span<const uint8_t> bytes, uint32_t id, uint64_t d) {
-    received_.id = id;
-    received_.width = d;
-    received_.mean.resize(d);
-    std::memcpy(received_.mean.data(), bytes.data(), 4 * d);
-    received_.directions.resize(d * d);
-    const uint8_t* directions = bytes.data() + 4 * d;
-    for (size_t i = 0; i < d * d; ++i) {
-      uint16_t bits;
-      std::memcpy(&bits, directions + 2 * i, 2);
-      received_.directions[i] = Bf16BitsToFloat(bits);
+  // Appends `values` (rows of `width`, whole multiples of their row's scale) as: the scales, u32 L,
+  // L bytes of the range-coded multiples.
+  void WriteRows(const std::vector<float>& values, const std::vector<float>& scales, size_t width,
+                 ByteBuffer* out) {
+    const size_t rows = scales.size(), at = out->size();
+    out->Resize(at + 4 * rows + 4);
+    std::memcpy(out->data() + at, scales.data(), 4 * rows);
+    levels_.resize(rows * width);
+    for (size_t r = 0; r < rows; ++r) {  // Exact: each value is a whole multiple of its scale.
+      for (size_t i = 0; i < width; ++i) {
+        levels_[r * width + i] =
+            scales[r] > 0 ? static_cast<int32_t>(std::lround(values[r * width + i] / scales[r]))
+                          : 0;
+      }
     }
-    for (float v : received_.mean) {
-      if (!std::isfinite(v)) return Malformed("the basis's mean is not finite");
+    basis_coder_.Encode(levels_, width, out, out->size());
+    const uint32_t length = static_cast<uint32_t>(out->size() - at - 4 * rows - 4);
+    std::memcpy(out->data() + at + 4 * rows, &length, 4);
+  }
+
+  // Reads what WriteRows wrote at the start of `in`: `rows` rows of `width`. Returns its size.
+  absl::StatusOr<size_t> ReadRows(absl::Span<const uint8_t> in, size_t rows, size_t width,
+                                  int32_t levels, std::vector<float>* values,
+                                  std::vector<float>* scales) {
+    if (in.size() < 4 * rows + 4) return Malformed("basis truncated");
+    scales->resize(rows);
+    std::memcpy(scales->data(), in.data(), 4 * rows);
+    for (float v : *scales) {
+      if (!std::isfinite(v) || v < 0)
+        return Malformed("a direction's scale is not finite and >= 0");
     }
-    for (float v : received_.directions) {
+    uint32_t length;
+    std::memcpy(&length, in.data() + 4 * rows, 4);
+    const size_t fixed = 4 * rows + 4;
+    if (in.size() - fixed < length) return Malformed("basis truncated");
+    levels_.resize(rows * width);
+    STRAIT_RETURN_IF_ERROR(
+        basis_coder_.Decode(in.subspan(fixed, length), width, absl::MakeSpan(levels_)));
+    values->resize(rows * width);
+    for (size_t r = 0; r < rows; ++r) {
+      for (size_t i = 0; i < width; ++i) {
+        const int32_t level = levels_[r * width + i];
+        if (level < -levels || level > levels) {
+          return Malformed("a basis value beyond its scale's range");
+        }
+        (*values)[r * width + i] = static_cast<float>(level) * (*scales)[r];
+      }
+    }
+    for (float v : *values) {
       if (!std::isfinite(v)) return Malformed("the basis is not finite");
     }
-    return absl::OkStatus();
+    return fixed + length;
+  }
+
+  // Appends sent_ as the payload's basis.
+  void WriteBasis(ByteBuffer* out) {
+    const uint64_t d = sent_.width, k = sent_.rank;
+    const size_t at = out->size();
+    out->Resize(at + 4 + 4 * d);
+    const uint32_t rank = static_cast<uint32_t>(k);
+    std::memcpy(out->data() + at, &rank, 4);
+    std::memcpy(out->data() + at + 4, sent_.mean.data(), 4 * d);
+    WriteRows(sent_.directions, sent_.scales, d, out);
+    const uint8_t predicts = sent_.predictor.empty() ? 0 : 1;
+    out->Resize(out->size() + 1);
+    out->data()[out->size() - 1] = predicts;
+    if (predicts) WriteRows(sent_.predictor, sent_.predictor_scales, k, out);
+  }
+
+  // Reads the basis at the start of `in` into received_ (unchanged on error); returns its size.
+  absl::StatusOr<size_t> ReadBasis(absl::Span<const uint8_t> in, uint32_t id, uint64_t d) {
+    uint32_t rank = 0;
+    if (in.size() < 4) return Malformed("basis truncated");
+    std::memcpy(&rank, in.data(), 4);
+    if (rank == 0 || rank > d) {
+      return Malformed(absl::StrCat("a basis of ", rank, " directions for rows of ", d));
+    }
+    const uint64_t k = rank;
+    if (in.size() < 4 + 4 * d) return Malformed("basis truncated");
+    KltBasis basis{.id = id, .width = d, .rank = k};
+    basis.mean.resize(d);
+    std::memcpy(basis.mean.data(), in.data() + 4, 4 * d);
+    for (float v : basis.mean) {
+      if (!std::isfinite(v)) return Malformed("the basis's mean is not finite");
+    }
+    size_t pos = 4 + 4 * d;
+    STRAIT_ASSIGN_OR_RETURN(size_t size, ReadRows(in.subspan(pos), k, d, kDirectionLevels,
+                                                  &basis.directions, &basis.scales));
+    pos += size;
+    if (pos == in.size()) return Malformed("basis truncated");
+    const uint8_t predicts = in[pos++];
+    if (predicts > 1) return Malformed("a predictor flag other than 0 or 1");
+    if (predicts) {
+      STRAIT_ASSIGN_OR_RETURN(size, ReadRows(in.subspan(pos), k, k, kPredictorLevels,
+                                             &basis.predictor, &basis.predictor_scales));
+      pos += size;
+    }
+    received_ = std::move(basis);
+    return pos;
   }
 
   const double step_;
@@ -228,8 +352,9 @@ class KltStage final : public CodecStage {
   KltBasis received_;
   // Scratch.
   std::vector<float> coefficients_;
-  std::vector<int32_t> symbols_;
-  RansCoder coder_;
+  std::vector<float> previous_, prediction_;  // A row's, with a predictor.
+  std::vector<int32_t> symbols_, levels_;
+  RansCoder coder_, basis_coder_;
 };
 
 }  // namespace
