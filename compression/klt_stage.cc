@@ -20,10 +20,12 @@
 // were sent (site::FrameReceiver), and both ends start a rollback generation with new links, so
 // without a basis (the identity, uncentred, until the sender's first fit).
 //
-// Payload (little-endian): u8 flags (bit 0: a basis follows), u32 basis id (0: the identity),
-// u32 row width d, f32 step; [a basis: u32 rank k, d f32 mean, k f32 scales, u32 L, L bytes: the
-// k x d directions in whole multiples of their row's scale, range-coded; u8 1 if a predictor
-// follows: k f32 scales, u32 L, L bytes: its k x k values, the same way]; the symbols (rows of k).
+// Payload (little-endian): u8 flags (bit 0: a basis follows; bit 1: the symbols reuse the rANS
+// tables of the link's frame before), u32 basis id (0: the identity), u32 row width d, f32 step,
+// u32 the number of the tables the symbols use (counted from 1 on each link direction); [a basis:
+// u32 rank k, d f32 mean, k f32 scales, u32 L, L bytes: the k x d directions in whole multiples of
+// their row's scale, range-coded; u8 1 if a predictor follows: k f32 scales, u32 L, L bytes: its k
+// x k values, the same way]; the symbols (rows of k).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -46,8 +48,8 @@ constexpr uint64_t kFirstFitRows = 8;
 // come out at about half their size) and for a predictor's d^2 values: the first basis keeps every
 // direction and predicts nothing.
 constexpr uint64_t kSettledRows = 64;
-constexpr uint64_t kHeaderSize = 13;
-constexpr uint8_t kFlagBasis = 1;
+constexpr uint64_t kHeaderSize = 17;
+constexpr uint8_t kFlagBasis = 1, kFlagReusedTables = 2;
 // Far beyond any activation or gradient; keeps every honest frame's reconstruction finite.
 constexpr float kMaxValue = 1e30f;
 
@@ -114,7 +116,10 @@ class KltStage final : public CodecStage {
     std::memcpy(p + 5, &width, 4);
     std::memcpy(p + 9, &step, 4);
     if (carries_basis) WriteBasis(out);
-    coder_.Encode(symbols_, sent_.rank, out, out->size());
+    const bool reused = coder_.Encode(symbols_, sent_.rank, out, out->size(), /*may_reuse=*/true);
+    if (!reused) ++tables_sent_;
+    if (reused) out->data()[at] |= kFlagReusedTables;
+    std::memcpy(out->data() + at + 13, &tables_sent_, 4);
     return absl::OkStatus();
   }
 
@@ -139,7 +144,15 @@ class KltStage final : public CodecStage {
     std::memcpy(&id, in.data() + 1, 4);
     std::memcpy(&width, in.data() + 5, 4);
     std::memcpy(&step, in.data() + 9, 4);
-    if (in[0] & ~kFlagBasis) return Malformed("unknown flags");
+    uint32_t tables;
+    std::memcpy(&tables, in.data() + 13, 4);
+    if (in[0] & ~(kFlagBasis | kFlagReusedTables)) return Malformed("unknown flags");
+    const bool reused = in[0] & kFlagReusedTables;
+    if (reused && tables != tables_received_) {
+      return Malformed(absl::StrCat("coded with tables ", tables,
+                                    ", which this link has not received (it holds ",
+                                    tables_received_, "): frames lost or out of order"));
+    }
     if (width != d) {
       return Malformed(absl::StrCat("rows of ", width, " values where the tensor's have ", d));
     }
@@ -157,7 +170,8 @@ class KltStage final : public CodecStage {
     }
     const size_t rank = id == 0 ? d : received_.rank;
     symbols_.resize(n / d * rank);
-    STRAIT_RETURN_IF_ERROR(coder_.Decode(in.subspan(pos), rank, absl::MakeSpan(symbols_)));
+    STRAIT_RETURN_IF_ERROR(coder_.Decode(in.subspan(pos), rank, absl::MakeSpan(symbols_), reused));
+    if (!reused) tables_received_ = tables;
     coefficients_.resize(symbols_.size());
     for (size_t i = 0; i < symbols_.size(); ++i) {
       coefficients_[i] = static_cast<float>(symbols_[i]) * step;
@@ -347,9 +361,11 @@ class KltStage final : public CodecStage {
   // The sender's side.
   CovarianceTracker tracker_;
   KltBasis sent_;
-  uint64_t frames_ = 0;  // Since the last fit.
+  uint64_t frames_ = 0;       // Since the last fit.
+  uint32_t tables_sent_ = 0;  // rANS tables sent (the coder reuses the last when they fit).
   // The receiver's side.
   KltBasis received_;
+  uint32_t tables_received_ = 0;  // The number of the last tables decoded.
   // Scratch.
   std::vector<float> coefficients_;
   std::vector<float> previous_, prediction_;  // A row's, with a predictor.

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "core/status.h"
 
 namespace strait::compression {
 namespace {
@@ -63,12 +64,20 @@ void Append(ByteBuffer* out, const void* bytes, size_t n) {
 }
 void Append32(ByteBuffer* out, uint32_t v) { Append(out, &v, 4); }
 
-// Frequencies summing to kScale, at least 1 for every token that occurs.
+// Frequencies summing to kScale (total > 0), at least 1 for every token from the one below the
+// smallest that occurs to the one above the largest: a later stream may reuse the table (and its
+// tokens spread about as far).
 void Normalize(const uint32_t* counts, uint64_t total, uint16_t* freq) {
+  uint32_t first = 0, last = kTokens - 1;
+  while (counts[first] == 0) ++first;
+  while (counts[last] == 0) --last;
+  first = first > 0 ? first - 1 : 0;
+  last = std::min(last + 1, kTokens - 1);
   int64_t sum = 0;
   uint32_t largest = 0;
   for (uint32_t t = 0; t < kTokens; ++t) {
-    freq[t] = counts[t] == 0 ? 0 : std::max<uint64_t>(1, uint64_t{counts[t]} * kScale / total);
+    freq[t] =
+        t < first || t > last ? 0 : std::max<uint64_t>(1, uint64_t{counts[t]} * kScale / total);
     sum += freq[t];
     if (freq[t] > freq[largest]) largest = t;
   }
@@ -83,6 +92,18 @@ void Normalize(const uint32_t* counts, uint64_t total, uint16_t* freq) {
     *top -= take;
     missing += take;
   }
+}
+
+// The bits a rANS stream spends on `counts` (per table and token) with frequencies `freq`;
+// infinite when a token that occurs has none.
+double CodedBits(const std::vector<uint32_t>& counts, const std::vector<uint16_t>& freq) {
+  double bits = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (counts[i] == 0) continue;
+    if (freq[i] == 0) return HUGE_VAL;
+    bits += counts[i] * (kScaleBits - std::log2(static_cast<double>(freq[i])));
+  }
+  return bits;
 }
 
 // Reads LSB-first bit fields from a byte span; false when it runs out.
@@ -119,113 +140,93 @@ uint64_t MaxCodedSize(uint64_t count, uint64_t width) {
   return width + kGroups * (2 + 2 * kTokens) + count * 4 + count * 2 + 16;
 }
 
-void RansCoder::Encode(absl::Span<const int32_t> symbols, size_t width, ByteBuffer* out,
-                       size_t at) {
+bool RansCoder::Encode(absl::Span<const int32_t> symbols, size_t width, ByteBuffer* out, size_t at,
+                       bool may_reuse) {
   out->Resize(at);
   const size_t n = symbols.size();
-  if (n == 0) return;
+  if (n == 0) return false;
   const size_t rows = n / width;
   magnitude_.assign(width, 0);
   for (size_t i = 0; i < n; ++i) magnitude_[i % width] += std::abs(int64_t{symbols[i]});
-  group_.resize(width);
-  for (size_t c = 0; c < width; ++c) group_[c] = GroupOf(magnitude_[c], rows);
-  const size_t tables = IndexGroups(group_, &table_);
-  Append(out, group_.data(), width);
+  fresh_.width = width;
+  fresh_.group.resize(width);
+  for (size_t c = 0; c < width; ++c) fresh_.group[c] = GroupOf(magnitude_[c], rows);
+  fresh_.count = IndexGroups(fresh_.group, &fresh_.table);
+  const bool can_reuse = may_reuse && kept_.count > 0 && kept_.width == width;
   tokens_.resize(n);
-  counts_.assign(tables * kTokens, 0);
+  counts_.assign(fresh_.count * kTokens, 0);
+  kept_counts_.assign(can_reuse ? kept_.count * kTokens : 0, 0);
   renormalised_.clear();  // Holds the raw bits first.
   uint64_t buffer = 0;
   uint32_t filled = 0;
   for (size_t i = 0; i < n; ++i) {
     const Token t = Tokenize(ZigZag(symbols[i]));
     tokens_[i] = static_cast<uint8_t>(t.token);
-    ++counts_[table_[i % width] * kTokens + t.token];
+    ++counts_[fresh_.table[i % width] * kTokens + t.token];
+    if (can_reuse) ++kept_counts_[kept_.table[i % width] * kTokens + t.token];
     buffer |= uint64_t{t.raw} << filled;
     filled += t.raw_bits;
     for (; filled >= 8; filled -= 8, buffer >>= 8) renormalised_.push_back(buffer & 0xff);
   }
   if (filled > 0) renormalised_.push_back(buffer & 0xff);
 
-  freq_.resize(tables * kTokens);
-  cumulative_.resize(tables * kTokens);
-  for (size_t b = 0; b < tables; ++b) {
+  written_tables_.assign(fresh_.group.begin(), fresh_.group.end());
+  fresh_.freq.resize(fresh_.count * kTokens);
+  fresh_.cumulative.resize(fresh_.count * kTokens);
+  for (size_t b = 0; b < fresh_.count; ++b) {
     const uint32_t* counts = &counts_[b * kTokens];
-    uint16_t* freq = &freq_[b * kTokens];
+    uint16_t* freq = &fresh_.freq[b * kTokens];
     Normalize(counts, std::accumulate(counts, counts + kTokens, uint64_t{0}), freq);
     uint32_t first = 0, last = kTokens - 1, sum = 0;
     while (freq[first] == 0) ++first;
     while (freq[last] == 0) --last;
-    const uint8_t range[2] = {static_cast<uint8_t>(first), static_cast<uint8_t>(last - first + 1)};
-    Append(out, range, 2);
+    written_tables_.push_back(static_cast<uint8_t>(first));
+    written_tables_.push_back(static_cast<uint8_t>(last - first + 1));
     for (uint32_t t = 0; t < kTokens; ++t) {
-      cumulative_[b * kTokens + t] = static_cast<uint16_t>(sum);
+      fresh_.cumulative[b * kTokens + t] = static_cast<uint16_t>(sum);
       sum += freq[t];
       if (t < first || t > last) continue;
-      const uint8_t leb[2] = {static_cast<uint8_t>((freq[t] & 0x7f) | (freq[t] >= 0x80 ? 0x80 : 0)),
-                              static_cast<uint8_t>(freq[t] >> 7)};
-      Append(out, leb, freq[t] >= 0x80 ? 2 : 1);
+      written_tables_.push_back(
+          static_cast<uint8_t>((freq[t] & 0x7f) | (freq[t] >= 0x80 ? 0x80 : 0)));
+      if (freq[t] >= 0x80) written_tables_.push_back(static_cast<uint8_t>(freq[t] >> 7));
     }
   }
+  const bool reuse =
+      can_reuse && CodedBits(kept_counts_, kept_.freq) <
+                       CodedBits(counts_, fresh_.freq) + 8.0 * written_tables_.size();
+  const Tables& tables = reuse ? kept_ : fresh_;
+  if (!reuse) Append(out, written_tables_.data(), written_tables_.size());
   Append32(out, static_cast<uint32_t>(renormalised_.size()));
   Append(out, renormalised_.data(), renormalised_.size());
 
   renormalised_.clear();
   uint32_t x = kLow;
   for (size_t i = n; i-- > 0;) {
-    const size_t entry = table_[i % width] * kTokens + tokens_[i];
-    const uint32_t f = freq_[entry];
+    const size_t entry = tables.table[i % width] * kTokens + tokens_[i];
+    const uint32_t f = tables.freq[entry];
     const uint32_t x_max = ((kLow >> kScaleBits) << 8) * f;
     for (; x >= x_max; x >>= 8) renormalised_.push_back(x & 0xff);
-    x = ((x / f) << kScaleBits) + (x % f) + cumulative_[entry];
+    x = ((x / f) << kScaleBits) + (x % f) + tables.cumulative[entry];
   }
   Append32(out, x);
   std::reverse(renormalised_.begin(), renormalised_.end());
   Append(out, renormalised_.data(), renormalised_.size());
+  if (!reuse) std::swap(kept_, fresh_);
+  return reuse;
 }
 
-absl::Status RansCoder::Decode(absl::Span<const uint8_t> in, size_t width,
-                               absl::Span<int32_t> out) {
+absl::Status RansCoder::Decode(absl::Span<const uint8_t> in, size_t width, absl::Span<int32_t> out,
+                               bool reused) {
   const size_t n = out.size();
   if (n == 0) return in.empty() ? absl::OkStatus() : Malformed("bytes for no symbols");
   if (width == 0 || n % width != 0) return Malformed("symbols are not whole rows");
   size_t pos = 0;
   auto need = [&](size_t bytes) { return in.size() - pos >= bytes; };
-  if (!need(width)) return Malformed("column groups truncated");
-  group_.assign(in.begin(), in.begin() + width);
-  pos += width;
-  for (uint8_t g : group_) {
-    if (g >= kGroups)
-      return Malformed(absl::StrCat("column group ", int{g}, " above ", kGroups - 1));
+  if (reused && (kept_.count == 0 || kept_.width != width)) {
+    return Malformed("a stream coded with tables this decoder does not hold");
   }
-  const size_t tables = IndexGroups(group_, &table_);
-  freq_.assign(tables * kTokens, 0);
-  cumulative_.resize(tables * kTokens);
-  slot_token_.resize(tables * kScale);
-  for (size_t b = 0; b < tables; ++b) {
-    if (!need(2)) return Malformed(absl::StrCat("table ", b, " truncated"));
-    const uint32_t first = in[pos], count = in[pos + 1];
-    pos += 2;
-    if (count == 0 || first + count > kTokens) {
-      return Malformed(absl::StrCat("table ", b, " has tokens [", first, ", ", first + count,
-                                    ") outside [0, ", kTokens, ")"));
-    }
-    uint16_t* freq = &freq_[b * kTokens];
-    uint32_t sum = 0;
-    for (uint32_t t = first; t < first + count; ++t) {
-      if (!need(1)) return Malformed(absl::StrCat("table ", b, " truncated"));
-      uint32_t f = in[pos] & 0x7f;
-      if (in[pos++] & 0x80) {
-        if (!need(1) || in[pos] & 0x80) return Malformed("bad frequency");
-        f |= uint32_t{in[pos++]} << 7;
-      }
-      if (f > kScale - sum) return Malformed(absl::StrCat("table ", b, " frequencies exceed 4096"));
-      cumulative_[b * kTokens + t] = static_cast<uint16_t>(sum);
-      std::fill_n(&slot_token_[b * kScale + sum], f, static_cast<uint8_t>(t));
-      freq[t] = static_cast<uint16_t>(f);
-      sum += f;
-    }
-    if (sum != kScale) return Malformed(absl::StrCat("table ", b, " frequencies sum to ", sum));
-  }
+  if (!reused) STRAIT_RETURN_IF_ERROR(ReadTables(in, width, &pos));
+  const Tables& tables = reused ? kept_ : fresh_;
   if (!need(4)) return Malformed("raw bits' size truncated");
   uint32_t raw_size;
   std::memcpy(&raw_size, &in[pos], 4);
@@ -239,11 +240,11 @@ absl::Status RansCoder::Decode(absl::Span<const uint8_t> in, size_t width,
   pos += 4;
   if (x < kLow || x >= (kLow << 8)) return Malformed("rANS state out of range");
   for (size_t i = 0; i < n; ++i) {
-    const size_t table = table_[i % width];
+    const size_t table = tables.table[i % width];
     const uint32_t slot = x & (kScale - 1);
-    const uint32_t t = slot_token_[table * kScale + slot];
+    const uint32_t t = tables.slot_token[table * kScale + slot];
     const size_t entry = table * kTokens + t;
-    x = freq_[entry] * (x >> kScaleBits) + slot - cumulative_[entry];
+    x = tables.freq[entry] * (x >> kScaleBits) + slot - tables.cumulative[entry];
     while (x < kLow) {
       if (!need(1)) return Malformed("rANS stream ends early");
       x = (x << 8) | in[pos++];
@@ -260,6 +261,52 @@ absl::Status RansCoder::Decode(absl::Span<const uint8_t> in, size_t width,
   if (pos != in.size() || x != kLow || !raw.Done()) {
     return Malformed("the stream does not end where its symbols do");
   }
+  if (!reused) std::swap(kept_, fresh_);
+  return absl::OkStatus();
+}
+
+absl::Status RansCoder::ReadTables(absl::Span<const uint8_t> in, size_t width, size_t* at) {
+  size_t pos = *at;
+  auto need = [&](size_t bytes) { return in.size() - pos >= bytes; };
+  if (!need(width)) return Malformed("column groups truncated");
+  Tables& tables = fresh_;
+  tables.width = width;
+  tables.group.assign(in.begin(), in.begin() + width);
+  pos += width;
+  for (uint8_t g : tables.group) {
+    if (g >= kGroups)
+      return Malformed(absl::StrCat("column group ", int{g}, " above ", kGroups - 1));
+  }
+  tables.count = IndexGroups(tables.group, &tables.table);
+  tables.freq.assign(tables.count * kTokens, 0);
+  tables.cumulative.resize(tables.count * kTokens);
+  tables.slot_token.resize(tables.count * kScale);
+  for (size_t b = 0; b < tables.count; ++b) {
+    if (!need(2)) return Malformed(absl::StrCat("table ", b, " truncated"));
+    const uint32_t first = in[pos], count = in[pos + 1];
+    pos += 2;
+    if (count == 0 || first + count > kTokens) {
+      return Malformed(absl::StrCat("table ", b, " has tokens [", first, ", ", first + count,
+                                    ") outside [0, ", kTokens, ")"));
+    }
+    uint16_t* freq = &tables.freq[b * kTokens];
+    uint32_t sum = 0;
+    for (uint32_t t = first; t < first + count; ++t) {
+      if (!need(1)) return Malformed(absl::StrCat("table ", b, " truncated"));
+      uint32_t f = in[pos] & 0x7f;
+      if (in[pos++] & 0x80) {
+        if (!need(1) || in[pos] & 0x80) return Malformed("bad frequency");
+        f |= uint32_t{in[pos++]} << 7;
+      }
+      if (f > kScale - sum) return Malformed(absl::StrCat("table ", b, " frequencies exceed 4096"));
+      tables.cumulative[b * kTokens + t] = static_cast<uint16_t>(sum);
+      std::fill_n(&tables.slot_token[b * kScale + sum], f, static_cast<uint8_t>(t));
+      freq[t] = static_cast<uint16_t>(f);
+      sum += f;
+    }
+    if (sum != kScale) return Malformed(absl::StrCat("table ", b, " frequencies sum to ", sum));
+  }
+  *at = pos;
   return absl::OkStatus();
 }
 

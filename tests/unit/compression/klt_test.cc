@@ -1,7 +1,9 @@
 // klt:STEP[:sr][:fisher]: the range coder (round trips, near each column's entropy, hostile
-// input), the basis a link learns (orthonormal, largest variance first), and the stage over a
-// stream of frames: error within the step, fewer bytes once the basis arrives, a receiver that
-// missed the basis refuses, fisher's noise away from where the gradients are.
+// input), the basis a link learns (orthonormal, largest variance first, the directions above a
+// floor, a predictor from the row before), and the stage over a stream of frames: error within the
+// step, fewer bytes once the basis arrives and once it leaves out the weak directions or predicts,
+// forged bases and a receiver that missed the basis refused, fisher's noise away from where the
+// gradients are.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -83,6 +85,35 @@ TEST(RansCoderTest, CostsAboutTheEntropyOfEachColumn) {
   ASSERT_EQ(RoundTrip(symbols, width, &bytes), symbols);
   EXPECT_LT(8.0 * bytes, entropy * 1.02 + 0.08 * symbols.size())
       << 8.0 * bytes / symbols.size() << " bits a symbol, entropy " << entropy / symbols.size();
+}
+
+// Streams of the same statistics: the second reuses the first's tables, leaving them out, and a
+// decoder that holds them decodes it; one that does not refuses it, and a stream whose tokens the
+// kept tables do not cover brings its own.
+TEST(RansCoderTest, ReusesTheLastTablesWhenTheyFit) {
+  const size_t width = 16;
+  const std::vector<int32_t> first = Laplacian(64 * width, 3.0, 1),
+                             second = Laplacian(64 * width, 3.0, 2),
+                             wider = Laplacian(64 * width, 3000.0, 3);
+  RansCoder encoder, fresh_encoder, decoder, fresh_decoder;
+  ByteBuffer a, b, b_alone, c;
+  EXPECT_FALSE(encoder.Encode(first, width, &a, 0, /*may_reuse=*/true));  // nothing kept yet
+  EXPECT_TRUE(encoder.Encode(second, width, &b, 0, /*may_reuse=*/true));
+  EXPECT_FALSE(fresh_encoder.Encode(second, width, &b_alone, 0, /*may_reuse=*/true));
+  EXPECT_LT(b.size() + 20, b_alone.size()) << b.size() << " vs " << b_alone.size();
+  EXPECT_FALSE(encoder.Encode(wider, width, &c, 0, /*may_reuse=*/true));
+
+  std::vector<int32_t> out(first.size());
+  ASSERT_TRUE(decoder.Decode(a.span(), width, absl::MakeSpan(out)).ok());
+  EXPECT_EQ(out, first);
+  absl::Status refused = fresh_decoder.Decode(b.span(), width, absl::MakeSpan(out), true);
+  EXPECT_NE(refused.message().find("tables this decoder does not hold"), std::string::npos)
+      << refused;
+  EXPECT_FALSE(decoder.Decode(b.span(), width / 2, absl::MakeSpan(out), true).ok());  // width
+  ASSERT_TRUE(decoder.Decode(b.span(), width, absl::MakeSpan(out), true).ok());
+  EXPECT_EQ(out, second);
+  ASSERT_TRUE(decoder.Decode(c.span(), width, absl::MakeSpan(out)).ok());
+  EXPECT_EQ(out, wider);
 }
 
 TEST(RansCoderTest, RefusesTruncatedAndAlteredStreams) {
@@ -287,7 +318,7 @@ TEST(KltStageTest, LearnsTheBasisAndCodesWithinTheStep) {
     before += r.bytes[157 + f];
     after += r.bytes[164 + f];
   }
-  EXPECT_LT(after * 5, before * 4) << after << " vs " << before;
+  EXPECT_LT(after * 10, before * 9) << after << " vs " << before;
   for (size_t f = 4; f < 170; ++f) {
     if (f != 163) {
       EXPECT_LT(r.bytes[f], r.bytes[4] + full_basis) << f;
@@ -300,42 +331,55 @@ TEST(KltStageTest, LearnsTheBasisAndCodesWithinTheStep) {
   EXPECT_GT(sr.bytes[163], sr.bytes[164] + full_basis);
 }
 
+// A klt stage's payloads (not whole frames) for `frames` tensors of CorrelatedRows, and a
+// receiving stage that decodes them one at a time.
+struct StagePayloads {
+  StagePayloads(size_t frames, size_t rows, size_t width) : n(rows * width), out(n) {
+    const StageSpec spec{.kind = StageKind::kKlt, .step = 0.1};
+    auto sender = MakeCodecStage(spec);
+    receiver = MakeCodecStage(spec);
+    sender->SetRowWidth(width);
+    receiver->SetRowWidth(width);
+    for (size_t f = 0; f < frames; ++f) {
+      std::vector<float> x = CorrelatedRows(rows, width, 2, f);
+      ByteBuffer frame;
+      EXPECT_TRUE(sender
+                      ->Encode({reinterpret_cast<const uint8_t*>(x.data()), 4 * n},
+                               {.element_count = n}, &frame)
+                      .ok());
+      payloads.emplace_back(frame.data(), frame.data() + frame.size());
+    }
+  }
+  absl::Status Decode(const std::vector<uint8_t>& payload) {
+    return receiver->Decode(payload, absl::MakeSpan(reinterpret_cast<uint8_t*>(out.data()), 4 * n));
+  }
+
+  size_t n;
+  std::vector<float> out;
+  std::unique_ptr<CodecStage> receiver;
+  std::vector<std::vector<uint8_t>> payloads;
+};
+
 // A basis frame whose rank, scales or directions lie: refused, naming what, and the basis the
 // receiver held before stays.
 TEST(KltStageTest, RefusesAForgedBasis) {
-  const size_t rows = 8, width = 8, n = rows * width;
-  const StageSpec spec{.kind = StageKind::kKlt, .step = 0.1};
-  auto sender = MakeCodecStage(spec), receiver = MakeCodecStage(spec);
-  sender->SetRowWidth(width);
-  receiver->SetRowWidth(width);
-  std::vector<float> out(n);
-  const auto decode = [&](const std::vector<uint8_t>& payload) {
-    return receiver->Decode(payload, absl::MakeSpan(reinterpret_cast<uint8_t*>(out.data()), 4 * n));
-  };
-  std::vector<uint8_t> with_basis;  // Frame 7: the first basis (8 rows a column).
-  for (size_t f = 0; f < 8; ++f) {
-    std::vector<float> x = CorrelatedRows(rows, width, 2, f);
-    ByteBuffer frame;
-    ASSERT_TRUE(sender
-                    ->Encode({reinterpret_cast<const uint8_t*>(x.data()), 4 * n},
-                             {.element_count = n}, &frame)
-                    .ok());
-    if (f == 7) with_basis.assign(frame.data(), frame.data() + frame.size());
-  }
-  ASSERT_EQ(with_basis[0], 1);  // a basis follows the 13-byte header: u32 rank first
+  const size_t width = 8;
+  StagePayloads stream(8, 8, width);
+  const std::vector<uint8_t>& with_basis = stream.payloads[7];  // 8 rows a column: the first basis
+  ASSERT_EQ(with_basis[0], 1);  // a basis follows the 17-byte header: u32 rank first
   const auto forged = [&](size_t at, uint32_t value) {
     std::vector<uint8_t> bad = with_basis;
     std::memcpy(&bad[at], &value, 4);
-    return decode(bad);
+    return stream.Decode(bad);
   };
-  EXPECT_NE(forged(13, 0).message().find("a basis of 0 directions for rows of 8"),
+  EXPECT_NE(forged(17, 0).message().find("a basis of 0 directions for rows of 8"),
             std::string::npos);
-  EXPECT_NE(forged(13, 9).message().find("a basis of 9 directions"), std::string::npos);
-  const size_t scales = 13 + 4 + 4 * width;
+  EXPECT_NE(forged(17, 9).message().find("a basis of 9 directions"), std::string::npos);
+  const size_t scales = 17 + 4 + 4 * width;
   EXPECT_NE(forged(scales, 0x7fc00000).message().find("scale"), std::string::npos);  // NaN
   EXPECT_NE(forged(scales + 4 * width, 1u << 30).message().find("basis truncated"),  // its length
             std::string::npos);
-  ASSERT_TRUE(decode(with_basis).ok());
+  ASSERT_TRUE(stream.Decode(with_basis).ok());
 }
 
 // The same rows in sequence and in random order: in sequence, the second basis (frame 160, fitted
@@ -369,6 +413,22 @@ TEST(KltStageTest, CodesOnlyWhatTheRowBeforeDoesNotPredict) {
   EXPECT_GT(saved_bits, 0.9) << bytes[0] << " vs " << bytes[1];
   EXPECT_LT(worst[0], 0.035);
   EXPECT_LT(worst[0], 1.1 * worst[1]);
+}
+
+// A frame that reuses the rANS tables of the one before, at a receiver that missed that one:
+// refused, naming the tables.
+TEST(KltStageTest, AReceiverThatMissedTheTablesRefuses) {
+  StagePayloads stream(12, 64, 8);
+  size_t reusing = 0;  // The first frame that reuses the tables of the one before.
+  while (reusing < 12 && !(stream.payloads[reusing][0] & 2)) ++reusing;
+  ASSERT_LT(reusing, 12u);
+  ASSERT_GE(reusing, 1u);
+  for (size_t f = 0; f + 1 < reusing; ++f) ASSERT_TRUE(stream.Decode(stream.payloads[f]).ok()) << f;
+  const absl::Status refused = stream.Decode(stream.payloads[reusing]);
+  EXPECT_NE(refused.message().find("which this link has not received"), std::string::npos)
+      << refused;
+  ASSERT_TRUE(stream.Decode(stream.payloads[reusing - 1]).ok());
+  EXPECT_TRUE(stream.Decode(stream.payloads[reusing]).ok());
 }
 
 TEST(KltStageTest, AReceiverThatMissedTheBasisRefuses) {
