@@ -49,6 +49,7 @@ constexpr uint64_t kFirstFitRows = 8;
 // direction and predicts nothing.
 constexpr uint64_t kSettledRows = 64;
 constexpr uint64_t kHeaderSize = 17;
+constexpr uint64_t kTablesAt = 13;  // The header's last field: the tables' number.
 constexpr uint8_t kFlagBasis = 1, kFlagReusedTables = 2;
 // Far beyond any activation or gradient; keeps every honest frame's reconstruction finite.
 constexpr float kMaxValue = 1e30f;
@@ -119,7 +120,7 @@ class KltStage final : public CodecStage {
     const bool reused = coder_.Encode(symbols_, sent_.rank, out, out->size(), /*may_reuse=*/true);
     if (!reused) ++tables_sent_;
     if (reused) out->data()[at] |= kFlagReusedTables;
-    std::memcpy(out->data() + at + 13, &tables_sent_, 4);
+    std::memcpy(out->data() + at + kTablesAt, &tables_sent_, 4);
     return absl::OkStatus();
   }
 
@@ -145,7 +146,7 @@ class KltStage final : public CodecStage {
     std::memcpy(&width, in.data() + 5, 4);
     std::memcpy(&step, in.data() + 9, 4);
     uint32_t tables;
-    std::memcpy(&tables, in.data() + 13, 4);
+    std::memcpy(&tables, in.data() + kTablesAt, 4);
     if (in[0] & ~(kFlagBasis | kFlagReusedTables)) return Malformed("unknown flags");
     const bool reused = in[0] & kFlagReusedTables;
     if (reused && tables != tables_received_) {
