@@ -118,8 +118,11 @@ class KltStage final : public CodecStage {
     std::memcpy(p + 9, &step, 4);
     if (carries_basis) WriteBasis(out);
     const bool reused = coder_.Encode(symbols_, sent_.rank, out, out->size(), /*may_reuse=*/true);
-    if (!reused) ++tables_sent_;
-    if (reused) out->data()[at] |= kFlagReusedTables;
+    if (reused) {
+      out->data()[at] |= kFlagReusedTables;
+    } else {
+      ++tables_sent_;
+    }
     std::memcpy(out->data() + at + kTablesAt, &tables_sent_, 4);
     return absl::OkStatus();
   }
