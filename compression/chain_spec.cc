@@ -13,7 +13,7 @@ namespace {
 
 constexpr absl::string_view kStages =
     "none, fp16, bf16, int8[:BLOCK][:sr], int4[:BLOCK][:sr], topk:R[:ef], shuffle, zstd[:LEVEL], "
-    "proj:K[:SEED], klt:STEP[:sr][:fisher]";
+    "proj:K[:SEED], klt:STEP[:sr|:dither][:fisher]";
 
 // "codec stage 'int8': ..." when the stage has no parameters, "codec stage 'int8:...': ..." when it
 // has some (the caller shows the whole chain, or the job spec's line and column).
@@ -98,26 +98,33 @@ absl::Status ParseProject(const std::vector<std::string>& params, StageSpec* sta
   return absl::OkStatus();
 }
 
-// klt:STEP [:sr] [:fisher]
+// klt:STEP [:sr | :dither] [:fisher]
 absl::Status ParseKlt(const std::vector<std::string>& params, StageSpec* stage) {
   if (params.empty() || params.size() > 3 || !absl::SimpleAtod(params[0], &stage->step) ||
       !ValidStep(stage->step)) {
     return StageError("klt", params,
                       absl::StrCat("needs the step STEP in [", kMinKltStep, ", ", kMaxKltStep,
                                    "] (a fraction of the coefficients' rms) and optionally 'sr' "
-                                   "and 'fisher', e.g. klt:0.1:fisher forward or klt:1:sr "
-                                   "backward"));
+                                   "or 'dither', and 'fisher', e.g. klt:0.1:fisher forward or "
+                                   "klt:0.5:dither backward"));
   }
   for (size_t i = 1; i < params.size(); ++i) {
-    const bool sr = params[i] == "sr" && i == 1 && !stage->stochastic;
+    const bool sr = params[i] == "sr" && i == 1;
+    const bool dither = params[i] == "dither" && i == 1;
     const bool fisher = params[i] == "fisher" && !stage->fisher;
-    if (!sr && !fisher) {
+    if (!sr && !dither && !fisher) {
       return StageError("klt", params,
                         absl::StrCat("unexpected parameter '", params[i],
-                                     "'; the options are 'sr' (stochastic rounding) and then "
-                                     "'fisher' (noise shaped by the link's gradients)"));
+                                     "'; the options are 'sr' (stochastic rounding) or 'dither' "
+                                     "(stochastic rounding whose noise the receiver subtracts), "
+                                     "then 'fisher' (noise shaped by the link's gradients)"));
     }
-    (sr ? stage->stochastic : stage->fisher) = true;
+    if (fisher) {
+      stage->fisher = true;
+    } else {
+      stage->stochastic = true;
+      stage->dithered = dither;
+    }
   }
   return absl::OkStatus();
 }
@@ -340,11 +347,12 @@ absl::Status ValidateChainSpec(const ChainSpec& chain) {
         ok = ValidSubspace(s.subspace);
         break;
       case StageKind::kKlt:
-        ok = ValidStep(s.step);
+        ok = ValidStep(s.step) && (!s.dithered || s.stochastic);
         break;
       default:
         break;
     }
+    ok = ok && (!s.dithered || s.kind == StageKind::kKlt);
     if (!ok) {
       return absl::InvalidArgumentError(
           absl::StrCat("codec stage '", StageName(s.kind), "': parameter out of range"));
@@ -393,7 +401,8 @@ std::string ChainSpec::ToString() const {
         absl::StrAppend(&out, ":", s.subspace, ":", s.basis_seed);
         break;
       case StageKind::kKlt:
-        absl::StrAppend(&out, ":", FormatDouble(s.step), s.stochastic ? ":sr" : "",
+        absl::StrAppend(&out, ":", FormatDouble(s.step),
+                        s.dithered ? ":dither" : (s.stochastic ? ":sr" : ""),
                         s.fisher ? ":fisher" : "");
         break;
       default:

@@ -12,12 +12,14 @@
 //   proj:K[:SEED]      project rows of the tensor (its last dimension d) onto K <= d orthonormal
 //                      directions drawn from SEED (a u64, default kDefaultBasisSeed); K in
 //                      [1, 65536]
-//   klt:STEP[:sr][:fisher]
+//   klt:STEP[:sr|:dither][:fisher]
 //                      transform coding in a basis the link learns (klt_stage.cc): one uniform
 //                      step of STEP x the coefficients' rms, STEP in [0.001, 16], rounded to
-//                      nearest or stochastically ("sr"), entropy-coded; "fisher": the noise
-//                      shaped by the gradients that come back over the link (the forward's
-//                      option); the chain's only stage
+//                      nearest, stochastically ("sr"), or stochastically with the receiver
+//                      subtracting the rounding's noise where that leaves less error ("dither":
+//                      unbiased like sr, about half its error for the same bytes),
+//                      entropy-coded; "fisher": the noise shaped by the gradients that come back
+//                      over the link (the forward's option); the chain's only stage
 // proj first when present, then at most one value stage (fp16, bf16, int8, int4, topk), then
 // shuffle, then zstd, each at most once. After proj the value stage codes the K coefficients of
 // each row: only fp16, bf16, or int8/int4 with block K (one scale a row); without one the
@@ -70,6 +72,7 @@ struct StageSpec {
   uint64_t basis_seed = kDefaultBasisSeed;  // proj: seed of the basis (SeededBasis)
   double step = 0.0;                        // klt: quantizer step as a fraction of the rms
   bool fisher = false;                      // klt: noise shaped by the link's gradients
+  bool dithered = false;  // klt: stochastic, the receiver subtracts the noise ("dither")
 
   bool operator==(const StageSpec&) const = default;
 };

@@ -56,7 +56,7 @@ uint64_t CodecChain::SeedOf(uint64_t call) const {
 absl::StatusOr<absl::Span<const uint8_t>> CodecChain::Encode(absl::Span<const float> values,
                                                              absl::Span<const uint64_t> shape,
                                                              ResidualStore* residuals,
-                                                             absl::string_view key) {
+                                                             absl::string_view key, uint64_t step) {
   STRAIT_ASSIGN_OR_RETURN(uint64_t count, ElementCount(shape));
   if (count != values.size()) {
     return absl::InvalidArgumentError(
@@ -66,6 +66,7 @@ absl::StatusOr<absl::Span<const uint8_t>> CodecChain::Encode(absl::Span<const fl
   context.element_count = count;
   context.seed = next_seed();
   context.gradients = options_.gradients.get();
+  context.step = step;
   ++calls_;
   if (spec_.NeedsResidual()) {
     if (residuals == nullptr) {

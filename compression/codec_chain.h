@@ -73,11 +73,12 @@ class CodecChain {
   // points into this chain's buffer and stays valid until the next Encode. A chain with error
   // feedback (topk:R:ef) needs `residuals` and the tensor's `key`; it reads and updates that
   // key's residual. A chain with proj:K projects rows of shape.back() >= K values (InvalidArgument
-  // otherwise); the first encode of a (seed, width, K) builds its basis.
+  // otherwise); the first encode of a (seed, width, K) builds its basis. `step`: the tensor's
+  // optimizer step (klt:fisher fits to the gradients of the steps before step - 1).
   absl::StatusOr<absl::Span<const uint8_t>> Encode(absl::Span<const float> values,
                                                    absl::Span<const uint64_t> shape,
                                                    ResidualStore* residuals = nullptr,
-                                                   absl::string_view key = "");
+                                                   absl::string_view key = "", uint64_t step = 0);
 
   // For device encoders (FailedPrecondition for a chain with proj or klt, which only this host
   // codec runs): `payload` is what the chain's first (value) stage produces for a tensor

@@ -25,6 +25,7 @@ struct EncodeContext {
   absl::Span<float> residual;            // topk:ef: this key's residual, element_count floats
   uint64_t seed = 0;                     // stochastic rounding: noise = f(seed, element index)
   GradientMoments* gradients = nullptr;  // klt:fisher: the link's gradients (none: plain klt)
+  uint64_t step = 0;  // klt:fisher: the tensor's optimizer step (it takes the gradients before it)
 };
 
 // A stage owns its scratch buffers and library contexts and reuses them: not thread-safe, one

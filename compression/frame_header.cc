@@ -8,7 +8,7 @@ namespace strait::compression {
 namespace {
 
 constexpr uint8_t kMagic[4] = {'S', 'T', 'C', 'F'};
-constexpr uint8_t kFlagStochastic = 1, kFlagErrorFeedback = 2, kFlagFisher = 4;
+constexpr uint8_t kFlagStochastic = 1, kFlagErrorFeedback = 2, kFlagFisher = 4, kFlagDithered = 8;
 
 void Put64(uint64_t v, uint8_t* out) { std::memcpy(out, &v, 8); }
 uint64_t Get64(const uint8_t* in) {
@@ -117,7 +117,7 @@ void WriteFrameHeader(const FrameHeader& header, uint8_t* out) {
     const StageSpec& s = header.chain.stages[i];
     p[0] = static_cast<uint8_t>(s.kind);
     p[1] = (s.stochastic ? kFlagStochastic : 0) | (s.error_feedback ? kFlagErrorFeedback : 0) |
-           (s.fisher ? kFlagFisher : 0);
+           (s.fisher ? kFlagFisher : 0) | (s.dithered ? kFlagDithered : 0);
     Put64(StageParameter(s), p + 2);
     Put64(header.stage_sizes[i], p + 10);
     p += 18;
@@ -158,16 +158,19 @@ absl::Status ParseFrameHeader(absl::Span<const uint8_t> frame, uint64_t max_raw_
     s = StageSpec{};
     if (p[0] > static_cast<uint8_t>(StageKind::kKlt)) return Malformed("unknown stage kind");
     s.kind = static_cast<StageKind>(p[0]);
-    if (p[1] & ~(kFlagStochastic | kFlagErrorFeedback | kFlagFisher)) {
+    if (p[1] & ~(kFlagStochastic | kFlagErrorFeedback | kFlagFisher | kFlagDithered)) {
       return Malformed("unknown stage flags");
     }
     s.stochastic = p[1] & kFlagStochastic;
     s.error_feedback = p[1] & kFlagErrorFeedback;
     s.fisher = p[1] & kFlagFisher;
+    s.dithered = p[1] & kFlagDithered;
     bool rounds =
         s.kind == StageKind::kInt8 || s.kind == StageKind::kInt4 || s.kind == StageKind::kKlt;
     if ((s.stochastic && !rounds) || (s.error_feedback && s.kind != StageKind::kTopK) ||
-        (s.fisher && s.kind != StageKind::kKlt) || !SetStageParameter(Get64(p + 2), &s)) {
+        (s.fisher && s.kind != StageKind::kKlt) ||
+        (s.dithered && (s.kind != StageKind::kKlt || !s.stochastic)) ||
+        !SetStageParameter(Get64(p + 2), &s)) {
       return Malformed(absl::StrCat("bad parameters for stage '", StageName(s.kind), "'"));
     }
     header->stage_sizes[i] = Get64(p + 10);

@@ -4,38 +4,58 @@
 
 namespace strait::compression {
 
-void GradientMoments::Add(absl::Span<const float> values, size_t width) {
+void GradientMoments::Fold(Sum& from, Sum& into) const {
+  if (into.upper.empty()) into.upper.assign(width_ * width_, 0.0);
+  for (size_t i = 0; i < width_; ++i) {
+    for (size_t j = i; j < width_; ++j) into.upper[i * width_ + j] += from.upper[i * width_ + j];
+  }
+  into.rows += from.rows;
+}
+
+void GradientMoments::Add(absl::Span<const float> values, size_t width, uint64_t step) {
   if (width == 0) return;
   const size_t rows = values.size() / width;
   if (rows == 0) return;
   std::lock_guard<std::mutex> lock(mutex_);
   if (width != width_) {
     width_ = width;
-    rows_ = 0;
-    sum_.assign(width * width, 0.0);
+    settled_ = Sum{};
+    recent_.clear();
     product_.resize(width * width);
   }
   const int d = static_cast<int>(width);
   cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, d, static_cast<int>(rows), 1.0f, values.data(),
               d, 0.0f, product_.data(), d);
+  // A step at least two before the newest (a rollback's, restarting at a checkpoint) is settled.
+  const uint64_t newest = std::max(step, recent_.empty() ? step : recent_.rbegin()->first);
+  Sum& sum = step + 2 <= newest ? settled_ : recent_[step];
+  if (sum.upper.empty()) sum.upper.assign(width * width, 0.0);
   for (size_t i = 0; i < width; ++i) {
-    for (size_t j = i; j < width; ++j) sum_[i * width + j] += product_[i * width + j];
+    for (size_t j = i; j < width; ++j) sum.upper[i * width + j] += product_[i * width + j];
   }
-  rows_ += rows;
+  sum.rows += rows;
+  while (!recent_.empty() && recent_.begin()->first + 2 <= newest) {
+    Fold(recent_.begin()->second, settled_);
+    recent_.erase(recent_.begin());
+  }
 }
 
-std::vector<double> GradientMoments::Take(size_t width) {
+std::vector<double> GradientMoments::Take(size_t width, uint64_t before) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (width != width_ || rows_ == 0) return {};
+  if (width != width_) return {};
+  while (!recent_.empty() && recent_.begin()->first < before) {
+    Fold(recent_.begin()->second, settled_);
+    recent_.erase(recent_.begin());
+  }
+  if (settled_.rows == 0) return {};
   std::vector<double> moment(width * width);
-  const double n = static_cast<double>(rows_);
+  const double n = static_cast<double>(settled_.rows);
   for (size_t i = 0; i < width; ++i) {
     for (size_t j = i; j < width; ++j) {
-      moment[i * width + j] = moment[j * width + i] = sum_[i * width + j] / n;
+      moment[i * width + j] = moment[j * width + i] = settled_.upper[i * width + j] / n;
     }
   }
-  rows_ = 0;
-  sum_.assign(width * width, 0.0);
+  settled_ = Sum{};
   return moment;
 }
 

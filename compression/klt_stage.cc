@@ -1,19 +1,25 @@
-// klt:STEP[:sr][:fisher] (chain_spec.h): transform coding in a basis the link learns
+// klt:STEP[:sr|:dither][:fisher] (chain_spec.h): transform coding in a basis the link learns
 // (docs/notes/activation-subspace.md §4). The sender keeps the covariance of the rows it codes and
 // takes its eigenvectors as the new basis once it holds kFirstFitRows rows per column, then every
 // kRefreshFrames frames; a basis travels in the first frame coded in it, and every frame names its
 // basis. Coefficients are quantized with one uniform step a frame (STEP x the rms of all width
 // coefficients), to nearest or stochastically, and range-coded (rans_coder.h). Rounding to nearest,
 // a basis fitted on kSettledRows rows a column keeps only the directions whose variance reaches
-// step^2 / 12, the error the others would get: below that water level a coefficient is better
-// not sent (reverse water-filling); stochastic rounding keeps them all, to stay unbiased. Where
-// a row follows from the one before (the residual stream of consecutive tokens), the basis carries
-// a predictor (klt_basis.h) and the sender codes each row's coefficients less their prediction
-// from the row before as the receiver reconstructs it (a closed loop: the noise is the step's as
-// without it, the symbols smaller). The two ends' predictions agree to a float's rounding where
-// their BLAS differ, and the loop does not amplify that (the predictor's ridge is the noise). With
-// `fisher` the basis is fitted to the gradients that came back over the link since the last fit
-// too (klt_basis.h); the receiver decodes it like any other.
+// step^2 / 12, the error the others would get: below that water level a coefficient is better not
+// sent (reverse water-filling); stochastic rounding keeps them all, to stay unbiased. With `dither`
+// the symbols are stochastic rounding's, floor(z + u) for noise u uniform in [0, 1) drawn from a
+// seed the frame carries, and the receiver reconstructs z as floor(z + u) + 1/2 - u, whose error is
+// uniform and independent of z (subtractive dither: step^2 / 12 where stochastic rounding leaves up
+// to step^2 / 6, for the same bytes), in the columns where that is less than stochastic rounding's
+// expected error (a column far below the step is left as stochastic rounding gives it: its error
+// there is about |z| x step). Where a row follows from the one before (the residual stream of
+// consecutive tokens), the basis carries a predictor (klt_basis.h) and the sender codes each row's
+// coefficients less their prediction from the row before as the receiver reconstructs it (a closed
+// loop: the noise is the step's as without it, the symbols smaller). The two ends' predictions
+// agree to a float's rounding where their BLAS differ, and the loop does not amplify that (the
+// predictor's ridge is the noise). With `fisher` the basis is fitted to the gradients that came
+// back over the link too, those of the steps at least two before the frame's since the last fit
+// (gradient_moments.h, klt_basis.h); the receiver decodes it like any other.
 //
 // Unlike every other stage, a klt frame does not decode alone: the receiver holds the basis an
 // earlier frame of its link carried. Frames of one link direction are decoded in the order they
@@ -22,10 +28,11 @@
 //
 // Payload (little-endian): u8 flags (bit 0: a basis follows; bit 1: the symbols reuse the rANS
 // tables of the link's frame before), u32 basis id (0: the identity), u32 row width d, f32 step,
-// u32 the number of the tables the symbols use (counted from 1 on each link direction); [a basis:
-// u32 rank k, d f32 mean, k f32 scales, u32 L, L bytes: the k x d directions in whole multiples of
-// their row's scale, range-coded; u8 1 if a predictor follows: k f32 scales, u32 L, L bytes: its k
-// x k values, the same way]; the symbols (rows of k).
+// u32 the number of the tables the symbols use (counted from 1 on each link direction); [dither:
+// u64 the noise's seed, ceil(d / 8) bytes: bit k set if the receiver subtracts column k's noise];
+// [a basis: u32 rank k, d f32 mean, k f32 scales, u32 L, L bytes: the k x d directions in whole
+// multiples of their row's scale, range-coded; u8 1 if a predictor follows: k f32 scales, u32 L, L
+// bytes: its k x k values, the same way]; the symbols (rows of k).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -63,7 +70,10 @@ uint64_t MaxBasisSize(uint64_t width) {
 class KltStage final : public CodecStage {
  public:
   explicit KltStage(const StageSpec& spec)
-      : step_(spec.step), stochastic_(spec.stochastic), fisher_(spec.fisher) {}
+      : step_(spec.step),
+        stochastic_(spec.stochastic),
+        dithered_(spec.dithered),
+        fisher_(spec.fisher) {}
 
   void SetRowWidth(uint64_t row_width) override { row_width_ = row_width; }
 
@@ -91,11 +101,13 @@ class KltStage final : public CodecStage {
     const bool first_fit = sent_.id == 0 && tracker_.rows() >= kFirstFitRows * d;
     if (first_fit || frames_ == kRefreshFrames) {
       std::vector<double> sensitivity;
-      if (fisher_ && context.gradients != nullptr) sensitivity = context.gradients->Take(d);
+      if (fisher_ && context.gradients != nullptr) {  // Those every schedule has received.
+        sensitivity = context.gradients->Take(d, context.step == 0 ? 0 : context.step - 1);
+      }
       const bool settled = tracker_.rows() >= kSettledRows * d;
       const FitOptions options{.sensitivity = sensitivity,
                                .floor = settled && !stochastic_ ? step_ * step_ / 12 : 0.0,
-                               .noise = step_ * step_ / (stochastic_ ? 6 : 12),
+                               .noise = step_ * step_ / (stochastic_ && !dithered_ ? 6 : 12),
                                .predicted_rows = settled ? kRefreshFrames * rows : 0};
       STRAIT_ASSIGN_OR_RETURN(sent_, tracker_.Fit(sent_.id + 1, options));
       frames_ = 0;
@@ -109,7 +121,7 @@ class KltStage final : public CodecStage {
     Quantize(step, context.seed, rows);
 
     const size_t at = out->size();
-    out->Resize(at + kHeaderSize);
+    out->Resize(at + HeaderSize(d));
     uint8_t* p = out->data() + at;
     p[0] = carries_basis ? kFlagBasis : 0;
     const uint32_t id = sent_.id, width = static_cast<uint32_t>(d);
@@ -124,6 +136,10 @@ class KltStage final : public CodecStage {
       ++tables_sent_;
     }
     std::memcpy(out->data() + at + kTablesAt, &tables_sent_, 4);
+    if (dithered_) {
+      std::memcpy(out->data() + at + kHeaderSize, &context.seed, 8);
+      std::memcpy(out->data() + at + kHeaderSize + 8, subtracted_.data(), subtracted_.size());
+    }
     return absl::OkStatus();
   }
 
@@ -131,11 +147,11 @@ class KltStage final : public CodecStage {
     if (decoded_size % 4 != 0) return Malformed("a size that is not whole floats");
     STRAIT_RETURN_IF_ERROR(CheckWidth(decoded_size / 4));
     const uint64_t d = row_width_;
-    const uint64_t most = kHeaderSize + MaxBasisSize(d) + MaxCodedSize(decoded_size / 4, d);
-    if (encoded_size < kHeaderSize || encoded_size > most) {
+    const uint64_t most = HeaderSize(d) + MaxBasisSize(d) + MaxCodedSize(decoded_size / 4, d);
+    if (encoded_size < HeaderSize(d) || encoded_size > most) {
       return absl::InvalidArgumentError(absl::StrCat(
           "malformed codec frame: klt stage of ", encoded_size, " bytes for ", decoded_size / 4,
-          " values (at least ", kHeaderSize, ", at most ", most, ")"));
+          " values (at least ", HeaderSize(d), ", at most ", most, ")"));
     }
     return absl::OkStatus();
   }
@@ -161,7 +177,12 @@ class KltStage final : public CodecStage {
       return Malformed(absl::StrCat("rows of ", width, " values where the tensor's have ", d));
     }
     if (!std::isfinite(step) || step < 0) return Malformed("step is not a finite value >= 0");
-    size_t pos = kHeaderSize;
+    uint64_t seed = 0;
+    if (dithered_) {
+      std::memcpy(&seed, in.data() + kHeaderSize, 8);
+      subtracted_.assign(in.begin() + kHeaderSize + 8, in.begin() + HeaderSize(d));
+    }
+    size_t pos = HeaderSize(d);
     if (in[0] & kFlagBasis) {
       if (id == 0) return Malformed("a basis with id 0 (the identity's)");
       STRAIT_ASSIGN_OR_RETURN(const size_t basis_size, ReadBasis(in.subspan(pos), id, d));
@@ -173,12 +194,15 @@ class KltStage final : public CodecStage {
                                     ": frames lost or out of order"));
     }
     const size_t rank = id == 0 ? d : received_.rank;
+    for (size_t k = rank; dithered_ && k < d; ++k) {
+      if (Subtracted(k)) return Malformed("noise subtracted in a column beyond the basis's rank");
+    }
     symbols_.resize(n / d * rank);
     STRAIT_RETURN_IF_ERROR(coder_.Decode(in.subspan(pos), rank, absl::MakeSpan(symbols_), reused));
     if (!reused) tables_received_ = tables;
     coefficients_.resize(symbols_.size());
     for (size_t i = 0; i < symbols_.size(); ++i) {
-      coefficients_[i] = static_cast<float>(symbols_[i]) * step;
+      coefficients_[i] = Reconstruct(symbols_[i], step, seed, i, i % rank);
     }
     if (id != 0 && !received_.predictor.empty()) {  // Quantize's reconstruction, row by row.
       prediction_.resize(rank);
@@ -222,16 +246,49 @@ class KltStage final : public CodecStage {
     return absl::OkStatus();
   }
 
+  // The header's size, with dither's seed and columns for rows of `width`.
+  uint64_t HeaderSize(uint64_t width) const {
+    return kHeaderSize + (dithered_ ? 8 + (width + 7) / 8 : 0);
+  }
+
+  bool Subtracted(size_t column) const { return subtracted_[column / 8] >> (column % 8) & 1; }
+
+  // The coefficient symbol `symbol` (at index i of the frame's, in `column`) stands for.
+  float Reconstruct(int32_t symbol, float step, uint64_t seed, size_t i, size_t column) const {
+    const float offset = dithered_ && Subtracted(column) ? 0.5f - RoundingNoise(seed, i) : 0.0f;
+    return (static_cast<float>(symbol) + offset) * step;
+  }
+
+  // With dither: subtracted_ marks the columns whose expected error with the noise subtracted
+  // (1/12 of step^2 a value) is below stochastic rounding's (f (1 - f) for the fraction f of
+  // z / step). It depends on the values only, not on the noise, so both stay unbiased.
+  void ChooseSubtractedColumns(float inverse, size_t rows) {
+    const size_t rank = sent_.rank;
+    column_error_.assign(rank, 0.0);
+    for (size_t r = 0; r < rows; ++r) {
+      for (size_t k = 0; k < rank; ++k) {
+        const float z = coefficients_[r * rank + k] * inverse;
+        const double f = z - std::floor(z);
+        column_error_[k] += f * (1 - f);
+      }
+    }
+    for (size_t k = 0; k < rank; ++k) {
+      if (column_error_[k] > rows / 12.0) subtracted_[k / 8] |= uint8_t{1} << (k % 8);
+    }
+  }
+
   // symbols_ = coefficients_ / step, rounded (to nearest, or stochastically from `seed`); with a
   // predictor, each row's coefficients less their prediction from the row before as Decode will
   // reconstruct it.
   void Quantize(float step, uint64_t seed, size_t rows) {
     symbols_.resize(coefficients_.size());
     const float inverse = 1.0f / step;
+    subtracted_.assign(dithered_ ? (row_width_ + 7) / 8 : 0, 0);
     if (step == 0 || !std::isfinite(inverse)) {  // Nothing, or values too small for a float step.
       std::fill(symbols_.begin(), symbols_.end(), 0);
       return;
     }
+    if (dithered_) ChooseSubtractedColumns(inverse, rows);
     const double limit = kMaxCodedSymbol;  // exact in a double, not in a float
     const auto round = [&](float scaled, size_t i) {
       const float rounded =
@@ -251,8 +308,7 @@ class KltStage final : public CodecStage {
       for (size_t k = 0; k < rank; ++k) {
         const size_t i = r * rank + k;
         symbols_[i] = round((coefficients_[i] - prediction_[k]) * inverse, i);
-        const float coded = static_cast<float>(symbols_[i]) * step;
-        previous_[k] = prediction_[k] + coded;
+        previous_[k] = prediction_[k] + Reconstruct(symbols_[i], step, seed, i, k);
       }
     }
   }
@@ -360,6 +416,8 @@ class KltStage final : public CodecStage {
 
   const double step_;
   const bool stochastic_;
+  // Stochastic, and the receiver subtracts the noise (in subtracted_'s columns).
+  const bool dithered_;
   const bool fisher_;  // Shapes the basis by context.gradients (the link's), when there are some.
   uint64_t row_width_ = 0;
   // The sender's side.
@@ -374,6 +432,8 @@ class KltStage final : public CodecStage {
   std::vector<float> coefficients_;
   std::vector<float> previous_, prediction_;  // A row's, with a predictor.
   std::vector<int32_t> symbols_, levels_;
+  std::vector<uint8_t> subtracted_;   // With dither: the frame's columns (a bit each).
+  std::vector<double> column_error_;  // Stochastic rounding's, a column.
   RansCoder coder_, basis_coder_;
 };
 

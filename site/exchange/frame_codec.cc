@@ -79,9 +79,10 @@ absl::StatusOr<FrameEncoder::Frame> FrameEncoder::Encode(const v1::TensorKey& ke
   // after step.
   compression::CodecChain& chain = Exact(key) ? *lossless_ : *chain_;
   const auto start = std::chrono::steady_clock::now();
-  STRAIT_ASSIGN_OR_RETURN(absl::Span<const uint8_t> encoded,
-                          chain.Encode(values, dims, &residuals_,
-                                       absl::StrCat("p", key.purpose(), "m", key.microbatch())));
+  STRAIT_ASSIGN_OR_RETURN(
+      absl::Span<const uint8_t> encoded,
+      chain.Encode(values, dims, &residuals_,
+                   absl::StrCat("p", key.purpose(), "m", key.microbatch()), key.step()));
   return TensorFrame(key, chain.spec(), encoded, shape, elements, start);
 }
 
@@ -234,13 +235,13 @@ absl::StatusOr<std::vector<float>> FrameDecoder::Decode(const v1::TensorKey& exp
         std::chrono::duration<double>(std::chrono::steady_clock::now() - opened_at).count();
   }
   STRAIT_RETURN_IF_ERROR(MatchesHeader(frame.header, decoded_.values.size(), decoded_.shape));
-  ObserveDecoded();
+  ObserveDecoded(frame.header.key().step());
   return std::move(decoded_.values);
 }
 
-void FrameDecoder::ObserveDecoded() {
+void FrameDecoder::ObserveDecoded(uint64_t step) {
   if (gradients_ != nullptr && decoded_.chain == observed_chain_ && !decoded_.shape.empty()) {
-    gradients_->Add(decoded_.values, decoded_.shape.back());
+    gradients_->Add(decoded_.values, decoded_.shape.back(), step);
   }
 }
 
@@ -268,7 +269,7 @@ absl::StatusOr<DecodedBoundary> FrameDecoder::DecodeBoundary(
   STRAIT_RETURN_IF_ERROR(payload);
   if (!out.encoded) {
     STRAIT_RETURN_IF_ERROR(MatchesHeader(frame.header, decoded_.values.size(), decoded_.shape));
-    ObserveDecoded();
+    ObserveDecoded(frame.header.key().step());
     out.values = std::move(decoded_.values);
   }
   return out;

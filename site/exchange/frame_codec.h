@@ -148,8 +148,8 @@ class FrameDecoder {
   absl::StatusOr<size_t> CheckAndOpen(const v1::TensorKey& expected,
                                       const std::vector<int64_t>& expected_shape,
                                       ReceivedFrame& frame) const;
-  // Adds decoded_ to gradients_ when it is a tensor of observed_chain_.
-  void ObserveDecoded();
+  // Adds decoded_ (a tensor of optimizer step `step`) to gradients_ when it is of observed_chain_.
+  void ObserveDecoded(uint64_t step);
   // The decoded tensor's size and shape against its frame header.
   static absl::Status MatchesHeader(const v1::FrameHeader& header, uint64_t elements,
                                     const compression::Shape& shape);

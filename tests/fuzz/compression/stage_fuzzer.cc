@@ -25,6 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       {.kind = StageKind::kProject, .subspace = 16},
       {.kind = StageKind::kKlt, .step = 0.1},
       {.kind = StageKind::kKlt, .stochastic = true, .step = 1.0},
+      {.kind = StageKind::kKlt, .stochastic = true, .step = 0.5, .dithered = true},
   };
   const StageSpec& spec = kStages[data[0] % (sizeof(kStages) / sizeof(kStages[0]))];
   const uint64_t n = data[1] | (uint64_t{data[2]} << 8);

@@ -302,6 +302,14 @@ TEST(ChainSpecTest, KltStandsAloneWithAStep) {
   EXPECT_TRUE(ParseChainSpec("klt:0.1:fisher")->stages[0].fisher);
   EXPECT_EQ(ParseChainSpec("klt:0.1:fisher")->ToString(), "klt:0.1:fisher");
   EXPECT_EQ(ParseChainSpec("klt:1:sr:fisher")->ToString(), "klt:1:sr:fisher");
+  const StageSpec dither = ParseChainSpec("klt:0.5:dither")->stages[0];
+  EXPECT_TRUE(dither.stochastic && dither.dithered);  // stochastic rounding's symbols
+  EXPECT_FALSE(ParseChainSpec("klt:1:sr")->stages[0].dithered);
+  EXPECT_EQ(ParseChainSpec("klt:0.5:dither")->ToString(), "klt:0.5:dither");
+  EXPECT_EQ(ParseChainSpec("klt:0.5:dither:fisher")->ToString(), "klt:0.5:dither:fisher");
+  ChainSpec forged = *ParseChainSpec("klt:0.5");
+  forged.stages[0].dithered = true;  // dither without stochastic rounding's symbols
+  EXPECT_FALSE(ValidateChainSpec(forged).ok());
   EXPECT_TRUE(ParseChainSpec("klt:0.001").ok());
   EXPECT_TRUE(ParseChainSpec("klt:16").ok());
   const std::pair<const char*, const char*> bad[] = {
@@ -310,9 +318,11 @@ TEST(ChainSpecTest, KltStandsAloneWithAStep) {
       {"klt:17", "needs the step STEP"},
       {"klt:x", "needs the step STEP"},
       {"klt:0.1:ef",
-       "unexpected parameter 'ef'; the options are 'sr' (stochastic rounding) and "
-       "then 'fisher'"},
+       "unexpected parameter 'ef'; the options are 'sr' (stochastic rounding) or 'dither' "
+       "(stochastic rounding whose noise the receiver subtracts), then 'fisher'"},
       {"klt:0.1:sr:sr", "unexpected parameter 'sr'"},
+      {"klt:0.1:sr:dither", "unexpected parameter 'dither'"},
+      {"klt:0.1:fisher:dither", "unexpected parameter 'dither'"},
       {"klt:0.1:fisher:sr", "unexpected parameter 'sr'"},
       {"klt:0.1:fisher:fisher", "unexpected parameter 'fisher'"},
       {"klt:0.1:sr:fisher:x", "needs the step STEP"},

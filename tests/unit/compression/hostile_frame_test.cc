@@ -20,7 +20,8 @@ std::vector<uint8_t> Frame(const char* spec, const std::vector<float>& v) {
 const char* const kChains[] = {"none",          "fp16",          "bf16+shuffle+zstd",
                                "int8",          "int4:4+zstd:3", "topk:0.2",
                                "topk:0.2+zstd", "shuffle",       "int8:sr+shuffle+zstd",
-                               "klt:0.3",       "klt:1:sr",      "klt:0.3:fisher"};
+                               "klt:0.3",       "klt:1:sr",      "klt:0.3:fisher",
+                               "klt:1:dither"};
 
 TEST(HostileFrameTest, EveryTruncationIsAnError) {
   TensorDecoder decoder;

@@ -202,7 +202,8 @@ TEST(FrameCodecTest, OnlyTheLinksAgreedChainsDecode) {
             absl::StatusCode::kInvalidArgument);
 }
 // klt:fisher's sender learns from the gradients the link's backward brings: the backward's decoder
-// adds every tensor of the link's chain (rows of the shape's last dimension), and no exact one.
+// adds every tensor of the link's chain (rows of the shape's last dimension) under its step (5),
+// and no exact one.
 TEST(FrameCodecTest, ABackwardDecoderHandsItsGradientsToTheForward) {
   auto gradients = std::make_shared<compression::GradientMoments>();
   auto decoder = *FrameDecoder::ForChains(nullptr, 1 << 20, {"klt:1:sr", "none"}, gradients);
@@ -210,12 +211,13 @@ TEST(FrameCodecTest, ABackwardDecoderHandsItsGradientsToTheForward) {
   auto exact = (*FrameEncoder::Create("none", nullptr))->Encode(Key(0), values, kShape);
   ASSERT_TRUE(exact.ok());
   ASSERT_TRUE(decoder->Decode(Key(0), kShape, Received(*exact)).ok());
-  EXPECT_TRUE(gradients->Take(33).empty());
+  EXPECT_TRUE(gradients->Take(33, 6).empty());
   auto coded = (*FrameEncoder::Create("klt:1:sr", nullptr))->Encode(Key(1), values, kShape);
   ASSERT_TRUE(coded.ok());
   absl::StatusOr<std::vector<float>> got = decoder->Decode(Key(1), kShape, Received(*coded));
   ASSERT_TRUE(got.ok()) << got.status();
-  const std::vector<double> moment = gradients->Take(33);
+  EXPECT_TRUE(gradients->Take(33, 5).empty());  // Steps before 5: none.
+  const std::vector<double> moment = gradients->Take(33, 6);
   ASSERT_EQ(moment.size(), 33u * 33u);
   double first = 0;  // The mean of the decoded rows' first value squared.
   for (size_t r = 0; r < 4; ++r) first += double{(*got)[r * 33]} * (*got)[r * 33];
