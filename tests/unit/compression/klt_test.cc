@@ -1,4 +1,4 @@
-// klt:STEP[:sr][:fisher]: the range coder (round trips, near each column's entropy, hostile
+// klt:STEP[:sr|:dither][:fisher]: the range coder (round trips, near each column's entropy, hostile
 // input), the basis a link learns (orthonormal, largest variance first, the directions above a
 // floor, a predictor from the row before), and the stage over a stream of frames: error within the
 // step, fewer bytes once the basis arrives and once it leaves out the weak directions or predicts,
