@@ -2,6 +2,8 @@
 
 #include <cblas.h>
 
+#include <algorithm>
+
 namespace strait::compression {
 
 void GradientMoments::Fold(Sum& from, Sum& into) const {
