@@ -6,11 +6,21 @@
 
 namespace strait::compression {
 
-void GradientMoments::Fold(Sum& from, Sum& into) const {
-  if (into.upper.empty()) into.upper.assign(width_ * width_, 0.0);
-  for (size_t i = 0; i < width_; ++i) {
-    for (size_t j = i; j < width_; ++j) into.upper[i * width_ + j] += from.upper[i * width_ + j];
+namespace {
+
+// into += the upper triangle of `from` (width x width, row-major); `into` zeros when empty.
+template <typename T>
+void AddUpper(const T* from, size_t width, std::vector<double>& into) {
+  if (into.empty()) into.assign(width * width, 0.0);
+  for (size_t i = 0; i < width; ++i) {
+    for (size_t j = i; j < width; ++j) into[i * width + j] += from[i * width + j];
   }
+}
+
+}  // namespace
+
+void GradientMoments::Fold(Sum& from, Sum& into) const {
+  AddUpper(from.upper.data(), width_, into.upper);
   into.rows += from.rows;
 }
 
@@ -31,10 +41,7 @@ void GradientMoments::Add(absl::Span<const float> values, size_t width, uint64_t
   // A step at least two before the newest (a rollback's, restarting at a checkpoint) is settled.
   const uint64_t newest = std::max(step, recent_.empty() ? step : recent_.rbegin()->first);
   Sum& sum = step + 2 <= newest ? settled_ : recent_[step];
-  if (sum.upper.empty()) sum.upper.assign(width * width, 0.0);
-  for (size_t i = 0; i < width; ++i) {
-    for (size_t j = i; j < width; ++j) sum.upper[i * width + j] += product_[i * width + j];
-  }
+  AddUpper(product_.data(), width, sum.upper);
   sum.rows += rows;
   while (!recent_.empty() && recent_.begin()->first + 2 <= newest) {
     Fold(recent_.begin()->second, settled_);

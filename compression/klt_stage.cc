@@ -202,8 +202,9 @@ class KltStage final : public CodecStage {
     if (!reused) tables_received_ = tables;
     coefficients_.resize(symbols_.size());
     for (size_t i = 0; i < symbols_.size(); ++i) {
-      coefficients_[i] = Reconstruct(symbols_[i], step, seed, i, i % rank);
+      coefficients_[i] = static_cast<float>(symbols_[i]) * step;
     }
+    if (dithered_) SubtractNoise(step, seed, rank);
     if (id != 0 && !received_.predictor.empty()) {  // Quantize's reconstruction, row by row.
       prediction_.resize(rank);
       for (size_t r = 1; r < n / d; ++r) {
@@ -257,6 +258,17 @@ class KltStage final : public CodecStage {
   float Reconstruct(int32_t symbol, float step, uint64_t seed, size_t i, size_t column) const {
     const float offset = dithered_ && Subtracted(column) ? 0.5f - RoundingNoise(seed, i) : 0.0f;
     return (static_cast<float>(symbol) + offset) * step;
+  }
+
+  // Decode's coefficients_ (symbols x step, rows of `rank`) as Reconstruct gives them: the noise
+  // subtracted in subtracted_'s columns.
+  void SubtractNoise(float step, uint64_t seed, size_t rank) {
+    for (size_t k = 0; k < rank; ++k) {
+      if (!Subtracted(k)) continue;
+      for (size_t i = k; i < coefficients_.size(); i += rank) {
+        coefficients_[i] = Reconstruct(symbols_[i], step, seed, i, k);
+      }
+    }
   }
 
   // With dither: subtracted_ marks the columns whose expected error with the noise subtracted
