@@ -1,34 +1,29 @@
 // klt:STEP[:sr|:dither][:fisher] (chain_spec.h): transform coding in a basis the link learns
 // (docs/notes/activation-subspace.md §4). The sender keeps the covariance of the rows it codes and
-// takes its eigenvectors as the new basis once it holds kFirstFitRows rows per column, then after
-// 8, 16, ... frames and every kRefreshFrames (FramesBeforeRefit); a basis travels in the first
-// frame coded in it, and every frame names its basis. Coefficients are quantized with one uniform
-// step a frame (STEP x the rms of all width coefficients), to nearest or stochastically, and
-// range-coded (rans_coder.h). Rounding to nearest, a basis fitted on kSettledRows rows a column
-// keeps only the directions whose variance reaches step^2 / 12 (the error the others would get:
-// below that water level a coefficient is better not sent, reverse water-filling) / kFloorMargin
-// (the stream moves while a basis is in use); and the receiver
-// puts a nonzero symbol's value where the frame before's values of its column and bin lay on
-// average (the bin's centroid, which the frame carries), not at the bin's middle: 12% less squared
-// error for the same symbols on the GPT's stream, where a component is a step or two wide and its
-// density falls across a bin. Stochastic rounding keeps every direction and the bins' middles, to
-// stay unbiased. With `dither` the symbols are stochastic rounding's, floor(z + u) for noise u
-// uniform in [0, 1) drawn from a seed the frame carries, and the receiver reconstructs z as floor(z
-// + u) + 1/2 - u, whose error is uniform and independent of z (subtractive dither: step^2 / 12
-// where stochastic rounding leaves up to step^2 / 6, for the same bytes), in the columns where that
-// is less than stochastic rounding's expected error (a column far below the step is left as
-// stochastic rounding gives it: its error there is about |z| x step). The receiver knows the noise,
-// so dither's symbols are sent with their sign flipped where u < 1/2: for a component symmetric
-// about 0, floor(z + u) leans to -1 when u < 1/2 and to +1 otherwise, so the flipped symbols lean
-// one way and cost fewer bits (what the noise's half tells about the symbol: 5-7% of the GPT's
-// gradients' bits). Where a row follows from the one before (the residual stream of consecutive
-// tokens), the basis carries a predictor (klt_basis.h) and the sender codes each row's coefficients
-// less their prediction from the row before as the receiver reconstructs it (a closed loop: the
-// noise is the step's as without it, the symbols smaller). The two ends' predictions agree to a
-// float's rounding where their BLAS differ, and the loop does not amplify that (the predictor's
-// ridge is the noise). With `fisher` the basis is fitted to the gradients that came back over the
-// link too, those of the steps at least two before the frame's since the last fit
-// (gradient_moments.h, klt_basis.h); the receiver decodes it like any other.
+// takes its eigenvectors as the new basis once it holds kFirstFitRows rows per column, then every
+// kRefreshFrames frames; a basis travels in the first frame coded in it, and every frame names its
+// basis. Coefficients are quantized with one uniform step a frame (STEP x the rms of all width
+// coefficients), to nearest or stochastically, and range-coded (rans_coder.h). Rounding to nearest,
+// a basis fitted on kSettledRows rows a column keeps only the directions whose variance reaches
+// step^2 / 12, the error the others would get: below that water level a coefficient is better not
+// sent (reverse water-filling); stochastic rounding keeps them all, to stay unbiased. With `dither`
+// the symbols are stochastic rounding's, floor(z + u) for noise u uniform in [0, 1) drawn from a
+// seed the frame carries, and the receiver reconstructs z as floor(z + u) + 1/2 - u, whose error is
+// uniform and independent of z (subtractive dither: step^2 / 12 where stochastic rounding leaves up
+// to step^2 / 6, for the same bytes), in the columns where that is less than stochastic rounding's
+// expected error (a column far below the step is left as stochastic rounding gives it: its error
+// there is about |z| x step). The receiver knows the noise, so dither's symbols are sent with
+// their sign flipped where u < 1/2: for a component symmetric about 0, floor(z + u) leans to -1
+// when u < 1/2 and to +1 otherwise, so the flipped symbols lean one way and cost fewer bits (what
+// the noise's half tells about the symbol: 6% of the GPT's gradients' bytes). Where a row follows
+// from the one before (the residual stream of consecutive tokens), the basis carries a predictor
+// (klt_basis.h) and the sender codes each row's coefficients less their prediction from the row
+// before as the receiver reconstructs it (a closed loop: the noise is the step's as without it, the
+// symbols smaller). The two ends' predictions agree to a float's rounding where their BLAS differ,
+// and the loop does not amplify that (the predictor's ridge is the noise). With `fisher` the basis
+// is fitted to the gradients that came back over the link too, those of the steps at least two
+// before the frame's since the last fit (gradient_moments.h, klt_basis.h); the receiver decodes it
+// like any other.
 //
 // Unlike every other stage, a klt frame does not decode alone: the receiver holds the basis an
 // earlier frame of its link carried. Frames of one link direction are decoded in the order they
@@ -41,8 +36,8 @@
 // u64 the noise's seed, ceil(d / 8) bytes: bit k set if the receiver subtracts column k's noise];
 // [a basis: u32 rank k, d f32 mean, k f32 scales, u32 L, L bytes: the k x d directions in whole
 // multiples of their row's scale, range-coded; u8 1 if a predictor follows: k f32 scales, u32 L, L
-// bytes: its k x k values, the same way]; [rounding to nearest: 2k i8, the bins' centroids
-// (centroids_)]; the symbols (rows of k; with dither, signs flipped where the noise is below 1/2).
+// bytes: its k x k values, the same way]; the symbols (rows of k; with dither, signs flipped
+// where the noise is below 1/2).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -58,14 +53,6 @@ namespace strait::compression {
 namespace {
 
 constexpr uint64_t kRefreshFrames = 160;  // 20 steps of 8 microbatches
-// A model's stream moves fastest while it starts to learn (the GPT's forward, coded in a basis
-// fitted on its first 4 frames, had 10-50 times its step's error 100 frames later: its mean had
-// moved), so the bases after the first are refitted sooner: 8, 16, 32, ... frames after the one
-// before, up to kRefreshFrames (five more bases, a fraction of a percent of a run's bytes).
-uint64_t FramesBeforeRefit(uint32_t basis_id) {
-  if (basis_id == 0 || basis_id >= 6) return kRefreshFrames;
-  return std::min<uint64_t>(kRefreshFrames, 4ull << basis_id);
-}
 // The first basis: once the covariance has this many rows per column (4 of the GPT's frames of
 // [512, 256]), so that a link leaves the identity within its first step.
 constexpr uint64_t kFirstFitRows = 8;
@@ -73,12 +60,6 @@ constexpr uint64_t kFirstFitRows = 8;
 // come out at about half their size) and for a predictor's d^2 values: the first basis keeps every
 // direction and predicts nothing.
 constexpr uint64_t kSettledRows = 64;
-// The water level's margin: a direction is left out when its variance is below step^2 / 12 by
-// this much. The stream moves while a basis is in use (during the GPT's first hundred steps the
-// energy of the directions left out at a fit grew about 8-fold in the 160 frames after it), and a
-// direction that stays small costs almost no bits: rounded to nearest, at a twelfth of a step rms
-// its symbols are all zero.
-constexpr double kFloorMargin = 16;
 constexpr uint64_t kHeaderSize = 17;
 constexpr uint64_t kTablesAt = 13;  // The header's last field: the tables' number.
 constexpr uint8_t kFlagBasis = 1, kFlagReusedTables = 2;
@@ -123,28 +104,19 @@ class KltStage final : public CodecStage {
     bool carries_basis = false;
     ++frames_;
     const bool first_fit = sent_.id == 0 && tracker_.rows() >= kFirstFitRows * d;
-    if (first_fit || frames_ == FramesBeforeRefit(sent_.id)) {
+    if (first_fit || frames_ == kRefreshFrames) {
+      std::vector<double> sensitivity;
       if (fisher_ && context.gradients != nullptr) {  // Those every schedule has received.
-        std::vector<double> taken =
-            context.gradients->Take(d, context.step == 0 ? 0 : context.step - 1);
-        if (!taken.empty()) sensitivity_ = std::move(taken);  // else the last fit's, if any
+        sensitivity = context.gradients->Take(d, context.step == 0 ? 0 : context.step - 1);
       }
-      if (sensitivity_.size() != d * d) sensitivity_.clear();
       const bool settled = tracker_.rows() >= kSettledRows * d;
-      const FitOptions options{
-          .sensitivity = sensitivity_,
-          .floor = settled && !stochastic_ ? step_ * step_ / 12 / kFloorMargin : 0.0,
-          .noise = step_ * step_ / (stochastic_ && !dithered_ ? 6 : 12),
-          .predicted_rows = settled ? FramesBeforeRefit(sent_.id + 1) * rows : 0};
+      const FitOptions options{.sensitivity = sensitivity,
+                               .floor = settled && !stochastic_ ? step_ * step_ / 12 : 0.0,
+                               .noise = step_ * step_ / (stochastic_ && !dithered_ ? 6 : 12),
+                               .predicted_rows = settled ? kRefreshFrames * rows : 0};
       STRAIT_ASSIGN_OR_RETURN(sent_, tracker_.Fit(sent_.id + 1, options));
       frames_ = 0;
       carries_basis = true;
-    }
-    if (!stochastic_) {  // The bins' centroids of the frame before, in this frame's basis.
-      if (carries_basis || next_centroids_.size() != 2 * sent_.rank) {
-        next_centroids_.assign(2 * sent_.rank, 0);
-      }
-      centroids_ = next_centroids_;
     }
     coefficients_.resize(rows * sent_.rank);
     sent_.Forward(x, rows, coefficients_.data());
@@ -163,11 +135,6 @@ class KltStage final : public CodecStage {
     std::memcpy(p + 5, &width, 4);
     std::memcpy(p + 9, &step, 4);
     if (carries_basis) WriteBasis(out);
-    if (!stochastic_) {
-      const size_t offsets_at = out->size();
-      out->Resize(offsets_at + centroids_.size());
-      std::memcpy(out->data() + offsets_at, centroids_.data(), centroids_.size());
-    }
     const bool reused = coder_.Encode(symbols_, sent_.rank, out, out->size(), /*may_reuse=*/true);
     if (reused) {
       out->data()[at] |= kFlagReusedTables;
@@ -186,8 +153,7 @@ class KltStage final : public CodecStage {
     if (decoded_size % 4 != 0) return Malformed("a size that is not whole floats");
     STRAIT_RETURN_IF_ERROR(CheckWidth(decoded_size / 4));
     const uint64_t d = row_width_;
-    const uint64_t most =
-        HeaderSize(d) + MaxBasisSize(d) + 2 * d + MaxCodedSize(decoded_size / 4, d);
+    const uint64_t most = HeaderSize(d) + MaxBasisSize(d) + MaxCodedSize(decoded_size / 4, d);
     if (encoded_size < HeaderSize(d) || encoded_size > most) {
       return absl::InvalidArgumentError(absl::StrCat(
           "malformed codec frame: klt stage of ", encoded_size, " bytes for ", decoded_size / 4,
@@ -237,11 +203,6 @@ class KltStage final : public CodecStage {
     for (size_t k = rank; dithered_ && k < d; ++k) {
       if (Subtracted(k)) return Malformed("noise subtracted in a column beyond the basis's rank");
     }
-    if (!stochastic_) {
-      if (in.size() - pos < 2 * rank) return Malformed("the bins' centroids truncated");
-      centroids_.assign(in.begin() + pos, in.begin() + pos + 2 * rank);
-      pos += 2 * rank;
-    }
     symbols_.resize(n / d * rank);
     STRAIT_RETURN_IF_ERROR(coder_.Decode(in.subspan(pos), rank, absl::MakeSpan(symbols_), reused));
     if (!reused) tables_received_ = tables;
@@ -251,7 +212,6 @@ class KltStage final : public CodecStage {
       coefficients_[i] = static_cast<float>(symbols_[i]) * step;
     }
     if (dithered_) SubtractNoise(step, seed, rank);
-    if (!stochastic_) MoveToCentroids(step, rank);
     if (id != 0 && !received_.predictor.empty()) {  // Quantize's reconstruction, row by row.
       prediction_.resize(rank);
       for (size_t r = 1; r < n / d; ++r) {
@@ -303,38 +263,8 @@ class KltStage final : public CodecStage {
 
   // The coefficient symbol `symbol` (at index i of the frame's, in `column`) stands for.
   float Reconstruct(int32_t symbol, float step, uint64_t seed, size_t i, size_t column) const {
-    float offset = 0.0f;
-    if (dithered_) {
-      if (Subtracted(column)) offset = 0.5f - RoundingNoise(seed, i);
-    } else if (!stochastic_ && symbol != 0) {
-      const int8_t beyond = centroids_[CentroidSlot(symbol, column)];
-      offset = static_cast<float>(symbol > 0 ? beyond : -beyond) * (1.0f / 256);
-    }
+    const float offset = dithered_ && Subtracted(column) ? 0.5f - RoundingNoise(seed, i) : 0.0f;
     return (static_cast<float>(symbol) + offset) * step;
-  }
-
-  // Rounding to nearest: centroids_'s entry for a nonzero symbol's bin (|symbol| 1 or more).
-  size_t CentroidSlot(int32_t symbol, size_t column) const {
-    return (symbol == 1 || symbol == -1 ? 0 : centroids_.size() / 2) + column;
-  }
-
-  // Decode's coefficients_ (symbols x step, rows of `rank`) as Reconstruct gives them when
-  // rounding to nearest: each nonzero symbol at its bin's centroid.
-  void MoveToCentroids(float step, size_t rank) {
-    for (size_t k = 0; k < rank; ++k) {
-      for (size_t i = k; i < coefficients_.size(); i += rank) {
-        if (symbols_[i] != 0) coefficients_[i] = Reconstruct(symbols_[i], step, 0, i, k);
-      }
-    }
-  }
-
-  // Rounding to nearest: adds where `scaled` (a coefficient / step) lay in its symbol's bin,
-  // beyond the symbol and away from 0, toward the next frame's centroids.
-  void ObserveBin(float scaled, int32_t symbol, size_t column) {
-    if (symbol == 0) return;
-    const size_t slot = CentroidSlot(symbol, column);
-    bin_sums_[slot] += symbol > 0 ? scaled - symbol : symbol - scaled;
-    ++bin_counts_[slot];
   }
 
   // Decode's coefficients_ (symbols x step, rows of `rank`) as Reconstruct gives them: the noise
@@ -375,7 +305,7 @@ class KltStage final : public CodecStage {
 
   // symbols_ = coefficients_ / step, rounded (to nearest, or stochastically from `seed`); with a
   // predictor, each row's coefficients less their prediction from the row before as Decode will
-  // reconstruct it. Rounding to nearest, also the next frame's centroids.
+  // reconstruct it.
   void Quantize(float step, uint64_t seed, size_t rows) {
     symbols_.resize(coefficients_.size());
     const float inverse = 1.0f / step;
@@ -385,40 +315,27 @@ class KltStage final : public CodecStage {
       return;
     }
     if (dithered_) ChooseSubtractedColumns(inverse, rows);
-    if (!stochastic_) {
-      bin_sums_.assign(centroids_.size(), 0.0);
-      bin_counts_.assign(centroids_.size(), 0);
-    }
     const double limit = kMaxCodedSymbol;  // exact in a double, not in a float
     const auto round = [&](float scaled, size_t i) {
       const float rounded =
           stochastic_ ? std::floor(scaled + RoundingNoise(seed, i)) : std::nearbyint(scaled);
       return static_cast<int32_t>(std::clamp(double{rounded}, -limit, limit));
     };
-    const size_t rank = sent_.rank;
     if (sent_.predictor.empty()) {
-      for (size_t i = 0; i < coefficients_.size(); ++i) {
-        const float scaled = coefficients_[i] * inverse;
-        symbols_[i] = round(scaled, i);
-        if (!stochastic_) ObserveBin(scaled, symbols_[i], i % rank);
-      }
-    } else {
-      previous_.assign(rank, 0.0f);
-      prediction_.assign(rank, 0.0f);
-      for (size_t r = 0; r < rows; ++r) {
-        if (r > 0) sent_.Predict(previous_.data(), prediction_.data());
-        for (size_t k = 0; k < rank; ++k) {
-          const size_t i = r * rank + k;
-          const float scaled = (coefficients_[i] - prediction_[k]) * inverse;
-          symbols_[i] = round(scaled, i);
-          if (!stochastic_) ObserveBin(scaled, symbols_[i], k);
-          previous_[k] = prediction_[k] + Reconstruct(symbols_[i], step, seed, i, k);
-        }
-      }
+      for (size_t i = 0; i < coefficients_.size(); ++i)
+        symbols_[i] = round(coefficients_[i] * inverse, i);
+      return;
     }
-    for (size_t slot = 0; !stochastic_ && slot < bin_sums_.size(); ++slot) {
-      const double mean = bin_counts_[slot] == 0 ? 0.0 : bin_sums_[slot] / bin_counts_[slot];
-      next_centroids_[slot] = static_cast<int8_t>(std::clamp(std::lround(256 * mean), -128L, 127L));
+    const size_t rank = sent_.rank;
+    previous_.assign(rank, 0.0f);
+    prediction_.assign(rank, 0.0f);
+    for (size_t r = 0; r < rows; ++r) {
+      if (r > 0) sent_.Predict(previous_.data(), prediction_.data());
+      for (size_t k = 0; k < rank; ++k) {
+        const size_t i = r * rank + k;
+        symbols_[i] = round((coefficients_[i] - prediction_[k]) * inverse, i);
+        previous_[k] = prediction_[k] + Reconstruct(symbols_[i], step, seed, i, k);
+      }
     }
   }
 
@@ -528,8 +445,6 @@ class KltStage final : public CodecStage {
   // Stochastic, and the receiver subtracts the noise (in subtracted_'s columns).
   const bool dithered_;
   const bool fisher_;  // Shapes the basis by context.gradients (the link's), when there are some.
-  // fisher: the gradients' second moment the last fit took (a fit with none newer reuses it).
-  std::vector<double> sensitivity_;
   uint64_t row_width_ = 0;
   // The sender's side.
   CovarianceTracker tracker_;
@@ -543,15 +458,7 @@ class KltStage final : public CodecStage {
   std::vector<float> coefficients_;
   std::vector<float> previous_, prediction_;  // A row's, with a predictor.
   std::vector<int32_t> symbols_, levels_;
-  std::vector<uint8_t> subtracted_;  // With dither: the frame's columns (a bit each).
-  // Rounding to nearest: where the values of a frame's nonzero symbols lie in their bins on
-  // average, in 256ths of a step beyond the symbol and away from 0, per column: first where
-  // |symbol| is 1, then where it is more (the receiver reconstructs there, not at the bins'
-  // middles). The sender takes them from the frame before (next_centroids_, from bin_sums_ and
-  // bin_counts_).
-  std::vector<int8_t> centroids_, next_centroids_;
-  std::vector<double> bin_sums_;
-  std::vector<uint32_t> bin_counts_;
+  std::vector<uint8_t> subtracted_;   // With dither: the frame's columns (a bit each).
   std::vector<double> column_error_;  // Stochastic rounding's, a column.
   RansCoder coder_, basis_coder_;
 };
