@@ -15,7 +15,7 @@
 // there is about |z| x step). The receiver knows the noise, so dither's symbols are sent with
 // their sign flipped where u < 1/2: for a component symmetric about 0, floor(z + u) leans to -1
 // when u < 1/2 and to +1 otherwise, so the flipped symbols lean one way and cost fewer bits (what
-// the noise's half tells about the symbol: 6% of the GPT's gradients' bytes). Where a row follows
+// the noise's half tells about the symbol: 4% of the GPT's gradients' bytes). Where a row follows
 // from the one before (the residual stream of consecutive tokens), the basis carries a predictor
 // (klt_basis.h) and the sender codes each row's coefficients less their prediction from the row
 // before as the receiver reconstructs it (a closed loop: the noise is the step's as without it, the
