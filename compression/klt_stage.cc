@@ -124,7 +124,6 @@ class KltStage final : public CodecStage {
     for (float z : coefficients_) squares += double{z} * z;
     const float step = n == 0 ? 0.0f : static_cast<float>(step_ * std::sqrt(squares / n));
     Quantize(step, context.seed, rows);
-    if (dithered_) FlipSigns(context.seed);
 
     const size_t at = out->size();
     out->Resize(at + HeaderSize(d));
@@ -206,12 +205,14 @@ class KltStage final : public CodecStage {
     symbols_.resize(n / d * rank);
     STRAIT_RETURN_IF_ERROR(coder_.Decode(in.subspan(pos), rank, absl::MakeSpan(symbols_), reused));
     if (!reused) tables_received_ = tables;
-    if (dithered_) FlipSigns(seed);
     coefficients_.resize(symbols_.size());
-    for (size_t i = 0; i < symbols_.size(); ++i) {
-      coefficients_[i] = static_cast<float>(symbols_[i]) * step;
+    if (dithered_) {
+      RestoreDithered(step, seed, rank);
+    } else {
+      for (size_t i = 0; i < symbols_.size(); ++i) {
+        coefficients_[i] = static_cast<float>(symbols_[i]) * step;
+      }
     }
-    if (dithered_) SubtractNoise(step, seed, rank);
     if (id != 0 && !received_.predictor.empty()) {  // Quantize's reconstruction, row by row.
       prediction_.resize(rank);
       for (size_t r = 1; r < n / d; ++r) {
@@ -267,13 +268,16 @@ class KltStage final : public CodecStage {
     return (static_cast<float>(symbol) + offset) * step;
   }
 
-  // Decode's coefficients_ (symbols x step, rows of `rank`) as Reconstruct gives them: the noise
-  // subtracted in subtracted_'s columns.
-  void SubtractNoise(float step, uint64_t seed, size_t rank) {
+  // Decode's dithered symbols (rows of `rank`): each one's sign restored (Quantize flips it where
+  // its noise is below 1/2) and its coefficient as Reconstruct gives it, one noise value a symbol.
+  void RestoreDithered(float step, uint64_t seed, size_t rank) {
     for (size_t k = 0; k < rank; ++k) {
-      if (!Subtracted(k)) continue;
-      for (size_t i = k; i < coefficients_.size(); i += rank) {
-        coefficients_[i] = Reconstruct(symbols_[i], step, seed, i, k);
+      const bool subtracted = Subtracted(k);
+      for (size_t i = k; i < symbols_.size(); i += rank) {
+        const float noise = RoundingNoise(seed, i);
+        if (noise < 0.5f) symbols_[i] = -symbols_[i];
+        const float offset = subtracted ? 0.5f - noise : 0.0f;
+        coefficients_[i] = (static_cast<float>(symbols_[i]) + offset) * step;
       }
     }
   }
@@ -296,16 +300,10 @@ class KltStage final : public CodecStage {
     }
   }
 
-  // Flips the sign of symbols_[i] where its rounding noise is below 1/2 (its own inverse).
-  void FlipSigns(uint64_t seed) {
-    for (size_t i = 0; i < symbols_.size(); ++i) {
-      if (RoundingNoise(seed, i) < 0.5f) symbols_[i] = -symbols_[i];
-    }
-  }
-
   // symbols_ = coefficients_ / step, rounded (to nearest, or stochastically from `seed`); with a
   // predictor, each row's coefficients less their prediction from the row before as Decode will
-  // reconstruct it.
+  // reconstruct it. With dither, symbols_ holds each symbol with its sign flipped where its noise
+  // is below 1/2 (what travels).
   void Quantize(float step, uint64_t seed, size_t rows) {
     symbols_.resize(coefficients_.size());
     const float inverse = 1.0f / step;
@@ -316,14 +314,16 @@ class KltStage final : public CodecStage {
     }
     if (dithered_) ChooseSubtractedColumns(inverse, rows);
     const double limit = kMaxCodedSymbol;  // exact in a double, not in a float
-    const auto round = [&](float scaled, size_t i) {
-      const float rounded =
-          stochastic_ ? std::floor(scaled + RoundingNoise(seed, i)) : std::nearbyint(scaled);
-      return static_cast<int32_t>(std::clamp(double{rounded}, -limit, limit));
+    // Rounds `scaled` (value i) into symbols_[i] as it travels; returns the symbol unflipped.
+    const auto code = [&](float scaled, size_t i) {
+      const float noise = stochastic_ ? RoundingNoise(seed, i) : 0.0f;
+      const float rounded = stochastic_ ? std::floor(scaled + noise) : std::nearbyint(scaled);
+      const auto symbol = static_cast<int32_t>(std::clamp(double{rounded}, -limit, limit));
+      symbols_[i] = dithered_ && noise < 0.5f ? -symbol : symbol;
+      return symbol;
     };
     if (sent_.predictor.empty()) {
-      for (size_t i = 0; i < coefficients_.size(); ++i)
-        symbols_[i] = round(coefficients_[i] * inverse, i);
+      for (size_t i = 0; i < coefficients_.size(); ++i) code(coefficients_[i] * inverse, i);
       return;
     }
     const size_t rank = sent_.rank;
@@ -333,8 +333,8 @@ class KltStage final : public CodecStage {
       if (r > 0) sent_.Predict(previous_.data(), prediction_.data());
       for (size_t k = 0; k < rank; ++k) {
         const size_t i = r * rank + k;
-        symbols_[i] = round((coefficients_[i] - prediction_[k]) * inverse, i);
-        previous_[k] = prediction_[k] + Reconstruct(symbols_[i], step, seed, i, k);
+        const int32_t symbol = code((coefficients_[i] - prediction_[k]) * inverse, i);
+        previous_[k] = prediction_[k] + Reconstruct(symbol, step, seed, i, k);
       }
     }
   }
