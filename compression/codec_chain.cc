@@ -40,7 +40,8 @@ std::unique_ptr<CodecChain> CodecChain::Create(const ChainSpec& spec, const Code
 
 CodecChain::CodecChain(const ChainSpec& spec, const CodecOptions& options)
     : spec_(spec), options_(options) {
-  for (const StageSpec& stage : spec_.stages) stages_.push_back(MakeCodecStage(stage));
+  for (const StageSpec& stage : spec_.stages)
+    stages_.push_back(MakeCodecStage(stage, options.klt_math));
   header_.chain = spec_;
 }
 

@@ -32,6 +32,8 @@ struct CodecOptions {
   // klt:fisher: the gradients that come back over the link this chain sends on (its receiver adds
   // them); without, a fisher basis is a plain one.
   std::shared_ptr<GradientMoments> gradients;
+  // Where a klt stage transforms (klt_math.h); null: the host's BLAS.
+  KltMathFactory klt_math;
 };
 
 // The rounding seed of one of several chains that code related tensors (a job's link directions,

@@ -37,7 +37,7 @@ absl::Status SizeError(absl::string_view stage, uint64_t expected, uint64_t foun
 
 std::unique_ptr<CodecStage> MakeNoneStage() { return std::make_unique<NoneStage>(); }
 
-std::unique_ptr<CodecStage> MakeCodecStage(const StageSpec& spec) {
+std::unique_ptr<CodecStage> MakeCodecStage(const StageSpec& spec, const KltMathFactory& klt_math) {
   switch (spec.kind) {
     case StageKind::kFp16:
     case StageKind::kBf16:
@@ -54,7 +54,7 @@ std::unique_ptr<CodecStage> MakeCodecStage(const StageSpec& spec) {
     case StageKind::kProject:
       return MakeProjectStage(spec);
     case StageKind::kKlt:
-      return MakeKltStage(spec);
+      return MakeKltStage(spec, klt_math);
     case StageKind::kNone:
       break;
   }

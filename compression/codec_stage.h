@@ -14,6 +14,7 @@
 #include "compression/byte_buffer.h"
 #include "compression/chain_spec.h"
 #include "compression/gradient_moments.h"
+#include "compression/klt_math.h"
 
 namespace strait::compression {
 
@@ -52,8 +53,10 @@ class CodecStage {
   virtual void SetRowWidth(uint64_t row_width) { (void)row_width; }
 };
 
-// Builds the stage for `spec` (which ParseChainSpec or ValidateChainSpec accepted).
-std::unique_ptr<CodecStage> MakeCodecStage(const StageSpec& spec);
+// Builds the stage for `spec` (which ParseChainSpec or ValidateChainSpec accepted); a klt stage
+// transforms with `klt_math`'s (null: the host's).
+std::unique_ptr<CodecStage> MakeCodecStage(const StageSpec& spec,
+                                           const KltMathFactory& klt_math = nullptr);
 
 // The factories MakeCodecStage dispatches to, one per file.
 std::unique_ptr<CodecStage> MakeNoneStage();
@@ -63,7 +66,8 @@ std::unique_ptr<CodecStage> MakeTopKStage(const StageSpec& spec);
 std::unique_ptr<CodecStage> MakeShuffleStage(int width);
 std::unique_ptr<CodecStage> MakeZstdStage(int level);
 std::unique_ptr<CodecStage> MakeProjectStage(const StageSpec& spec);  // project_stage.cc
-std::unique_ptr<CodecStage> MakeKltStage(const StageSpec& spec);      // klt_stage.cc
+std::unique_ptr<CodecStage> MakeKltStage(const StageSpec& spec,
+                                         const KltMathFactory& math);  // klt_stage.cc
 
 // Error for a size mismatch found while decoding.
 absl::Status SizeError(absl::string_view stage, uint64_t expected, uint64_t found);

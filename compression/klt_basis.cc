@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "compression/klt_math.h"
 #include "core/status.h"
 
 // LAPACK's symmetric eigensolver (divide and conquer), from OpenBLAS; the trailing lengths are
@@ -85,33 +86,6 @@ absl::StatusOr<Weight> FisherWeight(absl::Span<const double> g, size_t d) {
 
 }  // namespace
 
-void KltBasis::Forward(const float* x, size_t rows, float* z) const {
-  if (rows == 0) return;
-  if (id == 0) {
-    std::memcpy(z, x, rows * width * sizeof(float));
-    return;
-  }
-  const int d = static_cast<int>(width), k = static_cast<int>(rank);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), k, d, 1.0f, x, d,
-              analysis.data(), d, 0.0f, z, k);
-  for (size_t r = 0; r < rows; ++r) {
-    float* row = z + r * rank;
-    for (size_t i = 0; i < rank; ++i) row[i] -= centre[i];
-  }
-}
-
-void KltBasis::Inverse(const float* z, size_t rows, float* x) const {
-  if (rows == 0) return;
-  if (id == 0) {
-    std::memcpy(x, z, rows * width * sizeof(float));
-    return;
-  }
-  const int d = static_cast<int>(width), k = static_cast<int>(rank);
-  for (size_t r = 0; r < rows; ++r) std::memcpy(x + r * width, mean.data(), width * sizeof(float));
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), d, k, 1.0f, z, k,
-              directions.data(), d, 1.0f, x, d);
-}
-
 void KltBasis::Predict(const float* previous, float* prediction) const {
   if (predictor.empty()) {
     std::fill_n(prediction, rank, 0.0f);
@@ -130,13 +104,12 @@ void CovarianceTracker::Reset(size_t width) {
   lagged_.assign(width * width, 0.0);
   sum_.assign(width, 0.0);
   product_.resize(width * width);
+  lagged_product_.resize(width * width);
 }
 
-void CovarianceTracker::Add(const float* x, size_t rows) {
-  if (rows == 0) return;
-  const int d = static_cast<int>(width_);
-  cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, d, static_cast<int>(rows), 1.0f, x, d, 0.0f,
-              product_.data(), d);
+absl::Status CovarianceTracker::Add(const float* x, size_t rows, KltMath& math) {
+  if (rows == 0) return absl::OkStatus();
+  STRAIT_RETURN_IF_ERROR(math.Products(product_.data(), lagged_product_.data()));
   for (size_t i = 0; i < width_; ++i) {
     for (size_t j = i; j < width_; ++j) second_moment_[i * width_ + j] += product_[i * width_ + j];
   }
@@ -144,11 +117,10 @@ void CovarianceTracker::Add(const float* x, size_t rows) {
     for (size_t i = 0; i < width_; ++i) sum_[i] += x[r * width_ + i];
   }
   rows_ += rows;
-  if (rows < 2) return;
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, d, static_cast<int>(rows - 1), 1.0f,
-              x + width_, d, x, d, 0.0f, product_.data(), d);
-  for (size_t i = 0; i < width_ * width_; ++i) lagged_[i] += product_[i];
+  if (rows < 2) return absl::OkStatus();
+  for (size_t i = 0; i < width_ * width_; ++i) lagged_[i] += lagged_product_[i];
   pairs_ += rows - 1;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<KltBasis> CovarianceTracker::Fit(uint32_t id, const FitOptions& options) {

@@ -21,6 +21,8 @@
 
 namespace strait::compression {
 
+class KltMath;  // klt_math.h
+
 // A direction's values are whole multiples of its scale, at most this many of them in magnitude
 // (about bf16's precision on a unit vector's typical value, finer on its small ones).
 inline constexpr int32_t kDirectionLevels = 2047;
@@ -39,15 +41,11 @@ struct KltBasis {
   // none.
   std::vector<float> predictor, predictor_scales;
   // Set by Fit (only the sender transforms): row i gives coefficient i (the directions
-  // themselves for a plain basis), and centre = mean analysis^T.
+  // themselves for a plain basis), and centre = mean analysis^T. A KltMath transforms (klt_math.h):
+  // z = (x - mean) analysis^T, and back x = z directions + mean (up to the directions' rounding
+  // and the ones not kept).
   std::vector<float> analysis, centre;
 
-  // z = (x - mean) analysis^T: `rows` rows of x (width values each) to rows of rank coefficients
-  // (the identity copies).
-  void Forward(const float* x, size_t rows, float* z) const;
-  // x = z directions + mean: Forward's inverse up to the directions' rounding and the ones not
-  // kept.
-  void Inverse(const float* z, size_t rows, float* x) const;
   // prediction = predictor previous (rank values each); zeros without a predictor.
   void Predict(const float* previous, float* prediction) const;
 };
@@ -68,7 +66,8 @@ class CovarianceTracker {
   void Reset(size_t width);
   size_t width() const { return width_; }
   uint64_t rows() const { return rows_; }  // Added since Reset.
-  void Add(const float* x, size_t rows);
+  // `rows` rows of `width` values, which `math` holds (KltMath::LoadRows) and multiplies.
+  absl::Status Add(const float* x, size_t rows, KltMath& math);
   // The eigenvectors of the covariance of the rows added since Reset (at least one), largest
   // eigenvalue first, rounded, and their mean; then Reset. Rows within one Add are taken as a
   // sequence (for the predictor: each from the one before). Internal when LAPACK fails.
@@ -84,7 +83,7 @@ class CovarianceTracker {
   std::vector<double> sum_;
   std::vector<double> lagged_;  // width x width: sum of x_t x_(t-1)^T over consecutive rows
   uint64_t pairs_ = 0;          // of consecutive rows
-  std::vector<float> product_;  // One Add's x^T x, then its lagged product.
+  std::vector<float> product_, lagged_product_;  // One Add's x^T x and its lagged product.
 };
 
 }  // namespace strait::compression

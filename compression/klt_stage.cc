@@ -47,6 +47,7 @@
 #include "compression/codec_stage.h"
 #include "compression/float_bits.h"
 #include "compression/klt_basis.h"
+#include "compression/klt_math.h"
 #include "compression/rans_coder.h"
 
 namespace strait::compression {
@@ -74,11 +75,13 @@ uint64_t MaxBasisSize(uint64_t width) {
 
 class KltStage final : public CodecStage {
  public:
-  explicit KltStage(const StageSpec& spec)
+  KltStage(const StageSpec& spec, const KltMathFactory& math)
       : step_(spec.step),
         stochastic_(spec.stochastic),
         dithered_(spec.dithered),
-        fisher_(spec.fisher) {}
+        fisher_(spec.fisher),
+        send_math_(math ? math() : MakeHostKltMath()),
+        receive_math_(math ? math() : MakeHostKltMath()) {}
 
   void SetRowWidth(uint64_t row_width) override { row_width_ = row_width; }
 
@@ -100,7 +103,8 @@ class KltStage final : public CodecStage {
       sent_ = KltBasis{.width = d, .rank = d};
       frames_ = 0;
     }
-    tracker_.Add(x, rows);
+    STRAIT_RETURN_IF_ERROR(send_math_->LoadRows(x, rows, d));
+    STRAIT_RETURN_IF_ERROR(tracker_.Add(x, rows, *send_math_));
     bool carries_basis = false;
     ++frames_;
     const bool first_fit = sent_.id == 0 && tracker_.rows() >= kFirstFitRows * d;
@@ -115,11 +119,16 @@ class KltStage final : public CodecStage {
                                .noise = step_ * step_ / (stochastic_ && !dithered_ ? 6 : 12),
                                .predicted_rows = settled ? kRefreshFrames * rows : 0};
       STRAIT_ASSIGN_OR_RETURN(sent_, tracker_.Fit(sent_.id + 1, options));
+      STRAIT_RETURN_IF_ERROR(send_math_->SetBasis(sent_));
       frames_ = 0;
       carries_basis = true;
     }
     coefficients_.resize(rows * sent_.rank);
-    sent_.Forward(x, rows, coefficients_.data());
+    if (sent_.id == 0) {
+      std::copy_n(x, n, coefficients_.data());
+    } else {
+      STRAIT_RETURN_IF_ERROR(send_math_->Forward(coefficients_.data()));
+    }
     double squares = 0;  // Finite: every value is at most 1e30.
     for (float z : coefficients_) squares += double{z} * z;
     const float step = n == 0 ? 0.0f : static_cast<float>(step_ * std::sqrt(squares / n));
@@ -191,6 +200,7 @@ class KltStage final : public CodecStage {
     if (in[0] & kFlagBasis) {
       if (id == 0) return Malformed("a basis with id 0 (the identity's)");
       STRAIT_ASSIGN_OR_RETURN(const size_t basis_size, ReadBasis(in.subspan(pos), id, d));
+      STRAIT_RETURN_IF_ERROR(receive_math_->SetBasis(received_));
       pos += basis_size;
     } else if (id != 0 && (id != received_.id || received_.width != d)) {
       return Malformed(absl::StrCat("coded in basis ", id, ", which this link has not received",
@@ -226,7 +236,7 @@ class KltStage final : public CodecStage {
     if (id == 0) {
       std::memcpy(x, coefficients_.data(), 4 * n);
     } else {
-      received_.Inverse(coefficients_.data(), n / d, x);
+      STRAIT_RETURN_IF_ERROR(receive_math_->Inverse(coefficients_.data(), n / d, x));
     }
     // A sender codes only finite values (Encode refuses others): an overflow here is forged.
     for (size_t i = 0; i < n; ++i) {
@@ -445,6 +455,8 @@ class KltStage final : public CodecStage {
   // Stochastic, and the receiver subtracts the noise (in subtracted_'s columns).
   const bool dithered_;
   const bool fisher_;  // Shapes the basis by context.gradients (the link's), when there are some.
+  // The transforms of each side (the host's BLAS, or a GPU's: CodecOptions::klt_math).
+  const std::unique_ptr<KltMath> send_math_, receive_math_;
   uint64_t row_width_ = 0;
   // The sender's side.
   CovarianceTracker tracker_;
@@ -465,8 +477,8 @@ class KltStage final : public CodecStage {
 
 }  // namespace
 
-std::unique_ptr<CodecStage> MakeKltStage(const StageSpec& spec) {
-  return std::make_unique<KltStage>(spec);
+std::unique_ptr<CodecStage> MakeKltStage(const StageSpec& spec, const KltMathFactory& math) {
+  return std::make_unique<KltStage>(spec, math);
 }
 
 }  // namespace strait::compression

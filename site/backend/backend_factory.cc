@@ -2,12 +2,22 @@
 
 #include "site/backend/cpu/cpu_backend.h"
 #if STRAIT_WITH_CUDA
+#include "compression/cuda/klt_device.h"
 #include "site/backend/cuda/cuda_backend.h"
 #endif
 
 namespace strait::site {
 
 bool BuiltWithCuda() { return STRAIT_WITH_CUDA != 0; }
+
+compression::KltMathFactory KltMathFor(DeviceKind kind, int device) {
+#if STRAIT_WITH_CUDA
+  if (kind == DeviceKind::kCuda) return compression::CudaKltMath(device);
+#endif
+  (void)kind;
+  (void)device;
+  return nullptr;
+}
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(DeviceKind kind,
                                                        const BackendOptions& options) {

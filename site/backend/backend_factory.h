@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "compression/klt_math.h"
 #include "core/job_spec.h"
 #include "site/backend/backend.h"
 
@@ -24,6 +25,11 @@ struct BackendOptions {
 // device, is a FailedPrecondition error that says which. Thread-safe.
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(DeviceKind kind,
                                                        const BackendOptions& options);
+
+// Where the klt link codecs of a site whose model runs on `kind` transform
+// (compression/klt_math.h): CUDA device `device` for kCuda in a build with CUDA, the host's BLAS
+// otherwise (null).
+compression::KltMathFactory KltMathFor(DeviceKind kind, int device = 0);
 
 // True when this build includes the CUDA backend (a device may still be missing at run time).
 bool BuiltWithCuda();

@@ -10,10 +10,12 @@
 #include "absl/strings/str_cat.h"
 #include "compression/chain_spec.h"
 #include "compression/gradient_moments.h"
+#include "compression/klt_math.h"
 #include "core/schedule.h"
 #include "core/status.h"
 #include "core/teach_links.h"
 #include "core/tied_embeddings.h"
+#include "site/backend/backend_factory.h"
 #include "site/exchange/teacher_targets_codec.h"
 
 namespace strait::site {
@@ -71,7 +73,8 @@ class LinkBuilder {
         gateway_(gateway),
         sealing_(sealing),
         metrics_(metrics),
-        limits_(limits) {}
+        limits_(limits),
+        klt_math_(KltMathFor(spec.sites[index].device)) {}
 
   absl::StatusOr<StageLinks> Build();
 
@@ -104,6 +107,8 @@ class LinkBuilder {
   const LinkSealing& sealing_;
   SiteMetrics& metrics_;
   const LinkLimits& limits_;
+  // Where the link codecs' klt stages transform: the stage's device (its worker 0's).
+  const compression::KltMathFactory klt_math_;
 };
 
 absl::StatusOr<LinkSecurity::LinkCrypto> LinkBuilder::CryptoWith(const LinkSpec& link,
@@ -116,14 +121,15 @@ absl::Status LinkBuilder::AddPrevious(StageLinks& links) {
   const int peer = index_ - 1;
   const LinkSpec& link = spec_.links[peer];
   STRAIT_ASSIGN_OR_RETURN(LinkSecurity::LinkCrypto c, CryptoWith(link, peer));
-  STRAIT_ASSIGN_OR_RETURN(auto encoder, FrameEncoder::Create(link.backward, std::move(c.sealer),
-                                                             RoundingSeed(peer, v1::BACKWARD)));
+  STRAIT_ASSIGN_OR_RETURN(
+      auto encoder, FrameEncoder::Create(link.backward, std::move(c.sealer),
+                                         RoundingSeed(peer, v1::BACKWARD), nullptr, klt_math_));
   STRAIT_ASSIGN_OR_RETURN(links.backward_out,
                           FrameSender::Create(gateway_, std::move(encoder), peer, v1::BACKWARD,
                                               metrics_, limits_.window));
-  STRAIT_ASSIGN_OR_RETURN(
-      auto decoder,
-      FrameDecoder::ForChains(std::move(c.opener), limits_.max_raw, {link.forward, "none"}));
+  STRAIT_ASSIGN_OR_RETURN(auto decoder,
+                          FrameDecoder::ForChains(std::move(c.opener), limits_.max_raw,
+                                                  {link.forward, "none"}, nullptr, klt_math_));
   STRAIT_ASSIGN_OR_RETURN(links.forward_in, FrameReceiver::Create(gateway_, std::move(decoder),
                                                                   {SiteId(peer), peer, v1::FORWARD},
                                                                   metrics_, limits_.window));
@@ -137,15 +143,16 @@ absl::Status LinkBuilder::AddNext(StageLinks& links) {
   // klt:fisher forward: the encoder learns from the gradients this link's backward brings.
   std::shared_ptr<compression::GradientMoments> gradients;
   if (UsesFisher(link.forward)) gradients = std::make_shared<compression::GradientMoments>();
-  STRAIT_ASSIGN_OR_RETURN(auto encoder,
-                          FrameEncoder::Create(link.forward, std::move(c.sealer),
-                                               RoundingSeed(index_, v1::FORWARD), gradients));
+  STRAIT_ASSIGN_OR_RETURN(
+      auto encoder, FrameEncoder::Create(link.forward, std::move(c.sealer),
+                                         RoundingSeed(index_, v1::FORWARD), gradients, klt_math_));
   STRAIT_ASSIGN_OR_RETURN(links.forward_out,
                           FrameSender::Create(gateway_, std::move(encoder), index_, v1::FORWARD,
                                               metrics_, limits_.window));
-  STRAIT_ASSIGN_OR_RETURN(auto decoder,
-                          FrameDecoder::ForChains(std::move(c.opener), limits_.max_raw,
-                                                  {link.backward, "none"}, std::move(gradients)));
+  STRAIT_ASSIGN_OR_RETURN(
+      auto decoder,
+      FrameDecoder::ForChains(std::move(c.opener), limits_.max_raw, {link.backward, "none"},
+                              std::move(gradients), klt_math_));
   STRAIT_ASSIGN_OR_RETURN(
       links.backward_in,
       FrameReceiver::Create(gateway_, std::move(decoder), {SiteId(peer), index_, v1::BACKWARD},

@@ -51,11 +51,12 @@ std::string FrameAad(const v1::FrameHeader& header) {
 
 absl::StatusOr<std::unique_ptr<FrameEncoder>> FrameEncoder::Create(
     const std::string& chain, std::unique_ptr<crypto::Sealer> sealer, uint64_t rounding_seed,
-    std::shared_ptr<compression::GradientMoments> gradients) {
-  STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<compression::CodecChain> codec,
-                          compression::CodecChain::Create(
-                              chain, compression::CodecOptions{.seed = rounding_seed,
-                                                               .gradients = std::move(gradients)}));
+    std::shared_ptr<compression::GradientMoments> gradients, compression::KltMathFactory klt_math) {
+  STRAIT_ASSIGN_OR_RETURN(
+      std::unique_ptr<compression::CodecChain> codec,
+      compression::CodecChain::Create(chain, {.seed = rounding_seed,
+                                              .gradients = std::move(gradients),
+                                              .klt_math = std::move(klt_math)}));
   STRAIT_ASSIGN_OR_RETURN(std::unique_ptr<compression::CodecChain> lossless,
                           compression::CodecChain::Create("none"));
   return std::unique_ptr<FrameEncoder>(
@@ -164,20 +165,22 @@ absl::Status FrameEncoder::Seal(std::string_view encoded, Frame& frame) {
   return absl::OkStatus();
 }
 
-FrameDecoder::FrameDecoder(std::unique_ptr<crypto::Opener> opener, uint64_t max_raw_bytes)
+FrameDecoder::FrameDecoder(std::unique_ptr<crypto::Opener> opener, uint64_t max_raw_bytes,
+                           compression::KltMathFactory klt_math)
     : opener_(std::move(opener)),
       max_raw_bytes_(max_raw_bytes),
-      decoder_(compression::CodecOptions{.max_raw_bytes = max_raw_bytes}) {}
+      decoder_({.max_raw_bytes = max_raw_bytes, .klt_math = std::move(klt_math)}) {}
 
 absl::StatusOr<std::unique_ptr<FrameDecoder>> FrameDecoder::ForChains(
     std::unique_ptr<crypto::Opener> opener, uint64_t max_raw_bytes,
-    const std::vector<std::string>& chains,
-    std::shared_ptr<compression::GradientMoments> gradients) {
+    const std::vector<std::string>& chains, std::shared_ptr<compression::GradientMoments> gradients,
+    compression::KltMathFactory klt_math) {
   std::vector<compression::ChainSpec> specs;
   for (const std::string& chain : chains) {
     STRAIT_ASSIGN_OR_RETURN(specs.emplace_back(), compression::ParseChainSpec(chain));
   }
-  auto decoder = std::make_unique<FrameDecoder>(std::move(opener), max_raw_bytes);
+  auto decoder =
+      std::make_unique<FrameDecoder>(std::move(opener), max_raw_bytes, std::move(klt_math));
   if (gradients != nullptr && !specs.empty()) {
     decoder->gradients_ = std::move(gradients);
     decoder->observed_chain_ = specs[0];

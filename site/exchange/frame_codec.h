@@ -32,11 +32,13 @@ class FrameEncoder {
  public:
   // `sealer` null: the link is configured with `encryption: false`. `rounding_seed`: stochastic
   // rounding's (compression::StreamSeed of the link direction). `gradients`: what the link's
-  // other direction decodes (klt:fisher; FrameDecoder::ForChains adds to it).
+  // other direction decodes (klt:fisher; FrameDecoder::ForChains adds to it). `klt_math`: where
+  // a klt chain transforms (the site's device; null: the host).
   static absl::StatusOr<std::unique_ptr<FrameEncoder>> Create(
       const std::string& chain, std::unique_ptr<crypto::Sealer> sealer,
       uint64_t rounding_seed = compression::CodecOptions{}.seed,
-      std::shared_ptr<compression::GradientMoments> gradients = nullptr);
+      std::shared_ptr<compression::GradientMoments> gradients = nullptr,
+      compression::KltMathFactory klt_math = nullptr);
 
   struct Frame {
     v1::FrameHeader header;
@@ -112,8 +114,9 @@ struct DecodedBoundary {
 class FrameDecoder {
  public:
   // `opener` null: the link is configured with `encryption: false` (then sealed frames are
-  // refused).
-  FrameDecoder(std::unique_ptr<crypto::Opener> opener, uint64_t max_raw_bytes);
+  // refused). `klt_math`: where a klt chain transforms back (null: the host).
+  FrameDecoder(std::unique_ptr<crypto::Opener> opener, uint64_t max_raw_bytes,
+               compression::KltMathFactory klt_math = nullptr);
   // A decoder that refuses frames of any codec chain but `chains` (a link direction's chain and
   // "none", which exact keys use; compression::TensorDecoder::AcceptOnly). InvalidArgument for a
   // chain that does not parse. With `gradients`, Decode adds every tensor of chains[0] to it (a
@@ -121,7 +124,8 @@ class FrameDecoder {
   static absl::StatusOr<std::unique_ptr<FrameDecoder>> ForChains(
       std::unique_ptr<crypto::Opener> opener, uint64_t max_raw_bytes,
       const std::vector<std::string>& chains,
-      std::shared_ptr<compression::GradientMoments> gradients = nullptr);
+      std::shared_ptr<compression::GradientMoments> gradients = nullptr,
+      compression::KltMathFactory klt_math = nullptr);
   // ForChains with "none" alone: a link whose sender always encodes losslessly (ties, sums,
   // moves, teachers, serving).
   static std::unique_ptr<FrameDecoder> Lossless(std::unique_ptr<crypto::Opener> opener,

@@ -18,6 +18,7 @@
 #include "compression/codec_stage.h"
 #include "compression/gradient_moments.h"
 #include "compression/klt_basis.h"
+#include "compression/klt_math.h"
 #include "compression/rans_coder.h"
 
 namespace strait::compression {
@@ -156,13 +157,37 @@ std::vector<float> CorrelatedRows(size_t rows, size_t width, size_t rank, uint64
   return x;
 }
 
+// Adds `rows` rows at x to `tracker`, multiplied by the host's BLAS.
+void AddRows(CovarianceTracker& tracker, const float* x, size_t rows) {
+  const std::unique_ptr<KltMath> math = MakeHostKltMath();
+  ASSERT_TRUE(math->LoadRows(x, rows, tracker.width()).ok());
+  ASSERT_TRUE(tracker.Add(x, rows, *math).ok());
+}
+
+// z = (x - mean) analysis^T of `rows` rows in `basis`, and back, with the host's BLAS.
+std::vector<float> Forward(const KltBasis& basis, const float* x, size_t rows) {
+  const std::unique_ptr<KltMath> math = MakeHostKltMath();
+  std::vector<float> z(rows * basis.rank);
+  EXPECT_TRUE(math->SetBasis(basis).ok());
+  EXPECT_TRUE(math->LoadRows(x, rows, basis.width).ok());
+  EXPECT_TRUE(math->Forward(z.data()).ok());
+  return z;
+}
+std::vector<float> Inverse(const KltBasis& basis, const float* z, size_t rows) {
+  const std::unique_ptr<KltMath> math = MakeHostKltMath();
+  std::vector<float> x(rows * basis.width);
+  EXPECT_TRUE(math->SetBasis(basis).ok());
+  EXPECT_TRUE(math->Inverse(z, rows, x.data()).ok());
+  return x;
+}
+
 TEST(KltBasisTest, FitsOrthonormalDirectionsLargestFirst) {
   const size_t width = 24;
   CovarianceTracker tracker;
   tracker.Reset(width);
   std::vector<float> x = CorrelatedRows(2000, width, 3, 1);
-  tracker.Add(x.data(), 1000);
-  tracker.Add(x.data() + 1000 * width, 1000);
+  AddRows(tracker, x.data(), 1000);
+  AddRows(tracker, x.data() + 1000 * width, 1000);
   absl::StatusOr<KltBasis> basis = tracker.Fit(7);
   ASSERT_TRUE(basis.ok()) << basis.status();
   EXPECT_EQ(basis->id, 7u);
@@ -175,28 +200,24 @@ TEST(KltBasisTest, FitsOrthonormalDirectionsLargestFirst) {
       EXPECT_NEAR(dot, a == b ? 1.0 : 0.0, 0.02) << a << " " << b;
     }
   }
-  std::vector<float> z(x.size());
-  basis->Forward(x.data(), 2000, z.data());
+  const std::vector<float> z = Forward(*basis, x.data(), 2000);
   std::vector<double> variance(width, 0);
   for (size_t r = 0; r < 2000; ++r) {
     for (size_t i = 0; i < width; ++i) variance[i] += double{z[r * width + i]} * z[r * width + i];
   }
   EXPECT_GT(variance[2], 100 * variance[3]);  // three strong directions, then the noise
   for (size_t i = 1; i < width; ++i) EXPECT_LE(variance[i], variance[i - 1] * 1.05) << i;
-  std::vector<float> back(x.size());
-  basis->Inverse(z.data(), 2000, back.data());
+  std::vector<float> back = Inverse(*basis, z.data(), 2000);
   for (size_t i = 0; i < x.size(); i += 97) EXPECT_NEAR(back[i], x[i], 0.03) << i;
 
   // Above a floor of 1% of the mean variance: the three strong directions (the noise's variance,
   // 0.0025, is about 1/1000 of the mean), which reconstruct x up to the noise.
-  tracker.Add(x.data(), 2000);
+  AddRows(tracker, x.data(), 2000);
   absl::StatusOr<KltBasis> kept = tracker.Fit(8, {.floor = 0.01});
   ASSERT_TRUE(kept.ok()) << kept.status();
   ASSERT_EQ(kept->rank, 3u);
   EXPECT_EQ(kept->directions.size(), 3 * width);
-  std::vector<float> z3(2000 * 3);
-  kept->Forward(x.data(), 2000, z3.data());
-  kept->Inverse(z3.data(), 2000, back.data());
+  back = Inverse(*kept, Forward(*kept, x.data(), 2000).data(), 2000);
   for (size_t i = 0; i < x.size(); i += 97) EXPECT_NEAR(back[i], x[i], 0.25) << i;
 }
 
@@ -238,7 +259,7 @@ TEST(KltBasisTest, PredictsARowFromTheOneBefore) {
     tracker.Reset(width);
     for (uint64_t part = 0; part < 4; ++part) {
       std::vector<float> x = SequenceRows(1000, width, 0.9, shuffled, part);
-      tracker.Add(x.data(), 1000);
+      AddRows(tracker, x.data(), 1000);
     }
     absl::StatusOr<KltBasis> basis = tracker.Fit(1, {.noise = 1e-4, .predicted_rows = 20000});
     ASSERT_TRUE(basis.ok()) << basis.status();
