@@ -359,6 +359,64 @@ TEST(KltStageTest, LearnsTheBasisAndCodesWithinTheStep) {
 // rounding's: the same bytes but for the seed and the column bits. Still unbiased: the same
 // tensor sent 150 times decodes on average within a sixth of one frame's error (1/sqrt(150) when
 // unbiased).
+// The host's KltMath, counting the products it is asked for.
+class CountingMath final : public KltMath {
+ public:
+  explicit CountingMath(int* calls) : calls_(calls) {}
+  absl::Status SetBasis(const KltBasis& basis) override { return host_->SetBasis(basis); }
+  absl::Status LoadRows(const float* x, size_t rows, size_t width) override {
+    return host_->LoadRows(x, rows, width);
+  }
+  absl::Status Products(float* gram, float* lagged) override {
+    ++*calls_;
+    return host_->Products(gram, lagged);
+  }
+  absl::Status Forward(float* z) override {
+    ++*calls_;
+    return host_->Forward(z);
+  }
+  absl::Status Inverse(const float* z, size_t rows, float* x) override {
+    ++*calls_;
+    return host_->Inverse(z, rows, x);
+  }
+
+ private:
+  int* const calls_;
+  const std::unique_ptr<KltMath> host_ = MakeHostKltMath();
+};
+
+// CodecOptions::klt_math is where both ends multiply (a GPU site's cuBLAS,
+// compression_cuda_test): each frame's products and transforms go through it, and with the
+// host's own products the frames and values are the default's, byte for byte.
+TEST(KltStageTest, TransformsWithTheMathItIsGiven) {
+  const size_t rows = 64, width = 32;
+  int sent = 0, received = 0;
+  auto counted = CodecChain::Create(
+      "klt:0.1", {.klt_math = [&sent] { return std::make_unique<CountingMath>(&sent); }});
+  auto plain = CodecChain::Create("klt:0.1");
+  ASSERT_TRUE(counted.ok() && plain.ok());
+  TensorDecoder counting_receiver(
+      {.klt_math = [&received] { return std::make_unique<CountingMath>(&received); }});
+  TensorDecoder receiver;
+  for (size_t f = 0; f < 10; ++f) {
+    const std::vector<float> x = CorrelatedRows(rows, width, 4, 300 + f);
+    auto frame = (*counted)->Encode(x, {rows, width});
+    ASSERT_TRUE(frame.ok()) << frame.status();
+    const std::vector<uint8_t> ours(frame->begin(), frame->end());
+    auto theirs = (*plain)->Encode(x, {rows, width});
+    ASSERT_TRUE(theirs.ok());
+    EXPECT_EQ(ours, std::vector<uint8_t>(theirs->begin(), theirs->end())) << f;
+    DecodedTensor a, b;
+    ASSERT_TRUE(counting_receiver.Decode(ours, &a).ok());
+    ASSERT_TRUE(receiver.Decode(ours, &b).ok());
+    EXPECT_EQ(a.values, b.values) << f;
+  }
+  // Products for each frame, a transform from the fourth (the first basis) on; the inverse of
+  // each frame in a basis.
+  EXPECT_EQ(sent, 10 + 7);
+  EXPECT_EQ(received, 7);
+}
+
 TEST(KltStageTest, DitherIsUnbiasedWithLessErrorThanStochasticRounding) {
   const size_t rows = 64, width = 32, frames = 160, first = 10;
   const std::vector<float> x = CorrelatedRows(rows, width, 4, 7);

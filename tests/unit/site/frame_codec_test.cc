@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 
@@ -80,6 +81,32 @@ TEST(FrameCodecTest, LossyChainRoundTripsWithinItsError) {
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   for (size_t i = 0; i < values.size(); ++i)
     EXPECT_NEAR((*decoded)[i], values[i], std::abs(values[i]) / 128);
+}
+
+// A klt link's ends build their stages' math with the factory the site gives them (its GPU's,
+// backend_factory.h KltMathFor); compression's klt_test checks the stage multiplies with it.
+TEST(FrameCodecTest, KltLinksTransformWithTheSitesMath) {
+  int made = 0;
+  const compression::KltMathFactory math = [&made] {
+    ++made;
+    return compression::MakeHostKltMath();
+  };
+  auto encoder =
+      FrameEncoder::Create("klt:0.1", nullptr, compression::CodecOptions{}.seed, nullptr, math);
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  EXPECT_GT(made, 0);
+  const int by_encoder = made;
+  auto decoder = FrameDecoder::ForChains(nullptr, 1 << 20, {"klt:0.1", "none"}, nullptr, math);
+  ASSERT_TRUE(decoder.ok());
+  const std::vector<int64_t> shape = {64, 8};  // Rows enough for a basis in the first frame.
+  std::vector<float> values(64 * 8);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = std::sin(0.37f * i) * (1 + i % 8);
+  auto frame = (*encoder)->Encode(Key(0), values, shape);
+  ASSERT_TRUE(frame.ok()) << frame.status();
+  auto decoded = (*decoder)->Decode(Key(0), shape, Received(*frame));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_GT(made, by_encoder);
+  for (size_t i = 0; i < values.size(); ++i) EXPECT_NEAR((*decoded)[i], values[i], 0.5) << i;
 }
 
 TEST(FrameCodecTest, AlteredBodyOrHeaderIsTampered) {
