@@ -272,22 +272,21 @@ class KltStage final : public CodecStage {
 
   bool Subtracted(size_t column) const { return subtracted_[column / 8] >> (column % 8) & 1; }
 
-  // The coefficient symbol `symbol` (at index i of the frame's, in `column`) stands for.
-  float Reconstruct(int32_t symbol, float step, uint64_t seed, size_t i, size_t column) const {
-    const float offset = dithered_ && Subtracted(column) ? 0.5f - RoundingNoise(seed, i) : 0.0f;
-    return (static_cast<float>(symbol) + offset) * step;
+  // The coefficient `symbol` stands for, its rounding noise `noise` subtracted in a `subtracted`
+  // column (dither), as both ends reconstruct it.
+  static float Reconstruct(int32_t symbol, float noise, bool subtracted, float step) {
+    return (static_cast<float>(symbol) + (subtracted ? 0.5f - noise : 0.0f)) * step;
   }
 
   // Decode's dithered symbols (rows of `rank`): each one's sign restored (Quantize flips it where
-  // its noise is below 1/2) and its coefficient as Reconstruct gives it, one noise value a symbol.
+  // its noise is below 1/2) and its coefficient reconstructed, one noise value a symbol.
   void RestoreDithered(float step, uint64_t seed, size_t rank) {
     for (size_t k = 0; k < rank; ++k) {
       const bool subtracted = Subtracted(k);
       for (size_t i = k; i < symbols_.size(); i += rank) {
         const float noise = RoundingNoise(seed, i);
         if (noise < 0.5f) symbols_[i] = -symbols_[i];
-        const float offset = subtracted ? 0.5f - noise : 0.0f;
-        coefficients_[i] = (static_cast<float>(symbols_[i]) + offset) * step;
+        coefficients_[i] = Reconstruct(symbols_[i], noise, subtracted, step);
       }
     }
   }
@@ -324,16 +323,18 @@ class KltStage final : public CodecStage {
     }
     if (dithered_) ChooseSubtractedColumns(inverse, rows);
     const double limit = kMaxCodedSymbol;  // exact in a double, not in a float
-    // Rounds `scaled` (value i) into symbols_[i] as it travels; returns the symbol unflipped.
-    const auto code = [&](float scaled, size_t i) {
-      const float noise = stochastic_ ? RoundingNoise(seed, i) : 0.0f;
-      const float rounded = stochastic_ ? std::floor(scaled + noise) : std::nearbyint(scaled);
+    // Rounds `scaled` (value i) into symbols_[i] as it travels; returns the symbol unflipped and
+    // its rounding noise in *noise.
+    const auto code = [&](float scaled, size_t i, float* noise) {
+      *noise = stochastic_ ? RoundingNoise(seed, i) : 0.0f;
+      const float rounded = stochastic_ ? std::floor(scaled + *noise) : std::nearbyint(scaled);
       const auto symbol = static_cast<int32_t>(std::clamp(double{rounded}, -limit, limit));
-      symbols_[i] = dithered_ && noise < 0.5f ? -symbol : symbol;
+      symbols_[i] = dithered_ && *noise < 0.5f ? -symbol : symbol;
       return symbol;
     };
+    float noise = 0;
     if (sent_.predictor.empty()) {
-      for (size_t i = 0; i < coefficients_.size(); ++i) code(coefficients_[i] * inverse, i);
+      for (size_t i = 0; i < coefficients_.size(); ++i) code(coefficients_[i] * inverse, i, &noise);
       return;
     }
     const size_t rank = sent_.rank;
@@ -343,8 +344,9 @@ class KltStage final : public CodecStage {
       if (r > 0) sent_.Predict(previous_.data(), prediction_.data());
       for (size_t k = 0; k < rank; ++k) {
         const size_t i = r * rank + k;
-        const int32_t symbol = code((coefficients_[i] - prediction_[k]) * inverse, i);
-        previous_[k] = prediction_[k] + Reconstruct(symbol, step, seed, i, k);
+        const int32_t symbol = code((coefficients_[i] - prediction_[k]) * inverse, i, &noise);
+        previous_[k] =
+            prediction_[k] + Reconstruct(symbol, noise, dithered_ && Subtracted(k), step);
       }
     }
   }
